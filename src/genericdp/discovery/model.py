@@ -1,0 +1,73 @@
+"""What discovery produces: device nodes and the units the kubelet counts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from genericdp.config.model import frozen_map
+
+MAX_ID_LENGTH = 63  # the kubelet's limit on Device.ID
+
+
+@dataclass(frozen=True)
+class DeviceNode:
+    """One device node as seen on the host.
+
+    ``host_path`` is the real node (symlinks resolved) spelled as a host path
+    (``/dev/...``) whatever the dev root we read it through; ``container_path``
+    is where the container sees it (the path that matched, link or not).
+    """
+
+    host_path: str
+    container_path: str
+    major: int | None = None
+    minor: int | None = None
+    subsystem: str | None = None
+    # Canonical sysfs device path relative to the sys root, e.g.
+    # ``devices/pci0000:00/0000:00:14.0/usb1/1-2/1-2:1.0/ttyUSB0/tty/ttyUSB0``.
+    sysfs_path: str | None = None
+    # Attributes of the node itself (sysfs files); ancestors' are not copied here.
+    attributes: Mapping[str, str] = field(default_factory=frozen_map)
+    # udev database properties (``E:`` lines of /run/udev/data/c<maj>:<min>).
+    properties: Mapping[str, str] = field(default_factory=frozen_map)
+    numa_node: int | None = None
+
+
+@dataclass(frozen=True)
+class Unit:
+    """What the kubelet counts: one node, or several nodes that belong together.
+
+    ``id`` is stable across restarts and rescans and at most 63 characters.
+    ``attributes`` and ``properties`` are those of the unit's identifying
+    device (its group parent for ``parent:`` grouping, else its first node).
+    """
+
+    id: str
+    nodes: tuple[DeviceNode, ...]
+    numa_node: int | None = None
+    parent: str | None = None  # sysfs path of the grouping/common parent, if known
+    attributes: Mapping[str, str] = field(default_factory=frozen_map)
+    properties: Mapping[str, str] = field(default_factory=frozen_map)
+
+
+def replica_ids(unit_id: str, count: int) -> tuple[str, ...]:
+    """The kubelet device IDs of a unit shared by ``count`` containers."""
+    if count <= 1:
+        return (unit_id,)
+    return tuple(f"{unit_id}::{i}" for i in range(count))
+
+
+def unit_id_of(device_id: str) -> str:
+    """The unit ID behind a kubelet device ID (inverse of ``replica_ids``)."""
+    return device_id.split("::", 1)[0]
+
+
+@dataclass(frozen=True)
+class Roots:
+    """Where the host's trees are visible to us (tests point these at temporary trees)."""
+
+    dev: Path = Path("/dev")
+    sys: Path = Path("/sys")
+    udev: Path = Path("/run/udev")  # the udev database lives in ``<udev>/data``

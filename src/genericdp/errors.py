@@ -1,0 +1,71 @@
+"""One error tree for genericdp.
+
+Foreign errors (OSError, jsonschema, jinja2, grpc) are translated into these
+at one boundary each, with ``raise ... from exc``, so callers and the CLI only
+ever handle our own types::
+
+    GenericdpError
+     ├── ConfigError          a config file is unreadable or invalid; carries every issue
+     ├── TemplateRenderError  a compiled template failed while rendering an allocation
+     ├── DiscoveryError       a device root (dev, sys, udev) cannot be read at all
+     ├── HookError            an init/preStart/cleanup hook failed or timed out
+     └── KubeletError         talking to the kubelet failed
+          └── RegistrationError  the kubelet refused or did not answer Register
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ConfigIssue:
+    """One problem in a config file, located as precisely as we can."""
+
+    file: str
+    line: int | None  # 1-based
+    column: int | None  # 1-based
+    path: str  # key path like ``resources[0].match[1].udev.attributes.idVendor``
+    message: str
+
+    def __str__(self) -> str:
+        where = self.file
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        key = f" {self.path}:" if self.path else ""
+        return f"{where}:{key} {self.message}"
+
+
+class GenericdpError(Exception):
+    """Base of every error genericdp raises on purpose."""
+
+
+class ConfigError(GenericdpError):
+    """A config is unreadable or invalid. ``issues`` lists every problem found."""
+
+    def __init__(self, issues: Sequence[ConfigIssue]) -> None:
+        self.issues = tuple(issues)
+        super().__init__("\n".join(str(i) for i in self.issues))
+
+
+class TemplateRenderError(GenericdpError):
+    """A template compiled at load time failed while rendering an allocation."""
+
+
+class DiscoveryError(GenericdpError):
+    """A device root cannot be read at all (individual odd entries are skipped)."""
+
+
+class HookError(GenericdpError):
+    """A hook exited non-zero, could not start, or timed out."""
+
+
+class KubeletError(GenericdpError):
+    """Talking to the kubelet failed."""
+
+
+class RegistrationError(KubeletError):
+    """The kubelet refused our Register call, or did not answer it."""

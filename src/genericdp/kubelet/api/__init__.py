@@ -1,0 +1,1 @@
+"""Generated kubelet API stubs (do not edit; ``make protos`` regenerates them)."""
