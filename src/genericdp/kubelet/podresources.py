@@ -1,0 +1,73 @@
+"""Client of the kubelet's PodResources API (``v1.PodResourcesLister/List``).
+
+The kubelet has no deallocation call; the runtime learns which devices are
+still in use by polling List and diffing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from genericdp.errors import KubeletError
+from genericdp.kubelet.api import podresources_pb2 as pr
+from genericdp.kubelet.api import podresources_pb2_grpc as pr_grpc
+from genericdp.kubelet.options import unix_address
+
+# The kubelet's List answer covers every pod on the node; allow more than gRPC's 4 MiB.
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class PodDevices:
+    """The devices of one resource that one container of one pod holds."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource_name: str
+    device_ids: tuple[str, ...]
+
+
+async def list_pod_devices(
+    socket: Path,
+    *,
+    timeout: float = 5.0,  # noqa: ASYNC109 -- sent to the kubelet as the gRPC deadline
+) -> tuple[PodDevices, ...]:
+    """Every (pod, container, resource) holding devices, as the kubelet reports it.
+
+    Raises KubeletError when the socket is missing, unreachable or slow.
+    """
+    target = unix_address(socket)
+    options = [("grpc.max_receive_message_length", MAX_RESPONSE_BYTES)]
+    async with grpc.aio.insecure_channel(target, options=options) as channel:
+        stub = pr_grpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]
+        try:
+            response = await stub.List(pr.ListPodResourcesRequest(), timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise KubeletError(
+                f"PodResources List on {socket} failed: {exc.code().name}: {exc.details()}"
+            ) from exc
+    return pod_devices_from(response)
+
+
+def pod_devices_from(response: pr.ListPodResourcesResponse) -> tuple[PodDevices, ...]:
+    """Flatten a List answer; entries without device IDs (CPU-only) are left out."""
+    found: list[PodDevices] = []
+    for pod in response.pod_resources:
+        for container in pod.containers:
+            for devices in container.devices:
+                if not devices.device_ids:
+                    continue
+                found.append(
+                    PodDevices(
+                        namespace=pod.namespace,
+                        pod=pod.name,
+                        container=container.name,
+                        resource_name=devices.resource_name,
+                        device_ids=tuple(devices.device_ids),
+                    )
+                )
+    return tuple(found)
