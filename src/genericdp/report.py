@@ -1,0 +1,146 @@
+"""What `genericdp discover` shows: per resource, the units it would advertise
+and what an allocation of one unit would give a container. Pure: built from a
+config and discovered units, rendered as text for people or JSON for machines."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from genericdp.config.model import ResourceDefinition
+from genericdp.discovery.model import Unit, replica_ids
+from genericdp.errors import GenericdpError
+from genericdp.render import Allocation, render_allocation
+
+
+@dataclass(frozen=True)
+class ResourceReport:
+    """Discovery result of one resource."""
+
+    definition: ResourceDefinition
+    units: tuple[Unit, ...]
+    example: Allocation | None  # what one unit would give a container
+    error: str | None = None  # discovery or rendering failed
+
+    @property
+    def device_ids(self) -> tuple[str, ...]:
+        return tuple(i for u in self.units for i in replica_ids(u.id, self.definition.count))
+
+
+def build_report(
+    definition: ResourceDefinition,
+    units: Sequence[Unit],
+    *,
+    node_name: str = "",
+    error: str | None = None,
+) -> ResourceReport:
+    """Render the allocation one unit would get; a failure is shown, not raised."""
+    example: Allocation | None = None
+    if units and error is None:
+        try:
+            first = units[0]
+            example = render_allocation(
+                definition,
+                [first],
+                node_name=node_name,
+                device_ids=replica_ids(first.id, definition.count)[:1],
+            )
+        except GenericdpError as exc:
+            error = f"allocation of {first.id} would fail: {exc}"
+    return ResourceReport(definition, tuple(units), example, error)
+
+
+def _allocation_dict(allocation: Allocation) -> dict[str, Any]:
+    return {
+        "devices": [
+            {
+                "containerPath": d.container_path,
+                "hostPath": d.host_path,
+                "permissions": d.permissions,
+            }
+            for d in allocation.devices
+        ],
+        "mounts": [
+            {"containerPath": m.container_path, "hostPath": m.host_path, "readOnly": m.read_only}
+            for m in allocation.mounts
+        ],
+        "env": dict(allocation.env),
+        "annotations": dict(allocation.annotations),
+    }
+
+
+def report_dict(report: ResourceReport) -> dict[str, Any]:
+    """The JSON shape of one resource's report (stable keys, camelCase)."""
+    d = report.definition
+    return {
+        "resource": d.name,
+        "source": f"{d.source.file}:{d.source.line}" if d.source.line else d.source.file,
+        "groupBy": str(d.group_by),
+        "count": d.count,
+        "units": [
+            {
+                "id": u.id,
+                "deviceIds": list(replica_ids(u.id, d.count)),
+                "health": "unknown",
+                "numaNode": u.numa_node,
+                "nodes": [
+                    {"hostPath": n.host_path, "containerPath": n.container_path} for n in u.nodes
+                ],
+            }
+            for u in report.units
+        ],
+        "capacity": len(report.device_ids),
+        "exampleAllocation": _allocation_dict(report.example) if report.example else None,
+        "error": report.error,
+    }
+
+
+def to_json(reports: Sequence[ResourceReport]) -> str:
+    return json.dumps({"resources": [report_dict(r) for r in reports]}, indent=2)
+
+
+def _kv_lines(title: str, values: Mapping[str, str]) -> list[str]:
+    return [f"    {title} {k}={v}" for k, v in values.items()]
+
+
+def to_text(reports: Sequence[ResourceReport]) -> str:
+    """A readable table per resource."""
+    out: list[str] = []
+    for r in reports:
+        d = r.definition
+        out.append(
+            f"{d.name}  ({len(r.units)} unit(s), capacity {len(r.device_ids)}, "
+            f"groupBy {d.group_by}, count {d.count})"
+        )
+        if r.error:
+            out.append(f"  error: {r.error}")
+        if not r.units:
+            out.append("  no devices found")
+        else:
+            width = max(len(u.id) for u in r.units)
+            out.append(f"  {'UNIT':<{width}}  NUMA  HEALTH   NODES")
+            for u in r.units:
+                numa = "-" if u.numa_node is None else str(u.numa_node)
+                nodes = ", ".join(
+                    n.host_path
+                    if n.host_path == n.container_path
+                    else f"{n.container_path} -> {n.host_path}"
+                    for n in u.nodes
+                )
+                out.append(f"  {u.id:<{width}}  {numa:<4}  unknown  {nodes}")
+        if r.example is not None:
+            out.append(f"  one unit ({r.units[0].id}) gives a container:")
+            out.extend(
+                f"    device {s.container_path} (host {s.host_path}, {s.permissions})"
+                for s in r.example.devices
+            )
+            out.extend(
+                f"    mount  {m.container_path} (host {m.host_path}{', ro' if m.read_only else ''})"
+                for m in r.example.mounts
+            )
+            out.extend(_kv_lines("env   ", r.example.env))
+            out.extend(_kv_lines("annot.", r.example.annotations))
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
