@@ -156,7 +156,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
 
     from genericdp import logsetup
-    from genericdp.runtime.daemon import serve
 
     settings = _settings(
         args,
@@ -172,6 +171,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ),
     )
     logsetup.configure(settings.log_level, settings.log_format)
+    from genericdp.runtime.daemon import serve
+
     return asyncio.run(serve(settings))
 
 
