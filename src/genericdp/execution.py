@@ -1,0 +1,299 @@
+"""Running one user-configured argv: no shell, bounded output, a hard timeout.
+
+Hooks and health probes are written by cluster admins and run on every node,
+so this module assumes they misbehave: they fork, ignore SIGTERM, print
+megabytes, or never exit. Each command therefore runs in a session (and
+process group) of its own, and whatever is left of that group when the command
+exits, times out or is cancelled is terminated: SIGTERM, then SIGKILL after a
+short grace. A command that needs a long-lived service must start it in a new
+session of its own (``setsid``), which takes it out of our hands on purpose.
+
+stdout and stderr share one pipe that we own (not asyncio's subprocess pipes),
+so a grandchild that keeps the pipe open can never keep us waiting or keep a
+transport alive: we close our end when we are done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from genericdp.config.model import Exec
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+DEFAULT_OUTPUT_LIMIT = 64 * 1024
+DEFAULT_KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL
+_POLL = 0.02  # how often we look whether a signalled group is gone
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What happened when one argv ran.
+
+    ``returncode`` is None when the command could not start (then ``error``
+    says why); negative means killed by that signal. ``output`` is stdout and
+    stderr interleaved, at most the last ``output_limit`` bytes of it (decoded
+    as UTF-8, bad bytes replaced); ``truncated`` says the head was dropped.
+    """
+
+    argv: tuple[str, ...]
+    returncode: int | None
+    timed_out: bool
+    output: str
+    duration: float
+    error: str | None
+    truncated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.timed_out and self.returncode == 0
+
+    def describe(self) -> str:
+        """How it ended, in words: ``exited 3``, ``timed out``, ``could not start: ...``."""
+        if self.error is not None:
+            return f"could not start: {self.error}"
+        if self.timed_out:
+            return "timed out"
+        if self.returncode is not None and self.returncode < 0:
+            return f"was killed by signal {-self.returncode} ({_signal_name(-self.returncode)})"
+        return f"exited {self.returncode}"
+
+    def last_line(self, limit: int = 200) -> str:
+        """The last non-blank output line, shortened to ``limit`` characters."""
+        for raw in reversed(self.output.splitlines()):
+            line = raw.strip()
+            if line:
+                return line if len(line) <= limit else line[: limit - 3] + "..."
+        return ""
+
+
+async def run_exec(
+    spec: Exec,
+    *,
+    env: Mapping[str, str],
+    cwd: Path | None = None,
+    output_limit: int = DEFAULT_OUTPUT_LIMIT,
+    kill_grace: float = DEFAULT_KILL_GRACE,
+    clock: Callable[[], float] = time.monotonic,
+) -> ExecResult:
+    """Run ``spec.argv`` with a minimal environment plus ``env``; never raises for
+    a command that fails or cannot start. Cancellation stops the command's whole
+    process group before re-raising."""
+    argv = tuple(spec.argv)
+    started = clock()
+
+    def result(
+        returncode: int | None, timed_out: bool, tail: _Tail | None, error: str | None
+    ) -> ExecResult:
+        output, truncated = tail.text() if tail is not None else ("", False)
+        duration = max(0.0, clock() - started)
+        return ExecResult(argv, returncode, timed_out, output, duration, error, truncated)
+
+    if not argv:
+        return result(None, False, None, "empty argv")
+    if output_limit < 0:
+        raise ValueError(f"output_limit must be >= 0, not {output_limit}")
+    try:
+        proc, transport, tail = await _start(argv, child_env(env), cwd, output_limit)
+    except OSError as exc:
+        return result(None, False, None, _start_error(argv, cwd, exc))
+    try:
+        timed_out = await _wait(proc, spec.timeout, kill_grace)
+        await tail.finished(kill_grace)
+    finally:
+        transport.close()
+    return result(proc.returncode, timed_out, tail, None)
+
+
+def child_env(extra: Mapping[str, str]) -> dict[str, str]:
+    """The whole environment of a child: our PATH (or a sane default) plus ``extra``.
+
+    Nothing else leaks from the daemon (settings, credentials of the pod we
+    run in), so a hook behaves the same whatever the daemon was started with.
+    """
+    env = {"PATH": os.environ.get("PATH") or DEFAULT_PATH}
+    env.update(extra)
+    return env
+
+
+class _Tail(asyncio.Protocol):
+    """Reads the shared stdout/stderr pipe, keeping only the last ``limit`` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._buffer = bytearray()
+        self._dropped = 0
+        self._done = asyncio.get_running_loop().create_future()
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        excess = len(self._buffer) - self._limit
+        if excess > 0:
+            del self._buffer[:excess]
+            self._dropped += excess
+
+    def eof_received(self) -> bool | None:
+        self._set_done()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._set_done()
+
+    def _set_done(self) -> None:
+        if not self._done.done():
+            self._done.set_result(None)
+
+    async def finished(self, grace: float) -> None:
+        """Wait for EOF, but not for a writer that escaped our process group."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._done), grace)
+
+    def text(self) -> tuple[str, bool]:
+        text = self._buffer.decode("utf-8", "replace")
+        if self._dropped:
+            text = f"[{self._dropped} bytes of earlier output dropped]\n{text}"
+        return text, self._dropped > 0
+
+
+async def _start(
+    argv: tuple[str, ...], env: dict[str, str], cwd: Path | None, limit: int
+) -> tuple[asyncio.subprocess.Process, asyncio.BaseTransport, _Tail]:
+    loop = asyncio.get_running_loop()
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=subprocess.DEVNULL,
+            stdout=write_fd,
+            stderr=write_fd,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,  # own process group: we can kill all it forks
+        )
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)  # only the child holds the write end now: EOF when it is done
+    try:
+        reader = os.fdopen(read_fd, "rb", buffering=0)
+        transport, tail = await loop.connect_read_pipe(lambda: _Tail(limit), reader)
+    except BaseException:
+        _signal_group(proc.pid, signal.SIGKILL)
+        raise
+    return proc, transport, tail
+
+
+async def _wait(proc: asyncio.subprocess.Process, limit: float, grace: float) -> bool:
+    """Wait for the command, then stop what is left of its group; True if it timed out."""
+    stopped = False
+    try:
+        try:
+            async with asyncio.timeout(limit):
+                await proc.wait()
+            timed_out = False
+        except TimeoutError:
+            timed_out = True
+        await _stop_group(proc, grace)
+        stopped = True
+    finally:
+        if not stopped:  # cancelled, maybe twice: no more waiting, just make sure
+            _signal_group(proc.pid, signal.SIGKILL)
+    return timed_out
+
+
+async def _stop_group(proc: asyncio.subprocess.Process, grace: float) -> None:
+    """SIGTERM the command's process group, SIGKILL whatever outlives ``grace``.
+
+    The group is empty (and this returns at once) when the command exited
+    normally without leaving children behind.
+    """
+    pgid = proc.pid  # start_new_session made the child its group's leader
+    if not _signal_group(pgid, signal.SIGTERM):
+        return
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace
+    while loop.time() < deadline:
+        if proc.returncode is not None:
+            _reap_group(pgid)
+            if not _group_alive(pgid):
+                return
+        await asyncio.sleep(_POLL)
+    _signal_group(pgid, signal.SIGKILL)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(proc.wait(), grace)
+    _reap_group(pgid)
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Signal every process of the group; False if the group is already gone."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a setuid member we may not signal: nothing more we can do
+        return True
+    return True
+
+
+def _group_alive(pgid: int, proc_root: Path = Path("/proc")) -> bool:
+    """Whether any member of the group still runs (zombies do not count).
+
+    Signal 0 alone would also see zombies, and some init processes reap their
+    adopted orphans only now and then: we would wait out the whole grace.
+    """
+    if not _signal_group(pgid, 0):
+        return False
+    try:
+        entries = [e for e in os.scandir(proc_root) if e.name.isdigit()]
+    except OSError:  # no /proc: trust the signal
+        return True
+    return any(_running_in_group(Path(e.path), pgid) for e in entries)
+
+
+def _running_in_group(proc_dir: Path, pgid: int) -> bool:
+    try:
+        stat = (proc_dir / "stat").read_text()
+    except OSError:  # exited while we looked
+        return False
+    # ``pid (comm) state ppid pgrp ...``; comm may contain spaces and parentheses.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return len(fields) >= 3 and fields[2] == str(pgid) and fields[0] not in ("Z", "X")
+
+
+def _reap_group(pgid: int) -> None:
+    """Reap members of the group that became our children.
+
+    When the daemon is PID 1 of its container (or a child subreaper), the
+    command's orphans are re-parented to us, and nobody else would reap them.
+    Only called once the leader itself has been reaped by asyncio, so this can
+    never steal its exit status.
+    """
+    while True:
+        try:
+            pid, _ = os.waitpid(-pgid, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _start_error(argv: tuple[str, ...], cwd: Path | None, exc: OSError) -> str:
+    reason = exc.strerror or str(exc)
+    if cwd is not None and exc.filename is not None and str(exc.filename) == str(cwd):
+        return f"working directory {cwd}: {reason}"
+    return f"{argv[0]}: {reason}"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
