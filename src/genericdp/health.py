@@ -1,0 +1,189 @@
+"""Unit health: a per-unit state machine and the monitor that feeds it probes.
+
+A unit starts Healthy, turns Unhealthy after ``failure_threshold``
+consecutive failed probes (non-zero exit, timeout, could not start) and is
+Healthy again after one success. Recovery is the point: a device plugin whose
+devices can never come back forces a node drain for a glitch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+from genericdp.config.model import HealthCheck
+from genericdp.discovery.model import Unit
+from genericdp.execution import ExecResult, run_exec
+from genericdp.hooks import HEALTH, unit_env
+
+DEFAULT_CONCURRENCY = 8
+
+_log = logging.getLogger(__name__)
+
+OnChange = Callable[[frozenset[str]], Awaitable[None] | None]
+OnResult = Callable[[str, ExecResult], None]
+
+
+class HealthTracker:
+    """The health of one unit, fed one probe result at a time."""
+
+    def __init__(self, failure_threshold: int = 3) -> None:
+        if failure_threshold < 1:
+            raise ValueError(f"failure_threshold must be at least 1, not {failure_threshold}")
+        self.failure_threshold = failure_threshold
+        self.consecutive_failures = 0
+        self._healthy = True
+
+    @property
+    def healthy(self) -> bool:
+        return self._healthy
+
+    def record(self, ok: bool) -> bool:
+        """Count one probe result; True if the healthy state changed."""
+        self.consecutive_failures = 0 if ok else self.consecutive_failures + 1
+        healthy = ok or (self._healthy and self.consecutive_failures < self.failure_threshold)
+        changed = healthy != self._healthy
+        self._healthy = healthy
+        return changed
+
+
+class HealthMonitor:
+    """Probes every unit of one resource each ``check.interval`` seconds.
+
+    ``units`` returns the units to probe now (they come and go with hotplug);
+    ``on_change`` (plain or async) gets the IDs of all unhealthy units whenever
+    that set changes, and only then. ``sleep`` and ``clock`` are injectable so
+    tests drive the rounds. Nothing a probe, ``units`` or ``on_change`` does
+    can end ``run``: every failure is logged and the next round comes.
+    """
+
+    def __init__(
+        self,
+        resource: str,
+        check: HealthCheck,
+        units: Callable[[], Sequence[Unit]],
+        on_change: OnChange,
+        *,
+        node_name: str = "",
+        concurrency: int = DEFAULT_CONCURRENCY,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        on_result: OnResult | None = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.resource = resource
+        self.check = check
+        self._units = units
+        self._on_change = on_change
+        self._on_result = on_result
+        self._node_name = node_name
+        self._slots = asyncio.Semaphore(concurrency)
+        self._sleep = sleep
+        self._clock = clock
+        self._log = logger or _log
+        self._trackers: dict[str, HealthTracker] = {}
+        self._reported: frozenset[str] = frozenset()
+
+    @property
+    def unhealthy(self) -> frozenset[str]:
+        """IDs of the units currently Unhealthy."""
+        return frozenset(uid for uid, t in self._trackers.items() if not t.healthy)
+
+    async def run(self) -> None:
+        """Probe, wait out the rest of the interval, repeat until cancelled."""
+        while True:
+            started = self._clock()
+            try:
+                await self.probe_once()
+            except Exception:  # a bug of ours must not stop health checking
+                self._log.exception("health round for %s failed", self.resource)
+            elapsed = self._clock() - started
+            await self._sleep(max(0.0, self.check.interval - elapsed))
+
+    async def probe_once(self) -> frozenset[str]:
+        """One round: probe every current unit, then report if the unhealthy set changed."""
+        try:
+            units = {u.id: u for u in self._units()}
+        except Exception:
+            self._log.exception("health: cannot list units of %s", self.resource)
+            return self.unhealthy
+        for gone in self._trackers.keys() - units.keys():
+            del self._trackers[gone]  # a vanished unit leaves the list, healthy or not
+        results = await asyncio.gather(*(self._probe(u) for u in units.values()))
+        for unit, result in zip(units.values(), results, strict=True):
+            self._record(unit.id, result)
+        await self._report()
+        return self.unhealthy
+
+    async def _probe(self, unit: Unit) -> ExecResult | None:
+        """Run the probe for one unit; None if running it failed on our side."""
+        env = unit_env(self.resource, [unit], node_name=self._node_name, hook=HEALTH)
+        try:
+            async with self._slots:
+                result = await run_exec(self.check.exec, env=env)
+        except Exception:
+            self._log.exception("health probe of %s unit %s failed", self.resource, unit.id)
+            return None
+        if self._on_result is not None:
+            try:
+                self._on_result(unit.id, result)
+            except Exception:
+                self._log.exception("health: on_result callback failed")
+        return result
+
+    def _record(self, unit_id: str, result: ExecResult | None) -> None:
+        tracker = self._trackers.get(unit_id)
+        if tracker is None:
+            tracker = self._trackers[unit_id] = HealthTracker(self.check.failure_threshold)
+        ok = result is not None and result.ok
+        if not tracker.record(ok):
+            if not ok:
+                self._log.debug(
+                    "%s unit %s: probe failed (%d/%d): %s",
+                    self.resource,
+                    unit_id,
+                    tracker.consecutive_failures,
+                    tracker.failure_threshold,
+                    self._how(result),
+                )
+            return
+        if tracker.healthy:
+            self._log.info("%s unit %s is Healthy again", self.resource, unit_id)
+        else:
+            self._log.warning(
+                "%s unit %s is Unhealthy after %d failed probes: %s%s",
+                self.resource,
+                unit_id,
+                tracker.consecutive_failures,
+                self._how(result),
+                _output_block(result),
+            )
+
+    def _how(self, result: ExecResult | None) -> str:
+        if result is None:
+            return "probe could not be run"
+        if result.timed_out:
+            return f"timed out after {self.check.exec.timeout:g}s"
+        return result.describe()
+
+    async def _report(self) -> None:
+        unhealthy = self.unhealthy
+        if unhealthy == self._reported:
+            return
+        try:
+            outcome = self._on_change(unhealthy)
+            if inspect.isawaitable(outcome):
+                await outcome
+        except Exception:  # not reported: try again after the next round
+            self._log.exception("health: on_change callback of %s failed", self.resource)
+            return
+        self._reported = unhealthy
+
+
+def _output_block(result: ExecResult | None) -> str:
+    if result is None or not result.output.strip():
+        return ""
+    return "\n" + result.output.rstrip()

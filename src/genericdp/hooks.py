@@ -1,0 +1,132 @@
+"""Hooks: user commands run around a container's use of units.
+
+A hook sees the units it is about in ``GENERICDP_*`` environment variables
+(documented in docs/hooks.md), and its output goes to our log line by line.
+A failed hook raises ``HookRunError`` whose message is meant to be read by
+whoever looks at the pod's events: which hook, for which units, how it ended,
+and the last thing it printed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+
+from genericdp.config.model import Exec
+from genericdp.discovery.model import Unit
+from genericdp.errors import HookError
+from genericdp.execution import ExecResult, run_exec
+
+# The names the daemon passes as ``name``/``hook`` (GENERICDP_HOOK); config spelling.
+INIT = "init"
+PRE_START = "preStart"
+CLEANUP = "cleanup"
+HEALTH = "health"
+
+_MAX_IDS_IN_MESSAGE = 3  # a message in a pod event must stay short
+
+_log = logging.getLogger(__name__)
+
+
+class HookRunError(HookError):
+    """A hook exited non-zero, was killed, timed out or could not start."""
+
+    def __init__(self, message: str, result: ExecResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+def unit_env(
+    resource: str,
+    units: Sequence[Unit],
+    *,
+    device_ids: Sequence[str] = (),
+    node_name: str = "",
+    hook: str = "",
+) -> dict[str, str]:
+    """The units, described in ``GENERICDP_*`` environment variables.
+
+    Every variable is always set (possibly empty) so a script may use
+    ``set -u``; lists are comma separated, in unit order, without duplicates.
+    """
+    units = _unique_units(units)
+    env = {
+        "GENERICDP_RESOURCE": resource,
+        "GENERICDP_HOOK": hook,
+        "GENERICDP_NODE_NAME": node_name,
+        "GENERICDP_UNIT_IDS": ",".join(u.id for u in units),
+        "GENERICDP_DEVICE_IDS": ",".join(device_ids),
+        "GENERICDP_DEVICE_PATHS": _join(n.host_path for u in units for n in u.nodes),
+        "GENERICDP_CONTAINER_PATHS": _join(n.container_path for u in units for n in u.nodes),
+    }
+    if len(units) == 1:
+        (unit,) = units
+        env["GENERICDP_UNIT_ID"] = unit.id
+        if unit.numa_node is not None:
+            env["GENERICDP_NUMA_NODE"] = str(unit.numa_node)
+    return env
+
+
+async def run_hook(
+    name: str,
+    spec: Exec,
+    *,
+    resource: str,
+    units: Sequence[Unit],
+    device_ids: Sequence[str] = (),
+    node_name: str = "",
+    logger: logging.Logger | None = None,
+) -> ExecResult:
+    """Run hook ``name`` for ``units``; return its result, or raise ``HookRunError``."""
+    log = logger or _log
+    ids = _ids_text([u.id for u in _unique_units(units)])
+    env = unit_env(resource, units, device_ids=device_ids, node_name=node_name, hook=name)
+    log.info(
+        "%s hook %s for %s %s: starting", name, spec.argv[0] if spec.argv else "", resource, ids
+    )
+    result = await run_exec(spec, env=env)
+    for line in result.output.splitlines():
+        log.info("%s hook [%s]: %s", name, resource, line)
+    if result.ok:
+        log.info("%s hook for %s %s: done in %.3fs", name, resource, ids, result.duration)
+        return result
+    message = failure_message(name, spec, resource=resource, ids=ids, result=result)
+    level = logging.ERROR if result.error is not None else logging.WARNING
+    log.log(level, "%s (after %.3fs)", message, result.duration)
+    raise HookRunError(message, result)
+
+
+def failure_message(name: str, spec: Exec, *, resource: str, ids: str, result: ExecResult) -> str:
+    """``init hook /usr/bin/x for example.com/serial unit A1B2 exited 3: <last line>``."""
+    program = _program(spec)
+    how = f"timed out after {spec.timeout:g}s" if result.timed_out else result.describe()
+    last = result.last_line()
+    if last and result.error is None:
+        how += f": {last}"
+    return f"{name} hook {program} for {resource} {ids} {how}"
+
+
+def _program(spec: Exec) -> str:
+    return spec.argv[0] if spec.argv else "<empty argv>"
+
+
+def _ids_text(ids: Sequence[str]) -> str:
+    if not ids:
+        return "(no units)"
+    if len(ids) == 1:
+        return f"unit {ids[0]}"
+    shown = ", ".join(ids[:_MAX_IDS_IN_MESSAGE])
+    more = len(ids) - _MAX_IDS_IN_MESSAGE
+    return f"units {shown}" + (f" and {more} more" if more > 0 else "")
+
+
+def _unique_units(units: Sequence[Unit]) -> list[Unit]:
+    """Units in order, each once (replicas of one unit arrive as the same unit)."""
+    seen: dict[str, Unit] = {}
+    for unit in units:
+        seen.setdefault(unit.id, unit)
+    return list(seen.values())
+
+
+def _join(paths: Iterable[str]) -> str:
+    return ",".join(dict.fromkeys(paths))  # in order, each once
