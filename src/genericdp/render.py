@@ -1,19 +1,58 @@
 """Templates -> allocation: a pure function from (definition, units) to what a
-container receives. INTERFACE ONLY: the implementation is being written.
+container receives.
 
 Templates are Jinja2 sources from ``AllocateSpec``; they are compiled once at
 load time by ``compile_templates`` in a sandboxed environment with
 ``StrictUndefined`` so that syntax errors and unknown top-level names are
 validation errors, and rendered per allocation by ``render_allocation``.
+
+The sandbox is Jinja2's ``ImmutableSandboxedEnvironment`` (no ``_`` attributes,
+no mutation of lists and dicts, ``str.format`` sandboxed) tightened for a
+process that answers the kubelet's Allocate with no deadline: no globals but
+the documented names, no files (include/import/extends are refused at compile
+time), no macros or recursive loops, and caps on loop iterations, operator
+results, widths and output length so that a slip in a config cannot stall
+admission on the node. The config author already decides which host devices a
+pod gets; the caps are a seat belt against mistakes, not a security boundary
+against that author.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextvars
+import difflib
+import functools
+import re
+import string
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, cast
+
+from jinja2 import StrictUndefined, TemplateError, TemplateSyntaxError, meta, nodes
+from jinja2.environment import Template
+from jinja2.exceptions import SecurityError
+from jinja2.runtime import Context
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.visitor import NodeTransformer
 
 from genericdp.config.model import AllocateSpec, ResourceDefinition, frozen_map
-from genericdp.discovery.model import Unit
+from genericdp.discovery.model import DeviceNode, Unit
+from genericdp.errors import TemplateRenderError
+
+# The names a template sees (docs/config.md "Templates"); nothing else exists.
+TEMPLATE_NAMES = ("resource", "node_name", "units", "devices", "device_ids")
+
+MAX_VALUE_CHARS = 65_536  # one rendered value; a kubelet response must stay far below 4 MiB
+MAX_LOOP_ITERATIONS = 100_000  # per allocation, across every template and nested loop
+MAX_WIDTH = 4_096  # widths and counts handed to filters, methods and format specs
+MAX_EXPONENT = 1_024
+MAX_INT_BITS = 8_192
+
+_TEMPLATE_MARKERS = ("{{", "{%", "{#")
+_PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[#0\- +]*(\*|\d+)?(?:\.(\*|\d+))?[hlL]?[a-zA-Z%]")
+_DIGITS = re.compile(r"\d+")
+_WIDTH_FILTERS = frozenset({"center", "indent", "truncate", "wordwrap", "batch", "slice"})
+_BANNED_FILTERS = frozenset({"random"})  # an allocation must be deterministic
 
 
 @dataclass(frozen=True)
@@ -62,15 +101,502 @@ class TemplateSyntaxErrors(Exception):  # noqa: N818 - a collection, raised at l
         super().__init__("; ".join(f"{p.key}: {p.message}" for p in self.problems))
 
 
+# --------------------------------------------------------------------------
+# Limits enforced while rendering
+
+
+class _Budget:
+    """Loop iterations left for the allocation being rendered."""
+
+    def __init__(self, iterations: int) -> None:
+        self.left = iterations
+
+
+_BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar(
+    "genericdp_render_budget", default=None
+)
+
+
+def _counted(iterable: Iterable[Any]) -> Iterator[Any]:
+    """Every ``{% for %}`` iterates through this (see ``_Harden``)."""
+    budget = _BUDGET.get() or _Budget(MAX_LOOP_ITERATIONS)
+    for item in iterable:
+        budget.left -= 1
+        if budget.left < 0:
+            raise SecurityError(f"more than {MAX_LOOP_ITERATIONS} loop iterations")
+        yield item
+
+
+def _concat(*parts: Any) -> str:
+    """The ``~`` operator, with the size cap (``_Harden`` routes it here)."""
+    result = "".join(str(p) for p in parts)
+    _capped(result)
+    return result
+
+
+_INTERNAL_CALLABLES = (_counted, _concat)
+
+
+def _capped(value: Any) -> Any:
+    if isinstance(value, (str, list, tuple)) and len(value) > MAX_VALUE_CHARS:
+        raise SecurityError(f"a value of {len(value)} items exceeds {MAX_VALUE_CHARS}")
+    return value
+
+
+def _check_width(value: Any, what: str) -> None:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_WIDTH:
+        raise SecurityError(f"{what} {value} exceeds {MAX_WIDTH}")
+
+
+def _check_percent_format(fmt: str) -> None:
+    """Refuse ``%`` formats whose width or precision could build a huge string."""
+    for match in _PERCENT_SPEC.finditer(fmt):
+        for number in match.groups():
+            if number == "*":
+                raise SecurityError("'*' widths are not allowed in % formats")
+            if number is not None:
+                _check_width(int(number), "format width")
+
+
+def _check_brace_format(fmt: str) -> None:
+    """Refuse ``str.format`` specs with nested fields or huge widths."""
+    for _, _, spec, _ in string.Formatter().parse(fmt):
+        if not spec:
+            continue
+        if "{" in spec:
+            raise SecurityError("nested fields in format specs are not allowed")
+        for number in _DIGITS.findall(spec):
+            _check_width(int(number), "format width")
+
+
+def _check_power(base: Any, exponent: Any) -> None:
+    if isinstance(exponent, (int, float)) and abs(exponent) > MAX_EXPONENT:
+        raise SecurityError(f"exponent {exponent} exceeds {MAX_EXPONENT}")
+    # (2 ** 1024) ** 1024 passes the exponent check but is a megabit integer.
+    if (
+        isinstance(base, int)
+        and isinstance(exponent, int)
+        and base.bit_length() * exponent > MAX_INT_BITS
+    ):
+        raise SecurityError(f"the result of ** would exceed {MAX_INT_BITS} bits")
+
+
+def _check_replace(text: Any, old: Any, new: Any) -> None:
+    if isinstance(text, str) and isinstance(old, str) and isinstance(new, str):
+        hits = len(text) + 1 if old == "" else text.count(old)
+        if len(text) + hits * (len(new) - len(old)) > MAX_VALUE_CHARS:
+            raise SecurityError(f"replace would exceed {MAX_VALUE_CHARS} characters")
+
+
+def _check_join(separator: Any, items: list[Any]) -> None:
+    if isinstance(separator, str) and len(separator) * max(len(items) - 1, 0) > MAX_VALUE_CHARS:
+        raise SecurityError(f"join would exceed {MAX_VALUE_CHARS} characters")
+
+
+def _guard_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a built-in filter with the width and size caps.
+
+    ``functools.wraps`` keeps Jinja's ``pass_*`` marker, so the filter still
+    receives the environment or context it asks for first.
+    """
+    passes_first = hasattr(func, "jinja_pass_arg")
+
+    @functools.wraps(func)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        head, rest = (args[:1], list(args[1:])) if passes_first else ((), list(args))
+        value, params = (rest[0], rest[1:]) if rest else (None, [])
+        if name in _WIDTH_FILTERS:
+            for param in (*params, *kwargs.values()):
+                _check_width(param, f"{name} argument")
+        elif name == "format" and isinstance(value, str):
+            _check_percent_format(value)
+        elif name == "replace" and len(params) >= 2:
+            _check_replace(value, params[0], params[1])
+        elif name == "join" and value is not None:
+            value = list(value)
+            _check_join(params[0] if params else kwargs.get("d", ""), value)
+        return _capped(func(*head, value, *params, **kwargs))
+
+    return guarded
+
+
+class _Sandbox(ImmutableSandboxedEnvironment):
+    """Jinja2's immutable sandbox with our caps on operators, calls and filters."""
+
+    # Intercepting also stops the optimizer folding `9 ** 9 ** 9` at compile time.
+    intercepted_binops = frozenset({"*", "**", "%", "+"})
+
+    def __init__(self) -> None:
+        super().__init__(
+            undefined=StrictUndefined,
+            autoescape=False,
+            keep_trailing_newline=False,
+            finalize=_finalize,
+        )
+        # range, cycler, joiner, lipsum, namespace, dict: none is documented and
+        # some are ways to spend time or memory; templates see TEMPLATE_NAMES only.
+        self.globals.clear()
+        self.filters = {
+            name: _guard_filter(name, func)
+            for name, func in self.filters.items()
+            if name not in _BANNED_FILTERS
+        }
+
+    def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
+        if operator == "*":
+            for seq, times in ((left, right), (right, left)):
+                if (
+                    isinstance(seq, (str, list, tuple))
+                    and isinstance(times, int)
+                    and len(seq) * times > MAX_VALUE_CHARS
+                ):
+                    raise SecurityError(f"repetition would exceed {MAX_VALUE_CHARS} items")
+        elif operator == "**":
+            _check_power(left, right)
+        elif operator == "%" and isinstance(left, str):
+            _check_percent_format(left)
+        return _capped(super().call_binop(context, operator, left, right))
+
+    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
+        wrapped = super().wrap_str_format(value)
+        if wrapped is not None:
+            _check_brace_format(value.__self__)
+        return wrapped
+
+    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+        if any(__obj is internal for internal in _INTERNAL_CALLABLES):
+            return __obj(*args)  # Jinja adds `_loop_vars` inside loops; ours need none
+        name = getattr(__obj, "__name__", "")
+        owner = getattr(__obj, "__self__", None)
+        if name not in ("format", "format_map"):  # sandboxed by wrap_str_format
+            for arg in (*args, *kwargs.values()):
+                _check_width(arg, f"argument of {name or 'call'}()")
+        if isinstance(owner, str) and name == "replace" and len(args) >= 2:
+            _check_replace(owner, args[0], args[1])
+        if isinstance(owner, str) and name == "join" and args:
+            args = (list(args[0]), *args[1:])
+            _check_join(owner, args[0])
+        return _capped(super().call(__context, __obj, *args, **kwargs))
+
+
+def _finalize(value: Any) -> Any:
+    """``{{ x }}`` of a missing NUMA node or major renders empty, not ``None``."""
+    return "" if value is None else value
+
+
+_ENV = _Sandbox()
+
+
+# --------------------------------------------------------------------------
+# Compiling
+
+
+class _Harden(NodeTransformer):
+    """Route every loop through the iteration budget and every ``~`` through
+    the size cap; Jinja has no hook for either, so we rewrite the tree."""
+
+    def visit_For(self, node: nodes.For) -> nodes.Node:  # noqa: N802 - Jinja dispatches on class names
+        self.generic_visit(node)
+        node.iter = _internal_call("_counted", [cast("nodes.Expr", node.iter)], node.lineno)
+        return node
+
+    def visit_Concat(self, node: nodes.Concat) -> nodes.Node:  # noqa: N802
+        self.generic_visit(node)
+        return _internal_call("_concat", list(node.nodes), node.lineno)
+
+
+def _internal_call(func: str, args: list[nodes.Expr], lineno: int) -> nodes.Call:
+    target = nodes.ImportedName(f"{__name__}.{func}", lineno=lineno)
+    return nodes.Call(target, args, [], None, None, lineno=lineno)
+
+
+_REFUSED: tuple[tuple[type[nodes.Node], str], ...] = (
+    (nodes.Extends, "'extends' is not supported: templates cannot read other templates"),
+    (nodes.Include, "'include' is not supported: templates cannot read other templates"),
+    (nodes.Import, "'import' is not supported: templates cannot read other templates"),
+    (nodes.FromImport, "'import' is not supported: templates cannot read other templates"),
+    (nodes.Macro, "macros are not supported"),
+    (nodes.CallBlock, "call blocks are not supported"),
+    (nodes.Block, "blocks are not supported"),
+)
+
+
+def _static_problems(key: str, tree: nodes.Template) -> list[TemplateProblem]:
+    """What the sandbox would refuse at render time, found before the first Allocate."""
+    problems = [
+        TemplateProblem(key, message, node.lineno)
+        for kind, message in _REFUSED
+        for node in tree.find_all(kind)
+    ]
+    problems += [
+        TemplateProblem(key, "recursive loops are not supported", node.lineno)
+        for node in tree.find_all(nodes.For)
+        if node.recursive
+    ]
+    for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
+        attr = _accessed_name(node)
+        if attr is not None and attr.startswith("_"):
+            problems.append(
+                TemplateProblem(
+                    key, f"attribute {attr!r} is private (starts with '_')", node.lineno
+                )
+            )
+    names = meta.find_undeclared_variables(tree) | _self_references(tree)
+    problems += [
+        TemplateProblem(key, _unknown_name_message(name), _first_use(tree, name))
+        for name in sorted(names - set(TEMPLATE_NAMES))
+    ]
+    return problems
+
+
+def _accessed_name(node: nodes.Node) -> str | None:
+    """The attribute of ``x.attr`` or the constant key of ``x['key']``."""
+    if isinstance(node, nodes.Getattr):
+        return str(node.attr)
+    if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
+        value = node.arg.value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _self_references(tree: nodes.Template) -> set[str]:
+    # Jinja binds `self` implicitly, so find_undeclared_variables never reports it.
+    return {n.name for n in tree.find_all(nodes.Name) if n.name == "self" and n.ctx == "load"}
+
+
+def _first_use(tree: nodes.Template, name: str) -> int | None:
+    for node in tree.find_all(nodes.Name):
+        if node.name == name:
+            return node.lineno
+    return None
+
+
+def _unknown_name_message(name: str) -> str:
+    known = ", ".join(TEMPLATE_NAMES)
+    close = difflib.get_close_matches(name, TEMPLATE_NAMES, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown name {name!r} (known: {known}{hint})"
+
+
+class _Value:
+    """One compiled template source; literal text skips Jinja entirely."""
+
+    def __init__(self, source: str, template: Template | None) -> None:
+        self.source = source
+        self._template = template
+        self._literal = _literal_text(source) if template is None else ""
+
+    def render(self, context: Mapping[str, Any]) -> str:
+        if self._template is None:
+            return self._literal
+        size, parts = 0, []
+        for chunk in self._template.generate(context):
+            size += len(chunk)
+            if size > MAX_VALUE_CHARS:
+                raise SecurityError(f"output exceeds {MAX_VALUE_CHARS} characters")
+            parts.append(chunk)
+        return "".join(parts)
+
+
+def _is_literal(source: str) -> bool:
+    return not any(marker in source for marker in _TEMPLATE_MARKERS)
+
+
+def _literal_text(source: str) -> str:
+    """What Jinja would render for a source without markup: newlines
+    normalised, one trailing newline dropped (``keep_trailing_newline=False``)."""
+    text = source.replace("\r\n", "\n").replace("\r", "\n")
+    return text.removesuffix("\n")
+
+
+def _compile_one(key: str, source: str, problems: list[TemplateProblem]) -> _Value:
+    if _is_literal(source):
+        return _Value(source, None)
+    try:
+        tree = _ENV.parse(source)
+        found = _static_problems(key, tree)
+        if found:
+            problems.extend(found)
+            return _Value(source, None)
+        _Harden().visit(tree)
+        code = _ENV.compile(tree)
+        template = _ENV.template_class.from_code(_ENV, code, _ENV.make_globals(None))
+    except TemplateSyntaxError as exc:
+        problems.append(TemplateProblem(key, exc.message or str(exc), exc.lineno))
+        return _Value(source, None)
+    return _Value(source, template)
+
+
+@dataclass(frozen=True)
+class _MountTemplate:
+    host_path: _Value
+    container_path: _Value
+    read_only: bool
+
+
 class CompiledTemplates:
     """The compiled form of an ``AllocateSpec``."""
 
+    def __init__(
+        self,
+        env: Sequence[tuple[str, _Value]],
+        mounts: Sequence[_MountTemplate],
+        annotations: Sequence[tuple[str, _Value]],
+    ) -> None:
+        self.env = tuple(env)
+        self.mounts = tuple(mounts)
+        self.annotations = tuple(annotations)
+
+    def __repr__(self) -> str:
+        return (
+            f"CompiledTemplates(env={len(self.env)}, mounts={len(self.mounts)},"
+            f" annotations={len(self.annotations)})"
+        )
+
 
 def compile_templates(spec: AllocateSpec) -> CompiledTemplates:
-    raise NotImplementedError
+    """Compile every template of ``spec`` once; raise ``TemplateSyntaxErrors``
+    listing every one that has a syntax error, an unknown name or a refused construct."""
+    problems: list[TemplateProblem] = []
+    env = [(name, _compile_one(f"env.{name}", src, problems)) for name, src in spec.env.items()]
+    mounts = [
+        _MountTemplate(
+            _compile_one(f"mounts[{i}].hostPath", m.host_path, problems),
+            _compile_one(f"mounts[{i}].containerPath", m.container_path, problems),
+            m.read_only,
+        )
+        for i, m in enumerate(spec.mounts)
+    ]
+    annotations = [
+        (name, _compile_one(f"annotations.{name}", src, problems))
+        for name, src in spec.annotations.items()
+    ]
+    if problems:
+        raise TemplateSyntaxErrors(problems)
+    return CompiledTemplates(env, mounts, annotations)
+
+
+# --------------------------------------------------------------------------
+# Rendering
+
+
+def _node_context(node: DeviceNode, unit_id: str) -> dict[str, Any]:
+    return {
+        "path": node.container_path,
+        "host_path": node.host_path,
+        "container_path": node.container_path,
+        "major": node.major,
+        "minor": node.minor,
+        "subsystem": node.subsystem,
+        "numa_node": node.numa_node,
+        "attributes": dict(node.attributes),
+        "properties": dict(node.properties),
+        "unit_id": unit_id,
+    }
+
+
+def _template_context(
+    definition: ResourceDefinition,
+    units: Sequence[Unit],
+    node_name: str,
+    device_ids: Sequence[str],
+) -> dict[str, Any]:
+    """Plain dicts, lists and strings: templates never see our dataclasses."""
+    unit_dicts = []
+    devices: dict[str, dict[str, Any]] = {}
+    for unit in units:
+        node_dicts = [_node_context(node, unit.id) for node in unit.nodes]
+        for node_dict in node_dicts:
+            devices.setdefault(node_dict["container_path"], node_dict)
+        unit_dicts.append(
+            {
+                "id": unit.id,
+                "nodes": node_dicts,
+                "numa_node": unit.numa_node,
+                "attributes": dict(unit.attributes),
+                "properties": dict(unit.properties),
+            }
+        )
+    return {
+        "resource": definition.name,
+        "node_name": node_name,
+        "units": unit_dicts,
+        "devices": list(devices.values()),
+        "device_ids": list(device_ids),
+    }
+
+
+def _device_specs(definition: ResourceDefinition, units: Sequence[Unit]) -> tuple[DeviceSpec, ...]:
+    specs: dict[str, DeviceSpec] = {}
+    for unit in units:
+        for node in unit.nodes:
+            specs.setdefault(
+                node.container_path,
+                DeviceSpec(node.container_path, node.host_path, definition.permissions),
+            )
+    return tuple(specs.values())
+
+
+def _render(resource: str, key: str, value: _Value, context: Mapping[str, Any]) -> str:
+    try:
+        return value.render(context)
+    except (TemplateError, ArithmeticError, TypeError, ValueError, RecursionError) as exc:
+        source = value.source if len(value.source) <= 80 else value.source[:77] + "..."
+        raise TemplateRenderError(f"resource {resource}: allocate.{key} {source!r}: {exc}") from exc
+
+
+def _render_path(resource: str, key: str, value: _Value, context: Mapping[str, Any]) -> str:
+    path = _render(resource, key, value, context)
+    if not path.startswith("/"):
+        raise TemplateRenderError(
+            f"resource {resource}: allocate.{key} rendered {path!r}, which is not an absolute path"
+        )
+    return path
 
 
 def render_allocation(
-    definition: ResourceDefinition, units: Sequence[Unit], *, node_name: str = ""
+    definition: ResourceDefinition,
+    units: Sequence[Unit],
+    *,
+    node_name: str = "",
+    device_ids: Sequence[str] = (),
 ) -> Allocation:
-    raise NotImplementedError
+    """What a container receives for ``units``: pure and deterministic.
+
+    Devices are every node of every unit, in unit then node order, once per
+    container path. ``device_ids`` are the kubelet IDs of the request, passed
+    through to templates as ``device_ids``.
+    """
+    templates = definition.templates
+    if templates is None:
+        try:
+            templates = compile_templates(definition.allocate)
+        except TemplateSyntaxErrors as exc:
+            listed = "; ".join(f"allocate.{p.key}: {p.message}" for p in exc.problems)
+            raise TemplateRenderError(f"resource {definition.name}: {listed}") from exc
+    context = _template_context(definition, units, node_name, device_ids)
+    name = definition.name
+    token = _BUDGET.set(_Budget(MAX_LOOP_ITERATIONS))
+    try:
+        env = {k: _render(name, f"env.{k}", v, context) for k, v in templates.env}
+        mounts = tuple(
+            Mount(
+                container_path=_render_path(
+                    name, f"mounts[{i}].containerPath", m.container_path, context
+                ),
+                host_path=_render_path(name, f"mounts[{i}].hostPath", m.host_path, context),
+                read_only=m.read_only,
+            )
+            for i, m in enumerate(templates.mounts)
+        )
+        annotations = {
+            k: _render(name, f"annotations.{k}", v, context) for k, v in templates.annotations
+        }
+    finally:
+        _BUDGET.reset(token)
+    return Allocation(
+        devices=_device_specs(definition, units),
+        mounts=mounts,
+        env=frozen_map(env),
+        annotations=frozen_map(annotations),
+    )
