@@ -1,0 +1,259 @@
+"""The ``v1beta1.DevicePlugin`` gRPC service: protobuf in, our types out, and back.
+
+This is the only place that converts between the DevicePlugin protobuf
+messages and genericdp's own values. The behaviour lives behind ``Backend``
+(implemented by ``genericdp.runtime.plugin``); errors it raises become gRPC
+statuses here, with messages meant for the person reading the pod's events.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn, Protocol
+
+import grpc
+
+from genericdp.errors import GenericdpError, HookError, KubeletError, TemplateRenderError
+from genericdp.kubelet.api import deviceplugin_pb2 as pb
+from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
+from genericdp.kubelet.options import HEALTHY, UNHEALTHY, PluginOptions, unix_address
+from genericdp.render import Allocation
+from genericdp.runtime.state import DeviceInfo
+
+log = logging.getLogger(__name__)
+
+_Context = grpc.aio.ServicerContext[object, object]
+
+# gRPC's default maximum message size, which the kubelet keeps for ListAndWatch.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
+class InvalidDevicesError(GenericdpError):
+    """A request named device IDs that are unknown or unhealthy."""
+
+
+@dataclass(frozen=True)
+class PreferredRequest:
+    """One container's GetPreferredAllocation request."""
+
+    available: tuple[str, ...]
+    must_include: tuple[str, ...]
+    size: int
+
+
+class Backend(Protocol):
+    """What one resource's plugin provides to the gRPC service."""
+
+    @property
+    def resource(self) -> str: ...
+
+    def options(self) -> PluginOptions: ...
+
+    def devices(self) -> tuple[int, tuple[DeviceInfo, ...]]:
+        """The current version and device list."""
+        ...
+
+    async def wait_devices(self, version: int) -> int | None:
+        """Wait for a version other than ``version``; None when the plugin stops."""
+        ...
+
+    async def allocate(self, requests: Sequence[tuple[str, ...]]) -> list[Allocation]: ...
+
+    def preferred(self, requests: Sequence[PreferredRequest]) -> list[tuple[str, ...]]: ...
+
+    async def pre_start(self, device_ids: tuple[str, ...]) -> None: ...
+
+    def stream_opened(self) -> int:
+        """A ListAndWatch stream opened; returns a token for ``stream_closed``."""
+        ...
+
+    def stream_closed(self, token: int, *, by_peer: bool) -> None: ...
+
+
+def list_response(devices: Sequence[DeviceInfo], *, resource: str) -> pb.ListAndWatchResponse:
+    """The whole list as one message, clipped (with an error log) to stay under 4 MiB.
+
+    The kubelet replaces its list with each message, so a list cannot be split
+    across messages; a list that does not fit is a config problem (too many
+    units, or ``count`` too high) and the tail is left out rather than have
+    the kubelet drop the stream.
+    """
+    response = pb.ListAndWatchResponse(devices=[_device(d) for d in devices])
+    size = response.ByteSize()
+    if size <= MAX_MESSAGE_BYTES:
+        return response
+    kept = pb.ListAndWatchResponse()
+    total = 0
+    for device in response.devices:
+        # 1 tag byte + varint length + the device itself, as the encoder writes it
+        item = device.ByteSize()
+        item += 1 + len(_varint(item))
+        if total + item > MAX_MESSAGE_BYTES:
+            break
+        total += item
+        kept.devices.append(device)
+    log.error(
+        "resource %s: %d devices need %d bytes, over the %d-byte gRPC message limit; "
+        "advertising only the first %d: lower count or split the resource",
+        resource,
+        len(response.devices),
+        size,
+        MAX_MESSAGE_BYTES,
+        len(kept.devices),
+    )
+    return kept
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _device(info: DeviceInfo) -> pb.Device:
+    device = pb.Device(ID=info.id, health=HEALTHY if info.healthy else UNHEALTHY)
+    if info.numa_node is not None:
+        device.topology.nodes.append(pb.NUMANode(ID=info.numa_node))
+    return device
+
+
+def container_response(allocation: Allocation) -> pb.ContainerAllocateResponse:
+    return pb.ContainerAllocateResponse(
+        envs=dict(allocation.env),
+        annotations=dict(allocation.annotations),
+        mounts=[
+            pb.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+            for m in allocation.mounts
+        ],
+        devices=[
+            pb.DeviceSpec(
+                container_path=d.container_path, host_path=d.host_path, permissions=d.permissions
+            )
+            for d in allocation.devices
+        ],
+    )
+
+
+class DevicePluginServicer(pb_grpc.DevicePluginServicer):
+    """Serves one resource's ``Backend`` over gRPC."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+
+    def add_to(self, server: grpc.aio.Server) -> None:
+        pb_grpc.add_DevicePluginServicer_to_server(self, server)  # type: ignore[no-untyped-call]
+
+    async def GetDevicePluginOptions(  # noqa: N802 -- the gRPC method name
+        self, request: pb.Empty, context: _Context
+    ) -> pb.DevicePluginOptions:
+        options = self._backend.options()
+        return pb.DevicePluginOptions(
+            pre_start_required=options.pre_start_required,
+            get_preferred_allocation_available=options.get_preferred_allocation_available,
+        )
+
+    async def ListAndWatch(  # noqa: N802 -- the gRPC method name
+        self, request: pb.Empty, context: _Context
+    ) -> AsyncIterator[pb.ListAndWatchResponse]:
+        backend = self._backend
+        token = backend.stream_opened()
+        by_peer = True  # unless we end it: a cancelled stream means the kubelet went away
+        try:
+            version, devices = backend.devices()
+            yield list_response(devices, resource=backend.resource)
+            while True:
+                changed = await backend.wait_devices(version)
+                if changed is None:
+                    by_peer = False
+                    return
+                version, devices = backend.devices()
+                yield list_response(devices, resource=backend.resource)
+        finally:
+            backend.stream_closed(token, by_peer=by_peer)
+
+    async def GetPreferredAllocation(  # noqa: N802 -- the gRPC method name
+        self, request: pb.PreferredAllocationRequest, context: _Context
+    ) -> pb.PreferredAllocationResponse:
+        requests = [
+            PreferredRequest(
+                available=tuple(r.available_deviceIDs),
+                must_include=tuple(r.must_include_deviceIDs),
+                size=r.allocation_size,
+            )
+            for r in request.container_requests
+        ]
+        answers = self._backend.preferred(requests)
+        return pb.PreferredAllocationResponse(
+            container_responses=[
+                pb.ContainerPreferredAllocationResponse(deviceIDs=list(ids)) for ids in answers
+            ]
+        )
+
+    async def Allocate(  # noqa: N802 -- the gRPC method name
+        self, request: pb.AllocateRequest, context: _Context
+    ) -> pb.AllocateResponse:
+        requests = [tuple(r.devices_ids) for r in request.container_requests]
+        try:
+            allocations = await self._backend.allocate(requests)
+        except GenericdpError as exc:
+            await self._abort(context, "Allocate", exc)
+        return pb.AllocateResponse(container_responses=[container_response(a) for a in allocations])
+
+    async def PreStartContainer(  # noqa: N802 -- the gRPC method name
+        self, request: pb.PreStartContainerRequest, context: _Context
+    ) -> pb.PreStartContainerResponse:
+        try:
+            await self._backend.pre_start(tuple(request.devices_ids))
+        except GenericdpError as exc:
+            await self._abort(context, "PreStartContainer", exc)
+        return pb.PreStartContainerResponse()
+
+    async def _abort(self, context: _Context, call: str, exc: GenericdpError) -> NoReturn:
+        code = _status_of(exc)
+        message = f"{self._backend.resource}: {exc}"
+        log.warning("%s rejected (%s): %s", call, code.name, message)
+        await context.abort(code, message)
+
+
+def _status_of(exc: GenericdpError) -> grpc.StatusCode:
+    if isinstance(exc, InvalidDevicesError):
+        return grpc.StatusCode.INVALID_ARGUMENT
+    if isinstance(exc, HookError):
+        return grpc.StatusCode.FAILED_PRECONDITION
+    if isinstance(exc, TemplateRenderError):
+        return grpc.StatusCode.INTERNAL
+    return grpc.StatusCode.UNKNOWN
+
+
+class PluginServer:
+    """A started ``grpc.aio`` server for one backend on one unix socket."""
+
+    def __init__(self, server: grpc.aio.Server, socket: Path) -> None:
+        self._server = server
+        self.socket = socket
+
+    @classmethod
+    async def start(cls, backend: Backend, socket: Path) -> PluginServer:
+        """Serve ``backend`` on ``socket``; raises KubeletError when it cannot bind."""
+        address = unix_address(socket)
+        server = grpc.aio.server()
+        DevicePluginServicer(backend).add_to(server)
+        try:
+            port = server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise KubeletError(f"cannot serve {backend.resource} on {socket}: {exc}") from exc
+        if port == 0:
+            raise KubeletError(f"cannot serve {backend.resource} on {socket}")
+        await server.start()
+        return cls(server, socket)
+
+    async def stop(self, grace: float | None) -> None:
+        """Stop serving; calls still running after ``grace`` seconds are cancelled."""
+        await self._server.stop(grace)
+        self.socket.unlink(missing_ok=True)  # gRPC removes it too, but not when it was replaced

@@ -1,0 +1,359 @@
+"""One resource's device plugin: its socket and server, Register, the streams.
+
+The kubelet dials the plugin back while it handles Register, so the server is
+serving before Register is sent. Registration runs in its own loop, woken by
+``request_registration``: at start, when the kubelet restarts (our socket gone
+or ``kubelet.sock`` created, seen by the kubelet watch) and when the kubelet
+ends our ListAndWatch stream (it never reopens one). Requests arriving close
+together are merged, and a failed attempt is retried with backoff, or at once
+when a new request comes (a new ``kubelet.sock`` is worth trying right away).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import re
+import secrets
+import socket as socketlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from genericdp.config.model import Exec, ResourceDefinition
+from genericdp.discovery.model import Unit
+from genericdp.errors import KubeletError, RegistrationError
+from genericdp.hooks import INIT, PRE_START
+from genericdp.kubelet.options import KUBELET_SOCKET_NAME, PluginOptions
+from genericdp.kubelet.registration import register
+from genericdp.kubelet.servicer import InvalidDevicesError, PluginServer, PreferredRequest
+from genericdp.render import Allocation, render_allocation
+from genericdp.runtime.preferred import preferred_allocation
+from genericdp.runtime.reconcile import plugin_options
+from genericdp.runtime.state import DeviceInfo, DeviceState
+from genericdp.runtime.tasks import Backoff
+
+log = logging.getLogger(__name__)
+
+SOCKET_PREFIX = "gdp-"
+_MAX_SLUG = 40
+_MAX_IDS_SHOWN = 5
+
+
+class HookRunner(Protocol):
+    """``genericdp.hooks.run_hook``, or a stand-in with its signature."""
+
+    async def __call__(
+        self,
+        name: str,
+        spec: Exec,
+        *,
+        resource: str,
+        units: Sequence[Unit],
+        device_ids: Sequence[str] = (),
+        node_name: str = "",
+        logger: logging.Logger | None = None,
+    ) -> object: ...
+
+
+@dataclass(frozen=True)
+class PluginStatus:
+    """What an observer (``simulate``, tests, metrics) can see of one plugin."""
+
+    resource: str
+    socket: Path | None
+    registered: bool
+    registrations: int  # successful Register calls since start
+    streams: int  # ListAndWatch streams open now
+    devices: int
+    healthy: int
+    last_error: str | None = None
+
+
+def socket_name(resource: str, token: str | None = None) -> str:
+    """``gdp-<slug>-<token>.sock``: unique per start, recognisably ours."""
+    slug = re.sub(r"[^A-Za-z0-9.]+", "-", resource).strip("-.") or "resource"
+    if len(slug) > _MAX_SLUG:
+        digest = hashlib.sha256(resource.encode()).hexdigest()[:8]
+        slug = f"{slug[: _MAX_SLUG - 9]}-{digest}"
+    return f"{SOCKET_PREFIX}{slug}-{token or secrets.token_hex(4)}.sock"
+
+
+def remove_stale_sockets(plugin_dir: Path) -> list[Path]:
+    """Remove our sockets that nothing listens on (left by a killed predecessor).
+
+    A socket that accepts a connection belongs to a live process (say, the old
+    pod of a rolling update) and stays.
+    """
+    removed: list[Path] = []
+    for path in sorted(plugin_dir.glob(f"{SOCKET_PREFIX}*.sock")):
+        with socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM) as probe:
+            probe.settimeout(0.5)
+            try:
+                probe.connect(str(path))
+            except (ConnectionRefusedError, FileNotFoundError):
+                path.unlink(missing_ok=True)
+                removed.append(path)
+            except OSError as exc:
+                log.warning("cannot check socket %s, leaving it: %s", path, exc)
+    return removed
+
+
+def _shown(ids: Sequence[str]) -> str:
+    more = len(ids) - _MAX_IDS_SHOWN
+    return ", ".join(ids[:_MAX_IDS_SHOWN]) + (f" and {more} more" if more > 0 else "")
+
+
+class ResourcePlugin:
+    """The DevicePlugin backend and kubelet registration for one resource."""
+
+    def __init__(
+        self,
+        definition: ResourceDefinition,
+        state: DeviceState,
+        *,
+        plugin_dir: Path,
+        run_hook: HookRunner,
+        node_name: str = "",
+        on_status: Callable[[], None] = lambda: None,
+        backoff: Backoff | None = None,
+        settle: float = 0.05,
+        register_timeout: float = 5.0,
+    ) -> None:
+        self._definition = definition
+        self.state = state
+        self._plugin_dir = plugin_dir
+        self._run_hook = run_hook
+        self._node_name = node_name
+        self._on_status = on_status
+        self._backoff = backoff or Backoff()
+        self._settle = settle
+        self._register_timeout = register_timeout
+        self._server: PluginServer | None = None
+        self._wanted = asyncio.Event()
+        self._reasons: list[str] = []
+        self._generation = 0  # bumped at each Register attempt
+        self._registered = False
+        self._registrations = 0
+        self._streams = 0
+        self._last_error: str | None = None
+        self._closing = False
+        self._want_new_socket = False
+
+    # -- what the supervisor uses ------------------------------------------------
+
+    @property
+    def definition(self) -> ResourceDefinition:
+        return self._definition
+
+    def update(self, definition: ResourceDefinition) -> None:
+        """Swap the definition in place; the device list follows the new count."""
+        self._definition = definition
+        self.state.set_count(definition.count)
+
+    @property
+    def socket(self) -> Path | None:
+        return self._server.socket if self._server is not None else None
+
+    def status(self) -> PluginStatus:
+        devices = self.state.devices()
+        return PluginStatus(
+            resource=self.resource,
+            socket=self.socket,
+            registered=self._registered,
+            registrations=self._registrations,
+            streams=self._streams,
+            devices=len(devices),
+            healthy=sum(d.healthy for d in devices),
+            last_error=self._last_error,
+        )
+
+    def request_registration(self, reason: str, *, new_socket: bool = False) -> None:
+        """Ask the registration loop to Register (again); cheap, merges with others."""
+        if new_socket:
+            self._want_new_socket = True
+        self._reasons.append(reason)
+        self._wanted.set()
+
+    async def run_registration(self) -> None:
+        """Serve and Register whenever asked, until cancelled."""
+        try:
+            while True:
+                await self._wanted.wait()
+                await asyncio.sleep(self._settle)  # merge a burst (one kubelet restart)
+                self._wanted.clear()
+                reasons, self._reasons = ", ".join(dict.fromkeys(self._reasons)), []
+                await self._register_until_done(reasons)
+        finally:
+            await self.close()
+
+    async def close(self, grace: float = 3.0) -> None:
+        """End the streams, stop the server and remove its socket."""
+        self._closing = True
+        self.state.close()
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop(grace)
+            log.info("%s: stopped serving on %s", self.resource, server.socket)
+        self._registered = False
+        self._on_status()
+
+    # -- registration ------------------------------------------------------------
+
+    async def _register_until_done(self, reasons: str) -> None:
+        self._backoff.reset()
+        while not await self._attempt(reasons):
+            delay = self._backoff.next()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wanted.wait(), delay)
+            if self._wanted.is_set():  # asked again (a new kubelet.sock?): try now
+                await asyncio.sleep(self._settle)
+                self._wanted.clear()
+                self._backoff.reset()
+                reasons = ", ".join(dict.fromkeys(self._reasons)) or reasons
+                self._reasons = []
+
+    async def _attempt(self, reasons: str) -> bool:
+        # Bump first: streams of an older generation that end from here on
+        # (the kubelet replacing them, our own server restart) are not news.
+        self._generation += 1
+        self._registered = False
+        try:
+            await self._ensure_serving()
+        except KubeletError as exc:
+            return self._failed(str(exc))
+        kubelet = self._plugin_dir / KUBELET_SOCKET_NAME
+        if not kubelet.exists():
+            return self._failed(f"waiting for the kubelet: {kubelet} does not exist")
+        assert self._server is not None
+        endpoint = self._server.socket.name
+        try:
+            await register(
+                kubelet,
+                endpoint=endpoint,
+                resource_name=self.resource,
+                options=self.options(),
+                timeout=self._register_timeout,
+            )
+        except RegistrationError as exc:
+            return self._failed(str(exc))
+        self._registered = True
+        self._registrations += 1
+        self._last_error = None
+        log.info(
+            "%s: registered with the kubelet, endpoint %s (%s)", self.resource, endpoint, reasons
+        )
+        self._on_status()
+        return True
+
+    def _failed(self, message: str) -> bool:
+        if message != self._last_error:
+            log.warning("%s: not registered: %s", self.resource, message)
+        self._last_error = message
+        self._on_status()
+        return False
+
+    async def _ensure_serving(self) -> None:
+        """Serve on a fresh socket unless the current one is still in place.
+
+        The kubelet deletes every socket in its directory when it starts, and
+        an options change needs a fresh endpoint too.
+        """
+        server = self._server
+        if server is not None and server.socket.exists() and not self._want_new_socket:
+            return
+        self._want_new_socket = False
+        if server is not None:
+            self._server = None
+            await server.stop(0.5)
+        path = self._plugin_dir / socket_name(self.resource)
+        self._server = await PluginServer.start(self, path)
+        log.info("%s: serving on %s", self.resource, path)
+
+    # -- the Backend the gRPC servicer calls --------------------------------------
+
+    @property
+    def resource(self) -> str:
+        return self._definition.name
+
+    def options(self) -> PluginOptions:
+        return plugin_options(self._definition)
+
+    def devices(self) -> tuple[int, tuple[DeviceInfo, ...]]:
+        return self.state.version, self.state.devices()
+
+    async def wait_devices(self, version: int) -> int | None:
+        return await self.state.wait_changed(version)
+
+    def stream_opened(self) -> int:
+        self._streams += 1
+        self._on_status()
+        return self._generation
+
+    def stream_closed(self, token: int, *, by_peer: bool) -> None:
+        self._streams -= 1
+        self._on_status()
+        if by_peer and not self._closing and token == self._generation:
+            self._registered = False
+            log.warning("%s: the kubelet ended ListAndWatch", self.resource)
+            self.request_registration("kubelet ended ListAndWatch")
+
+    def preferred(self, requests: Sequence[PreferredRequest]) -> list[tuple[str, ...]]:
+        units = self.state.units
+        policy = self._definition.preferred_allocation
+        return [
+            preferred_allocation(
+                policy,
+                available=r.available,
+                must_include=r.must_include,
+                size=r.size,
+                units=units,
+            )
+            for r in requests
+        ]
+
+    async def allocate(self, requests: Sequence[tuple[str, ...]]) -> list[Allocation]:
+        """Check every container's IDs first, then run init hooks and render."""
+        definition = self._definition
+        lookups = [self._checked(ids) for ids in requests]
+        allocations: list[Allocation] = []
+        for ids, units in zip(requests, lookups, strict=True):
+            if definition.hooks.init is not None:
+                await self._run_hook(
+                    INIT,
+                    definition.hooks.init,
+                    resource=definition.name,
+                    units=units,
+                    device_ids=ids,
+                    node_name=self._node_name,
+                    logger=log,
+                )
+            allocations.append(
+                render_allocation(definition, units, node_name=self._node_name, device_ids=ids)
+            )
+        return allocations
+
+    async def pre_start(self, device_ids: tuple[str, ...]) -> None:
+        definition = self._definition
+        units = self._checked(device_ids, healthy=False)
+        if definition.hooks.pre_start is not None:
+            await self._run_hook(
+                PRE_START,
+                definition.hooks.pre_start,
+                resource=definition.name,
+                units=units,
+                device_ids=device_ids,
+                node_name=self._node_name,
+                logger=log,
+            )
+
+    def _checked(self, ids: Sequence[str], *, healthy: bool = True) -> tuple[Unit, ...]:
+        found = self.state.lookup(ids)
+        if found.unknown:
+            raise InvalidDevicesError(f"unknown device IDs: {_shown(found.unknown)}")
+        if healthy and found.unhealthy:
+            raise InvalidDevicesError(f"unhealthy device IDs: {_shown(found.unhealthy)}")
+        return found.units
