@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from jinja2 import StrictUndefined, TemplateError, TemplateSyntaxError, meta, nodes
+from jinja2 import StrictUndefined, TemplateSyntaxError, Undefined, meta, nodes
 from jinja2.environment import Template
 from jinja2.exceptions import SecurityError
 from jinja2.runtime import Context
@@ -280,8 +280,16 @@ class _Sandbox(ImmutableSandboxedEnvironment):
 
 
 def _finalize(value: Any) -> Any:
-    """``{{ x }}`` of a missing NUMA node or major renders empty, not ``None``."""
-    return "" if value is None else value
+    """``{{ x }}`` of a missing NUMA node or major renders empty, not ``None``;
+    a list holding undefined values fails like the value itself would
+    (``str()`` of a list would print ``Undefined`` instead)."""
+    if value is None:
+        return ""
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            if isinstance(item, Undefined):
+                str(item)  # StrictUndefined raises the usual "has no attribute" error
+    return value
 
 
 _ENV = _Sandbox()
@@ -540,7 +548,9 @@ def _device_specs(definition: ResourceDefinition, units: Sequence[Unit]) -> tupl
 def _render(resource: str, key: str, value: _Value, context: Mapping[str, Any]) -> str:
     try:
         return value.render(context)
-    except (TemplateError, ArithmeticError, TypeError, ValueError, RecursionError) as exc:
+    # The boundary for everything a template can raise: Jinja's errors, and the
+    # TypeError/KeyError/OverflowError/... of the filters and methods it calls.
+    except Exception as exc:
         source = value.source if len(value.source) <= 80 else value.source[:77] + "..."
         raise TemplateRenderError(f"resource {resource}: allocate.{key} {source!r}: {exc}") from exc
 

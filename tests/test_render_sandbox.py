@@ -1,0 +1,120 @@
+"""The template sandbox: no private attributes, no code, no files, bounded work."""
+
+from __future__ import annotations
+
+import pytest
+
+from genericdp.config.model import AllocateSpec, GlobMatcher, ResourceDefinition, frozen_map
+from genericdp.discovery.model import DeviceNode, Unit
+from genericdp.errors import TemplateRenderError
+from genericdp.render import TemplateSyntaxErrors, compile_templates, render_allocation
+
+UNIT = Unit("u0", (DeviceNode("/dev/null", "/dev/null", 1, 3, "mem"),))
+
+
+def render(source: str) -> str:
+    allocate = AllocateSpec(env=frozen_map({"V": source}))
+    definition = ResourceDefinition(
+        name="example.com/null",
+        match=(GlobMatcher("/dev/null"),),
+        allocate=allocate,
+        templates=compile_templates(allocate),
+    )
+    return render_allocation(definition, [UNIT]).env["V"]
+
+
+def refused(source: str) -> str:
+    """The message of whichever stage refuses ``source`` (compile or render)."""
+    try:
+        render(source)
+    except TemplateSyntaxErrors as exc:
+        return str(exc)
+    except TemplateRenderError as exc:
+        return str(exc)
+    pytest.fail(f"{source!r} was not refused")
+
+
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        ("{{ ''.__class__ }}", "'__class__' is private"),
+        ("{{ ''['__class__'] }}", "'__class__' is private"),
+        ("{{ cycler.__init__.__globals__ }}", "unknown name 'cycler'"),
+        ("{{ joiner }}", "unknown name 'joiner'"),
+        ("{{ lipsum(100000) }}", "unknown name 'lipsum'"),
+        ("{{ namespace(a=1) }}", "unknown name 'namespace'"),
+        ("{{ self._TemplateReference__context }}", "'_TemplateReference__context' is private"),
+        ("{{ self }}", "unknown name 'self'"),
+        ("{{ range(10 ** 9) | list }}", "unknown name 'range'"),
+    ],
+)
+def test_escapes_are_refused_at_compile_time(source: str, fragment: str) -> None:
+    """Known sandbox escapes never reach the renderer."""
+    with pytest.raises(TemplateSyntaxErrors, match=fragment):
+        render(source)
+
+
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        ("{{ '{0.__class__}'.format(units) }}", "unsafe"),
+        ("{{ '{id.__class__}'.format_map(units[0]) }}", "unsafe"),
+        ("{{ units | map(attribute='nope') | list }}", "no attribute 'nope'"),
+        ("{% set a = '_' ~ '_class_' ~ '_' %}{{ units[a] }}", ""),
+        ("{{ units | attr('__class__') }}", "unsafe"),
+        ("{{ units | map(attribute='__class__') | list }}", "unsafe"),
+        ("{{ units.append(1) }}", "unsafe"),
+        ("{{ units[0].attributes.update({'a': 1}) }}", "unsafe"),
+    ],
+)
+def test_escapes_are_refused_at_render_time(source: str, fragment: str) -> None:
+    """Escapes built at run time fail with a render error naming the key."""
+    message = refused(source)
+    assert "allocate.env.V" in message
+    assert fragment in message
+
+
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        ("{% for i in 'x' * 60000 %}{% for j in 'y' * 60000 %}{% endfor %}{% endfor %}", "loop"),
+        ("{{ 'a' * 10 ** 10 }}", "repetition"),
+        ("{{ [0] * 10 ** 9 }}", "repetition"),
+        ("{{ 9 ** 999999 }}", "exponent"),
+        ("{{ (2 ** 1024) ** 1024 }}", "bits"),
+        ("{{ 'a' | center(10 ** 9) }}", "exceeds"),
+        ("{{ 'a' | indent(10 ** 9) }}", "exceeds"),
+        ("{{ 'a'.ljust(10 ** 9) }}", "exceeds"),
+        ("{{ (1).to_bytes(10 ** 8, 'big') }}", "exceeds"),
+        ("{{ '%999999999s' % 1 }}", "format width"),
+        ("{{ '%*s' % (999999999, 1) }}", "'*' widths"),
+        ("{{ '%999999999s' | format(1) }}", "format width"),
+        ("{{ '{0:>999999999}'.format(1) }}", "format width"),
+        ("{{ '{0:>{1}}'.format(1, 999999999) }}", "nested fields"),
+        ("{{ ('x' * 60000) | replace('x', 'yy') }}", "replace"),
+        ("{{ ('x' * 60000).replace('x', 'yy') }}", "replace"),
+        ("{{ ('x' * 60000) | list | join('x' * 1000) }}", "join"),
+        ("{{ ('x' * 1000).join('y' * 60000) }}", "join"),
+        ("{% set a = 'x' * 60000 %}{% set b = a ~ a ~ a %}{{ b ~ b }}", "exceeds"),
+        ("{% for i in 'x' * 60000 %}{{ i }}{{ i }}{% endfor %}", "exceeds"),
+    ],
+)
+def test_runaway_work_is_refused(source: str, fragment: str) -> None:
+    """Loops, repetition, widths and output are capped so Allocate stays fast."""
+    assert fragment in refused(source)
+
+
+def test_loop_budget_is_per_allocation() -> None:
+    """The iteration budget is fresh for each allocation, so sane loops keep working."""
+    source = "{% for i in 'x' * 50000 %}{% endfor %}ok"
+    assert render(source) == "ok"
+    assert render(source) == "ok"
+
+
+def test_ordinary_formatting_still_works() -> None:
+    """Small % and str.format widths, replace and join remain usable."""
+    source = (
+        "{{ '%03d' % units[0].nodes[0].minor }} {{ '{:>4}'.format(units[0].id) }} "
+        "{{ '%d:%d' | format(1, 3) }} {{ 'a-b' | replace('-', '_') }} {{ 2 ** 10 }}"
+    )
+    assert render(source) == "003   u0 1:3 a_b 1024"
