@@ -218,18 +218,23 @@ async def _stop_group(proc: asyncio.subprocess.Process, grace: float) -> None:
     pgid = proc.pid  # start_new_session made the child its group's leader
     if not _signal_group(pgid, signal.SIGTERM):
         return
+    if not await _group_ended(proc, grace):
+        _signal_group(pgid, signal.SIGKILL)
+        await _group_ended(proc, grace)
+
+
+async def _group_ended(proc: asyncio.subprocess.Process, grace: float) -> bool:
+    """Wait up to ``grace`` for the leader and every member of its group to exit."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace
-    while loop.time() < deadline:
-        if proc.returncode is not None:
-            _reap_group(pgid)
-            if not _group_alive(pgid):
-                return
+    while True:
+        # returncode is set once asyncio has reaped the leader: only then may we reap.
+        if proc.returncode is not None and not _group_alive(proc.pid):
+            _reap_group(proc.pid)
+            return True
+        if loop.time() >= deadline:
+            return False
         await asyncio.sleep(_POLL)
-    _signal_group(pgid, signal.SIGKILL)
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(proc.wait(), grace)
-    _reap_group(pgid)
 
 
 def _signal_group(pgid: int, sig: int) -> bool:
