@@ -1,0 +1,156 @@
+"""Validated plain data -> the frozen model, with templates compiled.
+
+Runs only on resources that passed the schema, so shapes are known here;
+defaults live in one place (``semantic``'s constants and the model's).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any
+
+from genericdp.config.durations import parse_duration
+from genericdp.config.model import (
+    AllocateSpec,
+    Exec,
+    GlobMatcher,
+    GroupBy,
+    HealthCheck,
+    Hooks,
+    Matcher,
+    MountTemplate,
+    PreferredAllocation,
+    ResourceDefinition,
+    Source,
+    UdevMatcher,
+    frozen_map,
+)
+from genericdp.config.semantic import (
+    DEFAULT_HEALTH_INTERVAL,
+    DEFAULT_HEALTH_TIMEOUT,
+    DEFAULT_HOOK_TIMEOUT,
+)
+from genericdp.config.yamlpos import Document, KeyPath
+from genericdp.errors import ConfigIssue
+from genericdp.render import (
+    CompiledTemplates,
+    TemplateProblem,
+    TemplateSyntaxErrors,
+    compile_templates,
+)
+
+_MOUNT_KEY = re.compile(r"mounts\[(\d+)\]\.(hostPath|containerPath)")
+_PERMISSION_ORDER = "rwm"
+
+
+def allocate_spec(raw: dict[str, Any]) -> AllocateSpec:
+    """The ``allocate`` section as template sources."""
+    mounts = tuple(
+        MountTemplate(m["hostPath"], m["containerPath"], bool(m.get("readOnly", False)))
+        for m in raw.get("mounts", ())
+    )
+    return AllocateSpec(
+        env=frozen_map(raw.get("env")),
+        mounts=mounts,
+        annotations=frozen_map(raw.get("annotations")),
+    )
+
+
+def compile_allocate(
+    doc: Document, path: KeyPath, spec: AllocateSpec
+) -> tuple[CompiledTemplates | None, list[ConfigIssue]]:
+    """Compile the templates of one resource; each problem located at its value."""
+    try:
+        return compile_templates(spec), []
+    except TemplateSyntaxErrors as exc:
+        return None, [
+            _template_issue(doc, (*path, *_template_path(p.key)), p) for p in exc.problems
+        ]
+
+
+def _template_issue(doc: Document, path: KeyPath, problem: TemplateProblem) -> ConfigIssue:
+    issue = doc.issue(path, problem.message)
+    if problem.line is None or problem.line <= 1:
+        return issue
+    token = doc.token(path) or ""
+    line = (issue.line or 0) + problem.line
+    if token.startswith(("|", ">")) and line <= len(doc.lines):
+        # A block scalar's text starts on the line after its indicator, so
+        # the template's line N is the file's line indicator+N.
+        text = doc.lines[line - 1]
+        return replace(issue, line=line, column=len(text) - len(text.lstrip()) + 1)
+    return replace(issue, message=f"{problem.message} (line {problem.line} of the template)")
+
+
+def _template_path(key: str) -> KeyPath:
+    """``env.A.B`` -> ("env", "A.B"); ``mounts[0].hostPath`` -> ("mounts", 0, "hostPath").
+
+    Env and annotation names may contain dots, so only the first one splits.
+    """
+    mount = _MOUNT_KEY.fullmatch(key)
+    if mount:
+        return ("mounts", int(mount.group(1)), mount.group(2))
+    section, _, name = key.partition(".")
+    return (section, name) if name else (section,)
+
+
+def resource_definition(
+    raw: dict[str, Any], *, file: str, line: int | None, templates: CompiledTemplates | None
+) -> ResourceDefinition:
+    """One resource from its validated mapping."""
+    health = raw.get("health")
+    return ResourceDefinition(
+        name=raw["name"],
+        match=tuple(_matcher(m) for m in raw["match"]),
+        group_by=_group_by(raw.get("groupBy", "node")),
+        count=int(raw.get("count", 1)),
+        # Canonical order, so "wr" and "rw" compare equal on reload.
+        permissions="".join(c for c in _PERMISSION_ORDER if c in raw.get("permissions", "rw")),
+        health=_health(health) if health is not None else None,
+        hooks=_hooks(raw.get("hooks", {})),
+        allocate=allocate_spec(raw.get("allocate", {})),
+        preferred_allocation=PreferredAllocation(raw.get("preferredAllocation", "packed")),
+        source=Source(file, line),
+        templates=templates,
+    )
+
+
+def _matcher(raw: dict[str, Any]) -> Matcher:
+    if "glob" in raw:
+        return GlobMatcher(raw["glob"])
+    udev = raw["udev"]
+    return UdevMatcher(
+        subsystem=udev.get("subsystem"),
+        kernel=udev.get("kernel"),
+        driver=udev.get("driver"),
+        attributes=frozen_map(udev.get("attributes")),
+        properties=frozen_map(udev.get("properties")),
+    )
+
+
+def _group_by(raw: str | dict[str, str]) -> GroupBy:
+    if isinstance(raw, dict):
+        return GroupBy("pathRegex", pattern=raw["pathRegex"])
+    if raw.startswith("parent:"):
+        return GroupBy("parent", subsystem=raw.removeprefix("parent:"))
+    return GroupBy("all" if raw == "all" else "node")
+
+
+def _exec(raw: dict[str, Any], default_timeout: str) -> Exec:
+    return Exec(tuple(raw["exec"]), parse_duration(raw.get("timeout", default_timeout)))
+
+
+def _health(raw: dict[str, Any]) -> HealthCheck:
+    return HealthCheck(
+        exec=_exec(raw, DEFAULT_HEALTH_TIMEOUT),
+        interval=parse_duration(raw.get("interval", DEFAULT_HEALTH_INTERVAL)),
+        failure_threshold=int(raw.get("failureThreshold", 3)),
+    )
+
+
+def _hooks(raw: dict[str, Any]) -> Hooks:
+    def hook(name: str) -> Exec | None:
+        return _exec(raw[name], DEFAULT_HOOK_TIMEOUT) if name in raw else None
+
+    return Hooks(init=hook("init"), pre_start=hook("preStart"), cleanup=hook("cleanup"))

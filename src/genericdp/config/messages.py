@@ -1,0 +1,196 @@
+"""jsonschema errors -> messages a user can act on, at the right line.
+
+jsonschema says *which keyword* failed; a user needs *what to change*: the
+unknown key and the allowed ones, the choices of an enum, "quote it" for a
+number where a string belongs, and for a ``oneOf`` the one specific problem
+of the form the user evidently meant rather than a wall of alternatives.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from typing import Any
+
+from jsonschema.exceptions import ValidationError
+
+from genericdp.config.durations import HINT as DURATION_HINT
+from genericdp.config.names import validate_resource_name
+from genericdp.config.yamlpos import Document, KeyPath, describe
+from genericdp.errors import ConfigIssue
+
+_EXPECTED = {
+    "string": "a string",
+    "integer": "a whole number",
+    "number": "a number",
+    "boolean": "true or false",
+    "object": "a mapping (key: value)",
+    "array": "a list",
+    "null": "empty",
+}
+_YAML11_BOOLEANS = {"yes", "no", "on", "off", "y", "n"}
+_DURATION_KEYS = {"interval", "timeout"}
+_GROUP_BY_FORMS = "node, all, parent:<subsystem> or {pathRegex: <regex>}"
+
+
+def explain(error: ValidationError, doc: Document) -> list[ConfigIssue]:
+    """One or more located issues for one jsonschema error."""
+    path: KeyPath = tuple(error.absolute_path)
+    keyword = error.validator
+    instance, value, schema = _parts(error)
+    if keyword in ("oneOf", "anyOf"):
+        return _explain_choice(error, doc, path)
+    if keyword == "additionalProperties" and value is False:
+        allowed = list(schema.get("properties", {}))
+        extra = [k for k in instance if k not in allowed]
+        return [doc.issue((*path, k), unknown_key(k, allowed), at_key=True) for k in extra]
+    if keyword == "required":
+        missing = [k for k in value if k not in instance]
+        return [doc.issue(path, _missing(k), at_key=True) for k in missing]
+    if "propertyNames" in error.absolute_schema_path:
+        return [doc.issue((*path, instance), _bad_key(path, instance), at_key=True)]
+    return [doc.issue(path, _message(error, doc, path))]
+
+
+def _parts(error: ValidationError) -> tuple[Any, Any, dict[str, Any]]:
+    """The failing value, the keyword's value and the subschema, plainly typed."""
+    instance: Any = error.instance
+    value: Any = error.validator_value
+    schema: Any = error.schema
+    return instance, value, schema if isinstance(schema, dict) else {}
+
+
+def unknown_key(key: str, allowed: Sequence[str]) -> str:
+    """ "unknown key 'x' (allowed: a, b); did you mean 'a'?"."""
+    message = f"unknown key {key!r} (allowed: {', '.join(allowed)})"
+    return message + _suggest(key, allowed)
+
+
+def _suggest(word: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _missing(key: str) -> str:
+    if key == "version":
+        return "missing required key 'version': add `version: v1`"
+    return f"missing required key {key!r}"
+
+
+def _bad_key(path: KeyPath, key: str) -> str:
+    if path and path[-1] == "env":
+        return (
+            f"{key!r} is not a valid environment variable name: use letters, digits,"
+            " '_', '-' and '.', not starting with a digit"
+        )
+    return "keys must not be empty"
+
+
+def _message(error: ValidationError, doc: Document, path: KeyPath) -> str:  # noqa: PLR0911 - one return per keyword reads best
+    keyword = error.validator
+    instance, value, schema = _parts(error)
+    last = path[-1] if path else None
+    if keyword == "type":
+        return _type_message(value, instance, doc, path)
+    if keyword == "const":
+        if last == "version":
+            return f"unsupported version: {describe(instance)}; the only version is v1"
+        return f"must be {value!r}, not {describe(instance)}"
+    if keyword == "enum":
+        choices = ", ".join(str(c) for c in value)
+        return f"must be one of {choices}; not {describe(instance)}" + _suggest(
+            str(instance), [str(c) for c in value]
+        )
+    if keyword in ("minimum", "maximum"):
+        low, high = schema.get("minimum"), schema.get("maximum")
+        return f"must be between {low} and {high}, not {instance}"
+    if keyword == "minItems":
+        return "must not be empty: list at least one item"
+    if keyword == "minLength":
+        return "must not be empty"
+    if keyword == "minProperties":
+        return f"must set at least one of {', '.join(schema.get('properties', {}))}"
+    if keyword == "pattern":
+        return _pattern_message(last, instance)
+    return error.message
+
+
+def _type_message(expected: Any, instance: Any, doc: Document, path: KeyPath) -> str:
+    last = path[-1] if path else None
+    if last in _DURATION_KEYS:
+        return f'must be a duration like "10s", not {describe(instance)}'
+    if expected == "string" and isinstance(instance, int | float):
+        written = doc.token(path) or str(instance).lower()
+        kind = "booleans" if isinstance(instance, bool) else "numbers"
+        return (
+            f'must be a string: quote it, e.g. "{written}" (YAML reads unquoted {kind} as {kind})'
+        )
+    if expected == "boolean" and str(instance).lower() in _YAML11_BOOLEANS:
+        return f"must be true or false, not the string {instance!r} (YAML 1.2 reads it as text)"
+    if isinstance(expected, str):
+        return f"must be {_EXPECTED.get(expected, expected)}, not {describe(instance)}"
+    return f"must be one of the types {', '.join(expected)}, not {describe(instance)}"
+
+
+def _pattern_message(last: object, instance: str) -> str:
+    if last == "name":
+        return validate_resource_name(instance) or f"{instance!r} is not a valid resource name"
+    if last in _DURATION_KEYS:
+        return f"{instance!r} is not a duration: {DURATION_HINT}"
+    if last == "permissions":
+        return f"{instance!r} is not valid: use one or more of r, w, m, each at most once, e.g. rw"
+    return f"{instance!r} does not have the expected form"
+
+
+def _explain_choice(error: ValidationError, doc: Document, path: KeyPath) -> list[ConfigIssue]:
+    """For a failed oneOf, report the one form the user evidently meant, if any."""
+    instance, branches, _ = _parts(error)
+    meant = [i for i, b in enumerate(branches) if _fits(b, instance)]
+    if len(meant) == 1:
+        own = [e for e in error.context or () if e.relative_schema_path[0] == meant[0]]
+        if own:
+            return [issue for sub in own for issue in explain(sub, doc)]
+    if len(path) >= 2 and path[-2] == "match":
+        return _explain_matcher(instance, doc, path)
+    if path and path[-1] == "groupBy":
+        return _explain_group_by(instance, doc, path)
+    return [doc.issue(path, f"{describe(instance)} does not match any allowed form")]
+
+
+def _fits(branch: dict[str, Any], instance: Any) -> bool:
+    """Whether a branch is the form meant: right type and its required keys present."""
+    kind = branch.get("type")
+    if kind == "object":
+        return isinstance(instance, dict) and all(k in instance for k in branch.get("required", ()))
+    if kind == "string":
+        return isinstance(instance, str)
+    return kind is None
+
+
+def _explain_matcher(instance: Any, doc: Document, path: KeyPath) -> list[ConfigIssue]:
+    allowed = ["glob", "udev"]
+    if isinstance(instance, dict):
+        if all(k in instance for k in allowed):
+            message = "use one matcher per item: glob or udev, not both (start another '- ' item)"
+            return [doc.issue((*path, "udev"), message, at_key=True)]
+        unknown = [k for k in instance if k not in allowed]
+        if unknown:
+            return [doc.issue((*path, k), unknown_key(k, allowed), at_key=True) for k in unknown]
+    return [
+        doc.issue(path, f"must be {{glob: <path>}} or {{udev: {{...}}}}, not {describe(instance)}")
+    ]
+
+
+def _explain_group_by(instance: Any, doc: Document, path: KeyPath) -> list[ConfigIssue]:
+    if isinstance(instance, dict):
+        unknown = [k for k in instance if k != "pathRegex"]
+        if unknown:
+            return [
+                doc.issue((*path, k), unknown_key(k, ["pathRegex"]), at_key=True) for k in unknown
+            ]
+    message = f"must be {_GROUP_BY_FORMS}, not {describe(instance)}"
+    if isinstance(instance, str):
+        if instance.startswith("parent:"):
+            message += " (the subsystem is lowercase letters, digits, '_' or '-')"
+        message += _suggest(instance, ["node", "all"])
+    return [doc.issue(path, message)]

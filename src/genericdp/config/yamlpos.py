@@ -1,0 +1,245 @@
+"""YAML text -> plain data plus the position of every key and value.
+
+ruamel.yaml's round-trip loader keeps line/column of each key and value
+(``.lc`` on its CommentedMap/CommentedSeq). We copy the tree into plain
+dicts, lists and scalars for jsonschema, and keep the positions aside in a
+table keyed by path, so every later check can say ``file:line:column``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
+from ruamel.yaml.constructor import DuplicateKeyError
+from ruamel.yaml.error import MarkedYAMLError
+
+from genericdp.errors import ConfigIssue
+
+Key = str | int
+KeyPath = tuple[Key, ...]
+
+_STANDARD_TAG = "tag:yaml.org,2002:"
+_SIMPLE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+# A plain scalar as written, for "quote it, e.g. "0403"" hints.
+_TOKEN = re.compile(r"[^\s,\]}#]+")
+
+
+@dataclass(frozen=True)
+class Pos:
+    """A 1-based line and column."""
+
+    line: int
+    column: int
+
+
+@dataclass(frozen=True)
+class Document:
+    """One parsed YAML file: plain data and where each piece was written."""
+
+    file: str
+    data: Any
+    keys: Mapping[KeyPath, Pos] = field(default_factory=dict)
+    values: Mapping[KeyPath, Pos] = field(default_factory=dict)
+    lines: tuple[str, ...] = ()
+
+    def key_pos(self, path: KeyPath) -> Pos | None:
+        """Where the key naming ``path`` is (else its value, else the nearest ancestor)."""
+        return self._find(path, self.keys, self.values)
+
+    def value_pos(self, path: KeyPath) -> Pos | None:
+        """Where the value at ``path`` starts (else its key, else the nearest ancestor)."""
+        return self._find(path, self.values, self.keys)
+
+    def _find(
+        self, path: KeyPath, first: Mapping[KeyPath, Pos], second: Mapping[KeyPath, Pos]
+    ) -> Pos | None:
+        # Keys pulled in by a YAML merge (``<<: *base``) have no position of
+        # their own; the nearest ancestor that has one is the best we can say.
+        while True:
+            pos = first.get(path) or second.get(path)
+            if pos is not None or not path:
+                return pos
+            path = path[:-1]
+
+    def token(self, path: KeyPath) -> str | None:
+        """The scalar at ``path`` exactly as written in the file, if we can tell."""
+        pos = self.values.get(path)
+        if pos is None or pos.line > len(self.lines):
+            return None
+        found = _TOKEN.match(self.lines[pos.line - 1], pos.column - 1)
+        return found.group(0) if found else None
+
+    def issue(self, path: KeyPath, message: str, *, at_key: bool = False) -> ConfigIssue:
+        """A ConfigIssue located at the value (or key) of ``path``."""
+        pos = self.key_pos(path) if at_key else self.value_pos(path)
+        return ConfigIssue(
+            self.file,
+            pos.line if pos else None,
+            pos.column if pos else None,
+            format_path(path),
+            message,
+        )
+
+
+def format_path(path: KeyPath) -> str:
+    """``("resources", 0, "match")`` -> ``resources[0].match``; odd keys are quoted."""
+    out = ""
+    for key in path:
+        if isinstance(key, int):
+            out += f"[{key}]"
+        elif _SIMPLE_KEY.fullmatch(key):
+            out += f".{key}" if out else key
+        else:
+            out += '["' + key.replace("\\", "\\\\").replace('"', '\\"') + '"]'
+    return out
+
+
+def parse_yaml(text: str, file: str) -> tuple[Document | None, list[ConfigIssue]]:
+    """Parse one YAML document. Returns the document (None if unparsable) and
+    the problems found while reading it (syntax, duplicate keys, odd keys)."""
+    yaml = YAML(typ="rt", pure=True)
+    yaml.version = (1, 2)  # "on", "yes" and "no" are strings, not booleans
+    try:
+        node = yaml.load(text)
+    except MarkedYAMLError as exc:
+        return None, [_syntax_issue(exc, file)]
+    builder = _Builder(file)
+    data = builder.plain(node, ())
+    if isinstance(node, CommentedMap):
+        builder.values[()] = Pos(node.lc.line + 1, node.lc.col + 1)
+    doc = Document(file, data, builder.keys, builder.values, tuple(text.splitlines()))
+    return doc, builder.issues
+
+
+def _syntax_issue(exc: MarkedYAMLError, file: str) -> ConfigIssue:
+    mark = exc.problem_mark or exc.context_mark
+    line = mark.line + 1 if mark else None
+    column = mark.column + 1 if mark else None
+    problem = (exc.problem or "").strip()
+    if isinstance(exc, DuplicateKeyError):
+        found = re.search(r'duplicate key "(.*?)"', problem)
+        key = found.group(1) if found else "?"
+        message = f"duplicate key {key!r}: a key may appear only once in a mapping"
+    elif "another document" in problem:
+        message = "a config file holds one YAML document, but a second one starts here"
+    else:
+        message = f"YAML syntax error: {problem}"
+        context = (exc.context or "").strip()
+        if context and exc.context_mark is not None and exc.context_mark is not mark:
+            message += f" ({context} at line {exc.context_mark.line + 1})"
+    return ConfigIssue(file, line, column, "", message)
+
+
+class _Builder:
+    """Copies a ruamel tree into plain Python values, recording positions."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.keys: dict[KeyPath, Pos] = {}
+        self.values: dict[KeyPath, Pos] = {}
+        self.issues: list[ConfigIssue] = []
+        self._open: set[int] = set()  # collections being copied, to stop alias loops
+
+    def _issue(self, path: KeyPath, message: str) -> None:
+        pos = self.values.get(path) or self.keys.get(path)
+        self.issues.append(
+            ConfigIssue(
+                self.file,
+                pos.line if pos else None,
+                pos.column if pos else None,
+                format_path(path),
+                message,
+            )
+        )
+
+    def plain(self, node: Any, path: KeyPath) -> Any:
+        if isinstance(node, dict | list):
+            if id(node) in self._open:
+                self._issue(path, "an alias refers to itself; recursive YAML is not supported")
+                return None
+            self._open.add(id(node))
+            try:
+                self._check_tag(node, path)
+                if isinstance(node, dict):
+                    return self._mapping(node, path)
+                return self._sequence(node, path)
+            finally:
+                self._open.discard(id(node))
+        return self._scalar(node, path)
+
+    def _check_tag(self, node: Any, path: KeyPath) -> None:
+        tag = getattr(node, "tag", None)
+        # ruamel gives every collection a Tag object; its value is None when untagged.
+        text = str(getattr(tag, "value", tag) or "")
+        if text and not text.startswith(_STANDARD_TAG) and not text.startswith("!!"):
+            self._issue(path, f"the YAML tag {text} is not supported here")
+
+    def _mapping(self, node: dict[Any, Any], path: KeyPath) -> dict[str, Any]:
+        lc = node.lc.data if isinstance(node, CommentedMap) else {}
+        out: dict[str, Any] = {}
+        for raw_key, raw_value in node.items():
+            key = raw_key if isinstance(raw_key, str) else str(raw_key)
+            where = (*path, key)
+            if raw_key in lc:
+                kl, kc, vl, vc = lc[raw_key]
+                self.keys[where] = Pos(kl + 1, kc + 1)
+                self.values[where] = Pos(vl + 1, vc + 1)
+            if not isinstance(raw_key, str):
+                self._issue(where, f"key {raw_key!r} must be a string: quote it")
+            out[key] = self.plain(raw_value, where)
+        return out
+
+    def _sequence(self, node: list[Any], path: KeyPath) -> list[Any]:
+        lc = node.lc.data if isinstance(node, CommentedSeq) else {}
+        out: list[Any] = []
+        for index, item in enumerate(node):
+            where = (*path, index)
+            if index in lc:
+                line, col = lc[index][:2]
+                self.values[where] = Pos(line + 1, col + 1)
+            out.append(self.plain(item, where))
+        return out
+
+    def _scalar(self, node: Any, path: KeyPath) -> Any:
+        # ruamel subclasses int, float, str and bool to keep formatting; the
+        # checks downstream want the plain types (a ScalarBoolean is an int!).
+        if node is None or type(node) in (str, int, float, bool):
+            return node
+        if type(node).__name__ == "ScalarBoolean":
+            return bool(node)
+        if isinstance(node, TaggedScalar):
+            self._check_tag(node, path)
+            return str(node.value)
+        for kind in (str, float, int):
+            if isinstance(node, kind):
+                return kind(node)
+        # Dates, binary data and sets have no JSON form; they stay as they are
+        # and fail the schema's type checks with a message naming what they are.
+        return node
+
+
+def describe(value: Any) -> str:  # noqa: PLR0911 - one return per kind reads best
+    """What a YAML value is, in words, for "must be X, not Y" messages."""
+    if value is None:
+        return "empty (null)"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, int | float):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, datetime.date):
+        return f"the date {value.isoformat()}"
+    if isinstance(value, bytes):
+        return "binary data"
+    return f"a YAML {type(value).__name__}"
