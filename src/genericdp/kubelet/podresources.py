@@ -54,20 +54,27 @@ async def list_pod_devices(
 
 
 def pod_devices_from(response: pr.ListPodResourcesResponse) -> tuple[PodDevices, ...]:
-    """Flatten a List answer; entries without device IDs (CPU-only) are left out."""
-    found: list[PodDevices] = []
+    """Flatten a List answer into one entry per (pod, container, resource).
+
+    The kubelet sends one ContainerDevices per device and NUMA node, so entries
+    are merged here (order kept, duplicates dropped). Containers without devices
+    (CPU-only) are left out.
+    """
+    merged: dict[tuple[str, str, str, str], dict[str, None]] = {}
     for pod in response.pod_resources:
         for container in pod.containers:
             for devices in container.devices:
-                if not devices.device_ids:
-                    continue
-                found.append(
-                    PodDevices(
-                        namespace=pod.namespace,
-                        pod=pod.name,
-                        container=container.name,
-                        resource_name=devices.resource_name,
-                        device_ids=tuple(devices.device_ids),
-                    )
-                )
-    return tuple(found)
+                key = (pod.namespace, pod.name, container.name, devices.resource_name)
+                ids = merged.setdefault(key, {})
+                ids.update(dict.fromkeys(devices.device_ids))
+    return tuple(
+        PodDevices(
+            namespace=namespace,
+            pod=pod,
+            container=container,
+            resource_name=resource,
+            device_ids=tuple(ids),
+        )
+        for (namespace, pod, container, resource), ids in merged.items()
+        if ids
+    )

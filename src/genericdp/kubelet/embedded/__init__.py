@@ -1,0 +1,23 @@
+"""An embedded kubelet device manager for tests and ``genericdp simulate``.
+
+See :mod:`genericdp.kubelet.embedded.kubelet` for what it does like the real
+kubelet and where it differs.
+"""
+
+from genericdp.kubelet.embedded.allocation import AllocationError
+from genericdp.kubelet.embedded.kubelet import EmbeddedKubelet
+from genericdp.kubelet.embedded.state import (
+    DeviceSnapshot,
+    Event,
+    EventKind,
+    ResourceSnapshot,
+)
+
+__all__ = [
+    "AllocationError",
+    "DeviceSnapshot",
+    "EmbeddedKubelet",
+    "Event",
+    "EventKind",
+    "ResourceSnapshot",
+]

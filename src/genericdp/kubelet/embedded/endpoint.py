@@ -1,0 +1,148 @@
+"""The kubelet's connection to one registered device plugin.
+
+Mirrors ``plugin/v1beta1/client.go`` and ``endpoint.go``: dial with a 10 s
+timeout (blocking until connected), ask for the options, then read
+ListAndWatch until it ends. The kubelet never reopens a stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import grpc
+
+from genericdp.errors import KubeletError
+from genericdp.kubelet.api import deviceplugin_pb2 as pb
+from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
+from genericdp.kubelet.embedded.tasks import Tasks
+from genericdp.kubelet.options import PluginOptions, unix_address
+
+log = logging.getLogger(__name__)
+
+DIAL_TIMEOUT = 10.0
+PRE_START_TIMEOUT = 30.0  # pluginapi.KubeletPreStartContainerRPCTimeoutInSecs
+# The kubelet's gRPC client keeps grpc-go's default receive limit.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
+class EndpointError(KubeletError):
+    """Dialing the plugin or asking for its options failed (Register is refused)."""
+
+
+class PluginEndpoint:
+    """One plugin socket the kubelet has dialed; closed when replaced or stopped."""
+
+    def __init__(self, resource: str, endpoint: str, socket: Path) -> None:
+        self.resource = resource
+        self.endpoint = endpoint  # the file name the plugin registered
+        self.socket = socket
+        self.closed = False
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: pb_grpc.DevicePluginStub | None = None
+        self._stream: asyncio.Task[None] | None = None
+
+    async def connect(self, dial_timeout: float = DIAL_TIMEOUT) -> PluginOptions:
+        """Dial the socket and return what GetDevicePluginOptions answers."""
+        try:
+            target = unix_address(self.socket)
+        except KubeletError as exc:
+            raise EndpointError(f"failed to dial device plugin: {exc}") from exc
+        options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+        self._channel = grpc.aio.insecure_channel(target, options=options)
+        self._stub = pb_grpc.DevicePluginStub(self._channel)  # type: ignore[no-untyped-call]
+        try:
+            await asyncio.wait_for(self._channel.channel_ready(), dial_timeout)
+        except TimeoutError as exc:
+            await self.close()
+            raise EndpointError("failed to dial device plugin: context deadline exceeded") from exc
+        try:
+            reply = await self._stub.GetDevicePluginOptions(pb.Empty())
+        except grpc.aio.AioRpcError as exc:
+            await self.close()
+            raise EndpointError(f"failed to get device plugin options: {rpc_error(exc)}") from exc
+        return PluginOptions(
+            pre_start_required=reply.pre_start_required,
+            get_preferred_allocation_available=reply.get_preferred_allocation_available,
+        )
+
+    def watch(
+        self,
+        tasks: Tasks,
+        on_list: Callable[[PluginEndpoint, pb.ListAndWatchResponse], None],
+        on_end: Callable[[PluginEndpoint, str], None],
+    ) -> None:
+        """Read ListAndWatch in the background; ``on_end`` gets why it stopped."""
+        self._stream = tasks.spawn(
+            self._read(on_list, on_end), name=f"list-and-watch {self.resource} {self.endpoint}"
+        )
+
+    async def _read(
+        self,
+        on_list: Callable[[PluginEndpoint, pb.ListAndWatchResponse], None],
+        on_end: Callable[[PluginEndpoint, str], None],
+    ) -> None:
+        reason = "stream closed by the plugin"
+        try:
+            call = self._api().ListAndWatch(pb.Empty())
+            async for response in call:
+                on_list(self, response)
+        except grpc.aio.AioRpcError as exc:
+            reason = rpc_error(exc)
+        except KubeletError as exc:  # closed before the stream opened
+            reason = str(exc)
+        on_end(self, reason)
+
+    async def get_preferred_allocation(
+        self, available: Sequence[str], must_include: Sequence[str], size: int
+    ) -> tuple[str, ...]:
+        """The plugin's preferred IDs for one container (empty if it sent none)."""
+        request = pb.PreferredAllocationRequest(
+            container_requests=[
+                pb.ContainerPreferredAllocationRequest(
+                    available_deviceIDs=list(available),
+                    must_include_deviceIDs=list(must_include),
+                    allocation_size=size,
+                )
+            ]
+        )
+        response = await self._api().GetPreferredAllocation(request)
+        if not response.container_responses:
+            return ()
+        return tuple(response.container_responses[0].deviceIDs)
+
+    async def allocate(self, device_ids: Sequence[str]) -> pb.AllocateResponse:
+        """One Allocate call for one container, with no deadline (as the kubelet)."""
+        request = pb.AllocateRequest(
+            container_requests=[pb.ContainerAllocateRequest(devices_ids=list(device_ids))]
+        )
+        response: pb.AllocateResponse = await self._api().Allocate(request)
+        return response
+
+    async def pre_start_container(self, device_ids: Sequence[str]) -> None:
+        """PreStartContainer with the kubelet's 30 s deadline."""
+        request = pb.PreStartContainerRequest(devices_ids=list(device_ids))
+        await self._api().PreStartContainer(request, timeout=PRE_START_TIMEOUT)
+
+    async def close(self) -> None:
+        """Stop reading and hang up; later stream endings are ignored by the owner."""
+        self.closed = True
+        if self._stream is not None and self._stream is not asyncio.current_task():
+            self._stream.cancel()
+        if self._channel is not None:
+            await self._channel.close(grace=None)
+            self._channel = None
+
+    def _api(self) -> pb_grpc.DevicePluginStub:
+        if self._stub is None or self.closed:
+            raise KubeletError(f"endpoint {self.endpoint} of {self.resource} is closed")
+        return self._stub
+
+
+def rpc_error(exc: grpc.aio.AioRpcError) -> str:
+    """Render a gRPC error the way grpc-go prints one in kubelet messages."""
+    code = exc.code()
+    words = "".join(part.capitalize() for part in code.name.split("_"))
+    return f"rpc error: code = {words} desc = {exc.details()}"

@@ -1,0 +1,43 @@
+"""The kubelet's device-plugin directory housekeeping."""
+
+from __future__ import annotations
+
+import logging
+import stat
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_NAME = "kubelet_internal_checkpoint"
+
+
+def prepare_socket(path: Path) -> None:
+    """Make the socket's directory and remove a stale socket, as Go's listeners do."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+
+
+def remove_socket(path: Path) -> None:
+    """Remove our own socket on shutdown (Go unlinks a unix listener's file on close)."""
+    path.unlink(missing_ok=True)
+
+
+def remove_sockets(plugin_dir: Path) -> list[Path]:
+    """Delete every unix socket in ``plugin_dir``, as the kubelet does when it starts.
+
+    Regular files (the checkpoint, a plugin's lock file) and directories stay.
+    Plugins watch for their socket vanishing as the sign to register again.
+    """
+    removed: list[Path] = []
+    for entry in sorted(plugin_dir.iterdir()):
+        if entry.name == CHECKPOINT_NAME:
+            continue
+        try:
+            mode = entry.stat().st_mode  # follows symlinks, like the kubelet's os.Stat
+        except OSError as exc:
+            log.warning("cannot stat %s: %s", entry, exc)
+            continue
+        if stat.S_ISSOCK(mode):
+            entry.unlink(missing_ok=True)
+            removed.append(entry)
+    return removed

@@ -1,0 +1,123 @@
+"""A minimal device plugin on a real unix socket, for testing the kubelet side.
+
+It is deliberately not genericdp's plugin: it lets a test script exactly what
+the kubelet sees (devices, options, preferred IDs, failures) and records every
+call the kubelet makes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from genericdp.kubelet.api import deviceplugin_pb2 as pb
+from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
+
+_Context = grpc.aio.ServicerContext[object, object]
+
+
+def device(device_id: str, health: str = "Healthy", numa: Sequence[int] = ()) -> pb.Device:
+    """A ListAndWatch device entry."""
+    topology = pb.TopologyInfo(nodes=[pb.NUMANode(ID=n) for n in numa]) if numa else None
+    return pb.Device(ID=device_id, health=health, topology=topology)
+
+
+@dataclass
+class FakePlugin(pb_grpc.DevicePluginServicer):
+    """Scripted DevicePlugin servicer; push lists with ``send``, end the stream with ``end``."""
+
+    devices: list[pb.Device]
+    pre_start_required: bool = False
+    get_preferred_allocation_available: bool = False
+    preferred: list[str] = field(default_factory=list)
+    allocate_error: str | None = None
+    pre_start_error: str | None = None
+    allocate_requests: list[pb.AllocateRequest] = field(default_factory=list)
+    preferred_requests: list[pb.PreferredAllocationRequest] = field(default_factory=list)
+    pre_start_requests: list[list[str]] = field(default_factory=list)
+    streams_opened: int = 0
+    stream_cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    _updates: asyncio.Queue[list[pb.Device] | None] = field(default_factory=asyncio.Queue)
+
+    def send(self, devices: list[pb.Device]) -> None:
+        """Push a new full device list on the open stream."""
+        self._updates.put_nowait(devices)
+
+    def end(self) -> None:
+        """Finish the ListAndWatch stream cleanly, as a plugin shutting down."""
+        self._updates.put_nowait(None)
+
+    async def GetDevicePluginOptions(self, request: pb.Empty, context: _Context) -> object:
+        return pb.DevicePluginOptions(
+            pre_start_required=self.pre_start_required,
+            get_preferred_allocation_available=self.get_preferred_allocation_available,
+        )
+
+    async def ListAndWatch(
+        self, request: pb.Empty, context: _Context
+    ) -> AsyncIterator[pb.ListAndWatchResponse]:
+        self.streams_opened += 1
+        try:
+            yield pb.ListAndWatchResponse(devices=self.devices)
+            while (update := await self._updates.get()) is not None:
+                yield pb.ListAndWatchResponse(devices=update)
+        except asyncio.CancelledError:
+            self.stream_cancelled.set()
+            raise
+
+    async def GetPreferredAllocation(
+        self, request: pb.PreferredAllocationRequest, context: _Context
+    ) -> object:
+        self.preferred_requests.append(request)
+        return pb.PreferredAllocationResponse(
+            container_responses=[pb.ContainerPreferredAllocationResponse(deviceIDs=self.preferred)]
+        )
+
+    async def Allocate(self, request: pb.AllocateRequest, context: _Context) -> object:
+        self.allocate_requests.append(request)
+        if self.allocate_error is not None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, self.allocate_error)
+        return pb.AllocateResponse(
+            container_responses=[
+                pb.ContainerAllocateResponse(envs={"IDS": ",".join(r.devices_ids)})
+                for r in request.container_requests
+            ]
+        )
+
+    async def PreStartContainer(
+        self, request: pb.PreStartContainerRequest, context: _Context
+    ) -> object:
+        self.pre_start_requests.append(list(request.devices_ids))
+        if self.pre_start_error is not None:
+            await context.abort(grpc.StatusCode.INTERNAL, self.pre_start_error)
+        return pb.PreStartContainerResponse()
+
+
+@asynccontextmanager
+async def serving(plugin: FakePlugin, socket: Path) -> AsyncIterator[grpc.aio.Server]:
+    """Serve ``plugin`` on ``socket`` for the duration of the block."""
+    server = grpc.aio.server()
+    pb_grpc.add_DevicePluginServicer_to_server(plugin, server)  # type: ignore[no-untyped-call]
+    server.add_insecure_port(f"unix:{socket}")
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop(None)
+
+
+@contextmanager
+def short_tmp_dir() -> Iterator[Path]:
+    """A directory with a short path: unix socket paths are limited to 107 bytes."""
+    path = Path(tempfile.mkdtemp(prefix="gdp", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
