@@ -96,7 +96,7 @@ class TaskSet:
         _, pending = await asyncio.wait(tasks, timeout=timeout)
         stragglers = tuple(sorted(t.get_name() for t in pending))
         if stragglers:
-            self._log.error("tasks did not stop within %.1fs: %s", timeout, ", ".join(stragglers))
+            self._log.error("tasks did not stop within %gs: %s", timeout, ", ".join(stragglers))
         return stragglers
 
     def _forget(self, task: asyncio.Task[None]) -> None:

@@ -1,0 +1,69 @@
+"""``genericdp serve``: load the config, run the supervisor until SIGTERM/SIGINT.
+
+Shutdown ends the ListAndWatch streams, stops the servers (hooks that are
+running get a short grace), removes our sockets and returns 0; tasks that do
+not stop in time are named in the log rather than blocking the exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from genericdp.config.model import Config
+from genericdp.settings import Settings
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def load_config(settings: Settings) -> Config:
+    """The config at ``settings.config``; raises ConfigError (the CLI reports it)."""
+    from genericdp.config import load
+
+    return load([settings.config])
+
+
+async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> int:
+    """Serve every resource of the config until SIGTERM or SIGINT; return the exit code.
+
+    ``ready`` is set once the plugins are started (registration goes on in
+    the background: the kubelet may not be up yet).
+    """
+    from genericdp.runtime.supervisor import Supervisor
+
+    config = load_config(settings)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    received: list[str] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        received.append(sig.name)
+        stop.set()
+
+    for sig in _SIGNALS:
+        loop.add_signal_handler(sig, on_signal, sig)
+    supervisor = Supervisor(settings)
+    try:
+        log.info(
+            "serving %d resource(s) from %s in %s",
+            len(config.resources),
+            settings.config,
+            settings.plugin_dir,
+        )
+        await supervisor.start(config)
+        if ready is not None:
+            ready.set()
+        await stop.wait()
+        log.info("received %s: shutting down", received[0])
+    finally:
+        for sig in _SIGNALS:
+            loop.remove_signal_handler(sig)
+        stragglers = await supervisor.stop()
+        if stragglers:
+            log.warning("exiting with tasks still running: %s", ", ".join(stragglers))
+    log.info("shut down cleanly")
+    return EXIT_OK

@@ -1,0 +1,90 @@
+"""Watch the kubelet's device-plugin directory with inotify (no polling).
+
+A kubelet restart shows here as every socket deleted (the kubelet removes all
+sockets in its directory when it starts) and a new ``kubelet.sock`` created.
+Each batch of events read together is reported as one ``DirChange``, so one
+restart wakes the plugins once, not once per event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from inotify_simple import INotify, flags
+
+from genericdp.errors import KubeletError
+
+log = logging.getLogger(__name__)
+
+_MASK = flags.CREATE | flags.DELETE | flags.MOVED_TO | flags.MOVED_FROM | flags.DELETE_SELF
+_MASK |= flags.MOVE_SELF | flags.ONLYDIR
+
+
+@dataclass(frozen=True)
+class DirChange:
+    """File names created and deleted in one batch; ``lost`` if the dir itself went."""
+
+    created: frozenset[str] = frozenset()
+    deleted: frozenset[str] = frozenset()
+    lost: bool = False  # the directory was removed or moved, or events were dropped
+
+
+def _changes(events: list[object]) -> DirChange:
+    created: set[str] = set()
+    deleted: set[str] = set()
+    lost = False
+    for event in events:
+        mask: int = event.mask  # type: ignore[attr-defined]
+        name: str = event.name  # type: ignore[attr-defined]
+        if mask & (flags.DELETE_SELF | flags.MOVE_SELF | flags.IGNORED | flags.Q_OVERFLOW):
+            lost = True
+        elif mask & (flags.CREATE | flags.MOVED_TO):
+            created.add(name)
+            deleted.discard(name)
+        elif mask & (flags.DELETE | flags.MOVED_FROM):
+            deleted.add(name)
+            created.discard(name)
+    return DirChange(frozenset(created), frozenset(deleted), lost)
+
+
+async def watch_plugin_dir(
+    plugin_dir: Path,
+    on_change: Callable[[DirChange], None],
+    *,
+    on_ready: Callable[[], None] = lambda: None,
+) -> None:
+    """Report changes in ``plugin_dir`` until cancelled.
+
+    Raises KubeletError when the directory cannot be watched or goes away; the
+    caller's guard restarts the watch with backoff (after reporting ``lost``).
+    """
+    try:
+        inotify = INotify(nonblocking=True)
+    except OSError as exc:
+        raise KubeletError(f"cannot start inotify: {exc}") from exc
+    loop = asyncio.get_running_loop()
+    readable = asyncio.Event()
+    try:
+        try:
+            inotify.add_watch(plugin_dir, _MASK)
+        except OSError as exc:
+            raise KubeletError(f"cannot watch {plugin_dir}: {exc.strerror}") from exc
+        loop.add_reader(inotify.fileno(), readable.set)
+        try:
+            on_ready()
+            while True:
+                await readable.wait()
+                readable.clear()
+                change = _changes(list(inotify.read(timeout=0)))
+                if change.created or change.deleted or change.lost:
+                    on_change(change)
+                if change.lost:
+                    raise KubeletError(f"{plugin_dir} was removed or replaced; watching again")
+        finally:
+            loop.remove_reader(inotify.fileno())
+    finally:
+        inotify.close()

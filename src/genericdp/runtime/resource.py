@@ -1,0 +1,137 @@
+"""Everything that runs for one resource: discovery, health, its plugin.
+
+Three named, guarded tasks per resource: ``<name>/discovery`` (first scan,
+then a rescan every ``rescan_interval`` or when the definition changes),
+``<name>/health`` (when the definition has a probe) and
+``<name>/registration`` (the plugin's serve-and-Register loop). The plugin
+first registers after the first successful scan, so the kubelet never sees a
+transient empty list; a scan that fails is retried with backoff and touches
+nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from genericdp.config.model import ResourceDefinition
+from genericdp.discovery.model import Roots, Unit
+from genericdp.health import HealthMonitor
+from genericdp.runtime.plugin import HookRunner, ResourcePlugin
+from genericdp.runtime.state import DeviceState
+from genericdp.runtime.tasks import Backoff, TaskSet
+
+log = logging.getLogger(__name__)
+
+Discover = Callable[[ResourceDefinition, Roots], Sequence[Unit]]
+
+
+class ResourceRunner:
+    """Discovery, health and the device plugin of one resource."""
+
+    def __init__(
+        self,
+        definition: ResourceDefinition,
+        *,
+        plugin_dir: Path,
+        roots: Roots,
+        discover: Discover,
+        run_hook: HookRunner,
+        node_name: str = "",
+        rescan_interval: float = 60.0,
+        on_status: Callable[[], None] = lambda: None,
+        settle: float = 0.05,
+    ) -> None:
+        self.state = DeviceState(count=definition.count)
+        self.plugin = ResourcePlugin(
+            definition,
+            self.state,
+            plugin_dir=plugin_dir,
+            run_hook=run_hook,
+            node_name=node_name,
+            on_status=on_status,
+            settle=settle,
+        )
+        self._roots = roots
+        self._discover = discover
+        self._node_name = node_name
+        self._rescan_interval = rescan_interval
+        self._rescan = asyncio.Event()
+        self._discovered = False
+        self._tasks = TaskSet(log)
+
+    @property
+    def name(self) -> str:
+        return self.plugin.definition.name
+
+    def start(self) -> None:
+        self._tasks.spawn(f"{self.name}/discovery", self._discovery_loop, backoff=Backoff())
+        self._tasks.spawn(
+            f"{self.name}/registration", self.plugin.run_registration, backoff=Backoff()
+        )
+        self._start_health()
+
+    def kick(self, reason: str, *, new_socket: bool = False) -> None:
+        """Register again (kubelet restarted...), once the first scan is done."""
+        if self._discovered:
+            self.plugin.request_registration(reason, new_socket=new_socket)
+
+    async def update(self, definition: ResourceDefinition, *, reregister: bool) -> None:
+        """Apply a changed definition in place; Register again if its options changed."""
+        old = self.plugin.definition
+        self.plugin.update(definition)
+        self._rescan.set()  # matchers or grouping may have changed
+        if old.health != definition.health:
+            await self._tasks.cancel(f"{self.name}/health")
+            self.state.set_unhealthy(())  # a new probe starts from Healthy
+            self._start_health()
+        if reregister:
+            self.kick("options changed", new_socket=True)
+
+    async def stop(self, *, timeout: float = 5.0) -> tuple[str, ...]:  # noqa: ASYNC109
+        """Cancel the tasks, then end streams, stop the server, remove the socket."""
+        stragglers = await self._tasks.stop(timeout=timeout)
+        await self.plugin.close()
+        return stragglers
+
+    def _start_health(self) -> None:
+        check = self.plugin.definition.health
+        if check is None:
+            return
+        monitor = HealthMonitor(
+            self.name,
+            check,
+            lambda: tuple(self.state.units.values()),
+            self._health_changed,
+            node_name=self._node_name,
+            logger=log,
+        )
+        self._tasks.spawn(f"{self.name}/health", monitor.run, backoff=Backoff())
+
+    def _health_changed(self, unhealthy: frozenset[str]) -> None:
+        if self.state.set_unhealthy(unhealthy):
+            log.info(
+                "%s: unhealthy units now: %s", self.name, ", ".join(sorted(unhealthy)) or "none"
+            )
+
+    async def _discovery_loop(self) -> None:
+        while True:
+            self._rescan.clear()
+            definition = self.plugin.definition
+            units = await asyncio.to_thread(self._discover, definition, self._roots)
+            if self.state.set_units(units):
+                log.info("%s: %d units: %s", self.name, len(units), _ids(units))
+            if not self._discovered:
+                self._discovered = True
+                self.plugin.request_registration("start")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._rescan.wait(), self._rescan_interval)
+
+
+def _ids(units: Sequence[Unit], limit: int = 8) -> str:
+    ids = sorted(u.id for u in units)
+    more = f" and {len(ids) - limit} more" if len(ids) > limit else ""
+    return (", ".join(ids[:limit]) or "none") + more

@@ -1,0 +1,198 @@
+"""The supervisor: one ``ResourceRunner`` per resource, reconciled, watched.
+
+``apply(config)`` is the single entry point for a config, at start and on
+reload: it computes a ``Plan`` (pure, in ``reconcile``) and carries it out,
+stopping removed resources before starting new ones. The kubelet watch wakes
+every plugin when the kubelet restarts. ``status()`` and ``wait_for()`` let
+``simulate`` and the tests observe registrations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from types import TracebackType
+
+from genericdp.config.model import Config
+from genericdp.discovery.model import Roots
+from genericdp.kubelet.options import KUBELET_SOCKET_NAME
+from genericdp.runtime.kubeletwatch import DirChange, watch_plugin_dir
+from genericdp.runtime.plugin import HookRunner, PluginStatus, remove_stale_sockets
+from genericdp.runtime.reconcile import Plan, plan
+from genericdp.runtime.resource import Discover, ResourceRunner
+from genericdp.runtime.tasks import Backoff, TaskSet
+from genericdp.settings import Settings
+
+log = logging.getLogger(__name__)
+
+Statuses = Mapping[str, PluginStatus]
+
+
+def _default_discover() -> Discover:
+    from genericdp.discovery import discover
+
+    return discover
+
+
+def _default_hook_runner() -> HookRunner:
+    from genericdp.hooks import run_hook
+
+    return run_hook
+
+
+class Supervisor:
+    """Runs the device plugins of a config.
+
+    ``discover`` and ``run_hook`` default to the real ones; tests pass their
+    own (a discovery that raises, say) instead of patching.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        discover: Discover | None = None,
+        run_hook: HookRunner | None = None,
+        settle: float = 0.05,
+    ) -> None:
+        self._settings = settings
+        self._discover = discover or _default_discover()
+        self._run_hook = run_hook or _default_hook_runner()
+        self._settle = settle
+        self._roots = Roots(dev=settings.dev_root, sys=settings.sys_root, udev=settings.udev_root)
+        self._runners: dict[str, ResourceRunner] = {}
+        self._tasks = TaskSet(log)
+        self._changed = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._watching = asyncio.Event()
+        self._config = Config(resources=())
+
+    @property
+    def config(self) -> Config:
+        return self._config
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def start(self, config: Config, *, watch_timeout: float = 5.0) -> Plan:
+        """Clean up stale sockets, watch the kubelet directory, then apply ``config``."""
+        plugin_dir = self._settings.plugin_dir
+        if plugin_dir.is_dir():
+            for path in remove_stale_sockets(plugin_dir):
+                log.info("removed stale socket %s", path)
+        self._tasks.spawn("kubelet-watch", self._watch, backoff=Backoff(maximum=10.0))
+        try:
+            await asyncio.wait_for(self._watching.wait(), watch_timeout)
+        except TimeoutError:
+            log.warning("not watching %s yet; kubelet restarts may be missed", plugin_dir)
+        return await self.apply(config)
+
+    async def apply(self, config: Config) -> Plan:
+        """Reconcile the running plugins with ``config`` (stop, update, start)."""
+        async with self._lock:
+            steps = plan(self._config.resources, config.resources)
+            log.info("applying config: %s", steps)
+            for name in steps.stop:
+                await self._runners.pop(name).stop()
+            for definition in steps.update:
+                await self._runners[definition.name].update(definition, reregister=False)
+            for definition in steps.reregister:
+                await self._runners[definition.name].update(definition, reregister=True)
+            for definition in steps.start:
+                runner = ResourceRunner(
+                    definition,
+                    plugin_dir=self._settings.plugin_dir,
+                    roots=self._roots,
+                    discover=self._discover,
+                    run_hook=self._run_hook,
+                    node_name=self._settings.node_name,
+                    rescan_interval=self._settings.rescan_interval,
+                    on_status=self._notify,
+                    settle=self._settle,
+                )
+                self._runners[definition.name] = runner
+                runner.start()
+            self._config = config
+            self._notify()
+            return steps
+
+    async def stop(self, *, timeout: float = 5.0) -> tuple[str, ...]:  # noqa: ASYNC109
+        """Stop every plugin (streams end, sockets removed); return straggler task names."""
+        async with self._lock:
+            stragglers = list(await self._tasks.stop(timeout=timeout))
+            runners, self._runners = list(self._runners.values()), {}
+            results = await asyncio.gather(*(r.stop(timeout=timeout) for r in runners))
+            self._config = Config(resources=())
+            self._notify()
+        for names in results:
+            stragglers.extend(names)
+        log.info("stopped %d resource(s)", len(runners))
+        return tuple(stragglers)
+
+    async def __aenter__(self) -> Supervisor:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # -- observation -------------------------------------------------------------
+
+    def status(self) -> dict[str, PluginStatus]:
+        return {name: r.plugin.status() for name, r in sorted(self._runners.items())}
+
+    async def wait_for(
+        self,
+        predicate: Callable[[Statuses], bool],
+        *,
+        timeout: float = 10.0,  # noqa: ASYNC109
+    ) -> dict[str, PluginStatus]:
+        """Wait until ``predicate(status())`` holds; raises TimeoutError after ``timeout``."""
+        async with asyncio.timeout(timeout):
+            while True:
+                changed = self._changed
+                statuses = self.status()
+                if predicate(statuses):
+                    return statuses
+                await changed.wait()
+
+    def _notify(self) -> None:
+        old, self._changed = self._changed, asyncio.Event()
+        old.set()
+
+    # -- the kubelet watch ---------------------------------------------------------
+
+    async def _watch(self) -> None:
+        try:
+            await watch_plugin_dir(
+                self._settings.plugin_dir, self._on_dir_change, on_ready=self._watching.set
+            )
+        finally:
+            self._watching.clear()
+
+    def _on_dir_change(self, change: DirChange) -> None:
+        kubelet_new = KUBELET_SOCKET_NAME in change.created
+        for runner in self._runners.values():
+            socket = runner.plugin.socket
+            ours_gone = socket is not None and socket.name in change.deleted
+            if change.lost:
+                runner.kick("kubelet directory replaced")
+            elif kubelet_new:
+                runner.kick("kubelet.sock created")
+            elif ours_gone:
+                runner.kick("our socket was deleted")
+
+
+def all_registered(names: Iterable[str] | None = None) -> Callable[[Statuses], bool]:
+    """A ``wait_for`` predicate: every (or every named) resource is registered."""
+    wanted = None if names is None else set(names)
+
+    def check(statuses: Statuses) -> bool:
+        relevant = [s for n, s in statuses.items() if wanted is None or n in wanted]
+        return bool(relevant) and all(s.registered for s in relevant)
+
+    return check

@@ -1,0 +1,157 @@
+"""Runtime building blocks: device state versions, guarded tasks, backoff, socket names."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import socket
+from pathlib import Path
+
+import pytest
+
+from genericdp.discovery.model import Unit
+from genericdp.kubelet.servicer import MAX_MESSAGE_BYTES, list_response
+from genericdp.runtime.plugin import remove_stale_sockets, socket_name
+from genericdp.runtime.state import DeviceInfo, DeviceState
+from genericdp.runtime.tasks import Backoff, TaskSet
+
+
+def _unit(uid: str, numa: int | None = None) -> Unit:
+    return Unit(id=uid, nodes=(), numa_node=numa)
+
+
+def test_state_lists_replicas_with_shared_health() -> None:
+    """count makes replica IDs; an unhealthy unit makes all its replicas unhealthy."""
+    state = DeviceState(count=2)
+    state.set_units([_unit("b", 1), _unit("a")])
+    state.set_unhealthy({"b"})
+    assert state.devices() == (
+        DeviceInfo("a::0", True, None),
+        DeviceInfo("a::1", True, None),
+        DeviceInfo("b::0", False, 1),
+        DeviceInfo("b::1", False, 1),
+    )
+
+
+def test_state_version_moves_only_on_change() -> None:
+    """Same units or same health again do not bump the version (no ListAndWatch resend)."""
+    state = DeviceState()
+    assert state.set_units([_unit("a")])
+    v = state.version
+    assert not state.set_units([_unit("a")])
+    assert not state.set_unhealthy(())
+    assert state.version == v
+    assert state.set_unhealthy({"a"})
+    assert state.version == v + 1
+
+
+def test_state_lookup_reports_unknown_and_unhealthy() -> None:
+    """lookup separates unknown IDs, unhealthy IDs and the units behind the rest."""
+    state = DeviceState(count=2)
+    state.set_units([_unit("a"), _unit("b")])
+    state.set_unhealthy({"b"})
+    found = state.lookup(["b::1", "a::0", "a::1", "zz"])
+    assert [u.id for u in found.units] == ["a", "b"]
+    assert found.unknown == ("zz",)
+    assert found.unhealthy == ("b::1",)
+
+
+async def test_state_wait_changed_wakes_and_closes() -> None:
+    """wait_changed returns the new version on change and None once closed."""
+    state = DeviceState()
+    waiter = asyncio.create_task(state.wait_changed(state.version))
+    await asyncio.sleep(0)
+    state.set_units([_unit("a")])
+    assert await waiter == 1
+    closing = asyncio.create_task(state.wait_changed(state.version))
+    await asyncio.sleep(0)
+    state.close()
+    assert await closing is None
+
+
+def test_backoff_doubles_to_maximum_with_jitter() -> None:
+    """Delays grow from initial by the factor up to maximum, within the jitter band."""
+    b = Backoff(initial=0.1, maximum=0.5, jitter=0.2, rng=random.Random(1))  # noqa: S311 -- jitter
+    delays = [b.next() for _ in range(6)]
+    bases = [0.1, 0.2, 0.4, 0.5, 0.5, 0.5]
+    for delay, base in zip(delays, bases, strict=True):
+        assert base * 0.8 <= delay <= base * 1.2
+    b.reset()
+    assert b.next() <= 0.12
+
+
+async def test_taskset_restarts_failed_task_and_stops(caplog: pytest.LogCaptureFixture) -> None:
+    """A failing task is logged by name and restarted; stop cancels and awaits it."""
+    runs = 0
+    restarted = asyncio.Event()
+
+    async def flaky() -> None:
+        nonlocal runs
+        runs += 1
+        if runs == 1:
+            raise RuntimeError("boom")
+        restarted.set()
+        await asyncio.Event().wait()
+
+    tasks = TaskSet(logging.getLogger("test"))
+    tasks.spawn("flaky", flaky, backoff=Backoff(initial=0.001, maximum=0.001))
+    await asyncio.wait_for(restarted.wait(), 5)
+    assert "task flaky failed" in caplog.text
+    assert tasks.names == ("flaky",)
+    assert await tasks.stop(timeout=2) == ()
+    assert len(tasks.names) == 0
+
+
+async def test_taskset_reports_stragglers() -> None:
+    """A task that ignores cancellation past the timeout is named as a straggler."""
+    release = asyncio.Event()
+
+    async def stubborn() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await release.wait()
+
+    tasks = TaskSet(logging.getLogger("test"))
+    task = tasks.spawn("stubborn", stubborn)
+    await asyncio.sleep(0)
+    assert await tasks.stop(timeout=0.01) == ("stubborn",)
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def test_socket_name_is_unique_short_and_ours() -> None:
+    """Socket names start with gdp-, differ per start and stay short for long resource names."""
+    a, b = socket_name("example.com/serial"), socket_name("example.com/serial")
+    assert a != b
+    assert a.startswith("gdp-example.com-serial-")
+    assert a.endswith(".sock")
+    long = socket_name("a" * 200 + ".example.com/" + "x" * 63)
+    assert len(long) < 64
+
+
+def test_remove_stale_sockets_keeps_live_ones(tmp_path: Path) -> None:
+    """Our sockets nobody listens on are removed; live ones and others' files stay."""
+    with socket.socket(socket.AF_UNIX) as live, socket.socket(socket.AF_UNIX) as dead:
+        live.bind(str(tmp_path / "gdp-live-1.sock"))
+        live.listen()
+        dead.bind(str(tmp_path / "gdp-dead-1.sock"))
+        (tmp_path / "kubelet_internal_checkpoint").write_text("{}")
+        removed = remove_stale_sockets(tmp_path)
+    assert removed == [tmp_path / "gdp-dead-1.sock"]
+    assert (tmp_path / "gdp-live-1.sock").exists()
+    assert (tmp_path / "kubelet_internal_checkpoint").exists()
+
+
+def test_list_response_clipped_under_limit(caplog: pytest.LogCaptureFixture) -> None:
+    """A device list over 4 MiB is clipped to fit, with an error log naming the resource."""
+    devices = [DeviceInfo(f"{i:060d}::{i % 1000}", True, 0) for i in range(60_000)]
+    response = list_response(devices, resource="example.com/big")
+    assert response.ByteSize() <= MAX_MESSAGE_BYTES
+    assert 0 < len(response.devices) < len(devices)
+    assert "example.com/big" in caplog.text
+    small = list_response(devices[:10], resource="example.com/big")
+    assert len(small.devices) == 10
+    assert small.devices[0].topology.nodes[0].ID == 0
