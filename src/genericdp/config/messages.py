@@ -8,6 +8,7 @@ of the form the user evidently meant rather than a wall of alternatives.
 
 from __future__ import annotations
 
+import datetime
 import difflib
 from collections.abc import Sequence
 from typing import Any
@@ -45,7 +46,9 @@ def explain(error: ValidationError, doc: Document) -> list[ConfigIssue]:
         extra = [k for k in instance if k not in allowed]
         return [doc.issue((*path, k), unknown_key(k, allowed), at_key=True) for k in extra]
     if keyword == "required":
-        missing = [k for k in value if k not in instance]
+        # A misspelt key already says "did you mean 'x'?"; "missing 'x'" would repeat it.
+        unknown = [k for k in instance if k not in schema.get("properties", {})]
+        missing = [k for k in value if k not in instance and not _suggest(k, unknown)]
         return [doc.issue(path, _missing(k), at_key=True) for k in missing]
     if "propertyNames" in error.absolute_schema_path:
         return [doc.issue((*path, instance), _bad_key(path, instance), at_key=True)]
@@ -119,9 +122,9 @@ def _type_message(expected: Any, instance: Any, doc: Document, path: KeyPath) ->
     last = path[-1] if path else None
     if last in _DURATION_KEYS:
         return f'must be a duration like "10s", not {describe(instance)}'
-    if expected == "string" and isinstance(instance, int | float):
+    if expected == "string" and isinstance(instance, int | float | datetime.date):
         written = doc.token(path) or str(instance).lower()
-        kind = "booleans" if isinstance(instance, bool) else "numbers"
+        kind = _scalar_kind(instance)
         return (
             f'must be a string: quote it, e.g. "{written}" (YAML reads unquoted {kind} as {kind})'
         )
@@ -130,6 +133,12 @@ def _type_message(expected: Any, instance: Any, doc: Document, path: KeyPath) ->
     if isinstance(expected, str):
         return f"must be {_EXPECTED.get(expected, expected)}, not {describe(instance)}"
     return f"must be one of the types {', '.join(expected)}, not {describe(instance)}"
+
+
+def _scalar_kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "booleans"
+    return "dates" if isinstance(value, datetime.date) else "numbers"
 
 
 def _pattern_message(last: object, instance: str) -> str:

@@ -146,8 +146,9 @@ class _Builder:
         self.issues: list[ConfigIssue] = []
         self._open: set[int] = set()  # collections being copied, to stop alias loops
 
-    def _issue(self, path: KeyPath, message: str) -> None:
-        pos = self.values.get(path) or self.keys.get(path)
+    def _issue(self, path: KeyPath, message: str, *, at_key: bool = False) -> None:
+        first, second = (self.keys, self.values) if at_key else (self.values, self.keys)
+        pos = first.get(path) or second.get(path)
         self.issues.append(
             ConfigIssue(
                 self.file,
@@ -191,7 +192,7 @@ class _Builder:
                 self.keys[where] = Pos(kl + 1, kc + 1)
                 self.values[where] = Pos(vl + 1, vc + 1)
             if not isinstance(raw_key, str):
-                self._issue(where, f"key {raw_key!r} must be a string: quote it")
+                self._issue(where, f"key {raw_key!r} must be a string: quote it", at_key=True)
             out[key] = self.plain(raw_value, where)
         return out
 
