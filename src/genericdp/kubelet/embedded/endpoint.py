@@ -54,14 +54,22 @@ class PluginEndpoint:
         self._channel = grpc.aio.insecure_channel(target, options=options)
         self._stub = pb_grpc.DevicePluginStub(self._channel)  # type: ignore[no-untyped-call]
         try:
-            await asyncio.wait_for(self._channel.channel_ready(), dial_timeout)
-        except TimeoutError as exc:
+            return await self._handshake(self._channel, self._stub, dial_timeout)
+        except BaseException:
+            # Refused, timed out or cancelled (kubelet stopping): never leak the channel.
             await self.close()
+            raise
+
+    async def _handshake(
+        self, channel: grpc.aio.Channel, stub: pb_grpc.DevicePluginStub, dial_timeout: float
+    ) -> PluginOptions:
+        try:
+            await asyncio.wait_for(channel.channel_ready(), dial_timeout)
+        except TimeoutError as exc:
             raise EndpointError("failed to dial device plugin: context deadline exceeded") from exc
         try:
-            reply = await self._stub.GetDevicePluginOptions(pb.Empty())
+            reply = await stub.GetDevicePluginOptions(pb.Empty())
         except grpc.aio.AioRpcError as exc:
-            await self.close()
             raise EndpointError(f"failed to get device plugin options: {rpc_error(exc)}") from exc
         return PluginOptions(
             pre_start_required=reply.pre_start_required,
