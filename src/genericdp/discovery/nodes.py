@@ -1,0 +1,144 @@
+"""From a path under the dev root to a ``DeviceNode``: its sysfs device, udev data, NUMA node.
+
+A ``Scan`` lives for one discovery pass: it remembers what it already read
+(the kernel-name index below) so one pass reads each file once, and it is
+thrown away afterwards so a rescan sees the host as it is now.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from genericdp.config.model import frozen_map
+from genericdp.discovery.model import DeviceNode, Roots
+from genericdp.discovery.sysfs import SysDevice, device_at, read_udev_properties
+
+log = logging.getLogger(__name__)
+
+_KINDS = (("char", "c"), ("block", "b"))
+
+
+@dataclass(frozen=True)
+class Located:
+    """A node's sysfs device and how udev names its database entry."""
+
+    device: SysDevice
+    kind: str  # "c" or "b"
+    devnum: tuple[int, int]
+
+
+@dataclass
+class Scan:
+    """One discovery pass over ``roots``."""
+
+    roots: Roots
+    _by_devname: dict[str, Located] | None = field(default=None, repr=False)
+
+    def locate(self, relative: str) -> Located | None:
+        """The sysfs device of the node ``<dev>/<relative>``, if sysfs knows it.
+
+        A real node's ``st_rdev`` leads straight to ``sys/dev/char/M:m``.
+        Nodes that are not device files (test trees, or a /dev the kernel did
+        not populate) are found by kernel name: the ``DEVNAME`` in uevent.
+        """
+        try:
+            info = os.stat(self.roots.dev / relative)
+        except OSError:
+            return None
+        if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode):
+            kind = "c" if stat.S_ISCHR(info.st_mode) else "b"
+            devnum = (os.major(info.st_rdev), os.minor(info.st_rdev))
+            folder = "char" if kind == "c" else "block"
+            link = self.roots.sys / "dev" / folder / f"{devnum[0]}:{devnum[1]}"
+            device = device_at(self.roots.sys, link)
+            if device is not None:
+                return Located(device, kind, devnum)
+        return self._devname_index().get(relative)
+
+    def describe(
+        self, host_relative: str, container_path: str, located: Located | None = None
+    ) -> DeviceNode:
+        """The DeviceNode for the real node ``<dev>/<host_relative>`` seen at ``container_path``.
+
+        ``located`` saves the lookup when the caller found the node through sysfs.
+        """
+        host_path = f"/dev/{host_relative}"
+        if located is None:
+            located = self.locate(host_relative)
+        if located is None:
+            devnum = _node_devnum(self.roots.dev / host_relative)
+            return DeviceNode(
+                host_path=host_path,
+                container_path=container_path,
+                major=devnum[0] if devnum else None,
+                minor=devnum[1] if devnum else None,
+            )
+        device = located.device
+        properties = read_udev_properties(self.roots.udev, located.kind, located.devnum)
+        return DeviceNode(
+            host_path=host_path,
+            container_path=container_path,
+            major=located.devnum[0],
+            minor=located.devnum[1],
+            subsystem=device.subsystem(),
+            sysfs_path=device.path,
+            attributes=frozen_map(device.attributes()),
+            properties=frozen_map(properties),
+            numa_node=device.numa_node(),
+        )
+
+    def _devname_index(self) -> dict[str, Located]:
+        """DEVNAME -> device for every device with a node (built once per pass, on demand)."""
+        if self._by_devname is None:
+            self._by_devname = {}
+            for found in self.nodes():
+                devname = found.device.uevent().get("DEVNAME")
+                if devname:
+                    self._by_devname.setdefault(devname, found)
+        return self._by_devname
+
+    def nodes(self) -> list[Located]:
+        """Every device that has a node, from ``sys/dev/char`` and ``sys/dev/block``."""
+        found: list[Located] = []
+        for folder, kind in _KINDS:
+            try:
+                entries = sorted(os.listdir(self.roots.sys / "dev" / folder))
+            except OSError:
+                continue
+            for name in entries:
+                devnum = parse_devnum(name)
+                device = device_at(self.roots.sys, self.roots.sys / "dev" / folder / name)
+                if devnum is not None and device is not None:
+                    found.append(Located(device, kind, devnum))
+        return found
+
+
+def _node_devnum(path: Path) -> tuple[int, int] | None:
+    """(major, minor) of a real device node without sysfs, None for anything else."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode):
+        return os.major(info.st_rdev), os.minor(info.st_rdev)
+    return None
+
+
+def parse_devnum(text: str) -> tuple[int, int] | None:
+    """``"188:0"`` -> (188, 0); None when it is not that shape."""
+    major, sep, minor = text.strip().partition(":")
+    if sep and major.isdigit() and minor.isdigit():
+        return int(major), int(minor)
+    return None
+
+
+def located_from_device(device: SysDevice) -> Located | None:
+    """A device found by walking sysfs, with its node numbers (None if it has no node)."""
+    devnum = device.devnum()
+    if devnum is None:
+        return None
+    return Located(device, "b" if device.subsystem() == "block" else "c", devnum)
