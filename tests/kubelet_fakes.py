@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +19,13 @@ import grpc
 
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
+from genericdp.kubelet.embedded import EmbeddedKubelet
+from genericdp.kubelet.options import PluginOptions
+from genericdp.kubelet.registration import register
 
 _Context = grpc.aio.ServicerContext[object, object]
+
+SERIAL = "example.com/serial"
 
 
 def device(device_id: str, health: str = "Healthy", numa: Sequence[int] = ()) -> pb.Device:
@@ -121,3 +126,38 @@ def short_tmp_dir() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@asynccontextmanager
+async def registered(
+    kubelet: EmbeddedKubelet,
+    plugin: FakePlugin,
+    *,
+    name: str = SERIAL,
+    endpoint: str = "serial.sock",
+    options: PluginOptions | None = None,
+) -> AsyncIterator[None]:
+    """Serve ``plugin`` in the kubelet's directory and register it."""
+    async with serving(plugin, kubelet.plugin_dir / endpoint):
+        await register(
+            kubelet.socket,
+            endpoint=endpoint,
+            resource_name=name,
+            options=options or PluginOptions(),
+        )
+        yield
+
+
+def three_devices() -> list[pb.Device]:
+    """Two healthy devices on NUMA nodes 0 and 1, one unhealthy without topology."""
+    return [device("d1", numa=[0]), device("d2", "Unhealthy"), device("d3", numa=[1])]
+
+
+def has(name: str, *, capacity: int, allocatable: int) -> Callable[[EmbeddedKubelet], bool]:
+    """A wait_until predicate on one resource's counts."""
+
+    def check(kubelet: EmbeddedKubelet) -> bool:
+        snap = kubelet.resources.get(name)
+        return snap is not None and (snap.capacity, snap.allocatable) == (capacity, allocatable)
+
+    return check

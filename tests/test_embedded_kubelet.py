@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import socket as socketlib
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import grpc
@@ -17,9 +16,15 @@ from genericdp.kubelet.embedded import AllocationError, EmbeddedKubelet, EventKi
 from genericdp.kubelet.options import PluginOptions
 from genericdp.kubelet.podresources import PodDevices, list_pod_devices
 from genericdp.kubelet.registration import register
-from tests.kubelet_fakes import FakePlugin, device, serving, short_tmp_dir
-
-SERIAL = "example.com/serial"
+from tests.kubelet_fakes import (
+    SERIAL,
+    FakePlugin,
+    device,
+    has,
+    registered,
+    short_tmp_dir,
+    three_devices,
+)
 
 
 @pytest.fixture
@@ -33,40 +38,6 @@ async def kubelet(tmp: Path) -> AsyncIterator[EmbeddedKubelet]:
     pod_resources = tmp / "pod-resources" / "kubelet.sock"
     async with EmbeddedKubelet(tmp / "dp", pod_resources_socket=pod_resources) as kubelet:
         yield kubelet
-
-
-@asynccontextmanager
-async def registered(
-    kubelet: EmbeddedKubelet,
-    plugin: FakePlugin,
-    *,
-    name: str = SERIAL,
-    endpoint: str = "serial.sock",
-    options: PluginOptions | None = None,
-) -> AsyncIterator[None]:
-    """Serve ``plugin`` in the kubelet's directory and register it."""
-    async with serving(plugin, kubelet.plugin_dir / endpoint):
-        await register(
-            kubelet.socket,
-            endpoint=endpoint,
-            resource_name=name,
-            options=options or PluginOptions(),
-        )
-        yield
-
-
-def three_devices() -> list[pb.Device]:
-    return [device("d1", numa=[0]), device("d2", "Unhealthy"), device("d3", numa=[1])]
-
-
-def has(name: str, *, capacity: int, allocatable: int) -> Callable[[EmbeddedKubelet], bool]:
-    """A wait_until predicate on one resource's counts."""
-
-    def check(kubelet: EmbeddedKubelet) -> bool:
-        snap = kubelet.resources.get(name)
-        return snap is not None and (snap.capacity, snap.allocatable) == (capacity, allocatable)
-
-    return check
 
 
 async def test_registration_counts_capacity_and_healthy_allocatable(

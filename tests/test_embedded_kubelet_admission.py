@@ -1,0 +1,133 @@
+"""The embedded kubelet's admission edge cases and its PodResources Get/GetAllocatableResources."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from genericdp.kubelet.api import podresources_pb2 as pr
+from genericdp.kubelet.api import podresources_pb2_grpc as pr_grpc
+from genericdp.kubelet.embedded import AllocationError, EmbeddedKubelet
+from tests.kubelet_fakes import (
+    SERIAL,
+    FakePlugin,
+    device,
+    has,
+    registered,
+    short_tmp_dir,
+    three_devices,
+)
+
+
+@pytest.fixture
+def tmp() -> Iterator[Path]:
+    with short_tmp_dir() as path:
+        yield path
+
+
+@pytest.fixture
+async def kubelet(tmp: Path) -> AsyncIterator[EmbeddedKubelet]:
+    pod_resources = tmp / "pr" / "kubelet.sock"
+    async with EmbeddedKubelet(tmp / "dp", pod_resources_socket=pod_resources) as kubelet:
+        yield kubelet
+
+
+def lister(channel: grpc.aio.Channel) -> pr_grpc.PodResourcesListerStub:
+    return pr_grpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]
+
+
+async def test_pre_start_failure_keeps_the_allocation(kubelet: EmbeddedKubelet) -> None:
+    """A failing PreStartContainer fails the container start; the pod still holds its devices."""
+    plugin = FakePlugin(three_devices(), pre_start_required=True, pre_start_error="no power")
+    async with registered(kubelet, plugin):
+        await kubelet.wait_until(has(SERIAL, capacity=3, allocatable=2))
+        with pytest.raises(
+            AllocationError, match=r"PreStartContainer rpc failed.*no power"
+        ) as caught:
+            await kubelet.allocate(SERIAL, 1, pod="p1")
+    assert caught.value.reason == "PreStartContainerError"
+    assert [p.pod for p in kubelet.pod_devices()] == ["p1"]
+
+
+async def test_preferred_allocation_error_fails_admission(kubelet: EmbeddedKubelet) -> None:
+    """An error from GetPreferredAllocation fails the pod before any Allocate call."""
+    plugin = FakePlugin(three_devices(), get_preferred_allocation_available=True)
+
+    async def broken(request: object, context: grpc.aio.ServicerContext[object, object]) -> object:
+        await context.abort(grpc.StatusCode.INTERNAL, "policy exploded")
+        raise AssertionError  # abort raises
+
+    plugin.GetPreferredAllocation = broken  # type: ignore[method-assign]
+    async with registered(kubelet, plugin):
+        await kubelet.wait_until(has(SERIAL, capacity=3, allocatable=2))
+        with pytest.raises(AllocationError, match=r"GetPreferredAllocation rpc failed.*exploded"):
+            await kubelet.allocate(SERIAL, 1, pod="p1")
+    assert plugin.allocate_requests == []
+
+
+async def test_changed_request_for_an_admitted_container_fails(kubelet: EmbeddedKubelet) -> None:
+    """A container that holds N devices cannot be admitted again asking for another count."""
+    plugin = FakePlugin(three_devices())
+    async with registered(kubelet, plugin):
+        await kubelet.wait_until(has(SERIAL, capacity=3, allocatable=2))
+        await kubelet.allocate(SERIAL, 1, pod="p1")
+        with pytest.raises(AllocationError, match=r"changed request .* from 1 to 2"):
+            await kubelet.allocate(SERIAL, 2, pod="p1")
+
+
+async def test_zero_devices_is_refused(kubelet: EmbeddedKubelet) -> None:
+    """Asking for no devices is a clear error, not an empty Allocate."""
+    with pytest.raises(AllocationError, match="at least 1"):
+        await kubelet.allocate(SERIAL, 0, pod="p1")
+
+
+async def test_unhealthy_only_resource_cannot_be_allocated(kubelet: EmbeddedKubelet) -> None:
+    """With no healthy device the kubelet's 'no healthy devices' error is raised."""
+    plugin = FakePlugin([device("d1", "Unhealthy")])
+    async with registered(kubelet, plugin):
+        await kubelet.wait_until(has(SERIAL, capacity=1, allocatable=0))
+        with pytest.raises(AllocationError, match="no healthy devices present"):
+            await kubelet.allocate(SERIAL, 1, pod="p1")
+
+
+async def test_released_devices_can_be_allocated_again(kubelet: EmbeddedKubelet) -> None:
+    """After release the pod's devices are free for the next pod."""
+    plugin = FakePlugin([device("d1")])
+    async with registered(kubelet, plugin):
+        await kubelet.wait_until(has(SERIAL, capacity=1, allocatable=1))
+        await kubelet.allocate(SERIAL, 1, pod="p1")
+        with pytest.raises(AllocationError, match="Available: 0"):
+            await kubelet.allocate(SERIAL, 1, pod="p2")
+        assert kubelet.release("default", "p1") == 1
+        await kubelet.allocate(SERIAL, 1, pod="p2")
+    assert [p.pod for p in kubelet.pod_devices()] == ["p2"]
+
+
+async def test_get_and_allocatable_resources_over_the_socket(kubelet: EmbeddedKubelet) -> None:
+    """Get shows one pod's devices with NUMA; GetAllocatableResources lists healthy devices."""
+    assert kubelet.pod_resources_socket is not None
+    plugin = FakePlugin(three_devices())
+    async with (
+        registered(kubelet, plugin),
+        grpc.aio.insecure_channel(f"unix:{kubelet.pod_resources_socket}") as channel,
+    ):
+        await kubelet.wait_until(has(SERIAL, capacity=3, allocatable=2))
+        await kubelet.allocate(SERIAL, 2, pod="p1", namespace="ns")
+        got = await lister(channel).Get(
+            pr.GetPodResourcesRequest(pod_name="p1", pod_namespace="ns")
+        )
+        (container,) = got.pod_resources.containers
+        numa = {d.device_ids[0]: [n.ID for n in d.topology.nodes] for d in container.devices}
+        assert numa == {"d1": [0], "d3": [1]}
+        allocatable = await lister(channel).GetAllocatableResources(
+            pr.AllocatableResourcesRequest()
+        )
+        assert sorted(d.device_ids[0] for d in allocatable.devices) == ["d1", "d3"]
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await lister(channel).Get(
+                pr.GetPodResourcesRequest(pod_name="nope", pod_namespace="ns")
+            )
+    assert caught.value.details() == "pod nope in namespace ns not found"
