@@ -1,0 +1,140 @@
+"""The daemon's supervisor against a real embedded kubelet, on short temp dirs.
+
+``ScriptedDiscovery`` stands in for discovery where a test needs to control
+units directly (or make a resource's discovery fail); tests of the real
+discovery use ``tests.fakesys.FakeHost`` instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from genericdp.config import load_text
+from genericdp.config.model import Config, ResourceDefinition
+from genericdp.discovery.model import DeviceNode, Roots, Unit
+from genericdp.kubelet.api import deviceplugin_pb2 as pb
+from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
+from genericdp.kubelet.embedded import EmbeddedKubelet
+from genericdp.runtime.resource import Discover
+from genericdp.runtime.supervisor import Supervisor
+from genericdp.settings import Settings
+
+
+def unit(uid: str, *, numa: int | None = None, parent: str | None = None) -> Unit:
+    """A unit of one node ``/dev/<uid>``."""
+    node = DeviceNode(host_path=f"/dev/{uid}", container_path=f"/dev/{uid}", numa_node=numa)
+    return Unit(id=uid, nodes=(node,), numa_node=numa, parent=parent)
+
+
+@dataclass
+class ScriptedDiscovery:
+    """Units per resource name; a resource named in ``broken`` raises; calls are counted."""
+
+    units: dict[str, Sequence[Unit]] = field(default_factory=dict)
+    broken: set[str] = field(default_factory=set)
+    calls: dict[str, int] = field(default_factory=dict)
+    _loop: asyncio.AbstractEventLoop | None = None
+    _called: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __call__(self, definition: ResourceDefinition, roots: Roots) -> Sequence[Unit]:
+        # Runs in a worker thread (asyncio.to_thread): wake waiters on the loop.
+        self.calls[definition.name] = self.calls.get(definition.name, 0) + 1
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._wake)
+        if definition.name in self.broken:
+            raise RuntimeError(f"scripted discovery failure for {definition.name}")
+        return tuple(self.units.get(definition.name, ()))
+
+    async def wait_calls(self, name: str, count: int, timeout: float = 5.0) -> None:  # noqa: ASYNC109
+        """Wait until discovery of ``name`` has run ``count`` times in all."""
+        self._loop = asyncio.get_running_loop()
+        async with asyncio.timeout(timeout):
+            while self.calls.get(name, 0) < count:
+                called = self._called
+                await called.wait()
+
+    def _wake(self) -> None:
+        old, self._called = self._called, asyncio.Event()
+        old.set()
+
+
+def config(text: str) -> Config:
+    """A config from YAML text (``version: v1`` is added)."""
+    return load_text("version: v1\n" + text, "test.yaml")
+
+
+def settings_for(base: Path, **overrides: object) -> Settings:
+    values: dict[str, object] = {
+        "plugin_dir": base / "dp",
+        "dev_root": base / "host" / "dev",
+        "sys_root": base / "host" / "sys",
+        "udev_root": base / "host" / "run" / "udev",
+        "rescan_interval": 60.0,
+        "node_name": "node-1",
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@dataclass
+class Running:
+    kubelet: EmbeddedKubelet
+    supervisor: Supervisor
+    settings: Settings
+
+    async def registered(self, names: Iterable[str], timeout: float = 5.0) -> None:  # noqa: ASYNC109
+        """Wait until the kubelet has every named resource connected."""
+        wanted = list(names)
+        await self.kubelet.wait_until(
+            lambda k: all(n in k.resources and k.resources[n].connected for n in wanted),
+            timeout,
+        )
+
+    async def until(
+        self,
+        predicate: Callable[[EmbeddedKubelet], bool],
+        timeout: float = 5.0,  # noqa: ASYNC109
+    ) -> None:
+        await self.kubelet.wait_until(predicate, timeout)
+
+    def socket(self, name: str) -> Path:
+        path = self.supervisor.status()[name].socket
+        assert path is not None, f"{name} is not serving"
+        return path
+
+
+@asynccontextmanager
+async def running(
+    base: Path,
+    cfg: Config,
+    *,
+    discover: Discover,
+    **overrides: object,
+) -> AsyncIterator[Running]:
+    """An embedded kubelet and a started supervisor; both stopped at the end."""
+    settings = settings_for(base, **overrides)
+    async with EmbeddedKubelet(settings.plugin_dir) as kubelet:
+        supervisor = Supervisor(settings, discover=discover)
+        await supervisor.start(cfg)
+        try:
+            yield Running(kubelet, supervisor, settings)
+        finally:
+            stragglers = await supervisor.stop()
+            assert stragglers == (), f"tasks did not stop: {stragglers}"
+
+
+@asynccontextmanager
+async def plugin_stub(socket: Path) -> AsyncIterator[pb_grpc.DevicePluginStub]:
+    """A client of one plugin socket, as the kubelet would dial it."""
+    async with grpc.aio.insecure_channel(f"unix:{socket}") as channel:
+        yield pb_grpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call]
+
+
+def allocate_request(*ids: str) -> pb.AllocateRequest:
+    return pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=ids)])
