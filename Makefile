@@ -16,7 +16,7 @@ setup: $(STAMP)
 
 ## The main job on this machine: the demo config against the embedded kubelet.
 demo: $(STAMP)
-	$(BIN)/genericdp discover configs/examples/demo.yaml
+	$(BIN)/genericdp simulate configs/examples/demo.yaml --once
 
 ## The whole test suite, with lint and type checks first.
 test: $(STAMP) lint typecheck

@@ -180,9 +180,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     import asyncio
 
     from genericdp import logsetup
-    from genericdp.simulate import parse_allocations, simulate
+    from genericdp.simulate import SimulateUsageError, parse_allocations, simulate
 
-    requests = parse_allocations(args.allocate)
+    try:
+        requests = parse_allocations(args.allocate)
+    except SimulateUsageError as exc:
+        raise UsageError(str(exc)) from exc
     settings = _settings(args, ("log_level", "log_format", *_ROOTS))
     logsetup.configure(args.log_level or "warning", settings.log_format)
     return asyncio.run(

@@ -1,0 +1,260 @@
+"""``genericdp simulate``: the real daemon code against the embedded kubelet.
+
+Nothing here is a mock of the daemon: the same ``Supervisor`` that ``serve``
+runs registers every resource with an ``EmbeddedKubelet`` serving in a
+temporary directory, which dials back, watches ListAndWatch and admits
+containers as the real kubelet's device manager does. What it prints is what
+the node status and a container would show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from genericdp.config import load
+from genericdp.config.model import Config
+from genericdp.errors import GenericdpError
+from genericdp.kubelet.api import deviceplugin_pb2 as pb
+from genericdp.kubelet.embedded import EmbeddedKubelet
+from genericdp.kubelet.embedded.state import EventKind, ResourceSnapshot
+from genericdp.settings import Settings
+
+EXIT_OK = 0
+EXIT_ENVIRONMENT = 3
+EXIT_FAILED = 4  # a resource did not register, or an allocation was refused
+
+
+class SimulateUsageError(GenericdpError):
+    """A malformed ``--allocate`` value."""
+
+
+@dataclass(frozen=True)
+class AllocationRequest:
+    """``--allocate RESOURCE=N``: one container asking for N of RESOURCE."""
+
+    resource: str
+    count: int
+
+
+def parse_allocations(values: Sequence[str]) -> tuple[AllocationRequest, ...]:
+    """Parse ``RESOURCE=N`` values; N defaults to 1."""
+    requests = []
+    for value in values:
+        resource, sep, count_text = value.partition("=")
+        count_text = count_text if sep else "1"
+        if not resource or not count_text.isdigit() or int(count_text) < 1:
+            raise SimulateUsageError(
+                f"--allocate {value!r}: expected RESOURCE=N with N a whole number >= 1, "
+                "e.g. example.com/serial=1"
+            )
+        requests.append(AllocationRequest(resource, int(count_text)))
+    return tuple(requests)
+
+
+def _listed(kubelet: EmbeddedKubelet, name: str) -> bool:
+    """Registered, connected, and the first device list after registering arrived."""
+    snap = kubelet.resources.get(name)
+    if snap is None or not snap.connected:
+        return False
+    registered_at = -1
+    for index, event in enumerate(kubelet.events):
+        if event.resource != name:
+            continue
+        if event.kind is EventKind.REGISTERED:
+            registered_at = index
+        elif event.kind is EventKind.DEVICES and registered_at >= 0:
+            return True
+    return False
+
+
+def _table(resources: Mapping[str, ResourceSnapshot], names: Sequence[str]) -> list[str]:
+    width = max([len("RESOURCE"), *(len(n) for n in names)])
+    lines = [f"  {'RESOURCE':<{width}}  CAPACITY  ALLOCATABLE  ENDPOINT"]
+    for name in names:
+        snap = resources.get(name)
+        if snap is None:
+            lines.append(f"  {name:<{width}}  -         -            not registered")
+            continue
+        endpoint = snap.endpoint if snap.connected else "(disconnected)"
+        lines.append(f"  {name:<{width}}  {snap.capacity:<8}  {snap.allocatable:<11}  {endpoint}")
+    return lines
+
+
+def _describe_response(response: pb.AllocateResponse) -> list[str]:
+    lines: list[str] = []
+    for container in response.container_responses:
+        lines.extend(
+            f"    device {d.container_path} (host {d.host_path}, {d.permissions})"
+            for d in container.devices
+        )
+        lines.extend(
+            f"    mount  {m.container_path} (host {m.host_path}{', ro' if m.read_only else ''})"
+            for m in container.mounts
+        )
+        lines.extend(f"    env    {k}={v}" for k, v in sorted(container.envs.items()))
+        lines.extend(f"    annot. {k}={v}" for k, v in sorted(container.annotations.items()))
+        lines.extend(f"    cdi    {c.name}" for c in container.cdi_devices)
+    return lines or ["    (nothing)"]
+
+
+async def _allocate(
+    kubelet: EmbeddedKubelet, requests: Sequence[AllocationRequest], out: TextIO
+) -> bool:
+    ok = True
+    for index, request in enumerate(requests, start=1):
+        pod = f"simulated-{index}"
+        print(f"\nallocate {request.resource}={request.count} (pod default/{pod}):", file=out)
+        if request.resource not in kubelet.resources:
+            known = ", ".join(sorted(kubelet.resources)) or "none"
+            print(f"  refused: unknown resource (registered: {known})", file=out)
+            ok = False
+            continue
+        try:
+            response = await kubelet.allocate(request.resource, request.count, pod=pod)
+        except GenericdpError as exc:
+            print(f"  refused: {exc}", file=out)
+            ok = False
+            continue
+        allocated = next((p.device_ids for p in kubelet.pod_devices() if p.pod == pod), ())
+        print(f"  device IDs: {', '.join(allocated)}", file=out)
+        print("  the container receives:", file=out)
+        for line in _describe_response(response):
+            print(line, file=out)
+    return ok
+
+
+def _more_events_than(count: int) -> Callable[[EmbeddedKubelet], bool]:
+    return lambda kubelet: len(kubelet.events) > count
+
+
+async def _watch(kubelet: EmbeddedKubelet, names: Sequence[str], out: TextIO) -> None:
+    """Print every kubelet event and the node status when it changes, until cancelled."""
+    seen = len(kubelet.events)
+    last = {n: (s.capacity, s.allocatable) for n, s in kubelet.resources.items()}
+    while True:
+        await kubelet.wait_until(_more_events_than(seen), timeout=3600)
+        events = kubelet.events
+        for event in events[seen:]:
+            if event.kind is not EventKind.DEVICES:
+                print(f"  event: {event.kind.value} {event.resource}: {event.detail}", file=out)
+        seen = len(events)
+        now = {n: (s.capacity, s.allocatable) for n, s in kubelet.resources.items()}
+        if now != last:
+            print("node status:", file=out)
+            for line in _table(kubelet.resources, names):
+                print(line, file=out)
+            last = now
+        out.flush()
+
+
+async def _until_signal() -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    for sig in sigs:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in sigs:
+            loop.remove_signal_handler(sig)
+
+
+async def simulate(
+    path: Path,
+    settings: Settings,
+    *,
+    requests: Sequence[AllocationRequest] = (),
+    once: bool = False,
+    timeout: float = 10.0,  # noqa: ASYNC109 - how long registration may take
+    out: TextIO | None = None,
+) -> int:
+    """Run the daemon against an embedded kubelet; print what the kubelet sees."""
+    from genericdp.runtime.supervisor import Supervisor
+
+    stream = out or sys.stdout
+    config: Config = load([path])
+    if not settings.dev_root.is_dir():
+        print(f"error: device root {settings.dev_root} is not a directory", file=sys.stderr)
+        return EXIT_ENVIRONMENT
+    names = [r.name for r in config.resources]
+    # /tmp, not the CWD: a unix socket path must fit in 107 bytes.
+    with tempfile.TemporaryDirectory(prefix="gdp-sim-", dir="/tmp") as tmp:
+        plugin_dir = Path(tmp) / "device-plugins"
+        run_settings = settings.model_copy(
+            update={
+                "config": path,
+                "plugin_dir": plugin_dir,
+                "pod_resources_socket": Path(tmp) / "pod-resources" / "kubelet.sock",
+                "node_name": settings.node_name or "simulated-node",
+            }
+        )
+        print(
+            f"genericdp simulate: {path} ({len(names)} resource(s)); "
+            f"embedded kubelet in {plugin_dir}",
+            file=stream,
+        )
+        async with EmbeddedKubelet(
+            plugin_dir,
+            pod_resources_socket=run_settings.pod_resources_socket,
+            node_name=run_settings.node_name,
+        ) as kubelet:
+            supervisor = Supervisor(run_settings)
+            try:
+                await supervisor.start(config)
+                registered = True
+                try:
+                    await kubelet.wait_until(
+                        lambda k: all(_listed(k, n) for n in names), timeout=timeout
+                    )
+                except TimeoutError:
+                    registered = False
+                print("\nregistrations:", file=stream)
+                statuses = supervisor.status()
+                for name in names:
+                    snap = kubelet.resources.get(name)
+                    if snap is not None and snap.options is not None:
+                        print(
+                            f"  {name}: registered "
+                            f"(preStartRequired={snap.options.pre_start_required}, "
+                            "getPreferredAllocationAvailable="
+                            f"{snap.options.get_preferred_allocation_available})",
+                            file=stream,
+                        )
+                    else:
+                        status = statuses.get(name)
+                        error = status.last_error if status else None
+                        print(f"  {name}: NOT registered: {error or 'no answer'}", file=stream)
+                print("\nnode status:", file=stream)
+                for line in _table(kubelet.resources, names):
+                    print(line, file=stream)
+                # By default, show what one unit of every resource gives a container.
+                wanted = requests or tuple(
+                    AllocationRequest(n, 1)
+                    for n in names
+                    if n in kubelet.resources and kubelet.resources[n].allocatable > 0
+                )
+                ok = await _allocate(kubelet, wanted, stream) and registered
+                stream.flush()
+                if once:
+                    return EXIT_OK if ok else EXIT_FAILED
+                print("\nwatching (Ctrl-C to stop):", file=stream)
+                stream.flush()
+                watcher = asyncio.create_task(_watch(kubelet, names, stream), name="watch")
+                try:
+                    await _until_signal()
+                finally:
+                    watcher.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await watcher
+                return EXIT_OK if ok else EXIT_FAILED
+            finally:
+                await supervisor.stop()

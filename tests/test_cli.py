@@ -1,0 +1,167 @@
+"""The command line as a user runs it: real subprocesses, real files, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fakesys import FakeHost
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "configs" / "examples"
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "genericdp", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=60,
+        check=False,
+    )
+
+
+GOOD = """\
+version: v1
+resources:
+  - name: example.com/serial
+    match:
+      - glob: /dev/ttyUSB*
+    allocate:
+      env:
+        PORTS: "{{ devices | map(attribute='path') | join(',') }}"
+"""
+
+
+def test_validate_accepts_every_example() -> None:
+    """Every shipped example validates on its own, and validate says what it found."""
+    files = sorted(str(p) for p in EXAMPLES.glob("*.yaml"))
+    assert len(files) >= 9
+    for file in files:
+        result = run("validate", file)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith("ok: ")
+        assert file in result.stdout
+
+
+def test_validate_finds_duplicates_across_files(tmp_path: Path) -> None:
+    """Two files defining one resource name are refused, naming both places."""
+    (tmp_path / "a.yaml").write_text(GOOD)
+    (tmp_path / "b.yaml").write_text(GOOD)
+    result = run("validate", str(tmp_path))
+    assert result.returncode == 1
+    assert f"{tmp_path / 'b.yaml'}:3:" in result.stderr
+    assert f"{tmp_path / 'a.yaml'}:3" in result.stderr
+
+
+def test_validate_reports_file_line_and_key(tmp_path: Path) -> None:
+    """An invalid file exits 1 with file:line:column, the key path and no traceback."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(GOOD.replace("    allocate:", "    colour: blue\n    allocate:"))
+    result = run("validate", str(bad))
+    assert result.returncode == 1
+    assert f"{bad}:6:" in result.stderr
+    assert "colour" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_validate_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    """A path that does not exist is reported, not a traceback."""
+    result = run("validate", str(tmp_path / "nope.yaml"))
+    assert result.returncode == 1
+    assert "nope.yaml" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_schema_prints_the_packaged_schema() -> None:
+    """`schema` prints JSON identical to schemas/config-v1.schema.json."""
+    result = run("schema")
+    assert result.returncode == 0
+    printed = json.loads(result.stdout)
+    shipped = json.loads((REPO / "schemas" / "config-v1.schema.json").read_text())
+    assert printed == shipped
+
+
+def test_discover_json_on_a_fake_tree(tmp_path: Path) -> None:
+    """`discover --json` lists units, IDs and the allocation of one unit from a fake tree."""
+    host = FakeHost(tmp_path / "host")
+    host.add_usb_serial(port="1-2", serial="A1B2C3", ttys=("ttyUSB0",))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(GOOD)
+    result = run(
+        "discover",
+        str(cfg),
+        "--json",
+        "--dev-root",
+        str(host.dev),
+        "--sys-root",
+        str(host.sys),
+        "--udev-root",
+        str(host.udev),
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    (res,) = data["resources"]
+    assert res["resource"] == "example.com/serial"
+    assert res["capacity"] == 1
+    (unit,) = res["units"]
+    assert unit["nodes"] == [{"hostPath": "/dev/ttyUSB0", "containerPath": "/dev/ttyUSB0"}]
+    alloc = res["exampleAllocation"]
+    assert alloc["env"] == {"PORTS": "/dev/ttyUSB0"}
+    assert alloc["devices"] == [
+        {"containerPath": "/dev/ttyUSB0", "hostPath": "/dev/ttyUSB0", "permissions": "rw"}
+    ]
+
+
+def test_discover_roots_from_environment(tmp_path: Path) -> None:
+    """GENERICDP_DEV_ROOT points discovery at another tree, like the flag does."""
+    host = FakeHost(tmp_path / "host")
+    host.add_usb_serial(port="1-3", serial="ZZ9", ttys=("ttyUSB7",))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(GOOD)
+    env = {
+        "GENERICDP_DEV_ROOT": str(host.dev),
+        "GENERICDP_SYS_ROOT": str(host.sys),
+        "GENERICDP_UDEV_ROOT": str(host.udev),
+    }
+    result = run("discover", str(cfg), env=env)
+    assert result.returncode == 0, result.stderr
+    assert "/dev/ttyUSB7" in result.stdout
+    assert "PORTS=/dev/ttyUSB7" in result.stdout
+
+
+def test_discover_missing_dev_root_exits_3(tmp_path: Path) -> None:
+    """A device root that does not exist is an environment error with exit code 3."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(GOOD)
+    result = run("discover", str(cfg), "--dev-root", str(tmp_path / "missing"))
+    assert result.returncode == 3
+    assert "missing" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_setting_in_environment_exits_2(tmp_path: Path) -> None:
+    """A malformed GENERICDP_* value names the variable and exits 2."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(GOOD)
+    result = run("serve", "--config", str(cfg), env={"GENERICDP_RESCAN_INTERVAL": "soon"})
+    assert result.returncode == 2
+    assert "GENERICDP_RESCAN_INTERVAL" in result.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/null").exists(), reason="needs a Linux /dev")
+def test_discover_demo_on_this_machine() -> None:
+    """The README's demo config finds real devices on any Linux machine (/dev/null at least)."""
+    result = run("discover", str(EXAMPLES / "demo.yaml"), "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    paths = {n["hostPath"] for r in data["resources"] for u in r["units"] for n in u["nodes"]}
+    assert "/dev/null" in paths
