@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from genericdp.config.durations import parse_duration
 from genericdp.config.model import (
@@ -33,12 +33,9 @@ from genericdp.config.semantic import (
 )
 from genericdp.config.yamlpos import Document, KeyPath
 from genericdp.errors import ConfigIssue
-from genericdp.render import (
-    CompiledTemplates,
-    TemplateProblem,
-    TemplateSyntaxErrors,
-    compile_templates,
-)
+
+if TYPE_CHECKING:
+    from genericdp.render import CompiledTemplates, TemplateProblem
 
 _MOUNT_KEY = re.compile(r"mounts\[(\d+)\]\.(hostPath|containerPath)")
 _PERMISSION_ORDER = "rwm"
@@ -61,6 +58,10 @@ def compile_allocate(
     doc: Document, path: KeyPath, spec: AllocateSpec
 ) -> tuple[CompiledTemplates | None, list[ConfigIssue]]:
     """Compile the templates of one resource; each problem located at its value."""
+    # Imported here: render imports discovery, whose model imports config.model,
+    # so importing render while this package initialises would be circular.
+    from genericdp.render import TemplateSyntaxErrors, compile_templates
+
     try:
         return compile_templates(spec), []
     except TemplateSyntaxErrors as exc:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from genericdp.config.convert import allocate_spec, compile_allocate, resource_definition
 from genericdp.config.model import Config, ResourceDefinition
@@ -19,7 +19,9 @@ from genericdp.config.schema import schema_issues
 from genericdp.config.semantic import duplicate_names, resources_of, semantic_issues
 from genericdp.config.yamlpos import Document, describe, format_path, parse_yaml
 from genericdp.errors import ConfigError, ConfigIssue
-from genericdp.render import CompiledTemplates
+
+if TYPE_CHECKING:
+    from genericdp.render import CompiledTemplates
 
 SUFFIXES = (".yaml", ".yml")
 # The kubelet's ConfigMap volume keeps ``..data`` and ``..2024_01_01_...`` here.
@@ -92,6 +94,8 @@ def _check(file: str, text: str | None, problem: ConfigIssue | None) -> _Checked
         return result
     try:
         _check_text(result, text)
+    except RecursionError:
+        result.issues.append(ConfigIssue(file, None, None, "", "is nested too deeply"))
     except Exception as exc:
         # Whatever a file does to us becomes an issue of that file, never a traceback.
         result.issues.append(

@@ -34,7 +34,13 @@ def _validator() -> Draft202012Validator:
 
 def schema_issues(doc: Document) -> list[ConfigIssue]:
     """Every schema violation in ``doc``, each located and explained."""
+    errors = list(_validator().iter_errors(doc.data))
+    # A value of the wrong type also fails its range or pattern; say only the type.
+    mistyped = {tuple(e.absolute_path) for e in errors if e.validator == "type"}
     issues: list[ConfigIssue] = []
-    for error in _validator().iter_errors(doc.data):
-        issues.extend(explain(error, doc))
-    return issues
+    for error in errors:
+        if error.validator == "type" or tuple(error.absolute_path) not in mistyped:
+            issues.extend(explain(error, doc))
+    # jsonschema reports each missing key of a mapping as its own error, while
+    # ``explain`` lists them all for each; identical issues are said once.
+    return list(dict.fromkeys(issues))

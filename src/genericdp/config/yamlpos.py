@@ -18,6 +18,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
 from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import MarkedYAMLError
+from ruamel.yaml.reader import ReaderError
 
 from genericdp.errors import ConfigIssue
 
@@ -73,7 +74,8 @@ class Document:
         if pos is None or pos.line > len(self.lines):
             return None
         found = _TOKEN.match(self.lines[pos.line - 1], pos.column - 1)
-        return found.group(0) if found else None
+        # A tagged value (``!!int 1``) starts with its tag, which is not the value.
+        return found.group(0) if found and not found.group(0).startswith("!") else None
 
     def issue(self, path: KeyPath, message: str, *, at_key: bool = False) -> ConfigIssue:
         """A ConfigIssue located at the value (or key) of ``path``."""
@@ -109,6 +111,12 @@ def parse_yaml(text: str, file: str) -> tuple[Document | None, list[ConfigIssue]
         node = yaml.load(text)
     except MarkedYAMLError as exc:
         return None, [_syntax_issue(exc, file)]
+    except ReaderError as exc:  # a character YAML does not allow, e.g. NUL
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        char = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        message = f"YAML syntax error: the control character U+{char:04X} is not allowed"
+        return None, [ConfigIssue(file, line, column, "", message)]
     builder = _Builder(file)
     data = builder.plain(node, ())
     if isinstance(node, CommentedMap):
@@ -243,4 +251,6 @@ def describe(value: Any) -> str:  # noqa: PLR0911 - one return per kind reads be
         return f"the date {value.isoformat()}"
     if isinstance(value, bytes):
         return "binary data"
+    if isinstance(value, set | frozenset):
+        return "a set"
     return f"a YAML {type(value).__name__}"
