@@ -1,0 +1,82 @@
+"""``genericdp serve`` as a real process: registers with a kubelet, exits 0 on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from genericdp.kubelet.embedded import EmbeddedKubelet
+from tests.fakesys import FakeHost
+from tests.kubelet_fakes import short_tmp_dir
+
+CONFIG = """\
+version: v1
+resources:
+  - name: example.com/null
+    match: [glob: /dev/null]
+    count: 2
+  - name: example.com/serial
+    match: [glob: /dev/ttyUSB*]
+"""
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    with short_tmp_dir() as path:
+        yield path
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+async def test_serve_registers_and_exits_cleanly_on_signal(base: Path, sig: signal.Signals) -> None:
+    """The daemon registers every resource, and on SIGTERM/SIGINT exits 0 with sockets gone."""
+    host = FakeHost(base / "host")
+    host.add_plain("/dev/null")
+    host.add_usb_serial("1-2", ttys=("ttyUSB0",))
+    config = base / "config.yaml"
+    config.write_text(CONFIG)
+    plugin_dir = base / "dp"
+    argv = [
+        "-m", "genericdp", "serve",
+        "--config", str(config),
+        "--plugin-dir", str(plugin_dir),
+        "--dev-root", str(host.dev),
+        "--sys-root", str(host.sys),
+        "--udev-root", str(host.udev),
+        "--log-level", "info",
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
+    async with EmbeddedKubelet(plugin_dir) as kubelet:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *argv,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        try:
+            expected = {"example.com/null": 2, "example.com/serial": 1}
+            await kubelet.wait_until(
+                lambda k: {n: r.allocatable for n, r in k.resources.items()} == expected,
+                timeout=20,
+            )
+            assert len(list(plugin_dir.glob("gdp-*.sock"))) == 2
+            proc.send_signal(sig)
+            output, _ = await asyncio.wait_for(proc.communicate(), 10)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        log = output.decode()
+        assert proc.returncode == 0, log
+        assert not list(plugin_dir.glob("gdp-*.sock")), log
+        assert "registered with the kubelet" in log
+        assert "shutting down" in log
+        await kubelet.wait_until(
+            lambda k: not any(r.connected for r in k.resources.values()), timeout=5
+        )
