@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from genericdp.config.convert import allocate_spec, compile_allocate, resource_definition
-from genericdp.config.model import Config, ResourceDefinition
+from genericdp.config.model import CONFIG_VERSION, Config, ResourceDefinition
 from genericdp.config.schema import schema_issues
 from genericdp.config.semantic import duplicate_names, resources_of, semantic_issues
 from genericdp.config.yamlpos import Document, describe, format_path, parse_yaml
@@ -119,6 +119,10 @@ def _check_text(result: _Checked, text: str) -> None:
         return
     result.doc = doc
     found = schema_issues(doc)
+    if doc.data.get("version", CONFIG_VERSION) != CONFIG_VERSION:
+        # Another version has other rules; checking it against v1's is only noise.
+        result.issues += [i for i in found if i.path == "version"]
+        return
     seen = {issue.path for issue in found}
     # The schema already explained these paths; a second message would only repeat it.
     found += [i for i in semantic_issues(doc) if i.path not in seen]
