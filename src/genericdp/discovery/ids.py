@@ -6,6 +6,9 @@ port or slot), else a PCI address, else its node paths. Only when two units
 of one resource would share an ID do we add qualifiers (interface number,
 port, node names) to the colliding ones; a unit that collides with nobody
 keeps its plain ID, so unplugging one dongle never renames another.
+
+``groupBy: all`` makes one unit, named ``all``; ``pathRegex`` units are named
+by their key, which the user chose to be what identifies them.
 """
 
 from __future__ import annotations
@@ -66,15 +69,15 @@ def identity(group: Group, kind: str, sys_root: Path, udev_root: Path) -> Identi
     usb = _usb_device(device)
     properties: Mapping[str, str] = first.properties
     if group.parent is not None:
+        # Named at the parent's granularity: its nodes' serials may be those of
+        # different devices below it (every dongle on one USB controller).
         properties = properties_of(group.parent, udev_root)
     interface = None if group.parent is not None else first.properties.get("ID_USB_INTERFACE_NUM")
     location = _location(device, usb, properties, udev_root)
     qualifiers = (f"if{interface}" if interface else None, location, names, paths)
     if kind == "pathRegex" and group.key:
         return Identity(group.key, qualifiers)
-    # A parent unit is named at the parent's granularity: its nodes' serials may be
-    # those of different devices below it (every dongle on one USB controller).
-    serial = _serial(properties if group.parent else first.properties, usb)
+    serial = _serial(properties, usb)
     if serial is not None:
         return Identity(serial, qualifiers)
     if location is not None:

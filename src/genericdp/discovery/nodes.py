@@ -7,7 +7,6 @@ thrown away afterwards so a rescan sees the host as it is now.
 
 from __future__ import annotations
 
-import logging
 import os
 import stat
 from dataclasses import dataclass, field
@@ -15,9 +14,7 @@ from pathlib import Path
 
 from genericdp.config.model import frozen_map
 from genericdp.discovery.model import DeviceNode, Roots
-from genericdp.discovery.sysfs import SysDevice, device_at, read_udev_properties
-
-log = logging.getLogger(__name__)
+from genericdp.discovery.sysfs import SysDevice, device_at, parse_devnum, read_udev_properties
 
 _KINDS = (("char", "c"), ("block", "b"))
 
@@ -37,6 +34,7 @@ class Scan:
 
     roots: Roots
     _by_devname: dict[str, Located] | None = field(default=None, repr=False)
+    _nodes: list[Located] | None = field(default=None, repr=False)
 
     def locate(self, relative: str) -> Located | None:
         """The sysfs device of the node ``<dev>/<relative>``, if sysfs knows it.
@@ -103,6 +101,11 @@ class Scan:
 
     def nodes(self) -> list[Located]:
         """Every device that has a node, from ``sys/dev/char`` and ``sys/dev/block``."""
+        if self._nodes is None:
+            self._nodes = self._list_nodes()
+        return self._nodes
+
+    def _list_nodes(self) -> list[Located]:
         found: list[Located] = []
         for folder, kind in _KINDS:
             try:
@@ -125,14 +128,6 @@ def _node_devnum(path: Path) -> tuple[int, int] | None:
         return None
     if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode):
         return os.major(info.st_rdev), os.minor(info.st_rdev)
-    return None
-
-
-def parse_devnum(text: str) -> tuple[int, int] | None:
-    """``"188:0"`` -> (188, 0); None when it is not that shape."""
-    major, sep, minor = text.strip().partition(":")
-    if sep and major.isdigit() and minor.isdigit():
-        return int(major), int(minor)
     return None
 
 

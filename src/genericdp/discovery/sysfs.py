@@ -18,7 +18,7 @@ from pathlib import Path
 
 # Binary or hardware-touching attributes: reading ``vpd`` can hang on some PCI
 # devices, ``rom`` and ``resource*`` are memory windows, ``config`` is raw bytes.
-_UNREAD_ATTRIBUTES = ("config", "rom", "vpd", "descriptors", "resource*", "uevent")
+_UNREAD_ATTRIBUTES = ("config", "rom", "vpd", "*descriptors", "resource*", "uevent")
 _MAX_ATTRIBUTE_BYTES = 4096
 
 
@@ -35,6 +35,14 @@ def read_text(path: Path) -> str | None:
         return data.decode()
     except UnicodeDecodeError:
         return None
+
+
+def parse_devnum(text: str) -> tuple[int, int] | None:
+    """``"188:0"`` -> (188, 0); None when it is not that shape."""
+    major, sep, minor = text.strip().partition(":")
+    if sep and major.isdigit() and minor.isdigit():
+        return int(major), int(minor)
+    return None
 
 
 def parse_uevent(text: str) -> dict[str, str]:
@@ -105,12 +113,7 @@ class SysDevice:
     def devnum(self) -> tuple[int, int] | None:
         """(major, minor) from the ``dev`` file, None for devices without a node."""
         text = read_text(self.directory / "dev")
-        if text is None:
-            return None
-        major, sep, minor = text.strip().partition(":")
-        if not sep or not major.isdigit() or not minor.isdigit():
-            return None
-        return int(major), int(minor)
+        return parse_devnum(text) if text is not None else None
 
     def parent(self) -> SysDevice | None:
         """The nearest ancestor directory that is a device (has ``uevent``)."""
