@@ -102,6 +102,8 @@ class PluginEndpoint:
         except KubeletError as exc:  # closed before the stream opened
             reason = str(exc)
         on_end(self, reason)
+        # The kubelet closes its connection once the stream is gone (client.Disconnect).
+        await self.close()
 
     async def get_preferred_allocation(
         self, available: Sequence[str], must_include: Sequence[str], size: int

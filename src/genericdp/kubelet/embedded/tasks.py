@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Coroutine
 from typing import Any
@@ -19,9 +18,11 @@ class Tasks:
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         """Run ``coro`` under ``name``; a failure is logged, never lost."""
-        task = asyncio.get_running_loop().create_task(self._guard(coro, name), name=name)
+        # The coroutine is the task itself (no wrapper), so a task cancelled before
+        # its first step still closes it instead of leaving it "never awaited".
+        task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._finished)
         return task
 
     async def cancel_all(self) -> None:
@@ -29,15 +30,10 @@ class Tasks:
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # Failures were already logged by _finished; here we only wait.
+        await asyncio.gather(*tasks, return_exceptions=True)
 
-    @staticmethod
-    async def _guard(coro: Coroutine[Any, Any, None], name: str) -> None:
-        try:
-            await coro
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("embedded kubelet task %s failed", name)
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error("embedded kubelet task %s failed", task.get_name(), exc_info=error)
