@@ -10,11 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from genericdp.config.model import Config, GlobMatcher, ResourceDefinition
 from genericdp.discovery.model import Unit
+from genericdp.errors import KubeletError
 from genericdp.kubelet.servicer import MAX_MESSAGE_BYTES, list_response
+from genericdp.runtime.kubeletwatch import DirChange, watch_plugin_dir
 from genericdp.runtime.plugin import remove_stale_sockets, socket_name
 from genericdp.runtime.state import DeviceInfo, DeviceState
+from genericdp.runtime.supervisor import Supervisor
 from genericdp.runtime.tasks import Backoff, TaskSet
+from tests.runtime_harness import settings_for
 
 
 def _unit(uid: str, numa: int | None = None) -> Unit:
@@ -155,3 +160,55 @@ def test_list_response_clipped_under_limit(caplog: pytest.LogCaptureFixture) -> 
     small = list_response(devices[:10], resource="example.com/big")
     assert len(small.devices) == 10
     assert small.devices[0].topology.nodes[0].ID == 0
+
+
+async def test_plugin_dir_watch_reports_batches_and_loss(tmp_path: Path) -> None:
+    """The watch reports created and deleted names, and fails clearly when the dir goes."""
+    watched = tmp_path / "dp"
+    watched.mkdir()
+    changes: list[DirChange] = []
+    changed = asyncio.Event()
+    ready = asyncio.Event()
+
+    def record(change: DirChange) -> None:
+        changes.append(change)
+        changed.set()
+
+    task = asyncio.create_task(watch_plugin_dir(watched, record, on_ready=ready.set))
+    await asyncio.wait_for(ready.wait(), 5)
+    (watched / "kubelet.sock").write_text("")
+    await asyncio.wait_for(changed.wait(), 5)
+    assert "kubelet.sock" in changes[0].created
+    changed.clear()
+    (watched / "kubelet.sock").unlink()
+    await asyncio.wait_for(changed.wait(), 5)
+    assert "kubelet.sock" in changes[-1].deleted
+    watched.rmdir()
+    with pytest.raises(KubeletError, match="removed or replaced"):
+        await asyncio.wait_for(task, 5)
+    assert changes[-1].lost
+
+
+async def test_watch_of_missing_dir_fails_clearly(tmp_path: Path) -> None:
+    """Watching a directory that does not exist raises KubeletError naming it."""
+    with pytest.raises(KubeletError, match="cannot watch"):
+        await watch_plugin_dir(tmp_path / "absent", lambda change: None)
+
+
+async def test_socket_path_too_long_is_a_clear_error(tmp_path: Path) -> None:
+    """A plugin dir too deep for a unix socket path leaves a status error naming the limit."""
+    plugin_dir = tmp_path / ("d" * 100)
+    plugin_dir.mkdir()
+    settings = settings_for(tmp_path, plugin_dir=plugin_dir)
+    definition = ResourceDefinition(name="example.com/serial", match=(GlobMatcher("/dev/x"),))
+    supervisor = Supervisor(settings, discover=lambda d, r: [_unit("x")])
+    try:
+        await supervisor.start(Config(resources=(definition,)))
+        statuses = await supervisor.wait_for(
+            lambda s: s["example.com/serial"].last_error is not None
+        )
+    finally:
+        assert await supervisor.stop() == ()
+    error = statuses["example.com/serial"].last_error or ""
+    assert "107 bytes" in error
+    assert not statuses["example.com/serial"].registered

@@ -338,7 +338,7 @@ class ResourcePlugin:
 
     async def pre_start(self, device_ids: tuple[str, ...]) -> None:
         definition = self._definition
-        units = self._checked(device_ids, healthy=False)
+        units = self._checked(device_ids, require_healthy=False)
         if definition.hooks.pre_start is not None:
             await self._run_hook(
                 PRE_START,
@@ -350,10 +350,10 @@ class ResourcePlugin:
                 logger=log,
             )
 
-    def _checked(self, ids: Sequence[str], *, healthy: bool = True) -> tuple[Unit, ...]:
+    def _checked(self, ids: Sequence[str], *, require_healthy: bool = True) -> tuple[Unit, ...]:
         found = self.state.lookup(ids)
         if found.unknown:
             raise InvalidDevicesError(f"unknown device IDs: {_shown(found.unknown)}")
-        if healthy and found.unhealthy:
+        if require_healthy and found.unhealthy:
             raise InvalidDevicesError(f"unhealthy device IDs: {_shown(found.unhealthy)}")
         return found.units
