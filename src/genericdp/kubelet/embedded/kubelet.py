@@ -56,24 +56,17 @@ from genericdp.errors import KubeletError
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.api import podresources_pb2_grpc as pr_grpc
-from genericdp.kubelet.embedded.allocation import (
-    PRE_START_FAILED,
-    AllocationError,
-    admission_error,
-    choose_devices,
-)
+from genericdp.kubelet.embedded.admission import Admission
 from genericdp.kubelet.embedded.endpoint import (
     DIAL_TIMEOUT,
     EndpointError,
     PluginEndpoint,
-    rpc_error,
 )
 from genericdp.kubelet.embedded.names import is_extended_resource_name
 from genericdp.kubelet.embedded.plugin_dir import prepare_socket, remove_socket, remove_sockets
 from genericdp.kubelet.embedded.podresources_server import PodResourcesServicer
 from genericdp.kubelet.embedded.registration_server import RegistrationServicer
 from genericdp.kubelet.embedded.state import (
-    ContainerAllocation,
     DeviceSnapshot,
     Event,
     EventKind,
@@ -88,7 +81,6 @@ from genericdp.kubelet.podresources import PodDevices
 log = logging.getLogger(__name__)
 
 ENDPOINT_GRACE = 300.0  # endpointStopGracePeriod
-_Key = tuple[str, str, str, str]  # namespace, pod, container, resource
 
 
 class EmbeddedKubelet:
@@ -113,11 +105,9 @@ class EmbeddedKubelet:
         self._clock = clock
         self._states: dict[str, ResourceState] = {}
         self._endpoints: dict[str, PluginEndpoint] = {}
-        self._allocations: dict[_Key, ContainerAllocation] = {}
-        self._responses: dict[_Key, pb.AllocateResponse] = {}
         self._events: list[Event] = []
         self._changed = asyncio.Event()
-        self._admission = asyncio.Lock()  # the kubelet admits pods one at a time
+        self._admission = Admission(self._states, self._endpoints, self._record)
         self._tasks = Tasks()
         self._timers: dict[str, asyncio.Task[None]] = {}
         self._servers: list[tuple[grpc.aio.Server, Path]] = []
@@ -144,7 +134,7 @@ class EmbeddedKubelet:
             lister = grpc.aio.server()
             pr_grpc.add_PodResourcesListerServicer_to_server(  # type: ignore[no-untyped-call]
                 PodResourcesServicer(
-                    lambda: tuple(self._allocations.values()), lambda: self.resources
+                    lambda: tuple(self._admission.allocations.values()), lambda: self.resources
                 ),
                 lister,
             )
@@ -212,7 +202,10 @@ class EmbeddedKubelet:
     @property
     def resources(self) -> Mapping[str, ResourceSnapshot]:
         """Every known resource, as frozen snapshots."""
-        return {name: state.snapshot(self._allocated(name)) for name, state in self._states.items()}
+        return {
+            name: state.snapshot(self._admission.allocated(name))
+            for name, state in self._states.items()
+        }
 
     @property
     def events(self) -> tuple[Event, ...]:
@@ -223,7 +216,7 @@ class EmbeddedKubelet:
         """Current allocations, in the shape the PodResources client returns."""
         return tuple(
             PodDevices(a.namespace, a.pod, a.container, a.resource, a.device_ids)
-            for a in self._allocations.values()
+            for a in self._admission.allocations.values()
         )
 
     def describe(self) -> str:
@@ -351,15 +344,7 @@ class EmbeddedKubelet:
             del self._states[name]
             self._record(EventKind.EXPIRED, name, f"forgotten after {self._grace}s")
 
-    # -- allocation ------------------------------------------------------------------
-
-    def _allocated(self, resource: str) -> frozenset[str]:
-        return frozenset(
-            device_id
-            for alloc in self._allocations.values()
-            if alloc.resource == resource
-            for device_id in alloc.device_ids
-        )
+    # -- pods ------------------------------------------------------------------------
 
     async def allocate(
         self,
@@ -372,110 +357,15 @@ class EmbeddedKubelet:
     ) -> pb.AllocateResponse:
         """Admit one container asking for ``count`` devices; return the plugin's answer.
 
-        Raises AllocationError as the kubelet would fail the pod.
+        Raises AllocationError as the kubelet would fail the pod (see the module doc).
         """
-        if count < 1:
-            raise AllocationError(f"a container must ask for at least 1 {resource}, not {count}")
-        key = (namespace, pod, container, resource)
-        who = f"{namespace}/{pod}/{container}"
-        async with self._admission:
-            try:
-                response = await self._admit(key, count)
-            except AllocationError as exc:
-                self._record(EventKind.ALLOCATION_FAILED, resource, f"{who}: {exc}")
-                raise
-        state = self._states.get(resource)
-        if state is not None and state.options is not None and state.options.pre_start_required:
-            await self._pre_start(key, who)
-        return response
-
-    async def _admit(self, key: _Key, count: int) -> pb.AllocateResponse:
-        namespace, pod, container, resource = key
-        existing = self._allocations.get(key)
-        if existing is not None:
-            if len(existing.device_ids) != count:
-                raise AllocationError(
-                    f'pod "{namespace}/{pod}" container "{container}" changed request for '
-                    f'resource "{resource}" from {len(existing.device_ids)} to {count}'
-                )
-            return self._responses[key]  # replayed from the checkpoint, no new Allocate
-        state, endpoint, available = self._available(resource, count)
-        preferred: tuple[str, ...] = ()
-        if state.options is not None and state.options.get_preferred_allocation_available:
-            try:
-                preferred = await endpoint.get_preferred_allocation(available, (), count)
-            except grpc.aio.AioRpcError as exc:
-                raise admission_error(
-                    f"device plugin GetPreferredAllocation rpc failed with err: {rpc_error(exc)}"
-                ) from exc
-        chosen = choose_devices(available, count, preferred)
-        try:
-            response = await endpoint.allocate(chosen)
-        except grpc.aio.AioRpcError as exc:
-            raise admission_error(rpc_error(exc)) from exc
-        if not response.container_responses:
-            raise admission_error(f"no containers return in allocation response {response}")
-        numa = {d: state.devices[d].numa_nodes for d in chosen if d in state.devices}
-        self._allocations[key] = ContainerAllocation(
-            namespace, pod, container, resource, chosen, numa
+        return await self._admission.allocate(
+            resource, count, pod=pod, container=container, namespace=namespace
         )
-        self._responses[key] = response
-        self._record(
-            EventKind.ALLOCATED, resource, f"{namespace}/{pod}/{container}: {', '.join(chosen)}"
-        )
-        return response
-
-    def _available(
-        self, resource: str, count: int
-    ) -> tuple[ResourceState, PluginEndpoint, list[str]]:
-        state = self._states.get(resource)
-        if state is None:
-            raise admission_error(f"cannot allocate unregistered device {resource}")
-        healthy = state.healthy_ids()
-        if not healthy:
-            raise admission_error(
-                f"no healthy devices present; cannot allocate unhealthy devices {resource}"
-            )
-        taken = self._allocated(resource)
-        available = [device_id for device_id in healthy if device_id not in taken]
-        if len(available) < count:
-            raise admission_error(
-                f"requested number of devices unavailable for {resource}. "
-                f"Requested: {count}, Available: {len(available)}"
-            )
-        endpoint = self._endpoints.get(resource)
-        if endpoint is None:
-            raise admission_error(f"unknown Device Plugin {resource}")
-        return state, endpoint, available
-
-    async def _pre_start(self, key: _Key, who: str) -> None:
-        resource = key[3]
-        endpoint = self._endpoints.get(resource)
-        alloc = self._allocations.get(key)
-        try:
-            if endpoint is None or alloc is None:
-                raise KubeletError(
-                    f"endpoint not found in cache for a registered resource: {resource}"
-                )
-            await endpoint.pre_start_container(alloc.device_ids)
-        except (grpc.aio.AioRpcError, KubeletError) as exc:
-            cause = rpc_error(exc) if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
-            error = AllocationError(
-                f"device plugin PreStartContainer rpc failed with err: {cause}",
-                reason=PRE_START_FAILED,
-            )
-            self._record(EventKind.ALLOCATION_FAILED, resource, f"{who}: {error}")
-            raise error from exc
 
     def release(self, namespace: str, pod: str) -> int:
         """Forget a deleted pod's allocations; return how many devices were freed."""
-        keys = [k for k in self._allocations if k[0] == namespace and k[1] == pod]
-        freed = 0
-        for key in keys:
-            freed += len(self._allocations.pop(key).device_ids)
-            self._responses.pop(key, None)
-            self._record(EventKind.RELEASED, key[3], f"{namespace}/{pod}/{key[2]}")
-        return freed
+        return self._admission.release(namespace, pod)
 
 
 def _go_quote(value: str) -> str:
