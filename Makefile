@@ -23,8 +23,8 @@ test: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -35,3 +35,7 @@ protos: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+
+## Speed and memory, measured: medians over repetitions, with the machine named.
+bench: $(STAMP)
+	$(BIN)/python -m bench.run
