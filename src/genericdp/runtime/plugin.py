@@ -179,16 +179,19 @@ class ResourcePlugin:
         self._wanted.set()
 
     async def run_registration(self) -> None:
-        """Serve and Register whenever asked, until cancelled."""
-        try:
-            while True:
-                await self._wanted.wait()
-                await asyncio.sleep(self._settle)  # merge a burst (one kubelet restart)
-                self._wanted.clear()
-                reasons, self._reasons = ", ".join(dict.fromkeys(self._reasons)), []
+        """Serve and Register whenever asked, until cancelled (``close`` stops serving)."""
+        while True:
+            await self._wanted.wait()
+            await asyncio.sleep(self._settle)  # merge a burst (one kubelet restart)
+            self._wanted.clear()
+            reasons, self._reasons = ", ".join(dict.fromkeys(self._reasons)), []
+            try:
                 await self._register_until_done(reasons)
-        finally:
-            await self.close()
+            except Exception:
+                # A bug of ours: the task guard logs it and runs us again, which
+                # must then still register.
+                self.request_registration("retry after an error")
+                raise
 
     async def close(self, grace: float = 3.0) -> None:
         """End the streams, stop the server and remove its socket."""
