@@ -64,7 +64,7 @@ def _parts(error: ValidationError) -> tuple[Any, Any, dict[str, Any]]:
 
 
 def unknown_key(key: str, allowed: Sequence[str]) -> str:
-    """ "unknown key 'x' (allowed: a, b); did you mean 'a'?"."""
+    """The message for an unknown key: the allowed keys and the closest one, if any."""
     message = f"unknown key {key!r} (allowed: {', '.join(allowed)})"
     return message + _suggest(key, allowed)
 
