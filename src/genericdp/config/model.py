@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
@@ -60,7 +60,7 @@ class GroupBy:
     - ``all``: all matched nodes form one unit.
     - ``parent``: nodes sharing the nearest sysfs ancestor of ``subsystem``
       (for example ``usb`` or ``pci``) form one unit.
-    - ``pathRegex``: nodes whose host path yields the same key from
+    - ``pathRegex``: nodes whose matched (container) path yields the same key from
       ``pattern`` (named group ``key``, else the first group, else the whole
       match) form one unit; nodes that do not match are dropped.
     """
@@ -125,7 +125,7 @@ class AllocateSpec:
     annotations: Mapping[str, str] = field(default_factory=frozen_map)
 
 
-class PreferredAllocation(str, Enum):
+class PreferredAllocation(StrEnum):
     """Policy for GetPreferredAllocation."""
 
     PACKED = "packed"  # fill one NUMA node / parent before the next
