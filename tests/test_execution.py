@@ -305,3 +305,34 @@ async def main():
 
 asyncio.run(main())
 """
+
+
+async def test_second_cancellation_kills_at_once(tmp_path: Path, clean_kill: list[int]) -> None:
+    """Cancelled again during the grace period, run_exec SIGKILLs the group instead of waiting."""
+    pidfile = tmp_path / "pids"
+    script = 'trap "" TERM; sleep 100 & echo "$$ $!" > "$1"; while :; do wait; done'
+    task = asyncio.create_task(
+        run_exec(sh(script, str(pidfile), timeout=60), env={}, kill_grace=3600)
+    )
+    await eventually(lambda: len(pids_in(pidfile)) == 2, "the script wrote its pids")
+    clean_kill.extend(pids_in(pidfile))
+    task.cancel()
+    await asyncio.sleep(0)  # let the first cancellation start the graceful stop
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for pid in pids_in(pidfile):
+        await eventually(stopped(pid), f"process {pid} is gone")
+
+
+async def test_cancellation_asks_politely_first(tmp_path: Path, clean_kill: list[int]) -> None:
+    """The first cancellation sends SIGTERM, so a command can clean up before it goes."""
+    pidfile, said = tmp_path / "pids", tmp_path / "said"
+    script = 'trap \'echo bye > "$2"; exit 0\' TERM; sleep 100 & echo $$ > "$1"; wait'
+    task = asyncio.create_task(run_exec(sh(script, str(pidfile), str(said), timeout=60), env={}))
+    await eventually(lambda: len(pids_in(pidfile)) == 1, "the script wrote its pid")
+    clean_kill.extend(pids_in(pidfile))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert said.read_text() == "bye\n"

@@ -297,3 +297,35 @@ async def test_run_sleeps_what_is_left_of_the_interval(
     monitor_task(monitor)
     assert await rounds.first() == 2.0
     assert await rounds.next() == 0.0  # the round took longer than the interval
+
+
+async def test_cancelling_the_monitor_stops_running_probes(
+    tmp_path: Path, monitor_task: Callable[[HealthMonitor], asyncio.Task[None]]
+) -> None:
+    """Stopping a resource (cancelling run) kills the probes in flight."""
+    pidfile = tmp_path / "pid"
+    script = 'sleep 100 & echo $! > "$1"; wait'
+    check = HealthCheck(exec=Exec(("/bin/sh", "-c", script, "probe", str(pidfile)), 60))
+    task = monitor_task(HealthMonitor(RESOURCE, check, lambda: [unit("A")], Changes()))
+    await eventually(lambda: pidfile.exists() and pidfile.read_text().strip() != "")
+    pid = int(pidfile.read_text())
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await eventually(lambda: not running(pid))
+
+
+def running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return text[text.rfind(")") + 2 :].split()[0] not in ("Z", "X")
+
+
+async def eventually(condition: Callable[[], bool]) -> None:
+    """Poll ``condition`` until it holds; fail the test after the deadline."""
+    async with asyncio.timeout(DEADLINE):
+        while not condition():  # noqa: ASYNC110 - polling another process's state
+            await asyncio.sleep(0.01)

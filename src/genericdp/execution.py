@@ -31,6 +31,7 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_OUTPUT_LIMIT = 64 * 1024
 DEFAULT_KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL
 _POLL = 0.02  # how often we look whether a signalled group is gone
+_REAP_WAIT = 1.0  # how long a hurried stop waits for SIGKILL to take effect
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ async def run_exec(
     if output_limit < 0:
         raise ValueError(f"output_limit must be >= 0, not {output_limit}")
     try:
-        proc, transport, tail = await _start(argv, child_env(env), cwd, output_limit)
+        proc, transport, tail = await _start(argv, child_env(env), cwd, output_limit, kill_grace)
     except OSError as exc:
         return result(None, False, None, _start_error(argv, cwd, exc))
     try:
@@ -163,6 +164,29 @@ class _Tail(asyncio.Protocol):
 
 
 async def _start(
+    argv: tuple[str, ...], env: dict[str, str], cwd: Path | None, limit: int, grace: float
+) -> tuple[asyncio.subprocess.Process, asyncio.BaseTransport, _Tail]:
+    """``_spawn``, safe against cancellation while it is under way.
+
+    The command may already run (and fork) before asyncio has finished setting
+    up its transport; a cancellation then would lose the process without
+    stopping its group. So starting is shielded, and a cancelled start is
+    completed and then stopped like any running command.
+    """
+    starting = asyncio.create_task(_spawn(argv, env, cwd, limit), name=f"start {argv[0]}")
+    try:
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        with contextlib.suppress(OSError):
+            proc, transport, _ = await starting  # milliseconds; cancelling again cuts it short
+            try:
+                await _stop_group_firmly(proc, grace)
+            finally:
+                transport.close()
+        raise
+
+
+async def _spawn(
     argv: tuple[str, ...], env: dict[str, str], cwd: Path | None, limit: int
 ) -> tuple[asyncio.subprocess.Process, asyncio.BaseTransport, _Tail]:
     loop = asyncio.get_running_loop()
@@ -182,10 +206,11 @@ async def _start(
         raise
     finally:
         os.close(write_fd)  # only the child holds the write end now: EOF when it is done
+    reader = os.fdopen(read_fd, "rb", buffering=0)
     try:
-        reader = os.fdopen(read_fd, "rb", buffering=0)
         transport, tail = await loop.connect_read_pipe(lambda: _Tail(limit), reader)
     except BaseException:
+        reader.close()
         _signal_group(proc.pid, signal.SIGKILL)
         raise
     return proc, transport, tail
@@ -193,20 +218,33 @@ async def _start(
 
 async def _wait(proc: asyncio.subprocess.Process, limit: float, grace: float) -> bool:
     """Wait for the command, then stop what is left of its group; True if it timed out."""
-    stopped = False
+    timed_out = False
     try:
-        try:
-            async with asyncio.timeout(limit):
-                await proc.wait()
-            timed_out = False
-        except TimeoutError:
-            timed_out = True
-        await _stop_group(proc, grace)
-        stopped = True
-    finally:
-        if not stopped:  # cancelled, maybe twice: no more waiting, just make sure
-            _signal_group(proc.pid, signal.SIGKILL)
+        async with asyncio.timeout(limit):
+            await proc.wait()
+    except TimeoutError:
+        timed_out = True
+    finally:  # on cancellation too: the command must not outlive us
+        await _stop_group_firmly(proc, grace)
     return timed_out
+
+
+async def _stop_group_firmly(proc: asyncio.subprocess.Process, grace: float) -> None:
+    """``_stop_group``; cancelled meanwhile (shutdown in a hurry), SIGKILL at once.
+
+    Even then we wait a moment for asyncio to reap the leader, so the
+    subprocess transport is closed and no zombie is left; a further
+    cancellation ends that wait too.
+    """
+    try:
+        await _stop_group(proc, grace)
+    except asyncio.CancelledError:
+        _signal_group(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), _REAP_WAIT)
+        if proc.returncode is not None:  # else reaping could steal the leader's status
+            _reap_group(proc.pid)
+        raise
 
 
 async def _stop_group(proc: asyncio.subprocess.Process, grace: float) -> None:
