@@ -336,3 +336,13 @@ async def test_cancellation_asks_politely_first(tmp_path: Path, clean_kill: list
     with pytest.raises(asyncio.CancelledError):
         await task
     assert said.read_text() == "bye\n"
+
+
+async def test_impossible_argv_or_env_is_an_error() -> None:
+    """A NUL byte in argv or a bad variable name is reported, never raised."""
+    result = await run_exec(Exec(("/bin/echo", "a\0b"), 5), env={})
+    assert result.error is not None
+    assert "null byte" in result.error
+    result = await run_exec(Exec(("/bin/true",), 5), env={"A=B": "c"})
+    assert result.error is not None
+    assert "environment variable" in result.error

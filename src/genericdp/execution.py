@@ -103,7 +103,7 @@ async def run_exec(
         raise ValueError(f"output_limit must be >= 0, not {output_limit}")
     try:
         proc, transport, tail = await _start(argv, child_env(env), cwd, output_limit, kill_grace)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte or "=" in argv or env
         return result(None, False, None, _start_error(argv, cwd, exc))
     try:
         timed_out = await _wait(proc, spec.timeout, kill_grace)
@@ -328,7 +328,9 @@ def _reap_group(pgid: int) -> None:
             return
 
 
-def _start_error(argv: tuple[str, ...], cwd: Path | None, exc: OSError) -> str:
+def _start_error(argv: tuple[str, ...], cwd: Path | None, exc: OSError | ValueError) -> str:
+    if isinstance(exc, ValueError):
+        return f"{argv[0]!r}: {exc}"
     reason = exc.strerror or str(exc)
     if cwd is not None and exc.filename is not None and str(exc.filename) == str(cwd):
         return f"working directory {cwd}: {reason}"
