@@ -74,6 +74,8 @@ class HealthMonitor:
         on_result: OnResult | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, not {concurrency}")
         self.resource = resource
         self.check = check
         self._units = units
