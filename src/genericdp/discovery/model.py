@@ -52,6 +52,15 @@ class Unit:
     properties: Mapping[str, str] = field(default_factory=frozen_map)
 
 
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One kubelet device (a replica of a unit), as ListAndWatch reports it."""
+
+    id: str
+    healthy: bool
+    numa_node: int | None = None
+
+
 def replica_ids(unit_id: str, count: int) -> tuple[str, ...]:
     """The kubelet device IDs of a unit shared by ``count`` containers."""
     if count <= 1:

@@ -16,12 +16,12 @@ from typing import NoReturn, Protocol
 
 import grpc
 
+from genericdp.discovery.model import DeviceInfo
 from genericdp.errors import GenericdpError, HookError, KubeletError, TemplateRenderError
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.options import HEALTHY, UNHEALTHY, PluginOptions, unix_address
 from genericdp.render import Allocation
-from genericdp.runtime.state import DeviceInfo
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Protocol
 
 from genericdp.config.model import Exec, ResourceDefinition
-from genericdp.discovery.model import Unit
+from genericdp.discovery.model import DeviceInfo, Unit
 from genericdp.errors import KubeletError, RegistrationError
 from genericdp.hooks import INIT, PRE_START
 from genericdp.kubelet.options import KUBELET_SOCKET_NAME, PluginOptions
@@ -33,7 +33,7 @@ from genericdp.kubelet.servicer import InvalidDevicesError, PluginServer, Prefer
 from genericdp.render import Allocation, render_allocation
 from genericdp.runtime.preferred import preferred_allocation
 from genericdp.runtime.reconcile import plugin_options
-from genericdp.runtime.state import DeviceInfo, DeviceState
+from genericdp.runtime.state import DeviceState
 from genericdp.runtime.tasks import Backoff
 
 log = logging.getLogger(__name__)

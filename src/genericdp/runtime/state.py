@@ -12,16 +12,7 @@ import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from genericdp.discovery.model import Unit, replica_ids, unit_id_of
-
-
-@dataclass(frozen=True)
-class DeviceInfo:
-    """One kubelet device (a replica of a unit), as ListAndWatch reports it."""
-
-    id: str
-    healthy: bool
-    numa_node: int | None = None
+from genericdp.discovery.model import DeviceInfo, Unit, replica_ids, unit_id_of
 
 
 @dataclass(frozen=True)
