@@ -108,6 +108,28 @@ async def test_taskset_restarts_failed_task_and_stops(caplog: pytest.LogCaptureF
     assert len(tasks.names) == 0
 
 
+async def test_taskset_logs_our_errors_without_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A task failing with one of our errors logs its message, not a traceback; others get one."""
+    failures = [KubeletError("cannot watch /nowhere"), RuntimeError("a bug")]
+    done = asyncio.Event()
+
+    async def failing() -> None:
+        if failures:
+            raise failures.pop(0)
+        done.set()
+
+    tasks = TaskSet(logging.getLogger("test"))
+    tasks.spawn("watch", failing, backoff=Backoff(initial=0.001, maximum=0.001))
+    await asyncio.wait_for(done.wait(), 5)
+    ours, bug = [r for r in caplog.records if "task watch failed" in r.getMessage()]
+    assert ours.getMessage() == "task watch failed: cannot watch /nowhere"
+    assert ours.exc_info is None
+    assert bug.exc_info is not None
+    assert await tasks.stop(timeout=2) == ()
+
+
 async def test_taskset_reports_stragglers() -> None:
     """A task that ignores cancellation past the timeout is named as a straggler."""
     release = asyncio.Event()

@@ -208,17 +208,15 @@ COMMANDS = {
 }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return COMMANDS[args.command](args)
-    except ConfigError as exc:
+def _report(exc: Exception) -> int | None:
+    """Print an expected failure for a person; its exit code, or None for a bug."""
+    if isinstance(exc, ConfigError):
         _print_config_error(exc, sys.stderr)
         return EXIT_INVALID
-    except UsageError as exc:
+    if isinstance(exc, UsageError):
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except ValidationError as exc:
+    if isinstance(exc, ValidationError):
         for err in exc.errors():
             loc = ".".join(str(x) for x in err["loc"])
             print(
@@ -227,11 +225,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
         return EXIT_USAGE
-    except GenericdpError as exc:
+    if isinstance(exc, GenericdpError | OSError):  # a root, directory or file we cannot use
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ENVIRONMENT
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        code = _report(exc)
+        if code is None:
+            raise  # a bug: the traceback is what a bug report needs
+        return code
 
 
 if __name__ == "__main__":

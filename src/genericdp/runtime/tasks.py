@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from genericdp.errors import GenericdpError
+
 log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -116,6 +118,9 @@ class TaskSet:
                 await factory()
             except asyncio.CancelledError:
                 raise
+            except GenericdpError as exc:
+                # Ours carry what a user needs; a traceback would only bury it.
+                self._log.error("task %s failed: %s", name, exc)
             except Exception:
                 self._log.exception("task %s failed", name)
             else:
