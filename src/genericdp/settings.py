@@ -6,14 +6,55 @@ at temporary trees instead of the host's ``/dev``, ``/sys`` and kubelet.
 
 from __future__ import annotations
 
+import ipaddress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+_MAX_PORT = 65535
+
+
+@dataclass(frozen=True)
+class ListenAddress:
+    """Where the HTTP endpoints listen; ``host`` None means every interface."""
+
+    host: str | None
+    port: int
+
+    def __str__(self) -> str:
+        host = self.host or ""
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+
+
+def parse_listen_address(text: str) -> ListenAddress | None:
+    """``host:port``, ``:port`` (every interface) or ``[v6]:port``; empty: disabled.
+
+    Raises ValueError saying what is wrong (pydantic reports it as a bad setting).
+    """
+    text = text.strip()
+    if not text:
+        return None
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        raise ValueError(f"{text!r} has no port: write host:port or :port")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"{host!r} in brackets is not an IPv6 address") from None
+    elif ":" in host:
+        raise ValueError(f"IPv6 addresses go in brackets, as in [::1]:9090, not {text!r}")
+    elif any(c.isspace() or c in "/[]" for c in host):
+        raise ValueError(f"{host!r} is not a host name or address")
+    if not port_text.isdigit() or int(port_text) > _MAX_PORT:
+        raise ValueError(f"port {port_text!r} is not a number from 0 to {_MAX_PORT}")
+    return ListenAddress(host or None, int(port_text))
 
 
 class DiscoverySettings(BaseSettings):
@@ -38,7 +79,21 @@ class Settings(DiscoverySettings):
     )
     cdi_dir: Path = Field(Path("/var/run/cdi"), description="where CDI specs are written")
     node_name: str = Field("", description="this node's name, shown to templates")
-    metrics_address: str = Field(":9090", description="host:port for /metrics, /healthz")
+    metrics_address: str = Field(
+        ":9090",
+        description="host:port, :port or [v6]:port for /metrics, /healthz, /readyz; empty: off",
+    )
     rescan_interval: float = Field(60.0, description="seconds between safety-net rescans")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
+
+    @field_validator("metrics_address")
+    @classmethod
+    def _check_metrics_address(cls, value: str) -> str:
+        parse_listen_address(value)
+        return value.strip()
+
+    @property
+    def metrics_listen(self) -> ListenAddress | None:
+        """The parsed ``metrics_address``; None when the endpoints are off."""
+        return parse_listen_address(self.metrics_address)
