@@ -84,6 +84,9 @@ class Settings(DiscoverySettings):
         description="host:port, :port or [v6]:port for /metrics, /healthz, /readyz; empty: off",
     )
     rescan_interval: float = Field(60.0, description="seconds between safety-net rescans")
+    hotplug_settle: float = Field(
+        0.1, ge=0.0, description="seconds of device events merged into one rescan (udev bursts)"
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
 

@@ -18,6 +18,7 @@ import logging
 import re
 import secrets
 import socket as socketlib
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from genericdp.hooks import INIT, PRE_START
 from genericdp.kubelet.options import KUBELET_SOCKET_NAME, PluginOptions
 from genericdp.kubelet.registration import register
 from genericdp.kubelet.servicer import InvalidDevicesError, PluginServer, PreferredRequest
+from genericdp.metrics import NO_METRICS, Recorder, allocation_result
 from genericdp.render import Allocation, render_allocation
 from genericdp.runtime.preferred import preferred_allocation
 from genericdp.runtime.reconcile import plugin_options
@@ -71,6 +73,7 @@ class PluginStatus:
     devices: int
     healthy: int
     last_error: str | None = None
+    units: int = 0  # discovered units (``devices`` counts their replica IDs)
 
 
 def socket_name(resource: str, token: str | None = None) -> str:
@@ -122,8 +125,10 @@ class ResourcePlugin:
         backoff: Backoff | None = None,
         settle: float = 0.05,
         register_timeout: float = 5.0,
+        metrics: Recorder = NO_METRICS,
     ) -> None:
         self._definition = definition
+        self._metrics = metrics
         self.state = state
         self._plugin_dir = plugin_dir
         self._run_hook = run_hook
@@ -169,6 +174,7 @@ class ResourcePlugin:
             devices=len(devices),
             healthy=sum(d.healthy for d in devices),
             last_error=self._last_error,
+            units=len(self.state.units),
         )
 
     def request_registration(self, reason: str, *, new_socket: bool = False) -> None:
@@ -245,6 +251,7 @@ class ResourcePlugin:
             return self._failed(str(exc))
         self._registered = True
         self._registrations += 1
+        self._metrics.registration(self.resource, ok=True)
         self._last_error = None
         log.info(
             "%s: registered with the kubelet, endpoint %s (%s)", self.resource, endpoint, reasons
@@ -256,6 +263,7 @@ class ResourcePlugin:
         if message != self._last_error:
             log.warning("%s: not registered: %s", self.resource, message)
         self._last_error = message
+        self._metrics.registration(self.resource, ok=False)
         self._on_status()
         return False
 
@@ -320,6 +328,18 @@ class ResourcePlugin:
 
     async def allocate(self, requests: Sequence[tuple[str, ...]]) -> list[Allocation]:
         """Check every container's IDs first, then run init hooks and render."""
+        started = time.monotonic()
+        error: BaseException | None = None
+        try:
+            return await self._allocate(requests)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            elapsed = time.monotonic() - started
+            self._metrics.allocation(self.resource, allocation_result(error), elapsed)
+
+    async def _allocate(self, requests: Sequence[tuple[str, ...]]) -> list[Allocation]:
         definition = self._definition
         lookups = [self._checked(ids) for ids in requests]
         allocations: list[Allocation] = []

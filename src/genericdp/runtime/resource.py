@@ -3,7 +3,8 @@
 Three named, guarded tasks per resource: ``<name>/discovery`` (first scan,
 then a rescan every ``rescan_interval`` or when the definition changes),
 ``<name>/health`` (when the definition has a probe) and
-``<name>/registration`` (the plugin's serve-and-Register loop). The plugin
+``<name>/registration`` (the plugin's serve-and-Register loop), and one
+``<name>/cleanup/<unit>`` per unit being cleaned up (``release.Cleaner``). The plugin
 first registers after the first successful scan, so the kubelet never sees a
 transient empty list; a scan that fails is retried with backoff and touches
 nothing else.
@@ -18,9 +19,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from genericdp.config.model import ResourceDefinition
-from genericdp.discovery.model import Roots, Unit
+from genericdp.discovery.model import Roots, Unit, unit_id_of
+from genericdp.execution import ExecResult
 from genericdp.health import HealthMonitor
+from genericdp.metrics import NO_METRICS, Recorder, exec_result
 from genericdp.runtime.plugin import HookRunner, ResourcePlugin
+from genericdp.runtime.release import Cleaner, Release, UsageTracker
 from genericdp.runtime.state import DeviceState
 from genericdp.runtime.tasks import Backoff, TaskSet
 
@@ -44,8 +48,13 @@ class ResourceRunner:
         rescan_interval: float = 60.0,
         on_status: Callable[[], None] = lambda: None,
         settle: float = 0.05,
+        metrics: Recorder = NO_METRICS,
+        usage: UsageTracker | None = None,
+        cleanup_backoff: Callable[[], Backoff] | None = None,
     ) -> None:
         self.state = DeviceState(count=definition.count)
+        self._usage = usage or UsageTracker()  # the supervisor's, shared by every resource
+        self._metrics = metrics
         self.plugin = ResourcePlugin(
             definition,
             self.state,
@@ -54,6 +63,16 @@ class ResourceRunner:
             node_name=node_name,
             on_status=on_status,
             settle=settle,
+            metrics=metrics,
+            on_claim=self._claim,
+            on_allocated=self._allocated,
+        )
+        self.cleaner = Cleaner(
+            self.state,
+            lambda: self.plugin.definition,
+            run_hook=run_hook,
+            node_name=node_name,
+            backoff=cleanup_backoff,
         )
         self._roots = roots
         self._discover = discover
@@ -79,6 +98,10 @@ class ResourceRunner:
         if self._discovered:
             self.plugin.request_registration(reason, new_socket=new_socket)
 
+    def rescan(self) -> None:
+        """Run discovery again now (hotplug); requests during a scan merge into one more."""
+        self._rescan.set()
+
     async def update(self, definition: ResourceDefinition, *, reregister: bool) -> None:
         """Apply a changed definition in place; Register again if its options changed."""
         old = self.plugin.definition
@@ -91,11 +114,41 @@ class ResourceRunner:
         if reregister:
             self.kick("options changed", new_socket=True)
 
-    async def stop(self, *, timeout: float = 5.0) -> tuple[str, ...]:  # noqa: ASYNC109
-        """Cancel the tasks, then end streams, stop the server, remove the socket."""
+    async def stop(
+        self,
+        *,
+        timeout: float = 5.0,  # noqa: ASYNC109
+        removed: bool = False,
+    ) -> tuple[str, ...]:
+        """Cancel the tasks, then end streams, stop the server, remove the socket.
+
+        Running cleanups get ``timeout`` to finish. ``removed`` (the resource
+        left the config) also cleans every unit in use, once, and waits for it.
+        """
         stragglers = await self._tasks.stop(timeout=timeout)
         await self.plugin.close()
-        return stragglers
+        if removed:
+            in_use = self._usage.in_use(self.name)
+            for unit in self.state.units.values():
+                self._removed(unit, in_use)
+            timeout = self.cleaner.drain_timeout(timeout)
+        return (*stragglers, *await self.cleaner.stop(timeout))
+
+    def released(self, release: Release) -> None:
+        """Nobody holds this unit any more (seen by the PodResources poller)."""
+        self.cleaner.released(release)
+
+    async def _claim(self, device_ids: tuple[str, ...]) -> None:
+        for release in self._usage.claim(self.name, device_ids):
+            await self.cleaner.clean_now(release)
+
+    def _allocated(self, device_ids: tuple[str, ...]) -> None:
+        self._usage.handed_out(self.name, device_ids)
+
+    def _removed(self, unit: Unit, in_use: frozenset[str]) -> None:
+        held = [d for d in in_use if unit_id_of(d) == unit.id]
+        if held:
+            self.cleaner.removed(unit, held)
 
     def _start_health(self) -> None:
         check = self.plugin.definition.health
@@ -107,9 +160,13 @@ class ResourceRunner:
             lambda: tuple(self.state.units.values()),
             self._health_changed,
             node_name=self._node_name,
+            on_result=self._probed,
             logger=log,
         )
         self._tasks.spawn(f"{self.name}/health", monitor.run, backoff=Backoff())
+
+    def _probed(self, _unit_id: str, result: ExecResult) -> None:
+        self._metrics.health_probe(self.name, exec_result(result), result.duration)
 
     def _health_changed(self, unhealthy: frozenset[str]) -> None:
         if self.state.set_unhealthy(unhealthy):
@@ -122,8 +179,13 @@ class ResourceRunner:
             self._rescan.clear()
             definition = self.plugin.definition
             units = await asyncio.to_thread(self._discover, definition, self._roots)
+            before = self.state.units
             if self.state.set_units(units):
                 log.info("%s: %d units: %s", self.name, len(units), _ids(units))
+                in_use, found = self._usage.in_use(self.name), {u.id for u in units}
+                for unit in before.values():
+                    if unit.id not in found:
+                        self._removed(unit, in_use)
             if not self._discovered:
                 self._discovered = True
                 self.plugin.request_registration("start")

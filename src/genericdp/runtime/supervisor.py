@@ -17,6 +17,8 @@ from types import TracebackType
 from genericdp.config.model import Config
 from genericdp.discovery.model import Roots
 from genericdp.kubelet.options import KUBELET_SOCKET_NAME
+from genericdp.metrics import NO_METRICS, Recorder, TimedHooks
+from genericdp.runtime.devwatch import DevChange, watch_devices
 from genericdp.runtime.kubeletwatch import DirChange, watch_plugin_dir
 from genericdp.runtime.plugin import HookRunner, PluginStatus, remove_stale_sockets
 from genericdp.runtime.reconcile import Plan, plan
@@ -45,7 +47,8 @@ class Supervisor:
     """Runs the device plugins of a config.
 
     ``discover`` and ``run_hook`` default to the real ones; tests pass their
-    own (a discovery that raises, say) instead of patching.
+    own (a discovery that raises, say) instead of patching. ``metrics`` hears
+    of registrations, allocations, hooks, probes and kubelet restarts.
     """
 
     def __init__(
@@ -55,10 +58,14 @@ class Supervisor:
         discover: Discover | None = None,
         run_hook: HookRunner | None = None,
         settle: float = 0.05,
+        metrics: Recorder | None = None,
     ) -> None:
         self._settings = settings
         self._discover = discover or _default_discover()
         self._run_hook = run_hook or _default_hook_runner()
+        self._metrics = metrics or NO_METRICS
+        if metrics is not None:
+            self._run_hook = TimedHooks(self._run_hook, metrics)
         self._settle = settle
         self._roots = Roots(dev=settings.dev_root, sys=settings.sys_root, udev=settings.udev_root)
         self._runners: dict[str, ResourceRunner] = {}
@@ -81,6 +88,8 @@ class Supervisor:
             for path in remove_stale_sockets(plugin_dir):
                 log.info("removed stale socket %s", path)
         self._tasks.spawn("kubelet-watch", self._watch, backoff=Backoff(maximum=10.0))
+        # Not awaited: once ready it asks every resource to rescan, so nothing is missed.
+        self._tasks.spawn("device-watch", self._watch_devices, backoff=Backoff(maximum=10.0))
         try:
             await asyncio.wait_for(self._watching.wait(), watch_timeout)
         except TimeoutError:
@@ -109,6 +118,7 @@ class Supervisor:
                     rescan_interval=self._settings.rescan_interval,
                     on_status=self._notify,
                     settle=self._settle,
+                    metrics=self._metrics,
                 )
                 self._runners[definition.name] = runner
                 runner.start()
@@ -142,6 +152,11 @@ class Supervisor:
 
     # -- observation -------------------------------------------------------------
 
+    @property
+    def watching(self) -> bool:
+        """Whether the kubelet directory is watched now (kubelet restarts are seen)."""
+        return self._watching.is_set()
+
     def status(self) -> dict[str, PluginStatus]:
         return {name: r.plugin.status() for name, r in sorted(self._runners.items())}
 
@@ -164,6 +179,26 @@ class Supervisor:
         old, self._changed = self._changed, asyncio.Event()
         old.set()
 
+    # -- hotplug -----------------------------------------------------------------
+
+    def rescan(self, reason: str) -> None:
+        """Wake every resource's discovery now; the kubelet hears only of real changes."""
+        if self._runners:
+            log.debug("rescanning %d resource(s): %s", len(self._runners), reason)
+        for runner in self._runners.values():
+            runner.rescan()
+
+    async def _watch_devices(self) -> None:
+        await watch_devices(
+            self._settings.dev_root,
+            self._on_dev_change,
+            settle=self._settings.hotplug_settle,
+            on_ready=lambda: self.rescan("device watch (re)started"),
+        )
+
+    def _on_dev_change(self, change: DevChange) -> None:
+        self.rescan(change.describe())
+
     # -- the kubelet watch ---------------------------------------------------------
 
     async def _watch(self) -> None:
@@ -176,6 +211,8 @@ class Supervisor:
 
     def _on_dir_change(self, change: DirChange) -> None:
         kubelet_new = KUBELET_SOCKET_NAME in change.created
+        if kubelet_new:
+            self._metrics.kubelet_restart()
         for runner in self._runners.values():
             socket = runner.plugin.socket
             ours_gone = socket is not None and socket.name in change.deleted
