@@ -84,8 +84,17 @@ class Settings(DiscoverySettings):
         description="host:port, :port or [v6]:port for /metrics, /healthz, /readyz; empty: off",
     )
     rescan_interval: float = Field(60.0, description="seconds between safety-net rescans")
+    pod_resources_poll_interval: float = Field(
+        5.0,
+        gt=0.0,
+        description="seconds between PodResources List calls that detect released devices "
+        "(only while some resource has a cleanup hook)",
+    )
     hotplug_settle: float = Field(
         0.1, ge=0.0, description="seconds of device events merged into one rescan (udev bursts)"
+    )
+    reload_settle: float = Field(
+        0.2, ge=0.0, description="seconds without config changes before a reload (merges bursts)"
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"

@@ -33,7 +33,9 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
     ``ready`` is set once the plugins are started (registration goes on in
     the background: the kubelet may not be up yet).
     """
+    from genericdp.runtime.configwatch import start_config_watch
     from genericdp.runtime.supervisor import Supervisor
+    from genericdp.runtime.tasks import TaskSet
 
     config = load_config(settings)
     loop = asyncio.get_running_loop()
@@ -47,6 +49,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
     for sig in _SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig)
     supervisor = Supervisor(settings)
+    watches = TaskSet(log)
     try:
         log.info(
             "serving %d resource(s) from %s in %s",
@@ -55,6 +58,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
             settings.plugin_dir,
         )
         await supervisor.start(config)
+        start_config_watch(watches, settings, supervisor)  # hot reload
         if ready is not None:
             ready.set()
         await stop.wait()
@@ -62,7 +66,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
     finally:
         for sig in _SIGNALS:
             loop.remove_signal_handler(sig)
-        stragglers = await supervisor.stop()
+        # No reload may start while the plugins stop.
+        stragglers = (*await watches.stop(), *await supervisor.stop())
         if stragglers:
             log.warning("exiting with tasks still running: %s", ", ".join(stragglers))
     log.info("shut down cleanly")

@@ -1,0 +1,381 @@
+"""Hot reload: watch the config with inotify and reconcile each valid change.
+
+What the watch has to survive:
+
+- Editors save by writing a temporary file and renaming it over the old one,
+  so the inode we would watch directly is gone after the first save. We watch
+  the *directory* (the config directory, or a config file's parent) and react
+  to events naming the file, ``..data`` or any ``*.yaml``/``*.yml``.
+- The kubelet updates a ConfigMap volume with its atomic writer: the new
+  content goes into a fresh ``..<timestamp>`` directory, links for new keys
+  are created (``key -> ..data/key``, dangling for a moment), then the
+  ``..data_tmp`` link is renamed over ``..data`` (the atomic switch), then
+  links of removed keys and the old directory are deleted. The file names a
+  user sees never change for an edited key: only ``..data`` does.
+- Bursts: one save or one ConfigMap update is several events. A reload waits
+  until ``settle`` seconds pass without a relevant event (capped), then loads
+  once. Events that arrive while a reload runs are read afterwards and lead to
+  one more reload, so the last state on disk is always the one looked at.
+
+A reload loads in a worker thread, compares with the running config and, if
+any resource differs, hands the new one to ``Supervisor.apply`` (which stops,
+updates and starts only what changed). An invalid config, or one with no
+files at all (a ConfigMap being rewritten, a directory emptied), is refused:
+the previous config keeps serving. Every outcome is also reported to
+``on_result`` (metrics).
+
+A ConfigMap key mounted with ``subPath`` is a bind mount of one file and is
+never updated by the kubelet; ``subpath_hint`` says so when the config looks
+like one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Protocol
+
+from inotify_simple import INotify, flags
+
+from genericdp.config import load
+from genericdp.config.loader import HIDDEN_PREFIX, SUFFIXES, config_files
+from genericdp.config.model import Config
+from genericdp.errors import ConfigError, ConfigIssue, GenericdpError
+from genericdp.runtime.reconcile import Plan, plan
+from genericdp.runtime.tasks import Backoff, TaskSet
+from genericdp.settings import Settings
+
+log = logging.getLogger(__name__)
+
+DATA_LINK = "..data"  # the kubelet's atomic writer swaps this link on every update
+MOUNTINFO = Path("/proc/self/mountinfo")
+
+# CLOSE_WRITE and MODIFY: edits in place; CREATE/MOVED_TO/DELETE/MOVED_FROM: saves by
+# rename, ConfigMap keys added or removed, the ``..data`` swap.
+_CHANGES = (
+    flags.CREATE
+    | flags.DELETE
+    | flags.MOVED_TO
+    | flags.MOVED_FROM
+    | flags.CLOSE_WRITE
+    | flags.MODIFY
+    | flags.ATTRIB
+)
+_GONE = flags.DELETE_SELF | flags.MOVE_SELF | flags.IGNORED
+_MASK = _CHANGES | flags.DELETE_SELF | flags.MOVE_SELF | flags.ONLYDIR
+
+
+class ReloadTarget(Protocol):
+    """What a reload applies to: the supervisor."""
+
+    @property
+    def config(self) -> Config: ...
+
+    async def apply(self, config: Config) -> Plan: ...
+
+
+class Outcome(StrEnum):
+    """How a reload ended (also a good metrics label)."""
+
+    APPLIED = "applied"  # a valid config that differs: reconciled
+    UNCHANGED = "unchanged"  # valid, and every resource is as it runs
+    REFUSED = "refused"  # invalid, or no config files at all: the old one keeps serving
+    FAILED = "failed"  # valid, but applying it raised
+
+
+@dataclass(frozen=True)
+class ReloadResult:
+    """One reload, as ``on_result`` observers see it."""
+
+    outcome: Outcome
+    issues: tuple[str, ...] = ()  # why it was refused or failed, each ``file:line:column: ...``
+    started: tuple[str, ...] = ()
+    stopped: tuple[str, ...] = ()
+    updated: tuple[str, ...] = ()  # updated in place
+    reregistered: tuple[str, ...] = ()  # updated, and registered again (options changed)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the daemon now serves what is on disk."""
+        return self.outcome in (Outcome.APPLIED, Outcome.UNCHANGED)
+
+    @property
+    def changed(self) -> bool:
+        """Whether the running resources changed."""
+        return self.outcome is Outcome.APPLIED
+
+    @classmethod
+    def applied(cls, steps: Plan) -> ReloadResult:
+        return cls(
+            Outcome.APPLIED,
+            started=tuple(d.name for d in steps.start),
+            stopped=steps.stop,
+            updated=tuple(d.name for d in steps.update),
+            reregistered=tuple(d.name for d in steps.reregister),
+        )
+
+    @property
+    def summary(self) -> str:
+        """``started a, stopped b, updated c`` (empty parts left out)."""
+        parts = [
+            ("started", self.started),
+            ("stopped", self.stopped),
+            ("updated", self.updated),
+            ("re-registered", self.reregistered),
+        ]
+        return ", ".join(f"{verb} {', '.join(names)}" for verb, names in parts if names)
+
+
+def is_relevant(name: str, watched: str | None) -> bool:
+    """Whether an event on ``name`` in the watched directory may change the config.
+
+    ``watched`` is the config file's name when the config is a file, else None.
+    Other ``..`` entries (the timestamped directories, ``..data_tmp``) only
+    matter through the ``..data`` swap that follows them.
+    """
+    if name in (watched, DATA_LINK):
+        return True
+    return not name.startswith(HIDDEN_PREFIX) and name.endswith(SUFFIXES)
+
+
+def subpath_hint(config: Path, mountinfo: Path = MOUNTINFO) -> str | None:
+    """A warning when ``config`` is a file mounted on its own (a ``subPath`` mount)."""
+    if config.is_symlink() or not config.is_file():
+        return None  # ConfigMap keys in a directory mount are symlinks into ..data
+    try:
+        lines = mountinfo.read_text().splitlines()
+    except OSError:
+        return None
+    wanted = {str(config.absolute()), str(config.resolve())}
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 4 and _unescape(fields[4]) in wanted:
+            return (
+                f"{config} is a file mounted on its own (a ConfigMap key mounted with "
+                "subPath?): the kubelet never updates such mounts, so edits will not "
+                "reach this daemon; mount the ConfigMap as a directory and pass the "
+                "directory as the config"
+            )
+    return None
+
+
+def _unescape(field: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as \ooo octal.
+    out, i = [], 0
+    while i < len(field):
+        octal = field[i + 1 : i + 4]
+        if field[i] == "\\" and len(octal) == 3 and all(c in "01234567" for c in octal):
+            out.append(chr(int(octal, 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def _read_config(path: Path) -> Config:
+    """Load ``path``; a path with no config files at all raises ConfigError saying so."""
+    _, problems = config_files(path)
+    if problems:
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    p.file,
+                    p.line,
+                    p.column,
+                    p.path,
+                    f"{p.message} (a config with no files is never applied: it would "
+                    "stop every resource; is the ConfigMap being rewritten?)",
+                )
+                for p in problems
+            ]
+        )
+    return load([path])
+
+
+class ConfigWatcher:
+    """Reloads ``path`` into ``target`` when it changes on disk.
+
+    ``run()`` is the long-lived coroutine (spawn it under a TaskSet with a
+    backoff: it raises ConfigError when the directory to watch is missing or
+    cannot be watched, and the guard starts it again). Each time the watch is
+    armed the config is checked once more, so a change made while nothing
+    watched is not lost; that check is silent when nothing changed.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        target: ReloadTarget,
+        *,
+        settle: float = 0.2,
+        max_delay: float | None = None,
+        on_result: Callable[[ReloadResult], None] | None = None,
+        read: Callable[[Path], Config] = _read_config,
+    ) -> None:
+        self.path = path
+        self._target = target
+        self._settle = settle
+        self._max_delay = max(settle * 10, 1.0) if max_delay is None else max_delay
+        self._on_result = on_result
+        self._read = read
+        # Set once the watch is armed and the config on disk was checked; any later
+        # change is seen. Cleared when the watch stops.
+        self.ready = asyncio.Event()
+
+    # -- one reload ------------------------------------------------------------------
+
+    async def reload(self, *, quiet: bool = False) -> ReloadResult:
+        """Load the config, apply it if it differs; never raises (but on cancellation).
+
+        ``quiet``: report nothing when nothing changed (the check on arming).
+        """
+        result = await self._reload()
+        if quiet and result.outcome is Outcome.UNCHANGED:
+            return result
+        self._log(result)
+        if self._on_result is not None:
+            try:
+                self._on_result(result)
+            except Exception:
+                log.exception("config reload observer failed")  # an observer never stops reloads
+        return result
+
+    async def _reload(self) -> ReloadResult:
+        try:
+            config = await asyncio.to_thread(self._read, self.path)
+        except ConfigError as exc:
+            return ReloadResult(Outcome.REFUSED, issues=tuple(str(i) for i in exc.issues))
+        except Exception as exc:  # the loader turns bad input into issues; this is a bug
+            log.exception("loading %s failed", self.path)
+            return ReloadResult(Outcome.REFUSED, issues=(f"{self.path}: {exc}",))
+        if plan(self._target.config.resources, config.resources).empty:
+            return ReloadResult(Outcome.UNCHANGED)
+        try:
+            steps = await self._target.apply(config)
+        except GenericdpError as exc:
+            return ReloadResult(Outcome.FAILED, issues=(str(exc),))
+        except Exception as exc:
+            log.exception("applying the config from %s failed", self.path)
+            return ReloadResult(Outcome.FAILED, issues=(f"{type(exc).__name__}: {exc}",))
+        return ReloadResult.applied(steps)
+
+    def _log(self, result: ReloadResult) -> None:
+        issues = "; ".join(result.issues)
+        if result.outcome is Outcome.APPLIED:
+            log.info("config reloaded from %s: %s", self.path, result.summary or "no resource")
+        elif result.outcome is Outcome.UNCHANGED:
+            log.debug("config %s changed on disk, resources unchanged", self.path)
+        elif result.outcome is Outcome.REFUSED:
+            log.error("config refused, still serving the previous one: %s", issues)
+        else:
+            log.error("config reload failed while applying: %s", issues)
+
+    # -- the watch -------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Watch and reload until cancelled; raises ConfigError if nothing can be watched."""
+        while True:
+            await self._watch()
+
+    async def _watch(self) -> None:
+        """Arm a watch, check the config, reload on changes; return to be armed again.
+
+        A config directory that disappears is watched through its parent until
+        it is back (and the other way round), so the mode follows what is on disk.
+        """
+        is_dir = self.path.is_dir()
+        directory, watched = (self.path, None) if is_dir else (self.path.parent, self.path.name)
+        try:
+            inotify = INotify(nonblocking=True)
+        except OSError as exc:
+            raise _watch_error(directory, f"cannot start inotify: {exc}") from exc
+        loop = asyncio.get_running_loop()
+        readable = asyncio.Event()
+        try:
+            try:
+                inotify.add_watch(directory, _MASK)
+            except OSError as exc:
+                message = f"cannot be watched ({exc.strerror}); still serving the previous config"
+                raise _watch_error(directory, message) from exc
+            loop.add_reader(inotify.fileno(), readable.set)
+            try:
+                log.info("watching %s for config changes", directory)
+                await self.reload(quiet=True)  # whatever changed while nobody watched
+                self.ready.set()
+                while self.path.is_dir() == is_dir:
+                    await readable.wait()
+                    readable.clear()
+                    relevant, gone = _drain(inotify, watched)
+                    if relevant and not gone:
+                        gone = await self._settle_burst(inotify, readable, watched)
+                    if gone:
+                        log.warning("%s was removed or replaced; watching again", directory)
+                        return
+                    if relevant:
+                        await self.reload()
+            finally:
+                self.ready.clear()
+                loop.remove_reader(inotify.fileno())
+        finally:
+            inotify.close()
+
+    async def _settle_burst(
+        self, inotify: INotify, readable: asyncio.Event, watched: str | None
+    ) -> bool:
+        """Wait for ``settle`` seconds without relevant events (at most ``max_delay``).
+
+        Returns whether the watched directory went away meanwhile.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._max_delay
+        quiet_until = loop.time() + self._settle
+        while (wait := min(quiet_until, deadline) - loop.time()) > 0:
+            try:
+                await asyncio.wait_for(readable.wait(), wait)
+            except TimeoutError:
+                break
+            readable.clear()
+            relevant, gone = _drain(inotify, watched)
+            if gone:
+                return True
+            if relevant:
+                quiet_until = loop.time() + self._settle
+        return False
+
+
+def start_config_watch(
+    tasks: TaskSet,
+    settings: Settings,
+    target: ReloadTarget,
+    *,
+    on_result: Callable[[ReloadResult], None] | None = None,
+) -> ConfigWatcher:
+    """Spawn the ``config-watch`` task (restarted with backoff when the watch is lost)."""
+    hint = subpath_hint(settings.config)
+    if hint is not None:
+        log.warning("%s", hint)
+    watcher = ConfigWatcher(
+        settings.config, target, settle=settings.reload_settle, on_result=on_result
+    )
+    tasks.spawn("config-watch", watcher.run, backoff=Backoff(maximum=10.0))
+    return watcher
+
+
+def _drain(inotify: INotify, watched: str | None) -> tuple[bool, bool]:
+    """Read pending events: (any relevant, the directory itself went away)."""
+    relevant = gone = False
+    for event in inotify.read(timeout=0):
+        if event.mask & _GONE:
+            gone = True
+        elif event.mask & flags.Q_OVERFLOW or is_relevant(event.name, watched):
+            relevant = True  # an overflow may have dropped relevant events
+    return relevant, gone
+
+
+def _watch_error(directory: Path, message: str) -> ConfigError:
+    return ConfigError([ConfigIssue(str(directory), None, None, "", message)])
