@@ -1,0 +1,223 @@
+"""A tiny HTTP/1.1 server for /metrics, /healthz and /readyz, on the daemon's loop.
+
+Served from the event loop on purpose: a liveness probe that gets an answer
+proves the loop is not stuck. It only has to serve Prometheus and the
+kubelet's probes, so it is small and strict rather than general:
+
+- one request per connection (``Connection: close``), GET and HEAD only,
+  no request bodies; the query string is ignored;
+- the request head must arrive within ``read_timeout`` and fit in
+  ``max_head`` bytes (408 and 431 otherwise), so a slow or hostile client
+  costs one bounded connection and never blocks the others;
+- at most ``max_connections`` at once; more are closed at once.
+
+Connection handlers are tracked and cancelled on ``close``: nothing outlives
+the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from http import HTTPStatus
+
+from genericdp.errors import GenericdpError
+from genericdp.settings import ListenAddress
+
+log = logging.getLogger(__name__)
+
+READ_TIMEOUT = 5.0  # seconds for the request head; the kubelet's probes wait 1 s by default
+WRITE_TIMEOUT = 5.0  # seconds for a client to take the response
+MAX_HEAD = 8 * 1024  # bytes of request line and headers
+MAX_CONNECTIONS = 64
+_END_OF_HEAD = b"\r\n\r\n"
+_METHODS = ("GET", "HEAD")
+TEXT = "text/plain; charset=utf-8"
+
+
+class ListenError(GenericdpError):
+    """The HTTP server cannot listen on its address (in use, not ours, bad host)."""
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: str = TEXT
+
+
+Route = Callable[[], Response]
+
+
+class _BadRequestError(Exception):
+    def __init__(self, status: HTTPStatus, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
+class HttpServer:
+    """Serves ``routes`` (path -> handler) until ``close``."""
+
+    def __init__(
+        self,
+        routes: Mapping[str, Route],
+        *,
+        read_timeout: float = READ_TIMEOUT,
+        write_timeout: float = WRITE_TIMEOUT,
+        max_head: int = MAX_HEAD,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
+        self._routes = dict(routes)
+        self._read_timeout = read_timeout
+        self._write_timeout = write_timeout
+        self._max_head = max_head
+        self._max_connections = max_connections
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[object]] = set()
+
+    async def start(self, address: ListenAddress) -> None:
+        """Listen on ``address``; raises ListenError saying why not."""
+        try:
+            self._server = await asyncio.start_server(
+                self._handle, address.host, address.port, limit=self._max_head
+            )
+        except OSError as exc:
+            raise ListenError(f"cannot listen on {address}: {exc.strerror or exc}") from exc
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """Where it listens (host, port): with port 0, the port the system chose."""
+        if self._server is None:
+            return []
+        return [s.getsockname()[:2] for s in self._server.sockets]
+
+    @property
+    def connections(self) -> int:
+        """Connections open now."""
+        return len(self._connections)
+
+    async def close(self) -> None:
+        """Stop listening and end every open connection."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        connections = list(self._connections)
+        for task in connections:
+            task.cancel()
+        if connections:
+            await asyncio.wait(connections)
+        if server is not None:
+            await server.wait_closed()
+
+    # -- one connection ------------------------------------------------------------
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        task.set_name("http/connection")
+        self._connections.add(task)
+        try:
+            if len(self._connections) > self._max_connections:
+                log.warning("http: more than %d connections, closing one", self._max_connections)
+                return
+            response, head_only = await self._respond(reader)
+            async with asyncio.timeout(self._write_timeout):
+                writer.write(_encode(response, head_only=head_only))
+                await writer.drain()
+        except (TimeoutError, ConnectionError):
+            pass  # the client went away or would not read: nothing to tell it
+        except Exception:
+            log.exception("http: request failed")
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(self._write_timeout):
+                    await writer.wait_closed()
+
+    async def _respond(self, reader: asyncio.StreamReader) -> tuple[Response, bool]:
+        """The response, and whether to leave its body out (HEAD)."""
+        try:
+            method, path = await self._read_head(reader)
+        except _BadRequestError as exc:
+            return _status(exc.status, str(exc)), False
+        return self._route(method, path), method == "HEAD"
+
+    def _route(self, method: str, path: str) -> Response:
+        route = self._routes.get(path)
+        if route is None:
+            return _status(HTTPStatus.NOT_FOUND, f"no such path: {path}")
+        if method not in _METHODS:
+            return _status(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed")
+        try:
+            return route()
+        except Exception:
+            log.exception("http: handler of %s failed", path)
+            return _status(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error")
+
+    async def _read_head(self, reader: asyncio.StreamReader) -> tuple[str, str]:
+        """The method and path of the request; raises _BadRequestError."""
+        try:
+            async with asyncio.timeout(self._read_timeout):
+                head = await reader.readuntil(_END_OF_HEAD)
+        except TimeoutError:
+            raise _BadRequestError(HTTPStatus.REQUEST_TIMEOUT, "request head too slow") from None
+        except asyncio.LimitOverrunError:
+            raise _BadRequestError(
+                HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
+                f"request head larger than {self._max_head} bytes",
+            ) from None
+        except asyncio.IncompleteReadError:
+            raise _BadRequestError(HTTPStatus.BAD_REQUEST, "incomplete request") from None
+        line = head.split(b"\r\n", 1)[0].decode("latin-1")
+        parts = line.split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[1].startswith("/"):
+            raise _BadRequestError(HTTPStatus.BAD_REQUEST, "not an HTTP/1.x request line")
+        method, target, _ = parts
+        return method, target.split("?", 1)[0]
+
+
+def _status(status: HTTPStatus, reason: str) -> Response:
+    return Response(status.value, f"{status.value} {status.phrase}: {reason}\n".encode())
+
+
+def _encode(response: Response, *, head_only: bool) -> bytes:
+    status = HTTPStatus(response.status)
+    headers = [
+        f"HTTP/1.1 {status.value} {status.phrase}",
+        f"Content-Type: {response.content_type}",
+        f"Content-Length: {len(response.body)}",
+        "Cache-Control: no-store",
+        "Connection: close",
+    ]
+    if status is HTTPStatus.METHOD_NOT_ALLOWED:
+        headers.append("Allow: " + ", ".join(_METHODS))
+    head = ("\r\n".join(headers) + "\r\n\r\n").encode("latin-1")
+    return head if head_only else head + response.body
+
+
+async def run_http_server(
+    address: ListenAddress,
+    routes: Mapping[str, Route],
+    *,
+    on_listening: Callable[[list[tuple[str, int]]], None] = lambda _: None,
+) -> None:
+    """Serve ``routes`` on ``address`` until cancelled (a task's body).
+
+    Raises ListenError when the address cannot be used, so the task guard
+    retries with backoff: the port may still be held by the previous pod of
+    a rolling update, and the device plugin must keep working meanwhile.
+    ``on_listening`` gets the addresses (with the port chosen for port 0).
+    """
+    server = HttpServer(routes)
+    await server.start(address)
+    try:
+        where = ", ".join(f"{h}:{p}" for h, p in server.addresses)
+        log.info("serving /metrics, /healthz and /readyz on %s", where)
+        on_listening(server.addresses)
+        await asyncio.Event().wait()  # until cancelled
+    finally:
+        await server.close()

@@ -1,0 +1,432 @@
+"""What the daemon says about itself: Prometheus metrics and the probe verdicts.
+
+The runtime reports events through a ``Recorder`` (``NO_METRICS`` when nobody
+listens, so the runtime never needs this module's registry); ``Metrics`` is
+the Prometheus one. It owns a ``CollectorRegistry`` of its own, never the
+global one, so several supervisors (and tests) in one process do not collide.
+
+State that the supervisor already knows (devices, units, registration,
+streams) is read from ``status()`` at scrape time by a collector, so it is
+always consistent and never needs updating. Events (registrations,
+allocations, hooks, probes, reloads, kubelet restarts) are counters and
+histograms. Labels stay low-cardinality: the resource name, never device IDs
+or pods. Every metric is listed in docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from genericdp import __version__
+from genericdp.errors import HookError, TemplateRenderError
+from genericdp.hooks import HookRunError
+from genericdp.httpserver import Response, Route
+
+if TYPE_CHECKING:
+    from genericdp.config.model import Exec
+    from genericdp.discovery.model import Unit
+    from genericdp.execution import ExecResult
+    from genericdp.runtime.plugin import HookRunner, PluginStatus
+
+log = logging.getLogger(__name__)
+
+# Allocate must be fast (it stalls pod admission), but an init hook may take
+# seconds: buckets from 1 ms to a minute.
+DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+ALLOCATION_RESULTS = ("ok", "invalid", "hook_failed", "render_failed", "error")
+REGISTRATION_RESULTS = ("ok", "error")
+RELOAD_RESULTS = ("applied", "unchanged", "refused", "failed")
+RELOAD_SUCCESS = frozenset({"applied", "unchanged"})
+
+
+class Recorder(Protocol):
+    """The events the runtime reports; ``Metrics`` counts them, ``NoMetrics`` drops them."""
+
+    def registration(self, resource: str, *, ok: bool) -> None: ...
+
+    def allocation(self, resource: str, result: str, seconds: float) -> None: ...
+
+    def hook_run(self, resource: str, hook: str, result: str, seconds: float) -> None: ...
+
+    def health_probe(self, resource: str, result: str, seconds: float) -> None: ...
+
+    def kubelet_restart(self) -> None: ...
+
+    def config_reload(self, result: str) -> None: ...
+
+
+class NoMetrics:
+    """A ``Recorder`` that records nothing: the runtime's default."""
+
+    def registration(self, resource: str, *, ok: bool) -> None:
+        pass
+
+    def allocation(self, resource: str, result: str, seconds: float) -> None:
+        pass
+
+    def hook_run(self, resource: str, hook: str, result: str, seconds: float) -> None:
+        pass
+
+    def health_probe(self, resource: str, result: str, seconds: float) -> None:
+        pass
+
+    def kubelet_restart(self) -> None:
+        pass
+
+    def config_reload(self, result: str) -> None:
+        pass
+
+
+NO_METRICS: Recorder = NoMetrics()
+
+
+class StatusSource(Protocol):
+    """What the scrape-time collector reads: the supervisor."""
+
+    def status(self) -> Mapping[str, PluginStatus]: ...
+
+    @property
+    def watching(self) -> bool: ...
+
+
+# -- outcome labels, one place each ------------------------------------------------
+
+
+def allocation_result(exc: BaseException | None) -> str:
+    """The ``result`` label of an Allocate that raised ``exc`` (None: it succeeded)."""
+    from genericdp.kubelet.servicer import InvalidDevicesError
+
+    if exc is None:
+        return "ok"
+    if isinstance(exc, InvalidDevicesError):
+        return "invalid"
+    if isinstance(exc, HookError):
+        return "hook_failed"
+    if isinstance(exc, TemplateRenderError):
+        return "render_failed"
+    return "error"  # a bug of ours, or the kubelet cancelled the call
+
+
+def exec_result(result: ExecResult) -> str:
+    """``ok``, ``timeout`` or ``failed`` (non-zero exit, killed, could not start)."""
+    if result.timed_out:
+        return "timeout"
+    return "ok" if result.ok else "failed"
+
+
+def _hook_error_result(exc: BaseException) -> str:
+    if isinstance(exc, HookRunError):
+        return exec_result(exc.result)
+    return "failed"
+
+
+class TimedHooks:
+    """A ``HookRunner`` that reports each run's result and duration, then the same outcome."""
+
+    def __init__(
+        self,
+        inner: HookRunner,
+        recorder: Recorder,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._inner = inner
+        self._recorder = recorder
+        self._clock = clock
+
+    async def __call__(
+        self,
+        name: str,
+        spec: Exec,
+        *,
+        resource: str,
+        units: Sequence[Unit],
+        device_ids: Sequence[str] = (),
+        node_name: str = "",
+        logger: logging.Logger | None = None,
+    ) -> object:
+        started = self._clock()
+        result = "failed"
+        try:
+            outcome = await self._inner(
+                name,
+                spec,
+                resource=resource,
+                units=units,
+                device_ids=device_ids,
+                node_name=node_name,
+                logger=logger,
+            )
+            result = "ok"
+            return outcome
+        except Exception as exc:
+            result = _hook_error_result(exc)
+            raise
+        finally:
+            self._recorder.hook_run(resource, name, result, self._clock() - started)
+
+
+# -- the Prometheus recorder -------------------------------------------------------------
+
+
+class Metrics:
+    """The Prometheus ``Recorder``, with its own registry; ``exposition()`` is /metrics."""
+
+    def __init__(
+        self,
+        *,
+        version: str = __version__,
+        clock: Callable[[], float] = time.time,
+        process: bool = True,
+    ) -> None:
+        self.registry = CollectorRegistry()
+        self._clock = clock
+        self._seen: set[str] = set()
+        if process:  # RSS, CPU and open fds: what a DaemonSet's limits are measured by
+            ProcessCollector(registry=self.registry)
+            PlatformCollector(registry=self.registry)
+            GCCollector(registry=self.registry)
+        r = self.registry
+        Gauge(
+            "genericdp_build_info", "Always 1; the version in a label.", ["version"], registry=r
+        ).labels(version).set(1)
+        self._registrations = Counter(
+            "genericdp_registrations",
+            "Attempts to register with the kubelet, by result.",
+            ["resource", "result"],
+            registry=r,
+        )
+        self._allocations = Counter(
+            "genericdp_allocations",
+            "Allocate calls, by result.",
+            ["resource", "result"],
+            registry=r,
+        )
+        self._allocate_seconds = Histogram(
+            "genericdp_allocate_duration_seconds",
+            "Time to answer Allocate, init hooks included.",
+            ["resource"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self._hooks = Counter(
+            "genericdp_hook_runs",
+            "Hook runs (init, preStart, cleanup), by result.",
+            ["resource", "hook", "result"],
+            registry=r,
+        )
+        self._hook_seconds = Histogram(
+            "genericdp_hook_duration_seconds",
+            "How long hooks ran.",
+            ["resource", "hook"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self._probes = Counter(
+            "genericdp_health_probes",
+            "Health probe runs, by result.",
+            ["resource", "result"],
+            registry=r,
+        )
+        self._probe_seconds = Histogram(
+            "genericdp_health_probe_duration_seconds",
+            "How long health probes ran.",
+            ["resource"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self._reloads = Counter(
+            "genericdp_config_reloads", "Config reloads, by result.", ["result"], registry=r
+        )
+        self._reload_ok = Gauge(
+            "genericdp_config_last_reload_successful",
+            "1 if the last config load or reload succeeded (applied or unchanged).",
+            registry=r,
+        )
+        self._reload_time = Gauge(
+            "genericdp_config_last_reload_success_timestamp_seconds",
+            "When the config was last loaded or reloaded successfully (Unix time).",
+            registry=r,
+        )
+        self._kubelet_restarts = Counter(
+            "genericdp_kubelet_restarts_seen",
+            "Kubelet restarts seen (a new kubelet.sock in the plugin directory).",
+            registry=r,
+        )
+        for result in RELOAD_RESULTS:
+            self._reloads.labels(result)  # present (at 0) before the first reload
+
+    def track(self, source: StatusSource) -> None:
+        """Report ``source.status()`` at every scrape (devices, units, registration)."""
+        self.registry.register(_StatusCollector(source))
+
+    def exposition(self) -> bytes:
+        """The text format Prometheus scrapes."""
+        return generate_latest(self.registry)
+
+    def config_loaded(self) -> None:
+        """The config was loaded at start (not a reload: not counted as one)."""
+        self._reload_ok.set(1)
+        self._reload_time.set(self._clock())
+
+    # -- Recorder ----------------------------------------------------------------
+
+    def registration(self, resource: str, *, ok: bool) -> None:
+        self._resource(resource)
+        self._registrations.labels(resource, "ok" if ok else "error").inc()
+
+    def allocation(self, resource: str, result: str, seconds: float) -> None:
+        self._resource(resource)
+        self._allocations.labels(resource, result).inc()
+        self._allocate_seconds.labels(resource).observe(seconds)
+
+    def hook_run(self, resource: str, hook: str, result: str, seconds: float) -> None:
+        self._hooks.labels(resource, hook, result).inc()
+        self._hook_seconds.labels(resource, hook).observe(seconds)
+
+    def health_probe(self, resource: str, result: str, seconds: float) -> None:
+        self._probes.labels(resource, result).inc()
+        self._probe_seconds.labels(resource).observe(seconds)
+
+    def kubelet_restart(self) -> None:
+        self._kubelet_restarts.inc()
+
+    def config_reload(self, result: str) -> None:
+        """Count one reload: ``applied``, ``unchanged``, ``refused`` or ``failed``."""
+        self._reloads.labels(str(result)).inc()
+        ok = result in RELOAD_SUCCESS
+        self._reload_ok.set(1 if ok else 0)
+        if ok:
+            self._reload_time.set(self._clock())
+
+    def _resource(self, resource: str) -> None:
+        # Counters of a resource exist (at 0) from its first event on, so that
+        # rate() and increase() see its first allocation or failure too.
+        if resource in self._seen:
+            return
+        self._seen.add(resource)
+        for result in REGISTRATION_RESULTS:
+            self._registrations.labels(resource, result)
+        for result in ALLOCATION_RESULTS:
+            self._allocations.labels(resource, result)
+
+
+class _StatusCollector(Collector):
+    """Gauges read from the supervisor at scrape time."""
+
+    def __init__(self, source: StatusSource) -> None:
+        self._source = source
+
+    def describe(self) -> Iterable[Metric]:
+        return list(self._families())
+
+    def collect(self) -> Iterable[Metric]:
+        return list(self._families(self._source.status(), watching=self._source.watching))
+
+    def _families(
+        self, statuses: Mapping[str, PluginStatus] | None = None, *, watching: bool = False
+    ) -> Iterator[Metric]:
+        devices = GaugeMetricFamily(
+            "genericdp_devices",
+            "Device IDs advertised to the kubelet (units times count), by health.",
+            labels=["resource", "health"],
+        )
+        units = GaugeMetricFamily("genericdp_units", "Units discovered.", labels=["resource"])
+        registered = GaugeMetricFamily(
+            "genericdp_registered",
+            "1 while registered with the kubelet.",
+            labels=["resource"],
+        )
+        streams = GaugeMetricFamily(
+            "genericdp_list_and_watch_streams",
+            "ListAndWatch streams the kubelet holds open.",
+            labels=["resource"],
+        )
+        watch = GaugeMetricFamily(
+            "genericdp_kubelet_watch_up",
+            "1 while the kubelet's plugin directory is watched (restarts are seen).",
+        )
+        for name, s in (statuses or {}).items():
+            devices.add_metric([name, "healthy"], s.healthy)
+            devices.add_metric([name, "unhealthy"], s.devices - s.healthy)
+            units.add_metric([name], s.units)
+            registered.add_metric([name], 1 if s.registered else 0)
+            streams.add_metric([name], s.streams)
+        if statuses is not None:
+            watch.add_metric([], 1 if watching else 0)
+        yield from (devices, units, registered, streams, watch)
+
+
+# -- /healthz and /readyz ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A probe's answer: ``ok`` gives 200, else 503; ``text`` is the body."""
+
+    ok: bool
+    text: str
+
+
+def liveness() -> Verdict:
+    """Answered from the event loop, so an answer at all means the loop is alive.
+
+    Nothing else fails it on purpose: the kubelet restarts a container whose
+    liveness fails, and no other trouble we know (a kubelet directory that
+    cannot be watched, a resource that cannot register) is cured by a restart.
+    Those show in /readyz and in the metrics instead.
+    """
+    return Verdict(ok=True, text="ok")
+
+
+def readiness(statuses: Mapping[str, PluginStatus], *, started: bool) -> Verdict:
+    """Ready once every resource of the running config has registered at least once.
+
+    Not before the config is applied (``started``); a config without resources
+    is ready. Readiness does not drop when the kubelet restarts: re-registering
+    takes under a second and is the daemon's job, not a rollout's concern.
+    """
+    if not started:
+        return Verdict(ok=False, text="not ready: starting")
+    waiting = {n: s for n, s in statuses.items() if s.registrations == 0}
+    if not waiting:
+        return Verdict(ok=True, text=f"ready: {len(statuses)} resource(s) registered")
+    lines = [f"not ready: {len(waiting)} of {len(statuses)} resource(s) never registered"]
+    lines += [f"{n}: {s.last_error or 'not registered yet'}" for n, s in waiting.items()]
+    return Verdict(ok=False, text="\n".join(lines))
+
+
+def routes(metrics: Metrics, ready: Callable[[], Verdict]) -> dict[str, Route]:
+    """``/metrics``, ``/healthz`` and ``/readyz`` for the HTTP server."""
+
+    def verdict(check: Callable[[], Verdict]) -> Route:
+        def answer() -> Response:
+            v = check()
+            return Response(200 if v.ok else 503, (v.text + "\n").encode())
+
+        return answer
+
+    return {
+        "/metrics": lambda: Response(200, metrics.exposition(), CONTENT_TYPE_LATEST),
+        "/healthz": verdict(liveness),
+        "/readyz": verdict(ready),
+    }

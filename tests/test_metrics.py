@@ -1,0 +1,320 @@
+"""Metrics, hook timing and the probe verdicts, without a daemon or a network."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
+
+from genericdp.config.model import Exec
+from genericdp.discovery.model import Unit
+from genericdp.errors import HookError, TemplateRenderError
+from genericdp.execution import ExecResult
+from genericdp.hooks import HookRunError
+from genericdp.kubelet.servicer import InvalidDevicesError
+from genericdp.metrics import (
+    NO_METRICS,
+    Metrics,
+    Recorder,
+    TimedHooks,
+    allocation_result,
+    exec_result,
+    liveness,
+    readiness,
+)
+from genericdp.runtime.plugin import PluginStatus
+
+SERIAL = "example.com/serial"
+SPEC = Exec(argv=("/bin/true",), timeout=5.0)
+
+
+def status(
+    name: str = SERIAL,
+    *,
+    registered: bool = True,
+    registrations: int = 1,
+    devices: int = 4,
+    healthy: int = 3,
+    units: int = 2,
+    streams: int = 1,
+    last_error: str | None = None,
+) -> PluginStatus:
+    return PluginStatus(
+        resource=name,
+        socket=Path("/x.sock"),
+        registered=registered,
+        registrations=registrations,
+        streams=streams,
+        devices=devices,
+        healthy=healthy,
+        last_error=last_error,
+        units=units,
+    )
+
+
+@dataclass
+class Source:
+    """A stand-in for the supervisor's ``status()`` and ``watching``."""
+
+    statuses: dict[str, PluginStatus] = field(default_factory=dict)
+    watching: bool = True
+
+    def status(self) -> Mapping[str, PluginStatus]:
+        return self.statuses
+
+
+def value(metrics: Metrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
+
+
+def result(*, returncode: int | None = 0, timed_out: bool = False) -> ExecResult:
+    return ExecResult(
+        argv=("x",), returncode=returncode, timed_out=timed_out, output="", duration=0.5, error=None
+    )
+
+
+def test_no_metrics_is_a_recorder() -> None:
+    """The runtime's default recorder takes every event and keeps nothing."""
+    recorder: Recorder = NO_METRICS
+    recorder.registration(SERIAL, ok=True)
+    recorder.allocation(SERIAL, "ok", 0.1)
+    recorder.hook_run(SERIAL, "init", "ok", 0.1)
+    recorder.health_probe(SERIAL, "ok", 0.1)
+    recorder.kubelet_restart()
+    recorder.config_reload("applied")
+
+
+def test_each_metrics_owns_its_registry() -> None:
+    """Two Metrics count apart, and nothing lands in prometheus_client's global registry."""
+    a, b = Metrics(), Metrics()
+    a.registration(SERIAL, ok=True)
+    assert value(a, "genericdp_registrations_total", resource=SERIAL, result="ok") == 1
+    assert value(b, "genericdp_registrations_total", resource=SERIAL, result="ok") is None
+    assert REGISTRY.get_sample_value("genericdp_build_info", {"version": "0.1.0"}) is None
+
+
+def test_build_info_and_process_metrics() -> None:
+    """build_info carries the version; process metrics are there unless turned off."""
+    metrics = Metrics(version="9.9.9")
+    assert value(metrics, "genericdp_build_info", version="9.9.9") == 1
+    assert value(metrics, "process_resident_memory_bytes") is not None
+    bare = Metrics(process=False)
+    assert value(bare, "process_resident_memory_bytes") is None
+
+
+def test_registrations_and_allocations_are_counted_per_resource() -> None:
+    """Registrations and allocations count by resource and result; Allocate time is observed."""
+    metrics = Metrics()
+    metrics.registration(SERIAL, ok=False)
+    metrics.registration(SERIAL, ok=True)
+    metrics.allocation(SERIAL, "ok", 0.002)
+    metrics.allocation(SERIAL, "hook_failed", 1.5)
+    metrics.allocation("example.com/other", "invalid", 0.001)
+    assert value(metrics, "genericdp_registrations_total", resource=SERIAL, result="ok") == 1
+    assert value(metrics, "genericdp_registrations_total", resource=SERIAL, result="error") == 1
+    assert value(metrics, "genericdp_allocations_total", resource=SERIAL, result="ok") == 1
+    assert value(metrics, "genericdp_allocations_total", resource=SERIAL, result="hook_failed") == 1
+    assert value(metrics, "genericdp_allocate_duration_seconds_count", resource=SERIAL) == 2
+    assert value(metrics, "genericdp_allocate_duration_seconds_sum", resource=SERIAL) == 1.502
+    other = "example.com/other"
+    assert value(metrics, "genericdp_allocations_total", resource=other, result="invalid") == 1
+
+
+def test_a_resource_counters_start_at_zero() -> None:
+    """After a resource's first event, its other results exist at 0 (rate() sees the first)."""
+    metrics = Metrics()
+    metrics.registration(SERIAL, ok=True)
+    for outcome in ("ok", "invalid", "hook_failed", "render_failed", "error"):
+        assert value(metrics, "genericdp_allocations_total", resource=SERIAL, result=outcome) == 0
+    assert value(metrics, "genericdp_registrations_total", resource=SERIAL, result="error") == 0
+
+
+def test_hooks_probes_and_kubelet_restarts() -> None:
+    """Hook runs count by hook and result, probes by result, kubelet restarts in total."""
+    metrics = Metrics()
+    metrics.hook_run(SERIAL, "init", "timeout", 10.0)
+    metrics.health_probe(SERIAL, "failed", 0.01)
+    metrics.health_probe(SERIAL, "ok", 0.01)
+    metrics.kubelet_restart()
+    metrics.kubelet_restart()
+    labels = {"resource": SERIAL, "hook": "init"}
+    assert value(metrics, "genericdp_hook_runs_total", **labels, result="timeout") == 1
+    assert value(metrics, "genericdp_hook_duration_seconds_count", **labels) == 1
+    assert value(metrics, "genericdp_health_probes_total", resource=SERIAL, result="failed") == 1
+    assert value(metrics, "genericdp_health_probe_duration_seconds_count", resource=SERIAL) == 2
+    assert value(metrics, "genericdp_kubelet_restarts_seen_total") == 2
+
+
+def test_config_reloads() -> None:
+    """Reloads count by result; success time and flag follow applied/unchanged, not refused."""
+    now = [100.0]
+    metrics = Metrics(clock=lambda: now[0])
+    for outcome in ("applied", "unchanged", "refused", "failed"):
+        assert value(metrics, "genericdp_config_reloads_total", result=outcome) == 0
+    metrics.config_loaded()
+    assert value(metrics, "genericdp_config_last_reload_success_timestamp_seconds") == 100.0
+    now[0] = 200.0
+    metrics.config_reload("applied")
+    now[0] = 300.0
+    metrics.config_reload("refused")
+    assert value(metrics, "genericdp_config_reloads_total", result="applied") == 1
+    assert value(metrics, "genericdp_config_reloads_total", result="refused") == 1
+    assert value(metrics, "genericdp_config_last_reload_success_timestamp_seconds") == 200.0
+    assert value(metrics, "genericdp_config_last_reload_successful") == 0
+    metrics.config_reload("unchanged")
+    assert value(metrics, "genericdp_config_last_reload_successful") == 1
+    assert value(metrics, "genericdp_config_last_reload_success_timestamp_seconds") == 300.0
+
+
+def test_status_is_read_at_scrape_time() -> None:
+    """Devices by health, units, registration, streams and the watch come from status()."""
+    metrics = Metrics()
+    source = Source({SERIAL: status(devices=4, healthy=3, units=2, streams=1)})
+    metrics.track(source)
+    assert value(metrics, "genericdp_devices", resource=SERIAL, health="healthy") == 3
+    assert value(metrics, "genericdp_devices", resource=SERIAL, health="unhealthy") == 1
+    assert value(metrics, "genericdp_units", resource=SERIAL) == 2
+    assert value(metrics, "genericdp_registered", resource=SERIAL) == 1
+    assert value(metrics, "genericdp_list_and_watch_streams", resource=SERIAL) == 1
+    assert value(metrics, "genericdp_kubelet_watch_up") == 1
+    source.statuses = {SERIAL: status(registered=False, healthy=4)}
+    source.watching = False
+    assert value(metrics, "genericdp_registered", resource=SERIAL) == 0
+    assert value(metrics, "genericdp_devices", resource=SERIAL, health="unhealthy") == 0
+    assert value(metrics, "genericdp_kubelet_watch_up") == 0
+    source.statuses = {}
+    assert value(metrics, "genericdp_units", resource=SERIAL) is None  # a removed resource
+
+
+def test_exposition_parses_with_every_family() -> None:
+    """The exposition is valid Prometheus text with every genericdp family present."""
+    metrics = Metrics()
+    metrics.track(Source({SERIAL: status()}))
+    metrics.registration(SERIAL, ok=True)
+    metrics.allocation(SERIAL, "ok", 0.01)
+    metrics.hook_run(SERIAL, "init", "ok", 0.01)
+    metrics.health_probe(SERIAL, "ok", 0.01)
+    metrics.kubelet_restart()
+    families = {f.name for f in text_string_to_metric_families(metrics.exposition().decode())}
+    assert {
+        "genericdp_build_info",
+        "genericdp_devices",
+        "genericdp_units",
+        "genericdp_registered",
+        "genericdp_list_and_watch_streams",
+        "genericdp_kubelet_watch_up",
+        "genericdp_registrations",
+        "genericdp_allocations",
+        "genericdp_allocate_duration_seconds",
+        "genericdp_hook_runs",
+        "genericdp_hook_duration_seconds",
+        "genericdp_health_probes",
+        "genericdp_health_probe_duration_seconds",
+        "genericdp_config_reloads",
+        "genericdp_config_last_reload_successful",
+        "genericdp_config_last_reload_success_timestamp_seconds",
+        "genericdp_kubelet_restarts_seen",
+    } <= families
+
+
+def test_tracking_one_source_twice_is_refused() -> None:
+    """Two status collectors in one registry would duplicate series: the registry refuses."""
+    metrics = Metrics()
+    metrics.track(Source())
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        metrics.track(Source())
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (None, "ok"),
+        (InvalidDevicesError("unknown device IDs: x"), "invalid"),
+        (HookError("init hook failed"), "hook_failed"),
+        (TemplateRenderError("bad"), "render_failed"),
+        (RuntimeError("bug"), "error"),
+    ],
+)
+def test_allocation_result(exc: BaseException | None, expected: str) -> None:
+    """Each Allocate failure maps to its result label."""
+    assert allocation_result(exc) == expected
+
+
+def test_exec_result() -> None:
+    """A probe or hook result is ok, timeout or failed (exit, signal, could not start)."""
+    assert exec_result(result()) == "ok"
+    assert exec_result(result(returncode=3)) == "failed"
+    assert exec_result(result(returncode=-9)) == "failed"
+    assert exec_result(result(returncode=None, timed_out=True)) == "timeout"
+
+
+@dataclass
+class ScriptedHook:
+    """A HookRunner that returns or raises what it is told."""
+
+    raises: Exception | None = None
+    calls: list[str] = field(default_factory=list)
+
+    async def __call__(
+        self,
+        name: str,
+        spec: Exec,
+        *,
+        resource: str,
+        units: Sequence[Unit],
+        device_ids: Sequence[str] = (),
+        node_name: str = "",
+        logger: logging.Logger | None = None,
+    ) -> object:
+        self.calls.append(name)
+        if self.raises is not None:
+            raise self.raises
+        return "done"
+
+
+@pytest.mark.parametrize(
+    ("raises", "expected"),
+    [
+        (None, "ok"),
+        (HookRunError("init hook exited 3", result(returncode=3)), "failed"),
+        (HookRunError("init hook timed out", result(returncode=-15, timed_out=True)), "timeout"),
+        (RuntimeError("bug in a stand-in"), "failed"),
+    ],
+)
+async def test_timed_hooks_record_and_pass_through(raises: Exception | None, expected: str) -> None:
+    """TimedHooks records result and duration of every run and returns or raises as before."""
+    ticks = iter([10.0, 12.5])
+    metrics = Metrics()
+    hooks = TimedHooks(ScriptedHook(raises), metrics, clock=lambda: next(ticks))
+    if raises is None:
+        assert await hooks("init", SPEC, resource=SERIAL, units=()) == "done"
+    else:
+        with pytest.raises(type(raises)):
+            await hooks("init", SPEC, resource=SERIAL, units=())
+    labels = {"resource": SERIAL, "hook": "init"}
+    assert value(metrics, "genericdp_hook_runs_total", **labels, result=expected) == 1
+    assert value(metrics, "genericdp_hook_duration_seconds_sum", **labels) == 2.5
+
+
+def test_liveness_is_always_ok() -> None:
+    """/healthz fails only by not answering: a restart cures nothing else we know."""
+    assert liveness().ok
+
+
+def test_readiness() -> None:
+    """Ready once started and every resource registered once; the reason lists the others."""
+    assert not readiness({}, started=False).ok
+    assert readiness({}, started=True).ok  # a config with no resources
+    waiting = status("example.com/b", registered=False, registrations=0, last_error="no kubelet")
+    verdict = readiness({SERIAL: status(), "example.com/b": waiting}, started=True)
+    assert not verdict.ok
+    assert "example.com/b: no kubelet" in verdict.text
+    assert SERIAL not in verdict.text
+    # Registered once, then the kubelet restarted: still ready (it re-registers by itself).
+    again = status(registered=False, registrations=1, last_error="waiting for the kubelet")
+    assert readiness({SERIAL: again}, started=True).ok
