@@ -214,6 +214,47 @@ def bench_serve_memory(base: Path, n: int) -> None:
     )
 
 
+def _connected(kubelet: EmbeddedKubelet, name: str) -> bool:
+    return name in kubelet.resources and kubelet.resources[name].connected
+
+
+def bench_reload(base: Path, trials: int = 10) -> None:
+    """ConfigMap ``..data`` swap adding a resource -> the kubelet sees it registered."""
+    from genericdp.runtime.configwatch import ConfigWatcher
+    from genericdp.runtime.tasks import TaskSet
+    from tests.test_configwatch import ConfigMapVolume
+
+    async def run(settle: float) -> list[float]:
+        plugin_dir = base / f"dpr{settle}"
+        settings = Settings(plugin_dir=plugin_dir, dev_root=Path("/dev"), rescan_interval=3600.0)  # type: ignore[call-arg]
+        volume = ConfigMapVolume(base / f"cm{settle}")
+        volume.write({"gdp.yaml": resources_config(1)})
+        samples = []
+        async with EmbeddedKubelet(plugin_dir) as kubelet:
+            supervisor = Supervisor(settings)
+            await supervisor.start(load([volume.target]))
+            watcher = ConfigWatcher(volume.target, supervisor, settle=settle)
+            tasks = TaskSet()
+            tasks.spawn("config-watch", watcher.run)
+            await watcher.ready.wait()
+            for i in range(1, trials + 1):
+                name = f"example.com/r{i}"
+                start = time.perf_counter()
+                volume.write({"gdp.yaml": resources_config(i + 1)})
+                await kubelet.wait_until(functools.partial(_connected, name=name), 30)
+                samples.append(time.perf_counter() - start)
+            await tasks.stop()
+            await supervisor.stop()
+        return samples
+
+    default = Settings.model_fields["reload_settle"].default
+    for settle in (default, 0.0):
+        line(
+            f"ConfigMap swap -> new resource registered (settle {settle}s)",
+            asyncio.run(run(settle)),
+        )
+
+
 def main() -> None:
     logging.basicConfig(level=logging.CRITICAL)  # measure, do not print plugin logs
     print(f"machine: {machine()}")
@@ -231,6 +272,7 @@ def main() -> None:
         )
         bench_serve_memory(base, 1)
         bench_serve_memory(base, 50)
+        bench_reload(base)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"this benchmark process max RSS: {peak:.1f} MiB")
     finally:

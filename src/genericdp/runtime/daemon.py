@@ -3,6 +3,8 @@
 Shutdown ends the ListAndWatch streams, stops the servers (hooks that are
 running get a short grace), removes our sockets and returns 0; tasks that do
 not stop in time are named in the log rather than blocking the exit.
+``/metrics``, ``/healthz`` and ``/readyz`` are served on ``metrics_address``
+from the same loop (``genericdp.metrics``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
     ``ready`` is set once the plugins are started (registration goes on in
     the background: the kubelet may not be up yet).
     """
+    from genericdp.metrics import Metrics, readiness, serve_endpoints
     from genericdp.runtime.configwatch import start_config_watch
     from genericdp.runtime.supervisor import Supervisor
     from genericdp.runtime.tasks import TaskSet
@@ -48,8 +51,19 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
 
     for sig in _SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig)
-    supervisor = Supervisor(settings)
+    metrics = Metrics()
+    metrics.config_loaded()
+    supervisor = Supervisor(settings, metrics=metrics)
+    metrics.track(supervisor)
     watches = TaskSet(log)
+    started = asyncio.Event()  # the config is applied: /readyz may say yes
+    endpoints = TaskSet(log)  # stopped last: /healthz answers while the plugins stop
+    serve_endpoints(
+        endpoints,
+        settings.metrics_listen,
+        metrics,
+        lambda: readiness(supervisor.status(), started=started.is_set()),
+    )
     try:
         log.info(
             "serving %d resource(s) from %s in %s",
@@ -58,7 +72,10 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
             settings.plugin_dir,
         )
         await supervisor.start(config)
-        start_config_watch(watches, settings, supervisor)  # hot reload
+        started.set()
+        start_config_watch(  # hot reload
+            watches, settings, supervisor, on_result=lambda r: metrics.config_reload(r.outcome)
+        )
         if ready is not None:
             ready.set()
         await stop.wait()
@@ -67,7 +84,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
         for sig in _SIGNALS:
             loop.remove_signal_handler(sig)
         # No reload may start while the plugins stop.
-        stragglers = (*await watches.stop(), *await supervisor.stop())
+        stragglers = (*await watches.stop(), *await supervisor.stop(), *await endpoints.stop())
         if stragglers:
             log.warning("exiting with tasks still running: %s", ", ".join(stragglers))
     log.info("shut down cleanly")
