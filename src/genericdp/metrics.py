@@ -38,7 +38,9 @@ from prometheus_client.registry import Collector
 from genericdp import __version__
 from genericdp.errors import HookError, TemplateRenderError
 from genericdp.hooks import HookRunError
-from genericdp.httpserver import Response, Route
+from genericdp.httpserver import Response, Route, run_http_server
+from genericdp.runtime.tasks import Backoff, TaskSet
+from genericdp.settings import ListenAddress
 
 if TYPE_CHECKING:
     from genericdp.config.model import Exec
@@ -430,3 +432,21 @@ def routes(metrics: Metrics, ready: Callable[[], Verdict]) -> dict[str, Route]:
         "/healthz": verdict(liveness),
         "/readyz": verdict(ready),
     }
+
+
+def serve_endpoints(
+    tasks: TaskSet,
+    address: ListenAddress | None,
+    metrics: Metrics,
+    ready: Callable[[], Verdict],
+) -> None:
+    """Spawn task ``http`` serving /metrics, /healthz and /readyz (None: turned off).
+
+    The task retries with backoff when it cannot listen (the port of a rolling
+    update's previous pod); the device plugins never wait for it.
+    """
+    if address is None:
+        log.info("metrics_address is empty: no /metrics, /healthz or /readyz")
+        return
+    table = routes(metrics, ready)
+    tasks.spawn("http", lambda: run_http_server(address, table), backoff=Backoff(maximum=10.0))
