@@ -1,0 +1,117 @@
+"""CPU and memory of a real ``genericdp serve`` at rest: what the DaemonSet should request.
+
+Run with ``.venv/bin/python -m bench.idle_cpu [--seconds 30] [--config PATH]``.
+Starts ``genericdp serve`` as its own process against the embedded kubelet
+(with its PodResources socket, so the release poll runs as on a node), waits
+until every resource is registered, then reads ``utime + stime`` (and the same
+for reaped children: health probes and hooks) from ``/proc/<pid>/stat`` at the
+start and the end of a quiet window. Prints millicores, resident memory and
+the peak, and the CPU the start itself took. The default config is
+``configs/examples/demo.yaml``, whose devices exist on every Linux machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from genericdp.config import load  # noqa: E402
+from genericdp.kubelet.embedded import EmbeddedKubelet  # noqa: E402
+
+DEMO = REPO / "configs" / "examples" / "demo.yaml"
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    """Cumulative CPU seconds of a process and of its reaped children, at a wall time."""
+
+    at: float
+    own: float
+    children: float
+
+
+def cpu_sample(pid: int, proc_root: Path = Path("/proc")) -> CpuSample:
+    stat = (proc_root / str(pid) / "stat").read_text()
+    # ``pid (comm) state ...``: comm may hold spaces, so split after the last ')'.
+    # utime, stime, cutime, cstime are fields 14-17 of the whole line.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
+    return CpuSample(
+        at=time.monotonic(), own=(utime + stime) / TICKS, children=(cutime + cstime) / TICKS
+    )
+
+
+def memory_mib(pid: int, key: str, proc_root: Path = Path("/proc")) -> float:
+    """``VmRSS`` or ``VmHWM`` (the peak) from /proc/<pid>/status, in MiB."""
+    status = (proc_root / str(pid) / "status").read_text()
+    kib = next(int(x.split()[1]) for x in status.splitlines() if x.startswith(f"{key}:"))
+    return kib / 1024
+
+
+def free_port() -> int:
+    """A loopback port for the metrics server, so two runs never collide on 9090."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def measure(config: Path, seconds: float) -> None:
+    names = [r.name for r in load([config]).resources]
+    # /tmp, not the CWD: a unix socket path must fit in 107 bytes.
+    with tempfile.TemporaryDirectory(prefix="gdp-idle-", dir="/tmp") as tmp:
+        plugin_dir = Path(tmp) / "dp"
+        pod_resources = Path(tmp) / "pr" / "kubelet.sock"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
+        env["GENERICDP_METRICS_ADDRESS"] = f"127.0.0.1:{free_port()}"
+        async with EmbeddedKubelet(plugin_dir, pod_resources_socket=pod_resources) as kubelet:
+            started = time.monotonic()
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "genericdp", "serve",
+                "--config", str(config),
+                "--plugin-dir", str(plugin_dir),
+                "--pod-resources-socket", str(pod_resources),
+                "--log-level", "warning",
+                env=env,
+            )  # fmt: skip
+            try:
+                await kubelet.wait_until(
+                    lambda k: all(n in k.resources and k.resources[n].connected for n in names),
+                    60,
+                )
+                registered = cpu_sample(proc.pid)
+                await asyncio.sleep(seconds)  # the measurement window itself
+                end = cpu_sample(proc.pid)
+                rss, peak = memory_mib(proc.pid, "VmRSS"), memory_mib(proc.pid, "VmHWM")
+            finally:
+                proc.terminate()
+                await proc.wait()
+    window = end.at - registered.at
+    own = (end.own - registered.own) / window * 1000
+    children = (end.children - registered.children) / window * 1000
+    print(f"config: {config} ({len(names)} resource(s))")
+    print(f"start -> all registered: {registered.at - started:.2f} s wall, {registered.own:.2f} s CPU")
+    print(f"idle over {window:.1f} s: {own:.2f} millicores (daemon), {children:.2f} (probes, hooks)")
+    print(f"memory: {rss:.1f} MiB resident now, {peak:.1f} MiB peak")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=30.0, help="length of the idle window")
+    parser.add_argument("--config", type=Path, default=DEMO, help="config file or directory")
+    args = parser.parse_args()
+    asyncio.run(measure(args.config, args.seconds))
+
+
+if __name__ == "__main__":
+    main()
