@@ -19,7 +19,7 @@ import re
 import secrets
 import socket as socketlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -126,6 +126,8 @@ class ResourcePlugin:
         settle: float = 0.05,
         register_timeout: float = 5.0,
         metrics: Recorder = NO_METRICS,
+        on_claim: Callable[[tuple[str, ...]], Awaitable[None]] | None = None,
+        on_allocated: Callable[[tuple[str, ...]], None] = lambda ids: None,
     ) -> None:
         self._definition = definition
         self._metrics = metrics
@@ -137,6 +139,10 @@ class ResourcePlugin:
         self._backoff = backoff or Backoff()
         self._settle = settle
         self._register_timeout = register_timeout
+        # Release tracking (runtime/release.py): the kubelet handing IDs out
+        # again means their last holder is done; what we hand out is in use.
+        self._on_claim = on_claim
+        self._on_allocated = on_allocated
         self._server: PluginServer | None = None
         self._wanted = asyncio.Event()
         self._reasons: list[str] = []
@@ -340,6 +346,9 @@ class ResourcePlugin:
             self._metrics.allocation(self.resource, allocation_result(error), elapsed)
 
     async def _allocate(self, requests: Sequence[tuple[str, ...]]) -> list[Allocation]:
+        if self._on_claim is not None:
+            for ids in requests:
+                await self._on_claim(ids)  # a cleanup the kubelet did not wait for
         definition = self._definition
         lookups = [self._checked(ids) for ids in requests]
         allocations: list[Allocation] = []
@@ -357,6 +366,8 @@ class ResourcePlugin:
             allocations.append(
                 render_allocation(definition, units, node_name=self._node_name, device_ids=ids)
             )
+        for ids in requests:
+            self._on_allocated(ids)
         return allocations
 
     async def pre_start(self, device_ids: tuple[str, ...]) -> None:
@@ -377,6 +388,10 @@ class ResourcePlugin:
         found = self.state.lookup(ids)
         if found.unknown:
             raise InvalidDevicesError(f"unknown device IDs: {_shown(found.unknown)}")
+        if require_healthy and found.cleaning:
+            unit = "unit" if len(found.cleaning) == 1 else "units"
+            verb = "is" if len(found.cleaning) == 1 else "are"
+            raise InvalidDevicesError(f"{unit} {_shown(found.cleaning)} {verb} being cleaned up")
         if require_healthy and found.unhealthy:
             raise InvalidDevicesError(f"unhealthy device IDs: {_shown(found.unhealthy)}")
         return found.units

@@ -1,6 +1,6 @@
 """Everything that runs for one resource: discovery, health, its plugin.
 
-Three named, guarded tasks per resource: ``<name>/discovery`` (first scan,
+Named, guarded tasks per resource: ``<name>/discovery`` (first scan,
 then a rescan every ``rescan_interval`` or when the definition changes),
 ``<name>/health`` (when the definition has a probe) and
 ``<name>/registration`` (the plugin's serve-and-Register loop), and one

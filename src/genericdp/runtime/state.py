@@ -21,16 +21,22 @@ class Lookup:
 
     units: tuple[Unit, ...]  # the distinct units behind the known IDs, sorted by ID
     unknown: tuple[str, ...]
-    unhealthy: tuple[str, ...]
+    unhealthy: tuple[str, ...]  # device IDs the health monitor reports Unhealthy
+    cleaning: tuple[str, ...] = ()  # unit IDs whose cleanup is due or running
 
 
 class DeviceState:
-    """Units, the replica count and the unhealthy set, with a change version."""
+    """Units, the replica count, the unhealthy and cleaning sets, with a change version.
+
+    A unit is advertised Healthy unless the health monitor says otherwise or
+    its cleanup is due or running (the kubelet must not pick it meanwhile).
+    """
 
     def __init__(self, *, count: int = 1, units: Iterable[Unit] = ()) -> None:
         self._count = count
         self._units: dict[str, Unit] = {u.id: u for u in units}
         self._unhealthy: frozenset[str] = frozenset()
+        self._cleaning: frozenset[str] = frozenset()
         self._devices: tuple[DeviceInfo, ...] = self._build()
         self._version = 0
         self._closed = False
@@ -52,6 +58,10 @@ class DeviceState:
     def unhealthy(self) -> frozenset[str]:
         return self._unhealthy
 
+    @property
+    def cleaning(self) -> frozenset[str]:
+        return self._cleaning
+
     def devices(self) -> tuple[DeviceInfo, ...]:
         return self._devices
 
@@ -69,6 +79,11 @@ class DeviceState:
         self._unhealthy = frozenset(unit_ids)
         return self._refresh()
 
+    def set_cleaning(self, unit_id: str, *, cleaning: bool) -> bool:
+        """Put a unit in (or take it out of) cleanup; True when the device list changed."""
+        self._cleaning = (self._cleaning | {unit_id}) if cleaning else (self._cleaning - {unit_id})
+        return self._refresh()
+
     def lookup(self, device_ids: Iterable[str]) -> Lookup:
         known = {d.id: d for d in self._devices}
         ids = list(dict.fromkeys(device_ids))
@@ -76,7 +91,8 @@ class DeviceState:
         return Lookup(
             units=tuple(self._units[u] for u in unit_ids),
             unknown=tuple(d for d in ids if d not in known),
-            unhealthy=tuple(d for d in ids if d in known and not known[d].healthy),
+            unhealthy=tuple(d for d in ids if d in known and unit_id_of(d) in self._unhealthy),
+            cleaning=tuple(u for u in unit_ids if u in self._cleaning),
         )
 
     async def wait_changed(self, version: int) -> int | None:
@@ -92,7 +108,11 @@ class DeviceState:
 
     def _build(self) -> tuple[DeviceInfo, ...]:
         return tuple(
-            DeviceInfo(id=rid, healthy=u.id not in self._unhealthy, numa_node=u.numa_node)
+            DeviceInfo(
+                id=rid,
+                healthy=u.id not in self._unhealthy and u.id not in self._cleaning,
+                numa_node=u.numa_node,
+            )
             for u in sorted(self._units.values(), key=lambda u: u.id)
             for rid in replica_ids(u.id, self._count)
         )

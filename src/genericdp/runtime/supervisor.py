@@ -3,7 +3,9 @@
 ``apply(config)`` is the single entry point for a config, at start and on
 reload: it computes a ``Plan`` (pure, in ``reconcile``) and carries it out,
 stopping removed resources before starting new ones. The kubelet watch wakes
-every plugin when the kubelet restarts. ``status()`` and ``wait_for()`` let
+every plugin when the kubelet restarts. One ``pod-resources`` task polls the
+kubelet's PodResources List and hands released units to their resource for
+cleanup (``release``). ``status()`` and ``wait_for()`` let
 ``simulate`` and the tests observe registrations.
 """
 
@@ -22,6 +24,7 @@ from genericdp.runtime.devwatch import DevChange, watch_devices
 from genericdp.runtime.kubeletwatch import DirChange, watch_plugin_dir
 from genericdp.runtime.plugin import HookRunner, PluginStatus, remove_stale_sockets
 from genericdp.runtime.reconcile import Plan, plan
+from genericdp.runtime.release import Release, ReleasePoller, UsageTracker
 from genericdp.runtime.resource import Discover, ResourceRunner
 from genericdp.runtime.tasks import Backoff, TaskSet
 from genericdp.settings import Settings
@@ -59,8 +62,11 @@ class Supervisor:
         run_hook: HookRunner | None = None,
         settle: float = 0.05,
         metrics: Recorder | None = None,
+        cleanup_backoff: Callable[[], Backoff] | None = None,
     ) -> None:
         self._settings = settings
+        self._usage = UsageTracker()
+        self._cleanup_backoff = cleanup_backoff
         self._discover = discover or _default_discover()
         self._run_hook = run_hook or _default_hook_runner()
         self._metrics = metrics or NO_METRICS
@@ -79,6 +85,11 @@ class Supervisor:
     def config(self) -> Config:
         return self._config
 
+    @property
+    def usage(self) -> UsageTracker:
+        """Who holds which device, as far as PodResources and our Allocate tell."""
+        return self._usage
+
     # -- lifecycle ---------------------------------------------------------------
 
     async def start(self, config: Config, *, watch_timeout: float = 5.0) -> Plan:
@@ -94,7 +105,17 @@ class Supervisor:
             await asyncio.wait_for(self._watching.wait(), watch_timeout)
         except TimeoutError:
             log.warning("not watching %s yet; kubelet restarts may be missed", plugin_dir)
-        return await self.apply(config)
+        steps = await self.apply(config)
+        # After the first apply, so the first poll already knows who wants cleanup.
+        poller = ReleasePoller(
+            self._settings.pod_resources_socket,
+            self._usage,
+            self._released,
+            interval=self._settings.pod_resources_poll_interval,
+            active=lambda: any(r.cleaner.wanted() for r in self._runners.values()),
+        )
+        self._tasks.spawn("pod-resources", poller.run, backoff=Backoff(maximum=10.0))
+        return steps
 
     async def apply(self, config: Config) -> Plan:
         """Reconcile the running plugins with ``config`` (stop, update, start)."""
@@ -102,7 +123,7 @@ class Supervisor:
             steps = plan(self._config.resources, config.resources)
             log.info("applying config: %s", steps)
             for name in steps.stop:
-                await self._runners.pop(name).stop()
+                await self._runners.pop(name).stop(removed=True)
             for definition in steps.update:
                 await self._runners[definition.name].update(definition, reregister=False)
             for definition in steps.reregister:
@@ -119,6 +140,8 @@ class Supervisor:
                     on_status=self._notify,
                     settle=self._settle,
                     metrics=self._metrics,
+                    usage=self._usage,
+                    cleanup_backoff=self._cleanup_backoff,
                 )
                 self._runners[definition.name] = runner
                 runner.start()
@@ -174,6 +197,12 @@ class Supervisor:
                 if predicate(statuses):
                     return statuses
                 await changed.wait()
+
+    def _released(self, releases: tuple[Release, ...]) -> None:
+        for release in releases:
+            runner = self._runners.get(release.resource)
+            if runner is not None:
+                runner.released(release)
 
     def _notify(self) -> None:
         old, self._changed = self._changed, asyncio.Event()

@@ -1,0 +1,220 @@
+"""Release tracking: the pure diff, the usage tracker and the PodResources poller."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Set
+from pathlib import Path
+
+import pytest
+
+from genericdp.errors import KubeletError
+from genericdp.kubelet.podresources import PodDevices
+from genericdp.runtime.release import Release, ReleasePoller, UsageTracker, released_units
+
+R = "example.com/serial"
+S = "example.com/sound"
+
+
+def _pod(pod: str, *ids: str, resource: str = R, container: str = "main") -> PodDevices:
+    return PodDevices("default", pod, container, resource, tuple(ids))
+
+
+@pytest.mark.parametrize(
+    ("previous", "current", "expected"),
+    [
+        pytest.param({}, {}, (), id="nothing"),
+        pytest.param({R: {"a"}}, {R: {"a"}}, (), id="still-held"),
+        pytest.param({R: {"a"}}, {}, (Release(R, "a", ("a",)),), id="resource-gone-from-list"),
+        pytest.param({R: {"a", "b"}}, {R: {"b"}}, (Release(R, "a", ("a",)),), id="one-of-two"),
+        pytest.param({}, {R: {"a"}}, (), id="newly-taken"),
+        pytest.param({R: {"a::0", "a::1"}}, {R: {"a::1"}}, (), id="shared-one-replica-left"),
+        pytest.param(
+            {R: {"a::0", "a::1"}},
+            {R: set()},
+            (Release(R, "a", ("a::0", "a::1")),),
+            id="shared-last",
+        ),
+        pytest.param({R: {"a::0"}}, {R: {"a::1"}}, (), id="shared-replica-swapped"),
+        pytest.param(
+            {R: {"a"}, S: {"x"}},
+            {S: {"x"}},
+            (Release(R, "a", ("a",)),),
+            id="per-resource",
+        ),
+        pytest.param(
+            {R: {"a"}}, {S: {"a"}}, (Release(R, "a", ("a",)),), id="same-id-other-resource"
+        ),
+        pytest.param(
+            {R: {"b", "a::0"}, S: {"z"}},
+            {},
+            (Release(R, "a", ("a::0",)), Release(R, "b", ("b",)), Release(S, "z", ("z",))),
+            id="sorted",
+        ),
+    ],
+)
+def test_released_units(
+    previous: Mapping[str, Set[str]],
+    current: Mapping[str, Set[str]],
+    expected: tuple[Release, ...],
+) -> None:
+    """A unit is released when its last in-use replica leaves the list, per resource."""
+    assert released_units(previous, current) == expected
+
+
+def test_first_list_is_a_baseline() -> None:
+    """What was in use before the first List is not released by it, and nothing before it."""
+    tracker = UsageTracker()
+    assert not tracker.has_baseline
+    assert tracker.observe([_pod("p", "a")]) == ()
+    assert tracker.has_baseline
+    assert tracker.in_use(R) == {"a"}
+    assert tracker.observe([]) == (Release(R, "a", ("a",)),)
+    assert tracker.in_use(R) == frozenset()
+
+
+def test_holders_of_one_device_release_it_together() -> None:
+    """An init-reused device listed under two containers is released when both are gone."""
+    tracker = UsageTracker()
+    tracker.observe([_pod("p", "a", container="init"), _pod("p", "a")])
+    assert tracker.observe([_pod("p", "a")]) == ()
+    assert tracker.observe([]) == (Release(R, "a", ("a",)),)
+
+
+def test_handed_out_stays_in_use_until_listed_then_follows_list() -> None:
+    """An ID our Allocate gave out is in use while unlisted; once listed, List decides."""
+    tracker = UsageTracker()
+    tracker.observe([])
+    tracker.handed_out(R, ["a"])
+    assert tracker.observe([]) == ()
+    assert tracker.observe([]) == ()
+    assert tracker.in_use(R) == {"a"}  # a plain init container's device is never listed
+    tracker.observe([_pod("p", "a")])
+    assert tracker.observe([]) == (Release(R, "a", ("a",)),)
+
+
+def test_claim_of_an_unlisted_hand_out_releases_it() -> None:
+    """The kubelet asking again for an ID we gave out (never listed) means it is free."""
+    tracker = UsageTracker()
+    tracker.observe([])
+    tracker.handed_out(R, ["a"])
+    assert tracker.claim(R, ["a"]) == (Release(R, "a", ("a",)),)
+    assert tracker.claim(R, ["a"]) == ()  # nobody held it in between
+
+
+def test_claim_before_the_poll_releases_and_ignores_the_old_holder() -> None:
+    """A claimed ID still listed for its old pod (terminated, not deleted) no longer counts."""
+    tracker = UsageTracker()
+    tracker.observe([_pod("old", "a")])
+    assert tracker.claim(R, ["a"]) == (Release(R, "a", ("a",)),)
+    tracker.handed_out(R, ["a"])
+    # List still shows the old pod: the old holder is ignored, our hand-out stands.
+    assert tracker.observe([_pod("old", "a")]) == ()
+    assert tracker.in_use(R) == {"a"}
+    tracker.observe([_pod("old", "a"), _pod("new", "a")])
+    assert tracker.observe([_pod("old", "a")]) == (Release(R, "a", ("a",)),)
+
+
+def test_stale_holder_forgotten_once_unlisted() -> None:
+    """A pod of the same name that comes back later is a holder again (List has no UID)."""
+    tracker = UsageTracker()
+    tracker.observe([_pod("web-0", "a")])
+    tracker.claim(R, ["a"])
+    tracker.observe([])  # the old web-0 is gone from List
+    tracker.observe([_pod("web-0", "a")])
+    assert tracker.in_use(R) == {"a"}
+    assert tracker.observe([]) == (Release(R, "a", ("a",)),)
+
+
+def test_claim_of_one_replica_keeps_a_shared_unit_in_use() -> None:
+    """Claiming a freed replica of a unit another pod still shares releases nothing."""
+    tracker = UsageTracker()
+    tracker.observe([_pod("p", "a::0"), _pod("q", "a::1")])
+    assert tracker.claim(R, ["a::0"]) == ()
+    assert tracker.in_use(R) == {"a::1"}
+
+
+def test_forget_keeps_hand_outs_and_starts_a_new_baseline() -> None:
+    """With no cleanup wanted the List view is dropped; the next List is a baseline."""
+    tracker = UsageTracker()
+    tracker.observe([_pod("p", "a")])
+    tracker.handed_out(R, ["b"])
+    tracker.forget()
+    assert not tracker.has_baseline
+    assert tracker.in_use(R) == {"b"}
+    assert tracker.observe([]) == ()
+    assert tracker.has_baseline
+
+
+class _ScriptedList:
+    """PodResources answers (or errors) in order; the last one repeats."""
+
+    def __init__(self, *answers: tuple[PodDevices, ...] | KubeletError) -> None:
+        self.answers = list(answers)
+        self.calls = 0
+
+    async def __call__(self, socket: Path, *, timeout: float = 5.0) -> tuple[PodDevices, ...]:  # noqa: ASYNC109
+        answer = self.answers[min(self.calls, len(self.answers) - 1)]
+        self.calls += 1
+        if isinstance(answer, KubeletError):
+            raise answer
+        return answer
+
+
+def _poller(
+    lister: _ScriptedList, out: list[Release], *, active: bool = True
+) -> tuple[ReleasePoller, UsageTracker]:
+    tracker = UsageTracker()
+    poller = ReleasePoller(
+        Path("/nonexistent/pod-resources.sock"),
+        tracker,
+        out.extend,
+        interval=0.01,
+        active=lambda: active,
+        list_pods=lister,
+    )
+    return poller, tracker
+
+
+async def test_poller_failed_list_changes_nothing_and_logs_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A failing List keeps the last view, releases nothing, and is logged once per outage."""
+    down = KubeletError("PodResources List on x failed: UNAVAILABLE: no socket")
+    lister = _ScriptedList((_pod("p", "a"),), down, down, down, ())
+    out: list[Release] = []
+    poller, tracker = _poller(lister, out)
+    caplog.set_level(logging.INFO, logger="genericdp.runtime.release")
+    assert await poller.poll()
+    for _ in range(3):
+        assert not await poller.poll()
+    assert out == []
+    assert tracker.in_use(R) == {"a"}
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "UNAVAILABLE: no socket" in warnings[0].getMessage()
+    assert await poller.poll()
+    assert out == [Release(R, "a", ("a",))]
+    assert any("answers again" in r.getMessage() for r in caplog.records)
+
+
+async def test_poller_starts_with_a_baseline_after_an_outage_at_start() -> None:
+    """When List fails from the start, its first answer is the baseline (nothing released)."""
+    lister = _ScriptedList(KubeletError("down"), (_pod("p", "a"),), ())
+    out: list[Release] = []
+    poller, _ = _poller(lister, out)
+    assert not await poller.poll()
+    assert await poller.poll()
+    assert out == []
+    assert await poller.poll()
+    assert out == [Release(R, "a", ("a",))]
+
+
+async def test_poller_idle_without_cleanup_hooks() -> None:
+    """No resource wants cleanup: List is not called at all."""
+    lister = _ScriptedList(())
+    out: list[Release] = []
+    poller, tracker = _poller(lister, out, active=False)
+    assert not await poller.poll()
+    assert lister.calls == 0
+    assert not tracker.has_baseline
