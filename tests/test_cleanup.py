@@ -221,7 +221,7 @@ async def test_failing_cleanup_keeps_the_unit_out_of_service_until_it_passes(
         assert any("scrub: device busy" in m for m in messages)
         errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
         assert any(
-            "unit ttyUSB0 out of service until its cleanup succeeds" in m and "exited 3" in m
+            "unit ttyUSB0 out of service until its cleanup passes" in m and "exited 3" in m
             for m in errors
         )
         hook.flag("fail", on=False)
@@ -275,6 +275,26 @@ async def test_unit_shorter_lived_than_a_poll_is_cleaned_before_its_next_allocat
         await rt.kubelet.allocate(SERIAL, 1, pod="q")
         assert hook.lines("done") == ["ttyUSB0"]  # before the Allocate answered
         await _allocatable(rt, 1)  # Healthy again (and held by q)
+
+
+async def test_failed_cleanup_inside_allocate_refuses_the_pod(base: Path) -> None:
+    """When the cleanup Allocate runs first fails, the pod is rejected and the unit retried."""
+    hook = Hook(base / "hook")
+    discovery = ScriptedDiscovery({SERIAL: [unit("ttyUSB0")]})
+    async with serving(base, hook.config(), discovery, poll=3600.0) as rt:
+        await _allocatable(rt, 1)
+        await eventually(lambda: rt.supervisor.usage.has_baseline)
+        await rt.kubelet.allocate(SERIAL, 1, pod="p")
+        rt.kubelet.release("default", "p")
+        hook.flag("fail", on=True)
+        with pytest.raises(AllocationError, match="unit ttyUSB0 is being cleaned up"):
+            await rt.kubelet.allocate(SERIAL, 1, pod="q")
+        await eventually(lambda: len(hook.lines("runs")) >= 2)  # retried in the background
+        assert rt.kubelet.resources[SERIAL].allocatable == 0
+        hook.flag("fail", on=False)
+        await _allocatable(rt, 1)
+        await rt.kubelet.allocate(SERIAL, 1, pod="r")
+        assert hook.lines("done") == ["ttyUSB0"]
 
 
 async def test_unit_vanishing_while_in_use_is_cleaned_once(base: Path) -> None:

@@ -10,8 +10,8 @@ List alone misses two things, so Allocate tells us too (``UsageTracker.claim``
 and ``handed_out``):
 
 - The kubelet may hand a device out again before our next poll sees it free,
-  and kubelets before 1.34 keep listing the devices of terminated pods that
-  are not deleted yet, while their device manager already reuses them. An
+  and kubelets without kubernetes#132028 (2025) keep listing the devices of
+  ended pods not deleted yet, while their device manager already reuses them. An
   Allocate for an ID that List still shows held means its holder is done:
   that holder is ignored from then on, and if that releases the unit its
   cleanup runs before the Allocate goes on.
@@ -315,10 +315,14 @@ class Cleaner:
         if unit is None or not self.wanted() or self.busy(unit.id):
             return
         self._state.set_cleaning(unit.id, cleaning=True)
-        if await self._attempt(unit, release.device_ids, retry=True):
-            self._state.set_cleaning(unit.id, cleaning=False)
-        elif not self._stopping.is_set():
-            self._spawn(unit, release.device_ids, retry=True, wait_first=True)
+        passed = False
+        try:
+            passed = await self._attempt(unit, release.device_ids, retry=True)
+        finally:  # also when the Allocate is cancelled: the hook was stopped midway
+            if passed or self._stopping.is_set():
+                self._state.set_cleaning(unit.id, cleaning=False)
+            else:
+                self._spawn(unit, release.device_ids, retry=True, wait_first=True)
 
     def removed(self, unit: Unit, device_ids: Iterable[str]) -> None:
         """A unit in use vanished (or its resource is going): clean it once."""
@@ -380,7 +384,7 @@ class Cleaner:
                 logger=log,
             )
         except HookError as exc:
-            what = "out of service until its cleanup succeeds" if retry else "removed"
+            what = "out of service until its cleanup passes" if retry else "removed, not retried"
             log.error("%s: unit %s %s: %s", definition.name, unit.id, what, exc)
             return False
         return True
