@@ -100,8 +100,12 @@ async def measure(config: Path, seconds: float) -> None:
     own = (end.own - registered.own) / window * 1000
     children = (end.children - registered.children) / window * 1000
     print(f"config: {config} ({len(names)} resource(s))")
-    print(f"start -> all registered: {registered.at - started:.2f} s wall, {registered.own:.2f} s CPU")
-    print(f"idle over {window:.1f} s: {own:.2f} millicores (daemon), {children:.2f} (probes, hooks)")
+    print(
+        f"start -> all registered: {registered.at - started:.2f} s wall, {registered.own:.2f} s CPU"
+    )
+    print(
+        f"idle over {window:.1f} s: {own:.2f} millicores (daemon), {children:.2f} (probes, hooks)"
+    )
     print(f"memory: {rss:.1f} MiB resident now, {peak:.1f} MiB peak")
 
 

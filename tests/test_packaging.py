@@ -1,0 +1,632 @@
+"""The image, the deployments and the e2e scripts, checked as far as this machine can.
+
+The kind e2e itself runs in GitHub Actions (.github/workflows/e2e.yaml). Here:
+every manifest parses; the DaemonSet of the kustomize base, of its rendering
+and of the Helm chart keeps the contract of DESIGN.md section 4 (ConfigMap as a
+directory, the hostPath mounts, system-node-critical, probes, measured
+resources); every config the deployments ship validates with genericdp's own
+validator; the Containerfile is multi-stage, labelled and runs ``genericdp
+serve``; the workflows run ``./dev test`` and the e2e; the scripts parse, pass
+shellcheck, and their polling helpers behave (against stub kubectl/docker).
+Tools that are not installed here (kubectl, helm, shellcheck) skip their tests.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+from genericdp.config import load, load_text
+
+ROOT = Path(__file__).resolve().parent.parent
+BASE = ROOT / "deploy" / "kustomize" / "base"
+CHART = ROOT / "deploy" / "helm" / "genericdp"
+E2E = ROOT / "e2e" / "kind"
+OVERLAY = E2E / "overlay"
+WORKFLOWS = ROOT / ".github" / "workflows"
+DEMO = ROOT / "configs" / "examples" / "demo.yaml"
+
+# bench/run.py: peak RSS of `genericdp serve` with 50 resources registered
+# (docs/deploy.md). The memory request must cover it.
+MEASURED_PEAK_RSS_MIB = 67
+
+HOST_MOUNTS = {  # mountPath in the container -> (hostPath, readOnly)
+    "/var/lib/kubelet/device-plugins": ("/var/lib/kubelet/device-plugins", False),
+    "/var/lib/kubelet/pod-resources": ("/var/lib/kubelet/pod-resources", True),
+    "/dev": ("/dev", True),
+    "/sys": ("/sys", True),
+    "/run/udev": ("/run/udev", True),
+}
+OCI_LABELS = ("title", "description", "source", "licenses", "version", "revision")
+
+
+def yaml_docs(text: str) -> list[Any]:
+    """Plain data (YAML 1.2, so ``on:`` stays a string), empty documents dropped."""
+    return [d for d in YAML(typ="safe", pure=True).load_all(text) if d is not None]
+
+
+def yaml_file(path: Path) -> Any:
+    (doc,) = yaml_docs(path.read_text())
+    return doc
+
+
+def yaml_text(data: Any) -> str:
+    out = io.StringIO()
+    YAML(typ="safe", pure=True).dump(data, out)
+    return out.getvalue()
+
+
+def walk(node: Any) -> Iterator[tuple[str, Any]]:
+    """Every (key, value) pair in nested mappings and lists."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield key, value
+            yield from walk(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from walk(item)
+
+
+def mebibytes(quantity: str) -> float:
+    units = {"Ki": 1 / 1024, "Mi": 1.0, "Gi": 1024.0}
+    for suffix, scale in units.items():
+        if quantity.endswith(suffix):
+            return float(quantity[: -len(suffix)]) * scale
+    return float(quantity) / 2**20
+
+
+def millicores(quantity: str) -> float:
+    return float(quantity[:-1]) if quantity.endswith("m") else float(quantity) * 1000
+
+
+def by_kind(docs: list[Any], kind: str) -> list[Any]:
+    return [d for d in docs if d.get("kind") == kind]
+
+
+def assert_daemonset_contract(ds: dict[str, Any], config_map: str) -> None:
+    """What DESIGN.md section 4 asks of the DaemonSet, wherever it comes from."""
+    assert not [k for k, _ in walk(ds) if k == "subPath"], "subPath mounts never see updates"
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["priorityClassName"] == "system-node-critical"
+    assert {"operator": "Exists"} in pod["tolerations"], "must run on every node, tainted or not"
+    (container,) = pod["containers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+
+    config_mount = mounts["/etc/genericdp"]
+    config_volume = volumes[config_mount["name"]]
+    assert config_volume["configMap"]["name"] == config_map
+    assert "items" not in config_volume["configMap"], "every key of the ConfigMap is a file"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["GENERICDP_CONFIG"]["value"] == "/etc/genericdp"
+
+    for path, (host_path, read_only) in HOST_MOUNTS.items():
+        mount = mounts[path]
+        source = volumes[mount["name"]]["hostPath"]
+        assert source["path"] == host_path, path
+        assert source.get("type") in ("Directory", "DirectoryOrCreate"), f"{path}: a directory"
+        assert bool(mount.get("readOnly")) is read_only, path
+    assert env["GENERICDP_PLUGIN_DIR"]["value"] == "/var/lib/kubelet/device-plugins"
+    assert (
+        env["GENERICDP_POD_RESOURCES_SOCKET"]["value"]
+        == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    )
+    assert env["GENERICDP_NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+
+    (port,) = (p for p in container["ports"] if p["name"] == "metrics")
+    assert port["containerPort"] == 9090
+    assert env["GENERICDP_METRICS_ADDRESS"]["value"] == ":9090"
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        assert container[probe]["httpGet"] == {"path": path, "port": "metrics"}, probe
+
+    res = container["resources"]
+    assert mebibytes(res["requests"]["memory"]) >= MEASURED_PEAK_RSS_MIB
+    assert mebibytes(res["limits"]["memory"]) >= 2 * mebibytes(res["requests"]["memory"])
+    assert millicores(res["requests"]["cpu"]) <= millicores(res["limits"]["cpu"])
+
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert not container["terminationMessagePath"].startswith("/dev/"), "/dev is the host's"
+    assert "/tmp" in mounts, "a writable /tmp under a read-only root"
+
+
+def validate_config_map(config_map: dict[str, Any], tmp_path: Path) -> list[str]:
+    """Write the ConfigMap's keys as the kubelet would and load them as a directory."""
+    directory = tmp_path / config_map["metadata"]["name"]
+    directory.mkdir()
+    for key, text in config_map["data"].items():
+        (directory / key).write_text(text)
+    return [r.name for r in load([directory]).resources]
+
+
+def resources_of(path: Path) -> list[Any]:
+    resources: list[Any] = yaml_file(path)["resources"]
+    return resources
+
+
+# -- every manifest -------------------------------------------------------------------
+
+
+def _manifests() -> list[Path]:
+    roots = [ROOT / "deploy", E2E, WORKFLOWS]
+    found = sorted(p for r in roots for p in r.rglob("*") if p.suffix in (".yaml", ".yml"))
+    # Helm templates are Go templates, not YAML; `helm template` renders them below.
+    return [p for p in found if "templates" not in p.relative_to(ROOT).parts]
+
+
+@pytest.mark.parametrize("path", _manifests(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_manifest_parses(path: Path) -> None:
+    """Each YAML file under deploy/, e2e/kind/ and .github/workflows/ is valid YAML."""
+    assert yaml_docs(path.read_text()), f"{path} holds no document"
+
+
+def test_the_manifests_are_found() -> None:
+    """The parse test above sees the base, the overlay, the chart and the workflows."""
+    names = {str(p.relative_to(ROOT)) for p in _manifests()}
+    assert {
+        "deploy/kustomize/base/daemonset.yaml",
+        "deploy/kustomize/base/kustomization.yaml",
+        "deploy/helm/genericdp/values.yaml",
+        "e2e/kind/overlay/kustomization.yaml",
+        ".github/workflows/ci.yaml",
+        ".github/workflows/e2e.yaml",
+    } <= names
+
+
+# -- kustomize base, as written ---------------------------------------------------------
+
+
+def test_kustomize_base_lists_existing_files_and_a_stable_config_name() -> None:
+    """The base's resources exist; its ConfigMap keeps one name (hot reload, no rollout)."""
+    kustomization = yaml_file(BASE / "kustomization.yaml")
+    for name in kustomization["resources"]:
+        assert (BASE / name).is_file(), name
+    (generator,) = kustomization["configMapGenerator"]
+    assert generator["options"]["disableNameSuffixHash"] is True
+    for name in generator["files"]:
+        assert (BASE / name).is_file(), name
+    assert "namespace" not in kustomization, "the base is namespace-agnostic"
+
+
+def test_kustomize_base_daemonset_keeps_the_contract() -> None:
+    """The base DaemonSet: ConfigMap directory, host mounts, priority, probes, resources."""
+    generator = yaml_file(BASE / "kustomization.yaml")["configMapGenerator"][0]
+    docs = yaml_docs((BASE / "daemonset.yaml").read_text())
+    (ds,) = by_kind(docs, "DaemonSet")
+    assert_daemonset_contract(ds, generator["name"])
+    assert "namespace" not in ds["metadata"]
+
+
+def test_kustomize_base_service_account_mounts_no_token() -> None:
+    """The daemon never calls the API server: no ServiceAccount token in the pod."""
+    sa = yaml_file(BASE / "serviceaccount.yaml")
+    assert sa["automountServiceAccountToken"] is False
+    pod = yaml_file(BASE / "daemonset.yaml")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == sa["metadata"]["name"]
+    assert pod["automountServiceAccountToken"] is False
+
+
+def test_kustomize_base_config_validates_and_is_the_demo() -> None:
+    """The base's config.yaml passes genericdp's validator and serves the demo resources."""
+    names = [r.name for r in load([BASE / "config.yaml"]).resources]
+    assert names == ["example.com/null", "example.com/zero", "example.com/loop", "example.com/fuse"]
+    assert resources_of(BASE / "config.yaml") == resources_of(DEMO)
+
+
+def test_e2e_overlay_config_validates_next_to_the_base() -> None:
+    """The e2e resources load together with the base's (one directory, no duplicate names)."""
+    config = load([BASE / "config.yaml", OVERLAY / "e2e.yaml"])
+    names = {r.name for r in config.resources}
+    assert {"example.com/e2e-dev", "example.com/e2e-hotplug", "example.com/e2e-health"} <= names
+
+
+def test_e2e_checks_expect_every_deployed_resource() -> None:
+    """checks.sh waits for the re-registration of exactly the resources the e2e deploys."""
+    text = (E2E / "checks.sh").read_text()
+    match = re.search(r"^RESOURCES=\((.*?)\)", text, re.S | re.M)
+    assert match, "RESOURCES=(...) not found in checks.sh"
+    expected = [r.name for r in load([BASE / "config.yaml", OVERLAY / "e2e.yaml"]).resources]
+    assert sorted(match.group(1).split()) == sorted(expected)
+
+
+# -- kustomize, rendered ----------------------------------------------------------------
+
+needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+
+
+def kustomize(path: Path) -> list[Any]:
+    result = subprocess.run(
+        ["kubectl", "kustomize", str(path)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    return yaml_docs(result.stdout)
+
+
+@needs_kubectl
+def test_kustomize_base_renders_a_daemonset_keeping_the_contract(tmp_path: Path) -> None:
+    """`kubectl kustomize` of the base keeps the contract; its ConfigMap validates as a dir."""
+    docs = kustomize(BASE)
+    (ds,) = by_kind(docs, "DaemonSet")
+    (cm,) = by_kind(docs, "ConfigMap")
+    assert cm["metadata"]["name"] == "genericdp-config", "no hash suffix"
+    assert_daemonset_contract(ds, cm["metadata"]["name"])
+    assert validate_config_map(cm, tmp_path) == [
+        "example.com/null",
+        "example.com/zero",
+        "example.com/loop",
+        "example.com/fuse",
+    ]
+
+
+@needs_kubectl
+def test_e2e_overlay_renders_the_local_image_and_both_config_files(tmp_path: Path) -> None:
+    """The e2e overlay: image genericdp:e2e never pulled, the flag mount, both config files."""
+    docs = kustomize(OVERLAY)
+    (ds,) = by_kind(docs, "DaemonSet")
+    (cm,) = by_kind(docs, "ConfigMap")
+    assert_daemonset_contract(ds, cm["metadata"]["name"])
+    assert {d["metadata"].get("namespace") for d in docs if d["kind"] != "Namespace"} == {
+        "genericdp-e2e"
+    }
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "genericdp:e2e"
+    assert container["imagePullPolicy"] == "Never"
+    assert "/var/lib/genericdp-e2e" in {m["mountPath"] for m in container["volumeMounts"]}
+    assert sorted(cm["data"]) == ["config.yaml", "e2e.yaml"]
+    assert "example.com/e2e-health" in validate_config_map(cm, tmp_path)
+
+
+# -- Helm chart ---------------------------------------------------------------------------
+
+
+def helm_values() -> dict[str, Any]:
+    values: dict[str, Any] = yaml_file(CHART / "values.yaml")
+    return values
+
+
+def test_helm_values_config_validates() -> None:
+    """values.config, rendered to YAML as templates/configmap.yaml does, passes the validator."""
+    values = helm_values()
+    config = load_text(yaml_text(values["config"]), "values.yaml:config")
+    assert [r.name for r in config.resources] == [
+        "example.com/null",
+        "example.com/zero",
+        "example.com/loop",
+        "example.com/fuse",
+    ]
+    assert values["config"]["resources"] == resources_of(DEMO)
+    assert values["extraConfigFiles"] == {}
+
+
+def test_helm_values_keep_the_measured_resources_and_least_privilege() -> None:
+    """The chart's defaults are the base's: same requests, limits and security context."""
+    values = helm_values()
+    base = yaml_file(BASE / "daemonset.yaml")["spec"]["template"]["spec"]
+    (container,) = base["containers"]
+    assert values["resources"] == container["resources"]
+    assert values["securityContext"] == container["securityContext"]
+    assert values["priorityClassName"] == base["priorityClassName"]
+    assert values["tolerations"] == base["tolerations"]
+
+
+def test_helm_templates_mount_the_config_as_a_directory() -> None:
+    """No subPath and no config checksum in the chart: edits are hot reloaded, not rolled."""
+    templates = {p.name: p.read_text() for p in (CHART / "templates").iterdir()}
+    everything = "\n".join(templates.values())
+    assert not re.search(r"^[\s-]*subPath:", everything, re.M), "subPath never sees updates"
+    assert "checksum/config" not in everything
+    assert "toYaml . | nindent 4" in templates["configmap.yaml"]
+    daemonset = templates["daemonset.yaml"]
+    for needle in ("path: /healthz", "path: /readyz", "mountPath: /etc/genericdp", "spec.nodeName"):
+        assert needle in daemonset, needle
+
+
+needs_helm = pytest.mark.skipif(shutil.which("helm") is None, reason="helm not installed")
+
+
+def helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["helm", *args], capture_output=True, text=True, check=False)
+
+
+@needs_helm
+def test_helm_chart_lints() -> None:
+    """`helm lint` finds nothing wrong with the chart."""
+    result = helm("lint", str(CHART))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_helm
+def test_helm_chart_renders_a_daemonset_keeping_the_contract(tmp_path: Path) -> None:
+    """`helm template` with an extra config file: the contract holds, both files validate."""
+    extra = ROOT / "configs" / "examples" / "usb-serial-ftdi.yaml"
+    result = helm(
+        "template", "gdp", str(CHART), "--namespace", "kube-system",
+        "--set-file", f"extraConfigFiles.serial\\.yaml={extra}",
+        "--set", "kubeletRootDir=/var/snap/microk8s/common/var/lib/kubelet/",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    docs = yaml_docs(result.stdout)
+    (ds,) = by_kind(docs, "DaemonSet")
+    (cm,) = by_kind(docs, "ConfigMap")
+    pod = ds["spec"]["template"]["spec"]
+    # Another kubelet root moves the host side only; the container sees the usual paths.
+    host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert "/var/snap/microk8s/common/var/lib/kubelet/device-plugins" in host_paths
+    for volume in pod["volumes"]:
+        if "hostPath" in volume:
+            volume["hostPath"]["path"] = volume["hostPath"]["path"].replace(
+                "/var/snap/microk8s/common", ""
+            )
+    assert_daemonset_contract(ds, cm["metadata"]["name"])
+    assert sorted(cm["data"]) == ["config.yaml", "serial.yaml"]
+    names = validate_config_map(cm, tmp_path)
+    assert "example.com/null" in names
+    assert len(names) == 4 + len(load([extra]).resources)
+
+
+@needs_helm
+def test_helm_chart_refuses_extra_files_genericdp_would_not_read() -> None:
+    """An extraConfigFiles name without .yaml/.yml fails the render with a clear message."""
+    result = helm("template", "gdp", str(CHART), "--set", "extraConfigFiles.notes\\.txt=x")
+    assert result.returncode != 0
+    assert "must end in .yaml or .yml" in result.stderr
+
+
+# -- Containerfile ------------------------------------------------------------------------
+
+
+def containerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    text = (ROOT / "Containerfile").read_text()
+    logical = re.sub(
+        r"\\\n",
+        " ",
+        "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")),
+    )
+    out = []
+    for line in logical.splitlines():
+        if line.strip():
+            word, _, rest = line.strip().partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def test_containerfile_is_multi_stage_with_only_the_venv_in_the_final_stage() -> None:
+    """A builder installs the wheel into a venv; the final stage copies only that (and tini)."""
+    instructions = containerfile_instructions()
+    froms = [args for word, args in instructions if word == "FROM"]
+    assert len(froms) == 2
+    assert froms[0].endswith("AS builder")
+    last_from = max(i for i, (word, _) in enumerate(instructions) if word == "FROM")
+    final = instructions[last_from:]
+    copies = [args for word, args in final if word == "COPY"]
+    assert copies == [
+        "--from=builder /usr/bin/tini /usr/bin/tini",
+        "--from=builder /opt/genericdp /opt/genericdp",
+    ]
+    assert not [args for word, args in final if word == "RUN"], (
+        "nothing installed in the final stage"
+    )
+
+
+def test_containerfile_downloads_nothing_architecture_specific() -> None:
+    """Multi-arch: no instruction names an architecture (wheels and tini come per platform)."""
+    for word, args in containerfile_instructions():
+        assert not re.search(r"amd64|arm64|x86_64|aarch64", args), f"{word} {args}"
+
+
+def test_containerfile_has_the_oci_labels() -> None:
+    """title, description, source, licenses, version, revision; the variable ones build args."""
+    labels = " ".join(args for word, args in containerfile_instructions() if word == "LABEL")
+    found = dict(re.findall(r'org\.opencontainers\.image\.(\w+)="([^"]*)"', labels))
+    assert set(OCI_LABELS) <= set(found)
+    assert found["version"] == "${VERSION}"
+    assert found["revision"] == "${REVISION}"
+    assert found["source"] == "${SOURCE}"
+    assert found["licenses"] == "Apache-2.0"
+    args = {a.split("=")[0] for w, a in containerfile_instructions() if w == "ARG"}
+    assert {"VERSION", "REVISION", "SOURCE"} <= args
+
+
+def test_containerfile_runs_genericdp_serve() -> None:
+    """ENTRYPOINT + CMD is `genericdp serve` (under tini), with the config directory preset."""
+    instructions = dict(containerfile_instructions())
+    argv = json.loads(instructions["ENTRYPOINT"]) + json.loads(instructions["CMD"])
+    assert argv[-2:] == ["genericdp", "serve"]
+    assert argv[0] == "/usr/bin/tini"
+    assert "GENERICDP_CONFIG=/etc/genericdp" in instructions["ENV"]
+
+
+def test_dockerignore_admits_exactly_what_the_build_copies() -> None:
+    """The build context is an allowlist: everything the builder COPYs, and no .venv or .git."""
+    lines = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert lines[0] == "*"
+    allowed = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
+    sources: set[str] = set()
+    for word, args in containerfile_instructions():
+        if word == "COPY" and not args.startswith("--from"):
+            sources.update(part.rstrip("/") for part in args.split()[:-1])
+    assert sources == allowed
+
+
+# -- workflows ------------------------------------------------------------------------------
+
+
+def steps(workflow: dict[str, Any]) -> list[str]:
+    return [s.get("run", "") for job in workflow["jobs"].values() for s in job["steps"]]
+
+
+def test_ci_workflow_runs_dev_test_on_pushes_and_pull_requests() -> None:
+    """ci.yaml runs `./dev test` on push and pull_request, and installs what the skips need."""
+    ci = yaml_file(WORKFLOWS / "ci.yaml")
+    assert {"push", "pull_request"} <= set(ci["on"])
+    runs = steps(ci)
+    assert "./dev test" in runs
+    assert any("shellcheck" in r for r in runs)
+    uses = [s.get("uses", "") for job in ci["jobs"].values() for s in job["steps"]]
+    assert any(u.startswith("azure/setup-helm") for u in uses)
+
+
+def test_e2e_workflow_runs_the_kind_e2e_on_three_or_more_kubernetes_versions() -> None:
+    """e2e.yaml runs e2e/kind/run.sh per Kubernetes version, each with a pinned node image."""
+    e2e = yaml_file(WORKFLOWS / "e2e.yaml")
+    assert "pull_request" in e2e["on"]
+    versions = e2e["jobs"]["kind"]["strategy"]["matrix"]["kubernetes"]
+    assert len(versions) >= 3
+    images = dict(
+        line.split()
+        for line in (E2E / "node-images.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    )
+    for version in versions:
+        assert version in images, f"no node image for {version}"
+        assert re.fullmatch(
+            rf"kindest/node:v{re.escape(version)}\.\d+@sha256:[0-9a-f]{{64}}", images[version]
+        )
+    assert any("e2e/kind/run.sh" in r for r in steps(e2e))
+    assert any("--platform linux/amd64,linux/arm64" in r for r in steps(e2e))
+
+
+# -- e2e scripts ------------------------------------------------------------------------------
+
+SCRIPTS = sorted(E2E.glob("*.sh"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_e2e_script_parses(script: Path) -> None:
+    """`bash -n` accepts the script; the runnable ones are executable with a bash shebang."""
+    result = subprocess.run(
+        ["bash", "-n", str(script)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    if script.name != "lib.sh":  # sourced, never run
+        assert os.access(script, os.X_OK), f"{script.name} is not executable"
+        assert script.read_text().startswith("#!/usr/bin/env bash\n")
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
+def test_e2e_scripts_pass_shellcheck() -> None:
+    """shellcheck (following `source`) finds nothing in e2e/kind/*.sh."""
+    result = subprocess.run(
+        ["shellcheck", "-x", *map(str, SCRIPTS)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout
+
+
+# The polling helpers decide whether the e2e passes; run them against stubs.
+
+STUB = """#!/usr/bin/env bash
+printf '%s\\n' "$*" >> "$STUBS/{name}.args"
+cat "$STUBS/{name}.out" 2>/dev/null || true
+"""
+
+
+@pytest.fixture
+def stubs(tmp_path: Path) -> Path:
+    """A directory of fake kubectl, docker and kind that answer from <name>.out files."""
+    for name in ("kubectl", "docker", "kind"):
+        path = tmp_path / name
+        path.write_text(STUB.replace("{name}", name))
+        path.chmod(0o755)
+    return tmp_path
+
+
+def run_checks_snippet(stubs: Path, snippet: str) -> subprocess.CompletedProcess[str]:
+    """Source checks.sh (which sources lib.sh) with the stubs first on PATH, then run snippet."""
+    env = {
+        "PATH": f"{stubs}:{os.environ['PATH']}",
+        "STUBS": str(stubs),
+        "CLUSTER": "t",
+        "ARTIFACTS": str(stubs / "artifacts"),
+        "POLL": "0.02",
+        "HOME": str(stubs),
+    }
+    script = f"set -euo pipefail\nsource {E2E / 'checks.sh'}\n{snippet}\n"
+    return subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+
+
+def test_wait_quantity_reads_the_node_status_with_escaped_dots(stubs: Path) -> None:
+    """wait_quantity returns once the node shows the value, asking jsonpath with dots escaped."""
+    (stubs / "kubectl.out").write_text("4")
+    result = run_checks_snippet(stubs, "wait_quantity capacity example.com/null 4 5; echo done")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "done"
+    args = (stubs / "kubectl.args").read_text()
+    assert "get node t-control-plane -o jsonpath={.status.capacity.example\\.com/null}" in args
+
+
+def test_wait_quantity_fails_with_what_it_saw_and_dumps_diagnostics(stubs: Path) -> None:
+    """A value that never comes fails in time, says expected and last seen, and dumps logs."""
+    (stubs / "kubectl.out").write_text("3")
+    result = run_checks_snippet(stubs, "wait_quantity allocatable example.com/null 4 0.3")
+    assert result.returncode == 1
+    assert (
+        "timed out after 0.3s waiting for: node t-control-plane allocatable example.com/null = 4"
+        " (last seen: 3)" in result.stderr
+    )
+    assert "===== genericdp logs" in result.stderr
+    assert (stubs / "artifacts" / "diagnostics.txt").is_file()
+
+
+def test_absent_resource_counts_as_zero(stubs: Path) -> None:
+    """A resource the node does not list yet reads as 0 (as a registered empty list does)."""
+    result = run_checks_snippet(
+        stubs, "quantity_is capacity example.com/e2e-hotplug 0 && echo zero"
+    )
+    assert result.stdout.strip() == "zero", result.stderr
+
+
+def test_hold_for_fails_as_soon_as_the_condition_breaks(stubs: Path) -> None:
+    """hold_for keeps checking over its window and fails when the condition stops holding."""
+    snippet = "n=0; flaky() { n=$((n+1)); ((n < 3)); }; hold_for 5 'the old config' flaky"
+    result = run_checks_snippet(stubs, snippet)
+    assert result.returncode == 1
+    assert "no longer true within 5s: the old config" in result.stderr
+
+
+def kubelet_journal(times: dict[str, str]) -> str:
+    line = (
+        "{t} t-control-plane kubelet[99]: I1129 07:00:00.000000      99 server.go:144] "
+        '"Got registration request from device plugin with resource" resourceName="{r}"'
+    )
+    return "\n".join(line.format(t=t, r=r) for r, t in times.items()) + "\n"
+
+
+def test_registration_times_come_from_the_kubelet_journal(stubs: Path) -> None:
+    """all_registered_since takes each resource's first registration after the socket appeared."""
+    names = [r.name for r in load([BASE / "config.yaml", OVERLAY / "e2e.yaml"]).resources]
+    times = {name: f"1000.{100 + i:06d}" for i, name in enumerate(names)}
+    journal = kubelet_journal({"example.com/null": "999.000000"}) + kubelet_journal(times)
+    (stubs / "docker.out").write_text(journal)
+    result = run_checks_snippet(stubs, "all_registered_since 999.5; echo $REGISTERED_AT")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == max(times.values())
+    assert (
+        "journalctl -u kubelet --no-pager -o short-unix --since @999"
+        in (stubs / "docker.args").read_text()
+    )
+
+
+def test_a_resource_missing_from_the_journal_is_not_registered(stubs: Path) -> None:
+    """all_registered_since fails, naming the resource, while one has not registered again."""
+    (stubs / "docker.out").write_text(kubelet_journal({"example.com/null": "1000.5"}))
+    result = run_checks_snippet(stubs, 'all_registered_since 1000 || echo "waiting: $LAST_SEEN"')
+    assert result.stdout.strip() == "waiting: no registration of example.com/zero yet"
