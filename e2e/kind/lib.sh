@@ -4,12 +4,13 @@
 # Sourced, never run: the caller sets `set -euo pipefail`.
 
 E2E_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck disable=SC2034 # used by the scripts that source this file
 REPO_ROOT=$(cd "$E2E_DIR/../.." && pwd)
 CLUSTER=${CLUSTER:-genericdp-e2e}
 NODE=${NODE:-$CLUSTER-control-plane}
 NAMESPACE=${NAMESPACE:-genericdp-e2e}
 IMAGE=${IMAGE:-genericdp:e2e}
-ARTIFACTS=${ARTIFACTS:-$REPO_ROOT/e2e-artifacts}
+ARTIFACTS=${ARTIFACTS:-${TMPDIR:-/tmp}/genericdp-e2e-artifacts}
 TIMINGS=${TIMINGS:-$ARTIFACTS/timings.txt}
 POLL=${POLL:-0.25}
 DS_SELECTOR=app.kubernetes.io/name=genericdp

@@ -3,7 +3,7 @@
 # cluster, load and deploy, run the checks, print the timings, clean up.
 #   e2e/kind/run.sh [MINOR | NODE_IMAGE]        default 1.33 (e2e/kind/node-images.txt)
 # Environment:
-#   CLUSTER=genericdp-e2e   IMAGE=genericdp:e2e   ARTIFACTS=./e2e-artifacts
+#   CLUSTER=genericdp-e2e   IMAGE=genericdp:e2e   ARTIFACTS=/tmp/genericdp-e2e-artifacts
 #   SKIP_BUILD=1    use the existing $IMAGE
 #   KEEP_CLUSTER=1  leave the cluster running afterwards (e.g. to rerun checks.sh)
 set -euo pipefail
