@@ -209,6 +209,49 @@ def test_kustomize_base_daemonset_keeps_the_contract() -> None:
     assert "namespace" not in ds["metadata"]
 
 
+def _container(ds: dict[str, Any]) -> dict[str, Any]:
+    container: dict[str, Any] = ds["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def _volume(ds: dict[str, Any], name: str) -> dict[str, Any]:
+    volumes = ds["spec"]["template"]["spec"]["volumes"]
+    volume: dict[str, Any] = next(v for v in volumes if v["name"] == name)
+    return volume
+
+
+BREAKAGES = {
+    "a subPath mount": lambda ds: _container(ds)["volumeMounts"][0].update(subPath="config.yaml"),
+    "selected ConfigMap keys": lambda ds: _volume(ds, "config")["configMap"].update(
+        items=[{"key": "config.yaml", "path": "config.yaml"}]
+    ),
+    "the PodResources socket instead of its directory": lambda ds: _volume(ds, "pod-resources")[
+        "hostPath"
+    ].update(path="/var/lib/kubelet/pod-resources/kubelet.sock", type="Socket"),
+    "a writable /sys": lambda ds: next(
+        m for m in _container(ds)["volumeMounts"] if m["mountPath"] == "/sys"
+    ).update(readOnly=False),
+    "another priority class": lambda ds: ds["spec"]["template"]["spec"].update(
+        priorityClassName="system-cluster-critical"
+    ),
+    "readiness on /healthz": lambda ds: _container(ds)["readinessProbe"]["httpGet"].update(
+        path="/healthz"
+    ),
+    "less memory than measured": lambda ds: _container(ds)["resources"]["requests"].update(
+        memory="32Mi"
+    ),
+}
+
+
+@pytest.mark.parametrize("breakage", BREAKAGES, ids=list(BREAKAGES))
+def test_the_daemonset_contract_check_catches(breakage: str) -> None:
+    """Each way of breaking the DaemonSet contract fails the check used on every rendering."""
+    ds = yaml_file(BASE / "daemonset.yaml")
+    BREAKAGES[breakage](ds)
+    with pytest.raises(AssertionError):
+        assert_daemonset_contract(ds, "genericdp-config")
+
+
 def test_kustomize_base_service_account_mounts_no_token() -> None:
     """The daemon never calls the API server: no ServiceAccount token in the pod."""
     sa = yaml_file(BASE / "serviceaccount.yaml")
