@@ -8,6 +8,7 @@ deterministic, and a test that expects one batch can fail when there are two.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -201,6 +202,15 @@ def move(source: Path, target: Path) -> None:
     source.rename(target)
 
 
+def flood(root: Path, events: int) -> None:
+    """At least ``events`` inotify events in ``root``: renames (two events each, never merged)."""
+    a, b = root / "flood-a", root / "flood-b"
+    a.write_text("")
+    for _ in range(events // 2 + 10):
+        os.rename(a, b)
+        os.rename(b, a)
+
+
 @asynccontextmanager
 async def watching(
     root: Path, *, settle: float = 0.05, late: float = 0.2
@@ -298,8 +308,7 @@ async def test_overflow_rescans_and_watches_again(dev: Path) -> None:
     if limit > 100_000:
         pytest.skip(f"max_queued_events is {limit}: too many files to overflow it")
     async with watching(dev) as (rec, _):
-        for i in range(limit + 10):  # nothing reads while we create: the queue overflows
-            (dev / f"n{i}").write_text("")
+        flood(dev, limit)  # nothing reads meanwhile: the queue overflows
         (dev / "late").mkdir()  # its event is lost: only the resync can watch it
         await rec.wait(lambda cs: any(c.resync for c in cs), timeout=30)
         (dev / "late" / "node").write_text("")
@@ -337,3 +346,13 @@ async def test_late_report_is_coalesced_and_can_be_turned_off(dev: Path) -> None
         await rec.wait_path("d")
         assert not any(c.late for c in rec.changes)
         assert not task.done()
+
+
+async def test_events_spread_within_the_settle_window_are_one_batch(dev: Path) -> None:
+    """udev makes links a little after the kernel's node: one batch while within ``settle``."""
+    async with watching(dev, settle=0.6, late=0.0) as (rec, _):
+        (dev / "ttyACM0").write_text("")  # the kernel's node
+        await asyncio.sleep(0.1)  # not a wait for behaviour: udev's delay, simulated
+        (dev / "char").mkdir()  # udev's links, later
+        await rec.wait(bool)
+        assert [c.paths for c in rec.changes] == [{"ttyACM0", "char"}]

@@ -236,8 +236,10 @@ class _Watches:
 async def _readable(event: asyncio.Event, timeout: float | None) -> bool:  # noqa: ASYNC109
     """Wait until the inotify fd is readable; False if ``timeout`` passed first."""
     if not event.is_set():
+        # asyncio.timeout, not wait_for: 3.11's wait_for can lose a cancellation.
         try:
-            await asyncio.wait_for(event.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await event.wait()
         except TimeoutError:
             return False
     event.clear()
