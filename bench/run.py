@@ -176,6 +176,55 @@ async def allocate_trials(base: Path, trials: int) -> list[float]:
     return samples
 
 
+def bench_hotplug(base: Path, trials: int = 20) -> None:
+    """Plug (then unplug) a USB serial dongle: time until the kubelet's capacity changes."""
+    host = FakeHost(base / "hp" / "host")
+    settings = Settings(  # type: ignore[call-arg]
+        plugin_dir=base / "hp" / "dp",
+        dev_root=host.dev,
+        sys_root=host.sys,
+        udev_root=host.udev,
+        rescan_interval=3600.0,  # only the inotify watch can explain a change
+    )
+    cfg = load_text(
+        "version: v1\nresources:\n- name: example.com/serial\n"
+        "  match: [{udev: {subsystem: tty, kernel: 'ttyUSB*'}}]\n  groupBy: parent:usb\n",
+        "bench-hotplug.yaml",
+    )
+
+    def capacity_is(k: EmbeddedKubelet, n: int) -> bool:
+        res = k.resources.get("example.com/serial")
+        return res is not None and res.capacity == n
+
+    def has(count: int) -> functools.partial[bool]:
+        return functools.partial(capacity_is, n=count)
+
+    async def run() -> tuple[list[float], list[float]]:
+        plugged: list[float] = []
+        unplugged: list[float] = []
+        async with EmbeddedKubelet(settings.plugin_dir) as kubelet:
+            supervisor = Supervisor(settings)
+            await supervisor.start(cfg)
+            await kubelet.wait_until(has(0), 30)
+            for i in range(trials):
+                start = time.perf_counter()
+                host.add_usb_serial(port=f"1-{i + 1}", serial=f"S{i}", ttys=(f"ttyUSB{i}",))
+                await kubelet.wait_until(has(i + 1), 30)
+                plugged.append(time.perf_counter() - start)
+            for i in range(trials):
+                start = time.perf_counter()
+                host.remove(f"/dev/ttyUSB{i}")
+                await kubelet.wait_until(has(trials - i - 1), 30)
+                unplugged.append(time.perf_counter() - start)
+            await supervisor.stop()
+        return plugged, unplugged
+
+    plugged, unplugged = asyncio.run(run())
+    settle = settings.hotplug_settle
+    line(f"hotplug (settle {settle:g}s): plug -> kubelet capacity", plugged)
+    line(f"hotplug (settle {settle:g}s): unplug -> kubelet capacity", unplugged)
+
+
 def bench_serve_memory(base: Path, n: int) -> None:
     """Peak RSS of a real `genericdp serve` process with n resources, registered."""
     cfg = base / "mem.yaml"
@@ -270,6 +319,7 @@ def main() -> None:
             "Allocate through the embedded kubelet (gRPC, templates)",
             asyncio.run(allocate_trials(base, 200)),
         )
+        bench_hotplug(base)
         bench_serve_memory(base, 1)
         bench_serve_memory(base, 50)
         bench_reload(base)
