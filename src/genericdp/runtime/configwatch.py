@@ -213,16 +213,14 @@ class ConfigWatcher:
         target: ReloadTarget,
         *,
         settle: float = 0.2,
-        max_delay: float | None = None,
         on_result: Callable[[ReloadResult], None] | None = None,
-        read: Callable[[Path], Config] = _read_config,
     ) -> None:
         self.path = path
         self._target = target
         self._settle = settle
-        self._max_delay = max(settle * 10, 1.0) if max_delay is None else max_delay
+        # A file rewritten without pause must still be reloaded now and then.
+        self._max_delay = max(settle * 10, 1.0)
         self._on_result = on_result
-        self._read = read
         # Set once the watch is armed and the config on disk was checked; any later
         # change is seen. Cleared when the watch stops.
         self.ready = asyncio.Event()
@@ -247,7 +245,7 @@ class ConfigWatcher:
 
     async def _reload(self) -> ReloadResult:
         try:
-            config = await asyncio.to_thread(self._read, self.path)
+            config = await asyncio.to_thread(_read_config, self.path)
         except ConfigError as exc:
             return ReloadResult(Outcome.REFUSED, issues=tuple(str(i) for i in exc.issues))
         except Exception as exc:  # the loader turns bad input into issues; this is a bug
