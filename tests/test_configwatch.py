@@ -176,9 +176,12 @@ def logs(caplog: pytest.LogCaptureFixture) -> Iterator[LogWatch]:
 
 @asynccontextmanager
 async def watching(
-    path: Path, target: RecordingTarget, *, settle: float = 0.05
+    path: Path, target: RecordingTarget, *, settle: float = 0.2
 ) -> AsyncIterator[tuple[ConfigWatcher, Results]]:
-    """A running watcher on ``path`` (guarded, quick backoff), ready for changes."""
+    """A running watcher on ``path`` (guarded, quick backoff), ready for changes.
+
+    The daemon's settle time: a loaded machine may pause between the writes of one save.
+    """
     results = Results()
     watcher = ConfigWatcher(path, target, settle=settle, on_result=results)
     tasks = TaskSet(logging.getLogger("test"))
