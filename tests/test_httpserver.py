@@ -186,18 +186,21 @@ async def test_oversized_head_is_431(port: int) -> None:
 
 async def test_slow_client_is_dropped_without_blocking_others() -> None:
     """A client that never sends its head gets 408 after the read timeout; others are served."""
-    async with serving(routes(Metrics(), Ready()), read_timeout=0.5) as port:
+    async with started(routes(Metrics(), Ready()), read_timeout=1.0) as server:
+        ((_, port),) = server.addresses
         loop = asyncio.get_running_loop()
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         try:
-            started = loop.time()
+            await until_connections(server, 1)
+            opened = loop.time()
             for _ in range(3):  # served while the slow one waits
                 assert (await get(port, "/healthz")).status == 200
-            assert loop.time() - started < 0.5
+            assert server.connections == 1, "the slow client was dropped before the others"
             async with asyncio.timeout(5):
                 reply = parse(await reader.read())
             assert reply.status == 408
-            assert loop.time() - started >= 0.45
+            assert loop.time() - opened >= 0.9
+            await until_connections(server, 0)
         finally:
             writer.close()
             await writer.wait_closed()
