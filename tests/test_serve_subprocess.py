@@ -49,6 +49,7 @@ async def test_serve_registers_and_exits_cleanly_on_signal(base: Path, sig: sign
         "--sys-root", str(host.sys),
         "--udev-root", str(host.udev),
         "--log-level", "info",
+        "--metrics-address", "",  # no fixed port: tests run side by side
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
     async with EmbeddedKubelet(plugin_dir) as kubelet:

@@ -67,6 +67,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pod-resources-socket", type=Path, help="kubelet PodResources socket")
     p.add_argument("--node-name", help="this node's name (templates, logs)")
     p.add_argument("--rescan-interval", type=float, help="seconds between safety-net rescans")
+    p.add_argument(
+        "--metrics-address", help="host:port for /metrics, /healthz, /readyz (empty: off)"
+    )
+    p.add_argument(
+        "--pod-resources-poll-interval",
+        type=float,
+        help="seconds between PodResources List calls (release tracking for cleanup hooks)",
+    )
+    p.add_argument("--hotplug-settle", type=float, help="seconds a /dev event burst may take")
+    p.add_argument("--reload-settle", type=float, help="seconds a config write burst may take")
     _root_flags(p)
     _log_flags(p)
 
@@ -165,6 +175,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "pod_resources_socket",
             "node_name",
             "rescan_interval",
+            "metrics_address",
+            "pod_resources_poll_interval",
+            "hotplug_settle",
+            "reload_settle",
             "log_level",
             "log_format",
             *_ROOTS,
