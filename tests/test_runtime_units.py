@@ -18,7 +18,7 @@ from genericdp.runtime.kubeletwatch import DirChange, watch_plugin_dir
 from genericdp.runtime.plugin import remove_stale_sockets, socket_name
 from genericdp.runtime.state import DeviceState
 from genericdp.runtime.supervisor import Supervisor
-from genericdp.runtime.tasks import Backoff, TaskSet
+from genericdp.runtime.tasks import Backoff, TaskSet, wait_event
 from tests.runtime_harness import settings_for
 
 
@@ -234,3 +234,18 @@ async def test_socket_path_too_long_is_a_clear_error(tmp_path: Path) -> None:
     error = statuses["example.com/serial"].last_error or ""
     assert "107 bytes" in error
     assert not statuses["example.com/serial"].registered
+
+
+async def test_wait_event_times_out_fires_and_stays_cancellable() -> None:
+    """wait_event says whether the event fired in time, and a cancel always ends it."""
+    event = asyncio.Event()
+    assert not await wait_event(event, 0.01)
+    event.set()
+    assert await wait_event(event, 10)
+    event.clear()
+    waiter = asyncio.create_task(wait_event(event, 10))
+    await asyncio.sleep(0)  # let it start waiting
+    event.set()  # fire and cancel together: the cancel must win
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter

@@ -46,7 +46,7 @@ from genericdp.config.loader import HIDDEN_PREFIX, SUFFIXES, config_files
 from genericdp.config.model import Config
 from genericdp.errors import ConfigError, ConfigIssue, GenericdpError
 from genericdp.runtime.reconcile import Plan, plan
-from genericdp.runtime.tasks import Backoff, TaskSet
+from genericdp.runtime.tasks import Backoff, TaskSet, wait_event
 from genericdp.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -333,9 +333,7 @@ class ConfigWatcher:
         deadline = loop.time() + self._max_delay
         quiet_until = loop.time() + self._settle
         while (wait := min(quiet_until, deadline) - loop.time()) > 0:
-            try:
-                await asyncio.wait_for(readable.wait(), wait)
-            except TimeoutError:
+            if not await wait_event(readable, wait):
                 break
             readable.clear()
             relevant, gone = _drain(inotify, watched)

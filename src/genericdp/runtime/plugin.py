@@ -12,7 +12,6 @@ when a new request comes (a new ``kubelet.sock`` is worth trying right away).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import re
@@ -36,7 +35,7 @@ from genericdp.render import Allocation, render_allocation
 from genericdp.runtime.preferred import preferred_allocation
 from genericdp.runtime.reconcile import plugin_options
 from genericdp.runtime.state import DeviceState
-from genericdp.runtime.tasks import Backoff
+from genericdp.runtime.tasks import Backoff, wait_event
 
 log = logging.getLogger(__name__)
 
@@ -222,8 +221,7 @@ class ResourcePlugin:
         self._backoff.reset()
         while not await self._attempt(reasons):
             delay = self._backoff.next()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wanted.wait(), delay)
+            await wait_event(self._wanted, delay)
             if self._wanted.is_set():  # asked again (a new kubelet.sock?): try now
                 await asyncio.sleep(self._settle)
                 self._wanted.clear()

@@ -30,7 +30,6 @@ until it succeeds).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
@@ -44,7 +43,7 @@ from genericdp.hooks import CLEANUP
 from genericdp.kubelet.podresources import PodDevices, list_pod_devices
 from genericdp.runtime.plugin import HookRunner
 from genericdp.runtime.state import DeviceState
-from genericdp.runtime.tasks import Backoff, TaskSet
+from genericdp.runtime.tasks import Backoff, TaskSet, wait_event
 
 log = logging.getLogger(__name__)
 
@@ -393,9 +392,7 @@ class Cleaner:
         """Wait before the next attempt; False when it should not happen."""
         delay = backoff.next()
         log.info("%s: cleanup of unit %s again in %.1fs", self.resource, unit.id, delay)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), delay)
-        if self._stopping.is_set():
+        if await wait_event(self._stopping, delay):
             return False
         if unit.id not in self._state.units:
             log.warning("%s: unit %s is gone; its cleanup is not retried", self.resource, unit.id)

@@ -13,7 +13,6 @@ nothing else.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,7 +25,7 @@ from genericdp.metrics import NO_METRICS, Recorder, exec_result
 from genericdp.runtime.plugin import HookRunner, ResourcePlugin
 from genericdp.runtime.release import Cleaner, Release, UsageTracker
 from genericdp.runtime.state import DeviceState
-from genericdp.runtime.tasks import Backoff, TaskSet
+from genericdp.runtime.tasks import Backoff, TaskSet, wait_event
 
 log = logging.getLogger(__name__)
 
@@ -189,8 +188,7 @@ class ResourceRunner:
             if not self._discovered:
                 self._discovered = True
                 self.plugin.request_registration("start")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._rescan.wait(), self._rescan_interval)
+            await wait_event(self._rescan, self._rescan_interval)
 
 
 def _ids(units: Sequence[Unit], limit: int = 8) -> str:

@@ -132,3 +132,18 @@ class TaskSet:
             delay = backoff.next()
             self._log.info("task %s restarts in %.2fs", name, delay)
             await self._sleep(delay)
+
+
+async def wait_event(event: asyncio.Event, timeout: float) -> bool:  # noqa: ASYNC109
+    """Wait up to ``timeout`` seconds for ``event``; whether it is set.
+
+    ``asyncio.timeout`` rather than ``asyncio.wait_for``: on Python 3.11
+    ``wait_for`` can swallow a cancellation that arrives as the event fires,
+    which would leave a long-lived loop running after its task was cancelled.
+    """
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True
