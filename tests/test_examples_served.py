@@ -5,11 +5,13 @@ the Allocate answer a container gets are checked against discovery and templates
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from genericdp.cdi import spec_path
 from genericdp.config import load
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery import discover
@@ -90,7 +92,11 @@ def _listed(name: str, capacity: int) -> Callable[[EmbeddedKubelet], bool]:
 
 
 async def _check_resource(
-    kubelet: EmbeddedKubelet, definition: ResourceDefinition, units: tuple[Unit, ...], pod: str
+    kubelet: EmbeddedKubelet,
+    definition: ResourceDefinition,
+    units: tuple[Unit, ...],
+    pod: str,
+    cdi_dir: Path,
 ) -> None:
     name = definition.name
     ids = [i for u in units for i in replica_ids(u.id, definition.count)]
@@ -112,6 +118,12 @@ async def _check_resource(
     )
     assert list(response.container_responses) == [container_response(expected)]
     assert response.container_responses[0].devices, "a unit always gives device nodes"
+    cdi_names = [c.name for c in response.container_responses[0].cdi_devices]
+    assert bool(cdi_names) is definition.allocate.cdi
+    if cdi_names:
+        spec = json.loads(spec_path(cdi_dir, name).read_text())
+        on_disk = {f"{spec['kind']}={d['name']}" for d in spec["devices"]}
+        assert set(cdi_names) <= on_disk, "every CDI name resolves in the spec on disk"
 
 
 @pytest.mark.parametrize("path", ALL_EXAMPLES, ids=lambda p: p.name)
@@ -120,10 +132,11 @@ async def test_example_served_end_to_end(base: Path, path: Path) -> None:
     host = FakeHost(base / "host")
     kitchen_sink(host)
     config = load([path])
-    settings = settings_for(base)
+    settings = settings_for(base, cdi_dir=base / "cdi")  # never the host's /var/run/cdi
     found = {d.name: discover(d, host.roots) for d in config.resources}
     assert any(found.values()), f"{path.name} finds nothing on the kitchen-sink host"
     async with EmbeddedKubelet(settings.plugin_dir) as kubelet, Supervisor(settings) as supervisor:
         await supervisor.start(config)
         for index, definition in enumerate(config.resources):
-            await _check_resource(kubelet, definition, found[definition.name], f"p{index}")
+            units = found[definition.name]
+            await _check_resource(kubelet, definition, units, f"p{index}", settings.cdi_dir)

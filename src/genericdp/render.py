@@ -35,6 +35,7 @@ from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.visitor import NodeTransformer
 
+from genericdp.cdi import qualified_name
 from genericdp.config.model import AllocateSpec, ResourceDefinition, frozen_map
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.errors import TemplateRenderError
@@ -75,12 +76,17 @@ class Mount:
 
 @dataclass(frozen=True)
 class Allocation:
-    """Everything one container receives for the units allocated to it."""
+    """Everything one container receives for the units allocated to it.
+
+    ``cdi_devices`` (``allocate.cdi``) are fully qualified CDI names, one per
+    unit, resolved by the runtime from the spec ``genericdp.cdi`` writes.
+    """
 
     devices: tuple[DeviceSpec, ...] = ()
     mounts: tuple[Mount, ...] = ()
     env: Mapping[str, str] = field(default_factory=frozen_map)
     annotations: Mapping[str, str] = field(default_factory=frozen_map)
+    cdi_devices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -576,6 +582,14 @@ def render_allocation(
     Devices are every node of every unit, in unit then node order, once per
     container path. ``device_ids`` are the kubelet IDs of the request, passed
     through to templates as ``device_ids``.
+
+    With ``allocate.cdi`` the CDI names of the units come too, and the device
+    specs stay: a runtime without CDI (or a kubelet before 1.28, which drops
+    the field) still gives the container its nodes, and a CDI runtime applies
+    the spec on top, replacing the device node of the same path rather than
+    adding a second one. (NVIDIA's plugin returns only CDI names when every
+    strategy it is given is CDI, because its other strategies hand devices to
+    its own runtime hook; ours are plain device nodes.)
     """
     templates = definition.templates
     if templates is None:
@@ -604,9 +618,15 @@ def render_allocation(
         }
     finally:
         _BUDGET.reset(token)
+    cdi_devices = (
+        tuple(dict.fromkeys(qualified_name(name, u.id) for u in units))
+        if definition.allocate.cdi
+        else ()
+    )
     return Allocation(
         devices=_device_specs(definition, units),
         mounts=mounts,
         env=frozen_map(env),
         annotations=frozen_map(annotations),
+        cdi_devices=cdi_devices,
     )

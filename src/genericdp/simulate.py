@@ -17,8 +17,9 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
+from genericdp.cdi import spec_path
 from genericdp.config import load
 from genericdp.config.model import Config
 from genericdp.errors import GenericdpError
@@ -26,6 +27,9 @@ from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.state import EventKind, ResourceSnapshot
 from genericdp.settings import Settings
+
+if TYPE_CHECKING:
+    from genericdp.runtime.plugin import PluginStatus
 
 EXIT_OK = 0
 EXIT_ENVIRONMENT = 3
@@ -85,6 +89,34 @@ def _table(resources: Mapping[str, ResourceSnapshot], names: Sequence[str]) -> l
             continue
         endpoint = snap.endpoint if snap.connected else "(disconnected)"
         lines.append(f"  {name:<{width}}  {snap.capacity:<8}  {snap.allocatable:<11}  {endpoint}")
+    return lines
+
+
+def _registrations(
+    kubelet: EmbeddedKubelet,
+    statuses: Mapping[str, PluginStatus],
+    config: Config,
+    settings: Settings,
+) -> list[str]:
+    lines = []
+    for definition in config.resources:
+        name = definition.name
+        snap = kubelet.resources.get(name)
+        if snap is not None and snap.options is not None:
+            lines.append(
+                f"  {name}: registered "
+                f"(preStartRequired={snap.options.pre_start_required}, "
+                "getPreferredAllocationAvailable="
+                f"{snap.options.get_preferred_allocation_available})"
+            )
+        else:
+            status = statuses.get(name)
+            error = status.last_error if status else None
+            lines.append(f"  {name}: NOT registered: {error or 'no answer'}")
+        if definition.allocate.cdi:
+            spec = spec_path(settings.cdi_dir, name)
+            shown = spec if spec.exists() else "not written: no units yet, or see the log"
+            lines.append(f"    CDI spec {shown}")
     return lines
 
 
@@ -194,6 +226,8 @@ async def simulate(
                 "config": path,
                 "plugin_dir": plugin_dir,
                 "pod_resources_socket": Path(tmp) / "pod-resources" / "kubelet.sock",
+                # Never the host's /var/run/cdi: a runtime there would see simulated devices.
+                "cdi_dir": Path(tmp) / "cdi",
                 "node_name": settings.node_name or "simulated-node",
             }
         )
@@ -218,21 +252,8 @@ async def simulate(
                 except TimeoutError:
                     registered = False
                 print("\nregistrations:", file=stream)
-                statuses = supervisor.status()
-                for name in names:
-                    snap = kubelet.resources.get(name)
-                    if snap is not None and snap.options is not None:
-                        print(
-                            f"  {name}: registered "
-                            f"(preStartRequired={snap.options.pre_start_required}, "
-                            "getPreferredAllocationAvailable="
-                            f"{snap.options.get_preferred_allocation_available})",
-                            file=stream,
-                        )
-                    else:
-                        status = statuses.get(name)
-                        error = status.last_error if status else None
-                        print(f"  {name}: NOT registered: {error or 'no answer'}", file=stream)
+                for line in _registrations(kubelet, supervisor.status(), config, run_settings):
+                    print(line, file=stream)
                 print("\nnode status:", file=stream)
                 for line in _table(kubelet.resources, names):
                     print(line, file=stream)

@@ -51,6 +51,7 @@ def allocate_spec(raw: dict[str, Any]) -> AllocateSpec:
         env=frozen_map(raw.get("env")),
         mounts=mounts,
         annotations=frozen_map(raw.get("annotations")),
+        cdi=bool(raw.get("cdi", False)),
     )
 
 

@@ -123,6 +123,7 @@ class AllocateSpec:
     env: Mapping[str, str] = field(default_factory=frozen_map)
     mounts: tuple[MountTemplate, ...] = ()
     annotations: Mapping[str, str] = field(default_factory=frozen_map)
+    cdi: bool = False  # also publish a CDI spec and return CDI device names (genericdp.cdi)
 
 
 class PreferredAllocation(StrEnum):

@@ -16,6 +16,7 @@ from typing import NoReturn, Protocol
 
 import grpc
 
+from genericdp.cdi import CdiSpecError
 from genericdp.discovery.model import DeviceInfo
 from genericdp.errors import GenericdpError, HookError, KubeletError, TemplateRenderError
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
@@ -137,6 +138,7 @@ def container_response(allocation: Allocation) -> pb.ContainerAllocateResponse:
             )
             for d in allocation.devices
         ],
+        cdi_devices=[pb.CDIDevice(name=name) for name in allocation.cdi_devices],
     )
 
 
@@ -224,7 +226,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
 def _status_of(exc: GenericdpError) -> grpc.StatusCode:
     if isinstance(exc, InvalidDevicesError):
         return grpc.StatusCode.INVALID_ARGUMENT
-    if isinstance(exc, HookError):
+    if isinstance(exc, (HookError, CdiSpecError)):
         return grpc.StatusCode.FAILED_PRECONDITION
     if isinstance(exc, TemplateRenderError):
         return grpc.StatusCode.INTERNAL

@@ -8,6 +8,15 @@ then a rescan every ``rescan_interval`` or when the definition changes),
 first registers after the first successful scan, so the kubelet never sees a
 transient empty list; a scan that fails is retried with backoff and touches
 nothing else.
+
+With ``allocate.cdi`` each scan also brings the resource's CDI spec up to
+date (``genericdp.cdi``) before the new units reach the device list, so the
+kubelet can never allocate a unit whose CDI name the runtime cannot resolve
+yet. A spec that cannot be written is logged, retried by the next scan and by
+Allocate, and until then Allocate of the units it lacks fails with the reason.
+The spec is removed when the resource leaves the config or turns ``cdi`` off,
+and kept on shutdown: the kubelet restarts containers from its checkpointed
+answers (CDI names included) while we are down.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from genericdp.cdi import CdiSpecError, SpecPublisher, qualified_name
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Roots, Unit, unit_id_of
 from genericdp.execution import ExecResult
@@ -50,6 +60,7 @@ class ResourceRunner:
         metrics: Recorder = NO_METRICS,
         usage: UsageTracker | None = None,
         cleanup_backoff: Callable[[], Backoff] | None = None,
+        cdi_dir: Path = Path("/var/run/cdi"),
     ) -> None:
         self.state = DeviceState(count=definition.count)
         self._usage = usage or UsageTracker()  # the supervisor's, shared by every resource
@@ -63,7 +74,7 @@ class ResourceRunner:
             on_status=on_status,
             settle=settle,
             metrics=metrics,
-            on_claim=self._claim,
+            on_claim=self._before_allocate,
             on_allocated=self._allocated,
         )
         self.cleaner = Cleaner(
@@ -80,6 +91,10 @@ class ResourceRunner:
         self._rescan = asyncio.Event()
         self._discovered = False
         self._tasks = TaskSet(log)
+        # Only touched for a definition with allocate.cdi (or one that had it).
+        self._cdi = SpecPublisher(cdi_dir)
+        self._cdi_lock = asyncio.Lock()  # one write at a time: scans and Allocate retries
+        self._cdi_error: str | None = None
 
     @property
     def name(self) -> str:
@@ -127,6 +142,7 @@ class ResourceRunner:
         stragglers = await self._tasks.stop(timeout=timeout)
         await self.plugin.close()
         if removed:
+            await self._retract_cdi()
             in_use = self._usage.in_use(self.name)
             for unit in self.state.units.values():
                 self._removed(unit, in_use)
@@ -137,9 +153,71 @@ class ResourceRunner:
         """Nobody holds this unit any more (seen by the PodResources poller)."""
         self.cleaner.released(release)
 
+    async def _before_allocate(self, device_ids: tuple[str, ...]) -> None:
+        await self._claim(device_ids)
+        if self.plugin.definition.allocate.cdi:
+            await self._check_cdi(device_ids)
+
     async def _claim(self, device_ids: tuple[str, ...]) -> None:
         for release in self._usage.claim(self.name, device_ids):
             await self.cleaner.clean_now(release)
+
+    # -- CDI -----------------------------------------------------------------------
+
+    async def _sync_cdi(self, definition: ResourceDefinition, units: Sequence[Unit]) -> None:
+        """Bring the spec in line with ``units`` (or remove it: ``cdi`` off); never raises."""
+        if not definition.allocate.cdi:
+            await self._retract_cdi()
+            return
+        async with self._cdi_lock:
+            try:
+                changed = await asyncio.to_thread(self._cdi.publish, definition, units)
+            except CdiSpecError as exc:
+                self._cdi_failed(str(exc))
+                return
+        if changed:
+            log.info(
+                "%s: CDI spec in %s describes %d unit(s)", self.name, self._cdi.cdi_dir, len(units)
+            )
+        if self._cdi_error is not None:
+            log.info("%s: CDI spec written again", self.name)
+            self._cdi_error = None
+
+    async def _retract_cdi(self) -> None:
+        if not self._cdi.touched:
+            return  # the usual case: this resource never had cdi on
+        async with self._cdi_lock:
+            try:
+                removed = await asyncio.to_thread(self._cdi.retract, self.name)
+            except CdiSpecError as exc:
+                log.warning("%s: %s", self.name, exc)
+                return
+        self._cdi_error = None
+        if removed is not None:
+            log.info("%s: removed CDI spec %s", self.name, removed)
+
+    def _cdi_failed(self, message: str) -> None:
+        if message != self._cdi_error:
+            log.error(
+                "%s: %s; Allocate of units missing from it fails until it can be written",
+                self.name,
+                message,
+            )
+        self._cdi_error = message
+
+    async def _check_cdi(self, device_ids: tuple[str, ...]) -> None:
+        """Refuse units whose CDI name would not resolve, after one more write attempt."""
+        definition = self.plugin.definition
+        units = self.state.lookup(device_ids).units  # unknown IDs: the plugin says so
+        if not self._cdi.unpublished(definition, units):
+            return
+        # A scan's write failed (or the units changed a moment ago): try again now.
+        await self._sync_cdi(definition, tuple(self.state.units.values()))
+        missing = self._cdi.unpublished(definition, units)
+        if missing:
+            names = ", ".join(qualified_name(self.name, u) for u in missing)
+            reason = self._cdi_error or "the spec does not describe them yet"
+            raise CdiSpecError(f"the runtime could not resolve CDI device(s) {names}: {reason}")
 
     def _allocated(self, device_ids: tuple[str, ...]) -> None:
         self._usage.handed_out(self.name, device_ids)
@@ -178,6 +256,8 @@ class ResourceRunner:
             self._rescan.clear()
             definition = self.plugin.definition
             units = await asyncio.to_thread(self._discover, definition, self._roots)
+            # Before set_units: ListAndWatch must not offer a unit the spec lacks.
+            await self._sync_cdi(definition, units)
             before = self.state.units
             if self.state.set_units(units):
                 log.info("%s: %d units: %s", self.name, len(units), _ids(units))

@@ -142,6 +142,7 @@ class Supervisor:
                     metrics=self._metrics,
                     usage=self._usage,
                     cleanup_backoff=self._cleanup_backoff,
+                    cdi_dir=self._settings.cdi_dir,
                 )
                 self._runners[definition.name] = runner
                 runner.start()

@@ -1,0 +1,256 @@
+"""CDI (Container Device Interface) specs for resources with ``allocate.cdi``.
+
+A CDI-enabled runtime (containerd 1.7+ with ``enable_cdi``, CRI-O) reads spec
+files from ``/var/run/cdi`` and, for every fully qualified name it is handed
+(``<vendor>/<class>=<device>``; the kubelet passes ``cdi_devices`` of the
+Allocate answer through to the CRI since 1.28), applies that device's edits
+to the container. We write one spec per resource, one CDI device per unit,
+whose edits are the unit's device nodes.
+
+Choices, and why:
+
+- ``kind`` is the resource name, so ``crictl inspect`` shows
+  ``example.com/serial=<unit>``. CDI wants the vendor and class to start with
+  a letter where Kubernetes allows a digit: such a part gets ``gdp-`` in front.
+- Device names are the unit IDs, which the kubelet already checkpoints and
+  which use CDI's alphabet; an ID CDI would refuse (one starting or ending
+  with ``-``, say) gets a hash of itself appended, so names stay unique.
+- Device nodes carry ``path`` (in the container), ``hostPath`` (the real node,
+  which differs for ``/dev/serial/by-id`` links) and ``permissions``, but no
+  ``type``/``major``/``minor``: the runtime reads those from ``hostPath``
+  when it creates the container, which stays right when a node is recreated
+  with new numbers between our scan and the container's start.
+- ``cdiVersion`` is the lowest that allows what we write, so older runtimes
+  accept the file: 0.5.0 (``hostPath`` in device nodes), 0.6.0 when the class
+  contains a dot. Nothing else (env, mounts, annotations) goes in the spec:
+  those are rendered per allocation and returned in the Allocate answer.
+- Files are replaced atomically (a temporary file in the same directory, then
+  ``os.replace``) and the temporary name does not end in ``.json``, so a
+  runtime rescanning the directory never reads half a spec.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from genericdp.config.model import ResourceDefinition
+from genericdp.discovery.model import Unit
+from genericdp.errors import GenericdpError
+
+SPEC_PREFIX = "genericdp-"
+MIN_VERSION = "0.5.0"  # deviceNodes[].hostPath
+DOTTED_CLASS_VERSION = "0.6.0"  # a "." in the class part of kind
+_DEVICE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
+_HASH_LENGTH = 8
+_MAX_FILE_STEM = 200  # file names are at most 255 bytes, temporary suffix included
+_FILE_MODE = 0o644  # runtimes read it as another user, maybe
+
+
+class CdiSpecError(GenericdpError):
+    """A resource's CDI spec cannot be written, so its CDI names would not resolve."""
+
+
+# --------------------------------------------------------------------------
+# Names
+
+
+def cdi_kind(resource: str) -> str:
+    """``vendor/class`` for a resource name (``example.com/serial`` stays as it is)."""
+    vendor, _, device_class = resource.partition("/")
+    return f"{_letter_first(vendor)}/{_letter_first(device_class)}"
+
+
+def _letter_first(part: str) -> str:
+    # Kubernetes allows "3com.example/1wire"; CDI wants a letter first. The prefix
+    # keeps CDI's alphabet and (a digit never follows "gdp-" in a real name) stays rare.
+    first = part[:1]
+    return part if first.isascii() and first.isalpha() else f"gdp-{part}"
+
+
+def cdi_device_name(unit_id: str) -> str:
+    """A valid CDI device name for a unit: the ID itself when CDI accepts it."""
+    if _DEVICE_NAME.fullmatch(unit_id):
+        return unit_id
+    core = _UNSAFE.sub("_", unit_id).strip("_.:-") or "unit"
+    digest = hashlib.sha256(unit_id.encode()).hexdigest()[:_HASH_LENGTH]
+    return f"{core}-{digest}"
+
+
+def qualified_name(resource: str, unit_id: str) -> str:
+    """What the runtime is handed: ``<vendor>/<class>=<device>``."""
+    return f"{cdi_kind(resource)}={cdi_device_name(unit_id)}"
+
+
+def cdi_version(kind: str) -> str:
+    """The lowest spec version that allows what ``cdi_spec`` writes for ``kind``."""
+    device_class = kind.partition("/")[2]
+    return DOTTED_CLASS_VERSION if "." in device_class else MIN_VERSION
+
+
+def spec_file_name(resource: str) -> str:
+    """``genericdp-<vendor>-<class>.json``, shortened with a hash when very long."""
+    vendor, _, device_class = cdi_kind(resource).partition("/")
+    stem = f"{SPEC_PREFIX}{vendor}-{device_class}"
+    if len(stem) > _MAX_FILE_STEM:
+        digest = hashlib.sha256(resource.encode()).hexdigest()[:_HASH_LENGTH]
+        stem = f"{stem[: _MAX_FILE_STEM - _HASH_LENGTH - 1]}-{digest}"
+    return f"{stem}.json"
+
+
+# --------------------------------------------------------------------------
+# Content (pure)
+
+
+def device_entry(definition: ResourceDefinition, unit: Unit) -> dict[str, Any]:
+    """One CDI device: the unit's nodes, each once, in the unit's order."""
+    nodes: dict[str, dict[str, str]] = {}
+    for node in unit.nodes:
+        nodes.setdefault(
+            node.container_path,
+            {
+                "path": node.container_path,
+                "hostPath": node.host_path,
+                "permissions": definition.permissions,
+            },
+        )
+    return {
+        "name": cdi_device_name(unit.id),
+        "containerEdits": {"deviceNodes": list(nodes.values())},
+    }
+
+
+def cdi_spec(definition: ResourceDefinition, units: Iterable[Unit]) -> dict[str, Any]:
+    """The whole spec for ``units``, devices sorted by name (deterministic bytes)."""
+    kind = cdi_kind(definition.name)
+    devices = sorted(
+        (device_entry(definition, u) for u in units if u.nodes), key=lambda d: str(d["name"])
+    )
+    return {"cdiVersion": cdi_version(kind), "kind": kind, "devices": devices}
+
+
+# --------------------------------------------------------------------------
+# Files
+
+
+def spec_path(cdi_dir: Path, resource: str) -> Path:
+    return cdi_dir / spec_file_name(resource)
+
+
+def write_spec(cdi_dir: Path, definition: ResourceDefinition, units: Iterable[Unit]) -> Path:
+    """Write the spec atomically (creating ``cdi_dir``); raise CdiSpecError saying why not.
+
+    A spec without devices is invalid for runtimes: callers remove the file
+    instead when a resource has no units (``SpecPublisher`` does).
+    """
+    return _write(spec_path(cdi_dir, definition.name), cdi_spec(definition, units))
+
+
+def remove_spec(cdi_dir: Path, resource: str) -> Path | None:
+    """Remove the resource's spec; the path if there was one. Raises CdiSpecError."""
+    path = spec_path(cdi_dir, resource)
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CdiSpecError(f"cannot remove CDI spec {path}: {_reason(exc)}") from exc
+    return path
+
+
+def _write(path: Path, spec: Mapping[str, Any]) -> Path:
+    data = (json.dumps(spec, indent=2) + "\n").encode()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # ".tmp", not ".json": runtimes load only *.json and *.yaml from the directory.
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise CdiSpecError(f"cannot write CDI spec {path}: {_reason(exc)}") from exc
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fchmod(file.fileno(), _FILE_MODE)
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise CdiSpecError(f"cannot write CDI spec {path}: {_reason(exc)}") from exc
+    return path
+
+
+def _reason(exc: OSError) -> str:
+    where = f": {exc.filename}" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
+
+
+# --------------------------------------------------------------------------
+# One resource's spec, kept in step with its units
+
+
+class SpecPublisher:
+    """The CDI spec file of one resource and what it holds now.
+
+    Not thread-safe: the runtime calls it from one worker thread at a time
+    (under its own lock), and reads ``unpublished`` on the loop in between.
+    """
+
+    def __init__(self, cdi_dir: Path) -> None:
+        self._dir = cdi_dir
+        self._known = False  # whether ``_spec`` is what the file holds (None: no file)
+        self._spec: dict[str, Any] | None = None
+        self._entries: dict[str, dict[str, Any]] = {}
+        self._touched = False  # we may have left a file behind
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self._dir
+
+    @property
+    def touched(self) -> bool:
+        """Whether we may have left a file behind (``retract`` has work to do)."""
+        return self._touched
+
+    def publish(self, definition: ResourceDefinition, units: Sequence[Unit]) -> bool:
+        """Make the file describe ``units``; True when it was written or removed.
+
+        No units: no file (a spec without devices is invalid). Raises
+        CdiSpecError, after which the next call writes the file whatever it holds.
+        """
+        spec = cdi_spec(definition, units) if units else None
+        if self._known and spec == self._spec:
+            return False
+        self._known, self._entries, self._touched = False, {}, True
+        if spec is None:
+            remove_spec(self._dir, definition.name)
+        else:
+            write_spec(self._dir, definition, units)
+        self._spec, self._known = spec, True
+        self._entries = {d["name"]: d for d in spec["devices"]} if spec else {}
+        return True
+
+    def retract(self, resource: str) -> Path | None:
+        """Remove the file if we may have written one; raises CdiSpecError."""
+        if not self._touched:
+            return None
+        self._known, self._spec, self._entries = False, None, {}
+        removed = remove_spec(self._dir, resource)
+        self._touched = False
+        return removed
+
+    def unpublished(self, definition: ResourceDefinition, units: Iterable[Unit]) -> tuple[str, ...]:
+        """IDs of ``units`` the file on disk does not describe as they are now."""
+        return tuple(
+            u.id
+            for u in units
+            if self._entries.get(cdi_device_name(u.id)) != device_entry(definition, u)
+        )
