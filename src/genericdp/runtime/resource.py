@@ -121,6 +121,8 @@ class ResourceRunner:
         old = self.plugin.definition
         self.plugin.update(definition)
         self._rescan.set()  # matchers or grouping may have changed
+        if old.allocate.cdi and not definition.allocate.cdi:
+            await self._retract_cdi()  # gone when apply returns, not at the next scan
         if old.health != definition.health:
             await self._tasks.cancel(f"{self.name}/health")
             self.state.set_unhealthy(())  # a new probe starts from Healthy
