@@ -46,6 +46,7 @@ HOST_MOUNTS = {  # mountPath in the container -> (hostPath, readOnly)
     "/dev": ("/dev", True),
     "/sys": ("/sys", True),
     "/run/udev": ("/run/udev", True),
+    "/var/run/cdi": ("/var/run/cdi", False),  # CDI specs we write for the runtime
 }
 OCI_LABELS = ("title", "description", "source", "licenses", "version", "revision")
 
@@ -111,11 +112,14 @@ def assert_daemonset_contract(ds: dict[str, Any], config_map: str) -> None:
     assert env["GENERICDP_CONFIG"]["value"] == "/etc/genericdp"
 
     for path, (host_path, read_only) in HOST_MOUNTS.items():
+        assert path in mounts, f"{path} is not mounted"
         mount = mounts[path]
         source = volumes[mount["name"]]["hostPath"]
         assert source["path"] == host_path, path
         assert source.get("type") in ("Directory", "DirectoryOrCreate"), f"{path}: a directory"
         assert bool(mount.get("readOnly")) is read_only, path
+    # Nodes whose runtime has no CDI have no /var/run/cdi: Directory would keep the pod off them.
+    assert volumes[mounts["/var/run/cdi"]["name"]]["hostPath"]["type"] == "DirectoryOrCreate"
     assert env["GENERICDP_PLUGIN_DIR"]["value"] == "/var/lib/kubelet/device-plugins"
     assert (
         env["GENERICDP_POD_RESOURCES_SOCKET"]["value"]
@@ -228,6 +232,15 @@ BREAKAGES = {
     "the PodResources socket instead of its directory": lambda ds: _volume(ds, "pod-resources")[
         "hostPath"
     ].update(path="/var/lib/kubelet/pod-resources/kubelet.sock", type="Socket"),
+    "no CDI directory": lambda ds: _container(ds)["volumeMounts"].remove(
+        next(m for m in _container(ds)["volumeMounts"] if m["mountPath"] == "/var/run/cdi")
+    ),
+    "a read-only CDI directory": lambda ds: next(
+        m for m in _container(ds)["volumeMounts"] if m["mountPath"] == "/var/run/cdi"
+    ).update(readOnly=True),
+    "a CDI directory that must already exist": lambda ds: _volume(ds, "cdi")["hostPath"].update(
+        type="Directory"
+    ),
     "a writable /sys": lambda ds: next(
         m for m in _container(ds)["volumeMounts"] if m["mountPath"] == "/sys"
     ).update(readOnly=False),
