@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from genericdp.cdi import cdi_spec
 from genericdp.config import load
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery import discover
@@ -72,6 +73,7 @@ def test_the_expected_examples_exist() -> None:
         "serial-by-id.yaml",
         "sound-card.yaml",
         "gpu-render.yaml",
+        "gpu-cdi.yaml",
         "zigbee-zwave.yaml",
         "loop.yaml",
         "shared-device.yaml",
@@ -101,6 +103,8 @@ def test_example_header_says_how_to_use_it(path: Path) -> None:
     assert "limits:" in text
     names = [r.name for r in load([path]).resources]
     assert any(f"{name}: " in text for name in names), names
+    if any(r.allocate.cdi for r in load([path]).resources):
+        assert "CDI-enabled container runtime" in text, "cdi: true needs a CDI runtime: say so"
 
 
 # -- demo --------------------------------------------------------------------
@@ -423,6 +427,23 @@ def test_amd_gpu_behind_an_intel_root_port_is_not_intel(host: FakeHost) -> None:
     intel = found(host, "gpu-render.yaml", "example.com/intel-gpu")
     taken = {n.host_path for u in intel for n in u.nodes}
     assert taken.isdisjoint({"/dev/dri/card1", "/dev/dri/renderD129", "/dev/dri/card2"})
+
+
+def test_gpu_cdi_describes_each_gpu_as_one_cdi_device(host: FakeHost) -> None:
+    """Every GPU is a card+render unit; Allocate names it in CDI and still lists its nodes."""
+    add_gpus(host)
+    units = found(host, "gpu-cdi.yaml", "example.com/gpu")
+    assert shape(units) == {
+        "pci-0000:00:02.0": same("/dev/dri/card0", "/dev/dri/renderD128"),
+        "pci-0000:03:00.0": same("/dev/dri/card1", "/dev/dri/renderD129"),
+        "pci-0000:04:00.0": same("/dev/dri/card2", "/dev/dri/renderD130"),
+    }
+    allocation = allocate("gpu-cdi.yaml", "example.com/gpu", [units[1]])
+    assert allocation.cdi_devices == ("example.com/gpu=pci-0000:03:00.0",)
+    assert [d.host_path for d in allocation.devices] == ["/dev/dri/card1", "/dev/dri/renderD129"]
+    assert dict(allocation.env) == {"GPU_UNITS": "pci-0000:03:00.0"}
+    spec = cdi_spec(definition("gpu-cdi.yaml", "example.com/gpu"), units)
+    assert [d["name"] for d in spec["devices"]] == [u.id for u in units]
 
 
 # -- block and shared ----------------------------------------------------------------------
