@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,7 @@ from tests.kubelet_fakes import short_tmp_dir
 from tests.runtime_harness import config, running
 
 GPU = "example.com/gpu"
+EXAMPLE = Path(__file__).resolve().parent.parent / "configs" / "examples" / "gpu-cdi.yaml"
 NO_PERIODIC = {"rescan_interval": 3600.0, "hotplug_settle": 0.05}
 
 
@@ -211,3 +215,25 @@ async def test_unwritable_cdi_dir_fails_allocate_clearly_and_recovers(
         blocker.unlink()  # the directory can be made now: Allocate writes the spec itself
         response = await rt.kubelet.allocate(GPU, 1, pod="admitted")
         assert resolve(cdi_dir, response) == [["/dev/dri/card0", "/dev/dri/renderD128"]]
+
+
+def test_simulate_shows_cdi_names_and_never_writes_the_hosts_cdi_dir(tmp_path: Path) -> None:
+    """simulate writes its spec in its own temporary directory and prints the CDI names."""
+    host = FakeHost(tmp_path / "host")
+    host.add_drm_card("0000:03:00.0", card=0, render=128)
+    host_cdi = tmp_path / "host-cdi"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
+    env["GENERICDP_CDI_DIR"] = str(host_cdi)
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "genericdp", "simulate", str(EXAMPLE), "--once",
+            "--dev-root", str(host.dev), "--sys-root", str(host.sys),
+            "--udev-root", str(host.udev),
+        ],
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "    cdi    example.com/gpu=pci-0000:03:00.0" in result.stdout
+    assert "/cdi/genericdp-example.com-gpu.json" in result.stdout
+    assert "device /dev/dri/card0 (host /dev/dri/card0, rw)" in result.stdout
+    assert not host_cdi.exists()
