@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from genericdp.cdi import spec_path
@@ -25,7 +26,7 @@ from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.allocation import AllocationError
 from tests.fakesys import FakeHost
 from tests.kubelet_fakes import short_tmp_dir
-from tests.runtime_harness import config, running
+from tests.runtime_harness import allocate_request, config, plugin_stub, running
 
 GPU = "example.com/gpu"
 EXAMPLE = Path(__file__).resolve().parent.parent / "configs" / "examples" / "gpu-cdi.yaml"
@@ -212,6 +213,10 @@ async def test_unwritable_cdi_dir_fails_allocate_clearly_and_recovers(
         assert "Traceback" not in message
         assert rt.supervisor.status()[GPU].registered
         assert rt.kubelet.resources[GPU].allocatable == 1
+        async with plugin_stub(rt.socket(GPU)) as stub:
+            with pytest.raises(grpc.aio.AioRpcError) as rpc:
+                await stub.Allocate(allocate_request("pci-0000:03:00.0"))
+        assert rpc.value.code() is grpc.StatusCode.FAILED_PRECONDITION
         blocker.unlink()  # the directory can be made now: Allocate writes the spec itself
         response = await rt.kubelet.allocate(GPU, 1, pod="admitted")
         assert resolve(cdi_dir, response) == [["/dev/dri/card0", "/dev/dri/renderD128"]]
