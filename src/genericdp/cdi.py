@@ -70,8 +70,8 @@ def cdi_kind(resource: str) -> str:
 
 
 def _letter_first(part: str) -> str:
-    # Kubernetes allows "3com.example/1wire"; CDI wants a letter first. The prefix
-    # keeps CDI's alphabet and (a digit never follows "gdp-" in a real name) stays rare.
+    # Kubernetes allows "3com.example/1wire"; CDI wants a letter first. Only a
+    # resource really named "gdp-1wire" on the same domain could share the kind.
     first = part[:1]
     return part if first.isascii() and first.isalpha() else f"gdp-{part}"
 
