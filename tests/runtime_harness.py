@@ -77,6 +77,8 @@ def settings_for(base: Path, **overrides: object) -> Settings:
         "udev_root": base / "host" / "run" / "udev",
         "rescan_interval": 60.0,
         "node_name": "node-1",
+        "cdi_dir": base / "cdi",
+        "pod_resources_socket": base / "pod-resources" / "kubelet.sock",
     }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]

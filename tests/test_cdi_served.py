@@ -12,7 +12,6 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,6 @@ from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.allocation import AllocationError
 from tests.fakesys import FakeHost
-from tests.kubelet_fakes import short_tmp_dir
 from tests.runtime_harness import allocate_request, config, plugin_stub, running
 
 GPU = "example.com/gpu"
@@ -39,12 +37,6 @@ def gpu_config(*, cdi: bool = True, permissions: str = "rw") -> str:
         f"  groupBy: parent:pci\n  permissions: {permissions}\n"
         f"  allocate:\n    cdi: {str(cdi).lower()}\n"
     )
-
-
-@pytest.fixture
-def base() -> Iterator[Path]:
-    with short_tmp_dir() as path:
-        yield path
 
 
 def read_spec(cdi_dir: Path) -> dict[str, Any] | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import stat
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -17,7 +17,6 @@ from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.allocation import AllocationError
 from genericdp.runtime.supervisor import Supervisor
 from genericdp.runtime.tasks import Backoff
-from tests.kubelet_fakes import short_tmp_dir
 from tests.runtime_harness import (
     Running,
     ScriptedDiscovery,
@@ -39,12 +38,6 @@ while [ -e "$dir/hold" ]; do sleep 0.01; done
 if [ -e "$dir/fail" ]; then echo "scrub: device busy"; exit 3; fi
 echo "$GENERICDP_UNIT_ID" >> "$dir/done"
 """
-
-
-@pytest.fixture
-def base() -> Iterator[Path]:
-    with short_tmp_dir() as path:
-        yield path
 
 
 class Hook:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import socket as socketlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -22,21 +22,14 @@ from tests.kubelet_fakes import (
     device,
     has,
     registered,
-    short_tmp_dir,
     three_devices,
 )
 
 
 @pytest.fixture
-def tmp() -> Iterator[Path]:
-    with short_tmp_dir() as path:
-        yield path
-
-
-@pytest.fixture
-async def kubelet(tmp: Path) -> AsyncIterator[EmbeddedKubelet]:
-    pod_resources = tmp / "pod-resources" / "kubelet.sock"
-    async with EmbeddedKubelet(tmp / "dp", pod_resources_socket=pod_resources) as kubelet:
+async def kubelet(base: Path) -> AsyncIterator[EmbeddedKubelet]:
+    pod_resources = base / "pod-resources" / "kubelet.sock"
+    async with EmbeddedKubelet(base / "dp", pod_resources_socket=pod_resources) as kubelet:
         yield kubelet
 
 
@@ -112,9 +105,9 @@ async def test_bad_resource_name_is_refused(kubelet: EmbeddedKubelet, name: str)
     assert caught.value.__cause__.code() == grpc.StatusCode.UNKNOWN
 
 
-async def test_register_fails_when_the_plugin_socket_does_not_answer(tmp: Path) -> None:
+async def test_register_fails_when_the_plugin_socket_does_not_answer(base: Path) -> None:
     """The kubelet dials back before answering; no plugin server means a refused Register."""
-    async with EmbeddedKubelet(tmp / "dp", dial_timeout=0.2) as kubelet:
+    async with EmbeddedKubelet(base / "dp", dial_timeout=0.2) as kubelet:
         with pytest.raises(RegistrationError, match="failed to dial device plugin"):
             await register(
                 kubelet.socket,
@@ -134,9 +127,9 @@ async def test_options_come_from_get_device_plugin_options(kubelet: EmbeddedKube
         assert options == PluginOptions(pre_start_required=True)
 
 
-async def test_start_removes_sockets_but_keeps_regular_files(tmp: Path) -> None:
+async def test_start_removes_sockets_but_keeps_regular_files(base: Path) -> None:
     """Starting deletes stale unix sockets in the directory; the checkpoint and files stay."""
-    plugin_dir = tmp / "dp"
+    plugin_dir = base / "dp"
     plugin_dir.mkdir()
     (plugin_dir / "kubelet_internal_checkpoint").write_text("{}")
     (plugin_dir / "notes.txt").write_text("keep me")
@@ -179,9 +172,9 @@ async def test_stream_end_makes_everything_unallocatable(kubelet: EmbeddedKubele
         assert plugin.streams_opened == 1
 
 
-async def test_resource_is_forgotten_after_the_grace_period(tmp: Path) -> None:
+async def test_resource_is_forgotten_after_the_grace_period(base: Path) -> None:
     """A disconnected resource disappears once the grace period passes."""
-    async with EmbeddedKubelet(tmp / "dp", endpoint_grace=0.05) as kubelet:
+    async with EmbeddedKubelet(base / "dp", endpoint_grace=0.05) as kubelet:
         plugin = FakePlugin(three_devices())
         async with registered(kubelet, plugin):
             await kubelet.wait_until(has(SERIAL, capacity=3, allocatable=2))
@@ -341,8 +334,8 @@ async def test_wait_until_times_out_with_the_state(kubelet: EmbeddedKubelet) -> 
         await kubelet.wait_until(lambda k: SERIAL in k.resources, timeout=0.05)
 
 
-async def test_socket_path_too_long_is_a_clear_error(tmp: Path) -> None:
+async def test_socket_path_too_long_is_a_clear_error(base: Path) -> None:
     """A plugin directory too deep for a unix socket address fails with the limit named."""
-    deep = tmp / ("d" * 100)
+    deep = base / ("d" * 100)
     with pytest.raises(KubeletError, match="limit is 107 bytes"):
         await EmbeddedKubelet(deep).start()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -17,21 +17,14 @@ from tests.kubelet_fakes import (
     device,
     has,
     registered,
-    short_tmp_dir,
     three_devices,
 )
 
 
 @pytest.fixture
-def tmp() -> Iterator[Path]:
-    with short_tmp_dir() as path:
-        yield path
-
-
-@pytest.fixture
-async def kubelet(tmp: Path) -> AsyncIterator[EmbeddedKubelet]:
-    pod_resources = tmp / "pr" / "kubelet.sock"
-    async with EmbeddedKubelet(tmp / "dp", pod_resources_socket=pod_resources) as kubelet:
+async def kubelet(base: Path) -> AsyncIterator[EmbeddedKubelet]:
+    pod_resources = base / "pr" / "kubelet.sock"
+    async with EmbeddedKubelet(base / "dp", pod_resources_socket=pod_resources) as kubelet:
         yield kubelet
 
 

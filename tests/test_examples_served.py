@@ -6,7 +6,7 @@ the Allocate answer a container gets are checked against discovery and templates
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,7 +21,6 @@ from genericdp.kubelet.servicer import container_response
 from genericdp.render import render_allocation
 from genericdp.runtime.supervisor import Supervisor
 from tests.fakesys import FakeHost
-from tests.kubelet_fakes import short_tmp_dir
 from tests.runtime_harness import settings_for
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "configs" / "examples"
@@ -70,12 +69,6 @@ def kitchen_sink(host: FakeHost) -> None:
         driver="amdgpu",
         numa_node=1,
     )
-
-
-@pytest.fixture
-def base() -> Iterator[Path]:
-    with short_tmp_dir() as path:
-        yield path
 
 
 def _units_of(units: tuple[Unit, ...], device_ids: tuple[str, ...]) -> list[Unit]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +20,6 @@ from genericdp.discovery.model import Roots, Unit
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.state import EventKind
 from tests.fakesys import FakeHost
-from tests.kubelet_fakes import short_tmp_dir
 from tests.runtime_harness import config, running
 
 SERIAL = "example.com/serial"
@@ -67,12 +66,6 @@ class CountingDiscovery:
     def _wake(self) -> None:
         old, self._called = self._called, asyncio.Event()
         old.set()
-
-
-@pytest.fixture
-def base() -> Iterator[Path]:
-    with short_tmp_dir() as path:
-        yield path
 
 
 def capacity(name: str, value: int) -> Callable[[EmbeddedKubelet], bool]:

@@ -9,7 +9,7 @@ import re
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +24,6 @@ from genericdp.metrics import Metrics, readiness, routes
 from genericdp.runtime.supervisor import Supervisor, all_registered
 from genericdp.settings import ListenAddress
 from tests.fakesys import FakeHost
-from tests.kubelet_fakes import short_tmp_dir
 from tests.runtime_harness import (
     ScriptedDiscovery,
     allocate_request,
@@ -53,12 +52,6 @@ resources:
 """
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-@pytest.fixture
-def base() -> Iterator[Path]:
-    with short_tmp_dir() as path:
-        yield path
 
 
 def samples(reply: Reply) -> Samples:

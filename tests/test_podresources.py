@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,13 +10,6 @@ from genericdp.errors import KubeletError
 from genericdp.kubelet.api import podresources_pb2 as pr
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.podresources import PodDevices, list_pod_devices, pod_devices_from
-from tests.kubelet_fakes import short_tmp_dir
-
-
-@pytest.fixture
-def tmp() -> Iterator[Path]:
-    with short_tmp_dir() as path:
-        yield path
 
 
 def devices(resource: str, *ids: str, numa: int | None = None) -> pr.ContainerDevices:
@@ -58,15 +50,15 @@ def test_empty_answer_is_no_devices() -> None:
     assert pod_devices_from(pr.ListPodResourcesResponse()) == ()
 
 
-async def test_missing_socket_is_a_kubelet_error(tmp: Path) -> None:
+async def test_missing_socket_is_a_kubelet_error(base: Path) -> None:
     """No PodResources server gives a KubeletError naming the socket."""
-    socket = tmp / "pod-resources" / "kubelet.sock"
+    socket = base / "pod-resources" / "kubelet.sock"
     with pytest.raises(KubeletError, match=r"PodResources List on .* failed: UNAVAILABLE"):
         await list_pod_devices(socket, timeout=1.0)
 
 
-async def test_lists_nothing_from_an_idle_kubelet(tmp: Path) -> None:
+async def test_lists_nothing_from_an_idle_kubelet(base: Path) -> None:
     """The embedded kubelet's PodResources socket answers List with no allocations."""
-    socket = tmp / "pod-resources" / "kubelet.sock"
-    async with EmbeddedKubelet(tmp / "dp", pod_resources_socket=socket):
+    socket = base / "pod-resources" / "kubelet.sock"
+    async with EmbeddedKubelet(base / "dp", pod_resources_socket=socket):
         assert await list_pod_devices(socket) == ()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,20 +11,13 @@ from google.protobuf.message import Message
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import podresources_pb2 as pr
 from genericdp.kubelet.api.generate import API_DIR, generate
-from tests.kubelet_fakes import short_tmp_dir
 
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 
 
-@pytest.fixture
-def tmp() -> Iterator[Path]:
-    with short_tmp_dir() as path:
-        yield path
-
-
-def test_checked_in_stubs_are_exactly_what_protoc_generates(tmp: Path) -> None:
+def test_checked_in_stubs_are_exactly_what_protoc_generates(base: Path) -> None:
     """Regenerating the stubs changes no byte: nobody edited them or forgot `make protos`."""
-    fresh = {path.name: path for path in generate(tmp)}
+    fresh = {path.name: path for path in generate(base)}
     checked_in = {p.name: p for p in API_DIR.iterdir() if p.name.endswith(GENERATED_SUFFIXES)}
     assert sorted(fresh) == sorted(checked_in)
     drifted = [

@@ -12,7 +12,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -24,17 +24,10 @@ from genericdp.kubelet.embedded.state import EventKind
 from genericdp.runtime.configwatch import ConfigWatcher, Outcome
 from genericdp.runtime.tasks import Backoff, TaskSet
 from tests.fakesys import FakeHost
-from tests.kubelet_fakes import short_tmp_dir
 from tests.runtime_harness import Running, ScriptedDiscovery, running, unit
 from tests.test_configwatch import ConfigMapVolume, Results
 
 A, B, C = "example.com/a", "example.com/b", "example.com/c"
-
-
-@pytest.fixture
-def base() -> Iterator[Path]:
-    with short_tmp_dir() as path:
-        yield path
 
 
 def discovery() -> ScriptedDiscovery:

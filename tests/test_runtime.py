@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -11,7 +10,6 @@ import pytest
 
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.state import EventKind
-from tests.kubelet_fakes import short_tmp_dir
 from tests.runtime_harness import (
     ScriptedDiscovery,
     allocate_request,
@@ -22,12 +20,6 @@ from tests.runtime_harness import (
 )
 
 SERIAL = "example.com/serial"
-
-
-@pytest.fixture
-def base() -> Iterator[Path]:
-    with short_tmp_dir() as path:
-        yield path
 
 
 def _devices_events(kubelet: EmbeddedKubelet, name: str) -> int:

@@ -4,13 +4,12 @@ a dropped stream, shutdown."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 
 import grpc
-import pytest
 
 from genericdp.config.model import Exec, Hooks
 from genericdp.discovery import discover
@@ -20,17 +19,10 @@ from genericdp.kubelet.embedded.state import EventKind
 from genericdp.kubelet.options import KUBELET_SOCKET_NAME
 from genericdp.runtime.supervisor import Supervisor, all_registered
 from tests.fakesys import FakeHost
-from tests.kubelet_fakes import short_tmp_dir
 from tests.runtime_harness import ScriptedDiscovery, config, running, settings_for, unit
 
 SERIAL = "example.com/serial"
 _Context = grpc.aio.ServicerContext[object, object]
-
-
-@pytest.fixture
-def base() -> Iterator[Path]:
-    with short_tmp_dir() as path:
-        yield path
 
 
 async def test_config_on_fake_tree(base: Path) -> None:

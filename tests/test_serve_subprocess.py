@@ -6,14 +6,12 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from tests.fakesys import FakeHost
-from tests.kubelet_fakes import short_tmp_dir
 
 CONFIG = """\
 version: v1
@@ -24,12 +22,6 @@ resources:
   - name: example.com/serial
     match: [glob: /dev/ttyUSB*]
 """
-
-
-@pytest.fixture
-def base() -> Iterator[Path]:
-    with short_tmp_dir() as path:
-        yield path
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

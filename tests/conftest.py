@@ -1,0 +1,27 @@
+"""Fixtures every test file shares."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.kubelet_fakes import short_tmp_dir
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    """A temporary directory short enough for unix sockets (sun_path is 107 bytes)."""
+    with short_tmp_dir() as path:
+        yield path
+
+
+@pytest.fixture(autouse=True)
+def no_host_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings built in-process never default to the host's kubelet or CDI directories."""
+    monkeypatch.setenv("GENERICDP_PLUGIN_DIR", str(tmp_path / "default-plugin-dir"))
+    monkeypatch.setenv(
+        "GENERICDP_POD_RESOURCES_SOCKET", str(tmp_path / "default-pod-resources.sock")
+    )
+    monkeypatch.setenv("GENERICDP_CDI_DIR", str(tmp_path / "default-cdi"))
