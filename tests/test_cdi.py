@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from genericdp.cdi import (
-    CdiSpecError,
     SpecPublisher,
     cdi_device_name,
     cdi_kind,
@@ -26,7 +25,7 @@ from genericdp.cdi import (
 from genericdp.config import load_text
 from genericdp.config.model import AllocateSpec, GlobMatcher, ResourceDefinition
 from genericdp.discovery.model import DeviceNode, Unit, replica_ids
-from genericdp.errors import ConfigError
+from genericdp.errors import CdiSpecError, ConfigError
 from genericdp.kubelet.servicer import container_response
 from genericdp.render import render_allocation
 

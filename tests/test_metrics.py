@@ -13,10 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from genericdp.config.model import Exec
 from genericdp.discovery.model import Unit
-from genericdp.errors import HookError, TemplateRenderError
+from genericdp.errors import CdiSpecError, HookError, InvalidDevicesError, TemplateRenderError
 from genericdp.execution import ExecResult
 from genericdp.hooks import HookRunError
-from genericdp.kubelet.servicer import InvalidDevicesError
 from genericdp.metrics import (
     NO_METRICS,
     Metrics,
@@ -129,7 +128,7 @@ def test_a_resource_counters_start_at_zero() -> None:
     """After a resource's first event, its other results exist at 0 (rate() sees the first)."""
     metrics = Metrics()
     metrics.registration(SERIAL, ok=True)
-    for outcome in ("ok", "invalid", "hook_failed", "render_failed", "error"):
+    for outcome in ("ok", "invalid", "hook_failed", "render_failed", "cdi_failed", "error"):
         assert value(metrics, "genericdp_allocations_total", resource=SERIAL, result=outcome) == 0
     assert value(metrics, "genericdp_registrations_total", resource=SERIAL, result="error") == 0
 
@@ -237,6 +236,7 @@ def test_tracking_one_source_twice_is_refused() -> None:
         (InvalidDevicesError("unknown device IDs: x"), "invalid"),
         (HookError("init hook failed"), "hook_failed"),
         (TemplateRenderError("bad"), "render_failed"),
+        (CdiSpecError("cannot write /var/run/cdi/x.json"), "cdi_failed"),
         (RuntimeError("bug"), "error"),
     ],
 )

@@ -43,7 +43,7 @@ from typing import Any
 
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
-from genericdp.errors import GenericdpError
+from genericdp.errors import CdiSpecError
 
 SPEC_PREFIX = "genericdp-"
 MIN_VERSION = "0.5.0"  # deviceNodes[].hostPath
@@ -53,10 +53,6 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
 _HASH_LENGTH = 8
 _MAX_FILE_STEM = 200  # file names are at most 255 bytes, temporary suffix included
 _FILE_MODE = 0o644  # runtimes read it as another user, maybe
-
-
-class CdiSpecError(GenericdpError):
-    """A resource's CDI spec cannot be written, so its CDI names would not resolve."""
 
 
 # --------------------------------------------------------------------------

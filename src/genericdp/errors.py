@@ -8,6 +8,8 @@ ever handle our own types::
      ├── ConfigError          a config file is unreadable or invalid; carries every issue
      ├── TemplateRenderError  a compiled template failed while rendering an allocation
      ├── DiscoveryError       a device root (dev, sys, udev) cannot be read at all
+     ├── InvalidDevicesError  a kubelet request named unknown, unhealthy or busy device IDs
+     ├── CdiSpecError         a resource's CDI spec cannot be written or removed
      ├── HookError            an init/preStart/cleanup hook failed or timed out
      └── KubeletError         talking to the kubelet failed
           └── RegistrationError  the kubelet refused or did not answer Register
@@ -57,6 +59,14 @@ class TemplateRenderError(GenericdpError):
 
 class DiscoveryError(GenericdpError):
     """A device root cannot be read at all (individual odd entries are skipped)."""
+
+
+class InvalidDevicesError(GenericdpError):
+    """A request named device IDs that are unknown, unhealthy or being cleaned up."""
+
+
+class CdiSpecError(GenericdpError):
+    """A resource's CDI spec cannot be written, so its CDI names would not resolve."""
 
 
 class HookError(GenericdpError):

@@ -36,7 +36,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from genericdp import __version__
-from genericdp.errors import HookError, TemplateRenderError
+from genericdp.errors import CdiSpecError, HookError, InvalidDevicesError, TemplateRenderError
 from genericdp.hooks import HookRunError
 from genericdp.httpserver import Response, Route, run_http_server
 from genericdp.runtime.tasks import Backoff, TaskSet
@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 # scrape, and a scrape is rendered on the daemon's loop.
 DURATION_BUCKETS = (0.005, 0.025, 0.1, 0.25, 1, 2.5, 10, 30)
 
-ALLOCATION_RESULTS = ("ok", "invalid", "hook_failed", "render_failed", "error")
+ALLOCATION_RESULTS = ("ok", "invalid", "hook_failed", "render_failed", "cdi_failed", "error")
 REGISTRATION_RESULTS = ("ok", "error")
 RELOAD_RESULTS = ("applied", "unchanged", "refused", "failed")
 RELOAD_SUCCESS = frozenset({"applied", "unchanged"})
@@ -116,8 +116,6 @@ class StatusSource(Protocol):
 
 def allocation_result(exc: BaseException | None) -> str:
     """The ``result`` label of an Allocate that raised ``exc`` (None: it succeeded)."""
-    from genericdp.kubelet.servicer import InvalidDevicesError
-
     if exc is None:
         return "ok"
     if isinstance(exc, InvalidDevicesError):
@@ -126,6 +124,8 @@ def allocation_result(exc: BaseException | None) -> str:
         return "hook_failed"
     if isinstance(exc, TemplateRenderError):
         return "render_failed"
+    if isinstance(exc, CdiSpecError):
+        return "cdi_failed"
     return "error"  # a bug of ours, or the kubelet cancelled the call
 
 

@@ -16,9 +16,15 @@ from typing import NoReturn, Protocol
 
 import grpc
 
-from genericdp.cdi import CdiSpecError
 from genericdp.discovery.model import DeviceInfo
-from genericdp.errors import GenericdpError, HookError, KubeletError, TemplateRenderError
+from genericdp.errors import (
+    CdiSpecError,
+    GenericdpError,
+    HookError,
+    InvalidDevicesError,
+    KubeletError,
+    TemplateRenderError,
+)
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.options import HEALTHY, UNHEALTHY, PluginOptions, unix_address
@@ -30,10 +36,6 @@ _Context = grpc.aio.ServicerContext[object, object]
 
 # gRPC's default maximum message size, which the kubelet keeps for ListAndWatch.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-
-
-class InvalidDevicesError(GenericdpError):
-    """A request named device IDs that are unknown or unhealthy."""
 
 
 @dataclass(frozen=True)

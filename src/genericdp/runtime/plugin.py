@@ -25,11 +25,11 @@ from typing import Protocol
 
 from genericdp.config.model import Exec, ResourceDefinition
 from genericdp.discovery.model import DeviceInfo, Unit
-from genericdp.errors import KubeletError, RegistrationError
+from genericdp.errors import InvalidDevicesError, KubeletError, RegistrationError
 from genericdp.hooks import INIT, PRE_START
 from genericdp.kubelet.options import KUBELET_SOCKET_NAME, PluginOptions
 from genericdp.kubelet.registration import register
-from genericdp.kubelet.servicer import InvalidDevicesError, PluginServer, PreferredRequest
+from genericdp.kubelet.servicer import PluginServer, PreferredRequest
 from genericdp.metrics import NO_METRICS, Recorder, allocation_result
 from genericdp.render import Allocation, render_allocation
 from genericdp.runtime.preferred import preferred_allocation

@@ -26,9 +26,10 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from genericdp.cdi import CdiSpecError, SpecPublisher, qualified_name
+from genericdp.cdi import SpecPublisher, qualified_name
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Roots, Unit, unit_id_of
+from genericdp.errors import CdiSpecError
 from genericdp.execution import ExecResult
 from genericdp.health import HealthMonitor
 from genericdp.metrics import NO_METRICS, Recorder, exec_result
