@@ -266,7 +266,10 @@ async def test_not_enough_devices_is_an_admission_error(kubelet: EmbeddedKubelet
             await kubelet.allocate(SERIAL, 2, pod="p2")
     assert caught.value.reason == "UnexpectedAdmissionError"
     assert len(plugin.allocate_requests) == 1
-    assert kubelet.events[-1].kind == EventKind.ALLOCATION_FAILED
+    # Other events (the stream ending as the plugin stops) may follow: find ours.
+    failed = [e for e in kubelet.events if e.kind is EventKind.ALLOCATION_FAILED]
+    assert [e.resource for e in failed] == [SERIAL]
+    assert "default/p2/main" in failed[0].detail
 
 
 async def test_unregistered_resource_cannot_be_allocated(kubelet: EmbeddedKubelet) -> None:
