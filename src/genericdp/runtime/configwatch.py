@@ -45,6 +45,7 @@ from genericdp.config import load
 from genericdp.config.loader import HIDDEN_PREFIX, SUFFIXES, config_files
 from genericdp.config.model import Config
 from genericdp.errors import ConfigError, ConfigIssue, GenericdpError
+from genericdp.runtime.inotify import inotify_events
 from genericdp.runtime.reconcile import Plan, plan
 from genericdp.runtime.tasks import Backoff, TaskSet, wait_event
 from genericdp.settings import Settings
@@ -288,19 +289,14 @@ class ConfigWatcher:
         """
         is_dir = self.path.is_dir()
         directory, watched = (self.path, None) if is_dir else (self.path.parent, self.path.name)
-        try:
-            inotify = INotify(nonblocking=True)
-        except OSError as exc:
-            raise _watch_error(directory, f"cannot start inotify: {exc}") from exc
-        loop = asyncio.get_running_loop()
-        readable = asyncio.Event()
-        try:
+        async with inotify_events(
+            lambda exc: _watch_error(directory, f"cannot start inotify: {exc}")
+        ) as (inotify, readable):
             try:
                 inotify.add_watch(directory, _MASK)
             except OSError as exc:
                 message = f"cannot be watched ({exc.strerror}); still serving the previous config"
                 raise _watch_error(directory, message) from exc
-            loop.add_reader(inotify.fileno(), readable.set)
             try:
                 log.info("watching %s for config changes", directory)
                 await self.reload(quiet=True)  # whatever changed while nobody watched
@@ -318,9 +314,6 @@ class ConfigWatcher:
                         await self.reload()
             finally:
                 self.ready.clear()
-                loop.remove_reader(inotify.fileno())
-        finally:
-            inotify.close()
 
     async def _settle_burst(
         self, inotify: INotify, readable: asyncio.Event, watched: str | None

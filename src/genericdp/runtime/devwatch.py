@@ -36,9 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from inotify_simple import INotify, flags
+from inotify_simple import flags
 
 from genericdp.errors import DiscoveryError
+from genericdp.runtime.inotify import inotify_events
 
 log = logging.getLogger(__name__)
 
@@ -263,23 +264,13 @@ async def watch_devices(
     watched or goes away (after reporting it); the caller's guard starts the
     watch again with backoff.
     """
-    try:
-        inotify = INotify(nonblocking=True)
-    except OSError as exc:
-        raise DiscoveryError(f"cannot start inotify for {root}: {exc.strerror}") from exc
-    loop = asyncio.get_running_loop()
-    readable = asyncio.Event()
-    watches = _Watches(inotify, root, frozenset(skip))
-    try:
+    async with inotify_events(
+        lambda exc: DiscoveryError(f"cannot start inotify for {root}: {exc.strerror}")
+    ) as (inotify, readable):
+        watches = _Watches(inotify, root, frozenset(skip))
         watches.add_tree("")
-        loop.add_reader(inotify.fileno(), readable.set)
-        try:
-            on_ready()
-            await _report(watches, readable, on_change, settle=settle, late=late)
-        finally:
-            loop.remove_reader(inotify.fileno())
-    finally:
-        inotify.close()
+        on_ready()
+        await _report(watches, readable, on_change, settle=settle, late=late)
     raise DiscoveryError(f"device root {root} was removed or replaced; watching it again")
 
 

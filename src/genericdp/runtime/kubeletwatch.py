@@ -8,15 +8,15 @@ restart wakes the plugins once, not once per event.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from inotify_simple import INotify, flags
+from inotify_simple import flags
 
 from genericdp.errors import KubeletError
+from genericdp.runtime.inotify import inotify_events
 
 log = logging.getLogger(__name__)
 
@@ -62,29 +62,20 @@ async def watch_plugin_dir(
     Raises KubeletError when the directory cannot be watched or goes away; the
     caller's guard restarts the watch with backoff (after reporting ``lost``).
     """
-    try:
-        inotify = INotify(nonblocking=True)
-    except OSError as exc:
-        raise KubeletError(f"cannot start inotify: {exc}") from exc
-    loop = asyncio.get_running_loop()
-    readable = asyncio.Event()
-    try:
+    async with inotify_events(lambda exc: KubeletError(f"cannot start inotify: {exc}")) as (
+        inotify,
+        readable,
+    ):
         try:
             inotify.add_watch(plugin_dir, _MASK)
         except OSError as exc:
             raise KubeletError(f"cannot watch {plugin_dir}: {exc.strerror}") from exc
-        loop.add_reader(inotify.fileno(), readable.set)
-        try:
-            on_ready()
-            while True:
-                await readable.wait()
-                readable.clear()
-                change = _changes(list(inotify.read(timeout=0)))
-                if change.created or change.deleted or change.lost:
-                    on_change(change)
-                if change.lost:
-                    raise KubeletError(f"{plugin_dir} was removed or replaced; watching again")
-        finally:
-            loop.remove_reader(inotify.fileno())
-    finally:
-        inotify.close()
+        on_ready()
+        while True:
+            await readable.wait()
+            readable.clear()
+            change = _changes(list(inotify.read(timeout=0)))
+            if change.created or change.deleted or change.lost:
+                on_change(change)
+            if change.lost:
+                raise KubeletError(f"{plugin_dir} was removed or replaced; watching again")
