@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from genericdp.kubelet.embedded import EmbeddedKubelet
 from tests.kubelet_fakes import short_tmp_dir
 
 
@@ -15,6 +16,14 @@ def base() -> Iterator[Path]:
     """A temporary directory short enough for unix sockets (sun_path is 107 bytes)."""
     with short_tmp_dir() as path:
         yield path
+
+
+@pytest.fixture
+async def kubelet(base: Path) -> AsyncIterator[EmbeddedKubelet]:
+    """A running embedded kubelet on ``base/dp``, serving PodResources too."""
+    pod_resources = base / "pod-resources" / "kubelet.sock"
+    async with EmbeddedKubelet(base / "dp", pod_resources_socket=pod_resources) as kubelet:
+        yield kubelet
 
 
 @pytest.fixture(autouse=True)

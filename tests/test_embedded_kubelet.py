@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket as socketlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -24,13 +23,6 @@ from tests.kubelet_fakes import (
     registered,
     three_devices,
 )
-
-
-@pytest.fixture
-async def kubelet(base: Path) -> AsyncIterator[EmbeddedKubelet]:
-    pod_resources = base / "pod-resources" / "kubelet.sock"
-    async with EmbeddedKubelet(base / "dp", pod_resources_socket=pod_resources) as kubelet:
-        yield kubelet
 
 
 async def test_registration_counts_capacity_and_healthy_allocatable(

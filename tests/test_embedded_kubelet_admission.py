@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import grpc
 import pytest
 
@@ -19,13 +16,6 @@ from tests.kubelet_fakes import (
     registered,
     three_devices,
 )
-
-
-@pytest.fixture
-async def kubelet(base: Path) -> AsyncIterator[EmbeddedKubelet]:
-    pod_resources = base / "pr" / "kubelet.sock"
-    async with EmbeddedKubelet(base / "dp", pod_resources_socket=pod_resources) as kubelet:
-        yield kubelet
 
 
 def lister(channel: grpc.aio.Channel) -> pr_grpc.PodResourcesListerStub:
