@@ -222,10 +222,10 @@ async def test_empty_argv_is_an_error() -> None:
 
 
 async def test_environment_is_path_plus_given_variables() -> None:
-    """The child sees PATH and the given variables, nothing else of ours."""
+    """The child sees PATH, its run ID and the given variables, nothing else of ours."""
     result = await run_exec(Exec(("/usr/bin/env",), 5), env={"FOO": "bar baz"})
     lines = result.output.splitlines()
-    assert sorted(line.split("=", 1)[0] for line in lines) == ["FOO", "PATH"]
+    assert sorted(line.split("=", 1)[0] for line in lines) == ["FOO", "GENERICDP_RUN_ID", "PATH"]
     assert "FOO=bar baz" in lines
 
 

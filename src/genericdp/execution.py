@@ -2,11 +2,13 @@
 
 Hooks and health probes are written by cluster admins and run on every node,
 so this module assumes they misbehave: they fork, ignore SIGTERM, print
-megabytes, or never exit. Each command therefore runs in a session (and
-process group) of its own, and whatever is left of that group when the command
-exits, times out or is cancelled is terminated: SIGTERM, then SIGKILL after a
-short grace. A command that needs a long-lived service must start it in a new
-session of its own (``setsid``), which takes it out of our hands on purpose.
+megabytes, never exit, or leave their process group (``setsid``). Each command
+runs in a session (and process group) of its own, and whatever is left of it
+when the command exits, times out or is cancelled is terminated: SIGTERM, then
+SIGKILL after a short grace. "Whatever is left" is the process group plus
+every process ``genericdp.reaper`` finds the command started (its tree, and
+orphans re-parented to the daemon, which ``serve`` makes a child subreaper):
+nothing a hook starts outlives it.
 
 stdout and stderr share one pipe that we own (not asyncio's subprocess pipes),
 so a grandchild that keeps the pipe open can never keep us waiting or keep a
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genericdp.config.model import Exec
+from genericdp.reaper import RUN_ID_VAR, SUBREAPER
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_OUTPUT_LIMIT = 64 * 1024
@@ -101,15 +104,21 @@ async def run_exec(
         return result(None, False, None, "empty argv")
     if output_limit < 0:
         raise ValueError(f"output_limit must be >= 0, not {output_limit}")
+    run_id = SUBREAPER.new_run()
+    full_env = {**child_env(env), RUN_ID_VAR: run_id}
     try:
-        proc, transport, tail = await _start(argv, child_env(env), cwd, output_limit, kill_grace)
+        proc, transport, tail = await _start(
+            argv, full_env, cwd, output_limit, grace=kill_grace, run_id=run_id
+        )
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte or "=" in argv or env
+        SUBREAPER.end_run(run_id, None)
         return result(None, False, None, _start_error(argv, cwd, exc))
     try:
-        timed_out = await _wait(proc, spec.timeout, kill_grace)
+        timed_out = await _wait(proc, spec.timeout, kill_grace, run_id)
         await tail.finished(kill_grace)
     finally:
         transport.close()
+        SUBREAPER.end_run(run_id, proc.pid if proc.returncode is not None else None)
     return result(proc.returncode, timed_out, tail, None)
 
 
@@ -118,6 +127,7 @@ def child_env(extra: Mapping[str, str]) -> dict[str, str]:
 
     Nothing else leaks from the daemon (settings, credentials of the pod we
     run in), so a hook behaves the same whatever the daemon was started with.
+    ``run_exec`` adds ``GENERICDP_RUN_ID``, which marks what the command starts.
     """
     env = {"PATH": os.environ.get("PATH") or DEFAULT_PATH}
     env.update(extra)
@@ -164,7 +174,13 @@ class _Tail(asyncio.Protocol):
 
 
 async def _start(
-    argv: tuple[str, ...], env: dict[str, str], cwd: Path | None, limit: int, grace: float
+    argv: tuple[str, ...],
+    env: dict[str, str],
+    cwd: Path | None,
+    limit: int,
+    *,
+    grace: float,
+    run_id: str,
 ) -> tuple[asyncio.subprocess.Process, asyncio.BaseTransport, _Tail]:
     """``_spawn``, safe against cancellation while it is under way.
 
@@ -180,7 +196,7 @@ async def _start(
         with contextlib.suppress(OSError):
             proc, transport, _ = await starting  # milliseconds; cancelling again cuts it short
             try:
-                await _stop_group_firmly(proc, grace)
+                await _stop_firmly(proc, grace, run_id)
             finally:
                 transport.close()
         raise
@@ -192,15 +208,17 @@ async def _spawn(
     loop = asyncio.get_running_loop()
     read_fd, write_fd = os.pipe()
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=subprocess.DEVNULL,
-            stdout=write_fd,
-            stderr=write_fd,
-            env=env,
-            cwd=cwd,
-            start_new_session=True,  # own process group: we can kill all it forks
-        )
+        with SUBREAPER.starting():  # its zombie is asyncio's to reap, not the subreaper's
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=subprocess.DEVNULL,
+                stdout=write_fd,
+                stderr=write_fd,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,  # own process group: we can kill all it forks
+            )
+            SUBREAPER.leader_started(proc.pid)
     except BaseException:
         os.close(read_fd)
         raise
@@ -216,8 +234,8 @@ async def _spawn(
     return proc, transport, tail
 
 
-async def _wait(proc: asyncio.subprocess.Process, limit: float, grace: float) -> bool:
-    """Wait for the command, then stop what is left of its group; True if it timed out."""
+async def _wait(proc: asyncio.subprocess.Process, limit: float, grace: float, run_id: str) -> bool:
+    """Wait for the command, then stop what is left of it; True if it timed out."""
     timed_out = False
     try:
         async with asyncio.timeout(limit):
@@ -225,21 +243,21 @@ async def _wait(proc: asyncio.subprocess.Process, limit: float, grace: float) ->
     except TimeoutError:
         timed_out = True
     finally:  # on cancellation too: the command must not outlive us
-        await _stop_group_firmly(proc, grace)
+        await _stop_firmly(proc, grace, run_id)
     return timed_out
 
 
-async def _stop_group_firmly(proc: asyncio.subprocess.Process, grace: float) -> None:
-    """``_stop_group``; cancelled meanwhile (shutdown in a hurry), SIGKILL at once.
+async def _stop_firmly(proc: asyncio.subprocess.Process, grace: float, run_id: str) -> None:
+    """``_stop``; cancelled meanwhile (shutdown in a hurry), SIGKILL at once.
 
     Even then we wait a moment for asyncio to reap the leader, so the
     subprocess transport is closed and no zombie is left; a further
     cancellation ends that wait too.
     """
     try:
-        await _stop_group(proc, grace)
+        await _stop(proc, grace, run_id)
     except asyncio.CancelledError:
-        _signal_group(proc.pid, signal.SIGKILL)
+        _signal_all(proc, run_id, signal.SIGKILL)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(proc.wait(), _REAP_WAIT)
         if proc.returncode is not None:  # else reaping could steal the leader's status
@@ -247,27 +265,40 @@ async def _stop_group_firmly(proc: asyncio.subprocess.Process, grace: float) -> 
         raise
 
 
-async def _stop_group(proc: asyncio.subprocess.Process, grace: float) -> None:
-    """SIGTERM the command's process group, SIGKILL whatever outlives ``grace``.
+async def _stop(proc: asyncio.subprocess.Process, grace: float, run_id: str) -> None:
+    """SIGTERM what is left of the command, SIGKILL whatever outlives ``grace``.
 
-    The group is empty (and this returns at once) when the command exited
-    normally without leaving children behind.
+    Nothing is left (and this returns at once) when the command exited
+    normally without leaving processes behind.
     """
-    pgid = proc.pid  # start_new_session made the child its group's leader
-    if not _signal_group(pgid, signal.SIGTERM):
+    if not _signal_all(proc, run_id, signal.SIGTERM):
         return
-    if not await _group_ended(proc, grace):
-        _signal_group(pgid, signal.SIGKILL)
-        await _group_ended(proc, grace)
+    if not await _ended(proc, grace, run_id):
+        _signal_all(proc, run_id, signal.SIGKILL)
+        await _ended(proc, grace, run_id)
 
 
-async def _group_ended(proc: asyncio.subprocess.Process, grace: float) -> bool:
-    """Wait up to ``grace`` for the leader and every member of its group to exit."""
+def _signal_all(proc: asyncio.subprocess.Process, run_id: str, sig: int) -> bool:
+    """Signal the command's group and every process it started; False if none is left."""
+    hit = _signal_group(proc.pid, sig)  # start_new_session made the child its group's leader
+    for pid in SUBREAPER.family(run_id, proc.pid if proc.returncode is None else None):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+            hit = True
+    return hit
+
+
+async def _ended(proc: asyncio.subprocess.Process, grace: float, run_id: str) -> bool:
+    """Wait up to ``grace`` for the leader, its group and all it started to exit."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace
     while True:
         # returncode is set once asyncio has reaped the leader: only then may we reap.
-        if proc.returncode is not None and not _group_alive(proc.pid):
+        if (
+            proc.returncode is not None
+            and not _group_alive(proc.pid)
+            and not SUBREAPER.family(run_id, None)
+        ):
             _reap_group(proc.pid)
             return True
         if loop.time() >= deadline:

@@ -14,6 +14,7 @@ import logging
 import signal
 
 from genericdp.config.model import Config
+from genericdp.reaper import SUBREAPER
 from genericdp.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
 
     for sig in _SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig)
+    # Orphans of hooks come to us, so nothing a hook starts outlives its timeout.
+    SUBREAPER.enable(loop)
     metrics = Metrics()
     metrics.config_loaded()
     supervisor = Supervisor(settings, metrics=metrics)
@@ -85,6 +88,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
             loop.remove_signal_handler(sig)
         # No reload may start while the plugins stop.
         stragglers = (*await watches.stop(), *await supervisor.stop(), *await endpoints.stop())
+        SUBREAPER.disable()
         if stragglers:
             log.warning("exiting with tasks still running: %s", ", ".join(stragglers))
     log.info("shut down cleanly")

@@ -1,0 +1,264 @@
+"""Every process a command starts, found and stopped: the daemon as child subreaper.
+
+A process group is not enough to stop what a hook started: a child that calls
+``setsid`` or ``setpgid`` (a daemonizing helper, ``setsid`` in a script)
+leaves the group, and once its parent exits it is re-parented to init, out of
+our sight. So ``genericdp serve`` makes itself a *child subreaper*
+(``prctl(PR_SET_CHILD_SUBREAPER)``, unprivileged): orphans of anything it
+started are re-parented to the daemon instead of init. What a command started
+is then, at any moment,
+
+- the command's own process tree (while it runs), and
+- the trees of orphans re-parented to the daemon that carry the command's
+  run ID in their environment (``GENERICDP_RUN_ID``, inherited through fork and
+  exec), or that lost it (``env -i``) and appeared while the command ran.
+
+``execution`` signals all of that together with the process group when a
+command exits, times out or is cancelled. Orphans that could belong to several
+commands running at once are stopped when the last of those ends: later than
+their own command's timeout at worst, but never left running.
+
+Zombies of orphans are reaped here (on SIGCHLD), but only pids that asyncio's
+child watcher does not own: every command's own process is registered while it
+runs, and no reaping happens while a command is being started (its pid is not
+known yet). ``waitpid(-1)`` is never called: it could steal an exit status
+asyncio waits for.
+
+Without the subreaper (``genericdp`` used as a library, tests), the command's
+tree is still walked while it runs, but orphans of a command that has exited
+go to init and only the process group is stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import logging
+import os
+import secrets
+import signal
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+RUN_ID_VAR = "GENERICDP_RUN_ID"
+PR_SET_CHILD_SUBREAPER = 36
+_DEAD = ("Z", "X", "x")  # zombie, dead: nothing left to signal
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    """The fields of ``/proc/<pid>/stat`` we use."""
+
+    pid: int
+    ppid: int
+    state: str
+    start: int  # start time in clock ticks: with pid, a process's identity
+
+    @property
+    def alive(self) -> bool:
+        return self.state not in _DEAD
+
+
+def process_table(proc_root: Path = Path("/proc")) -> dict[int, ProcInfo]:
+    """Every process we can see, by pid (empty without /proc)."""
+    table: dict[int, ProcInfo] = {}
+    try:
+        entries = [e.name for e in os.scandir(proc_root) if e.name.isdigit()]
+    except OSError:
+        return table
+    for name in entries:
+        info = read_stat(proc_root / name)
+        if info is not None:
+            table[info.pid] = info
+    return table
+
+
+def read_stat(proc_dir: Path) -> ProcInfo | None:
+    try:
+        stat = (proc_dir / "stat").read_text()
+    except OSError:  # exited while we looked
+        return None
+    # ``pid (comm) state ppid pgrp ...``; comm may contain spaces and parentheses.
+    head, _, rest = stat.rpartition(")")
+    fields = rest.split()
+    try:
+        return ProcInfo(int(head.split(" (", 1)[0]), int(fields[1]), fields[0], int(fields[19]))
+    except (IndexError, ValueError):
+        return None
+
+
+def descendants(table: dict[int, ProcInfo], roots: Iterable[int]) -> set[int]:
+    """``roots`` (those in ``table``) and every process below them."""
+    children: dict[int, list[int]] = {}
+    for info in table.values():
+        children.setdefault(info.ppid, []).append(info.pid)
+    found: set[int] = set()
+    stack = [r for r in roots if r in table]
+    while stack:
+        pid = stack.pop()
+        if pid not in found:
+            found.add(pid)
+            stack.extend(children.get(pid, ()))
+    return found
+
+
+def run_id_of(pid: int, proc_root: Path = Path("/proc")) -> str | None:
+    """The ``GENERICDP_RUN_ID`` a process was started with; None if absent or unreadable."""
+    try:
+        environ = (proc_root / str(pid) / "environ").read_bytes()
+    except OSError:  # gone, or not ours to read (a setuid program)
+        return None
+    prefix = RUN_ID_VAR.encode() + b"="
+    for entry in environ.split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix) :].decode("ascii", "replace")
+    return None
+
+
+def set_child_subreaper() -> bool:
+    """Make this process a child subreaper; False (and why, in the log) if it cannot."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0:
+            return True
+        reason = os.strerror(ctypes.get_errno())
+    except (OSError, AttributeError) as exc:  # no libc, no prctl: not Linux
+        reason = str(exc)
+    log.warning(
+        "cannot become child subreaper (%s): processes that hooks start in a session "
+        "of their own may outlive the hook's timeout",
+        reason,
+    )
+    return False
+
+
+class Subreaper:
+    """Which processes belong to which running command; reaps orphans' zombies.
+
+    One per process (``SUBREAPER``): the subreaper attribute and the children
+    it brings are the process's. Methods are called from the event loop only.
+    """
+
+    def __init__(self, proc_root: Path = Path("/proc")) -> None:
+        self._proc = proc_root
+        self.enabled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._leaders: set[int] = set()  # asyncio owns these: never reap them
+        self._starting = 0  # commands forked whose pid we do not know yet
+        self._reap_deferred = False
+        self._runs: set[str] = set()
+        # Orphans without a run ID, by (pid, start): the runs they may belong to.
+        self._strays: dict[tuple[int, int], set[str]] = {}
+
+    # -- the daemon's side ------------------------------------------------------------
+
+    def enable(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Become child subreaper and reap orphans on SIGCHLD (``serve`` calls this)."""
+        if self.enabled:
+            return True
+        if not set_child_subreaper():
+            return False
+        loop.add_signal_handler(signal.SIGCHLD, self.reap_orphans)
+        self._loop = loop
+        self.enabled = True
+        return True
+
+    def disable(self) -> None:
+        """Stop handling SIGCHLD (the subreaper attribute stays: orphans still come to us)."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_signal_handler(signal.SIGCHLD)
+        self._loop = None
+        self.enabled = False
+
+    def reap_orphans(self) -> None:
+        """Reap exited children that are not a running command's own process."""
+        if self._starting:
+            self._reap_deferred = True  # a new command's pid may be among them
+            return
+        me = os.getpid()
+        for info in process_table(self._proc).values():
+            if info.ppid == me and not info.alive and info.pid not in self._leaders:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(info.pid, os.WNOHANG)
+
+    # -- one command's side -----------------------------------------------------------
+
+    def new_run(self) -> str:
+        run_id = secrets.token_hex(8)
+        self._runs.add(run_id)
+        return run_id
+
+    @contextlib.contextmanager
+    def starting(self) -> Iterator[None]:
+        """Around the fork of a command: its zombie must not be reaped before we know it."""
+        self._starting += 1
+        try:
+            yield
+        finally:
+            self._starting -= 1
+            if not self._starting and self._reap_deferred:
+                self._reap_deferred = False
+                self.reap_orphans()
+
+    def leader_started(self, pid: int) -> None:
+        self._leaders.add(pid)
+
+    def family(self, run_id: str, leader: int | None) -> set[int]:
+        """The live processes a run started: ``leader``'s tree (None: reaped) and its orphans."""
+        if leader is None and not self.enabled:
+            return set()  # the usual case without subreaper: nothing to look for
+        table = process_table(self._proc)
+        roots = set() if leader is None else {leader}
+        if self.enabled:
+            me = os.getpid()
+            for info in table.values():
+                ours = info.ppid == me and info.alive and info.pid not in self._leaders
+                if ours and run_id_of(info.pid, self._proc) == run_id:
+                    roots.add(info.pid)
+        return {p for p in descendants(table, roots) if table[p].alive}
+
+    def end_run(self, run_id: str, leader: int | None) -> None:
+        """The run is over: stop orphans that only it could own.
+
+        ``leader`` is the command's pid once asyncio has reaped it (None when it
+        never started, or is not reaped yet: then it stays ours to leave alone).
+        """
+        if leader is not None:
+            self._leaders.discard(leader)
+        if not self.enabled:
+            self._runs.discard(run_id)
+            return
+        table = process_table(self._proc)
+        me = os.getpid()
+        for info in table.values():
+            key = (info.pid, info.start)
+            if info.ppid != me or not info.alive or info.pid in self._leaders:
+                continue
+            if key not in self._strays and run_id_of(info.pid, self._proc) is None:
+                # Seen for the first time: it appeared since the last run ended, so it
+                # belongs to this run or to one running now.
+                self._strays[key] = set(self._runs)
+        self._runs.discard(run_id)
+        for key, owners in list(self._strays.items()):
+            owners.discard(run_id)
+            info_now = table.get(key[0])
+            if info_now is None or info_now.start != key[1] or not info_now.alive:
+                del self._strays[key]
+            elif not owners:
+                del self._strays[key]
+                for pid in descendants(table, [key[0]]):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
+                log.warning(
+                    "killed pid %d: a command started it in a session of its own "
+                    "and it outlived the command",
+                    key[0],
+                )
+
+
+SUBREAPER = Subreaper()
