@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -217,24 +219,48 @@ async def test_failing_handler_is_500_and_server_goes_on() -> None:
         assert (await get(port, "/ok")).status == 200
 
 
-async def test_connections_over_the_cap_are_closed_at_once() -> None:
-    """Past max_connections a new connection is closed without an answer."""
+async def test_past_the_cap_the_oldest_idle_connection_makes_room() -> None:
+    """Past max_connections the oldest connection without a request goes; the new is served."""
     async with started({"/ok": lambda: Response(200, b"ok")}, max_connections=2) as server:
         ((_, port),) = server.addresses
-        held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+        held = []
         try:
-            await until_connections(server, 2)
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            for _ in range(2):
+                held.append(await asyncio.open_connection("127.0.0.1", port))
+                await until_connections(server, len(held))
+            assert (await get(port, "/ok")).status == 200
             async with asyncio.timeout(5):
-                assert await reader.read() == b""
-            writer.close()
-            await writer.wait_closed()
+                assert await held[0][0].read() == b"", "the oldest idle one was dropped"
+            assert server.shed == 1
+            assert server.connections == 1, "the younger idle one is still open"
         finally:
             for _, w in held:
                 w.close()
-                await w.wait_closed()
+                with contextlib.suppress(ConnectionError):
+                    await w.wait_closed()
         await until_connections(server, 0)
-        assert (await get(port, "/ok")).status == 200
+
+
+async def test_connections_busy_answering_are_not_shed() -> None:
+    """A connection whose request is being answered keeps its slot; the new one is closed."""
+    async with started(
+        {"/ok": lambda: Response(200, b"x" * 32_000_000)}, max_connections=1
+    ) as server:
+        ((_, port),) = server.addresses
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:  # a response far bigger than the socket buffers, never read: stuck writing
+            writer.write(b"GET /ok HTTP/1.1\r\n\r\n")
+            await writer.drain()
+            await until_connections(server, 1)
+            late_reader, late_writer = await asyncio.open_connection("127.0.0.1", port)
+            async with asyncio.timeout(5):
+                assert await late_reader.read() == b""
+            late_writer.close()
+            assert server.shed == 0
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
 
 
 async def test_close_ends_open_connections() -> None:
@@ -279,3 +305,102 @@ async def test_run_http_server_serves_until_cancelled() -> None:
             await task
     with pytest.raises(ConnectionRefusedError):
         await asyncio.open_connection("127.0.0.1", port)
+
+
+# -- floods ----------------------------------------------------------------------------
+
+
+async def _idle(port: int, stop: asyncio.Event) -> None:
+    """A client that connects and sends nothing, reconnecting whenever it is dropped."""
+    while not stop.is_set():
+        with contextlib.suppress(OSError):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                await reader.read()  # until the server drops us
+            finally:
+                writer.close()
+
+
+async def _dribble(port: int, stop: asyncio.Event) -> None:
+    """A client that sends one byte of its request head a second, reconnecting when dropped."""
+    while not stop.is_set():
+        with contextlib.suppress(OSError):
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                for byte in b"GET /healthz HTTP/1.1\r\n\r\n":
+                    writer.write(bytes([byte]))
+                    await writer.drain()
+                    await asyncio.sleep(1)
+            finally:
+                writer.close()
+
+
+def _kubelet_probe(port: int) -> float:
+    """GET /healthz as the kubelet does (another process: the request goes out at once)."""
+    started_at = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
+        sock.settimeout(max(0.001, 1.0 - (time.monotonic() - started_at)))
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        raw = b""
+        while chunk := sock.recv(4096):
+            raw += chunk
+    assert parse(raw).status == 200, raw
+    return time.monotonic() - started_at
+
+
+async def _probe_times(port: int, rounds: int) -> list[float]:
+    """How long /healthz takes, ``rounds`` times in a row; the kubelet's limit is 1 s."""
+    times = []
+    for _ in range(rounds):
+        times.append(await asyncio.to_thread(_kubelet_probe, port))
+        await asyncio.sleep(0.05)
+    return times
+
+
+@pytest.mark.parametrize("client", [_idle, _dribble], ids=["silent", "one-byte-a-second"])
+async def test_healthz_answers_under_a_flood_of_slow_clients(
+    client: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    """96 slow clients that reconnect when dropped: /healthz still answers within 1 s, few logs."""
+    assert callable(client)
+    async with started(routes(Metrics(), Ready())) as server:
+        ((_, port),) = server.addresses
+        stop = asyncio.Event()
+        flood = [asyncio.create_task(client(port, stop)) for _ in range(96)]
+        try:
+            await until_connections(server, 64)  # the cap: every slot taken by the flood
+            times = await _probe_times(port, 20)
+        finally:
+            stop.set()
+            for task in flood:
+                task.cancel()
+            await asyncio.gather(*flood, return_exceptions=True)
+    assert max(times) < 1.0, times
+    assert server.shed >= 20, "each probe made room by dropping an idle client"
+    lines = [r for r in caplog.records if r.name == "genericdp.httpserver"]
+    assert len(lines) <= 5, [r.getMessage() for r in lines]  # one burst per 10 s
+
+
+async def test_reconnecting_clients_are_logged_a_bounded_number_of_times(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """80 clients reconnecting as fast as they can for 2 s: a few log lines, not thousands."""
+    async with started(routes(Metrics(), Ready())) as server:  # 64 connections at most
+        ((_, port),) = server.addresses
+        stop = asyncio.Event()
+        flood = [asyncio.create_task(_idle(port, stop)) for _ in range(80)]
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 2.0
+            times = []
+            while loop.time() < deadline:
+                times += await _probe_times(port, 1)
+        finally:
+            stop.set()
+            for task in flood:
+                task.cancel()
+            await asyncio.gather(*flood, return_exceptions=True)
+    assert max(times) < 1.0, times
+    assert server.shed > 100, server.shed
+    lines = [r for r in caplog.records if r.name == "genericdp.httpserver"]
+    assert len(lines) <= 5, len(lines)

@@ -9,27 +9,42 @@ kubelet's probes, so it is small and strict rather than general:
 - the request head must arrive within ``read_timeout`` and fit in
   ``max_head`` bytes (408 and 431 otherwise), so a slow or hostile client
   costs one bounded connection and never blocks the others;
-- at most ``max_connections`` at once; more are closed at once.
+- at most ``max_connections`` at once. A connection past the cap sheds the
+  oldest one still waiting for its request head (the slowest client: the
+  kubelet and Prometheus send theirs at once), so a flood of idle or
+  dribbling connections cannot starve the kubelet's probes: the newest
+  connection always gets its turn. Only when every connection is busy
+  answering is the new one closed;
+- what clients can make happen as often as they like (sheds, failures) is
+  logged at most a few times per ten seconds (``RateLimitedLog``).
 
 Connection handlers are tracked and cancelled on ``close``: nothing outlives
-the server.
+the server. Who may reach the port at all is the deployment's business:
+``metrics_address`` and the NetworkPolicy in deploy/ (docs/security.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
-from collections.abc import Callable, Mapping
+import sys
+import termios
+from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass
 from http import HTTPStatus
+from typing import SupportsIndex
 
 from genericdp.errors import GenericdpError
+from genericdp.logsetup import RateLimitedLog
 from genericdp.settings import ListenAddress
 
 log = logging.getLogger(__name__)
 
-READ_TIMEOUT = 5.0  # seconds for the request head; the kubelet's probes wait 1 s by default
+# Seconds for the request head. The kubelet and Prometheus send it in one
+# packet at once; the probes of deploy/ wait 3 s for the whole answer.
+READ_TIMEOUT = 2.0
 WRITE_TIMEOUT = 5.0  # seconds for a client to take the response
 MAX_HEAD = 8 * 1024  # bytes of request line and headers
 MAX_CONNECTIONS = 64
@@ -58,6 +73,40 @@ class _BadRequestError(Exception):
         self.status = status
 
 
+class _CountingReader(asyncio.StreamReader):
+    """A StreamReader that counts the bytes it was given: silent clients are shed first."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self.received = 0
+
+    def feed_data(self, data: Iterable[SupportsIndex]) -> None:  # typeshed's spelling of bytes
+        self.received += len(data) if isinstance(data, Sized) else 0
+        super().feed_data(data)
+
+
+class _Connection:
+    """One open connection: whether it is still reading its head, and what it sent."""
+
+    __slots__ = ("reader", "reading", "socket")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.socket = writer.get_extra_info("socket")
+        self.reading = True
+
+    @property
+    def silent(self) -> bool:
+        """Nothing received: not by us, and nothing waiting in the kernel either."""
+        if not isinstance(self.reader, _CountingReader) or self.reader.received:
+            return False
+        try:
+            waiting = fcntl.ioctl(self.socket.fileno(), termios.FIONREAD, b"\0\0\0\0")
+        except (OSError, AttributeError):  # closed meanwhile, or no socket
+            return True
+        return int.from_bytes(waiting, sys.byteorder) == 0
+
+
 class HttpServer:
     """Serves ``routes`` (path -> handler) until ``close``."""
 
@@ -76,13 +125,21 @@ class HttpServer:
         self._max_head = max_head
         self._max_connections = max_connections
         self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[object]] = set()
+        # Oldest first (dicts keep insertion order): the order in which to shed.
+        self._connections: dict[asyncio.Task[object], _Connection] = {}
+        self._handlers: set[asyncio.Task[object]] = set()  # with those shed, still closing
+        self._limited = RateLimitedLog(log)
+        self.shed = 0  # connections dropped to make room, since start
 
     async def start(self, address: ListenAddress) -> None:
         """Listen on ``address``; raises ListenError saying why not."""
         try:
-            self._server = await asyncio.start_server(
-                self._handle, address.host, address.port, limit=self._max_head
+            # asyncio.start_server, with a reader that counts what it gets.
+            loop = asyncio.get_running_loop()
+            self._server = await loop.create_server(
+                lambda: asyncio.StreamReaderProtocol(_CountingReader(self._max_head), self._handle),
+                address.host,
+                address.port,
             )
         except OSError as exc:
             raise ListenError(f"cannot listen on {address}: {exc.strerror or exc}") from exc
@@ -104,7 +161,7 @@ class HttpServer:
         server, self._server = self._server, None
         if server is not None:
             server.close()
-        connections = list(self._connections)
+        connections = list(self._handlers)
         for task in connections:
             task.cancel()
         if connections:
@@ -118,25 +175,69 @@ class HttpServer:
         task = asyncio.current_task()
         assert task is not None
         task.set_name("http/connection")
-        self._connections.add(task)
+        self._handlers.add(task)
         try:
-            if len(self._connections) > self._max_connections:
-                log.warning("http: more than %d connections, closing one", self._max_connections)
+            await self._serve(task, reader, writer)
+        except asyncio.CancelledError:
+            # Shed, or close(): both ours. Ending quietly, because asyncio logs a
+            # connection handler that ends cancelled as an unhandled error.
+            task.uncancel()
+        finally:
+            self._handlers.discard(task)
+
+    async def _serve(
+        self, task: asyncio.Task[object], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        connection = _Connection(reader, writer)
+        try:
+            if not self._make_room():
+                self._limited.warning(
+                    "full",
+                    "http: %d connections busy answering; closing a new one",
+                    self.connections,
+                )
                 return
+            self._connections[task] = connection
             response, head_only = await self._respond(reader)
+            connection.reading = False
             async with asyncio.timeout(self._write_timeout):
                 writer.write(_encode(response, head_only=head_only))
                 await writer.drain()
         except (TimeoutError, ConnectionError):
             pass  # the client went away or would not read: nothing to tell it
         except Exception:
-            log.exception("http: request failed")
+            self._limited.exception("failed", "http: request failed")
         finally:
-            self._connections.discard(task)
+            self._connections.pop(task, None)
             writer.close()
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(self._write_timeout):
                     await writer.wait_closed()
+
+    def _make_room(self) -> bool:
+        """Below the cap, or shed a connection still reading its head; False if none is.
+
+        The oldest that has sent nothing goes first, else the oldest still
+        reading (a dribbler): a client that sent its request at once, as the
+        kubelet does, is only dropped when every other is busy answering.
+        """
+        if len(self._connections) < self._max_connections:
+            return True
+        reading = [(t, c) for t, c in self._connections.items() if c.reading]
+        if not reading:
+            return False
+        task, _ = next(((t, c) for t, c in reading if c.silent), reading[0])
+        del self._connections[task]  # its slot is the new one's now
+        task.cancel()
+        self.shed += 1
+        self._limited.warning(
+            "shed",
+            "http: %d connections open; dropped one that had not sent its request "
+            "(%d dropped since start)",
+            self._max_connections,
+            self.shed,
+        )
+        return True
 
     async def _respond(self, reader: asyncio.StreamReader) -> tuple[Response, bool]:
         """The response, and whether to leave its body out (HEAD)."""

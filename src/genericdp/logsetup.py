@@ -1,5 +1,10 @@
 """Logging for the daemon and the CLI: plain text for people, JSON lines for
-log collectors. Extra fields passed with ``extra={...}`` appear in both."""
+log collectors. Extra fields passed with ``extra={...}`` appear in both.
+
+``RateLimitedLog`` is for messages that whoever is outside can trigger at
+will (connections to the metrics port): a flood of them must not become a
+flood of log lines.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,8 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 # Attributes every LogRecord has; anything else came from ``extra=``.
@@ -63,3 +70,63 @@ def configure(level: str = "info", fmt: str = "text", stream: TextIO | None = No
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+@dataclass
+class _Window:
+    started: float
+    emitted: int = 0
+    suppressed: int = 0
+
+
+class RateLimitedLog:
+    """At most ``burst`` lines per ``period`` seconds for each key, then silence.
+
+    The first line of the next period says how many were left out. Keys are
+    fixed strings of ours (one per kind of message), never data from a
+    client, so the table stays small; it is capped all the same.
+    """
+
+    MAX_KEYS = 256
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        *,
+        period: float = 10.0,
+        burst: int = 5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if period <= 0 or burst < 1:
+            raise ValueError(f"need period > 0 and burst >= 1, not {period} and {burst}")
+        self.logger = logger
+        self._period = period
+        self._burst = burst
+        self._clock = clock
+        self._windows: dict[str, _Window] = {}
+
+    def log(self, level: int, key: str, msg: str, *args: object, exc_info: bool = False) -> bool:
+        """Log ``msg % args`` unless ``key`` used up its lines; True if it was logged."""
+        now = self._clock()
+        window = self._windows.get(key)
+        if window is None or now - window.started >= self._period:
+            suppressed = window.suppressed if window is not None else 0
+            if window is None and len(self._windows) >= self.MAX_KEYS:
+                self._windows.pop(next(iter(self._windows)))
+            window = self._windows[key] = _Window(now)
+            if suppressed:
+                msg += " (%d more like this were not logged before this one)"
+                args = (*args, suppressed)
+        if window.emitted >= self._burst:
+            window.suppressed += 1
+            return False
+        window.emitted += 1
+        self.logger.log(level, msg, *args, exc_info=exc_info)
+        return True
+
+    def warning(self, key: str, msg: str, *args: object) -> bool:
+        return self.log(logging.WARNING, key, msg, *args)
+
+    def exception(self, key: str, msg: str, *args: object) -> bool:
+        """An error with the traceback being handled."""
+        return self.log(logging.ERROR, key, msg, *args, exc_info=True)
