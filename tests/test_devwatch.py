@@ -356,3 +356,17 @@ async def test_events_spread_within_the_settle_window_are_one_batch(dev: Path) -
         (dev / "char").mkdir()  # udev's links, later
         await rec.wait(bool)
         assert [c.paths for c in rec.changes] == [{"ttyACM0", "char"}]
+
+
+@pytest.mark.parametrize("link", ["root", "parent"])
+async def test_a_symlinked_root_gets_hotplug(dev: Path, tmp_path: Path, link: str) -> None:
+    """A device root that is (or lies under) a symlink is watched: new nodes are seen at once."""
+    if link == "root":
+        root = tmp_path / "dev-link"
+        root.symlink_to(dev)
+    else:
+        (tmp_path / "parent-link").symlink_to(tmp_path)
+        root = tmp_path / "parent-link" / "dev"
+    async with watching(root) as (rec, _):
+        (dev / "ttyUSB0").write_text("")
+        await rec.wait_path("ttyUSB0")

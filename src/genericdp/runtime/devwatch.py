@@ -264,14 +264,33 @@ async def watch_devices(
     watched or goes away (after reporting it); the caller's guard starts the
     watch again with backoff.
     """
+    watched = _resolve_root(root)
     async with inotify_events(
         lambda exc: DiscoveryError(f"cannot start inotify for {root}: {exc.strerror}")
     ) as (inotify, readable):
-        watches = _Watches(inotify, root, frozenset(skip))
+        watches = _Watches(inotify, watched, frozenset(skip))
         watches.add_tree("")
         on_ready()
         await _report(watches, readable, on_change, settle=settle, late=late)
     raise DiscoveryError(f"device root {root} was removed or replaced; watching it again")
+
+
+def _resolve_root(root: Path) -> Path:
+    """The directory to watch: ``root`` with symlinks resolved.
+
+    The root is the one symlink we follow (``GENERICDP_DEV_ROOT`` may point at
+    a link, or lie under a linked directory such as ``/var/run``): watches are
+    added with DONT_FOLLOW, which on a link would watch the link itself, or
+    fail, and leave hotplug to the periodic rescan. Resolved at each start of
+    the watch, so a link pointed elsewhere is followed after the next restart.
+    """
+    try:
+        resolved = root.resolve(strict=True)
+    except (OSError, RuntimeError):  # missing, or a loop: add_tree says so, naming root
+        return root
+    if resolved != root.absolute():
+        log.info("device root %s resolves to %s; watching that", root, resolved)
+    return resolved
 
 
 async def _report(
