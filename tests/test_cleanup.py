@@ -133,7 +133,9 @@ async def test_release_runs_cleanup_with_the_unit_in_its_environment(base: Path)
         assert hook.lines("runs") == []
         rt.kubelet.release("default", "p")
         await eventually(lambda: hook.lines("done") == [uid])
-        assert hook.env(uid) == {
+        env = hook.env(uid)
+        assert len(env.pop("GENERICDP_RUN_ID")) == 16  # marks what the hook starts
+        assert env == {
             "GENERICDP_CONTAINER_PATHS": f"/dev/{uid}",
             "GENERICDP_DEVICE_IDS": uid,
             "GENERICDP_DEVICE_PATHS": f"/dev/{uid}",

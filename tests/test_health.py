@@ -87,9 +87,27 @@ def monitor_task() -> Iterator[Callable[[HealthMonitor], asyncio.Task[None]]]:
 # -- HealthTracker ----------------------------------------------------------------
 
 
+def proven(failure_threshold: int) -> HealthTracker:
+    """A tracker whose unit passed its first probe."""
+    tracker = HealthTracker(failure_threshold)
+    assert tracker.record(True) is True
+    return tracker
+
+
+def test_tracker_is_unhealthy_until_a_probe_passes() -> None:
+    """A unit never probed, or never passed, is Unhealthy; the threshold applies once proven."""
+    tracker = HealthTracker(failure_threshold=3)
+    assert not tracker.healthy
+    assert [tracker.record(False) for _ in range(5)] == [False] * 5
+    assert not tracker.healthy
+    assert tracker.record(True) is True
+    assert tracker.healthy
+    assert tracker.record(False) is False  # 1 of 3
+
+
 def test_tracker_turns_unhealthy_after_threshold_consecutive_failures() -> None:
     """Only the threshold-th consecutive failure changes the state."""
-    tracker = HealthTracker(failure_threshold=3)
+    tracker = proven(failure_threshold=3)
     assert tracker.healthy
     assert [tracker.record(False) for _ in range(3)] == [False, False, True]
     assert not tracker.healthy
@@ -99,7 +117,7 @@ def test_tracker_turns_unhealthy_after_threshold_consecutive_failures() -> None:
 
 def test_tracker_recovers_after_one_success() -> None:
     """An Unhealthy unit is Healthy again after a single passing probe."""
-    tracker = HealthTracker(failure_threshold=2)
+    tracker = proven(failure_threshold=2)
     tracker.record(False)
     tracker.record(False)
     assert tracker.record(True) is True
@@ -109,7 +127,7 @@ def test_tracker_recovers_after_one_success() -> None:
 
 def test_tracker_counts_only_consecutive_failures() -> None:
     """A success in between resets the failure count."""
-    tracker = HealthTracker(failure_threshold=2)
+    tracker = proven(failure_threshold=2)
     for ok in (False, True, False, True, False):
         assert tracker.record(ok) is False
     assert tracker.healthy
@@ -118,7 +136,7 @@ def test_tracker_counts_only_consecutive_failures() -> None:
 
 def test_tracker_with_threshold_one_flips_at_once() -> None:
     """failureThreshold 1 makes the first failure count."""
-    tracker = HealthTracker(failure_threshold=1)
+    tracker = proven(failure_threshold=1)
     assert tracker.record(False) is True
     assert not tracker.healthy
 
@@ -143,39 +161,82 @@ async def test_monitor_follows_a_unit_down_and_back_up(
     monitor_task(monitor)
     await rounds.first()
     assert monitor.unhealthy == frozenset()
-    assert changes.calls == []
+    assert monitor.probed == {"A", "B"}
+    assert changes.calls == [frozenset()]  # probed now: both may be advertised Healthy
 
     (flags / "A").touch()
     await rounds.next()  # one failure, threshold is two
     assert monitor.unhealthy == frozenset()
     await rounds.next()
     assert monitor.unhealthy == {"A"}
-    assert changes.calls == [{"A"}]
+    assert changes.calls == [frozenset(), {"A"}]
     await rounds.next()  # still unhealthy: no new call
-    assert changes.calls == [{"A"}]
+    assert changes.calls == [frozenset(), {"A"}]
 
     (flags / "A").unlink()
     await rounds.next()
     assert monitor.unhealthy == frozenset()
-    assert changes.calls == [{"A"}, frozenset()]
+    assert changes.calls == [frozenset(), {"A"}, frozenset()]
 
 
 async def test_monitor_forgets_units_that_disappear(flags: Path) -> None:
-    """A vanished unit leaves the unhealthy set; if it returns it starts Healthy."""
+    """A vanished unit leaves the unhealthy set; if it returns it must pass a probe again."""
     present = [unit("A"), unit("B")]
     changes = Changes()
     monitor = HealthMonitor(RESOURCE, flag_probe(flags), lambda: present, changes)
     (flags / "A").touch()
-    await monitor.probe_once()
-    assert await monitor.probe_once() == {"A"}
+    assert await monitor.probe_once() == {"A"}  # never passed: Unhealthy at once
 
     present = [unit("B")]
     assert await monitor.probe_once() == frozenset()
-    assert changes.calls == [{"A"}, frozenset()]
+    assert monitor.probed == {"B"}
 
     present = [unit("A"), unit("B")]
-    assert await monitor.probe_once() == frozenset()  # one failure of a fresh tracker
     assert await monitor.probe_once() == {"A"}
+    assert changes.calls == [{"A"}, frozenset(), {"A"}]
+
+
+async def test_a_unit_failing_its_first_probe_is_unhealthy_at_once(
+    flags: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """failureThreshold tolerates glitches of a proven unit, not a unit that never worked."""
+    monitor = HealthMonitor(
+        RESOURCE, flag_probe(flags, threshold=3), lambda: [unit("A")], Changes()
+    )
+    (flags / "A").touch()
+    assert await monitor.probe_once() == {"A"}
+    (message,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "unit A stays Unhealthy: its first probe failed: exited 1" in message
+    assert "A is broken" in message
+    assert await monitor.probe_once() == {"A"}
+    assert len(caplog.records) == 1, "later failures of a never-healthy unit are not news"
+
+
+async def test_new_units_are_probed_at_once_not_an_interval_later(
+    flags: Path, monitor_task: Callable[[HealthMonitor], asyncio.Task[None]]
+) -> None:
+    """poke (new units discovered) probes the units never probed, without waiting for the round."""
+    present = [unit("A")]
+    rounds, changes = Rounds(), Changes()
+    probed: list[str] = []
+    monitor = HealthMonitor(
+        RESOURCE,
+        flag_probe(flags),
+        lambda: present,
+        changes,
+        sleep=rounds,  # the interval never ends unless the test says so
+        on_result=lambda uid, _: probed.append(uid),
+    )
+    monitor_task(monitor)
+    await rounds.first()
+    assert changes.calls == [frozenset()]
+    (flags / "B").touch()
+    present = [unit("A"), unit("B")]
+    monitor.poke()
+    await eventually(lambda: len(changes.calls) == 2)
+    assert changes.calls[-1] == {"B"}
+    assert monitor.probed == {"A", "B"}
+    assert probed == ["A", "B"], "only the new unit was probed"
 
 
 async def test_timeout_counts_as_failure(caplog: pytest.LogCaptureFixture) -> None:
@@ -194,6 +255,7 @@ async def test_transition_is_logged_with_probe_output(
     monitor = HealthMonitor(
         RESOURCE, flag_probe(flags, threshold=1), lambda: [unit("A")], Changes()
     )
+    await monitor.probe_once()  # proven first
     (flags / "A").touch()
     await monitor.probe_once()
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

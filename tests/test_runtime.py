@@ -183,6 +183,31 @@ async def test_health_flip_changes_allocatable(base: Path) -> None:
         await rt.until(lambda k: k.resources[SERIAL].allocatable == 4)
 
 
+async def test_a_unit_failing_from_the_start_is_never_advertised_healthy(base: Path) -> None:
+    """Units are Unhealthy until their first probe, which runs as they are found, not later."""
+    flags = base / "flags"
+    flags.mkdir()
+    (flags / "ttyUSB1").write_text("")
+    discovery = ScriptedDiscovery({SERIAL: [unit("ttyUSB0"), unit("ttyUSB1")]})
+    cfg = config(
+        f"resources:\n- name: {SERIAL}\n  match: [glob: /dev/ttyUSB*]\n"
+        "  health:\n"
+        f"    exec: [/bin/sh, -c, 'test ! -e {flags}/$GENERICDP_UNIT_ID']\n"
+        "    interval: 1h\n    timeout: 5s\n    failureThreshold: 3\n"
+    )
+    async with running(base, cfg, discover=discovery) as rt:
+        # An interval of an hour: only a probe at discovery can make ttyUSB0 allocatable.
+        await rt.until(lambda k: SERIAL in k.resources and k.resources[SERIAL].allocatable == 1)
+        discovery.units[SERIAL] = [unit("ttyUSB0"), unit("ttyUSB1"), unit("ttyUSB2")]
+        rt.supervisor.rescan("hotplug")
+        await rt.until(lambda k: k.resources[SERIAL].allocatable == 2)
+        snap = rt.kubelet.resources[SERIAL]
+        assert snap.capacity == 3
+        assert not snap.devices["ttyUSB1"].healthy
+    sent = [e.detail for e in rt.kubelet.events if e.kind is EventKind.DEVICES]
+    assert all(not d.startswith(("2 devices, 2 healthy", "3 devices, 3")) for d in sent), sent
+
+
 async def test_list_and_watch_sends_only_on_change(base: Path) -> None:
     """Rescans that find the same units send nothing; a new unit sends one full list."""
     discovery = ScriptedDiscovery({SERIAL: [unit("ttyUSB0")]})

@@ -39,6 +39,21 @@ def test_state_lists_replicas_with_shared_health() -> None:
     )
 
 
+def test_with_probes_expected_units_are_unhealthy_until_probed() -> None:
+    """A unit the health monitor has not probed yet is Unhealthy, also for Allocate."""
+    state = DeviceState()
+    state.expect_probes(True)
+    state.set_units([_unit("a"), _unit("b")])
+    assert [d.healthy for d in state.devices()] == [False, False]
+    assert state.lookup(["a"]).unhealthy == ("a",)
+    assert state.set_unhealthy({"b"}, probed={"a", "b"})
+    assert [d.healthy for d in state.devices()] == [True, False]
+    state.set_units([_unit("a"), _unit("b"), _unit("c")])  # hotplug: c not probed yet
+    assert [d.healthy for d in state.devices()] == [True, False, False]
+    assert state.expect_probes(False)  # the probe was removed from the definition
+    assert [d.healthy for d in state.devices()] == [True, True, True]
+
+
 def test_state_version_moves_only_on_change() -> None:
     """Same units or same health again do not bump the version (no ListAndWatch resend)."""
     state = DeviceState()

@@ -1,9 +1,19 @@
 """Unit health: a per-unit state machine and the monitor that feeds it probes.
 
-A unit starts Healthy, turns Unhealthy after ``failure_threshold``
-consecutive failed probes (non-zero exit, timeout, could not start) and is
-Healthy again after one success. Recovery is the point: a device plugin whose
-devices can never come back forces a node drain for a glitch.
+A unit is Unhealthy until its first probe passes, turns Unhealthy after
+``failure_threshold`` consecutive failed probes (non-zero exit, timeout, could
+not start) and is Healthy again after one success. Recovery is the point: a
+device plugin whose devices can never come back forces a node drain for a
+glitch.
+
+Why Unhealthy until proven: the kubelet knows only Healthy and Unhealthy;
+capacity counts every unit listed, allocatable only the Healthy ones. A unit
+nobody has checked yet is present but not known to work, which is what
+"in capacity, not allocatable" says; advertising it Healthy would let a pod be
+admitted onto a device that fails its first probe. The cost is small because
+a new unit is probed at once (``poke``), not an interval later: allocatable
+follows within one probe's run time. ``failureThreshold`` is about a proven
+unit's glitches; a unit that never passed has nothing to tolerate.
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ class HealthTracker:
             raise ValueError(f"failure_threshold must be at least 1, not {failure_threshold}")
         self.failure_threshold = failure_threshold
         self.consecutive_failures = 0
-        self._healthy = True
+        self._healthy = False  # until the first probe passes
 
     @property
     def healthy(self) -> bool:
@@ -54,10 +64,12 @@ class HealthMonitor:
     """Probes every unit of one resource each ``check.interval`` seconds.
 
     ``units`` returns the units to probe now (they come and go with hotplug);
-    ``on_change`` (plain or async) gets the IDs of all unhealthy units whenever
-    that set changes, and only then. ``sleep`` and ``clock`` are injectable so
-    tests drive the rounds. Nothing a probe, ``units`` or ``on_change`` does
-    can end ``run``: every failure is logged and the next round comes.
+    ``poke`` says the units changed, and units never probed are then probed at
+    once, between rounds. ``on_change`` (plain or async) gets the IDs of all
+    unhealthy units whenever that set or the set of ``probed`` units changes,
+    and only then. ``sleep`` and ``clock`` are injectable so tests drive the
+    rounds. Nothing a probe, ``units`` or ``on_change`` does can end ``run``:
+    every failure is logged and the next round comes.
     """
 
     def __init__(
@@ -87,26 +99,64 @@ class HealthMonitor:
         self._clock = clock
         self._log = logger or _log
         self._trackers: dict[str, HealthTracker] = {}
-        self._reported: frozenset[str] = frozenset()
+        self._reported: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
+        self._poked = asyncio.Event()
 
     @property
     def unhealthy(self) -> frozenset[str]:
-        """IDs of the units currently Unhealthy."""
+        """IDs of the probed units currently Unhealthy."""
         return frozenset(uid for uid, t in self._trackers.items() if not t.healthy)
 
+    @property
+    def probed(self) -> frozenset[str]:
+        """IDs of the units probed at least once (the others are not known to work)."""
+        return frozenset(self._trackers)
+
+    def poke(self) -> None:
+        """The units changed: probe the new ones now rather than at the next round."""
+        self._poked.set()
+
     async def run(self) -> None:
-        """Probe, wait out the rest of the interval, repeat until cancelled."""
+        """Probe, wait out the rest of the interval (probing new units), repeat."""
         while True:
             started = self._clock()
-            try:
-                await self.probe_once()
-            except Exception:  # a bug of ours must not stop health checking
-                self._log.exception("health round for %s failed", self.resource)
-            elapsed = self._clock() - started
-            await self._sleep(max(0.0, self.check.interval - elapsed))
+            await self._guarded(self.probe_once)
+            deadline = started + self.check.interval
+            while await self._wait(max(0.0, deadline - self._clock())):
+                await self._guarded(self.probe_new)
+
+    async def _guarded(self, probe: Callable[[], Awaitable[frozenset[str]]]) -> None:
+        try:
+            await probe()
+        except Exception:  # a bug of ours must not stop health checking
+            self._log.exception("health round for %s failed", self.resource)
+
+    async def _wait(self, seconds: float) -> bool:
+        """Sleep ``seconds``; True if poked first (or before)."""
+        if self._poked.is_set():
+            self._poked.clear()
+            return True
+        sleeping = asyncio.ensure_future(self._sleep(seconds))
+        poked = asyncio.ensure_future(self._poked.wait())
+        try:
+            await asyncio.wait((sleeping, poked), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeping.cancel()
+            poked.cancel()
+        if self._poked.is_set():
+            self._poked.clear()
+            return True
+        return False
 
     async def probe_once(self) -> frozenset[str]:
         """One round: probe every current unit, then report if the unhealthy set changed."""
+        return await self._round(only_new=False)
+
+    async def probe_new(self) -> frozenset[str]:
+        """Probe the units never probed yet (new ones), then report as ``probe_once``."""
+        return await self._round(only_new=True)
+
+    async def _round(self, *, only_new: bool) -> frozenset[str]:
         try:
             units = {u.id: u for u in self._units()}
         except Exception:
@@ -114,6 +164,8 @@ class HealthMonitor:
             return self.unhealthy
         for gone in self._trackers.keys() - units.keys():
             del self._trackers[gone]  # a vanished unit leaves the list, healthy or not
+        if only_new:
+            units = {uid: u for uid, u in units.items() if uid not in self._trackers}
         results = await asyncio.gather(*(self._probe(u) for u in units.values()))
         for unit, result in zip(units.values(), results, strict=True):
             self._record(unit.id, result)
@@ -138,10 +190,22 @@ class HealthMonitor:
 
     def _record(self, unit_id: str, result: ExecResult | None) -> None:
         tracker = self._trackers.get(unit_id)
+        first = tracker is None
         if tracker is None:
             tracker = self._trackers[unit_id] = HealthTracker(self.check.failure_threshold)
         ok = result is not None and result.ok
-        if not tracker.record(ok):
+        changed = tracker.record(ok)
+        if first:  # Unhealthy until now: only a failure is news
+            if not ok:
+                self._log.warning(
+                    "%s unit %s stays Unhealthy: its first probe failed: %s%s",
+                    self.resource,
+                    unit_id,
+                    self._how(result),
+                    _output_block(result),
+                )
+            return
+        if not changed:
             if not ok:
                 self._log.debug(
                     "%s unit %s: probe failed (%d/%d): %s",
@@ -172,8 +236,8 @@ class HealthMonitor:
         return result.describe()
 
     async def _report(self) -> None:
-        unhealthy = self.unhealthy
-        if unhealthy == self._reported:
+        unhealthy, probed = self.unhealthy, self.probed
+        if (unhealthy, probed) == self._reported:
             return
         try:
             outcome = self._on_change(unhealthy)
@@ -182,7 +246,7 @@ class HealthMonitor:
         except Exception:  # not reported: try again after the next round
             self._log.exception("health: on_change callback of %s failed", self.resource)
             return
-        self._reported = unhealthy
+        self._reported = unhealthy, probed
 
 
 def _output_block(result: ExecResult | None) -> str:

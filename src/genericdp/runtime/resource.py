@@ -96,6 +96,7 @@ class ResourceRunner:
         self._cdi = SpecPublisher(cdi_dir)
         self._cdi_lock = asyncio.Lock()  # one write at a time: scans and Allocate retries
         self._cdi_error: str | None = None
+        self._monitor: HealthMonitor | None = None
 
     @property
     def name(self) -> str:
@@ -126,8 +127,7 @@ class ResourceRunner:
             await self._retract_cdi()  # gone when apply returns, not at the next scan
         if old.health != definition.health:
             await self._tasks.cancel(f"{self.name}/health")
-            self.state.set_unhealthy(())  # a new probe starts from Healthy
-            self._start_health()
+            self._start_health()  # a new probe starts over: Unhealthy until probed
         if reregister:
             self.kick("options changed", new_socket=True)
 
@@ -232,9 +232,11 @@ class ResourceRunner:
 
     def _start_health(self) -> None:
         check = self.plugin.definition.health
+        self._monitor = None
+        self.state.expect_probes(check is not None)
         if check is None:
             return
-        monitor = HealthMonitor(
+        monitor = self._monitor = HealthMonitor(
             self.name,
             check,
             lambda: tuple(self.state.units.values()),
@@ -249,7 +251,8 @@ class ResourceRunner:
         self._metrics.health_probe(self.name, exec_result(result), result.duration)
 
     def _health_changed(self, unhealthy: frozenset[str]) -> None:
-        if self.state.set_unhealthy(unhealthy):
+        probed = self._monitor.probed if self._monitor is not None else ()
+        if self.state.set_unhealthy(unhealthy, probed=probed):
             log.info(
                 "%s: unhealthy units now: %s", self.name, ", ".join(sorted(unhealthy)) or "none"
             )
@@ -264,6 +267,8 @@ class ResourceRunner:
             before = self.state.units
             if self.state.set_units(units):
                 log.info("%s: %d units: %s", self.name, len(units), _ids(units))
+                if self._monitor is not None:
+                    self._monitor.poke()  # new units are Unhealthy until probed: probe now
                 in_use, found = self._usage.in_use(self.name), {u.id for u in units}
                 for unit in before.values():
                     if unit.id not in found:

@@ -30,12 +30,15 @@ class DeviceState:
 
     A unit is advertised Healthy unless the health monitor says otherwise or
     its cleanup is due or running (the kubelet must not pick it meanwhile).
+    With a health probe (``expect_probes``), a unit is Unhealthy until the
+    monitor has probed it (``genericdp.health`` says why).
     """
 
     def __init__(self, *, count: int = 1, units: Iterable[Unit] = ()) -> None:
         self._count = count
         self._units: dict[str, Unit] = {u.id: u for u in units}
         self._unhealthy: frozenset[str] = frozenset()
+        self._probed: frozenset[str] | None = None  # None: no probe, nothing to wait for
         self._cleaning: frozenset[str] = frozenset()
         self._devices: tuple[DeviceInfo, ...] = self._build()
         self._version = 0
@@ -56,7 +59,10 @@ class DeviceState:
 
     @property
     def unhealthy(self) -> frozenset[str]:
-        return self._unhealthy
+        """Units advertised Unhealthy by health: failed, or not probed yet."""
+        if self._probed is None:
+            return self._unhealthy
+        return self._unhealthy | (self._units.keys() - self._probed)
 
     @property
     def cleaning(self) -> frozenset[str]:
@@ -74,9 +80,25 @@ class DeviceState:
         self._count = count
         return self._refresh()
 
-    def set_unhealthy(self, unit_ids: Iterable[str]) -> bool:
-        """Mark exactly these units Unhealthy (others Healthy); True when that changed."""
+    def set_unhealthy(
+        self, unit_ids: Iterable[str], *, probed: Iterable[str] | None = None
+    ) -> bool:
+        """Mark exactly these units Unhealthy (others Healthy); True when that changed.
+
+        With ``expect_probes`` on, ``probed`` (the units probed so far) is
+        required: the others stay Unhealthy.
+        """
         self._unhealthy = frozenset(unit_ids)
+        if self._probed is not None:
+            if probed is None:
+                raise ValueError("set_unhealthy needs probed= while probes are expected")
+            self._probed = frozenset(probed)
+        return self._refresh()
+
+    def expect_probes(self, on: bool) -> bool:
+        """A health probe starts (every unit Unhealthy until probed) or goes away."""
+        self._unhealthy = frozenset()
+        self._probed = frozenset() if on else None
         return self._refresh()
 
     def set_cleaning(self, unit_id: str, *, cleaning: bool) -> bool:
@@ -86,12 +108,13 @@ class DeviceState:
 
     def lookup(self, device_ids: Iterable[str]) -> Lookup:
         known = {d.id: d for d in self._devices}
+        unhealthy = self.unhealthy
         ids = list(dict.fromkeys(device_ids))
         unit_ids = sorted({unit_id_of(d) for d in ids if d in known})
         return Lookup(
             units=tuple(self._units[u] for u in unit_ids),
             unknown=tuple(d for d in ids if d not in known),
-            unhealthy=tuple(d for d in ids if d in known and unit_id_of(d) in self._unhealthy),
+            unhealthy=tuple(d for d in ids if d in known and unit_id_of(d) in unhealthy),
             cleaning=tuple(u for u in unit_ids if u in self._cleaning),
         )
 
@@ -107,10 +130,11 @@ class DeviceState:
         self._wake()
 
     def _build(self) -> tuple[DeviceInfo, ...]:
+        unhealthy = self.unhealthy
         return tuple(
             DeviceInfo(
                 id=rid,
-                healthy=u.id not in self._unhealthy and u.id not in self._cleaning,
+                healthy=u.id not in unhealthy and u.id not in self._cleaning,
                 numa_node=u.numa_node,
             )
             for u in sorted(self._units.values(), key=lambda u: u.id)
