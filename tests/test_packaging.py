@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ import pytest
 from ruamel.yaml import YAML
 
 from genericdp.config import load, load_text
+from genericdp.discovery import discover
+from tests.fakesys import FakeHost
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = ROOT / "deploy" / "kustomize" / "base"
@@ -44,10 +47,17 @@ HOST_MOUNTS = {  # mountPath in the container -> (hostPath, readOnly)
     "/var/lib/kubelet/device-plugins": ("/var/lib/kubelet/device-plugins", False),
     "/var/lib/kubelet/pod-resources": ("/var/lib/kubelet/pod-resources", True),
     "/dev": ("/dev", True),
-    "/sys": ("/sys", True),
+    # The sysfs trees discovery reads (class, bus, dev links into devices), never /sys.
+    "/sys/bus": ("/sys/bus", True),
+    "/sys/class": ("/sys/class", True),
+    "/sys/dev": ("/sys/dev", True),
+    "/sys/devices": ("/sys/devices", True),
     "/run/udev": ("/run/udev", True),
     "/var/run/cdi": ("/var/run/cdi", False),  # CDI specs we write for the runtime
 }
+# Host trees the container must not see: terminals (the device cgroup allows c 136:*)
+# and shared memory, hidden under /dev by empty read-only directories.
+MASKED = ("/dev/pts", "/dev/shm")
 OCI_LABELS = ("title", "description", "source", "licenses", "version", "revision")
 
 
@@ -118,6 +128,7 @@ def assert_daemonset_contract(ds: dict[str, Any], config_map: str) -> None:
         assert source["path"] == host_path, path
         assert source.get("type") in ("Directory", "DirectoryOrCreate"), f"{path}: a directory"
         assert bool(mount.get("readOnly")) is read_only, path
+    assert_host_is_read_only_below(volumes, container["volumeMounts"])
     # Nodes whose runtime has no CDI have no /var/run/cdi: Directory would keep the pod off them.
     assert volumes[mounts["/var/run/cdi"]["name"]]["hostPath"]["type"] == "DirectoryOrCreate"
     assert env["GENERICDP_PLUGIN_DIR"]["value"] == "/var/lib/kubelet/device-plugins"
@@ -144,6 +155,29 @@ def assert_daemonset_contract(ds: dict[str, Any], config_map: str) -> None:
     assert security["capabilities"]["drop"] == ["ALL"]
     assert not container["terminationMessagePath"].startswith("/dev/"), "/dev is the host's"
     assert "/tmp" in mounts, "a writable /tmp under a read-only root"
+
+
+def assert_host_is_read_only_below(volumes: dict[str, Any], mounts: list[dict[str, Any]]) -> None:
+    """What the pod can reach on the host: read-only all the way down, nothing above /sys's trees.
+
+    recursiveReadOnly IfPossible, never Enabled: a runtime without recursive
+    read-only (containerd 1.6) would then refuse to start the pod at all.
+    """
+    for mount in mounts:
+        source = volumes[mount["name"]]
+        if "hostPath" not in source:
+            continue
+        host_path = source["hostPath"]["path"].rstrip("/") or "/"
+        assert host_path not in ("/", "/sys", "/sys/fs", "/run", "/var"), (
+            f"{mount['mountPath']}: hostPath {host_path} brings the host mounts below it"
+        )
+        if mount["mountPath"] in HOST_MOUNTS and mount.get("readOnly"):  # overlays may add more
+            assert mount.get("recursiveReadOnly") == "IfPossible", mount["mountPath"]
+    by_path = {m["mountPath"]: m for m in mounts}
+    for path in MASKED:
+        assert path in by_path, f"the host's {path} is visible"
+        assert "emptyDir" in volumes[by_path[path]["name"]], path
+        assert by_path[path].get("readOnly") is True, path
 
 
 def validate_config_map(config_map: dict[str, Any], tmp_path: Path) -> list[str]:
@@ -241,9 +275,21 @@ BREAKAGES = {
     "a CDI directory that must already exist": lambda ds: _volume(ds, "cdi")["hostPath"].update(
         type="Directory"
     ),
-    "a writable /sys": lambda ds: next(
-        m for m in _container(ds)["volumeMounts"] if m["mountPath"] == "/sys"
+    "a writable /sys/devices": lambda ds: next(
+        m for m in _container(ds)["volumeMounts"] if m["mountPath"] == "/sys/devices"
     ).update(readOnly=False),
+    "the whole /sys (the host's cgroup tree below it)": lambda ds: _volume(ds, "sys-devices")[
+        "hostPath"
+    ].update(path="/sys"),
+    "/dev read-only only at the top": lambda ds: next(
+        m for m in _container(ds)["volumeMounts"] if m["mountPath"] == "/dev"
+    ).pop("recursiveReadOnly"),
+    "recursive read-only required (no pod on containerd 1.6)": lambda ds: next(
+        m for m in _container(ds)["volumeMounts"] if m["mountPath"] == "/sys/class"
+    ).update(recursiveReadOnly="Enabled"),
+    "the host's /dev/pts visible": lambda ds: _container(ds)["volumeMounts"].remove(
+        next(m for m in _container(ds)["volumeMounts"] if m["mountPath"] == "/dev/pts")
+    ),
     "another priority class": lambda ds: ds["spec"]["template"]["spec"].update(
         priorityClassName="system-cluster-critical"
     ),
@@ -263,6 +309,50 @@ def test_the_daemonset_contract_check_catches(breakage: str) -> None:
     BREAKAGES[breakage](ds)
     with pytest.raises(AssertionError):
         assert_daemonset_contract(ds, "genericdp-config")
+
+
+DISCOVERY_CONFIG = """
+version: v1
+resources:
+  - name: example.com/serial
+    match: [{udev: {subsystem: tty, kernel: "tty*", attributes: {idVendor: "0403"}}}]
+    groupBy: parent:usb
+  - name: example.com/acm
+    match: [{udev: {subsystem: tty, driver: cdc_acm, properties: {ID_VENDOR_ID: "2341"}}}]
+  - name: example.com/gpu
+    match: [{udev: {subsystem: drm, kernel: "*"}}]
+    groupBy: parent:pci
+  - name: example.com/sound
+    match: [{glob: /dev/snd/*}]
+    groupBy: parent:sound
+  - name: example.com/loop
+    match: [{udev: {subsystem: block, kernel: "loop*"}}]
+  - name: example.com/tun
+    match: [{glob: /dev/net/tun}]
+"""
+
+
+def test_discovery_needs_only_the_mounted_sysfs_trees(tmp_path: Path) -> None:
+    """Discovery over a /sys holding only the mounted trees finds exactly what it finds in all."""
+    host = FakeHost(tmp_path / "host")
+    host.add_usb_serial(ttys=("ttyUSB0", "ttyUSB1"))
+    host.add_usb_acm()
+    host.add_drm_card()
+    host.add_sound_card()
+    host.add_loop(0)
+    host.add_misc("net/tun")
+    narrow = tmp_path / "narrow" / "sys"
+    mounted = [p.removeprefix("/sys/") for p in HOST_MOUNTS if p.startswith("/sys/")]
+    for tree in mounted:
+        shutil.copytree(host.sys / tree, narrow / tree, symlinks=True)
+    assert {p.name for p in host.sys.iterdir()} - set(mounted), "the fake has more than we mount"
+    config = load_text(DISCOVERY_CONFIG, "discovery.yaml")
+    full_roots = host.roots
+    narrow_roots = replace(host.roots, sys=narrow)
+    for definition in config.resources:
+        everything = discover(definition, full_roots)
+        assert everything, definition.name
+        assert discover(definition, narrow_roots) == everything, definition.name
 
 
 def test_kustomize_base_service_account_mounts_no_token() -> None:
@@ -295,6 +385,34 @@ def test_e2e_checks_expect_every_deployed_resource() -> None:
     assert match, "RESOURCES=(...) not found in checks.sh"
     expected = [r.name for r in load([BASE / "config.yaml", OVERLAY / "e2e.yaml"]).resources]
     assert sorted(match.group(1).split()) == sorted(expected)
+
+
+NETWORK_POLICY = ROOT / "deploy" / "kustomize" / "components" / "networkpolicy"
+
+
+def assert_network_policy_fits(policy: dict[str, Any], ds: dict[str, Any]) -> None:
+    """The policy selects the DaemonSet's pods, allows no egress and only the metrics port in."""
+    pod = ds["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    assert sorted(policy["spec"]["policyTypes"]) == ["Egress", "Ingress"]
+    assert policy["spec"]["egress"] == [], "genericdp needs no network: unix sockets only"
+    (container,) = pod["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    for rule in policy["spec"]["ingress"]:
+        for port in rule["ports"]:
+            assert port["port"] in (ports["metrics"], "metrics"), port
+        assert rule["from"], "an ingress rule without peers admits everyone"
+
+
+def test_network_policy_component_selects_the_daemonset_and_only_its_metrics_port() -> None:
+    """deploy/kustomize/components/networkpolicy: a Component whose policy fits the base."""
+    kustomization = yaml_file(NETWORK_POLICY / "kustomization.yaml")
+    assert kustomization["kind"] == "Component"
+    (name,) = kustomization["resources"]
+    policy = yaml_file(NETWORK_POLICY / name)
+    assert policy["kind"] == "NetworkPolicy"
+    assert_network_policy_fits(policy, yaml_file(BASE / "daemonset.yaml"))
 
 
 # -- kustomize, rendered ----------------------------------------------------------------
@@ -342,6 +460,23 @@ def test_e2e_overlay_renders_the_local_image_and_both_config_files(tmp_path: Pat
     assert "/var/lib/genericdp-e2e" in {m["mountPath"] for m in container["volumeMounts"]}
     assert sorted(cm["data"]) == ["config.yaml", "e2e.yaml"]
     assert "example.com/e2e-health" in validate_config_map(cm, tmp_path)
+
+
+@needs_kubectl
+def test_base_with_the_network_policy_component_renders(tmp_path: Path) -> None:
+    """An overlay of the base plus the component renders both, and the policy fits."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    base, component = (os.path.relpath(p, overlay) for p in (BASE, NETWORK_POLICY))
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"namespace: kube-system\nresources: [{base}]\ncomponents: [{component}]\n"
+    )
+    docs = kustomize(overlay)
+    (ds,) = by_kind(docs, "DaemonSet")
+    (policy,) = by_kind(docs, "NetworkPolicy")
+    assert policy["metadata"]["namespace"] == ds["metadata"]["namespace"] == "kube-system"
+    assert_network_policy_fits(policy, ds)
 
 
 # -- Helm chart ---------------------------------------------------------------------------
@@ -430,6 +565,29 @@ def test_helm_chart_renders_a_daemonset_keeping_the_contract(tmp_path: Path) -> 
     names = validate_config_map(cm, tmp_path)
     assert "example.com/null" in names
     assert len(names) == 4 + len(load([extra]).resources)
+
+
+def test_helm_values_bind_every_pod_address_and_leave_the_network_policy_optional() -> None:
+    """The probes need the pod IP (empty bind address); the NetworkPolicy is opt-in."""
+    values = helm_values()
+    assert values["metricsBindAddress"] == ""
+    assert values["networkPolicy"] == {"enabled": False, "metricsFrom": []}
+    template = (CHART / "templates" / "networkpolicy.yaml").read_text()
+    assert "{{- if .Values.networkPolicy.enabled }}" in template
+
+
+@needs_helm
+def test_helm_chart_renders_the_network_policy_when_enabled() -> None:
+    """networkPolicy.enabled renders a policy that fits the chart's DaemonSet."""
+    result = helm(
+        "template", "gdp", str(CHART), "--set", "networkPolicy.enabled=true",
+        "--set-json", 'networkPolicy.metricsFrom=[{"podSelector":{"matchLabels":{"app":"prom"}}}]',
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    docs = yaml_docs(result.stdout)
+    (ds,) = by_kind(docs, "DaemonSet")
+    (policy,) = by_kind(docs, "NetworkPolicy")
+    assert_network_policy_fits(policy, ds)
 
 
 @needs_helm
