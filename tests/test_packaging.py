@@ -52,7 +52,8 @@ HOST_MOUNTS = {  # mountPath in the container -> (hostPath, readOnly)
     "/sys/class": ("/sys/class", True),
     "/sys/dev": ("/sys/dev", True),
     "/sys/devices": ("/sys/devices", True),
-    "/run/udev": ("/run/udev", True),
+    # The database only: /run/udev/control takes commands from any uid 0.
+    "/run/udev/data": ("/run/udev/data", True),
     "/var/run/cdi": ("/var/run/cdi", False),  # CDI specs we write for the runtime
 }
 # Host trees the container must not see: terminals (the device cgroup allows c 136:*)
@@ -168,7 +169,7 @@ def assert_host_is_read_only_below(volumes: dict[str, Any], mounts: list[dict[st
         if "hostPath" not in source:
             continue
         host_path = source["hostPath"]["path"].rstrip("/") or "/"
-        assert host_path not in ("/", "/sys", "/sys/fs", "/run", "/var"), (
+        assert host_path not in ("/", "/sys", "/sys/fs", "/run", "/run/udev", "/var"), (
             f"{mount['mountPath']}: hostPath {host_path} brings the host mounts below it"
         )
         if mount["mountPath"] in HOST_MOUNTS and mount.get("readOnly"):  # overlays may add more
