@@ -146,3 +146,20 @@ def test_without_the_subreaper_an_orphan_escapes(tmp_path: Path, escaped: list[i
     )
     escaped.extend(report["pids"])
     assert report["alive"] == report["pids"] != [], report
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "a setsid child while the hook runs past its timeout",
+        "a setpgid child that ignores SIGTERM, the hook timing out",
+    ],
+)
+def test_without_the_subreaper_a_timed_out_hooks_tree_is_still_killed(
+    tmp_path: Path, case: str, escaped: list[int]
+) -> None:
+    """Library use: what a hook that is still running has started is found through its tree."""
+    report = drive(tmp_path, [ESCAPES[case]], subreaper=False)
+    escaped.extend(report["pids"])
+    assert report["pids"], report
+    assert report["alive"] == [], report

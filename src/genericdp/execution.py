@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genericdp.config.model import Exec
-from genericdp.reaper import RUN_ID_VAR, SUBREAPER
+from genericdp.reaper import RUN_ID_VAR, SUBREAPER, read_stat
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_OUTPUT_LIMIT = 64 * 1024
@@ -257,7 +257,7 @@ async def _stop_firmly(proc: asyncio.subprocess.Process, grace: float, run_id: s
     try:
         await _stop(proc, grace, run_id)
     except asyncio.CancelledError:
-        _signal_all(proc, run_id, signal.SIGKILL)
+        _signal_all(proc, run_id, signal.SIGKILL, {})
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(proc.wait(), _REAP_WAIT)
         if proc.returncode is not None:  # else reaping could steal the leader's status
@@ -269,26 +269,47 @@ async def _stop(proc: asyncio.subprocess.Process, grace: float, run_id: str) -> 
     """SIGTERM what is left of the command, SIGKILL whatever outlives ``grace``.
 
     Nothing is left (and this returns at once) when the command exited
-    normally without leaving processes behind.
+    normally without leaving processes behind. Processes signalled once stay
+    in view until they are gone, even if their parent dies meanwhile and they
+    go to init (no subreaper: ``genericdp`` used as a library).
     """
-    if not _signal_all(proc, run_id, signal.SIGTERM):
+    signalled: dict[int, int] = {}  # pid -> start time, against pid reuse
+    if not _signal_all(proc, run_id, signal.SIGTERM, signalled):
         return
-    if not await _ended(proc, grace, run_id):
-        _signal_all(proc, run_id, signal.SIGKILL)
-        await _ended(proc, grace, run_id)
+    if not await _ended(proc, grace, run_id, signalled):
+        _signal_all(proc, run_id, signal.SIGKILL, signalled)
+        await _ended(proc, grace, run_id, signalled)
 
 
-def _signal_all(proc: asyncio.subprocess.Process, run_id: str, sig: int) -> bool:
+def _signal_all(
+    proc: asyncio.subprocess.Process, run_id: str, sig: int, signalled: dict[int, int]
+) -> bool:
     """Signal the command's group and every process it started; False if none is left."""
+    # The tree first: once the group's leader dies, its children are re-parented.
+    family = SUBREAPER.family(run_id, proc.pid if proc.returncode is None else None)
     hit = _signal_group(proc.pid, sig)  # start_new_session made the child its group's leader
-    for pid in SUBREAPER.family(run_id, proc.pid if proc.returncode is None else None):
+    for pid in family | _still_running(signalled):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
             hit = True
+            info = read_stat(Path(f"/proc/{pid}"))
+            if info is not None:
+                signalled.setdefault(pid, info.start)
     return hit
 
 
-async def _ended(proc: asyncio.subprocess.Process, grace: float, run_id: str) -> bool:
+def _still_running(signalled: dict[int, int]) -> set[int]:
+    running = set()
+    for pid, start in signalled.items():
+        info = read_stat(Path(f"/proc/{pid}"))
+        if info is not None and info.start == start and info.alive:
+            running.add(pid)
+    return running
+
+
+async def _ended(
+    proc: asyncio.subprocess.Process, grace: float, run_id: str, signalled: dict[int, int]
+) -> bool:
     """Wait up to ``grace`` for the leader, its group and all it started to exit."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace
@@ -298,6 +319,7 @@ async def _ended(proc: asyncio.subprocess.Process, grace: float, run_id: str) ->
             proc.returncode is not None
             and not _group_alive(proc.pid)
             and not SUBREAPER.family(run_id, None)
+            and not _still_running(signalled)
         ):
             _reap_group(proc.pid)
             return True
