@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from genericdp.reaper import descendants, process_table, read_stat
+
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 0.5  # the hook's timeout
 GRACE = 0.3  # SIGTERM to SIGKILL
@@ -53,7 +55,8 @@ async def main(scripts, subreaper, pidfile):
             break
         await asyncio.sleep(0.01)
     print(json.dumps({"duration": duration, "pids": pids, "alive": alive, "zombies": zombies,
-                      "outcomes": [r.describe() for r in results]}))
+                      "outcomes": [r.describe() for r in results],
+                      "last_lines": [r.last_line() for r in results]}))
 
 asyncio.run(main(json.loads(sys.argv[1]), sys.argv[2] == "1", sys.argv[3]))
 """
@@ -97,10 +100,12 @@ def escaped() -> Iterator[list[int]]:
             os.kill(pid, signal.SIGKILL)
 
 
-def drive(tmp_path: Path, scripts: list[str], *, subreaper: bool = True) -> dict[str, Any]:
+def drive(
+    tmp_path: Path, scripts: list[str], *, subreaper: bool = True, timeout: float = TIMEOUT
+) -> dict[str, Any]:
     pidfile = tmp_path / "pids"
     pidfile.touch()
-    args = [json.dumps(scripts), "1" if subreaper else "0", str(pidfile), str(TIMEOUT), str(GRACE)]
+    args = [json.dumps(scripts), "1" if subreaper else "0", str(pidfile), str(timeout), str(GRACE)]
     done = subprocess.run(
         [sys.executable, "-c", DRIVER, *args],
         capture_output=True,
@@ -163,3 +168,33 @@ def test_without_the_subreaper_a_timed_out_hooks_tree_is_still_killed(
     escaped.extend(report["pids"])
     assert report["pids"], report
     assert report["alive"] == [], report
+
+
+def test_a_hooks_escapees_are_not_killed_when_another_hook_ends(
+    tmp_path: Path, escaped: list[int]
+) -> None:
+    """Run IDs attribute orphans exactly: a hook ending never kills what another one started."""
+    keeper = (
+        f"(setsid sh -c 'echo $$ >> \"$P\"; exec sleep 600' &); {WAIT_FOR_PID}; "
+        'sleep 0.5; kill -0 "$(cat "$P")" && echo "still running after the other hook ended"'
+    )
+    report = drive(tmp_path, [keeper, "true"], timeout=10)
+    escaped.extend(report["pids"])
+    assert report["outcomes"] == ["exited 0", "exited 0"], report
+    assert report["last_lines"][0] == "still running after the other hook ended", report
+    assert report["alive"] == [], report  # and gone once its own hook ended
+
+
+def test_process_stat_parsing_survives_hostile_command_names(tmp_path: Path) -> None:
+    """A program named ``x) S 1 (y`` cannot fool the /proc/<pid>/stat parser."""
+    program = tmp_path / "x) S 1 (y"
+    program.symlink_to("/bin/sleep")
+    child = subprocess.Popen([str(program), "600"])
+    try:
+        info = read_stat(Path(f"/proc/{child.pid}"))
+        assert info is not None
+        assert (info.pid, info.ppid, info.alive) == (child.pid, os.getpid(), True)
+        assert child.pid in descendants(process_table(), [os.getpid()])
+    finally:
+        child.kill()
+        child.wait()
