@@ -24,6 +24,7 @@ from genericdp.errors import (
     InvalidDevicesError,
     KubeletError,
     TemplateRenderError,
+    UnsafeAllocationError,
 )
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
@@ -34,8 +35,13 @@ log = logging.getLogger(__name__)
 
 _Context = grpc.aio.ServicerContext[object, object]
 
-# gRPC's default maximum message size, which the kubelet keeps for ListAndWatch.
+# gRPC's default maximum message size, which the kubelet keeps for its
+# ListAndWatch stream and for the Allocate answers it receives.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+# A status message is sent as an HTTP/2 header (8 KiB by default, for every
+# header) and ends up in the pod's events: a peer's 1 MB device ID must not
+# come back in it, nor in a log line.
+MAX_STATUS_CHARS = 1024
 
 
 @dataclass(frozen=True)
@@ -144,6 +150,19 @@ def container_response(allocation: Allocation) -> pb.ContainerAllocateResponse:
     )
 
 
+def allocate_response_size(allocations: Sequence[Allocation]) -> int:
+    """Bytes of the AllocateResponse these allocations make (checked against 4 MiB)."""
+    response = pb.AllocateResponse(container_responses=[container_response(a) for a in allocations])
+    return response.ByteSize()
+
+
+def clipped(message: str, limit: int = MAX_STATUS_CHARS) -> str:
+    """``message`` cut to ``limit`` characters, saying how much was left out."""
+    if len(message) <= limit:
+        return message
+    return f"{message[:limit]}... ({len(message) - limit} more characters)"
+
+
 class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     """Serves one resource's ``Backend`` over gRPC."""
 
@@ -220,7 +239,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
 
     async def _abort(self, context: _Context, call: str, exc: GenericdpError) -> NoReturn:
         code = _status_of(exc)
-        message = f"{self._backend.resource}: {exc}"
+        message = clipped(f"{self._backend.resource}: {exc}")
         log.warning("%s rejected (%s): %s", call, code.name, message)
         await context.abort(code, message)
 
@@ -228,7 +247,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
 def _status_of(exc: GenericdpError) -> grpc.StatusCode:
     if isinstance(exc, InvalidDevicesError):
         return grpc.StatusCode.INVALID_ARGUMENT
-    if isinstance(exc, (HookError, CdiSpecError)):
+    if isinstance(exc, (HookError, CdiSpecError, UnsafeAllocationError)):
         return grpc.StatusCode.FAILED_PRECONDITION
     if isinstance(exc, TemplateRenderError):
         return grpc.StatusCode.INTERNAL

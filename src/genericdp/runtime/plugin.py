@@ -24,12 +24,23 @@ from pathlib import Path
 from typing import Protocol
 
 from genericdp.config.model import Exec, ResourceDefinition
+from genericdp.confine import clip
 from genericdp.discovery.model import DeviceInfo, Unit
-from genericdp.errors import InvalidDevicesError, KubeletError, RegistrationError
+from genericdp.errors import (
+    InvalidDevicesError,
+    KubeletError,
+    RegistrationError,
+    UnsafeAllocationError,
+)
 from genericdp.hooks import INIT, PRE_START
 from genericdp.kubelet.options import KUBELET_SOCKET_NAME, PluginOptions
 from genericdp.kubelet.registration import register
-from genericdp.kubelet.servicer import PluginServer, PreferredRequest
+from genericdp.kubelet.servicer import (
+    MAX_MESSAGE_BYTES,
+    PluginServer,
+    PreferredRequest,
+    allocate_response_size,
+)
 from genericdp.metrics import NO_METRICS, Recorder, allocation_result
 from genericdp.render import Allocation, render_allocation
 from genericdp.runtime.preferred import preferred_allocation
@@ -42,6 +53,7 @@ log = logging.getLogger(__name__)
 SOCKET_PREFIX = "gdp-"
 _MAX_SLUG = 40
 _MAX_IDS_SHOWN = 5
+_MAX_ID_CHARS = 80  # our IDs are at most 63
 
 
 class HookRunner(Protocol):
@@ -105,8 +117,10 @@ def remove_stale_sockets(plugin_dir: Path) -> list[Path]:
 
 
 def _shown(ids: Sequence[str]) -> str:
+    """A few IDs for a message; each is cut short (the peer chose them, maybe 1 MB long)."""
     more = len(ids) - _MAX_IDS_SHOWN
-    return ", ".join(ids[:_MAX_IDS_SHOWN]) + (f" and {more} more" if more > 0 else "")
+    listed = ", ".join(clip(i, _MAX_ID_CHARS) for i in ids[:_MAX_IDS_SHOWN])
+    return listed + (f" and {more} more" if more > 0 else "")
 
 
 class ResourcePlugin:
@@ -125,7 +139,7 @@ class ResourcePlugin:
         settle: float = 0.05,
         register_timeout: float = 5.0,
         metrics: Recorder = NO_METRICS,
-        on_claim: Callable[[tuple[str, ...]], Awaitable[None]] | None = None,
+        on_claim: Callable[[Sequence[tuple[str, ...]]], Awaitable[None]] | None = None,
         on_allocated: Callable[[tuple[str, ...]], None] = lambda ids: None,
     ) -> None:
         self._definition = definition
@@ -344,12 +358,26 @@ class ResourcePlugin:
             self._metrics.allocation(self.resource, allocation_result(error), elapsed)
 
     async def _allocate(self, requests: Sequence[tuple[str, ...]]) -> list[Allocation]:
-        if self._on_claim is not None:
-            for ids in requests:
-                await self._on_claim(ids)  # a cleanup the kubelet did not wait for
+        # Everything that can refuse the request without side effects comes
+        # first: a refused Allocate (unknown IDs, a path escaping its template,
+        # an answer over 4 MiB) must not run cleanup on a unit a live pod holds,
+        # nor make us forget that pod's hold (release.UsageTracker.claim).
         definition = self._definition
         lookups = [self._checked(ids) for ids in requests]
-        allocations: list[Allocation] = []
+        allocations = [
+            render_allocation(definition, units, node_name=self._node_name, device_ids=ids)
+            for ids, units in zip(requests, lookups, strict=True)
+        ]
+        size = allocate_response_size(allocations)
+        if size > MAX_MESSAGE_BYTES:
+            raise UnsafeAllocationError(
+                f"the Allocate answer for {sum(len(ids) for ids in requests)} device(s) would be"
+                f" {size} bytes, over the kubelet's {MAX_MESSAGE_BYTES}-byte message limit:"
+                " make the allocate templates render less"
+            )
+        if self._on_claim is not None:
+            await self._on_claim(requests)  # a cleanup the kubelet did not wait for
+            lookups = [self._checked(ids) for ids in requests]  # ... which may have failed
         for ids, units in zip(requests, lookups, strict=True):
             if definition.hooks.init is not None:
                 await self._run_hook(
@@ -361,9 +389,6 @@ class ResourcePlugin:
                     node_name=self._node_name,
                     logger=log,
                 )
-            allocations.append(
-                render_allocation(definition, units, node_name=self._node_name, device_ids=ids)
-            )
         for ids in requests:
             self._on_allocated(ids)
         return allocations
