@@ -33,7 +33,7 @@ from genericdp.errors import (
     UnsafeAllocationError,
 )
 from genericdp.hooks import INIT, PRE_START
-from genericdp.kubelet.options import KUBELET_SOCKET_NAME, PluginOptions
+from genericdp.kubelet.options import KUBELET_SOCKET_NAME, MAX_UNIX_PATH_BYTES, PluginOptions
 from genericdp.kubelet.registration import register
 from genericdp.kubelet.servicer import (
     MAX_MESSAGE_BYTES,
@@ -87,13 +87,53 @@ class PluginStatus:
     units: int = 0  # discovered units (``devices`` counts their replica IDs)
 
 
-def socket_name(resource: str, token: str | None = None) -> str:
-    """``gdp-<slug>-<token>.sock``: unique per start, recognisably ours."""
+def socket_name(resource: str, token: str | None = None, *, max_bytes: int | None = None) -> str:
+    """``gdp-<slug>-<token>.sock``: unique per start, recognisably ours.
+
+    ``max_bytes`` caps the whole name (the socket path must fit the kernel's
+    107 bytes): the slug is cut and a hash of the resource name keeps it
+    unique. Raises KubeletError when not even ``gdp-<hash>-<token>.sock`` fits.
+    """
+    token = token or secrets.token_hex(4)
     slug = re.sub(r"[^A-Za-z0-9.]+", "-", resource).strip("-.") or "resource"
-    if len(slug) > _MAX_SLUG:
-        digest = hashlib.sha256(resource.encode()).hexdigest()[:8]
-        slug = f"{slug[: _MAX_SLUG - 9]}-{digest}"
-    return f"{SOCKET_PREFIX}{slug}-{token or secrets.token_hex(4)}.sock"
+    digest = hashlib.sha256(resource.encode()).hexdigest()[:8]
+    room = _MAX_SLUG if max_bytes is None else min(_MAX_SLUG, max_bytes - _fixed_bytes(token))
+    if room < len(digest):
+        raise KubeletError(
+            f"a socket name for {resource} needs {_fixed_bytes(token) + len(digest)} bytes"
+            f" but only {max_bytes} are left"
+        )
+    if len(slug) > room:
+        keep = room - len(digest) - 1
+        slug = f"{slug[:keep].rstrip('-.')}-{digest}" if keep > 0 else digest
+    return f"{SOCKET_PREFIX}{slug}-{token}.sock"
+
+
+def _fixed_bytes(token: str) -> int:
+    return len(f"{SOCKET_PREFIX}-{token}.sock")
+
+
+def socket_path(plugin_dir: Path, resource: str, token: str | None = None) -> tuple[Path, bool]:
+    """Where to serve ``resource`` in ``plugin_dir``, and whether the name was shortened.
+
+    The kubelet's directory follows its root directory, and a unix socket path
+    is at most 107 bytes: a long directory leaves less room for the name, so
+    the name gives way (a hash keeps it unique). Raises KubeletError naming the
+    directory when even the shortest name does not fit.
+    """
+    directory = plugin_dir.absolute()
+    left = MAX_UNIX_PATH_BYTES - len(str(directory).encode()) - 1
+    usual = socket_name(resource, token)
+    if len(usual.encode()) <= left:
+        return directory / usual, False
+    try:
+        name = socket_name(resource, usual.rsplit("-", 1)[1].removesuffix(".sock"), max_bytes=left)
+    except KubeletError:
+        raise KubeletError(
+            f"the device-plugin directory {directory} is too long for a unix socket in it"
+            f" (paths are limited to {MAX_UNIX_PATH_BYTES} bytes): use a shorter --plugin-dir"
+        ) from None
+    return directory / name, True
 
 
 def remove_stale_sockets(plugin_dir: Path) -> list[Path]:
@@ -298,9 +338,10 @@ class ResourcePlugin:
         if server is not None:
             self._server = None
             await server.stop(0.5)
-        path = self._plugin_dir / socket_name(self.resource)
+        path, shortened = socket_path(self._plugin_dir, self.resource)
         self._server = await PluginServer.start(self, path)
-        log.info("%s: serving on %s", self.resource, path)
+        note = f" (name shortened to fit {MAX_UNIX_PATH_BYTES} bytes)" if shortened else ""
+        log.info("%s: serving on %s%s", self.resource, path, note)
 
     # -- the Backend the gRPC servicer calls --------------------------------------
 
