@@ -7,12 +7,15 @@ copes, never a resource that silently cannot register.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
 import grpc
 import pytest
 
+from genericdp.cdi import cdi_kind, resource_of_kind, spec_file_name, spec_path, write_spec
+from genericdp.config.model import Config
 from genericdp.errors import KubeletError
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.options import MAX_UNIX_PATH_BYTES
@@ -131,3 +134,71 @@ async def test_refused_allocate_neither_cleans_nor_forgets_a_live_hold(
         assert rt.supervisor.usage.in_use(SERIAL) == {held}
         rt.kubelet.release("default", "p")  # the real release still cleans, once
         await eventually(lambda: hook.lines("done") == [held])
+
+
+# -- CDI spec files: one per resource, and only ours are ever removed -------------------
+
+GPU_A = "example.com-gpu/render"
+GPU_B = "example.com/gpu-render"
+
+
+def _cdi_config(*names: str) -> Config:
+    resources = "".join(
+        f"- name: {n}\n  match: [glob: /dev/x*]\n  allocate: {{cdi: true}}\n" for n in names
+    )
+    return config(f"resources:\n{resources}")
+
+
+def test_colliding_names_get_their_own_spec_file_and_kind() -> None:
+    """Names that read alike once '/' is gone keep distinct files and kinds."""
+    pairs = [
+        (GPU_A, GPU_B),
+        ("3com.example/x", "gdp-3com.example/x"),
+        ("example.com/1wire", "example.com/gdp-1wire"),
+    ]
+    for a, b in pairs:
+        assert spec_file_name(a) != spec_file_name(b)
+        assert cdi_kind(a) != cdi_kind(b)
+        assert resource_of_kind(cdi_kind(a)) == a
+        assert resource_of_kind(cdi_kind(b)) == b
+
+
+async def test_removing_one_resource_keeps_the_others_spec(base: Path) -> None:
+    """Resources whose spec names used to collide keep their own spec; removal is per resource."""
+    discovery = ScriptedDiscovery({GPU_A: [unit("x0")], GPU_B: [unit("x1")]})
+    async with running(base, _cdi_config(GPU_A, GPU_B), discover=discovery) as rt:
+        await rt.registered([GPU_A, GPU_B])
+        cdi_dir = rt.settings.cdi_dir
+        a, b = spec_path(cdi_dir, GPU_A), spec_path(cdi_dir, GPU_B)
+        assert json.loads(a.read_text())["devices"][0]["name"] == "x0"
+        assert json.loads(b.read_text())["devices"][0]["name"] == "x1"
+        await rt.supervisor.apply(_cdi_config(GPU_B))
+        assert not a.exists()
+        assert json.loads(b.read_text())["devices"][0]["name"] == "x1"
+
+
+async def test_specs_of_resources_removed_while_down_are_removed_at_start(base: Path) -> None:
+    """At start our specs for resources no longer configured go; foreign files stay."""
+    cdi_dir = base / "cdi"
+    gone = config("resources:\n- name: example.com/gone\n  match: [glob: /dev/x*]\n")
+    kept = config("resources:\n- name: example.com/kept\n  match: [glob: /dev/x*]\n")
+    write_spec(cdi_dir, gone.resources[0], [unit("x0")])
+    write_spec(cdi_dir, kept.resources[0], [unit("x1")])
+    legacy = cdi_dir / "genericdp-example.com-kept.json"  # the name earlier versions used
+    legacy.write_text(json.dumps({"cdiVersion": "0.5.0", "kind": "example.com/kept"}))
+    foreign = {
+        "genericdp-vendor.json": json.dumps({"kind": "vendor.com/thing"}),
+        "genericdp-example.com_other.json": json.dumps({"kind": "example.com/not-other"}),
+        "genericdp-broken.json": "{not json",
+        "nvidia.json": json.dumps({"kind": "nvidia.com/gpu"}),
+    }
+    for name, text in foreign.items():
+        (cdi_dir / name).write_text(text)
+    (cdi_dir / "genericdp-example.com_link.json").symlink_to(spec_path(cdi_dir, "example.com/gone"))
+    discovery = ScriptedDiscovery({"example.com/kept": [unit("x1")]})
+    async with running(base, _cdi_config("example.com/kept"), discover=discovery) as rt:
+        await rt.registered(["example.com/kept"])
+        left = sorted(p.name for p in cdi_dir.iterdir() if not p.name.startswith("."))
+    assert left == sorted(
+        [*foreign, "genericdp-example.com_kept.json", "genericdp-example.com_link.json"]
+    )
