@@ -88,32 +88,29 @@ def list_response(devices: Sequence[DeviceInfo], *, resource: str) -> pb.ListAnd
     The kubelet replaces its list with each message, so a list cannot be split
     across messages; a list that does not fit is a config problem (too many
     units, or ``count`` too high) and the tail is left out rather than have
-    the kubelet drop the stream.
+    the kubelet drop the stream. Built one device at a time up to the limit,
+    so a million IDs never become a million protobuf objects.
     """
-    response = pb.ListAndWatchResponse(devices=[_device(d) for d in devices])
-    size = response.ByteSize()
-    if size <= MAX_MESSAGE_BYTES:
-        return response
-    kept = pb.ListAndWatchResponse()
+    response = pb.ListAndWatchResponse()
     total = 0
-    for device in response.devices:
+    for info in devices:
+        device = _device(info)
         # 1 tag byte + varint length + the device itself, as the encoder writes it
         item = device.ByteSize()
         item += 1 + len(_varint(item))
         if total + item > MAX_MESSAGE_BYTES:
+            log.error(
+                "resource %s: %d devices need more than the %d-byte gRPC message limit;"
+                " advertising only the first %d: lower count or split the resource",
+                resource,
+                len(devices),
+                MAX_MESSAGE_BYTES,
+                len(response.devices),
+            )
             break
         total += item
-        kept.devices.append(device)
-    log.error(
-        "resource %s: %d devices need %d bytes, over the %d-byte gRPC message limit; "
-        "advertising only the first %d: lower count or split the resource",
-        resource,
-        len(response.devices),
-        size,
-        MAX_MESSAGE_BYTES,
-        len(kept.devices),
-    )
-    return kept
+        response.devices.append(device)
+    return response
 
 
 def _varint(value: int) -> bytes:

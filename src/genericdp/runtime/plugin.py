@@ -223,15 +223,15 @@ class ResourcePlugin:
         return self._server.socket if self._server is not None else None
 
     def status(self) -> PluginStatus:
-        devices = self.state.devices()
+        devices, healthy = self.state.counts()
         return PluginStatus(
             resource=self.resource,
             socket=self.socket,
             registered=self._registered,
             registrations=self._registrations,
             streams=self._streams,
-            devices=len(devices),
-            healthy=sum(d.healthy for d in devices),
+            devices=devices,
+            healthy=healthy,
             last_error=self._last_error,
             units=len(self.state.units),
         )
@@ -372,7 +372,7 @@ class ResourcePlugin:
             self.request_registration("kubelet ended ListAndWatch")
 
     def preferred(self, requests: Sequence[PreferredRequest]) -> list[tuple[str, ...]]:
-        units = self.state.units
+        units = self.state.units_view()
         policy = self._definition.preferred_allocation
         return [
             preferred_allocation(

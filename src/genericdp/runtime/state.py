@@ -9,8 +9,9 @@ report repeating itself) does not.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from genericdp.discovery.model import DeviceInfo, Unit, replica_ids, unit_id_of
 
@@ -34,10 +35,13 @@ class DeviceState:
 
     def __init__(self, *, count: int = 1, units: Iterable[Unit] = ()) -> None:
         self._count = count
-        self._units: dict[str, Unit] = {u.id: u for u in units}
+        self._units: dict[str, Unit] = {u.id: u for u in sorted(units, key=lambda u: u.id)}
         self._unhealthy: frozenset[str] = frozenset()
         self._cleaning: frozenset[str] = frozenset()
-        self._devices: tuple[DeviceInfo, ...] = self._build()
+        # The list is built only when asked for (ListAndWatch); whether it
+        # changed is decided on a signature that costs units, not units x count.
+        self._signature = self._sign()
+        self._devices: tuple[DeviceInfo, ...] | None = None
         self._version = 0
         self._closed = False
         self._changed = asyncio.Event()
@@ -54,6 +58,10 @@ class DeviceState:
     def units(self) -> dict[str, Unit]:
         return dict(self._units)
 
+    def units_view(self) -> Mapping[str, Unit]:
+        """The units without a copy (read-only; for per-request lookups)."""
+        return MappingProxyType(self._units)
+
     @property
     def unhealthy(self) -> frozenset[str]:
         return self._unhealthy
@@ -63,7 +71,15 @@ class DeviceState:
         return self._cleaning
 
     def devices(self) -> tuple[DeviceInfo, ...]:
+        if self._devices is None:
+            self._devices = self._build()
         return self._devices
+
+    def counts(self) -> tuple[int, int]:
+        """(devices, healthy devices) without building the list."""
+        out = self._unhealthy | self._cleaning
+        healthy = sum(1 for uid in self._units if uid not in out)
+        return len(self._units) * self._count, healthy * self._count
 
     def set_units(self, units: Iterable[Unit]) -> bool:
         """Replace the units; True when the device list changed."""
@@ -84,10 +100,28 @@ class DeviceState:
         self._cleaning = (self._cleaning | {unit_id}) if cleaning else (self._cleaning - {unit_id})
         return self._refresh()
 
+    def known(self, device_id: str) -> bool:
+        """Whether ``device_id`` is one of ours now (``replica_ids`` of a current unit).
+
+        Parsed, not looked up in the device list: an Allocate costs what the
+        kubelet sent, not the million IDs of ``count: 1000`` over 1000 units.
+        """
+        unit_id, sep, index = device_id.partition("::")
+        if unit_id not in self._units:
+            return False
+        if self._count <= 1:
+            return not sep
+        return (
+            index.isascii()
+            and index.isdigit()
+            and str(int(index)) == index
+            and int(index) < self._count
+        )
+
     def lookup(self, device_ids: Iterable[str]) -> Lookup:
-        known = {d.id: d for d in self._devices}
         ids = list(dict.fromkeys(device_ids))
-        unit_ids = sorted({unit_id_of(d) for d in ids if d in known})
+        known = {d for d in ids if self.known(d)}
+        unit_ids = sorted({unit_id_of(d) for d in known})
         return Lookup(
             units=tuple(self._units[u] for u in unit_ids),
             unknown=tuple(d for d in ids if d not in known),
@@ -117,11 +151,21 @@ class DeviceState:
             for rid in replica_ids(u.id, self._count)
         )
 
+    def _sign(self) -> tuple[object, ...]:
+        """What the device list is made of: equal signatures, equal lists."""
+        ids = self._units.keys()
+        return (
+            tuple((u.id, u.numa_node) for u in self._units.values()),
+            self._count,
+            frozenset(self._unhealthy & ids),
+            frozenset(self._cleaning & ids),
+        )
+
     def _refresh(self) -> bool:
-        devices = self._build()
-        if devices == self._devices:
+        signature = self._sign()
+        if signature == self._signature:
             return False
-        self._devices = devices
+        self._signature, self._devices = signature, None
         self._version += 1
         self._wake()
         return True
