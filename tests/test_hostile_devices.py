@@ -20,11 +20,13 @@ import pytest
 from genericdp.config.model import GlobMatcher, UdevMatcher
 from genericdp.confine import confine_path
 from genericdp.discovery import find_nodes
+from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.errors import UnsafeAllocationError
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.allocation import AllocationError
 from genericdp.metrics import Metrics
+from genericdp.render import render_allocation
 from genericdp.runtime.supervisor import Supervisor
 from tests.fakesys import FakeHost
 from tests.runtime_harness import Running, allocate_request, config, plugin_stub, settings_for
@@ -234,3 +236,23 @@ async def test_nul_in_a_udev_property_is_refused_in_env(base: Path) -> None:
         assert "allocate.env.EVIL rendered a value containing NUL" in (caught.value.details() or "")
         assert refused(metrics) == 1
     assert node == "/dev/ttyUSB0"
+
+
+@pytest.mark.parametrize(
+    ("host_path", "container_path"),
+    [
+        ("/dev/../etc/shadow", "/dev/x"),
+        ("/dev/x", "/etc/x"),
+        ("/dev/x", "/dev//x"),
+        ("/dev/x\n", "/dev/x"),
+        ("/etc/passwd", "/dev/x"),
+    ],
+)
+def test_device_paths_outside_dev_are_refused(host_path: str, container_path: str) -> None:
+    """A device spec is handed out only for clean paths under /dev, host and container side."""
+    definition = config(
+        "resources:\n- name: example.com/serial\n  match: [glob: /dev/ttyUSB*]\n"
+    ).resources[0]
+    unit = Unit(id="u", nodes=(DeviceNode(host_path=host_path, container_path=container_path),))
+    with pytest.raises(UnsafeAllocationError, match=r"example\.com/serial: unit u: device"):
+        render_allocation(definition, [unit])

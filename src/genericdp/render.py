@@ -37,7 +37,7 @@ from jinja2.visitor import NodeTransformer
 
 from genericdp.cdi import qualified_name
 from genericdp.config.model import AllocateSpec, ResourceDefinition, frozen_map
-from genericdp.confine import check_device_path, check_value, confine_path, shown
+from genericdp.confine import check_device_path, check_value, clip, confine_path
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.errors import TemplateRenderError
 
@@ -547,7 +547,7 @@ def _device_specs(definition: ResourceDefinition, units: Sequence[Unit]) -> tupl
         for node in unit.nodes:
             if node.container_path in specs:
                 continue
-            what = f"resource {definition.name}: unit {shown(unit.id, 80)}"
+            what = f"resource {definition.name}: unit {clip(unit.id, 80)}"
             check_device_path(node.container_path, what=what)
             check_device_path(node.host_path, what=what)
             specs[node.container_path] = DeviceSpec(
