@@ -23,6 +23,7 @@ from genericdp.config import load_text
 from genericdp.config.model import PreferredAllocation
 from genericdp.discovery.model import DeviceNode, Unit, replica_ids, unit_id_of
 from genericdp.kubelet.podresources import PodDevices
+from genericdp.kubelet.servicer import list_response
 from genericdp.runtime.plugin import ResourcePlugin
 from genericdp.runtime.preferred import preferred_allocation
 from genericdp.runtime.release import UsageTracker, released_units
@@ -122,16 +123,16 @@ def test_preferred_allocation_matches_the_reference_greedy(seed: int) -> None:
 
 @pytest.mark.parametrize("policy", [PreferredAllocation.PACKED, PreferredAllocation.SPREAD])
 def test_preferred_allocation_of_thousands_is_fast(policy: PreferredAllocation) -> None:
-    """2,000 IDs, all wanted: well under a second (the plain greedy took several)."""
+    """2,000 IDs, all wanted: well under a CPU second (the plain greedy took several)."""
     units = {
         f"u{i:05d}": Unit(id=f"u{i:05d}", nodes=(), numa_node=i % 4, parent=f"p{i // 3}")
         for i in range(2000)
     }
     ids = list(units)
     random.Random(1).shuffle(ids)  # noqa: S311 -- reproducible test inputs
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: other processes on the machine barely move it
     got = preferred_allocation(policy, available=ids, must_include=(), size=2000, units=units)
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert sorted(got) == sorted(ids)
     assert elapsed < 1.0, f"{elapsed:.2f}s"
 
@@ -189,3 +190,32 @@ async def test_allocate_of_one_id_among_hundreds_of_thousands_is_small(tmp_path:
     assert peak < 256 * 1024, f"{peak} bytes"
     unknown = state.lookup(["u0123::1000", "u0123::01", "u0123", "nope::1", "u0123::٣"]).unknown
     assert len(unknown) == 5
+
+
+def test_a_million_ids_are_not_built_to_change_or_list_them(tmp_path: Path) -> None:
+    """State changes and status cost units; ListAndWatch builds only what fits in 4 MiB."""
+    text = "version: v1\nresources:\n- name: example.com/x\n  match: [glob: /dev/x*]\n"
+    definition = load_text(text + "  count: 1000\n", "t.yaml").resources[0]
+    units = [
+        Unit(id=f"u{i:04d}", nodes=(DeviceNode(f"/dev/x{i}", f"/dev/x{i}"),), numa_node=i % 2)
+        for i in range(1000)
+    ]
+    tracemalloc.start()
+    try:
+        state = DeviceState(count=1000, units=units)
+        plugin = ResourcePlugin(definition, state, plugin_dir=tmp_path, run_hook=_no_hook)
+        assert state.set_unhealthy({"u0001"})
+        assert not state.set_unhealthy({"u0001"})
+        assert state.set_cleaning("u0002", cleaning=True)
+        status = plugin.status()
+        _, devices = plugin.devices()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1024 * 1024, f"{peak} bytes"
+    assert (status.devices, status.healthy) == (1_000_000, 998_000)
+    response = list_response(devices, resource="example.com/x")
+    assert 100_000 < len(response.devices) < 1_000_000
+    assert response.ByteSize() <= 4 * 1024 * 1024
+    assert (response.devices[1000].ID, response.devices[1000].health) == ("u0001::0", "Unhealthy")
+    assert response.devices[3999].ID == "u0003::999"

@@ -61,8 +61,8 @@ class Backend(Protocol):
 
     def options(self) -> PluginOptions: ...
 
-    def devices(self) -> tuple[int, tuple[DeviceInfo, ...]]:
-        """The current version and device list."""
+    def devices(self) -> tuple[int, Sequence[DeviceInfo]]:
+        """The current version and device list (maybe lazy: iterate, do not copy)."""
         ...
 
     async def wait_devices(self, version: int) -> int | None:
@@ -94,11 +94,14 @@ def list_response(devices: Sequence[DeviceInfo], *, resource: str) -> pb.ListAnd
     response = pb.ListAndWatchResponse()
     total = 0
     for info in devices:
-        device = _device(info)
+        device = response.devices.add(ID=info.id, health=HEALTHY if info.healthy else UNHEALTHY)
+        if info.numa_node is not None:
+            device.topology.nodes.add(ID=info.numa_node)
         # 1 tag byte + varint length + the device itself, as the encoder writes it
         item = device.ByteSize()
         item += 1 + len(_varint(item))
         if total + item > MAX_MESSAGE_BYTES:
+            del response.devices[-1]
             log.error(
                 "resource %s: %d devices need more than the %d-byte gRPC message limit;"
                 " advertising only the first %d: lower count or split the resource",
@@ -109,7 +112,6 @@ def list_response(devices: Sequence[DeviceInfo], *, resource: str) -> pb.ListAnd
             )
             break
         total += item
-        response.devices.append(device)
     return response
 
 
@@ -120,13 +122,6 @@ def _varint(value: int) -> bytes:
         out.append(byte | (0x80 if value else 0))
         if not value:
             return bytes(out)
-
-
-def _device(info: DeviceInfo) -> pb.Device:
-    device = pb.Device(ID=info.id, health=HEALTHY if info.healthy else UNHEALTHY)
-    if info.numa_node is not None:
-        device.topology.nodes.append(pb.NUMANode(ID=info.numa_node))
-    return device
 
 
 def container_response(allocation: Allocation) -> pb.ContainerAllocateResponse:

@@ -352,8 +352,8 @@ class ResourcePlugin:
     def options(self) -> PluginOptions:
         return plugin_options(self._definition)
 
-    def devices(self) -> tuple[int, tuple[DeviceInfo, ...]]:
-        return self.state.version, self.state.devices()
+    def devices(self) -> tuple[int, Sequence[DeviceInfo]]:
+        return self.state.version, self.state.device_list()
 
     async def wait_devices(self, version: int) -> int | None:
         return await self.state.wait_changed(version)

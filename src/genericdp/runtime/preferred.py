@@ -92,6 +92,12 @@ class _Heap:
         if key is not None:
             heapq.heappush(self._entries, (key, version, node))
 
+    def fill(self, items: Sequence[tuple[Key, Hashable]]) -> None:
+        """Start with ``items`` (a new heap): one heapify instead of a push each."""
+        self._entries = [(key, 1, node) for key, node in items]
+        self._version = {node: 1 for _, node in items}
+        heapq.heapify(self._entries)
+
     def top(self) -> tuple[Key, Hashable] | None:
         entries = self._entries
         while entries and entries[0][1] != self._version[entries[0][2]]:
@@ -128,9 +134,15 @@ class _Picker:
             self._avail_numa[place.numa] += 1
             self._avail_parent[place.parent] += 1
             self._numas_of_parent.setdefault(place.parent, set()).add(place.numa)
-        for unit in self._ids:
-            self._refresh_unit(unit)
-        for numa, parent in list(self._unit_heaps):
+        by_node: dict[tuple[int, str], list[tuple[Key, Hashable]]] = {}
+        for unit, ids in self._ids.items():
+            place = self._place[unit]
+            key = (self._sign * self._used_unit[unit], ids[0][0])
+            by_node.setdefault((place.numa, place.parent), []).append((key, unit))
+        for node, items in by_node.items():
+            self._unit_heaps[node] = heap = _Heap()
+            heap.fill(items)
+        for numa, parent in by_node:
             self._refresh_parent(numa, parent)
         for numa in list(self._parent_heaps):
             self._refresh_numa(numa)

@@ -9,11 +9,12 @@ report repeating itself) does not.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import overload
 
-from genericdp.discovery.model import DeviceInfo, Unit, replica_ids, unit_id_of
+from genericdp.discovery.model import DeviceInfo, Unit, unit_id_of
 
 
 @dataclass(frozen=True)
@@ -72,8 +73,14 @@ class DeviceState:
 
     def devices(self) -> tuple[DeviceInfo, ...]:
         if self._devices is None:
-            self._devices = self._build()
+            self._devices = tuple(self.device_list())
         return self._devices
+
+    def device_list(self) -> DeviceList:
+        """The current list as a lazy sequence: ListAndWatch sends what fits in
+        4 MiB, and must not build a million objects to send 175,000."""
+        out = self._unhealthy | self._cleaning
+        return DeviceList(tuple(self._units.values()), self._count, out)
 
     def counts(self) -> tuple[int, int]:
         """(devices, healthy devices) without building the list."""
@@ -140,17 +147,6 @@ class DeviceState:
         self._closed = True
         self._wake()
 
-    def _build(self) -> tuple[DeviceInfo, ...]:
-        return tuple(
-            DeviceInfo(
-                id=rid,
-                healthy=u.id not in self._unhealthy and u.id not in self._cleaning,
-                numa_node=u.numa_node,
-            )
-            for u in sorted(self._units.values(), key=lambda u: u.id)
-            for rid in replica_ids(u.id, self._count)
-        )
-
     def _sign(self) -> tuple[object, ...]:
         """What the device list is made of: equal signatures, equal lists."""
         ids = self._units.keys()
@@ -174,3 +170,44 @@ class DeviceState:
         # A fresh event per change: waiters hold the old one, which stays set.
         old, self._changed = self._changed, asyncio.Event()
         old.set()
+
+
+class DeviceList(Sequence[DeviceInfo]):
+    """The device list of one state version, made one device at a time.
+
+    In unit ID order, each unit's replicas in order (``replica_ids``); a unit
+    is Healthy unless it is in ``out`` (unhealthy or being cleaned up).
+    """
+
+    def __init__(self, units: tuple[Unit, ...], count: int, out: frozenset[str]) -> None:
+        self._units = units
+        self._count = max(count, 1)
+        self._out = out
+
+    def __len__(self) -> int:
+        return len(self._units) * self._count
+
+    @overload
+    def __getitem__(self, index: int) -> DeviceInfo: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[DeviceInfo]: ...
+
+    def __getitem__(self, index: int | slice) -> DeviceInfo | Sequence[DeviceInfo]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        unit = self._units[index // self._count]
+        return self._device(unit, index % self._count)
+
+    def __iter__(self) -> Iterator[DeviceInfo]:
+        for unit in self._units:
+            for replica in range(self._count):
+                yield self._device(unit, replica)
+
+    def _device(self, unit: Unit, replica: int) -> DeviceInfo:
+        device_id = unit.id if self._count == 1 else f"{unit.id}::{replica}"
+        return DeviceInfo(id=device_id, healthy=unit.id not in self._out, numa_node=unit.numa_node)
