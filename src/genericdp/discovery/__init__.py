@@ -15,6 +15,7 @@ import logging
 from collections.abc import Sequence
 
 from genericdp.config.model import GlobMatcher, GroupBy, Matcher, ResourceDefinition, frozen_map
+from genericdp.confine import clip
 from genericdp.discovery.globs import expand, resolve_in_root
 from genericdp.discovery.grouping import Group, group_nodes
 from genericdp.discovery.ids import assign_ids, properties_of
@@ -76,10 +77,11 @@ def _glob_nodes(pattern: str, scan: Scan) -> list[DeviceNode]:
     for matched in expand(scan.roots.dev, pattern):
         real = resolve_in_root(scan.roots.dev, matched)
         if real is None:
-            log.debug("glob %s: %s dangles or leaves the dev root; skipped", pattern, matched)
+            # File names under /dev/shm are anyone's: never raw into a log line.
+            log.debug("glob %s: %s dangles or leaves the dev root", pattern, clip(matched))
             continue
         if not scan.is_device_node(real):
-            log.debug("glob %s: %s is not a device node; skipped", pattern, matched)
+            log.debug("glob %s: %s is not a device node; skipped", pattern, clip(matched))
             continue
         if real not in chosen or matched == real:
             chosen[real] = matched
