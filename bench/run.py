@@ -2,7 +2,8 @@
 
 Run with ``make bench`` (or ``.venv/bin/python -m bench.run``). Prints one
 line per measurement with the median, min and max over the repetitions and
-the machine it ran on. Targets (DESIGN.md): re-registration after a kubelet
+the machine it ran on, then the scale cases of ``bench/scale.py``, which have
+budgets: the run exits 1 when one is exceeded. Targets (DESIGN.md): re-registration after a kubelet
 restart under 1 s; Allocate fast enough never to stall pod admission.
 """
 
@@ -24,6 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench import scale  # noqa: E402
 from genericdp.config import load, load_text  # noqa: E402
 from genericdp.discovery import discover  # noqa: E402
 from genericdp.kubelet.embedded import EmbeddedKubelet  # noqa: E402
@@ -325,8 +327,10 @@ def main() -> None:
         bench_reload(base)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"this benchmark process max RSS: {peak:.1f} MiB")
+        over_budget = scale.main()  # the cases with budgets (bench/scale.py)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+    sys.exit(over_budget)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,10 @@ that works on them works on a real machine too:
   symlinks (``dev/serial/by-id/... -> ../../ttyUSB0``) and ``dev/char/<maj:min>``.
 
 Device nodes are regular files (tests do not mknod), so code under test must
-find sysfs for them by name when ``st_rdev`` is not available.
+find sysfs for them by name when ``st_rdev`` is not available: discovery
+takes a regular file for a device node only where sysfs names a device node
+of exactly that path (its ``DEVNAME``); ``add_file`` makes one that no device
+stands behind, which discovery must skip.
 
 Every ``add_*`` returns the host paths (``/dev/...``) of the nodes it is about
 (a USB dongle also gets its ``/dev/bus/usb/BBB/DDD`` node, as on a real host,
@@ -44,6 +47,8 @@ DRM_MAJOR = 226
 SOUND_MAJOR = 116
 MISC_MAJOR = 10
 LOOP_MAJOR = 7
+MEM_MAJOR = 1
+_MEM_MINORS = {"null": 3, "zero": 5, "full": 7, "random": 8, "urandom": 9}
 MISC_MINORS = {"fuse": 229, "kvm": 232, "net/tun": 200, "uinput": 223, "vhost-net": 238}
 
 _UDEV_UNSAFE = re.compile(r"[^0-9A-Za-z#+\-.:=@_]")
@@ -116,6 +121,7 @@ class FakeHost:
         (self.sys / "dev" / "block").mkdir(exist_ok=True)
         self._records: list[_Record] = []
         self._devnums: dict[int, int] = {}  # next USB device number per bus
+        self._plain_minors: set[int] = set()
 
     @property
     def dev(self) -> Path:
@@ -632,17 +638,35 @@ class FakeHost:
         self._records.append(record)
         return list(record.primary)
 
-    def add_plain(self, path: str) -> list[str]:
-        """A bare node ``/dev/<path>`` with no sysfs and no udev data (like a bind-mounted file)."""
+    def add_plain(self, path: str, minor: int | None = None) -> list[str]:
+        """A memory-class virtual device ``/dev/<path>`` (``devices/virtual/mem``, major 1),
+        as the kernel makes ``/dev/null`` and ``/dev/zero``: sysfs knows it, udev has no
+        properties for it, nothing groups it with anything else.
+
+        ``minor`` defaults to the kernel's for null, zero, full, random and urandom,
+        else the next free one from 100.
+        """
         record = _Record()
-        node = self.node(path)
-        node.parent.mkdir(parents=True, exist_ok=True)
-        node.write_text("")
-        record.files.append(node)
-        record.nodes.append(_host(path))
-        record.primary.append(_host(path))
+        devname = _dev_relative(path)
+        if minor is None:
+            minor = _MEM_MINORS.get(devname, 100 + len(self._plain_minors))
+        self._plain_minors.add(minor)
+        class_dev = self._device(
+            self.sys / "devices" / "virtual" / "mem" / devname.replace("/", "!"),
+            subsystem="class/mem",
+            uevent={"MAJOR": str(MEM_MAJOR), "MINOR": str(minor), "DEVNAME": devname},
+        )
+        record.trees.append(class_dev)
+        self._node(record, class_dev, f"c{MEM_MAJOR}:{minor}", devname, subsystem="mem", props={})
         self._records.append(record)
         return list(record.primary)
+
+    def add_file(self, path: str, content: str = "") -> Path:
+        """A regular file ``/dev/<path>`` that no device stands behind (``/dev/shm/x``)."""
+        node = self.node(path)
+        node.parent.mkdir(parents=True, exist_ok=True)
+        node.write_text(content)
+        return node
 
     def add_link(self, link: str, target: str) -> Path:
         """A symlink ``/dev/<link>`` to ``target`` (relative as given, or an absolute /dev path).

@@ -119,8 +119,8 @@ def test_qualified_names_are_valid() -> None:
 
 
 def test_spec_file_name_per_kind() -> None:
-    """genericdp-<vendor>-<class>.json; very long names stay under the file name limit."""
-    assert spec_file_name("example.com/serial") == "genericdp-example.com-serial.json"
+    """genericdp-<domain>_<name>.json; very long names stay under the file name limit."""
+    assert spec_file_name("example.com/serial") == "genericdp-example.com_serial.json"
     long_name = f"{'d' * 60}.{'e' * 60}.{'f' * 60}.example.com/{'n' * 63}"
     name = spec_file_name(long_name)
     assert name.endswith(".json")
@@ -194,7 +194,7 @@ def test_write_spec_writes_readable_json_and_no_temporary_file(tmp_path: Path) -
     """The file holds the spec, is world-readable, and nothing else is left in the directory."""
     cdi_dir = tmp_path / "run" / "cdi"  # created on demand
     path = write_spec(cdi_dir, gpu(), [GPU])
-    assert path == cdi_dir / "genericdp-example.com-gpu.json"
+    assert path == cdi_dir / "genericdp-example.com_gpu.json"
     assert json.loads(path.read_text()) == cdi_spec(gpu(), [GPU])
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert [p.name for p in cdi_dir.iterdir()] == [path.name]

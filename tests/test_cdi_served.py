@@ -231,6 +231,6 @@ def test_simulate_shows_cdi_names_and_never_writes_the_hosts_cdi_dir(tmp_path: P
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "    cdi    example.com/gpu=pci-0000:03:00.0" in result.stdout
-    assert "/cdi/genericdp-example.com-gpu.json" in result.stdout
+    assert "/cdi/genericdp-example.com_gpu.json" in result.stdout
     assert "device /dev/dri/card0 (host /dev/dri/card0, rw)" in result.stdout
     assert not host_cdi.exists()

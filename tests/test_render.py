@@ -15,7 +15,7 @@ from genericdp.config.model import (
     frozen_map,
 )
 from genericdp.discovery.model import DeviceNode, Unit
-from genericdp.errors import TemplateRenderError
+from genericdp.errors import TemplateRenderError, UnsafeAllocationError
 from genericdp.render import (
     Allocation,
     DeviceSpec,
@@ -220,9 +220,9 @@ def test_index_out_of_range_is_a_render_error() -> None:
 
 
 def test_relative_rendered_mount_path_is_refused() -> None:
-    """A mount path that renders relative fails with the key and the value."""
+    """A mount path that renders relative is refused with the key and the value."""
     d = definition(mounts=[MountTemplate("{{ units[0].id }}", "/x")])
-    with pytest.raises(TemplateRenderError, match=r"mounts\[0\]\.hostPath rendered 'ftdi-A1'"):
+    with pytest.raises(UnsafeAllocationError, match=r"mounts\[0\]\.hostPath rendered 'ftdi-A1'"):
         render_allocation(d, [DONGLE])
 
 

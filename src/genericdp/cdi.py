@@ -11,7 +11,14 @@ Choices, and why:
 
 - ``kind`` is the resource name, so ``crictl inspect`` shows
   ``example.com/serial=<unit>``. CDI wants the vendor and class to start with
-  a letter where Kubernetes allows a digit: such a part gets ``gdp-`` in front.
+  a letter where Kubernetes allows a digit: such a part gets ``gdp-`` in front
+  (and so does a part already starting with ``gdp-``, so kinds stay one per
+  resource).
+- The file is ``genericdp-<domain>_<name>.json``: one per resource, since
+  ``_`` cannot occur in a domain. Whether a file is ours is read from the file
+  itself (``owner_of``: its ``kind`` maps back to exactly its name), so at
+  start the specs of resources that left the config while the daemon was down
+  are removed (``remove_stale_specs``), and nothing else ever is.
 - Device names are the unit IDs, which the kubelet already checkpoints and
   which use CDI's alphabet; an ID CDI would refuse (one starting or ending
   with ``-``, say) gets a hash of itself appended, so names stay unique.
@@ -36,6 +43,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -46,6 +54,8 @@ from genericdp.discovery.model import Unit
 from genericdp.errors import CdiSpecError
 
 SPEC_PREFIX = "genericdp-"
+_KIND_ESCAPE = "gdp-"
+_MAX_SPEC_BYTES = 64 * 1024 * 1024  # far above any spec we write; a bigger file is not ours
 MIN_VERSION = "0.5.0"  # deviceNodes[].hostPath
 DOTTED_CLASS_VERSION = "0.6.0"  # a "." in the class part of kind
 _DEVICE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?")
@@ -60,16 +70,30 @@ _FILE_MODE = 0o644  # runtimes read it as another user, maybe
 
 
 def cdi_kind(resource: str) -> str:
-    """``vendor/class`` for a resource name (``example.com/serial`` stays as it is)."""
+    """``vendor/class`` for a resource name (``example.com/serial`` stays as it is).
+
+    One kind per resource name and back (``resource_of_kind``): two resources
+    must never share a kind, or the runtime would see conflicting devices.
+    """
     vendor, _, device_class = resource.partition("/")
     return f"{_letter_first(vendor)}/{_letter_first(device_class)}"
 
 
 def _letter_first(part: str) -> str:
-    # Kubernetes allows "3com.example/1wire"; CDI wants a letter first. Only a
-    # resource really named "gdp-1wire" on the same domain could share the kind.
+    # Kubernetes allows "3com.example/1wire"; CDI wants a letter first, so such a
+    # part gets "gdp-" in front. A part that already starts with "gdp-" gets it
+    # too, so "gdp-1wire" (from "1wire") and a resource really named "gdp-1wire"
+    # (which becomes "gdp-gdp-1wire") stay apart: the mapping is one to one.
     first = part[:1]
-    return part if first.isascii() and first.isalpha() else f"gdp-{part}"
+    if first.isascii() and first.isalpha() and not part.startswith(_KIND_ESCAPE):
+        return part
+    return f"{_KIND_ESCAPE}{part}"
+
+
+def resource_of_kind(kind: str) -> str:
+    """The resource name ``cdi_kind`` made ``kind`` from (inverse of ``cdi_kind``)."""
+    vendor, _, device_class = kind.partition("/")
+    return f"{vendor.removeprefix(_KIND_ESCAPE)}/{device_class.removeprefix(_KIND_ESCAPE)}"
 
 
 def cdi_device_name(unit_id: str) -> str:
@@ -93,7 +117,21 @@ def cdi_version(kind: str) -> str:
 
 
 def spec_file_name(resource: str) -> str:
-    """``genericdp-<vendor>-<class>.json``, shortened with a hash when very long."""
+    """``genericdp-<domain>_<name>.json``, shortened with a hash when very long.
+
+    ``_`` cannot occur in a domain, so two resource names never share a file
+    (``example.com-gpu/render`` and ``example.com/gpu-render`` did, with ``-``).
+    """
+    domain, _, name = resource.partition("/")
+    stem = f"{SPEC_PREFIX}{domain}_{name}"
+    if len(stem) > _MAX_FILE_STEM:
+        digest = hashlib.sha256(resource.encode()).hexdigest()[:_HASH_LENGTH]
+        stem = f"{stem[: _MAX_FILE_STEM - _HASH_LENGTH - 1]}-{digest}"
+    return f"{stem}.json"
+
+
+def _legacy_file_name(resource: str) -> str:
+    """The name genericdp used before ``spec_file_name`` (``genericdp-<vendor>-<class>``)."""
     vendor, _, device_class = cdi_kind(resource).partition("/")
     stem = f"{SPEC_PREFIX}{vendor}-{device_class}"
     if len(stem) > _MAX_FILE_STEM:
@@ -160,6 +198,54 @@ def remove_spec(cdi_dir: Path, resource: str) -> Path | None:
     except OSError as exc:
         raise CdiSpecError(f"cannot remove CDI spec {path}: {_reason(exc)}") from exc
     return path
+
+
+def owner_of(path: Path) -> str | None:
+    """The resource a spec file in the CDI directory was written for by genericdp, or None.
+
+    Ours means: a regular file (not a link) named with our prefix, holding a
+    JSON spec whose ``kind`` maps back (``resource_of_kind``) to a resource
+    whose spec file has exactly this name (``spec_file_name``, or the name
+    earlier versions used). Anything else in the directory belongs to
+    someone else and is never touched.
+    """
+    if not path.name.startswith(SPEC_PREFIX) or path.suffix != ".json":
+        return None
+    try:
+        info = path.lstat()
+        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_SPEC_BYTES:
+            return None
+        spec = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    kind = spec.get("kind") if isinstance(spec, dict) else None
+    if not isinstance(kind, str) or "/" not in kind:
+        return None
+    resource = resource_of_kind(kind)
+    if path.name in (spec_file_name(resource), _legacy_file_name(resource)):
+        return resource
+    return None
+
+
+def remove_stale_specs(cdi_dir: Path, keep: Iterable[str]) -> list[Path]:
+    """Remove the specs genericdp wrote for resources not in ``keep`` (their CDI is
+    off, or they left the config while the daemon was down), and specs under a
+    name earlier versions used; return what was removed. Never raises: a spec
+    that cannot be removed is left (and retried at the next start).
+    """
+    wanted = {spec_file_name(name) for name in keep}
+    removed: list[Path] = []
+    try:
+        paths = sorted(cdi_dir.glob(f"{SPEC_PREFIX}*.json"))
+    except OSError:
+        return removed
+    for path in paths:
+        if path.name in wanted or owner_of(path) is None:
+            continue
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed.append(path)
+    return removed
 
 
 def _write(path: Path, spec: Mapping[str, Any]) -> Path:

@@ -7,6 +7,8 @@ ever handle our own types::
     GenericdpError
      ├── ConfigError          a config file is unreadable or invalid; carries every issue
      ├── TemplateRenderError  a compiled template failed while rendering an allocation
+     ├── UnsafeAllocationError  an answer that must not reach the kubelet (a rendered
+     │                        path escaping its template, an answer over 4 MiB)
      ├── DiscoveryError       a device root (dev, sys, udev) cannot be read at all
      ├── InvalidDevicesError  a kubelet request named unknown, unhealthy or busy device IDs
      ├── CdiSpecError         a resource's CDI spec cannot be written or removed
@@ -55,6 +57,13 @@ class ConfigError(GenericdpError):
 
 class TemplateRenderError(GenericdpError):
     """A template compiled at load time failed while rendering an allocation."""
+
+
+class UnsafeAllocationError(GenericdpError):
+    """An Allocate answer that must not be sent: a rendered path that leaves what its
+    template allows (device strings are written by whoever made the device), a
+    device path outside ``/dev``, a value a runtime cannot pass on, or an answer
+    over the kubelet's 4 MiB message limit."""
 
 
 class DiscoveryError(GenericdpError):

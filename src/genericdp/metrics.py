@@ -36,7 +36,13 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from genericdp import __version__
-from genericdp.errors import CdiSpecError, HookError, InvalidDevicesError, TemplateRenderError
+from genericdp.errors import (
+    CdiSpecError,
+    HookError,
+    InvalidDevicesError,
+    TemplateRenderError,
+    UnsafeAllocationError,
+)
 from genericdp.hooks import HookRunError
 from genericdp.httpserver import Response, Route, run_http_server
 from genericdp.runtime.tasks import Backoff, TaskSet
@@ -55,7 +61,15 @@ log = logging.getLogger(__name__)
 # scrape, and a scrape is rendered on the daemon's loop.
 DURATION_BUCKETS = (0.005, 0.025, 0.1, 0.25, 1, 2.5, 10, 30)
 
-ALLOCATION_RESULTS = ("ok", "invalid", "hook_failed", "render_failed", "cdi_failed", "error")
+ALLOCATION_RESULTS = (
+    "ok",
+    "invalid",
+    "hook_failed",
+    "render_failed",
+    "refused",
+    "cdi_failed",
+    "error",
+)
 REGISTRATION_RESULTS = ("ok", "error")
 RELOAD_RESULTS = ("applied", "unchanged", "refused", "failed")
 RELOAD_SUCCESS = frozenset({"applied", "unchanged"})
@@ -114,18 +128,22 @@ class StatusSource(Protocol):
 # -- outcome labels, one place each ------------------------------------------------
 
 
+_ALLOCATION_ERRORS: tuple[tuple[type[BaseException], str], ...] = (
+    (InvalidDevicesError, "invalid"),
+    (HookError, "hook_failed"),
+    (TemplateRenderError, "render_failed"),
+    (CdiSpecError, "cdi_failed"),
+    (UnsafeAllocationError, "refused"),
+)
+
+
 def allocation_result(exc: BaseException | None) -> str:
     """The ``result`` label of an Allocate that raised ``exc`` (None: it succeeded)."""
     if exc is None:
         return "ok"
-    if isinstance(exc, InvalidDevicesError):
-        return "invalid"
-    if isinstance(exc, HookError):
-        return "hook_failed"
-    if isinstance(exc, TemplateRenderError):
-        return "render_failed"
-    if isinstance(exc, CdiSpecError):
-        return "cdi_failed"
+    for kind, result in _ALLOCATION_ERRORS:
+        if isinstance(exc, kind):
+            return result
     return "error"  # a bug of ours, or the kubelet cancelled the call
 
 

@@ -37,6 +37,7 @@ from jinja2.visitor import NodeTransformer
 
 from genericdp.cdi import qualified_name
 from genericdp.config.model import AllocateSpec, ResourceDefinition, frozen_map
+from genericdp.confine import check_device_path, check_value, clip, confine_path
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.errors import TemplateRenderError
 
@@ -544,9 +545,13 @@ def _device_specs(definition: ResourceDefinition, units: Sequence[Unit]) -> tupl
     specs: dict[str, DeviceSpec] = {}
     for unit in units:
         for node in unit.nodes:
-            specs.setdefault(
-                node.container_path,
-                DeviceSpec(node.container_path, node.host_path, definition.permissions),
+            if node.container_path in specs:
+                continue
+            what = f"resource {definition.name}: unit {clip(unit.id, 80)}"
+            check_device_path(node.container_path, what=what)
+            check_device_path(node.host_path, what=what)
+            specs[node.container_path] = DeviceSpec(
+                node.container_path, node.host_path, definition.permissions
             )
     return tuple(specs.values())
 
@@ -561,13 +566,25 @@ def _render(resource: str, key: str, value: _Value, context: Mapping[str, Any]) 
         raise TemplateRenderError(f"resource {resource}: allocate.{key} {source!r}: {exc}") from exc
 
 
-def _render_path(resource: str, key: str, value: _Value, context: Mapping[str, Any]) -> str:
-    path = _render(resource, key, value, context)
-    if not path.startswith("/"):
-        raise TemplateRenderError(
-            f"resource {resource}: allocate.{key} rendered {path!r}, which is not an absolute path"
-        )
-    return path
+def _render_path(
+    resource: str, key: str, value: _Value, context: Mapping[str, Any], units: str
+) -> str:
+    """A rendered mount path, normalised and confined to its template (``confine``)."""
+    what = f"resource {resource}: {units}: allocate.{key}"
+    return confine_path(_render(resource, key, value, context), value.source, what=what)
+
+
+def _render_value(resource: str, key: str, value: _Value, context: Mapping[str, Any]) -> str:
+    rendered = _render(resource, key, value, context)
+    check_value(rendered, what=f"resource {resource}: allocate.{key}")
+    return rendered
+
+
+def _units_named(units: Sequence[Unit]) -> str:
+    """``unit X`` / ``units X, Y and 3 more`` for messages (IDs are at most 63 characters)."""
+    ids = [u.id for u in units]
+    more = f" and {len(ids) - 3} more" if len(ids) > 3 else ""
+    return ("unit " if len(ids) == 1 else "units ") + (", ".join(ids[:3]) or "none") + more
 
 
 def render_allocation(
@@ -602,19 +619,20 @@ def render_allocation(
     name = definition.name
     token = _BUDGET.set(_Budget(MAX_LOOP_ITERATIONS))
     try:
-        env = {k: _render(name, f"env.{k}", v, context) for k, v in templates.env}
+        env = {k: _render_value(name, f"env.{k}", v, context) for k, v in templates.env}
+        named = _units_named(units)
         mounts = tuple(
             Mount(
                 container_path=_render_path(
-                    name, f"mounts[{i}].containerPath", m.container_path, context
+                    name, f"mounts[{i}].containerPath", m.container_path, context, named
                 ),
-                host_path=_render_path(name, f"mounts[{i}].hostPath", m.host_path, context),
+                host_path=_render_path(name, f"mounts[{i}].hostPath", m.host_path, context, named),
                 read_only=m.read_only,
             )
             for i, m in enumerate(templates.mounts)
         )
         annotations = {
-            k: _render(name, f"annotations.{k}", v, context) for k, v in templates.annotations
+            k: _render_value(name, f"annotations.{k}", v, context) for k, v in templates.annotations
         }
     finally:
         _BUDGET.reset(token)

@@ -15,7 +15,8 @@ import logging
 from collections.abc import Sequence
 
 from genericdp.config.model import GlobMatcher, GroupBy, Matcher, ResourceDefinition, frozen_map
-from genericdp.discovery.globs import expand, resolve_in_root, special_but_not_device
+from genericdp.confine import clip
+from genericdp.discovery.globs import expand, resolve_in_root
 from genericdp.discovery.grouping import Group, group_nodes
 from genericdp.discovery.ids import assign_ids, properties_of
 from genericdp.discovery.model import DeviceNode, Roots, Unit
@@ -38,7 +39,8 @@ def find_nodes(matchers: Sequence[Matcher], roots: Roots) -> tuple[DeviceNode, .
     """Every node any matcher finds, deduplicated by real host node (first matcher wins).
 
     Raises DiscoveryError when the dev root itself is missing; odd entries
-    (dangling or escaping links, sockets, vanished files) are skipped.
+    (dangling or escaping links, anything but a device node: regular files,
+    sockets, FIFOs, vanished files) are skipped (``Scan.is_device_node``).
     """
     if not roots.dev.is_dir():
         raise DiscoveryError(f"device root {roots.dev} does not exist or is not a directory")
@@ -75,9 +77,11 @@ def _glob_nodes(pattern: str, scan: Scan) -> list[DeviceNode]:
     for matched in expand(scan.roots.dev, pattern):
         real = resolve_in_root(scan.roots.dev, matched)
         if real is None:
-            log.debug("glob %s: %s dangles or leaves the dev root; skipped", pattern, matched)
+            # File names under /dev/shm are anyone's: never raw into a log line.
+            log.debug("glob %s: %s dangles or leaves the dev root", pattern, clip(matched))
             continue
-        if special_but_not_device(scan.roots.dev / real):
+        if not scan.is_device_node(real):
+            log.debug("glob %s: %s is not a device node; skipped", pattern, clip(matched))
             continue
         if real not in chosen or matched == real:
             chosen[real] = matched

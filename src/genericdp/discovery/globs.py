@@ -129,12 +129,3 @@ def resolve_in_root(dev_root: Path, relative: str) -> str | None:
     if not resolved or not os.path.lexists(dev_root.joinpath(*resolved)):
         return None
     return "/".join(resolved)
-
-
-def special_but_not_device(path: Path) -> bool:
-    """Sockets and FIFOs are not device nodes (``/dev/log`` is a socket)."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return True
-    return stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode) or stat.S_ISDIR(mode)

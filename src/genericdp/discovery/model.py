@@ -52,7 +52,7 @@ class Unit:
     properties: Mapping[str, str] = field(default_factory=frozen_map)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: there may be a million of them
 class DeviceInfo:
     """One kubelet device (a replica of a unit), as ListAndWatch reports it."""
 

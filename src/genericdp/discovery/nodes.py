@@ -57,6 +57,25 @@ class Scan:
                 return Located(device, kind, devnum)
         return self._devname_index().get(relative)
 
+    def is_device_node(self, relative: str) -> bool:
+        """Whether ``<dev>/<relative>`` (a real node, symlinks resolved) is a device node.
+
+        Character and block devices are; regular files, directories, sockets
+        and FIFOs are not (``/dev/shm`` and ``/dev/mqueue`` are writable by
+        anyone, so a glob like ``/dev/**`` would otherwise hand out whatever a
+        user left there). The one exception keeps dev roots the kernel did not
+        populate usable (a copied tree, the test trees): a regular file counts
+        where sysfs names a device node of exactly that path (its ``DEVNAME``),
+        which no unprivileged user can arrange.
+        """
+        try:
+            mode = os.lstat(self.roots.dev / relative).st_mode  # a link is not a node
+        except OSError:
+            return False
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+            return True
+        return stat.S_ISREG(mode) and relative in self._devname_index()
+
     def describe(
         self, host_relative: str, container_path: str, located: Located | None = None
     ) -> DeviceNode:

@@ -34,8 +34,8 @@ def match_udev(matcher: UdevMatcher, scan: Scan) -> list[tuple[str, Located]]:
         devname = device.uevent().get("DEVNAME")
         if not devname or ".." in devname.split("/"):
             continue
-        if not os.path.lexists(scan.roots.dev / devname):
-            log.debug("udev: %s has no node /dev/%s yet; skipped", device.path, devname)
+        if not scan.is_device_node(devname):
+            log.debug("udev: %s has no device node /dev/%s; skipped", device.path, devname)
             continue
         found.setdefault(devname, located)
     return sorted(found.items())

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import grpc
 
+from genericdp.confine import clip
 from genericdp.errors import KubeletError
 from genericdp.kubelet.api import podresources_pb2 as pr
 from genericdp.kubelet.api import podresources_pb2_grpc as pr_grpc
@@ -48,7 +49,8 @@ async def list_pod_devices(
             response = await stub.List(pr.ListPodResourcesRequest(), timeout=timeout)
         except grpc.aio.AioRpcError as exc:
             raise KubeletError(
-                f"PodResources List on {socket} failed: {exc.code().name}: {exc.details()}"
+                f"PodResources List on {socket} failed: {exc.code().name}:"
+                f" {clip(exc.details() or '', 300)}"
             ) from exc
     return pod_devices_from(response)
 

@@ -24,6 +24,7 @@ from genericdp.errors import (
     InvalidDevicesError,
     KubeletError,
     TemplateRenderError,
+    UnsafeAllocationError,
 )
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
@@ -34,8 +35,13 @@ log = logging.getLogger(__name__)
 
 _Context = grpc.aio.ServicerContext[object, object]
 
-# gRPC's default maximum message size, which the kubelet keeps for ListAndWatch.
+# gRPC's default maximum message size, which the kubelet keeps for its
+# ListAndWatch stream and for the Allocate answers it receives.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+# A status message is sent as an HTTP/2 header (8 KiB by default, for every
+# header) and ends up in the pod's events: a peer's 1 MB device ID must not
+# come back in it, nor in a log line.
+MAX_STATUS_CHARS = 1024
 
 
 @dataclass(frozen=True)
@@ -55,8 +61,8 @@ class Backend(Protocol):
 
     def options(self) -> PluginOptions: ...
 
-    def devices(self) -> tuple[int, tuple[DeviceInfo, ...]]:
-        """The current version and device list."""
+    def devices(self) -> tuple[int, Sequence[DeviceInfo]]:
+        """The current version and device list (maybe lazy: iterate, do not copy)."""
         ...
 
     async def wait_devices(self, version: int) -> int | None:
@@ -82,32 +88,31 @@ def list_response(devices: Sequence[DeviceInfo], *, resource: str) -> pb.ListAnd
     The kubelet replaces its list with each message, so a list cannot be split
     across messages; a list that does not fit is a config problem (too many
     units, or ``count`` too high) and the tail is left out rather than have
-    the kubelet drop the stream.
+    the kubelet drop the stream. Built one device at a time up to the limit,
+    so a million IDs never become a million protobuf objects.
     """
-    response = pb.ListAndWatchResponse(devices=[_device(d) for d in devices])
-    size = response.ByteSize()
-    if size <= MAX_MESSAGE_BYTES:
-        return response
-    kept = pb.ListAndWatchResponse()
+    response = pb.ListAndWatchResponse()
     total = 0
-    for device in response.devices:
+    for info in devices:
+        device = response.devices.add(ID=info.id, health=HEALTHY if info.healthy else UNHEALTHY)
+        if info.numa_node is not None:
+            device.topology.nodes.add(ID=info.numa_node)
         # 1 tag byte + varint length + the device itself, as the encoder writes it
         item = device.ByteSize()
         item += 1 + len(_varint(item))
         if total + item > MAX_MESSAGE_BYTES:
+            del response.devices[-1]
+            log.error(
+                "resource %s: %d devices need more than the %d-byte gRPC message limit;"
+                " advertising only the first %d: lower count or split the resource",
+                resource,
+                len(devices),
+                MAX_MESSAGE_BYTES,
+                len(response.devices),
+            )
             break
         total += item
-        kept.devices.append(device)
-    log.error(
-        "resource %s: %d devices need %d bytes, over the %d-byte gRPC message limit; "
-        "advertising only the first %d: lower count or split the resource",
-        resource,
-        len(response.devices),
-        size,
-        MAX_MESSAGE_BYTES,
-        len(kept.devices),
-    )
-    return kept
+    return response
 
 
 def _varint(value: int) -> bytes:
@@ -117,13 +122,6 @@ def _varint(value: int) -> bytes:
         out.append(byte | (0x80 if value else 0))
         if not value:
             return bytes(out)
-
-
-def _device(info: DeviceInfo) -> pb.Device:
-    device = pb.Device(ID=info.id, health=HEALTHY if info.healthy else UNHEALTHY)
-    if info.numa_node is not None:
-        device.topology.nodes.append(pb.NUMANode(ID=info.numa_node))
-    return device
 
 
 def container_response(allocation: Allocation) -> pb.ContainerAllocateResponse:
@@ -142,6 +140,19 @@ def container_response(allocation: Allocation) -> pb.ContainerAllocateResponse:
         ],
         cdi_devices=[pb.CDIDevice(name=name) for name in allocation.cdi_devices],
     )
+
+
+def allocate_response_size(allocations: Sequence[Allocation]) -> int:
+    """Bytes of the AllocateResponse these allocations make (checked against 4 MiB)."""
+    response = pb.AllocateResponse(container_responses=[container_response(a) for a in allocations])
+    return response.ByteSize()
+
+
+def clipped(message: str, limit: int = MAX_STATUS_CHARS) -> str:
+    """``message`` cut to ``limit`` characters, saying how much was left out."""
+    if len(message) <= limit:
+        return message
+    return f"{message[:limit]}... ({len(message) - limit} more characters)"
 
 
 class DevicePluginServicer(pb_grpc.DevicePluginServicer):
@@ -220,7 +231,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
 
     async def _abort(self, context: _Context, call: str, exc: GenericdpError) -> NoReturn:
         code = _status_of(exc)
-        message = f"{self._backend.resource}: {exc}"
+        message = clipped(f"{self._backend.resource}: {exc}")
         log.warning("%s rejected (%s): %s", call, code.name, message)
         await context.abort(code, message)
 
@@ -228,7 +239,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
 def _status_of(exc: GenericdpError) -> grpc.StatusCode:
     if isinstance(exc, InvalidDevicesError):
         return grpc.StatusCode.INVALID_ARGUMENT
-    if isinstance(exc, (HookError, CdiSpecError)):
+    if isinstance(exc, (HookError, CdiSpecError, UnsafeAllocationError)):
         return grpc.StatusCode.FAILED_PRECONDITION
     if isinstance(exc, TemplateRenderError):
         return grpc.StatusCode.INTERNAL

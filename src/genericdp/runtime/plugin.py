@@ -24,12 +24,23 @@ from pathlib import Path
 from typing import Protocol
 
 from genericdp.config.model import Exec, ResourceDefinition
+from genericdp.confine import clip
 from genericdp.discovery.model import DeviceInfo, Unit
-from genericdp.errors import InvalidDevicesError, KubeletError, RegistrationError
+from genericdp.errors import (
+    InvalidDevicesError,
+    KubeletError,
+    RegistrationError,
+    UnsafeAllocationError,
+)
 from genericdp.hooks import INIT, PRE_START
-from genericdp.kubelet.options import KUBELET_SOCKET_NAME, PluginOptions
+from genericdp.kubelet.options import KUBELET_SOCKET_NAME, MAX_UNIX_PATH_BYTES, PluginOptions
 from genericdp.kubelet.registration import register
-from genericdp.kubelet.servicer import PluginServer, PreferredRequest
+from genericdp.kubelet.servicer import (
+    MAX_MESSAGE_BYTES,
+    PluginServer,
+    PreferredRequest,
+    allocate_response_size,
+)
 from genericdp.metrics import NO_METRICS, Recorder, allocation_result
 from genericdp.render import Allocation, render_allocation
 from genericdp.runtime.preferred import preferred_allocation
@@ -42,6 +53,7 @@ log = logging.getLogger(__name__)
 SOCKET_PREFIX = "gdp-"
 _MAX_SLUG = 40
 _MAX_IDS_SHOWN = 5
+_MAX_ID_CHARS = 80  # our IDs are at most 63
 
 
 class HookRunner(Protocol):
@@ -75,13 +87,53 @@ class PluginStatus:
     units: int = 0  # discovered units (``devices`` counts their replica IDs)
 
 
-def socket_name(resource: str, token: str | None = None) -> str:
-    """``gdp-<slug>-<token>.sock``: unique per start, recognisably ours."""
+def socket_name(resource: str, token: str | None = None, *, max_bytes: int | None = None) -> str:
+    """``gdp-<slug>-<token>.sock``: unique per start, recognisably ours.
+
+    ``max_bytes`` caps the whole name (the socket path must fit the kernel's
+    107 bytes): the slug is cut and a hash of the resource name keeps it
+    unique. Raises KubeletError when not even ``gdp-<hash>-<token>.sock`` fits.
+    """
+    token = token or secrets.token_hex(4)
     slug = re.sub(r"[^A-Za-z0-9.]+", "-", resource).strip("-.") or "resource"
-    if len(slug) > _MAX_SLUG:
-        digest = hashlib.sha256(resource.encode()).hexdigest()[:8]
-        slug = f"{slug[: _MAX_SLUG - 9]}-{digest}"
-    return f"{SOCKET_PREFIX}{slug}-{token or secrets.token_hex(4)}.sock"
+    digest = hashlib.sha256(resource.encode()).hexdigest()[:8]
+    room = _MAX_SLUG if max_bytes is None else min(_MAX_SLUG, max_bytes - _fixed_bytes(token))
+    if room < len(digest):
+        raise KubeletError(
+            f"a socket name for {resource} needs {_fixed_bytes(token) + len(digest)} bytes"
+            f" but only {max_bytes} are left"
+        )
+    if len(slug) > room:
+        keep = room - len(digest) - 1
+        slug = f"{slug[:keep].rstrip('-.')}-{digest}" if keep > 0 else digest
+    return f"{SOCKET_PREFIX}{slug}-{token}.sock"
+
+
+def _fixed_bytes(token: str) -> int:
+    return len(f"{SOCKET_PREFIX}-{token}.sock")
+
+
+def socket_path(plugin_dir: Path, resource: str, token: str | None = None) -> tuple[Path, bool]:
+    """Where to serve ``resource`` in ``plugin_dir``, and whether the name was shortened.
+
+    The kubelet's directory follows its root directory, and a unix socket path
+    is at most 107 bytes: a long directory leaves less room for the name, so
+    the name gives way (a hash keeps it unique). Raises KubeletError naming the
+    directory when even the shortest name does not fit.
+    """
+    directory = plugin_dir.absolute()
+    left = MAX_UNIX_PATH_BYTES - len(str(directory).encode()) - 1
+    usual = socket_name(resource, token)
+    if len(usual.encode()) <= left:
+        return directory / usual, False
+    try:
+        name = socket_name(resource, usual.rsplit("-", 1)[1].removesuffix(".sock"), max_bytes=left)
+    except KubeletError:
+        raise KubeletError(
+            f"the device-plugin directory {directory} is too long for a unix socket in it"
+            f" (paths are limited to {MAX_UNIX_PATH_BYTES} bytes): use a shorter --plugin-dir"
+        ) from None
+    return directory / name, True
 
 
 def remove_stale_sockets(plugin_dir: Path) -> list[Path]:
@@ -105,8 +157,10 @@ def remove_stale_sockets(plugin_dir: Path) -> list[Path]:
 
 
 def _shown(ids: Sequence[str]) -> str:
+    """A few IDs for a message; each is cut short (the peer chose them, maybe 1 MB long)."""
     more = len(ids) - _MAX_IDS_SHOWN
-    return ", ".join(ids[:_MAX_IDS_SHOWN]) + (f" and {more} more" if more > 0 else "")
+    listed = ", ".join(clip(i, _MAX_ID_CHARS) for i in ids[:_MAX_IDS_SHOWN])
+    return listed + (f" and {more} more" if more > 0 else "")
 
 
 class ResourcePlugin:
@@ -125,7 +179,7 @@ class ResourcePlugin:
         settle: float = 0.05,
         register_timeout: float = 5.0,
         metrics: Recorder = NO_METRICS,
-        on_claim: Callable[[tuple[str, ...]], Awaitable[None]] | None = None,
+        on_claim: Callable[[Sequence[tuple[str, ...]]], Awaitable[None]] | None = None,
         on_allocated: Callable[[tuple[str, ...]], None] = lambda ids: None,
     ) -> None:
         self._definition = definition
@@ -169,15 +223,15 @@ class ResourcePlugin:
         return self._server.socket if self._server is not None else None
 
     def status(self) -> PluginStatus:
-        devices = self.state.devices()
+        devices, healthy = self.state.counts()
         return PluginStatus(
             resource=self.resource,
             socket=self.socket,
             registered=self._registered,
             registrations=self._registrations,
             streams=self._streams,
-            devices=len(devices),
-            healthy=sum(d.healthy for d in devices),
+            devices=devices,
+            healthy=healthy,
             last_error=self._last_error,
             units=len(self.state.units),
         )
@@ -284,9 +338,10 @@ class ResourcePlugin:
         if server is not None:
             self._server = None
             await server.stop(0.5)
-        path = self._plugin_dir / socket_name(self.resource)
+        path, shortened = socket_path(self._plugin_dir, self.resource)
         self._server = await PluginServer.start(self, path)
-        log.info("%s: serving on %s", self.resource, path)
+        note = f" (name shortened to fit {MAX_UNIX_PATH_BYTES} bytes)" if shortened else ""
+        log.info("%s: serving on %s%s", self.resource, path, note)
 
     # -- the Backend the gRPC servicer calls --------------------------------------
 
@@ -297,8 +352,8 @@ class ResourcePlugin:
     def options(self) -> PluginOptions:
         return plugin_options(self._definition)
 
-    def devices(self) -> tuple[int, tuple[DeviceInfo, ...]]:
-        return self.state.version, self.state.devices()
+    def devices(self) -> tuple[int, Sequence[DeviceInfo]]:
+        return self.state.version, self.state.device_list()
 
     async def wait_devices(self, version: int) -> int | None:
         return await self.state.wait_changed(version)
@@ -317,7 +372,7 @@ class ResourcePlugin:
             self.request_registration("kubelet ended ListAndWatch")
 
     def preferred(self, requests: Sequence[PreferredRequest]) -> list[tuple[str, ...]]:
-        units = self.state.units
+        units = self.state.units_view()
         policy = self._definition.preferred_allocation
         return [
             preferred_allocation(
@@ -344,12 +399,26 @@ class ResourcePlugin:
             self._metrics.allocation(self.resource, allocation_result(error), elapsed)
 
     async def _allocate(self, requests: Sequence[tuple[str, ...]]) -> list[Allocation]:
-        if self._on_claim is not None:
-            for ids in requests:
-                await self._on_claim(ids)  # a cleanup the kubelet did not wait for
+        # Everything that can refuse the request without side effects comes
+        # first: a refused Allocate (unknown IDs, a path escaping its template,
+        # an answer over 4 MiB) must not run cleanup on a unit a live pod holds,
+        # nor make us forget that pod's hold (release.UsageTracker.claim).
         definition = self._definition
         lookups = [self._checked(ids) for ids in requests]
-        allocations: list[Allocation] = []
+        allocations = [
+            render_allocation(definition, units, node_name=self._node_name, device_ids=ids)
+            for ids, units in zip(requests, lookups, strict=True)
+        ]
+        size = allocate_response_size(allocations)
+        if size > MAX_MESSAGE_BYTES:
+            raise UnsafeAllocationError(
+                f"the Allocate answer for {sum(len(ids) for ids in requests)} device(s) would be"
+                f" {size} bytes, over the kubelet's {MAX_MESSAGE_BYTES}-byte message limit:"
+                " make the allocate templates render less"
+            )
+        if self._on_claim is not None:
+            await self._on_claim(requests)  # a cleanup the kubelet did not wait for
+            lookups = [self._checked(ids) for ids in requests]  # ... which may have failed
         for ids, units in zip(requests, lookups, strict=True):
             if definition.hooks.init is not None:
                 await self._run_hook(
@@ -361,9 +430,6 @@ class ResourcePlugin:
                     node_name=self._node_name,
                     logger=log,
                 )
-            allocations.append(
-                render_allocation(definition, units, node_name=self._node_name, device_ids=ids)
-            )
         for ids in requests:
             self._on_allocated(ids)
         return allocations

@@ -14,12 +14,22 @@ time, greedily, with a total order so the answer is deterministic:
 
 Remaining ties fall back to the IDs' order. Unknown NUMA nodes count as one
 node; an unknown parent counts as the unit itself.
+
+The kubelet may send tens of thousands of IDs (``count: 1000`` over many
+units) and asks on the event loop, so the greedy runs in O((n + size) log n):
+IDs sit in a tree NUMA node -> parent -> unit -> IDs in order, each level a
+heap keyed by the best key below it. A pick changes the used counts of one
+NUMA node, one parent and one unit only, so only their entries are pushed
+again (stale ones are skipped when they surface). The key is lexicographic
+with the NUMA node's terms first, then the parent's, then the unit's, so the
+best of a level is found from the best of the level below plus its own terms.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Mapping, Sequence
+import heapq
+from collections import Counter, deque
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from genericdp.config.model import PreferredAllocation
@@ -56,37 +66,147 @@ def preferred_allocation(
     chosen = list(dict.fromkeys(must_include))
     picked = set(chosen)
     candidates = [d for d in dict.fromkeys(available) if d not in picked]
-    places = {d: _place(d, units) for d in [*chosen, *candidates]}
-    order = {d: i for i, d in enumerate(candidates)}
-    avail_numa = Counter(places[d].numa for d in candidates)
-    avail_parent = Counter(places[d].parent for d in candidates)
-    used_numa = Counter(places[d].numa for d in chosen)
-    used_parent = Counter(places[d].parent for d in chosen)
-    used_unit = Counter(places[d].unit for d in chosen)
+    wanted = size - len(chosen)
+    if wanted <= 0 or not candidates:
+        return tuple(chosen)
+    if policy is PreferredAllocation.NONE:
+        return (*chosen, *candidates[:wanted])
+    picker = _Picker(packed=policy is not PreferredAllocation.SPREAD, units=units)
+    picker.add(chosen, candidates)
+    return (*chosen, *picker.take(wanted))
 
-    def packed_key(d: str) -> tuple[int, ...]:
-        p = places[d]
-        return (
-            -used_numa[p.numa],
-            -used_parent[p.parent],
-            -used_unit[p.unit],
-            -avail_numa[p.numa],
-            -avail_parent[p.parent],
-            order[d],
-        )
 
-    def spread_key(d: str) -> tuple[int, ...]:
-        p = places[d]
-        return (used_numa[p.numa], used_parent[p.parent], used_unit[p.unit], order[d])
+Key = tuple[int, ...]
 
-    key = spread_key if policy is PreferredAllocation.SPREAD else packed_key
-    while len(chosen) < size and candidates:
-        plain = policy is PreferredAllocation.NONE
-        best = candidates[0] if plain else min(candidates, key=key)
-        candidates.remove(best)
-        chosen.append(best)
-        p = places[best]
-        used_numa[p.numa] += 1
-        used_parent[p.parent] += 1
-        used_unit[p.unit] += 1
-    return tuple(chosen)
+
+class _Heap:
+    """A heap of nodes by key where a node's newer entry makes its older ones stale."""
+
+    def __init__(self) -> None:
+        self._entries: list[tuple[Key, int, Hashable]] = []
+        self._version: dict[Hashable, int] = {}
+
+    def set(self, node: Hashable, key: Key | None) -> None:
+        version = self._version.get(node, 0) + 1
+        self._version[node] = version
+        if key is not None:
+            heapq.heappush(self._entries, (key, version, node))
+
+    def fill(self, items: Sequence[tuple[Key, Hashable]]) -> None:
+        """Start with ``items`` (a new heap): one heapify instead of a push each."""
+        self._entries = [(key, 1, node) for key, node in items]
+        self._version = {node: 1 for _, node in items}
+        heapq.heapify(self._entries)
+
+    def top(self) -> tuple[Key, Hashable] | None:
+        entries = self._entries
+        while entries and entries[0][1] != self._version[entries[0][2]]:
+            heapq.heappop(entries)
+        return (entries[0][0], entries[0][2]) if entries else None
+
+
+class _Picker:
+    """The greedy of the module docstring, one pick at a time."""
+
+    def __init__(self, *, packed: bool, units: Mapping[str, Unit]) -> None:
+        self._packed = packed
+        self._sign = -1 if packed else 1  # packed prefers the most used, spread the least
+        self._units = units
+        self._used_numa: Counter[int] = Counter()
+        self._used_parent: Counter[str] = Counter()
+        self._used_unit: Counter[str] = Counter()
+        self._avail_numa: Counter[int] = Counter()
+        self._avail_parent: Counter[str] = Counter()
+        self._ids: dict[str, deque[tuple[int, str]]] = {}  # unit -> (order, ID), in order
+        self._place: dict[str, _Place] = {}  # unit -> its place
+        self._numas_of_parent: dict[str, set[int]] = {}
+        self._unit_heaps: dict[tuple[int, str], _Heap] = {}  # (numa, parent) -> its units
+        self._parent_heaps: dict[int, _Heap] = {}  # numa -> its (numa, parent) nodes
+        self._numa_heap = _Heap()
+
+    def add(self, chosen: Sequence[str], candidates: Sequence[str]) -> None:
+        for device_id in chosen:
+            self._use(_place(device_id, self._units))
+        for order, device_id in enumerate(candidates):
+            place = self._place.get(unit_id_of(device_id)) or _place(device_id, self._units)
+            self._place.setdefault(place.unit, place)
+            self._ids.setdefault(place.unit, deque()).append((order, device_id))
+            self._avail_numa[place.numa] += 1
+            self._avail_parent[place.parent] += 1
+            self._numas_of_parent.setdefault(place.parent, set()).add(place.numa)
+        by_node: dict[tuple[int, str], list[tuple[Key, Hashable]]] = {}
+        for unit, ids in self._ids.items():
+            place = self._place[unit]
+            key = (self._sign * self._used_unit[unit], ids[0][0])
+            by_node.setdefault((place.numa, place.parent), []).append((key, unit))
+        for node, items in by_node.items():
+            self._unit_heaps[node] = heap = _Heap()
+            heap.fill(items)
+        for numa, parent in by_node:
+            self._refresh_parent(numa, parent)
+        for numa in list(self._parent_heaps):
+            self._refresh_numa(numa)
+
+    def take(self, wanted: int) -> list[str]:
+        out: list[str] = []
+        while len(out) < wanted:
+            best = self._numa_heap.top()
+            if best is None:
+                break
+            numa = _int(best[1])
+            parent_top = self._parent_heaps[numa].top()
+            assert parent_top is not None
+            node = parent_top[1]
+            assert isinstance(node, tuple)
+            unit_top = self._unit_heaps[node].top()
+            assert unit_top is not None
+            unit = str(unit_top[1])
+            out.append(self._ids[unit].popleft()[1])
+            place = self._place[unit]
+            self._use(place)
+            self._refresh_unit(unit)
+            for other in self._numas_of_parent[place.parent]:  # the parent's count changed
+                self._refresh_parent(other, place.parent)
+                self._refresh_numa(other)
+        return out
+
+    def _use(self, place: _Place) -> None:
+        self._used_numa[place.numa] += 1
+        self._used_parent[place.parent] += 1
+        self._used_unit[place.unit] += 1
+
+    def _refresh_unit(self, unit: str) -> None:
+        place = self._place[unit]
+        ids = self._ids[unit]
+        key = (self._sign * self._used_unit[unit], ids[0][0]) if ids else None
+        heap = self._unit_heaps.setdefault((place.numa, place.parent), _Heap())
+        heap.set(unit, key)
+
+    def _refresh_parent(self, numa: int, parent: str) -> None:
+        best = self._unit_heaps[numa, parent].top()
+        key: Key | None = None
+        if best is not None:
+            used_unit, order = best[0]
+            used = self._sign * self._used_parent[parent]
+            if self._packed:
+                key = (used, used_unit, -self._avail_parent[parent], order)
+            else:
+                key = (used, used_unit, order)
+        self._parent_heaps.setdefault(numa, _Heap()).set((numa, parent), key)
+
+    def _refresh_numa(self, numa: int) -> None:
+        best = self._parent_heaps[numa].top()
+        key: Key | None = None
+        if best is not None:
+            used = self._sign * self._used_numa[numa]
+            if self._packed:
+                used_parent, used_unit, avail_parent, order = best[0]
+                key = (used, used_parent, used_unit, -self._avail_numa[numa], avail_parent, order)
+            else:
+                key = (used, *best[0])
+        self._numa_heap.set(numa, key)
+
+
+def _int(value: Hashable) -> int:
+    assert isinstance(value, int)
+    return value

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,6 +111,9 @@ class UsageTracker:
         # (resource, device, holder) the kubelet gave up (it handed the device
         # out again) but List still shows: a terminated pod not yet deleted.
         self._stale: set[tuple[str, str, Holder]] = set()
+        # resource -> unit -> held replica IDs, built on demand from _holders
+        # (so an Allocate's claim never scans everything held).
+        self._unit_counts: dict[str, Counter[str]] = {}
         self._baseline = False
 
     @property
@@ -135,6 +139,7 @@ class UsageTracker:
             for r, devices in self._holders.items()
         }
         self._stale.clear()
+        self._unit_counts = {}
         self._baseline = False
 
     def observe(self, pods: Iterable[PodDevices]) -> tuple[Release, ...]:
@@ -160,6 +165,7 @@ class UsageTracker:
                     current.setdefault(resource, {})[device_id] = {HANDED_OUT}
         previous = self.snapshot()
         self._holders = current
+        self._unit_counts = {}
         if not self._baseline:
             self._baseline = True
             return ()
@@ -168,21 +174,46 @@ class UsageTracker:
     def claim(self, resource: str, device_ids: Iterable[str]) -> tuple[Release, ...]:
         """The kubelet is giving these IDs out: whoever held them is done with them.
 
-        Returns the units this releases (their cleanup must run first).
+        Returns the units this releases (their cleanup must run first). Costs
+        what the request names, not what the resource holds: each released
+        unit is checked against its own replicas' holders only.
         """
-        previous = self.in_use(resource)
+        held = self._held_units(resource)  # before the pops below
         devices = self._holders.get(resource, {})
-        for device_id in device_ids:
-            for holder in devices.pop(device_id, set()):
+        freed: dict[str, list[str]] = {}
+        for device_id in dict.fromkeys(device_ids):
+            holders = devices.pop(device_id, set())
+            if holders:
+                freed.setdefault(unit_id_of(device_id), []).append(device_id)
+            for holder in holders:
                 if holder != HANDED_OUT:
                     self._stale.add((resource, device_id, holder))
-        return released_units({resource: previous}, {resource: self.in_use(resource)})
+        for unit_id, ids in freed.items():
+            held[unit_id] -= len(ids)
+        return tuple(
+            Release(resource, unit_id, tuple(sorted(ids)))
+            for unit_id, ids in sorted(freed.items())
+            if held[unit_id] <= 0
+        )
+
+    def _held_units(self, resource: str) -> Counter[str]:
+        """Unit -> how many of its replica IDs are held (kept in step with ``_holders``)."""
+        counts = self._unit_counts.get(resource)
+        if counts is None:
+            devices = self._holders.get(resource, {})
+            counts = Counter(unit_id_of(d) for d, h in devices.items() if h)
+            self._unit_counts[resource] = counts
+        return counts
 
     def handed_out(self, resource: str, device_ids: Iterable[str]) -> None:
         """Our Allocate gave these IDs to a container: in use until List says otherwise."""
         devices = self._holders.setdefault(resource, {})
+        held = self._held_units(resource)
         for device_id in device_ids:
-            devices.setdefault(device_id, set()).add(HANDED_OUT)
+            holders = devices.setdefault(device_id, set())
+            if not holders:
+                held[unit_id_of(device_id)] += 1
+            holders.add(HANDED_OUT)
 
 
 class ReleasePoller:

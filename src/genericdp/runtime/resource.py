@@ -156,10 +156,13 @@ class ResourceRunner:
         """Nobody holds this unit any more (seen by the PodResources poller)."""
         self.cleaner.released(release)
 
-    async def _before_allocate(self, device_ids: tuple[str, ...]) -> None:
-        await self._claim(device_ids)
+    async def _before_allocate(self, requests: Sequence[tuple[str, ...]]) -> None:
+        # The CDI check may refuse the Allocate: before any claim, which cleans.
         if self.plugin.definition.allocate.cdi:
-            await self._check_cdi(device_ids)
+            for device_ids in requests:
+                await self._check_cdi(device_ids)
+        for device_ids in requests:
+            await self._claim(device_ids)
 
     async def _claim(self, device_ids: tuple[str, ...]) -> None:
         for release in self._usage.claim(self.name, device_ids):

@@ -9,10 +9,12 @@ report repeating itself) does not.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import overload
 
-from genericdp.discovery.model import DeviceInfo, Unit, replica_ids, unit_id_of
+from genericdp.discovery.model import DeviceInfo, Unit, unit_id_of
 
 
 @dataclass(frozen=True)
@@ -36,11 +38,14 @@ class DeviceState:
 
     def __init__(self, *, count: int = 1, units: Iterable[Unit] = ()) -> None:
         self._count = count
-        self._units: dict[str, Unit] = {u.id: u for u in units}
+        self._units: dict[str, Unit] = {u.id: u for u in sorted(units, key=lambda u: u.id)}
         self._unhealthy: frozenset[str] = frozenset()
         self._probed: frozenset[str] | None = None  # None: no probe, nothing to wait for
         self._cleaning: frozenset[str] = frozenset()
-        self._devices: tuple[DeviceInfo, ...] = self._build()
+        # The list is built only when asked for (ListAndWatch); whether it
+        # changed is decided on a signature that costs units, not units x count.
+        self._signature = self._sign()
+        self._devices: tuple[DeviceInfo, ...] | None = None
         self._version = 0
         self._closed = False
         self._changed = asyncio.Event()
@@ -57,6 +62,10 @@ class DeviceState:
     def units(self) -> dict[str, Unit]:
         return dict(self._units)
 
+    def units_view(self) -> Mapping[str, Unit]:
+        """The units without a copy (read-only; for per-request lookups)."""
+        return MappingProxyType(self._units)
+
     @property
     def unhealthy(self) -> frozenset[str]:
         """Units advertised Unhealthy by health: failed, or not probed yet."""
@@ -69,7 +78,21 @@ class DeviceState:
         return self._cleaning
 
     def devices(self) -> tuple[DeviceInfo, ...]:
+        if self._devices is None:
+            self._devices = tuple(self.device_list())
         return self._devices
+
+    def device_list(self) -> DeviceList:
+        """The current list as a lazy sequence: ListAndWatch sends what fits in
+        4 MiB, and must not build a million objects to send 175,000."""
+        out = self.unhealthy | self._cleaning
+        return DeviceList(tuple(self._units.values()), self._count, out)
+
+    def counts(self) -> tuple[int, int]:
+        """(devices, healthy devices) without building the list."""
+        out = self.unhealthy | self._cleaning
+        healthy = sum(1 for uid in self._units if uid not in out)
+        return len(self._units) * self._count, healthy * self._count
 
     def set_units(self, units: Iterable[Unit]) -> bool:
         """Replace the units; True when the device list changed."""
@@ -106,11 +129,29 @@ class DeviceState:
         self._cleaning = (self._cleaning | {unit_id}) if cleaning else (self._cleaning - {unit_id})
         return self._refresh()
 
+    def known(self, device_id: str) -> bool:
+        """Whether ``device_id`` is one of ours now (``replica_ids`` of a current unit).
+
+        Parsed, not looked up in the device list: an Allocate costs what the
+        kubelet sent, not the million IDs of ``count: 1000`` over 1000 units.
+        """
+        unit_id, sep, index = device_id.partition("::")
+        if unit_id not in self._units:
+            return False
+        if self._count <= 1:
+            return not sep
+        return (
+            index.isascii()
+            and index.isdigit()
+            and str(int(index)) == index
+            and int(index) < self._count
+        )
+
     def lookup(self, device_ids: Iterable[str]) -> Lookup:
-        known = {d.id: d for d in self._devices}
         unhealthy = self.unhealthy
         ids = list(dict.fromkeys(device_ids))
-        unit_ids = sorted({unit_id_of(d) for d in ids if d in known})
+        known = {d for d in ids if self.known(d)}
+        unit_ids = sorted({unit_id_of(d) for d in known})
         return Lookup(
             units=tuple(self._units[u] for u in unit_ids),
             unknown=tuple(d for d in ids if d not in known),
@@ -129,23 +170,21 @@ class DeviceState:
         self._closed = True
         self._wake()
 
-    def _build(self) -> tuple[DeviceInfo, ...]:
-        unhealthy = self.unhealthy
-        return tuple(
-            DeviceInfo(
-                id=rid,
-                healthy=u.id not in unhealthy and u.id not in self._cleaning,
-                numa_node=u.numa_node,
-            )
-            for u in sorted(self._units.values(), key=lambda u: u.id)
-            for rid in replica_ids(u.id, self._count)
+    def _sign(self) -> tuple[object, ...]:
+        """What the device list is made of: equal signatures, equal lists."""
+        ids = self._units.keys()
+        return (
+            tuple((u.id, u.numa_node) for u in self._units.values()),
+            self._count,
+            frozenset(self.unhealthy & ids),
+            frozenset(self._cleaning & ids),
         )
 
     def _refresh(self) -> bool:
-        devices = self._build()
-        if devices == self._devices:
+        signature = self._sign()
+        if signature == self._signature:
             return False
-        self._devices = devices
+        self._signature, self._devices = signature, None
         self._version += 1
         self._wake()
         return True
@@ -154,3 +193,44 @@ class DeviceState:
         # A fresh event per change: waiters hold the old one, which stays set.
         old, self._changed = self._changed, asyncio.Event()
         old.set()
+
+
+class DeviceList(Sequence[DeviceInfo]):
+    """The device list of one state version, made one device at a time.
+
+    In unit ID order, each unit's replicas in order (``replica_ids``); a unit
+    is Healthy unless it is in ``out`` (unhealthy or being cleaned up).
+    """
+
+    def __init__(self, units: tuple[Unit, ...], count: int, out: frozenset[str]) -> None:
+        self._units = units
+        self._count = max(count, 1)
+        self._out = out
+
+    def __len__(self) -> int:
+        return len(self._units) * self._count
+
+    @overload
+    def __getitem__(self, index: int) -> DeviceInfo: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[DeviceInfo]: ...
+
+    def __getitem__(self, index: int | slice) -> DeviceInfo | Sequence[DeviceInfo]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        unit = self._units[index // self._count]
+        return self._device(unit, index % self._count)
+
+    def __iter__(self) -> Iterator[DeviceInfo]:
+        for unit in self._units:
+            for replica in range(self._count):
+                yield self._device(unit, replica)
+
+    def _device(self, unit: Unit, replica: int) -> DeviceInfo:
+        device_id = unit.id if self._count == 1 else f"{unit.id}::{replica}"
+        return DeviceInfo(id=device_id, healthy=unit.id not in self._out, numa_node=unit.numa_node)

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 
+from genericdp.cdi import remove_stale_specs
 from genericdp.config.model import Config
 from genericdp.discovery.model import Roots
 from genericdp.kubelet.options import KUBELET_SOCKET_NAME
@@ -98,6 +99,10 @@ class Supervisor:
         if plugin_dir.is_dir():
             for path in remove_stale_sockets(plugin_dir):
                 log.info("removed stale socket %s", path)
+        # Specs we wrote for resources that left the config while we were down.
+        keep = [d.name for d in config.resources if d.allocate.cdi]
+        for path in await asyncio.to_thread(remove_stale_specs, self._settings.cdi_dir, keep):
+            log.info("removed stale CDI spec %s", path)
         self._tasks.spawn("kubelet-watch", self._watch, backoff=Backoff(maximum=10.0))
         # Not awaited: once ready it asks every resource to rescan, so nothing is missed.
         self._tasks.spawn("device-watch", self._watch_devices, backoff=Backoff(maximum=10.0))

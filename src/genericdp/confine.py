@@ -1,0 +1,143 @@
+"""What a rendered allocation may contain: paths confined to their template, clean values.
+
+Templates see attributes and udev properties that whoever made the device
+wrote (a USB product string, a serial number): a product string
+``../../../../etc`` rendered into ``hostPath: /run/foo/{{ ... }}`` must not
+mount the host's ``/etc``. So every path that leaves ``render_allocation``
+is checked here, and an allocation that breaks a rule is refused, never
+repaired: a path we quietly changed would give the container something the
+config author did not write.
+
+Rules for a rendered mount path (``hostPath``, ``containerPath``):
+
+- absolute, no NUL or other control characters, at most ``MAX_PATH_BYTES``;
+- no ``..`` component at all (a legitimate path never needs one);
+- normalised (``//`` and ``.`` components removed), it still starts with the
+  *literal prefix* of its template, the text before the first ``{{``/``{%``/
+  ``{#``, normalised the same way: ``/run/foo/{{ x }}`` stays under
+  ``/run/foo/``, ``/dev/tty{{ n }}`` stays a ``/dev/tty*`` name.
+
+Device node paths (host and container) come from file names under the dev
+root, not from templates; they must be normalised absolute paths under
+``/dev`` without control characters.
+
+Env and annotation values must not contain NUL: no runtime can pass it on
+(``execve`` ends a string there), so the container would fail later with an
+error nobody can trace back. Newlines are fine.
+
+A path is checked as text: whether a component is a symlink on the host is
+the runtime's business when it mounts it (and the host's, not the container's,
+symlinks). A config author who templates a ``hostPath`` from device strings
+should keep the template's literal prefix a directory they control.
+"""
+
+from __future__ import annotations
+
+import re
+
+from genericdp.errors import UnsafeAllocationError
+
+MAX_PATH_BYTES = 4096  # PATH_MAX
+MAX_SHOWN = 120  # characters of a hostile value quoted in an error
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_MARKERS = ("{{", "{%", "{#")
+
+
+def shown(value: str, limit: int = MAX_SHOWN) -> str:
+    """``repr`` of at most ``limit`` characters of ``value``, saying how much was left out.
+
+    Every peer- or device-supplied string that reaches a log line or a gRPC
+    status goes through this (or an equivalent cap): a 1 MB device ID must not
+    become a 1 MB log line.
+    """
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value)} characters)"
+
+
+def clip(value: str, limit: int = MAX_SHOWN) -> str:
+    """``value`` as it is when short and printable, else ``shown(value, limit)``."""
+    return value if len(value) <= limit and value.isprintable() else shown(value, limit)
+
+
+def literal_prefix(source: str) -> str:
+    """The text of a template before its first Jinja marker (all of it if it has none).
+
+    A marker written ``{{-``/``{%-`` strips the whitespace before it, so that
+    whitespace is not part of what the output starts with.
+    """
+    cut = min((i for i in (source.find(m) for m in _MARKERS) if i >= 0), default=len(source))
+    prefix = source[:cut]
+    return prefix.rstrip() if source[cut + 2 : cut + 3] == "-" else prefix
+
+
+def _components(path: str) -> list[str]:
+    return [part for part in path.split("/") if part not in ("", ".")]
+
+
+def normalised(path: str) -> str:
+    """``path`` with ``//`` and ``.`` components removed (``..`` is refused before this)."""
+    return "/" + "/".join(_components(path))
+
+
+def confine_path(rendered: str, template: str, *, what: str) -> str:
+    """The normalised ``rendered`` path, or UnsafeAllocationError saying why it is refused.
+
+    ``what`` names the value for the message (resource, key, units).
+    """
+    if len(rendered.encode(errors="surrogateescape")) > MAX_PATH_BYTES:
+        raise UnsafeAllocationError(
+            f"{what} rendered a path of {len(rendered)} characters, over {MAX_PATH_BYTES}"
+        )
+    if _CONTROL.search(rendered):
+        raise UnsafeAllocationError(
+            f"{what} rendered {shown(rendered)}, which contains control characters"
+        )
+    if not rendered.startswith("/"):
+        raise UnsafeAllocationError(
+            f"{what} rendered {shown(rendered)}, which is not an absolute path"
+        )
+    if ".." in rendered.split("/"):
+        raise UnsafeAllocationError(
+            f"{what} rendered {shown(rendered)}, which contains a '..' component"
+        )
+    path = normalised(rendered)
+    prefix = literal_prefix(template)
+    if prefix != template and not _within(path, prefix):
+        raise UnsafeAllocationError(
+            f"{what} rendered {shown(rendered)}, which leaves the template's fixed"
+            f" prefix {prefix!r}"
+        )
+    return path
+
+
+def _within(path: str, prefix: str) -> bool:
+    """Whether normalised ``path`` keeps ``prefix``: its whole directories, then its
+    partial last component (``/dev/tty`` of ``/dev/tty{{ n }}``) as the start of the next."""
+    directories = _components(prefix[: prefix.rfind("/") + 1]) if "/" in prefix else []
+    tail = prefix[prefix.rfind("/") + 1 :] if "/" in prefix else prefix
+    parts = _components(path)
+    if parts[: len(directories)] != directories:
+        return False
+    if not tail or tail == ".":
+        return True
+    rest = parts[len(directories) :]
+    return bool(rest) and rest[0].startswith(tail)
+
+
+def check_device_path(path: str, *, what: str) -> None:
+    """A device node path (host or container): normalised, absolute, under ``/dev``."""
+    if (
+        _CONTROL.search(path)
+        or not path.startswith("/dev/")
+        or normalised(path) != path
+        or ".." in path.split("/")
+        or len(path.encode(errors="surrogateescape")) > MAX_PATH_BYTES
+    ):
+        raise UnsafeAllocationError(f"{what}: device path {shown(path)} is not a clean /dev path")
+
+
+def check_value(value: str, *, what: str) -> None:
+    """An env or annotation value: no NUL (runtimes cannot pass it on)."""
+    if "\x00" in value:
+        raise UnsafeAllocationError(f"{what} rendered a value containing NUL: {shown(value)}")
