@@ -82,7 +82,12 @@ def test_the_locks_pin_everything_with_hashes() -> None:
         assert name in pins, f"{name} is not in {IMAGE_LOCK.name}"
     assert "genericdp" not in pins, "the project itself is installed --no-deps, not locked"
     assert {"build", "setuptools", "setuptools-scm"} <= set(lock_pins(RELEASE_LOCK))
-    assert "./dev lock" in IMAGE_LOCK.read_text()
+    # Renovate refreshes a lock by the pip-compile command in its header.
+    for lock in (IMAGE_LOCK, RELEASE_LOCK):
+        header = lock.read_text().split("\n\n", 1)[0]
+        assert "#    pip-compile " in header
+        assert "--generate-hashes" in header
+        assert f"--output-file=requirements/{lock.name}" in header
 
 
 def test_stubs_were_generated_by_the_pinned_grpcio_tools() -> None:

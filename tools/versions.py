@@ -20,6 +20,7 @@ release workflow runs this before anything is installed.
     python -m tools.versions check [--tag vX.Y.Z]
     python -m tools.versions set X.Y.Z
     python -m tools.versions resolve --ref "$GITHUB_REF"
+    python -m tools.versions pep440 X.Y.Z-rc.N
     python -m tools.versions artifacts X.Y.Z [--dist DIR] [--chart TGZ] [--oci TAR]
     python -m tools.versions notes X.Y.Z --image IMAGE --digest sha256:... --repository OWNER/REPO
 """
@@ -333,6 +334,11 @@ def _set(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pep440(args: argparse.Namespace) -> int:
+    print(python_version(args.version))
+    return 0
+
+
 def _resolve(args: argparse.Namespace) -> int:
     # A tag releases itself; anything else dry-runs the checked-in version.
     if args.ref.startswith("refs/tags/"):
@@ -381,6 +387,11 @@ def main(argv: list[str] | None = None) -> int:
     setter = sub.add_parser("set", help="rewrite every copy")
     setter.add_argument("version")
     setter.set_defaults(run=_set)
+    pep440 = sub.add_parser(
+        "pep440", help="the Python spelling of a version (1.0.0-rc.1: 1.0.0rc1)"
+    )
+    pep440.add_argument("version")
+    pep440.set_defaults(run=_pep440)
     resolve = sub.add_parser("resolve", help="the version to build for a git ref")
     resolve.add_argument("--ref", required=True)
     resolve.set_defaults(run=_resolve)
