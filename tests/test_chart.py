@@ -56,6 +56,15 @@ def test_the_schema_declares_every_value_and_no_other() -> None:
     assert sorted(values()) == sorted(schema()["properties"])
 
 
+def test_the_schema_patterns_are_re2() -> None:
+    """Helm compiles patterns with Go's RE2: no lookarounds or backreferences (helm would fail)."""
+    text = (CHART / "values.schema.json").read_text()
+    patterns = re.findall(r'"pattern": "((?:[^"\\]|\\.)*)"', text)
+    assert patterns
+    for pattern in patterns:
+        assert not re.search(r"\(\?<?[=!]|\\\\[1-9]", pattern), pattern
+
+
 BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
     "a misspelt key": ({"toleration": []}, "Additional properties"),
     "a misspelt image key": ({"image": {"repository": "r", "pullpolicy": "Always"}}, "pullpolicy"),
