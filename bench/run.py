@@ -2,7 +2,7 @@
 
 Run with ``make bench`` (or ``.venv/bin/python -m bench.run``). Prints one
 line per measurement with the median, min and max over the repetitions and
-the machine it ran on. Targets (README): re-registration after a kubelet
+the machine it ran on. Targets (DESIGN.md): re-registration after a kubelet
 restart under 1 s; Allocate fast enough never to stall pod admission.
 """
 

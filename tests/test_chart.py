@@ -50,10 +50,10 @@ def test_the_schema_is_valid_and_accepts_the_default_values() -> None:
     assert schema_errors(values()) == []
 
 
-def test_the_schema_declares_every_value_and_no_other() -> None:
-    """Each top-level key of values.yaml is in the schema (closed to typos), and vice versa."""
+def test_the_schema_declares_every_value() -> None:
+    """Each top-level key of values.yaml is in the schema, which is closed to typos."""
     assert schema()["additionalProperties"] is False
-    assert sorted(values()) == sorted(schema()["properties"])
+    assert set(values()) <= set(schema()["properties"])
 
 
 def test_the_schema_patterns_are_re2() -> None:
