@@ -133,8 +133,9 @@ def checked_in(root: Path = ROOT) -> dict[str, str]:
 
 
 def disagreements(found: dict[str, str], expected: str | None = None) -> list[str]:
-    """Human-readable lines, one per copy that differs from the others or from expected."""
-    want = expected if expected is not None else next(iter(found.values()))
+    """Human-readable lines, one per copy that differs from expected (else from the majority)."""
+    values = list(found.values())
+    want = expected if expected is not None else max(values, key=values.count)
     problems = [f"{where}: {got} (expected {want})" for where, got in found.items() if got != want]
     for where, got in found.items():
         try:
@@ -211,17 +212,21 @@ class OciLayout:
     def close(self) -> None:
         self._tar.close()
 
-    def blob(self, digest: str) -> Any:
-        algorithm, _, value = digest.partition(":")
-        handle = self._tar.extractfile(f"blobs/{algorithm}/{value}")
+    def _read(self, name: str) -> Any:
+        # Some writers store members as ./name.
+        members = set(self._tar.getnames())
+        member = name if name in members else f"./{name}"
+        handle = self._tar.extractfile(member)
         assert handle is not None
         return json.loads(handle.read())
 
+    def blob(self, digest: str) -> Any:
+        algorithm, _, value = digest.partition(":")
+        return self._read(f"blobs/{algorithm}/{value}")
+
     def descriptors(self) -> Iterator[dict[str, Any]]:
         """Every manifest descriptor, image indexes unfolded."""
-        handle = self._tar.extractfile("index.json")
-        assert handle is not None
-        pending: list[dict[str, Any]] = list(json.loads(handle.read())["manifests"])
+        pending: list[dict[str, Any]] = list(self._read("index.json")["manifests"])
         while pending:
             descriptor = pending.pop(0)
             if descriptor["mediaType"].endswith("image.index.v1+json"):
