@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
+from genericdp import __version__
 from genericdp.config.model import Exec
 from genericdp.discovery.model import Unit
 from genericdp.errors import CdiSpecError, HookError, InvalidDevicesError, TemplateRenderError
@@ -94,7 +95,7 @@ def test_each_metrics_owns_its_registry() -> None:
     a.registration(SERIAL, ok=True)
     assert value(a, "genericdp_registrations_total", resource=SERIAL, result="ok") == 1
     assert value(b, "genericdp_registrations_total", resource=SERIAL, result="ok") is None
-    assert REGISTRY.get_sample_value("genericdp_build_info", {"version": "0.1.0"}) is None
+    assert REGISTRY.get_sample_value("genericdp_build_info", {"version": __version__}) is None
 
 
 def test_build_info_and_process_metrics() -> None:

@@ -2,7 +2,7 @@
 
 The kind e2e itself runs in GitHub Actions (.github/workflows/e2e.yaml). Here:
 every manifest parses; the DaemonSet of the kustomize base, of its rendering
-and of the Helm chart keeps the contract of DESIGN.md section 4 (ConfigMap as a
+and of the Helm chart keeps the contract of docs/deploy.md (ConfigMap as a
 directory, the hostPath mounts, system-node-critical, probes, measured
 resources); every config the deployments ship validates with genericdp's own
 validator; the Containerfile is multi-stage, labelled and runs ``genericdp
@@ -106,7 +106,7 @@ def by_kind(docs: list[Any], kind: str) -> list[Any]:
 
 
 def assert_daemonset_contract(ds: dict[str, Any], config_map: str) -> None:
-    """What DESIGN.md section 4 asks of the DaemonSet, wherever it comes from."""
+    """What docs/deploy.md ("The DaemonSet") promises of it, wherever it comes from."""
     assert not [k for k, _ in walk(ds) if k == "subPath"], "subPath mounts never see updates"
     pod = ds["spec"]["template"]["spec"]
     assert pod["priorityClassName"] == "system-node-critical"

@@ -83,7 +83,7 @@ def render_env(
 
 
 def test_design_example_lists_container_paths() -> None:
-    """The DESIGN.md example joins the container path of every allocated node."""
+    """The docs/config.md example (SERIAL_PORTS) joins the container path of every node."""
     got = render_env("{{ devices | map(attribute='path') | join(',') }}")
     assert got == "/dev/serial/by-id/usb-FTDI_A1,/dev/ttyUSB1"
 

@@ -1,0 +1,245 @@
+"""The Helm chart's values schema, names, namespaces, pod labels and monitors.
+
+Structural checks run everywhere (the schema with jsonschema, the templates
+as text); rendering checks need helm and skip without it, as in
+tests/test_packaging.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jsonschema import Draft7Validator
+from ruamel.yaml import YAML
+
+from tools import versions
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "deploy" / "helm" / "genericdp"
+TEMPLATES = CHART / "templates"
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
+NAMESPACE_LINE = 'namespace: {{ include "genericdp.namespace" . }}'
+
+
+def values() -> dict[str, Any]:
+    data: dict[str, Any] = YAML(typ="safe", pure=True).load((CHART / "values.yaml").read_text())
+    return data
+
+
+def schema() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((CHART / "values.schema.json").read_text())
+    return data
+
+
+def schema_errors(data: dict[str, Any]) -> list[str]:
+    return [e.message for e in Draft7Validator(schema()).iter_errors(data)]
+
+
+# -- values.schema.json -------------------------------------------------------------------
+
+
+def test_the_schema_is_valid_and_accepts_the_default_values() -> None:
+    """values.schema.json is a draft-07 schema and values.yaml passes it."""
+    Draft7Validator.check_schema(schema())
+    assert schema_errors(values()) == []
+
+
+def test_the_schema_declares_every_value() -> None:
+    """Each top-level key of values.yaml is in the schema, which is closed to typos."""
+    assert schema()["additionalProperties"] is False
+    assert set(values()) <= set(schema()["properties"])
+
+
+def test_the_schema_patterns_are_re2() -> None:
+    """Helm compiles patterns with Go's RE2: no lookarounds or backreferences (helm would fail)."""
+    text = (CHART / "values.schema.json").read_text()
+    patterns = re.findall(r'"pattern": "((?:[^"\\]|\\.)*)"', text)
+    assert patterns
+    for pattern in patterns:
+        assert not re.search(r"\(\?<?[=!]|\\\\[1-9]", pattern), pattern
+
+
+BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
+    "a misspelt key": ({"toleration": []}, "Additional properties"),
+    "a misspelt image key": ({"image": {"repository": "r", "pullpolicy": "Always"}}, "pullpolicy"),
+    "an unknown pull policy": ({"image": {"repository": "r", "pullPolicy": "Sometimes"}}, ""),
+    "a port out of range": ({"metricsPort": 0}, "minimum"),
+    "a relative kubelet root": ({"kubeletRootDir": "var/lib/kubelet"}, "does not match"),
+    "a config file genericdp would not read": ({"extraConfigFiles": {"notes.txt": "x"}}, ""),
+    "a second config.yaml": ({"extraConfigFiles": {"config.yaml": "x"}}, ""),
+    "an unknown log level": ({"logLevel": "verbose"}, ""),
+    "a monitor switch as a string": ({"podMonitor": {"enabled": "yes"}}, "boolean"),
+    "a digest that is not sha256": ({"image": {"repository": "r", "digest": "latest"}}, ""),
+    "tolerations as a map": ({"tolerations": {"operator": "Exists"}}, "array"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_VALUES, ids=list(BAD_VALUES))
+def test_the_schema_refuses(case: str) -> None:
+    """Each kind of wrong value is an error at install time, not a silently ignored setting."""
+    override, message = BAD_VALUES[case]
+    errors = schema_errors({**values(), **override})
+    assert errors, case
+    assert message in "\n".join(errors)
+
+
+# -- templates, as text -----------------------------------------------------------------
+
+
+def documents(path: Path) -> list[str]:
+    return re.split(r"^---$", path.read_text(), flags=re.M)
+
+
+def test_every_namespaced_object_gets_the_namespace_helper() -> None:
+    """Every object a template renders, unless cluster-scoped, has the namespace helper."""
+    found = 0
+    for path in sorted(TEMPLATES.glob("*.yaml")):
+        for doc in documents(path):
+            for kind in re.findall(r"^kind: (\w+)$", doc, re.M):
+                if kind in CLUSTER_SCOPED:
+                    continue
+                found += 1
+                monitor = kind in ("PodMonitor", "ServiceMonitor")
+                assert NAMESPACE_LINE in doc or (monitor and "$namespace" in doc), (
+                    f"{path.name}: {kind} has no namespace"
+                )
+    assert found >= 6  # ConfigMap, DaemonSet, ServiceAccount, PodMonitor, Service, ServiceMonitor
+
+
+def helper(name: str) -> str:
+    text = (TEMPLATES / "_helpers.tpl").read_text()
+    match = re.search(
+        rf'{{{{- define "{re.escape(name)}" -}}}}\n(.*?)\n{{{{- end }}}}\n(?=\n|\Z|{{{{)',
+        text,
+        re.S,
+    )
+    assert match, name
+    return match.group(1)
+
+
+def test_names_and_namespace_take_their_overrides() -> None:
+    """name, fullname and namespace helpers honour nameOverride, fullnameOverride and namespaceOverride."""  # noqa: E501
+    assert ".Values.nameOverride" in helper("genericdp.name")
+    assert ".Values.fullnameOverride" in helper("genericdp.fullname")
+    assert ".Values.nameOverride" in helper("genericdp.fullname")
+    namespace = helper("genericdp.namespace")
+    assert ".Values.namespaceOverride" in namespace
+    assert ".Release.Namespace" in namespace
+    notes = (TEMPLATES / "NOTES.txt").read_text()
+    assert ".Release.Namespace" not in notes, "NOTES must name the namespace the objects are in"
+
+
+def test_the_pod_template_carries_no_version_labels() -> None:
+    """The pod template's labels hold no chart or app version: a chart bump restarts nothing."""
+    pod_labels = helper("genericdp.podLabels")
+    assert "Version" not in pod_labels
+    assert "helm.sh/chart" not in pod_labels
+    assert "genericdp.labels" not in pod_labels
+    daemonset = (TEMPLATES / "daemonset.yaml").read_text()
+    template = daemonset.split("  template:\n", 1)[1].split("    spec:\n", 1)[0]
+    assert 'include "genericdp.podLabels"' in template
+    assert "genericdp.labels" not in template
+    assert "Chart." not in template
+
+
+# -- rendered -------------------------------------------------------------------------------
+
+needs_helm = pytest.mark.skipif(shutil.which("helm") is None, reason="helm not installed")
+
+
+def helm_template(chart: Path, *args: str) -> list[dict[str, Any]]:
+    result = subprocess.run(
+        ["helm", "template", "gdp", str(chart), "--namespace", "devices", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return [d for d in YAML(typ="safe", pure=True).load_all(result.stdout) if d]
+
+
+@needs_helm
+def test_overrides_name_and_place_every_object() -> None:
+    """fullnameOverride names every object; namespaceOverride places every namespaced one."""
+    docs = helm_template(
+        CHART, "--set", "fullnameOverride=gdp-x", "--set", "namespaceOverride=hw",
+        "--set", "podMonitor.enabled=true",
+    )  # fmt: skip
+    for doc in docs:
+        assert doc["metadata"]["namespace"] == "hw", doc["kind"]
+        assert doc["metadata"]["name"].startswith("gdp-x"), doc["kind"]
+    (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+    pod = ds["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "config")
+    assert volume["configMap"]["name"] == "gdp-x-config"
+    assert pod["serviceAccountName"] == "gdp-x"
+    default = helm_template(CHART)
+    assert {d["metadata"]["namespace"] for d in default} == {"devices"}
+
+
+@needs_helm
+def test_a_chart_bump_leaves_the_pod_template_unchanged(tmp_path: Path) -> None:
+    """Rendering the chart at two versions gives the same pod template (no rolling restart)."""
+    bumped = tmp_path / "genericdp"
+    shutil.copytree(CHART, bumped)
+    chart_yaml = bumped / "Chart.yaml"
+    text = chart_yaml.read_text()
+    for copy in versions.COPIES[:2]:
+        text = copy.pattern.sub(lambda m: f"{m[1]}9.9.9{m[3]}", text)
+    chart_yaml.write_text(text)
+    before = helm_template(CHART, "--set", "image.tag=pinned")
+    after = helm_template(bumped, "--set", "image.tag=pinned")
+    (ds_before,) = [d for d in before if d["kind"] == "DaemonSet"]
+    (ds_after,) = [d for d in after if d["kind"] == "DaemonSet"]
+    assert ds_before["spec"]["template"] == ds_after["spec"]["template"]
+    assert ds_before["metadata"]["labels"] != ds_after["metadata"]["labels"], "labels kept on top"
+
+
+@needs_helm
+def test_monitors_render_and_select_the_pods() -> None:
+    """podMonitor or serviceMonitor renders, selecting genericdp's pods on the metrics port."""
+    docs = helm_template(CHART, "--set", "podMonitor.enabled=true")
+    (monitor,) = [d for d in docs if d["kind"] == "PodMonitor"]
+    (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+    labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    docs = helm_template(CHART, "--set", "serviceMonitor.enabled=true")
+    kinds = sorted(d["kind"] for d in docs)
+    assert "ServiceMonitor" in kinds
+    assert "Service" in kinds
+    assert "PodMonitor" not in [d["kind"] for d in helm_template(CHART)]
+
+
+@needs_helm
+def test_both_monitors_is_an_error_and_the_schema_applies() -> None:
+    """Both monitors at once fail with a reason; a misspelt value fails the render."""
+    result = subprocess.run(
+        ["helm", "template", "gdp", str(CHART), "--set", "podMonitor.enabled=true",
+         "--set", "serviceMonitor.enabled=true"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "enable one" in result.stderr
+    result = subprocess.run(
+        ["helm", "template", "gdp", str(CHART), "--set", "toleration[0].operator=Exists"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "toleration" in result.stderr
+
+
+@needs_helm
+def test_a_digest_wins_over_the_tag() -> None:
+    """image.digest deploys repository@digest, what a verified signature covers."""
+    digest = "sha256:" + "0" * 64
+    docs = helm_template(CHART, "--set", f"image.digest={digest}")
+    (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"ghcr.io/genericdp/genericdp@{digest}"

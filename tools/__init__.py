@@ -1,0 +1,1 @@
+"""Release tooling: versions (tools/versions.py). Standard library only."""
