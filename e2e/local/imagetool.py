@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """The parts of e2e/local/images.sh that are easier in Python (standard library only).
 
-  imagetool.py pip-config OUT   write this machine's effective pip configuration
-                                (config files + PIP_* environment) as one file;
-                                print the host paths it refers to, one a line
-  imagetool.py name ARCHIVE NAME
-                                set io.containerd.image.name on the one image of an
-                                OCI archive, so `ctr images import` names it NAME
-  imagetool.py names ARCHIVE    print the io.containerd.image.name of each image
+imagetool.py pip-config OUT   write this machine's effective pip configuration
+                              (config files + PIP_* environment) as one file;
+                              print the host paths it refers to, one a line
+imagetool.py name ARCHIVE NAME
+                              set io.containerd.image.name on the one image of an
+                              OCI archive, so `ctr images import` names it NAME
+imagetool.py names ARCHIVE    print the io.containerd.image.name of each image
 """
 
 from __future__ import annotations
@@ -94,11 +94,20 @@ def write_pip_config(out: Path) -> None:
 
 
 def read_index(archive: Path) -> dict[str, object]:
-    with tarfile.open(archive) as tar:
-        member = tar.extractfile("index.json")
-        if member is None:
-            raise SystemExit(f"{archive}: no index.json: not an OCI archive")
-        index: dict[str, object] = json.load(member)
+    try:
+        with tarfile.open(archive) as tar:
+            names = set(tar.getnames())
+            name = next((n for n in ("index.json", "./index.json") if n in names), None)
+            member = tar.extractfile(name) if name else None
+            if member is None:
+                raise SystemExit(f"{archive}: no index.json: not an OCI archive")
+            index = json.load(member)
+    except (OSError, tarfile.TarError) as exc:
+        raise SystemExit(f"{archive}: cannot read: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"{archive}: index.json: {exc}") from None
+    if not isinstance(index, dict):
+        raise SystemExit(f"{archive}: index.json is not a JSON object")
     return index
 
 
@@ -122,17 +131,20 @@ def name_archive(archive: Path, name: str) -> None:
     data = json.dumps(index, separators=(",", ":")).encode()
     fd, tmp = tempfile.mkstemp(dir=archive.parent, prefix=f".{archive.name}.")
     try:
-        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w") as out:
-            with tarfile.open(archive) as src:
-                for member in src:
-                    if member.name in ("index.json", "./index.json"):
-                        member.size = len(data)
-                        out.addfile(member, io.BytesIO(data))
-                    elif member.isfile():
-                        with src.extractfile(member) as content:  # type: ignore[union-attr]
-                            out.addfile(member, content)
-                    else:
-                        out.addfile(member)
+        with (
+            os.fdopen(fd, "wb") as raw,
+            tarfile.open(fileobj=raw, mode="w") as out,
+            tarfile.open(archive) as src,
+        ):
+            for member in src:
+                if member.name in ("index.json", "./index.json"):
+                    member.size = len(data)
+                    out.addfile(member, io.BytesIO(data))
+                elif member.isfile():
+                    with src.extractfile(member) as content:  # type: ignore[union-attr]
+                        out.addfile(member, content)
+                else:
+                    out.addfile(member)
         os.chmod(tmp, 0o644)
         os.replace(tmp, archive)
     except BaseException:

@@ -59,9 +59,6 @@ int main(int argc, char **argv) {
 		fprintf(stderr, "usage: pause [-v]\n");
 		return 2;
 	}
-	if (getpid() != 1)
-		fprintf(stderr, "pause: warning: not PID 1, orphans are not re-parented here\n");
-
 	sigset_t blocked, waiting;
 	sigfillset(&blocked);
 	if (sigprocmask(SIG_SETMASK, &blocked, NULL) != 0 || install(SIGINT, on_stop) != 0 ||
@@ -73,6 +70,9 @@ int main(int argc, char **argv) {
 	sigdelset(&waiting, SIGINT);
 	sigdelset(&waiting, SIGTERM);
 	sigdelset(&waiting, SIGCHLD);
+	/* After the setup: the line also says the signals are in place. */
+	fprintf(stderr, "pause: waiting for SIGINT or SIGTERM%s\n",
+	        getpid() == 1 ? "" : " (not PID 1: orphans are not re-parented here)");
 
 	while (!stop_signal) {
 		sigsuspend(&waiting); /* returns after a handler ran, mask restored */
