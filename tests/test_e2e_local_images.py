@@ -334,3 +334,98 @@ def test_images_names_match_the_readme() -> None:
     for name in ("localhost/pause:e2e", "localhost/busybox:e2e", "localhost/genericdp:e2e"):
         assert f":-{name}}}" in lib
         assert f"`{name}`" in readme
+
+
+# -- install-deps.sh: no Debian service starts during the install --------------------------
+
+APT_STUB = """#!/usr/bin/env bash
+# apt-get: record the call and what policy-rc.d answers at that moment.
+if [[ $1 == install ]]; then
+  printf '%s\\n' "$*" >> "$STUBS/apt-get.args"
+  "$POLICY_RC_D" containerd start; echo "policy=$?" >> "$STUBS/apt-get.args"
+  touch "$STUBS/installed"
+fi
+exit "${APT_STATUS:-0}"
+"""
+DPKG_QUERY_STUB = """#!/usr/bin/env bash
+# dpkg-query: every package is installed once apt-get "installed" them, or if listed.
+pkg=${@: -1}
+if [[ -e $STUBS/installed ]] || grep -qx "$pkg" "$STUBS/present" 2>/dev/null; then
+  printf 'ii '
+else
+  printf 'un '
+fi
+"""
+
+
+@pytest.fixture
+def apt_stubs(tmp_path: Path) -> dict[str, str]:
+    """apt-get and dpkg-query stubs first on PATH, and a policy-rc.d path of the test's own."""
+    if os.geteuid() != 0:
+        pytest.skip("install_deps refuses to install without root")
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    for name, text in (("apt-get", APT_STUB), ("dpkg-query", DPKG_QUERY_STUB)):
+        (stubs / name).write_text(text)
+        (stubs / name).chmod(0o755)
+    return {
+        "PATH": f"{stubs}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "STUBS": str(stubs),
+        "POLICY_RC_D": str(tmp_path / "policy-rc.d"),
+    }
+
+
+def install_deps(env: dict[str, str], *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(LOCAL / "install-deps.sh"), *extra],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+
+
+def test_install_deps_forbids_service_starts_during_the_install_only(
+    apt_stubs: dict[str, str],
+) -> None:
+    """policy-rc.d answers 101 while apt-get installs (containerd, etcd stay down), then goes."""
+    policy = Path(apt_stubs["POLICY_RC_D"])
+    result = install_deps(apt_stubs, "extra-package")
+    assert result.returncode == 0, result.stderr
+    calls = (Path(apt_stubs["STUBS"]) / "apt-get.args").read_text().splitlines()
+    assert calls[-1] == "policy=101"
+    assert "containerd" in calls[0].split()
+    assert "extra-package" in calls[0].split()
+    assert not policy.exists()
+
+
+def test_install_deps_puts_back_a_policy_it_found_and_drops_its_own_leftover(
+    apt_stubs: dict[str, str],
+) -> None:
+    """A machine's own policy-rc.d is restored as it was; one an interrupted run left is not."""
+    policy = Path(apt_stubs["POLICY_RC_D"])
+    policy.write_text("#!/bin/sh\nexit 0\n")
+    policy.chmod(0o755)
+    assert install_deps(apt_stubs).returncode == 0
+    assert policy.read_text() == "#!/bin/sh\nexit 0\n"
+    assert not list(policy.parent.glob("policy-rc.d.saved.*"))
+
+    Path(apt_stubs["STUBS"], "installed").unlink()
+    policy.write_text("#!/bin/sh\n# e2e/local/install-deps.sh: no service starts\nexit 101\n")
+    assert install_deps(apt_stubs).returncode == 0
+    assert not policy.exists()
+
+
+def test_install_deps_failure_still_removes_the_policy(apt_stubs: dict[str, str]) -> None:
+    """A failed apt-get leaves no policy-rc.d behind and says what failed."""
+    result = install_deps({**apt_stubs, "APT_STATUS": "100"})
+    assert result.returncode != 0
+    assert "apt-get install" in result.stderr
+    assert not Path(apt_stubs["POLICY_RC_D"]).exists()
+
+
+def test_install_deps_is_a_no_op_when_everything_is_installed(apt_stubs: dict[str, str]) -> None:
+    """Second run: nothing to install, apt-get is not called at all."""
+    Path(apt_stubs["STUBS"], "installed").touch()
+    assert install_deps(apt_stubs).returncode == 0
+    assert not (Path(apt_stubs["STUBS"]) / "apt-get.args").exists()

@@ -33,13 +33,15 @@ install_deps() {
     return 1
   fi
   echo "installing: ${missing[*]}" >&2
-  local policy=/usr/sbin/policy-rc.d saved=""
-  if [[ -e $policy || -L $policy ]]; then
-    saved=$(mktemp /usr/sbin/.policy-rc.d.saved.XXXXXX)
+  local policy=${POLICY_RC_D:-/usr/sbin/policy-rc.d} saved="" marker="# e2e/local/install-deps.sh"
+  # One left by an interrupted install of ours is not put back afterwards.
+  if [[ -f $policy ]] && grep -qF "$marker" "$policy"; then
+    rm -f "$policy"
+  elif [[ -e $policy || -L $policy ]]; then
+    saved=$(mktemp "$policy.saved.XXXXXX")
     mv -f "$policy" "$saved"
   fi
-  printf '#!/bin/sh\n# e2e/local/install-deps.sh: no service starts during the install\nexit 101\n' \
-    >"$policy"
+  printf '#!/bin/sh\n%s: no service starts during the install\nexit 101\n' "$marker" >"$policy"
   chmod 0755 "$policy"
   local status=0
   {
