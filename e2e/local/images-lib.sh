@@ -68,6 +68,21 @@ require_root_and() {
     die "not found: ${missing[*]} (install them: e2e/local/install-deps.sh)"
 }
 
+# lock_images: one images.sh or smoke-image.sh at a time on this machine (the
+# store and cache paths are shared); waits up to $IMAGES_LOCK_WAIT seconds.
+# images.sh holds it for the smoke test it starts (IMAGES_LOCKED=1).
+lock_images() {
+  [[ ${IMAGES_LOCKED:-} != 1 ]] || return 0
+  mkdir -p "$IMAGES_RUN"
+  exec 9>"$IMAGES_RUN/lock"
+  if ! flock -n 9; then
+    log "waiting for another images.sh or smoke-image.sh (lock $IMAGES_RUN/lock)"
+    flock -w "${IMAGES_LOCK_WAIT:-1800}" 9 ||
+      die "still locked after ${IMAGES_LOCK_WAIT:-1800}s: $IMAGES_RUN/lock"
+  fi
+  export IMAGES_LOCKED=1
+}
+
 # ulimit_pair LETTER [CAP] -> "soft:hard" of this shell's limit, at most CAP.
 ulimit_pair() {
   local soft hard cap=${2:-}

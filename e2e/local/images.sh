@@ -32,11 +32,7 @@ DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 DEBIAN_SECURITY_MIRROR=${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 BASE_IMAGE=localhost/genericdp-e2e-base:bookworm
 
-# One build at a time: the stores and the cache are shared paths.
-mkdir -p "$IMAGES_RUN"
-exec 9>"$IMAGES_RUN/lock"
-flock -n 9 || die "another images.sh or smoke-image.sh is running (lock $IMAGES_RUN/lock)"
-
+lock_images
 store_up build
 WORK=$STORE_DIR/work
 mkdir -p "$WORK"
@@ -207,7 +203,6 @@ build_base
 build_genericdp
 store_down
 trap - EXIT
-exec 9>&-
 
 if [[ ${SKIP_SMOKE:-} != 1 ]]; then
   "$IMAGES_DIR/smoke-image.sh" "$OUTDIR"

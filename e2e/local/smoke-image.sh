@@ -21,9 +21,7 @@ OUTDIR=$(cd "$1" && pwd)
 EXAMPLES=$REPO_ROOT/configs/examples
 DEADLINE=${SMOKE_DEADLINE:-60} # seconds for anything to happen
 
-mkdir -p "$IMAGES_RUN"
-exec 9>"$IMAGES_RUN/lock"
-flock -n 9 || die "another images.sh or smoke-image.sh is running (lock $IMAGES_RUN/lock)"
+lock_images
 store_up smoke
 trap store_down EXIT
 
