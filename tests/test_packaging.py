@@ -636,6 +636,20 @@ def test_containerfile_is_multi_stage_with_only_the_venv_in_the_final_stage() ->
     )
 
 
+def test_containerfile_builds_on_any_debian_python3_base() -> None:
+    """Both stages FROM ${PYTHON_IMAGE}; RUN calls python3 (Debian's python3 has no `python`)."""
+    instructions = containerfile_instructions()
+    bases = [args for word, args in instructions if word == "ARG" and args.startswith("PYTHON_")]
+    assert len(bases) == 1
+    assert bases[0].startswith("PYTHON_IMAGE=python:3.11-slim@sha256:"), bases
+    froms = [args.split()[0] for word, args in instructions if word == "FROM"]
+    assert froms == ["${PYTHON_IMAGE}", "${PYTHON_IMAGE}"]
+    runs = " ".join(args for word, args in instructions if word == "RUN")
+    assert "python3 -m venv" in runs
+    bare = re.findall(r"(?<![\w/.-])python(?![\w.-])", runs)
+    assert not bare, f"`python` is not on Debian's python3 base: {runs}"
+
+
 def test_containerfile_downloads_nothing_architecture_specific() -> None:
     """Multi-arch: no instruction names an architecture (wheels and tini come per platform)."""
     for word, args in containerfile_instructions():
