@@ -27,12 +27,22 @@ import pytest
 from genericdp.config.model import Config
 from genericdp.errors import RegistrationError
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
+from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.embedded import AllocationError, EmbeddedKubelet, EventKind
 from genericdp.kubelet.embedded.endpoint import DIAL_TIMEOUT
-from genericdp.kubelet.options import REGISTER_TIMEOUT, PluginOptions
+from genericdp.kubelet.options import KUBELET_SOCKET_NAME, REGISTER_TIMEOUT, PluginOptions
 from genericdp.kubelet.registration import register
+from genericdp.runtime.supervisor import Supervisor, all_registered
 from tests.kubelet_fakes import SERIAL, FakePlugin, registered, serving, three_devices
-from tests.runtime_harness import Running, ScriptedDiscovery, config, plugin_stub, running, unit
+from tests.runtime_harness import (
+    Running,
+    ScriptedDiscovery,
+    config,
+    plugin_stub,
+    running,
+    settings_for,
+    unit,
+)
 
 # -- the embedded kubelet models the real one -----------------------------------------
 
@@ -298,3 +308,65 @@ async def test_thousand_crash_restarts(base: Path) -> None:
     """1000 crash-style restarts: nothing stale, no duplicate, every resource back < 1 s."""
     count = int(os.environ.get("GENERICDP_RESTARTS", "1000"))
     await _run_restarts(base, count, seed=int(os.environ.get("GENERICDP_SEED", "1")))
+
+
+class DeletingKubelet(pb_grpc.RegistrationServicer):
+    """A kubelet whose directory loses the plugin's socket just as a Register arrives.
+
+    It then dials the named socket back as the real one does (retrying for up to
+    10 s), asks for the options and opens ListAndWatch before it answers.
+    """
+
+    def __init__(self, plugin_dir: Path) -> None:
+        self.plugin_dir = plugin_dir
+        self.dialed: list[float] = []  # seconds each dial-back took
+        self._channels: list[grpc.aio.Channel] = []
+
+    async def Register(
+        self, request: pb.RegisterRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.Empty:
+        socket = self.plugin_dir / request.endpoint
+        if not self.dialed:
+            socket.unlink()  # deleted while this Register is in flight
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        channel = grpc.aio.insecure_channel(f"unix:{socket}")
+        self._channels.append(channel)
+        try:
+            await asyncio.wait_for(channel.channel_ready(), DIAL_TIMEOUT)
+        except TimeoutError:
+            await context.abort(grpc.StatusCode.UNKNOWN, "failed to dial device plugin")
+        self.dialed.append(loop.time() - started)
+        stub = pb_grpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call]
+        await stub.GetDevicePluginOptions(pb.Empty())
+        await stub.ListAndWatch(pb.Empty()).read()
+        return pb.Empty()
+
+    async def close(self) -> None:
+        for channel in self._channels:
+            await channel.close(None)
+
+
+async def test_socket_deleted_during_register_is_served_again_at_its_path(base: Path) -> None:
+    """Our socket deleted while a Register naming it is in flight: that path serves again."""
+    settings = settings_for(base)
+    settings.plugin_dir.mkdir()
+    kubelet = DeletingKubelet(settings.plugin_dir)
+    server = grpc.aio.server()
+    pb_grpc.add_RegistrationServicer_to_server(kubelet, server)  # type: ignore[no-untyped-call]
+    server.add_insecure_port(f"unix:{settings.plugin_dir / KUBELET_SOCKET_NAME}")
+    await server.start()
+    supervisor = Supervisor(settings, discover=ScriptedDiscovery({A: [unit("u0")]}))
+    try:
+        await supervisor.start(_cfg([A]))
+        statuses = await supervisor.wait_for(all_registered(), timeout=3)
+        # Served again within the kubelet's first retry (about 1 s), not its 10 s.
+        assert len(kubelet.dialed) == 1
+        assert kubelet.dialed[0] < 2.0
+        assert statuses[A].registrations == 1
+        assert statuses[A].socket is not None
+        assert statuses[A].socket.is_socket()
+    finally:
+        assert await supervisor.stop() == ()
+        await kubelet.close()
+        await server.stop(None)
