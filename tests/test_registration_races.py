@@ -364,8 +364,9 @@ async def test_socket_deleted_during_register_is_served_again_at_its_path(base: 
         assert len(kubelet.dialed) == 1
         assert kubelet.dialed[0] < 2.0
         assert statuses[A].registrations == 1
-        assert statuses[A].socket is not None
-        assert statuses[A].socket.is_socket()
+        socket = statuses[A].socket
+        assert socket is not None
+        assert socket.is_socket()
     finally:
         assert await supervisor.stop() == ()
         await kubelet.close()
