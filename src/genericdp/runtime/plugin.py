@@ -379,13 +379,16 @@ class ResourcePlugin:
     async def _kubelet_stream_opened(self, seen: int, kubelet: Path) -> bool:
         """Wait (``STREAM_WAIT``) for the kubelet's ListAndWatch; False if none or it ended.
 
-        Gives up early when ``kubelet.sock`` is replaced: that kubelet is gone.
+        Gives up early when that kubelet is gone: ``kubelet.sock`` replaced, or
+        our socket deleted (a starting kubelet deletes it; the inode of a new
+        ``kubelet.sock`` may well be the old one's, reused).
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + STREAM_WAIT
         while self._kubelet_streams == seen:
             remaining = deadline - loop.time()
-            if remaining <= 0 or file_id(kubelet) != self._kubelet_id:
+            gone = file_id(kubelet) != self._kubelet_id or not self._socket_intact()
+            if remaining <= 0 or gone:
                 break
             self._stream_changed.clear()
             await wait_event(self._stream_changed, remaining)

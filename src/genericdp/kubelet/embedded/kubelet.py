@@ -40,11 +40,15 @@ Known differences from the real kubelet:
 
 - No Topology Manager: every device is in the "no affinity" set; ties are
   broken in the plugin's list order, not Go's random set order.
-- Clients are keyed by name as in 1.26-1.32; 1.33 and later key them by name
-  and socket path, so there a failed dial-back removes only its own client.
+- Clients are kept by name as in 1.26-1.32, the versions plugins must still
+  survive; later ``handler.go`` keeps a list per name and deregisters by
+  socket path, so there a failed dial-back removes only its own client.
 - ``crash`` stands for a killed kubelet: connections drop, Register calls in
-  flight die with it, ``kubelet.sock`` stays. The next ``start`` deletes every
-  socket (its own stale one too) before it listens, as ``server.Start`` does.
+  flight fail (gRPC ``UNAVAILABLE`` "Cancelling all calls" rather than a reset
+  connection), a dead ``kubelet.sock`` stays. The next ``start`` deletes every
+  socket (its own stale one too) before it listens, as ``server.Start`` does,
+  but keeps the resources it knew in memory where the real one rebuilds them
+  from its checkpoint.
 - Registrations are handled concurrently, as grpc-go runs each call on its
   own goroutine; the order two racing Register calls take is asyncio's, not
   the Go scheduler's.
@@ -53,7 +57,7 @@ Known differences from the real kubelet:
 - The checkpoint lives in memory: allocations survive ``restart`` but not a
   new instance, and no file is written.
 - The kubelet's own socket is removed on ``stop`` (Go unlinks a listener's
-  socket on close); a crashed kubelet would leave it behind.
+  socket on close); ``crash`` leaves it behind.
 """
 
 from __future__ import annotations
