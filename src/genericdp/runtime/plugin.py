@@ -68,8 +68,10 @@ log = logging.getLogger(__name__)
 SOCKET_PREFIX = "gdp-"
 _MAX_SLUG = 40
 _MAX_IDS_SHOWN = 5
-# The kubelet opens ListAndWatch as soon as Register is accepted (runClient).
-STREAM_WAIT = 1.0
+# The kubelet opens ListAndWatch as soon as Register is accepted (runClient);
+# generous for a loaded node: a stream arriving after we gave up would be
+# taken for another client's, and a second Register would follow.
+STREAM_WAIT = 5.0
 
 FileId = tuple[int, int]  # st_dev, st_ino: one file, not one path (a chmod keeps it)
 
