@@ -40,7 +40,8 @@ async def test_registration_counts_capacity_and_healthy_allocatable(
         assert snap.endpoint == "serial.sock"
         assert snap.devices["d1"].numa_nodes == (0,)
         assert snap.devices["d2"].health == "Unhealthy"
-        assert [e.kind for e in kubelet.events if e.resource == SERIAL][:2] == [
+        assert [e.kind for e in kubelet.events if e.resource == SERIAL][:3] == [
+            EventKind.DIALING,
             EventKind.REGISTERED,
             EventKind.DEVICES,
         ]
@@ -175,17 +176,40 @@ async def test_resource_is_forgotten_after_the_grace_period(base: Path) -> None:
         assert kubelet.events[-1].kind == EventKind.EXPIRED
 
 
-async def test_new_registration_replaces_the_old_endpoint(kubelet: EmbeddedKubelet) -> None:
-    """A second Register of the same resource takes over; the old stream is cancelled."""
+async def test_new_registration_takes_over_and_leaves_the_old_stream_open(
+    kubelet: EmbeddedKubelet,
+) -> None:
+    """A second Register of a resource takes over Allocate; the old stream stays open (1.32)."""
     first = FakePlugin(three_devices())
     second = FakePlugin([device("n1")])
     async with registered(kubelet, first, endpoint="a.sock"):
         await kubelet.wait_until(has(SERIAL, capacity=3, allocatable=2))
         async with registered(kubelet, second, endpoint="b.sock"):
             await kubelet.wait_until(has(SERIAL, capacity=1, allocatable=1))
-            await first.stream_cancelled.wait()
+            await kubelet.wait_until(lambda k: k.resources[SERIAL].streams == 2)
             snap = kubelet.resources[SERIAL]
             assert (snap.endpoint, snap.registrations, snap.connected) == ("b.sock", 2, True)
+            assert kubelet.problems() == [f"{SERIAL}: 2 ListAndWatch streams open"]
+            assert not first.stream_cancelled.is_set()
+
+
+async def test_old_stream_ending_disconnects_the_newer_client(kubelet: EmbeddedKubelet) -> None:
+    """When the old endpoint's stream ends, the client filed under the name (the new one) goes."""
+    first = FakePlugin(three_devices())
+    second = FakePlugin([device("n1")])
+    async with registered(kubelet, first, endpoint="a.sock"):
+        await kubelet.wait_until(has(SERIAL, capacity=3, allocatable=2))
+        async with registered(kubelet, second, endpoint="b.sock"):
+            await kubelet.wait_until(has(SERIAL, capacity=1, allocatable=1))
+            await kubelet.wait_until(lambda k: k.resources[SERIAL].streams == 2)
+            first.end()
+            await second.stream_cancelled.wait()
+            await kubelet.wait_until(lambda k: not k.resources[SERIAL].connected)
+            snap = kubelet.resources[SERIAL]
+            assert (snap.capacity, snap.allocatable, snap.streams) == (1, 0, 0)
+            ended = [e for e in kubelet.events if e.kind is EventKind.STREAM_ENDED]
+            assert "a.sock ended" in ended[-1].detail
+            assert "disconnected the newer b.sock" in ended[-1].detail
 
 
 async def test_allocate_without_preferred_allocation(kubelet: EmbeddedKubelet) -> None:

@@ -15,6 +15,14 @@ KUBELET_SOCKET_NAME = "kubelet.sock"
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 
+# The kubelet dials a registering plugin back for up to 10 s (devicemanager
+# plugin/v1beta1/client.go ``dial``) before it answers Register; 1.26-1.32 then
+# deregister the resource *by name* when that dial fails.
+KUBELET_DIAL_TIMEOUT = 10.0
+# Our Register deadline outlasts that dial-back, so we never give up on (and
+# replace) a Register the kubelet is still working on.
+REGISTER_TIMEOUT = KUBELET_DIAL_TIMEOUT + 5.0
+
 # sockaddr_un.sun_path is 108 bytes on Linux, one of which is the terminating NUL.
 MAX_UNIX_PATH_BYTES = 107
 

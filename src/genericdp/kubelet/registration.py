@@ -1,11 +1,17 @@
 """Register a device plugin with the kubelet (``v1beta1.Registration/Register``).
 
 The kubelet dials the plugin's socket back while it handles Register, so the
-plugin must already be serving when this is called.
+plugin must already be serving when this is called. ``register`` connects to
+the kubelet first and only then calls ``before_send``: a kubelet that accepts
+connections has already deleted the sockets in its directory (it cleans the
+directory before it listens), so a socket that ``before_send`` finds in place
+is not about to be deleted by that kubelet's start.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -13,7 +19,11 @@ import grpc
 from genericdp.errors import KubeletError, RegistrationError
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
-from genericdp.kubelet.options import API_VERSION, PluginOptions, unix_address
+from genericdp.kubelet.options import API_VERSION, REGISTER_TIMEOUT, PluginOptions, unix_address
+
+_READY = grpc.ChannelConnectivity.READY
+_FAILED = (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN)
+_CHANNEL_OPTIONS = [("grpc.use_local_subchannel_pool", 1)]
 
 
 async def register(
@@ -22,12 +32,15 @@ async def register(
     endpoint: str,
     resource_name: str,
     options: PluginOptions,
-    timeout: float = 10.0,  # noqa: ASYNC109 -- sent to the kubelet as the gRPC deadline
+    timeout: float = REGISTER_TIMEOUT,  # noqa: ASYNC109 -- also sent to the kubelet as the deadline
+    before_send: Callable[[], None] = lambda: None,
 ) -> None:
     """Register ``resource_name`` served on ``endpoint`` (a file name in the kubelet's dir).
 
-    Raises RegistrationError with the kubelet's own message when it refuses, and
-    when its socket is missing, unreachable or does not answer within ``timeout``.
+    ``before_send`` runs once connected, right before the request goes out; it
+    may raise RegistrationError to call the registration off. Raises
+    RegistrationError with the kubelet's own message when it refuses, and when
+    its socket is missing, unreachable or does not answer within ``timeout``.
     """
     try:
         target = unix_address(kubelet_socket)
@@ -42,12 +55,35 @@ async def register(
             get_preferred_allocation_available=options.get_preferred_allocation_available,
         ),
     )
-    async with grpc.aio.insecure_channel(target) as channel:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    # A channel of its own: with gRPC's shared subchannel pool, a connection that
+    # failed to a dead kubelet's socket would be reused in its backoff, and a new
+    # kubelet on the same path would go untried for up to a second.
+    async with grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS) as channel:
+        await _connected(channel, kubelet_socket, deadline - loop.time())
+        before_send()
         stub = pb_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
         try:
-            await stub.Register(request, timeout=timeout)
+            await stub.Register(request, timeout=max(deadline - loop.time(), 0.001))
         except grpc.aio.AioRpcError as exc:
             raise RegistrationError(_describe(exc, kubelet_socket, resource_name)) from exc
+
+
+async def _connected(channel: grpc.aio.Channel, kubelet_socket: Path, timeout: float) -> None:  # noqa: ASYNC109
+    """Wait until ``channel`` is connected; fail at once when nobody listens."""
+    try:
+        async with asyncio.timeout(timeout):
+            state = channel.get_state(try_to_connect=True)
+            while state is not _READY:
+                if state in _FAILED:
+                    raise RegistrationError(f"kubelet at {kubelet_socket} is not reachable")
+                await channel.wait_for_state_change(state)
+                state = channel.get_state(try_to_connect=True)
+    except TimeoutError as exc:
+        raise RegistrationError(
+            f"kubelet at {kubelet_socket} did not accept a connection in time"
+        ) from exc
 
 
 def _describe(exc: grpc.aio.AioRpcError, kubelet_socket: Path, resource_name: str) -> str:

@@ -7,6 +7,30 @@ or ``kubelet.sock`` created, seen by the kubelet watch) and when the kubelet
 ends our ListAndWatch stream (it never reopens one). Requests arriving close
 together are merged, and a failed attempt is retried with backoff, or at once
 when a new request comes (a new ``kubelet.sock`` is worth trying right away).
+
+What the loop guarantees, and why (kubelets up to 1.32 keep one client per
+resource *name*; when the dial-back of a Register fails after its 10 s, they
+delete whichever client has that name, a newer live one included, and then
+never notice that client's stream ending, so its devices stay allocatable
+with nobody behind them):
+
+- At most one Register per resource is in flight: only this loop sends it, and
+  it waits for the answer longer than the kubelet's dial-back
+  (``REGISTER_TIMEOUT``), so it never abandons a Register the kubelet is still
+  working on and sends a second one beside it.
+- A Register names only a socket that is ours and serving: checked by inode
+  (not mere existence: a regular file put in its place is not our socket)
+  after connecting to the kubelet, when that kubelet has already cleaned its
+  directory. If the socket is deleted or replaced while the Register is in
+  flight, the same path is served again at once, so the kubelet's dial-back
+  (which retries) reaches it instead of failing.
+- A request is a no-op when the registration in place is sound: registered
+  with the ``kubelet.sock`` that is there now, the kubelet's stream open, our
+  socket intact. Repeated wake-ups of one restart register once.
+- Only the kubelet's stream counts: the first ListAndWatch opened while our
+  Register is in flight (or just after). Another client opening and dropping
+  ListAndWatch changes nothing. A Register is complete only once the
+  kubelet's stream is open (within ``STREAM_WAIT``).
 """
 
 from __future__ import annotations
@@ -14,9 +38,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import re
 import secrets
 import socket as socketlib
+import stat
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -33,7 +59,12 @@ from genericdp.errors import (
     UnsafeAllocationError,
 )
 from genericdp.hooks import INIT, PRE_START
-from genericdp.kubelet.options import KUBELET_SOCKET_NAME, MAX_UNIX_PATH_BYTES, PluginOptions
+from genericdp.kubelet.options import (
+    KUBELET_SOCKET_NAME,
+    MAX_UNIX_PATH_BYTES,
+    REGISTER_TIMEOUT,
+    PluginOptions,
+)
 from genericdp.kubelet.registration import register
 from genericdp.kubelet.servicer import (
     MAX_MESSAGE_BYTES,
@@ -54,6 +85,27 @@ SOCKET_PREFIX = "gdp-"
 _MAX_SLUG = 40
 _MAX_IDS_SHOWN = 5
 _MAX_ID_CHARS = 80  # our IDs are at most 63
+# The kubelet opens ListAndWatch as soon as Register is accepted (runClient);
+# generous for a loaded node: a stream arriving after we gave up would be
+# taken for another client's, and a second Register would follow.
+STREAM_WAIT = 5.0
+
+FileId = tuple[int, int]  # st_dev, st_ino: one file, not one path (a chmod keeps it)
+
+
+def file_id(path: Path, *, socket_only: bool = False) -> FileId | None:
+    """Identify the file at ``path`` (None when absent, or not a socket if asked)."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if socket_only and not stat.S_ISSOCK(info.st_mode):
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _clear(path: Path) -> None:
+    path.unlink(missing_ok=True)
 
 
 class HookRunner(Protocol):
@@ -177,7 +229,7 @@ class ResourcePlugin:
         on_status: Callable[[], None] = lambda: None,
         backoff: Backoff | None = None,
         settle: float = 0.05,
-        register_timeout: float = 5.0,
+        register_timeout: float = REGISTER_TIMEOUT,
         metrics: Recorder = NO_METRICS,
         on_claim: Callable[[Sequence[tuple[str, ...]]], Awaitable[None]] | None = None,
         on_allocated: Callable[[tuple[str, ...]], None] = lambda ids: None,
@@ -197,12 +249,19 @@ class ResourcePlugin:
         self._on_claim = on_claim
         self._on_allocated = on_allocated
         self._server: PluginServer | None = None
+        self._socket_id: FileId | None = None  # the socket file our server bound
+        self._socket_lost = asyncio.Event()  # set when it is deleted or replaced
         self._wanted = asyncio.Event()
         self._reasons: list[str] = []
-        self._generation = 0  # bumped at each Register attempt
         self._registered = False
+        self._kubelet_id: FileId | None = None  # the kubelet.sock we registered with
         self._registrations = 0
         self._streams = 0
+        self._next_token = 0
+        self._claiming = False  # a Register in flight: its kubelet stream is next
+        self._kubelet_stream: int | None = None  # token of the kubelet's open stream
+        self._kubelet_streams = 0  # streams attributed to the kubelet, ever
+        self._stream_changed = asyncio.Event()
         self._last_error: str | None = None
         self._closing = False
         self._want_new_socket = False
@@ -237,11 +296,19 @@ class ResourcePlugin:
         )
 
     def request_registration(self, reason: str, *, new_socket: bool = False) -> None:
-        """Ask the registration loop to Register (again); cheap, merges with others."""
+        """Ask the registration loop to Register (again) unless the one in place is sound."""
         if new_socket:
             self._want_new_socket = True
         self._reasons.append(reason)
         self._wanted.set()
+        self._stream_changed.set()  # wakes a wait for the kubelet's stream: kubelet gone?
+
+    def socket_changed(self) -> None:
+        """Something happened to our socket's name in the kubelet's directory."""
+        if self._closing or self._server is None or self._socket_intact():
+            return  # our own bind, or a stop of ours
+        self._socket_lost.set()
+        self.request_registration("our socket was deleted or replaced")
 
     async def run_registration(self) -> None:
         """Serve and Register whenever asked, until cancelled (``close`` stops serving)."""
@@ -283,32 +350,46 @@ class ResourcePlugin:
                 reasons = ", ".join(dict.fromkeys(self._reasons)) or reasons
                 self._reasons = []
 
+    def _sound(self, kubelet: Path) -> bool:
+        """Whether the registration in place needs nothing: same kubelet, its stream, our socket."""
+        return (
+            self._registered
+            and self._kubelet_stream is not None
+            and not self._want_new_socket
+            and self._socket_intact()
+            and self._kubelet_id is not None
+            and self._kubelet_id == file_id(kubelet)
+        )
+
     async def _attempt(self, reasons: str) -> bool:
-        # Bump first: streams of an older generation that end from here on
-        # (the kubelet replacing them, our own server restart) are not news.
-        self._generation += 1
+        kubelet = self._plugin_dir / KUBELET_SOCKET_NAME
+        if self._sound(kubelet):
+            log.debug("%s: registration in place is sound (%s)", self.resource, reasons)
+            return True
         self._registered = False
+        # Whatever stream the kubelet had is not ours to watch any more: a
+        # restarted kubelet ended it, or it belongs to a kubelet being replaced.
+        self._kubelet_stream = None
         try:
             await self._ensure_serving()
         except KubeletError as exc:
             return self._failed(str(exc))
-        kubelet = self._plugin_dir / KUBELET_SOCKET_NAME
         if not kubelet.exists():
             return self._failed(f"waiting for the kubelet: {kubelet} does not exist")
         assert self._server is not None
         endpoint = self._server.socket.name
+        self._claiming = True
+        seen = self._kubelet_streams
         try:
-            await register(
-                kubelet,
-                endpoint=endpoint,
-                resource_name=self.resource,
-                options=self.options(),
-                timeout=self._register_timeout,
-            )
-        except RegistrationError as exc:
+            await self._register(kubelet)
+            self._registrations += 1  # accepted; complete once the kubelet's stream is open
+            if not await self._kubelet_stream_opened(seen, kubelet):
+                return self._failed("the kubelet accepted Register but has no ListAndWatch open")
+        except KubeletError as exc:  # RegistrationError, or our socket could not be served
             return self._failed(str(exc))
+        finally:
+            self._claiming = False
         self._registered = True
-        self._registrations += 1
         self._metrics.registration(self.resource, ok=True)
         self._last_error = None
         log.info(
@@ -316,6 +397,63 @@ class ResourcePlugin:
         )
         self._on_status()
         return True
+
+    async def _register(self, kubelet: Path) -> None:
+        """Send one Register; serve its socket's path again if it is lost meanwhile."""
+        assert self._server is not None
+        path = self._server.socket
+
+        def check() -> None:  # connected: this kubelet has cleaned its directory already
+            if not self._socket_intact():
+                raise RegistrationError(f"{path} is no longer our socket; not naming it")
+            self._kubelet_id = file_id(kubelet)
+
+        self._socket_lost.clear()
+        call = asyncio.ensure_future(
+            register(
+                kubelet,
+                endpoint=path.name,
+                resource_name=self.resource,
+                options=self.options(),
+                timeout=self._register_timeout,
+                before_send=check,
+            )
+        )
+        try:
+            while True:
+                lost = asyncio.ensure_future(self._socket_lost.wait())
+                try:
+                    await asyncio.wait((call, lost), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    lost.cancel()
+                if call.done():
+                    call.result()
+                    return
+                # Deleted or replaced while the kubelet may be dialing it: the
+                # Register names this path, so it must be served again now.
+                self._socket_lost.clear()
+                log.warning("%s: %s lost during Register; serving it again", self.resource, path)
+                await self._serve(path)
+        finally:
+            call.cancel()
+
+    async def _kubelet_stream_opened(self, seen: int, kubelet: Path) -> bool:
+        """Wait (``STREAM_WAIT``) for the kubelet's ListAndWatch; False if none or it ended.
+
+        Gives up early when that kubelet is gone: ``kubelet.sock`` replaced, or
+        our socket deleted (a starting kubelet deletes it; the inode of a new
+        ``kubelet.sock`` may well be the old one's, reused).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STREAM_WAIT
+        while self._kubelet_streams == seen:
+            remaining = deadline - loop.time()
+            gone = file_id(kubelet) != self._kubelet_id or not self._socket_intact()
+            if remaining <= 0 or gone:
+                break
+            self._stream_changed.clear()
+            await wait_event(self._stream_changed, remaining)
+        return self._kubelet_stream is not None
 
     def _failed(self, message: str) -> bool:
         if message != self._last_error:
@@ -325,23 +463,43 @@ class ResourcePlugin:
         self._on_status()
         return False
 
+    def _socket_intact(self) -> bool:
+        """Whether the socket our server bound is still at its path (same file, a socket)."""
+        server = self._server
+        return (
+            server is not None
+            and self._socket_id is not None
+            and file_id(server.socket, socket_only=True) == self._socket_id
+        )
+
     async def _ensure_serving(self) -> None:
         """Serve on a fresh socket unless the current one is still in place.
 
-        The kubelet deletes every socket in its directory when it starts, and
-        an options change needs a fresh endpoint too.
+        The kubelet deletes every socket in its directory when it starts, an
+        options change needs a fresh endpoint, and anyone may delete or replace
+        the file: a fresh name never collides with what the kubelet knows.
         """
-        server = self._server
-        if server is not None and server.socket.exists() and not self._want_new_socket:
+        if self._server is not None and self._socket_intact() and not self._want_new_socket:
             return
         self._want_new_socket = False
-        if server is not None:
-            self._server = None
-            await server.stop(0.5)
         path, shortened = socket_path(self._plugin_dir, self.resource)
+        if shortened:
+            log.info(
+                "%s: socket name shortened to fit %d bytes", self.resource, MAX_UNIX_PATH_BYTES
+            )
+        await self._serve(path)
+
+    async def _serve(self, path: Path) -> None:
+        """Stop the current server (if any) and serve on ``path``, replacing what is there."""
+        server, self._server, self._socket_id = self._server, None, None
+        if server is not None:
+            # At once: its socket is gone (its streams are a dead kubelet's or
+            # another client's) or being replaced, and the kubelet waits for the new one.
+            await server.stop(None)
+        _clear(path)  # a file left where our socket was: our name, our file
         self._server = await PluginServer.start(self, path)
-        note = f" (name shortened to fit {MAX_UNIX_PATH_BYTES} bytes)" if shortened else ""
-        log.info("%s: serving on %s%s", self.resource, path, note)
+        self._socket_id = file_id(path, socket_only=True)
+        log.info("%s: serving on %s", self.resource, path)
 
     # -- the Backend the gRPC servicer calls --------------------------------------
 
@@ -360,16 +518,25 @@ class ResourcePlugin:
 
     def stream_opened(self) -> int:
         self._streams += 1
+        self._next_token += 1
+        token = self._next_token
+        if self._claiming and self._kubelet_stream is None:
+            self._kubelet_stream = token  # the kubelet's, opened for our Register
+            self._kubelet_streams += 1
+            self._stream_changed.set()
         self._on_status()
-        return self._generation
+        return token
 
     def stream_closed(self, token: int, *, by_peer: bool) -> None:
         self._streams -= 1
-        self._on_status()
-        if by_peer and not self._closing and token == self._generation:
+        if token == self._kubelet_stream:
+            self._kubelet_stream = None
             self._registered = False
-            log.warning("%s: the kubelet ended ListAndWatch", self.resource)
-            self.request_registration("kubelet ended ListAndWatch")
+            self._stream_changed.set()
+            if by_peer and not self._closing:
+                log.warning("%s: the kubelet ended ListAndWatch", self.resource)
+                self.request_registration("kubelet ended ListAndWatch")
+        self._on_status()
 
     def preferred(self, requests: Sequence[PreferredRequest]) -> list[tuple[str, ...]]:
         units = self.state.units_view()

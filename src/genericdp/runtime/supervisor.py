@@ -250,13 +250,14 @@ class Supervisor:
             self._metrics.kubelet_restart()
         for runner in self._runners.values():
             socket = runner.plugin.socket
-            ours_gone = socket is not None and socket.name in change.deleted
+            if socket is not None and socket.name in change.deleted | change.created:
+                # Deleted, or replaced (a file created in its place): the plugin
+                # checks which, and serves again, even during a Register.
+                runner.plugin.socket_changed()
             if change.lost:
                 runner.kick("kubelet directory replaced")
             elif kubelet_new:
                 runner.kick("kubelet.sock created")
-            elif ours_gone:
-                runner.kick("our socket was deleted")
 
 
 def all_registered(names: Iterable[str] | None = None) -> Callable[[Statuses], bool]:

@@ -1,15 +1,17 @@
 """The kubelet's connection to one registered device plugin.
 
 Mirrors ``plugin/v1beta1/client.go`` and ``endpoint.go``: dial with a 10 s
-timeout (blocking until connected), ask for the options, then read
-ListAndWatch until it ends. The kubelet never reopens a stream.
+timeout (blocking until connected, retrying a missing or refusing socket as
+grpc-go's ``WithBlock`` does), ask for the options, then read ListAndWatch
+until it ends. The kubelet never reopens a stream, and a stream that ends does
+not close the connection by itself: only the kubelet's ``Disconnect`` does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import grpc
@@ -18,11 +20,11 @@ from genericdp.errors import KubeletError
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.embedded.tasks import Tasks
-from genericdp.kubelet.options import PluginOptions, unix_address
+from genericdp.kubelet.options import KUBELET_DIAL_TIMEOUT, PluginOptions, unix_address
 
 log = logging.getLogger(__name__)
 
-DIAL_TIMEOUT = 10.0
+DIAL_TIMEOUT = KUBELET_DIAL_TIMEOUT
 PRE_START_TIMEOUT = 30.0  # pluginapi.KubeletPreStartContainerRPCTimeoutInSecs
 # The kubelet's gRPC client keeps grpc-go's default receive limit.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -43,6 +45,12 @@ class PluginEndpoint:
         self._channel: grpc.aio.Channel | None = None
         self._stub: pb_grpc.DevicePluginStub | None = None
         self._stream: asyncio.Task[None] | None = None
+        self._ended = False  # ListAndWatch returned (the task may still be finishing)
+
+    @property
+    def streaming(self) -> bool:
+        """Whether this endpoint's ListAndWatch is open."""
+        return self._stream is not None and not self._stream.done() and not self._ended
 
     async def connect(self, dial_timeout: float = DIAL_TIMEOUT) -> PluginOptions:
         """Dial the socket and return what GetDevicePluginOptions answers."""
@@ -80,7 +88,7 @@ class PluginEndpoint:
         self,
         tasks: Tasks,
         on_list: Callable[[PluginEndpoint, pb.ListAndWatchResponse], None],
-        on_end: Callable[[PluginEndpoint, str], None],
+        on_end: Callable[[PluginEndpoint, str], Awaitable[None]],
     ) -> None:
         """Read ListAndWatch in the background; ``on_end`` gets why it stopped."""
         self._stream = tasks.spawn(
@@ -90,7 +98,7 @@ class PluginEndpoint:
     async def _read(
         self,
         on_list: Callable[[PluginEndpoint, pb.ListAndWatchResponse], None],
-        on_end: Callable[[PluginEndpoint, str], None],
+        on_end: Callable[[PluginEndpoint, str], Awaitable[None]],
     ) -> None:
         reason = "stream closed by the plugin"
         try:
@@ -101,9 +109,8 @@ class PluginEndpoint:
             reason = rpc_error(exc)
         except KubeletError as exc:  # closed before the stream opened
             reason = str(exc)
-        on_end(self, reason)
-        # The kubelet closes its connection once the stream is gone (client.Disconnect).
-        await self.close()
+        self._ended = True
+        await on_end(self, reason)
 
     async def get_preferred_allocation(
         self, available: Sequence[str], must_include: Sequence[str], size: int

@@ -9,8 +9,20 @@ handler.go, client.go, endpoint.go, pod_devices.go):
   ``kubelet.sock``; optionally ``v1.PodResourcesLister`` on its own socket.
 - Register checks the version (``v1beta1``) and the name (IsExtendedResourceName)
   and refuses with status UNKNOWN and the kubelet's message; then, before
-  answering, dials the plugin's socket (10 s), keeps the options that
-  GetDevicePluginOptions returns (not the request's) and reads ListAndWatch.
+  answering, files a client under the resource name (replacing whatever client
+  was there), dials the plugin's socket (10 s, retrying a missing or refusing
+  socket), keeps the options that GetDevicePluginOptions returns (not the
+  request's) and reads ListAndWatch. The plugin's own Register deadline does
+  not shorten the dial-back.
+- As 1.26-1.32 (``handler.go``): clients are kept **by resource name**. When the
+  dial-back fails, the client under that name is deleted, even if it is a
+  newer, live registration that arrived meanwhile (event ``deregistered``). A
+  stream that ends disconnects whatever client is filed under its name (so an
+  old stream ending disconnects a newer client) and marks the resource
+  unhealthy; a stream whose name has no client ends unnoticed (event
+  ``stream-unnoticed``): its devices stay allocatable, and Allocate goes to a
+  connection whose socket may be gone. A new registration leaves the previous
+  endpoint's stream open. ``problems()`` lists such stale or duplicate state.
 - Each ListAndWatch message replaces the device list; capacity counts every
   device, allocatable those whose health is exactly ``Healthy``. When a stream
   ends it is never reopened: every device turns unhealthy at once, and the
@@ -28,16 +40,24 @@ Known differences from the real kubelet:
 
 - No Topology Manager: every device is in the "no affinity" set; ties are
   broken in the plugin's list order, not Go's random set order.
-- A new registration of a resource closes the previous endpoint's stream. The
-  real kubelet leaves the old connection to the plugin; when that old stream
-  later ends it marks the resource unhealthy (1.26-1.31 even disconnect the new
-  client). Plugins should stop the old server before registering again.
+- Clients are kept by name as in 1.26-1.32, the versions plugins must still
+  survive; later ``handler.go`` keeps a list per name and deregisters by
+  socket path, so there a failed dial-back removes only its own client.
+- ``crash`` stands for a killed kubelet: connections drop, Register calls in
+  flight fail (gRPC ``UNAVAILABLE`` "Cancelling all calls" rather than a reset
+  connection), a dead ``kubelet.sock`` stays. The next ``start`` deletes every
+  socket (its own stale one too) before it listens, as ``server.Start`` does,
+  but keeps the resources it knew in memory where the real one rebuilds them
+  from its checkpoint.
+- Registrations are handled concurrently, as grpc-go runs each call on its
+  own goroutine; the order two racing Register calls take is asyncio's, not
+  the Go scheduler's.
 - Pods are not real: ``allocate`` stands for admission, ``release`` for pod
   deletion; PreStartContainer runs right after Allocate, not at container start.
 - The checkpoint lives in memory: allocations survive ``restart`` but not a
   new instance, and no file is written.
 - The kubelet's own socket is removed on ``stop`` (Go unlinks a listener's
-  socket on close); a crashed kubelet would leave it behind.
+  socket on close); ``crash`` leaves it behind.
 """
 
 from __future__ import annotations
@@ -63,7 +83,12 @@ from genericdp.kubelet.embedded.endpoint import (
     PluginEndpoint,
 )
 from genericdp.kubelet.embedded.names import is_extended_resource_name
-from genericdp.kubelet.embedded.plugin_dir import prepare_socket, remove_socket, remove_sockets
+from genericdp.kubelet.embedded.plugin_dir import (
+    leave_dead_socket,
+    prepare_socket,
+    remove_socket,
+    remove_sockets,
+)
 from genericdp.kubelet.embedded.podresources_server import PodResourcesServicer
 from genericdp.kubelet.embedded.registration_server import RegistrationServicer
 from genericdp.kubelet.embedded.state import (
@@ -104,7 +129,12 @@ class EmbeddedKubelet:
         self._dial_timeout = dial_timeout
         self._clock = clock
         self._states: dict[str, ResourceState] = {}
+        # The manager's endpoints (what Allocate uses) and the registration
+        # server's clients, both by resource name as in 1.26-1.32.
         self._endpoints: dict[str, PluginEndpoint] = {}
+        self._clients: dict[str, PluginEndpoint] = {}
+        self._connections: set[PluginEndpoint] = set()  # every connection not closed yet
+        self._incarnation = 0  # bumped at each start: work of a dead kubelet is void
         self._events: list[Event] = []
         self._changed = asyncio.Event()
         self._admission = Admission(self._states, self._endpoints, self._record)
@@ -124,6 +154,7 @@ class EmbeddedKubelet:
             if path is not None:
                 unix_address(path)
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
+        self._incarnation += 1
         removed = remove_sockets(self.plugin_dir)
         registration = grpc.aio.server()
         pb_grpc.add_RegistrationServicer_to_server(  # type: ignore[no-untyped-call]
@@ -150,25 +181,48 @@ class EmbeddedKubelet:
 
     async def stop(self) -> None:
         """Disconnect every plugin and stop serving; the state is kept for ``start``."""
+        await self._halt(crashed=False)
+
+    async def crash(self) -> None:
+        """Die as a killed kubelet: connections and Register calls in flight drop.
+
+        ``kubelet.sock`` stays behind (nobody unlinks it); the state is kept for
+        ``start``, as the real kubelet keeps its checkpoint.
+        """
+        await self._halt(crashed=True)
+
+    async def restart(self, *, crash: bool = False) -> None:
+        """Stop (or crash) and start again: sockets deleted, capacity 0 until plugins register."""
+        await self._halt(crashed=crash)
+        await self.start()
+
+    async def _halt(self, *, crashed: bool) -> None:
         if not self._running:
             return
         self._running = False
-        for name, endpoint in list(self._endpoints.items()):
-            await endpoint.close()
+        self._incarnation += 1  # Register handlers still running must not touch the state
+        for connection in list(self._connections):
+            await self._close(connection)
+        for name in list(self._endpoints):
             self._disconnected(name)
         self._endpoints.clear()
+        self._clients.clear()
         for server, path in self._servers:
-            await server.stop(None)
-            remove_socket(path)
+            await server.stop(None)  # cancels Register calls in flight
+            remove_socket(path)  # gRPC unlinks it too
+            if crashed:
+                leave_dead_socket(path)
         self._servers.clear()
         await self._tasks.cancel_all()
         self._timers.clear()
-        self._record(EventKind.STOPPED, "", "stopped")
+        if crashed:
+            self._record(EventKind.CRASHED, "", f"crashed; {self.socket} left behind")
+        else:
+            self._record(EventKind.STOPPED, "", "stopped")
 
-    async def restart(self) -> None:
-        """Stop and start again: sockets deleted, capacity 0 until plugins register."""
-        await self.stop()
-        await self.start()
+    async def _close(self, endpoint: PluginEndpoint) -> None:
+        self._connections.discard(endpoint)
+        await endpoint.close()
 
     async def __aenter__(self) -> EmbeddedKubelet:
         await self.start()
@@ -203,9 +257,39 @@ class EmbeddedKubelet:
     def resources(self) -> Mapping[str, ResourceSnapshot]:
         """Every known resource, as frozen snapshots."""
         return {
-            name: state.snapshot(self._admission.allocated(name))
+            name: state.snapshot(self._admission.allocated(name), self._open_streams(name))
             for name, state in self._states.items()
         }
+
+    def _open_streams(self, name: str) -> int:
+        return sum(c.streaming for c in self._connections if c.resource == name)
+
+    def problems(self) -> list[str]:
+        """Stale or duplicate registrations, in words; empty when every plugin is sound.
+
+        A resource the kubelet counts as connected must have exactly one open
+        ListAndWatch, from the endpoint Allocate would use, filed as the client
+        whose end the kubelet would notice, on a socket that exists. Every
+        failed dial-back that removed another endpoint's client is listed too.
+        """
+        found = [
+            f"{e.resource}: {e.detail}" for e in self._events if e.kind is EventKind.DEREGISTERED
+        ]
+        for name, state in self._states.items():
+            streams = self._open_streams(name)
+            if streams > 1:
+                found.append(f"{name}: {streams} ListAndWatch streams open")
+            if not state.connected:
+                continue
+            endpoint = self._endpoints.get(name)
+            if endpoint is None or not endpoint.streaming:
+                found.append(f"{name}: counted as connected but its stream is gone")
+                continue
+            if self._clients.get(name) is not endpoint:
+                found.append(f"{name}: the end of {endpoint.endpoint}'s stream would go unnoticed")
+            if not endpoint.socket.is_socket():
+                found.append(f"{name}: {endpoint.socket} is not a socket any more")
+        return found
 
     @property
     def events(self) -> tuple[Event, ...]:
@@ -266,16 +350,25 @@ class EmbeddedKubelet:
             )
         if not is_extended_resource_name(name):
             return self._reject(name, f"the ResourceName {_go_quote(name)} is invalid")
+        if not self._running:  # arrived while this kubelet was going down
+            return self._reject(name, "kubelet is shutting down")
+        incarnation = self._incarnation
         endpoint = PluginEndpoint(name, request.endpoint, self.plugin_dir / request.endpoint)
+        self._clients[name] = endpoint  # registerClient: by name, replacing any other
+        self._record(EventKind.DIALING, name, f"dialing {request.endpoint}")
         try:
             options = await endpoint.connect(self._dial_timeout)
         except EndpointError as exc:
+            if incarnation == self._incarnation:
+                self._deregister(name, endpoint)
             return self._reject(name, str(exc))
-        if not self._running:
+        if incarnation != self._incarnation or not self._running:  # this kubelet died meanwhile
             await endpoint.close()
             return self._reject(name, "kubelet is shutting down")
+        # PluginConnected: the endpoint Allocate uses from now on.
         old = self._endpoints.get(name)
         self._endpoints[name] = endpoint
+        self._connections.add(endpoint)
         state = self._states.setdefault(name, ResourceState(name))
         state.endpoint = request.endpoint
         state.options = options
@@ -287,9 +380,18 @@ class EmbeddedKubelet:
         self._record(
             EventKind.REGISTERED, name, f"endpoint {request.endpoint}, {options}{replacing}"
         )
-        if old is not None:
-            await old.close()
         return None
+
+    def _deregister(self, name: str, failed: PluginEndpoint) -> None:
+        """deregisterClient(name) after a failed dial-back: whatever client has the name goes."""
+        current = self._clients.pop(name, None)
+        if current is not None and current is not failed:
+            self._record(
+                EventKind.DEREGISTERED,
+                name,
+                f"dial-back of {failed.endpoint} failed; removed the client of "
+                f"{current.endpoint} registered meanwhile",
+            )
 
     def _reject(self, name: str, message: str) -> str:
         self._record(EventKind.REJECTED, name, message)
@@ -313,17 +415,34 @@ class EmbeddedKubelet:
             EventKind.DEVICES, state.name, f"{len(state.devices)} devices, {healthy} healthy"
         )
 
-    def _on_end(self, endpoint: PluginEndpoint, reason: str) -> None:
-        if self._current(endpoint) is None:
+    async def _on_end(self, endpoint: PluginEndpoint, reason: str) -> None:
+        """runClient after Run returns: disconnect the client filed under the name."""
+        if endpoint.closed:
+            return  # closed by the kubelet itself (stop, or a Disconnect)
+        name = endpoint.resource
+        client = self._clients.pop(name, None)
+        if client is None:
+            self._record(
+                EventKind.STREAM_UNNOTICED,
+                name,
+                f"ListAndWatch of {endpoint.endpoint} ended ({reason}); no client is "
+                "registered under the name, so nothing is disconnected",
+            )
             return
-        del self._endpoints[endpoint.resource]
-        self._disconnected(endpoint.resource)
-        self._start_grace(endpoint.resource)
-        self._record(EventKind.STREAM_ENDED, endpoint.resource, f"ListAndWatch ended: {reason}")
+        await self._close(client)  # may be a newer client than the stream that ended
+        self._disconnected(name)
+        self._start_grace(name)
+        which = "" if client is endpoint else f"; disconnected the newer {client.endpoint}"
+        self._record(
+            EventKind.STREAM_ENDED,
+            name,
+            f"ListAndWatch of {endpoint.endpoint} ended: {reason}{which}",
+        )
 
     def _disconnected(self, name: str) -> None:
+        """PluginDisconnected: every device unhealthy, the grace period starts."""
         state = self._states.get(name)
-        if state is not None:
+        if state is not None and name in self._endpoints:
             state.mark_unhealthy()
             state.connected = False
 
@@ -342,6 +461,7 @@ class EmbeddedKubelet:
         state = self._states.get(name)
         if state is not None and not state.connected:
             del self._states[name]
+            self._endpoints.pop(name, None)
             self._record(EventKind.EXPIRED, name, f"forgotten after {self._grace}s")
 
     # -- pods ------------------------------------------------------------------------

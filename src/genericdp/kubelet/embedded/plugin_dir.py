@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import stat
 from pathlib import Path
 
@@ -20,6 +21,12 @@ def prepare_socket(path: Path) -> None:
 def remove_socket(path: Path) -> None:
     """Remove our own socket on shutdown (Go unlinks a unix listener's file on close)."""
     path.unlink(missing_ok=True)
+
+
+def leave_dead_socket(path: Path) -> None:
+    """Leave a socket file nobody listens on, as a killed process leaves its listener's."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
+        dead.bind(str(path))
 
 
 def remove_sockets(plugin_dir: Path) -> list[Path]:

@@ -40,6 +40,7 @@ class ResourceSnapshot:
     connected: bool
     registrations: int
     allocated: frozenset[str]
+    streams: int = 0  # ListAndWatch streams open to this resource's endpoints, old ones too
 
 
 class EventKind(StrEnum):
@@ -47,10 +48,14 @@ class EventKind(StrEnum):
 
     STARTED = "started"
     STOPPED = "stopped"
+    CRASHED = "crashed"
+    DIALING = "dialing"  # a Register arrived; the kubelet dials the plugin back
     REGISTERED = "registered"
     REJECTED = "rejected"
+    DEREGISTERED = "deregistered"  # a failed dial-back removed another endpoint's client
     DEVICES = "devices"
     STREAM_ENDED = "stream-ended"
+    STREAM_UNNOTICED = "stream-unnoticed"  # ended with no client under its name
     EXPIRED = "expired"
     ALLOCATED = "allocated"
     ALLOCATION_FAILED = "allocation-failed"
@@ -96,7 +101,7 @@ class ResourceState:
         """Healthy device IDs in the plugin's order."""
         return [device.id for device in self.devices.values() if device.healthy]
 
-    def snapshot(self, allocated: frozenset[str]) -> ResourceSnapshot:
+    def snapshot(self, allocated: frozenset[str], streams: int = 0) -> ResourceSnapshot:
         """A frozen copy for callers."""
         return ResourceSnapshot(
             name=self.name,
@@ -108,6 +113,7 @@ class ResourceState:
             connected=self.connected,
             registrations=self.registrations,
             allocated=allocated,
+            streams=streams,
         )
 
 
@@ -131,6 +137,7 @@ def describe(resources: Mapping[str, ResourceSnapshot], events: Iterable[Event])
         lines.append(
             f"  {snap.name}: capacity={snap.capacity} allocatable={snap.allocatable} "
             f"connected={snap.connected} registrations={snap.registrations} "
+            f"streams={snap.streams} "
             f"endpoint={snap.endpoint} [{health}]"
         )
     recent = list(events)[-10:]
