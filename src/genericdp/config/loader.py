@@ -13,7 +13,7 @@ import os
 import re
 import stat
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,8 @@ MAX_FILE_BYTES = 1024 * 1024
 # Issues reported per file; the rest are counted. One wrong indentation can
 # make every line an error, and a wall of thousands helps nobody.
 MAX_ISSUES_PER_FILE = 100
+# A message quoting a 1 MiB value would be a 1 MiB log line on every node.
+MAX_MESSAGE_CHARS = 400
 _ALLOCATE_OF = re.compile(r"resources\[(\d+)\]\.allocate(?:$|[.\[])")
 
 
@@ -232,8 +234,9 @@ def _finish(checked: list[_Checked]) -> Config:
 
 
 def _capped(issues: list[ConfigIssue]) -> list[ConfigIssue]:
-    """A file's issues in order of position, at most MAX_ISSUES_PER_FILE, then a count."""
-    ordered = sorted(issues, key=lambda i: (i.line or 0, i.column or 0))
+    """A file's issues in order of position, at most MAX_ISSUES_PER_FILE, then a count;
+    messages that quote a long value are shortened."""
+    ordered = sorted((_shortened(i) for i in issues), key=lambda i: (i.line or 0, i.column or 0))
     if len(ordered) <= MAX_ISSUES_PER_FILE:
         return ordered
     first_hidden = ordered[MAX_ISSUES_PER_FILE]
@@ -247,6 +250,18 @@ def _capped(issues: list[ConfigIssue]) -> list[ConfigIssue]:
         f" (only the first {MAX_ISSUES_PER_FILE} are shown)",
     )
     return [*ordered[:MAX_ISSUES_PER_FILE], summary]
+
+
+def _shortened(issue: ConfigIssue) -> ConfigIssue:
+    if len(issue.message) <= MAX_MESSAGE_CHARS and len(issue.path) <= MAX_MESSAGE_CHARS:
+        return issue
+    half = MAX_MESSAGE_CHARS // 2
+    message, path = issue.message, issue.path
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = f"{message[:half]} …[{len(message) - 2 * half} characters]… {message[-half:]}"
+    if len(path) > MAX_MESSAGE_CHARS:
+        path = path[:MAX_MESSAGE_CHARS] + "…"
+    return replace(issue, message=message, path=path)
 
 
 def _definition(checked: _Checked, index: Any, raw: dict[str, Any]) -> ResourceDefinition:

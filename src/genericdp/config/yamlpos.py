@@ -114,10 +114,15 @@ def format_path(path: KeyPath) -> str:
 def parse_yaml(text: str, file: str) -> tuple[Document | None, list[ConfigIssue]]:
     """Parse one YAML document. Returns the document (None if unparsable) and
     the problems found while reading it (syntax, duplicate keys, odd keys)."""
+    too_deep = _flow_too_deep(text, file)
+    if too_deep is not None:
+        return None, [too_deep]
     yaml = YAML(typ="rt", pure=True)
     yaml.version = (1, 2)  # "on", "yes" and "no" are strings, not booleans
     try:
         node = yaml.load(text)
+    except RecursionError:
+        return None, [_deepest_line(text, file)]
     except MarkedYAMLError as exc:
         return None, [_syntax_issue(exc, file)]
     except ReaderError as exc:  # a character YAML does not allow, e.g. NUL
@@ -137,6 +142,84 @@ def parse_yaml(text: str, file: str) -> tuple[Document | None, list[ConfigIssue]
     return doc, builder.issues
 
 
+# ruamel looks ahead over a whole flow collection for a possible key, with
+# work per token growing with the depth: ten thousand "[" took minutes before
+# the parser's recursion gave up. Depth is therefore checked before ruamel
+# reads anything, by a scan that knows just enough YAML for it (quotes,
+# comments, where a collection may start).
+MAX_FLOW_DEPTH = 64
+_FLOW_SIGNIFICANT = re.compile(r"[\[\]{}'\"#]")
+# What may precede a "[", "{" or quote that starts a node: in block context
+# whitespace only (else it is inside a plain scalar), in a flow collection also these.
+_BLOCK_NODE_AFTER = " \t\n"
+_FLOW_NODE_AFTER = " \t\n[{,:"
+
+
+def _flow_too_deep(text: str, file: str) -> ConfigIssue | None:
+    """An issue at the first "[" or "{" nested deeper than MAX_FLOW_DEPTH, if any."""
+    depth = 0
+    pos = 0
+    while (found := _FLOW_SIGNIFICANT.search(text, pos)) is not None:
+        at = found.start()
+        char = text[at]
+        starts_node = at == 0 or text[at - 1] in (_FLOW_NODE_AFTER if depth else _BLOCK_NODE_AFTER)
+        pos = at + 1
+        if char == "#" and (at == 0 or text[at - 1] in " \t\n"):
+            pos = _after(text, "\n", at)
+        elif char in "'\"" and starts_node:
+            pos = _after_quoted(text, at)
+        elif char in "[{" and starts_node:
+            depth += 1
+            if depth > MAX_FLOW_DEPTH:
+                line = text.count("\n", 0, at) + 1
+                column = at - (text.rfind("\n", 0, at) + 1) + 1
+                message = (
+                    f"collections nested more than {MAX_FLOW_DEPTH} deep here;"
+                    " a config needs a handful"
+                )
+                return ConfigIssue(file, line, column, "", message)
+        elif char in "]}" and depth:
+            depth -= 1
+    return None
+
+
+def _after(text: str, char: str, start: int) -> int:
+    found = text.find(char, start + 1)
+    return len(text) if found < 0 else found + 1
+
+
+def _after_quoted(text: str, start: int) -> int:
+    """Just after the quoted scalar starting at ``start`` ('' and \\" are escapes)."""
+    quote = text[start]
+    pos = start + 1
+    while True:
+        end = text.find(quote, pos)
+        if end < 0:
+            return len(text)
+        if quote == "'" and text.startswith("''", end):
+            pos = end + 2
+        elif quote == '"' and _escaped(text, end):
+            pos = end + 1
+        else:
+            return end + 1
+
+
+def _escaped(text: str, at: int) -> bool:
+    before = at
+    while before > 0 and text[before - 1] == "\\":
+        before -= 1
+    return (at - before) % 2 == 1
+
+
+def _deepest_line(text: str, file: str) -> ConfigIssue:
+    """Block nesting too deep for the parser: said at the most indented line."""
+    lines = text.splitlines() or [""]
+    indents = [len(line) - len(line.lstrip(" ")) for line in lines]
+    index = indents.index(max(indents))
+    message = "is nested too deeply for a config (here is the most indented line)"
+    return ConfigIssue(file, index + 1, indents[index] + 1, "", message)
+
+
 def _syntax_issue(exc: MarkedYAMLError, file: str) -> ConfigIssue:
     mark = exc.problem_mark or exc.context_mark
     line = mark.line + 1 if mark else None
@@ -154,6 +237,10 @@ def _syntax_issue(exc: MarkedYAMLError, file: str) -> ConfigIssue:
         if context and exc.context_mark is not None and exc.context_mark is not mark:
             message += f" ({context} at line {exc.context_mark.line + 1})"
     return ConfigIssue(file, line, column, "", message)
+
+
+def _anchored(node: Any) -> bool:
+    return bool(getattr(getattr(node, "anchor", None), "value", None))
 
 
 _NUL_MESSAGE = "contains a NUL character (\\0): no path, command, name or value can hold one"
@@ -176,7 +263,7 @@ class _Builder:
         self.issues: list[ConfigIssue] = []
         self._open: set[int] = set()  # collections being copied, to stop alias loops
         self._copied: set[int] = set()  # collections copied once: seen again = an alias
-        self._aliases: list[KeyPath] = []  # where the aliases being expanded are used
+        self._aliases: list[tuple[KeyPath, Any]] = []  # aliases being expanded: path, node
         self._values_left = MAX_VALUES
         self._text_left = MAX_TEXT
 
@@ -202,10 +289,18 @@ class _Builder:
             return
         what = f"{MAX_VALUES} values" if self._values_left < 0 else f"{MAX_TEXT} characters"
         if self._aliases:
-            # Said at the outermost alias being expanded: that is the line to change.
-            where = self._aliases[0]
+            # Said where the outermost alias being expanded is used: the line to change.
+            # (ruamel gives an aliased item the position of its anchor, so the
+            # place of use is the collection holding it.)
+            alias_path, node = self._aliases[0]
+            where = alias_path[:-1]
+            anchor = getattr(getattr(node, "anchor", None), "value", None)
+            defined = self.values.get(alias_path)
+            named = f"*{anchor}" if anchor else "an alias"
+            if defined is not None:
+                named += f" (anchored at line {defined.line})"
             message = (
-                f"this alias expands the document beyond {what} (a YAML alias bomb?);"
+                f"{named} in here expands the document beyond {what} (a YAML alias bomb?);"
                 " aliases may repeat sections, not multiply them"
             )
         else:
@@ -220,7 +315,7 @@ class _Builder:
                 return None
             alias = id(node) in self._copied
             if alias:
-                self._aliases.append(path)
+                self._aliases.append((path, node))
             self._open.add(id(node))
             try:
                 self._spend(path)
@@ -233,8 +328,18 @@ class _Builder:
                 self._copied.add(id(node))
                 if alias:
                     self._aliases.pop()
-        value = self._scalar(node, path)
-        self._spend(path, len(value) if isinstance(value, str) else 0)
+        # An anchored scalar is one object however often it is aliased.
+        alias = _anchored(node) and id(node) in self._copied
+        if alias:
+            self._aliases.append((path, node))
+        try:
+            value = self._scalar(node, path)
+            self._spend(path, len(value) if isinstance(value, str) else 0)
+        finally:
+            if alias:
+                self._aliases.pop()
+            elif _anchored(node):
+                self._copied.add(id(node))
         if isinstance(value, str) and "\0" in value:
             self._issue(path, _NUL_MESSAGE)
         return value
