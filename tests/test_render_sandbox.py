@@ -179,7 +179,8 @@ def test_rendering_has_a_deadline() -> None:
     """A template slow in small steps is stopped at the deadline, so Allocate stays short."""
     source = (
         "{% for i in 'x' * 300 %}{% for j in 'x' * 300 %}"
-        "{% if (j ~ ' a b c d e f g h i j k l m n o p q r s t u v w x y z') | wordwrap(1) %}{% endif %}"
+        "{% if (j ~ ' a b c d e f g h i j k l m n o p q r s t u v w x y z') | wordwrap(1) %}"
+        "{% endif %}"
         "{% endfor %}{% endfor %}"
     )
     started = time.monotonic()

@@ -190,7 +190,8 @@ def _duration(
         message = f"{key} {text} is shorter than {shown}: {_TOO_SHORT[key]}"
         return None, [doc.issue(path, message)]
     if seconds > MAX_DURATION:
-        return None, [doc.issue(path, f"{key} {text[:40]} is longer than the maximum of 24h")]
+        shown = text if len(text) <= 40 else text[:40] + "…"
+        return None, [doc.issue(path, f"{key} {shown} is longer than the maximum of 24h")]
     return seconds, []
 
 

@@ -8,6 +8,7 @@ table keyed by path, so every later check can say ``file:line:column``.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import re
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
 from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import MarkedYAMLError
+from ruamel.yaml.events import CollectionEndEvent, CollectionStartEvent
 from ruamel.yaml.reader import ReaderError
 
 from genericdp.errors import ConfigIssue
@@ -107,7 +109,9 @@ def format_path(path: KeyPath) -> str:
         elif _SIMPLE_KEY.fullmatch(key):
             out += f".{key}" if out else key
         else:
-            out += '["' + key.replace("\\", "\\\\").replace('"', '\\"') + '"]'
+            quoted = key.replace("\\", "\\\\").replace('"', '\\"')
+            # A NUL or an escape sequence in a key must not reach a terminal or a log as is.
+            out += '["' + "".join(c if c.isprintable() else repr(c)[1:-1] for c in quoted) + '"]'
     return out
 
 
@@ -122,7 +126,7 @@ def parse_yaml(text: str, file: str) -> tuple[Document | None, list[ConfigIssue]
     try:
         node = yaml.load(text)
     except RecursionError:
-        return None, [_deepest_line(text, file)]
+        return None, [_too_deep(text, file)]
     except MarkedYAMLError as exc:
         return None, [_syntax_issue(exc, file)]
     except ReaderError as exc:  # a character YAML does not allow, e.g. NUL
@@ -211,13 +215,24 @@ def _escaped(text: str, at: int) -> bool:
     return (at - before) % 2 == 1
 
 
-def _deepest_line(text: str, file: str) -> ConfigIssue:
-    """Block nesting too deep for the parser: said at the most indented line."""
-    lines = text.splitlines() or [""]
-    indents = [len(line) - len(line.lstrip(" ")) for line in lines]
-    index = indents.index(max(indents))
-    message = "is nested too deeply for a config (here is the most indented line)"
-    return ConfigIssue(file, index + 1, indents[index] + 1, "", message)
+def _too_deep(text: str, file: str) -> ConfigIssue:
+    """Nesting too deep for the parser's recursion (block style: ``- - - - x``),
+    located by its event stream, which the parser makes without recursing."""
+    depth = 0
+    with contextlib.suppress(MarkedYAMLError, ReaderError, RecursionError):
+        for event in YAML(typ="rt", pure=True).parse(text):
+            if isinstance(event, CollectionStartEvent):
+                depth += 1
+                if depth > MAX_FLOW_DEPTH:
+                    mark = event.start_mark
+                    message = (
+                        f"collections nested more than {MAX_FLOW_DEPTH} deep here;"
+                        " a config needs a handful"
+                    )
+                    return ConfigIssue(file, mark.line + 1, mark.column + 1, "", message)
+            elif isinstance(event, CollectionEndEvent):
+                depth -= 1
+    return ConfigIssue(file, 1, 1, "", "is nested too deeply for a config")
 
 
 def _syntax_issue(exc: MarkedYAMLError, file: str) -> ConfigIssue:
