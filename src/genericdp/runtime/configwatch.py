@@ -219,6 +219,7 @@ async def in_daemon_thread(func: Callable[[], T]) -> T:
 
 def _read_config(path: Path) -> Config:
     """Load ``path``; a path with no config files at all raises ConfigError saying so."""
+    log.debug("loading the config from %s", path)  # from the loading thread
     _, problems = config_files(path)
     if problems:
         raise ConfigError(
