@@ -72,13 +72,13 @@ async def test_non_regular_files_are_refused_by_reload_without_blocking(base: Pa
         )
         (directory / "fifo.yaml").unlink()
         (directory / "zero.yaml").symlink_to("/dev/zero")
-        refused = await refusal_naming(results, "zero.yaml")
-        assert "zero.yaml: is a character device, not a regular file" in refused
+        zero = await refusal_naming(results, "zero.yaml")
+        assert "zero.yaml: is a character device, not a regular file" in zero
         (directory / "zero.yaml").unlink()
         (directory / ".big.tmp").write_bytes(b"#" * (1024 * 1024 + 1))
         (directory / ".big.tmp").rename(directory / "big.yaml")
-        refused = await refusal_naming(results, "big.yaml")
-        assert "more than the limit of 1048576 bytes" in refused
+        big = await refusal_naming(results, "big.yaml")
+        assert "more than the limit of 1048576 bytes" in big
         assert set(rt.supervisor.status()) == {A, B}
         assert rt.kubelet.resources[A].connected
 
