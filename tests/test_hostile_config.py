@@ -236,3 +236,17 @@ def test_backtracking_patterns_match_in_linear_time(pattern: str) -> None:
     started = time.monotonic()
     assert regex.search("a" * 50_000 + "!") is None
     assert time.monotonic() - started < 0.5
+
+
+def test_grouping_by_a_backtracking_pattern_is_fast() -> None:
+    """groupBy.pathRegex meeting a long device name groups at once (it froze the daemon)."""
+    from genericdp.config.model import GroupBy
+    from genericdp.discovery.grouping import group_nodes
+    from genericdp.discovery.model import DeviceNode
+
+    path = "/dev/" + "a" * 50_000 + "!"
+    nodes = [DeviceNode(path, path), DeviceNode("/dev/aa", "/dev/aa")]
+    started = time.monotonic()
+    groups = group_nodes(nodes, GroupBy("pathRegex", pattern="/dev/(?P<key>(a|aa)+)$"), Path("/"))
+    assert time.monotonic() - started < 0.5
+    assert [(g.key, [n.host_path for n in g.nodes]) for g in groups] == [("aa", ["/dev/aa"])]
