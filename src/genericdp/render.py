@@ -10,11 +10,14 @@ The sandbox is Jinja2's ``ImmutableSandboxedEnvironment`` (no ``_`` attributes,
 no mutation of lists and dicts, ``str.format`` sandboxed) tightened for a
 process that answers the kubelet's Allocate with no deadline: no globals but
 the documented names, no files (include/import/extends are refused at compile
-time), no macros or recursive loops, and caps on loop iterations, operator
-results, widths and output length so that a slip in a config cannot stall
-admission on the node. The config author already decides which host devices a
-pod gets; the caps are a seat belt against mistakes, not a security boundary
-against that author.
+time), no macros or recursive loops, and limits that apply while values are
+built (see "Limits enforced while rendering"): the size of every value as
+printed, widths, loop iterations, the work and the wall-clock time of one
+allocation, so that a slip in a config, or a ConfigMap written to hurt,
+cannot stall admission on the node or exhaust its memory. The config author
+already decides which host devices a pod gets; the limits keep the daemon
+serving whatever a template does, they are not a boundary against that
+author's choice of devices.
 """
 
 from __future__ import annotations
