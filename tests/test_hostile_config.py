@@ -62,7 +62,7 @@ def _load(paths: tuple[Path, ...]) -> BaseException | object:
 def test_corpus_covers_every_class() -> None:
     """The corpus keeps a case for each attack class of issue 7."""
     names = {case.stem.split("-")[0] for case in CASES}
-    assert {"alias", "flow", "nul", "glob", "health", "hook", "mount", "regex"} <= names
+    assert {"alias", "flow", "nul", "glob", "health", "hook", "mount", "regex", "template"} <= names
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.stem for c in CASES])
@@ -192,6 +192,20 @@ def test_deep_block_nesting_is_refused_at_its_position(tmp_path: Path) -> None:
     (issue,) = issues_of(path)
     assert (issue.line, issue.column) == (3, 127)
     assert "nested more than 64 deep here" in issue.message
+
+
+def test_long_template_is_refused_before_it_is_compiled(tmp_path: Path) -> None:
+    """A template source over 16 KiB is refused at its value, in well under a second
+    (compiling 780 KB of template took 22 s)."""
+    path = tmp_path / "long.yaml"
+    path.write_text(
+        GOOD + '    allocate:\n      env:\n        V: "' + "{{ devices }}" * 6000 + '"\n'
+    )
+    started = time.monotonic()
+    (issue,) = issues_of(path)
+    assert time.monotonic() - started < MAX_SECONDS
+    assert (issue.line, issue.column) == (7, 12)
+    assert "is 78000 characters long; at most 16384 are allowed" in issue.message
 
 
 def test_issues_per_file_are_capped_with_a_count(tmp_path: Path) -> None:

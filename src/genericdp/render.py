@@ -49,6 +49,7 @@ from genericdp.errors import TemplateRenderError
 TEMPLATE_NAMES = ("resource", "node_name", "units", "devices", "device_ids")
 
 MAX_VALUE_CHARS = 65_536  # one rendered value; a kubelet response must stay far below 4 MiB
+MAX_TEMPLATE_CHARS = 16_384  # one template source (or literal value) in the config
 MAX_VALUE_SIZE = 1_048_576  # any value a template builds, as printed, shared parts in full
 MAX_WORK = 8 * MAX_VALUE_SIZE  # per allocation: the sizes of every value built, and loop steps
 MAX_RENDER_SECONDS = 0.5  # per allocation, wall clock: Allocate runs on the event loop
@@ -578,6 +579,12 @@ def _literal_text(source: str) -> str:
 
 
 def _compile_one(key: str, source: str, problems: list[TemplateProblem]) -> _Value:
+    if len(source) > MAX_TEMPLATE_CHARS:
+        # Compiling costs tens of microseconds a character; a literal this long
+        # would only make Allocate answers large.
+        message = f"is {len(source)} characters long; at most {MAX_TEMPLATE_CHARS} are allowed"
+        problems.append(TemplateProblem(key, message))
+        return _Value("", None)
     if _is_literal(source):
         return _Value(source, None)
     try:
@@ -591,6 +598,9 @@ def _compile_one(key: str, source: str, problems: list[TemplateProblem]) -> _Val
         template = _ENV.template_class.from_code(_ENV, code, _ENV.make_globals(None))
     except TemplateSyntaxError as exc:
         problems.append(TemplateProblem(key, exc.message or str(exc), exc.lineno))
+        return _Value(source, None)
+    except RecursionError:  # Jinja's parser and compiler recurse per nesting level
+        problems.append(TemplateProblem(key, "expressions or blocks are nested too deeply"))
         return _Value(source, None)
     return _Value(source, template)
 
