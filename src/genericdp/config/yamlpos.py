@@ -40,6 +40,9 @@ _TOKEN = re.compile(r"[^\s,\]}#]+")
 # 1 MiB size limit that is nothing but tiny values.
 MAX_VALUES = 100_000  # mappings, lists and scalars, with aliases expanded
 MAX_TEXT = 4 * 1024 * 1024  # characters of keys and strings, with aliases expanded
+# Values copied through aliases: sharing a health check or hooks between a few
+# hundred resources stays far below; a bomb trips it after a few milliseconds.
+MAX_ALIASED_VALUES = 20_000
 
 
 @dataclass(frozen=True)
@@ -262,7 +265,8 @@ _NUL_MESSAGE = "contains a NUL character (\\0): no path, command, name or value 
 
 
 class _TooLarge(Exception):  # noqa: N818 - internal signal, never leaves this module
-    """The copy went over MAX_VALUES or MAX_TEXT; carries the located issue."""
+    """The copy went over a limit (MAX_VALUES, MAX_TEXT, MAX_ALIASED_VALUES); carries
+    the located issue."""
 
     def __init__(self, issue: ConfigIssue) -> None:
         self.issue = issue
@@ -281,6 +285,7 @@ class _Builder:
         self._aliases: list[tuple[KeyPath, Any]] = []  # aliases being expanded: path, node
         self._values_left = MAX_VALUES
         self._text_left = MAX_TEXT
+        self._aliased_left = MAX_ALIASED_VALUES
 
     def _located(self, path: KeyPath, message: str, *, at_key: bool = False) -> ConfigIssue:
         first, second = (self.keys, self.values) if at_key else (self.values, self.keys)
@@ -300,9 +305,16 @@ class _Builder:
         """Count one value (and its characters) against the document's limits."""
         self._values_left -= 1
         self._text_left -= text
-        if self._values_left >= 0 and self._text_left >= 0:
+        if self._aliases:
+            self._aliased_left -= 1
+        if self._values_left >= 0 and self._text_left >= 0 and self._aliased_left >= 0:
             return
-        what = f"{MAX_VALUES} values" if self._values_left < 0 else f"{MAX_TEXT} characters"
+        if self._aliased_left < 0:
+            what = f"{MAX_ALIASED_VALUES} values repeated through aliases"
+        elif self._values_left < 0:
+            what = f"{MAX_VALUES} values"
+        else:
+            what = f"{MAX_TEXT} characters"
         if self._aliases:
             # Said where the outermost alias being expanded is used: the line to change.
             # (ruamel gives an aliased item the position of its anchor, so the
