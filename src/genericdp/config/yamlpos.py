@@ -8,7 +8,6 @@ table keyed by path, so every later check can say ``file:line:column``.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import re
 from collections.abc import Mapping
@@ -19,9 +18,9 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
 from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import MarkedYAMLError
-from ruamel.yaml.events import CollectionEndEvent, CollectionStartEvent
 from ruamel.yaml.reader import ReaderError
 
+from genericdp.config.yamldepth import flow_too_deep, too_deep_for_parser
 from genericdp.errors import ConfigIssue
 
 Key = str | int
@@ -121,7 +120,7 @@ def format_path(path: KeyPath) -> str:
 def parse_yaml(text: str, file: str) -> tuple[Document | None, list[ConfigIssue]]:
     """Parse one YAML document. Returns the document (None if unparsable) and
     the problems found while reading it (syntax, duplicate keys, odd keys)."""
-    too_deep = _flow_too_deep(text, file)
+    too_deep = flow_too_deep(text, file)
     if too_deep is not None:
         return None, [too_deep]
     yaml = YAML(typ="rt", pure=True)
@@ -129,7 +128,7 @@ def parse_yaml(text: str, file: str) -> tuple[Document | None, list[ConfigIssue]
     try:
         node = yaml.load(text)
     except RecursionError:
-        return None, [_too_deep(text, file)]
+        return None, [too_deep_for_parser(text, file)]
     except MarkedYAMLError as exc:
         return None, [_syntax_issue(exc, file)]
     except ReaderError as exc:  # a character YAML does not allow, e.g. NUL
@@ -147,95 +146,6 @@ def parse_yaml(text: str, file: str) -> tuple[Document | None, list[ConfigIssue]
         return None, [*builder.issues, exc.issue]
     doc = Document(file, data, builder.keys, builder.values, tuple(text.splitlines()))
     return doc, builder.issues
-
-
-# ruamel looks ahead over a whole flow collection for a possible key, with
-# work per token growing with the depth: ten thousand "[" took minutes before
-# the parser's recursion gave up. Depth is therefore checked before ruamel
-# reads anything, by a scan that knows just enough YAML for it (quotes,
-# comments, where a collection may start).
-MAX_FLOW_DEPTH = 64
-_FLOW_SIGNIFICANT = re.compile(r"[\[\]{}'\"#]")
-# What may precede a "[", "{" or quote that starts a node: in block context
-# whitespace only (else it is inside a plain scalar), in a flow collection also these.
-_BLOCK_NODE_AFTER = " \t\n"
-_FLOW_NODE_AFTER = " \t\n[{,:"
-
-
-def _flow_too_deep(text: str, file: str) -> ConfigIssue | None:
-    """An issue at the first "[" or "{" nested deeper than MAX_FLOW_DEPTH, if any."""
-    depth = 0
-    pos = 0
-    while (found := _FLOW_SIGNIFICANT.search(text, pos)) is not None:
-        at = found.start()
-        char = text[at]
-        starts_node = at == 0 or text[at - 1] in (_FLOW_NODE_AFTER if depth else _BLOCK_NODE_AFTER)
-        pos = at + 1
-        if char == "#" and (at == 0 or text[at - 1] in " \t\n"):
-            pos = _after(text, "\n", at)
-        elif char in "'\"" and starts_node:
-            pos = _after_quoted(text, at)
-        elif char in "[{" and starts_node:
-            depth += 1
-            if depth > MAX_FLOW_DEPTH:
-                line = text.count("\n", 0, at) + 1
-                column = at - (text.rfind("\n", 0, at) + 1) + 1
-                message = (
-                    f"collections nested more than {MAX_FLOW_DEPTH} deep here;"
-                    " a config needs a handful"
-                )
-                return ConfigIssue(file, line, column, "", message)
-        elif char in "]}" and depth:
-            depth -= 1
-    return None
-
-
-def _after(text: str, char: str, start: int) -> int:
-    found = text.find(char, start + 1)
-    return len(text) if found < 0 else found + 1
-
-
-def _after_quoted(text: str, start: int) -> int:
-    """Just after the quoted scalar starting at ``start`` ('' and \\" are escapes)."""
-    quote = text[start]
-    pos = start + 1
-    while True:
-        end = text.find(quote, pos)
-        if end < 0:
-            return len(text)
-        if quote == "'" and text.startswith("''", end):
-            pos = end + 2
-        elif quote == '"' and _escaped(text, end):
-            pos = end + 1
-        else:
-            return end + 1
-
-
-def _escaped(text: str, at: int) -> bool:
-    before = at
-    while before > 0 and text[before - 1] == "\\":
-        before -= 1
-    return (at - before) % 2 == 1
-
-
-def _too_deep(text: str, file: str) -> ConfigIssue:
-    """Nesting too deep for the parser's recursion (block style: ``- - - - x``),
-    located by its event stream, which the parser makes without recursing."""
-    depth = 0
-    with contextlib.suppress(MarkedYAMLError, ReaderError, RecursionError):
-        for event in YAML(typ="rt", pure=True).parse(text):
-            if isinstance(event, CollectionStartEvent):
-                depth += 1
-                if depth > MAX_FLOW_DEPTH:
-                    mark = event.start_mark
-                    message = (
-                        f"collections nested more than {MAX_FLOW_DEPTH} deep here;"
-                        " a config needs a handful"
-                    )
-                    return ConfigIssue(file, mark.line + 1, mark.column + 1, "", message)
-            elif isinstance(event, CollectionEndEvent):
-                depth -= 1
-    return ConfigIssue(file, 1, 1, "", "is nested too deeply for a config")
 
 
 def _syntax_issue(exc: MarkedYAMLError, file: str) -> ConfigIssue:
