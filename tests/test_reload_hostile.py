@@ -175,7 +175,8 @@ async def test_serve_survives_hostile_reloads_and_stops_on_sigterm(base: Path) -
                 timeout=20,
             )
             (config / "bomb.yaml").write_text(bomb.read_text())
-            await daemon.read_until(r"config refused.*bomb\.yaml:9:4: .*alias bomb")
+            line, column, _ = expectation(bomb)
+            await daemon.read_until(rf"config refused.*bomb\.yaml:{line}:{column}: .*alias bomb")
             await healthz_ok(port)
             (config / "bomb.yaml").unlink()
             os.mkfifo(config / "fifo.yaml")
