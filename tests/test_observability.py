@@ -48,7 +48,7 @@ resources:
     init: {{exec: [/bin/sh, -c, 'echo no port; exit 3'], timeout: 5s}}
 - name: {PROBED}
   match: [glob: /dev/probe*]
-  health: {{exec: [/bin/sh, -c, 'exit 1'], interval: 200ms, timeout: 150ms, failureThreshold: 1}}
+  health: {{exec: [/bin/sh, -c, 'exit 1'], interval: 1s, timeout: 150ms, failureThreshold: 1}}
 """
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from genericdp.config.model import AllocateSpec, GlobMatcher, ResourceDefinition, frozen_map
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.errors import TemplateRenderError
-from genericdp.render import TemplateSyntaxErrors, compile_templates, render_allocation
+from genericdp.render import (
+    MAX_RENDER_SECONDS,
+    TemplateSyntaxErrors,
+    compile_templates,
+    render_allocation,
+)
 
 UNIT = Unit("u0", (DeviceNode("/dev/null", "/dev/null", 1, 3, "mem"),))
 
@@ -32,6 +39,11 @@ def refused(source: str) -> str:
     except TemplateRenderError as exc:
         return str(exc)
     pytest.fail(f"{source!r} was not refused")
+
+
+def reason(source: str) -> str:
+    """Why ``source`` was refused, without the source the message quotes first."""
+    return refused(source).rsplit(": ", 1)[-1]
 
 
 @pytest.mark.parametrize(
@@ -118,3 +130,74 @@ def test_ordinary_formatting_still_works() -> None:
         "{{ '%d:%d' | format(1, 3) }} {{ 'a-b' | replace('-', '_') }} {{ 2 ** 10 }}"
     )
     assert render(source) == "003   u0 1:3 a_b 1024"
+
+
+LAUGHS = (
+    "{% set a = ['xxxxxxxxxx', 'xxxxxxxxxx', 'xxxxxxxxxx', 'xxxxxxxxxx'] %}"
+    "{% set b = [a, a, a, a, a, a, a, a] %}{% set c = [b, b, b, b, b, b, b, b] %}"
+    "{% set d = [c, c, c, c, c, c, c, c] %}{% set e = [d, d, d, d, d, d, d, d] %}"
+    "{% set f = [e, e, e, e, e, e, e, e] %}{% set g = [f, f, f, f, f, f, f, f] %}"
+)
+
+
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        ("{{ ([devices * 600] * 600) | tojson }}", "repetition"),
+        ("{{ ([devices * 600] * 600) | pprint }}", "repetition"),
+        ("{{ ([devices * 60000] * 60000) | join(',') }}", "repetition"),
+        ("{{ [units * 600] * 600 == [units * 600] * 600 }}", "repetition"),
+        (LAUGHS + "{{ g == g[:] }}", "as printed"),
+        (LAUGHS[: LAUGHS.index("{% set f")] + "{{ e | tojson }}", "tojson"),
+        (LAUGHS[: LAUGHS.index("{% set f")] + "{{ e }}", "output"),
+        (LAUGHS[: LAUGHS.index("{% set f")] + "{{ e ~ '' }}", "'~'"),
+        ("{{ (['xx'] * 65536) | pprint }}", "pprint"),
+        ("{{ ('%(a)s' * 2000) % {'a': 'x' * 6000} }}", "% formatting"),
+        ("{{ ('%s' * 2000) | format('x' * 6000) }}", "% formatting"),
+        ("{{ ('{0}' * 20000).format('x' * 60000) }}", "format()"),
+        ("{{ ('{a}' * 20000).format_map({'a': 'x' * 60000}) }}", "format()"),
+        ("{{ ('a\\n' * 30000) | indent(4000) }}", "indent"),
+        ("{{ ('\\t' * 60000).expandtabs(4000) }}", "unsafe"),
+        ("{{ ('a' * 60000).translate({97: 'x' * 60000}) }}", "unsafe"),
+        ("{{ ([units, units]) | sum(start=[]) }}", "sum adds numbers"),
+        ("{% set a = 2 ** 1024 %}{{ a * a * a * a * a * a * a * a * a }}", "bits"),
+    ],
+)
+def test_values_are_measured_while_they_are_built(source: str, fragment: str) -> None:
+    """Nothing a template builds (shared and nested parts counted) grows past the caps
+    before a check sees it: repetition, literals, format fields, indent, printing filters."""
+    assert fragment in reason(source)
+
+
+def test_work_of_one_allocation_is_bounded() -> None:
+    """Many values each under the caps still add up to a bounded amount per allocation."""
+    source = "{% for i in 'x' * 60000 %}{% set s = ('a' * 60000).replace('a', 'b') %}{% endfor %}"
+    assert "built more than" in reason(source)
+
+
+def test_rendering_has_a_deadline() -> None:
+    """A template slow in small steps is stopped at the deadline, so Allocate stays short."""
+    source = (
+        "{% for i in 'x' * 300 %}{% for j in 'x' * 300 %}"
+        "{% if (j ~ ' a b c d e f g h i j k l m n o p q r s t u v w x y z') | wordwrap(1) %}"
+        "{% endif %}"
+        "{% endfor %}{% endfor %}"
+    )
+    started = time.monotonic()
+    message = reason(source)
+    elapsed = time.monotonic() - started
+    assert f"took longer than {MAX_RENDER_SECONDS}s" in message
+    assert elapsed < MAX_RENDER_SECONDS + 1.0
+
+
+def test_sane_templates_render_well_within_the_limits() -> None:
+    """Ordinary templates (joins, maps, loops over units) render in milliseconds."""
+    source = (
+        "{{ devices | map(attribute='path') | join(',') }};"
+        "{% for u in units %}{{ u.id }}={{ u.nodes | length }}{% endfor %};"
+        "{{ devices | tojson }};{{ '%s-%s' | format(resource, node_name) }}"
+    )
+    started = time.monotonic()
+    for _ in range(100):
+        render(source)
+    assert (time.monotonic() - started) / 100 < 0.05

@@ -141,7 +141,7 @@ async def test_unknown_and_unhealthy_ids_are_rejected(base: Path) -> None:
         f"resources:\n- name: {SERIAL}\n  match: [glob: /dev/ttyUSB*]\n"
         "  health:\n"
         f"    exec: [/bin/sh, -c, 'test ! -e {flags}/$GENERICDP_UNIT_ID']\n"
-        "    interval: 300ms\n    timeout: 250ms\n    failureThreshold: 1\n"
+        "    interval: 1s\n    timeout: 250ms\n    failureThreshold: 1\n"
     )
     async with running(base, cfg, discover=discovery) as rt:
         await rt.until(lambda k: SERIAL in k.resources and k.resources[SERIAL].capacity == 2)
@@ -169,7 +169,7 @@ async def test_health_flip_changes_allocatable(base: Path) -> None:
         f"resources:\n- name: {SERIAL}\n  match: [glob: /dev/ttyUSB*]\n  count: 2\n"
         "  health:\n"
         f"    exec: [/bin/sh, -c, 'test ! -e {flags}/$GENERICDP_UNIT_ID']\n"
-        "    interval: 300ms\n    timeout: 250ms\n    failureThreshold: 2\n"
+        "    interval: 1s\n    timeout: 250ms\n    failureThreshold: 2\n"
     )
     async with running(base, cfg, discover=discovery) as rt:
         await rt.until(lambda k: SERIAL in k.resources and k.resources[SERIAL].allocatable == 4)

@@ -233,9 +233,10 @@ def _report(exc: Exception) -> int | None:
     if isinstance(exc, ValidationError):
         for err in exc.errors():
             loc = ".".join(str(x) for x in err["loc"])
+            given = str(err.get("input", ""))[:80]
             print(
                 f"error: setting {loc} (flag --{loc.replace('_', '-')} or "
-                f"GENERICDP_{loc.upper()}): {err['msg']}",
+                f"GENERICDP_{loc.upper()}): {err['msg']}, not {given!r}",
                 file=sys.stderr,
             )
         return EXIT_USAGE

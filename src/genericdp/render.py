@@ -10,11 +10,14 @@ The sandbox is Jinja2's ``ImmutableSandboxedEnvironment`` (no ``_`` attributes,
 no mutation of lists and dicts, ``str.format`` sandboxed) tightened for a
 process that answers the kubelet's Allocate with no deadline: no globals but
 the documented names, no files (include/import/extends are refused at compile
-time), no macros or recursive loops, and caps on loop iterations, operator
-results, widths and output length so that a slip in a config cannot stall
-admission on the node. The config author already decides which host devices a
-pod gets; the caps are a seat belt against mistakes, not a security boundary
-against that author.
+time), no macros or recursive loops, and limits that apply while values are
+built (see "Limits enforced while rendering"): the size of every value as
+printed, widths, loop iterations, the work and the wall-clock time of one
+allocation, so that a slip in a config, or a ConfigMap written to hurt,
+cannot stall admission on the node or exhaust its memory. The config author
+already decides which host devices a pod gets; the limits keep the daemon
+serving whatever a template does, they are not a boundary against that
+author's choice of devices.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ from __future__ import annotations
 import contextvars
 import difflib
 import functools
+import itertools
 import re
 import string
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -45,6 +50,10 @@ from genericdp.errors import TemplateRenderError
 TEMPLATE_NAMES = ("resource", "node_name", "units", "devices", "device_ids")
 
 MAX_VALUE_CHARS = 65_536  # one rendered value; a kubelet response must stay far below 4 MiB
+MAX_TEMPLATE_CHARS = 16_384  # one template source (or literal value) in the config
+MAX_VALUE_SIZE = 1_048_576  # any value a template builds, as printed, shared parts in full
+MAX_WORK = 8 * MAX_VALUE_SIZE  # per allocation: the sizes of every value built, and loop steps
+MAX_RENDER_SECONDS = 0.5  # per allocation, wall clock: Allocate runs on the event loop
 MAX_LOOP_ITERATIONS = 100_000  # per allocation, across every template and nested loop
 MAX_WIDTH = 4_096  # widths and counts handed to filters, methods and format specs
 MAX_EXPONENT = 1_024
@@ -55,6 +64,12 @@ _PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[#0\- +]*(\*|\d+)?(?:\.(\*|\d+))?[hl
 _DIGITS = re.compile(r"\d+")
 _WIDTH_FILTERS = frozenset({"center", "indent", "truncate", "wordwrap", "batch", "slice"})
 _BANNED_FILTERS = frozenset({"random"})  # an allocation must be deterministic
+# Filters that print their whole input before any cap could look at the result.
+_PRINTING_FILTERS = frozenset(
+    {"tojson", "pprint", "string", "urlencode", "xmlattr", "e", "escape", "forceescape"}
+)
+# str methods that multiply their input by an argument; a template never needs them.
+_REFUSED_METHODS = frozenset({"expandtabs", "translate", "maketrans"})
 
 
 @dataclass(frozen=True)
@@ -110,13 +125,70 @@ class TemplateSyntaxErrors(Exception):  # noqa: N818 - a collection, raised at l
 
 # --------------------------------------------------------------------------
 # Limits enforced while rendering
+#
+# Every value a template builds is measured as it is built, before anything
+# uses it: its length (strings, lists), its size as printed with nested and
+# shared parts counted in full (so ``[[x] * 9] * 9`` nine levels deep is as
+# large as what ``tojson`` would make of it), and the bits of an integer.
+# Operations that multiply (repetition, ``%`` and ``format`` fields reused,
+# ``indent``) are checked before they run. What one allocation builds in all,
+# and the wall-clock time it takes, are bounded too; the checks run at every
+# operator, call, filter, literal, loop step and output, and no single step
+# can take long, so the deadline holds to within milliseconds.
 
 
 class _Budget:
-    """Loop iterations left for the allocation being rendered."""
+    """What the allocation being rendered may still spend, and sizes measured so far."""
 
-    def __init__(self, iterations: int) -> None:
-        self.left = iterations
+    def __init__(self) -> None:
+        self.iterations = MAX_LOOP_ITERATIONS
+        self.work = MAX_WORK
+        self.deadline = time.monotonic() + MAX_RENDER_SECONDS
+        # id -> (the value, kept alive so its id is not reused; its size). Values
+        # a template sees never change: the sandbox is immutable.
+        self._sizes: dict[int, tuple[Any, int]] = {}
+
+    def spend(self, units: int) -> None:
+        self.work -= units
+        if self.work < 0:
+            raise SecurityError(
+                f"the templates of one allocation built more than {MAX_WORK} characters in all"
+            )
+        if time.monotonic() > self.deadline:
+            raise SecurityError(f"rendering one allocation took longer than {MAX_RENDER_SECONDS}s")
+
+    def size(self, value: Any, limit: int = MAX_VALUE_SIZE) -> int:
+        """About how many characters ``value`` prints as; counting stops past ``limit``."""
+        scalar = _scalar_size(value)
+        if scalar is not None:
+            return scalar
+        known = self._sizes.get(id(value))
+        if known is not None:
+            return known[1]
+        items: Iterable[Any]
+        if isinstance(value, list | tuple | set | frozenset):
+            items = value
+        elif isinstance(value, Mapping):
+            items = itertools.chain.from_iterable(value.items())
+        else:
+            return 1  # iterators and Jinja's own objects: measured when consumed
+        total = 2
+        for item in items:
+            total += self.size(item, limit - total) + 2
+            if total > limit:
+                return total  # partial: not remembered
+        self._sizes[id(value)] = (value, total)
+        return total
+
+
+def _scalar_size(value: Any) -> int | None:
+    if isinstance(value, str | bytes):
+        return len(value)
+    if value is None or isinstance(value, bool | float):
+        return 8
+    if isinstance(value, int):
+        return value.bit_length() // 3 + 2
+    return None
 
 
 _BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar(
@@ -124,30 +196,57 @@ _BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar(
 )
 
 
+def _budget() -> _Budget:
+    """The current allocation's budget (outside ``render_allocation``, a fresh
+    one for each use: only the per-value limits apply there)."""
+    return _BUDGET.get() or _Budget()
+
+
+def _built(value: Any) -> Any:
+    """Every value a template builds passes here before it is used."""
+    if isinstance(value, str | bytes | list | tuple) and len(value) > MAX_VALUE_CHARS:
+        raise SecurityError(f"a value of {len(value)} items exceeds {MAX_VALUE_CHARS}")
+    if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
+        raise SecurityError(f"an integer of more than {MAX_INT_BITS} bits")
+    budget = _budget()
+    size = budget.size(value)
+    if size > MAX_VALUE_SIZE:
+        raise SecurityError(f"a value exceeds {MAX_VALUE_SIZE} characters as printed")
+    budget.spend(size)
+    return value
+
+
+def _fits(what: str, size: int, limit: int = MAX_VALUE_SIZE) -> None:
+    """Refuse an operation before it runs when its result would be too large."""
+    if size > limit:
+        raise SecurityError(f"{what} of about {size} characters exceeds {limit}")
+
+
+def _printable(what: str, value: Any) -> None:
+    """Refuse to turn ``value`` into text when the text would be over the cap:
+    ``str``, ``tojson`` and ``pprint`` build it whole (``pprint`` slowly) first."""
+    _fits(what, _budget().size(value), MAX_VALUE_CHARS)
+
+
 def _counted(iterable: Iterable[Any]) -> Iterator[Any]:
     """Every ``{% for %}`` iterates through this (see ``_Harden``)."""
-    budget = _BUDGET.get() or _Budget(MAX_LOOP_ITERATIONS)
+    budget = _budget()
     for item in iterable:
-        budget.left -= 1
-        if budget.left < 0:
+        budget.iterations -= 1
+        if budget.iterations < 0:
             raise SecurityError(f"more than {MAX_LOOP_ITERATIONS} loop iterations")
+        budget.spend(1)
         yield item
 
 
 def _concat(*parts: Any) -> str:
     """The ``~`` operator, with the size cap (``_Harden`` routes it here)."""
-    result = "".join(str(p) for p in parts)
-    _capped(result)
-    return result
+    budget = _budget()
+    _fits("'~'", sum(budget.size(p) for p in parts), MAX_VALUE_CHARS)
+    return cast("str", _built("".join(str(p) for p in parts)))
 
 
-_INTERNAL_CALLABLES = (_counted, _concat)
-
-
-def _capped(value: Any) -> Any:
-    if isinstance(value, (str, list, tuple)) and len(value) > MAX_VALUE_CHARS:
-        raise SecurityError(f"a value of {len(value)} items exceeds {MAX_VALUE_CHARS}")
-    return value
+_INTERNAL_CALLABLES = (_counted, _concat, _built)
 
 
 def _check_width(value: Any, what: str) -> None:
@@ -155,29 +254,45 @@ def _check_width(value: Any, what: str) -> None:
         raise SecurityError(f"{what} {value} exceeds {MAX_WIDTH}")
 
 
-def _check_percent_format(fmt: str) -> None:
-    """Refuse ``%`` formats whose width or precision could build a huge string."""
+def _check_percent_format(fmt: str, args: Any) -> None:
+    """Refuse ``%`` formats whose widths, or whose fields times their arguments,
+    could build a huge string (``'%(a)s' * 9999 % {'a': long}`` reuses one)."""
+    fields = 0
     for match in _PERCENT_SPEC.finditer(fmt):
+        fields += 1
         for number in match.groups():
             if number == "*":
                 raise SecurityError("'*' widths are not allowed in % formats")
             if number is not None:
                 _check_width(int(number), "format width")
+    _fits("% formatting", len(fmt) + fields * _budget().size(args))
 
 
-def _check_brace_format(fmt: str) -> None:
-    """Refuse ``str.format`` specs with nested fields or huge widths."""
-    for _, _, spec, _ in string.Formatter().parse(fmt):
+def _check_brace_format(fmt: str, args: Any) -> None:
+    """Refuse ``str.format`` specs with nested fields or huge widths, and formats
+    whose fields times their arguments could build a huge string."""
+    fields = 0
+    for _, name, spec, _ in string.Formatter().parse(fmt):
+        fields += name is not None
         if not spec:
             continue
         if "{" in spec:
             raise SecurityError("nested fields in format specs are not allowed")
         for number in _DIGITS.findall(spec):
             _check_width(int(number), "format width")
+    _fits("format()", len(fmt) + fields * _budget().size(args))
+
+
+def _check_repeat(left: Any, right: Any) -> None:
+    for seq, times in ((left, right), (right, left)):
+        if isinstance(seq, str | list | tuple) and isinstance(times, int):
+            if len(seq) * times > MAX_VALUE_CHARS:
+                raise SecurityError(f"repetition would exceed {MAX_VALUE_CHARS} items")
+            _fits("repetition", _budget().size(seq) * times)
 
 
 def _check_power(base: Any, exponent: Any) -> None:
-    if isinstance(exponent, (int, float)) and abs(exponent) > MAX_EXPONENT:
+    if isinstance(exponent, int | float) and abs(exponent) > MAX_EXPONENT:
         raise SecurityError(f"exponent {exponent} exceeds {MAX_EXPONENT}")
     # (2 ** 1024) ** 1024 passes the exponent check but is a megabit integer.
     if (
@@ -198,6 +313,14 @@ def _check_replace(text: Any, old: Any, new: Any) -> None:
 def _check_join(separator: Any, items: list[Any]) -> None:
     if isinstance(separator, str) and len(separator) * max(len(items) - 1, 0) > MAX_VALUE_CHARS:
         raise SecurityError(f"join would exceed {MAX_VALUE_CHARS} characters")
+    _fits("join", _budget().size(items))
+
+
+def _check_indent(text: Any, width: Any) -> None:
+    lines = text.count("\n") + 1 if isinstance(text, str) else 0
+    size = len(width) if isinstance(width, str) else width if isinstance(width, int) else 0
+    if lines * size > MAX_VALUE_CHARS:
+        raise SecurityError(f"indent would exceed {MAX_VALUE_CHARS} characters")
 
 
 def _guard_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
@@ -215,14 +338,22 @@ def _guard_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
         if name in _WIDTH_FILTERS:
             for param in (*params, *kwargs.values()):
                 _check_width(param, f"{name} argument")
+        if name == "indent":
+            _check_indent(value, params[0] if params else kwargs.get("width", 4))
         elif name == "format" and isinstance(value, str):
-            _check_percent_format(value)
+            _check_percent_format(value, (params, kwargs))
         elif name == "replace" and len(params) >= 2:
             _check_replace(value, params[0], params[1])
         elif name == "join" and value is not None:
             value = list(value)
             _check_join(params[0] if params else kwargs.get("d", ""), value)
-        return _capped(func(*head, value, *params, **kwargs))
+        elif name == "sum":
+            start = params[1] if len(params) > 1 else kwargs.get("start", 0)
+            if not isinstance(start, int | float):
+                raise SecurityError("sum adds numbers; its start must be a number")
+        elif name in _PRINTING_FILTERS:
+            _printable(name, value)
+        return _built(func(*head, value, *params, **kwargs))
 
     return guarded
 
@@ -251,24 +382,30 @@ class _Sandbox(ImmutableSandboxedEnvironment):
 
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
         if operator == "*":
-            for seq, times in ((left, right), (right, left)):
-                if (
-                    isinstance(seq, (str, list, tuple))
-                    and isinstance(times, int)
-                    and len(seq) * times > MAX_VALUE_CHARS
-                ):
-                    raise SecurityError(f"repetition would exceed {MAX_VALUE_CHARS} items")
+            _check_repeat(left, right)
         elif operator == "**":
             _check_power(left, right)
         elif operator == "%" and isinstance(left, str):
-            _check_percent_format(left)
-        return _capped(super().call_binop(context, operator, left, right))
+            _check_percent_format(left, right)
+        return _built(super().call_binop(context, operator, left, right))
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        if attr in _REFUSED_METHODS and isinstance(obj, str | bytes):
+            return False
+        return super().is_safe_attribute(obj, attr, value)
 
     def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
         wrapped = super().wrap_str_format(value)
-        if wrapped is not None:
-            _check_brace_format(value.__self__)
-        return wrapped
+        if wrapped is None:
+            return None
+        fmt = value.__self__
+
+        @functools.wraps(wrapped)
+        def checked(*args: Any, **kwargs: Any) -> str:
+            _check_brace_format(fmt, (args, kwargs))
+            return cast("str", _built(wrapped(*args, **kwargs)))
+
+        return checked
 
     def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
         if any(__obj is internal for internal in _INTERNAL_CALLABLES):
@@ -283,19 +420,21 @@ class _Sandbox(ImmutableSandboxedEnvironment):
         if isinstance(owner, str) and name == "join" and args:
             args = (list(args[0]), *args[1:])
             _check_join(owner, args[0])
-        return _capped(super().call(__context, __obj, *args, **kwargs))
+        return _built(super().call(__context, __obj, *args, **kwargs))
 
 
 def _finalize(value: Any) -> Any:
     """``{{ x }}`` of a missing NUMA node or major renders empty, not ``None``;
     a list holding undefined values fails like the value itself would
-    (``str()`` of a list would print ``Undefined`` instead)."""
+    (``str()`` of a list would print ``Undefined`` instead). What is printed is
+    measured first: ``str()`` of a large nested value is built whole."""
     if value is None:
         return ""
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, list | tuple):
         for item in value:
             if isinstance(item, Undefined):
                 str(item)  # StrictUndefined raises the usual "has no attribute" error
+    _printable("output", value)
     return value
 
 
@@ -318,6 +457,22 @@ class _Harden(NodeTransformer):
     def visit_Concat(self, node: nodes.Concat) -> nodes.Node:  # noqa: N802
         self.generic_visit(node)
         return _internal_call("_concat", list(node.nodes), node.lineno)
+
+    # Literals are measured too: ``[a, a, a]`` nine levels deep is small to write.
+    def visit_List(self, node: nodes.List) -> nodes.Node:  # noqa: N802
+        return self._measured(node)
+
+    def visit_Dict(self, node: nodes.Dict) -> nodes.Node:  # noqa: N802
+        return self._measured(node)
+
+    def visit_Tuple(self, node: nodes.Tuple) -> nodes.Node:  # noqa: N802
+        if node.ctx != "load":  # `{% for a, b in ... %}` assigns to a tuple
+            return self.generic_visit(node)
+        return self._measured(node)
+
+    def _measured(self, node: nodes.Expr) -> nodes.Node:
+        self.generic_visit(node)
+        return _internal_call("_built", [node], node.lineno)
 
 
 def _internal_call(func: str, args: list[nodes.Expr], lineno: int) -> nodes.Call:
@@ -425,6 +580,12 @@ def _literal_text(source: str) -> str:
 
 
 def _compile_one(key: str, source: str, problems: list[TemplateProblem]) -> _Value:
+    if len(source) > MAX_TEMPLATE_CHARS:
+        # Compiling costs tens of microseconds a character; a literal this long
+        # would only make Allocate answers large.
+        message = f"is {len(source)} characters long; at most {MAX_TEMPLATE_CHARS} are allowed"
+        problems.append(TemplateProblem(key, message))
+        return _Value("", None)
     if _is_literal(source):
         return _Value(source, None)
     try:
@@ -438,6 +599,9 @@ def _compile_one(key: str, source: str, problems: list[TemplateProblem]) -> _Val
         template = _ENV.template_class.from_code(_ENV, code, _ENV.make_globals(None))
     except TemplateSyntaxError as exc:
         problems.append(TemplateProblem(key, exc.message or str(exc), exc.lineno))
+        return _Value(source, None)
+    except RecursionError:  # Jinja's parser and compiler recurse per nesting level
+        problems.append(TemplateProblem(key, "expressions or blocks are nested too deeply"))
         return _Value(source, None)
     return _Value(source, template)
 
@@ -617,7 +781,7 @@ def render_allocation(
             raise TemplateRenderError(f"resource {definition.name}: {listed}") from exc
     context = _template_context(definition, units, node_name, device_ids)
     name = definition.name
-    token = _BUDGET.set(_Budget(MAX_LOOP_ITERATIONS))
+    token = _BUDGET.set(_Budget())
     try:
         env = {k: _render_value(name, f"env.{k}", v, context) for k, v in templates.env}
         named = _units_named(units)

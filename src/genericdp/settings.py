@@ -18,6 +18,15 @@ DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 _MAX_PORT = 65535
 
+# Bounds of the timing settings, in seconds. 0 makes a loop that never sleeps
+# (``--rescan-interval 0`` was a 100 % CPU busy loop) and infinity or NaN a
+# wait that overflows or never ends; below these minimums the daemon would do
+# little but rescan, poll or reload. The maximums are far above any sane value.
+MIN_INTERVAL = 0.01
+MAX_INTERVAL = 24 * 3600.0
+MIN_SETTLE = 0.001
+MAX_SETTLE = 60.0
+
 
 @dataclass(frozen=True)
 class ListenAddress:
@@ -83,18 +92,34 @@ class Settings(DiscoverySettings):
         ":9090",
         description="host:port, :port or [v6]:port for /metrics, /healthz, /readyz; empty: off",
     )
-    rescan_interval: float = Field(60.0, description="seconds between safety-net rescans")
+    rescan_interval: float = Field(
+        60.0,
+        ge=MIN_INTERVAL,
+        le=MAX_INTERVAL,
+        allow_inf_nan=False,
+        description="seconds between safety-net rescans",
+    )
     pod_resources_poll_interval: float = Field(
         5.0,
-        gt=0.0,
+        ge=MIN_INTERVAL,
+        le=MAX_INTERVAL,
+        allow_inf_nan=False,
         description="seconds between PodResources List calls that detect released devices "
         "(only while some resource has a cleanup hook)",
     )
     hotplug_settle: float = Field(
-        0.1, ge=0.0, description="seconds of device events merged into one rescan (udev bursts)"
+        0.1,
+        ge=MIN_SETTLE,
+        le=MAX_SETTLE,
+        allow_inf_nan=False,
+        description="seconds of device events merged into one rescan (udev bursts)",
     )
     reload_settle: float = Field(
-        0.2, ge=0.0, description="seconds without config changes before a reload (merges bursts)"
+        0.2,
+        ge=MIN_SETTLE,
+        le=MAX_SETTLE,
+        allow_inf_nan=False,
+        description="seconds without config changes before a reload (merges bursts)",
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"

@@ -8,8 +8,12 @@ is raised, so one run of ``genericdp validate`` shows them all.
 
 from __future__ import annotations
 
+import errno
+import os
+import re
+import stat
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +21,7 @@ from genericdp.config.convert import allocate_spec, compile_allocate, resource_d
 from genericdp.config.model import CONFIG_VERSION, Config, ResourceDefinition
 from genericdp.config.schema import schema_issues
 from genericdp.config.semantic import duplicate_names, resources_of, semantic_issues
-from genericdp.config.yamlpos import Document, describe, format_path, parse_yaml
+from genericdp.config.yamlpos import Document, describe, parse_yaml
 from genericdp.errors import ConfigError, ConfigIssue
 
 if TYPE_CHECKING:
@@ -26,6 +30,15 @@ if TYPE_CHECKING:
 SUFFIXES = (".yaml", ".yml")
 # The kubelet's ConfigMap volume keeps ``..data`` and ``..2024_01_01_...`` here.
 HIDDEN_PREFIX = ".."
+# What the API server lets a ConfigMap hold; a config file larger than this was
+# not meant for us, and reading it whole would only cost memory and time.
+MAX_FILE_BYTES = 1024 * 1024
+# Issues reported per file; the rest are counted. One wrong indentation can
+# make every line an error, and a wall of thousands helps nobody.
+MAX_ISSUES_PER_FILE = 100
+# A message quoting a 1 MiB value would be a 1 MiB log line on every node.
+MAX_MESSAGE_CHARS = 400
+_ALLOCATE_OF = re.compile(r"resources\[(\d+)\]\.allocate(?:$|[.\[])")
 
 
 @dataclass
@@ -77,14 +90,70 @@ def config_files(path: Path) -> tuple[list[Path], list[ConfigIssue]]:
 
 def _read(path: Path) -> tuple[str | None, ConfigIssue | None]:
     try:
-        return path.read_bytes().decode("utf-8-sig"), None
+        return read_config_file(path).decode("utf-8-sig"), None
     except UnicodeDecodeError as exc:
         message = f"is not UTF-8 text (invalid byte at offset {exc.start})"
-    except IsADirectoryError:
-        message = "is a directory, expected a YAML file"
+    except _NotAConfigFileError as exc:
+        message = str(exc)
     except OSError as exc:
         message = f"cannot be read: {exc.strerror or exc}"
     return None, ConfigIssue(str(path), None, None, "", message)
+
+
+class _NotAConfigFileError(Exception):
+    """The path is a FIFO, a device, a directory or too large; says which."""
+
+
+def read_config_file(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes.
+
+    Opened without blocking (a FIFO would otherwise wait for a writer forever,
+    holding up reloads and shutdown), checked with ``fstat`` on what was
+    actually opened (no race with a rename), and read up to ``limit + 1``
+    bytes, so ``/dev/zero`` or a file that grows while read costs no more.
+    Symlinks are followed: ConfigMap keys are links into ``..data/``.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a socket, or a FIFO with no writer on some systems
+            raise _NotAConfigFileError(_KIND_MESSAGE.format(kind="a socket or FIFO")) from exc
+        raise
+    with os.fdopen(fd, "rb", buffering=0) as file:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _NotAConfigFileError(_KIND_MESSAGE.format(kind=_kind(info.st_mode)))
+        if info.st_size > limit:
+            raise _NotAConfigFileError(_size_message(info.st_size, limit))
+        data = bytearray()
+        while len(data) <= limit:
+            chunk = file.read(limit + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+        if len(data) > limit:
+            raise _NotAConfigFileError(_size_message(len(data), limit, growing=True))
+        return bytes(data)
+
+
+_KIND_MESSAGE = "is {kind}, not a regular file: a config file must be a regular file"
+
+
+def _kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def _size_message(size: int, limit: int, *, growing: bool = False) -> str:
+    what = "grew past" if growing else f"has {size} bytes, more than"
+    return f"{what} the limit of {limit} bytes (1 MiB, what a ConfigMap can hold)"
 
 
 def _check(file: str, text: str | None, problem: ConfigIssue | None) -> _Checked:
@@ -112,6 +181,8 @@ def _check_text(result: _Checked, text: str) -> None:
     doc, result.issues = parse_yaml(text, file)
     if doc is None:
         return
+    # A value the reader already refused (a NUL character) is not checked again.
+    refused = {issue.path for issue in result.issues}
     if not isinstance(doc.data, dict):
         what = "only comments" if doc.data is None else describe(doc.data)
         message = f"must be a mapping with version and resources at the top level, not {what}"
@@ -123,7 +194,8 @@ def _check_text(result: _Checked, text: str) -> None:
         # Another version has other rules; checking it against v1's is only noise.
         result.issues += [i for i in found if i.path == "version"]
         return
-    seen = {issue.path for issue in found}
+    found = [i for i in found if i.path not in refused]
+    seen = refused | {issue.path for issue in found}
     # The schema already explained these paths; a second message would only repeat it.
     found += [i for i in semantic_issues(doc) if i.path not in seen]
     result.issues += found + _compile_templates(result, doc, seen)
@@ -131,9 +203,11 @@ def _check_text(result: _Checked, text: str) -> None:
 
 def _compile_templates(result: _Checked, doc: Document, bad: set[str]) -> list[ConfigIssue]:
     issues: list[ConfigIssue] = []
+    # One pass over the bad paths, not one per resource: a file with thousands
+    # of resources and thousands of problems must still be checked in linear time.
+    misshapen = {int(m.group(1)) for m in map(_ALLOCATE_OF.match, bad) if m}
     for path, resource in resources_of(doc):
-        where = format_path((*path, "allocate"))
-        if any(p == where or p.startswith((where + ".", where + "[")) for p in bad):
+        if int(path[1]) in misshapen:
             continue  # compile only what has the right shape
         spec = allocate_spec(resource.get("allocate", {}))
         compiled, problems = compile_allocate(doc, (*path, "allocate"), spec)
@@ -145,13 +219,10 @@ def _compile_templates(result: _Checked, doc: Document, bad: set[str]) -> list[C
 
 def _finish(checked: list[_Checked]) -> Config:
     docs = [c.doc for c in checked if c.doc is not None]
+    by_file = {c.file: c for c in checked if c.doc is not None}
     for issue in duplicate_names(docs):
-        next(c for c in checked if c.file == issue.file).issues.append(issue)
-    issues = [
-        issue
-        for c in checked
-        for issue in sorted(c.issues, key=lambda i: (i.line or 0, i.column or 0))
-    ]
+        by_file[issue.file].issues.append(issue)
+    issues = [issue for c in checked for issue in _capped(c.issues)]
     if issues:
         raise ConfigError(issues)
     resources: list[ResourceDefinition] = []
@@ -160,6 +231,37 @@ def _finish(checked: list[_Checked]) -> Config:
         for path, raw in resources_of(c.doc):
             resources.append(_definition(c, path[1], raw))
     return Config(tuple(resources), files=tuple(c.file for c in checked))
+
+
+def _capped(issues: list[ConfigIssue]) -> list[ConfigIssue]:
+    """A file's issues in order of position, at most MAX_ISSUES_PER_FILE, then a count;
+    messages that quote a long value are shortened."""
+    ordered = sorted((_shortened(i) for i in issues), key=lambda i: (i.line or 0, i.column or 0))
+    if len(ordered) <= MAX_ISSUES_PER_FILE:
+        return ordered
+    first_hidden = ordered[MAX_ISSUES_PER_FILE]
+    rest = len(ordered) - MAX_ISSUES_PER_FILE
+    summary = ConfigIssue(
+        first_hidden.file,
+        first_hidden.line,
+        first_hidden.column,
+        "",
+        f"… and {rest} more problem(s) in this file, from here on"
+        f" (only the first {MAX_ISSUES_PER_FILE} are shown)",
+    )
+    return [*ordered[:MAX_ISSUES_PER_FILE], summary]
+
+
+def _shortened(issue: ConfigIssue) -> ConfigIssue:
+    if len(issue.message) <= MAX_MESSAGE_CHARS and len(issue.path) <= MAX_MESSAGE_CHARS:
+        return issue
+    half = MAX_MESSAGE_CHARS // 2
+    message, path = issue.message, issue.path
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = f"{message[:half]} …[{len(message) - 2 * half} characters]… {message[-half:]}"
+    if len(path) > MAX_MESSAGE_CHARS:
+        path = path[:MAX_MESSAGE_CHARS] + "…"
+    return replace(issue, message=message, path=path)
 
 
 def _definition(checked: _Checked, index: Any, raw: dict[str, Any]) -> ResourceDefinition:

@@ -7,12 +7,12 @@ expected type is skipped here because the schema has already said so.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from genericdp.config.durations import parse_duration
 from genericdp.config.names import validate_resource_name
+from genericdp.config.regex import compile_regex
 from genericdp.config.yamlpos import Document, KeyPath
 from genericdp.errors import ConfigIssue
 
@@ -20,6 +20,18 @@ DEFAULT_HEALTH_INTERVAL = "10s"
 DEFAULT_HEALTH_TIMEOUT = "3s"
 DEFAULT_HOOK_TIMEOUT = "10s"
 HOOK_NAMES = ("init", "preStart", "cleanup")
+
+# Bounds of every duration, in seconds. Probes run per unit: more often than
+# once a second each is a fork storm on a node with many units. A timeout under
+# 100 ms fails a command before it has started. Nothing here needs more than a
+# day, and "longer" must stay a number the event loop can wait for.
+MIN_HEALTH_INTERVAL = 1.0
+MIN_TIMEOUT = 0.1
+MAX_DURATION = 24 * 3600.0
+_TOO_SHORT = {
+    "interval": "probes run per unit; more often than once a second is a fork storm, not a probe",
+    "timeout": "a command cannot even start in less",
+}
 
 
 def semantic_issues(doc: Document) -> list[ConfigIssue]:
@@ -87,6 +99,12 @@ def _globs(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[Confi
             issues.append(doc.issue(where, message))
         elif ".." in pattern.split("/"):
             issues.append(doc.issue(where, f"glob {pattern!r} must not contain '..'"))
+        elif not pattern.removeprefix("/dev/").strip("/."):
+            message = (
+                f"glob {pattern!r} names the /dev directory itself, which is not a device:"
+                " add a pattern, e.g. /dev/ttyUSB*"
+            )
+            issues.append(doc.issue(where, message))
     return issues
 
 
@@ -96,8 +114,8 @@ def _group_by(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[Co
     if not isinstance(regex, str):
         return []
     try:
-        re.compile(regex)
-    except re.error as exc:
+        compile_regex(regex)
+    except ValueError as exc:
         where = (*path, "groupBy", "pathRegex")
         return [doc.issue(where, f"pathRegex {regex!r} is not a valid regular expression: {exc}")]
     return []
@@ -109,8 +127,12 @@ def _health(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[Conf
         return []
     here = (*path, "health")
     issues = _argv(doc, (*here, "exec"), health.get("exec"))
-    interval, bad_interval = _duration(doc, (*here, "interval"), health, DEFAULT_HEALTH_INTERVAL)
-    timeout, bad_timeout = _duration(doc, (*here, "timeout"), health, DEFAULT_HEALTH_TIMEOUT)
+    interval, bad_interval = _duration(
+        doc, (*here, "interval"), health, DEFAULT_HEALTH_INTERVAL, MIN_HEALTH_INTERVAL
+    )
+    timeout, bad_timeout = _duration(
+        doc, (*here, "timeout"), health, DEFAULT_HEALTH_TIMEOUT, MIN_TIMEOUT
+    )
     issues += bad_interval + bad_timeout
     if interval is not None and timeout is not None and timeout >= interval:
         shown_timeout = health.get("timeout", f"{DEFAULT_HEALTH_TIMEOUT} (the default)")
@@ -132,7 +154,7 @@ def _hooks(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[Confi
         if isinstance(hook, dict):
             here = (*path, "hooks", name)
             issues += _argv(doc, (*here, "exec"), hook.get("exec"))
-            issues += _duration(doc, (*here, "timeout"), hook, DEFAULT_HOOK_TIMEOUT)[1]
+            issues += _duration(doc, (*here, "timeout"), hook, DEFAULT_HOOK_TIMEOUT, MIN_TIMEOUT)[1]
     return issues
 
 
@@ -152,16 +174,25 @@ def _argv(doc: Document, path: KeyPath, argv: object) -> list[ConfigIssue]:
 
 
 def _duration(
-    doc: Document, path: KeyPath, section: dict[str, Any], default: str
+    doc: Document, path: KeyPath, section: dict[str, Any], default: str, minimum: float
 ) -> tuple[float | None, list[ConfigIssue]]:
     """The duration at ``path`` (or its default) in seconds, or the problem with it."""
-    text = section.get(str(path[-1]), default)
+    key = str(path[-1])
+    text = section.get(key, default)
     if not isinstance(text, str):
         return None, []  # the schema reports the type
     try:
-        return parse_duration(text), []
+        seconds = parse_duration(text)
     except ValueError as exc:
         return None, [doc.issue(path, str(exc))]
+    if seconds < minimum:
+        shown = f"{minimum:g}s" if minimum >= 1 else f"{minimum * 1000:g}ms"
+        message = f"{key} {text} is shorter than {shown}: {_TOO_SHORT[key]}"
+        return None, [doc.issue(path, message)]
+    if seconds > MAX_DURATION:
+        shown = text if len(text) <= 40 else text[:40] + "…"
+        return None, [doc.issue(path, f"{key} {shown} is longer than the maximum of 24h")]
+    return seconds, []
 
 
 def _mounts(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[ConfigIssue]:
@@ -171,8 +202,38 @@ def _mounts(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[Conf
     for index, mount in enumerate(mounts if isinstance(mounts, list) else ()):
         for key in ("hostPath", "containerPath"):
             value = mount.get(key) if isinstance(mount, dict) else None
+            if not isinstance(value, str) or not value:
+                continue
+            where = (*path, "allocate", "mounts", index, key)
             # A value starting with a template is only known after rendering.
-            if isinstance(value, str) and value and not value.startswith(("/", "{{", "{%")):
-                where = (*path, "allocate", "mounts", index, key)
+            if not value.startswith(("/", "{{", "{%")):
                 issues.append(doc.issue(where, f"{key} {value!r} must be an absolute path"))
+            elif ".." in _literal_components(value):
+                message = f"{key} {value!r} must not contain '..': a mount names its path directly"
+                issues.append(doc.issue(where, message))
     return issues
+
+
+_CLOSING = {"{": "}}", "%": "%}", "#": "#}"}
+
+
+def _literal_components(source: str) -> list[str]:
+    """The path components of a template source's literal text; each templated
+    part becomes a NUL, which never equals ``..`` (what it renders to is checked
+    at allocation). One pass, no backtracking: the source may be long."""
+    parts: list[str] = []
+    pos = 0
+    start = source.find("{", pos)
+    while start >= 0:
+        closing = _CLOSING.get(source[start + 1 : start + 2])
+        if closing is None:
+            start = source.find("{", start + 1)
+            continue
+        end = source.find(closing, start + 2)
+        if end < 0:
+            break  # unterminated: the template compiler reports it
+        parts += [source[pos:start], "\0"]
+        pos = end + 2
+        start = source.find("{", pos)
+    parts.append(source[pos:])
+    return "".join(parts).split("/")

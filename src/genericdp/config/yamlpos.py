@@ -20,6 +20,7 @@ from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import MarkedYAMLError
 from ruamel.yaml.reader import ReaderError
 
+from genericdp.config.yamldepth import flow_too_deep, too_deep_for_parser
 from genericdp.errors import ConfigIssue
 
 Key = str | int
@@ -29,6 +30,18 @@ _STANDARD_TAG = "tag:yaml.org,2002:"
 _SIMPLE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 # A plain scalar as written, for "quote it, e.g. "0403"" hints.
 _TOKEN = re.compile(r"[^\s,\]}#]+")
+
+# Aliases let a few hundred bytes stand for gigabytes (a "billion laughs"
+# document: nine aliases of nine aliases of ...). ruamel shares aliased
+# objects, so parsing is cheap; the copy below is what would grow. The copy is
+# counted and stops at these limits, far above any real config (a resource is
+# a few dozen values) and reachable without aliases only by a file near the
+# 1 MiB size limit that is nothing but tiny values.
+MAX_VALUES = 100_000  # mappings, lists and scalars, with aliases expanded
+MAX_TEXT = 4 * 1024 * 1024  # characters of keys and strings, with aliases expanded
+# Values copied through aliases: sharing a health check or hooks between a few
+# hundred resources stays far below; a bomb trips it after a few milliseconds.
+MAX_ALIASED_VALUES = 20_000
 
 
 @dataclass(frozen=True)
@@ -98,17 +111,24 @@ def format_path(path: KeyPath) -> str:
         elif _SIMPLE_KEY.fullmatch(key):
             out += f".{key}" if out else key
         else:
-            out += '["' + key.replace("\\", "\\\\").replace('"', '\\"') + '"]'
+            quoted = key.replace("\\", "\\\\").replace('"', '\\"')
+            # A NUL or an escape sequence in a key must not reach a terminal or a log as is.
+            out += '["' + "".join(c if c.isprintable() else repr(c)[1:-1] for c in quoted) + '"]'
     return out
 
 
 def parse_yaml(text: str, file: str) -> tuple[Document | None, list[ConfigIssue]]:
     """Parse one YAML document. Returns the document (None if unparsable) and
     the problems found while reading it (syntax, duplicate keys, odd keys)."""
+    too_deep = flow_too_deep(text, file)
+    if too_deep is not None:
+        return None, [too_deep]
     yaml = YAML(typ="rt", pure=True)
     yaml.version = (1, 2)  # "on", "yes" and "no" are strings, not booleans
     try:
         node = yaml.load(text)
+    except RecursionError:
+        return None, [too_deep_for_parser(text, file)]
     except MarkedYAMLError as exc:
         return None, [_syntax_issue(exc, file)]
     except ReaderError as exc:  # a character YAML does not allow, e.g. NUL
@@ -118,9 +138,12 @@ def parse_yaml(text: str, file: str) -> tuple[Document | None, list[ConfigIssue]
         message = f"YAML syntax error: the control character U+{char:04X} is not allowed"
         return None, [ConfigIssue(file, line, column, "", message)]
     builder = _Builder(file)
-    data = builder.plain(node, ())
     if isinstance(node, CommentedMap):
         builder.values[()] = Pos(node.lc.line + 1, node.lc.col + 1)
+    try:
+        data = builder.plain(node, ())
+    except _TooLarge as exc:
+        return None, [*builder.issues, exc.issue]
     doc = Document(file, data, builder.keys, builder.values, tuple(text.splitlines()))
     return doc, builder.issues
 
@@ -144,6 +167,21 @@ def _syntax_issue(exc: MarkedYAMLError, file: str) -> ConfigIssue:
     return ConfigIssue(file, line, column, "", message)
 
 
+def _anchored(node: Any) -> bool:
+    return bool(getattr(getattr(node, "anchor", None), "value", None))
+
+
+_NUL_MESSAGE = "contains a NUL character (\\0): no path, command, name or value can hold one"
+
+
+class _TooLarge(Exception):  # noqa: N818 - internal signal, never leaves this module
+    """The copy went over a limit (MAX_VALUES, MAX_TEXT, MAX_ALIASED_VALUES); carries
+    the located issue."""
+
+    def __init__(self, issue: ConfigIssue) -> None:
+        self.issue = issue
+
+
 class _Builder:
     """Copies a ruamel tree into plain Python values, recording positions."""
 
@@ -153,34 +191,95 @@ class _Builder:
         self.values: dict[KeyPath, Pos] = {}
         self.issues: list[ConfigIssue] = []
         self._open: set[int] = set()  # collections being copied, to stop alias loops
+        self._copied: set[int] = set()  # collections copied once: seen again = an alias
+        self._aliases: list[tuple[KeyPath, Any]] = []  # aliases being expanded: path, node
+        self._values_left = MAX_VALUES
+        self._text_left = MAX_TEXT
+        self._aliased_left = MAX_ALIASED_VALUES
 
-    def _issue(self, path: KeyPath, message: str, *, at_key: bool = False) -> None:
+    def _located(self, path: KeyPath, message: str, *, at_key: bool = False) -> ConfigIssue:
         first, second = (self.keys, self.values) if at_key else (self.values, self.keys)
         pos = first.get(path) or second.get(path)
-        self.issues.append(
-            ConfigIssue(
-                self.file,
-                pos.line if pos else None,
-                pos.column if pos else None,
-                format_path(path),
-                message,
-            )
+        return ConfigIssue(
+            self.file,
+            pos.line if pos else None,
+            pos.column if pos else None,
+            format_path(path),
+            message,
         )
+
+    def _issue(self, path: KeyPath, message: str, *, at_key: bool = False) -> None:
+        self.issues.append(self._located(path, message, at_key=at_key))
+
+    def _spend(self, path: KeyPath, text: int = 0) -> None:
+        """Count one value (and its characters) against the document's limits."""
+        self._values_left -= 1
+        self._text_left -= text
+        if self._aliases:
+            self._aliased_left -= 1
+        if self._values_left >= 0 and self._text_left >= 0 and self._aliased_left >= 0:
+            return
+        if self._aliased_left < 0:
+            what = f"{MAX_ALIASED_VALUES} values repeated through aliases"
+        elif self._values_left < 0:
+            what = f"{MAX_VALUES} values"
+        else:
+            what = f"{MAX_TEXT} characters"
+        if self._aliases:
+            # Said where the outermost alias being expanded is used: the line to change.
+            # (ruamel gives an aliased item the position of its anchor, so the
+            # place of use is the collection holding it.)
+            alias_path, node = self._aliases[0]
+            where = alias_path[:-1]
+            anchor = getattr(getattr(node, "anchor", None), "value", None)
+            defined = self.values.get(alias_path)
+            named = f"*{anchor}" if anchor else "an alias"
+            if defined is not None:
+                named += f" (anchored at line {defined.line})"
+            message = (
+                f"{named} in here expands the document beyond {what} (a YAML alias bomb?);"
+                " aliases may repeat sections, not multiply them"
+            )
+        else:
+            where = path
+            message = f"the document holds more than {what}; a config needs far fewer"
+        raise _TooLarge(self._located(where, message))
 
     def plain(self, node: Any, path: KeyPath) -> Any:
         if isinstance(node, dict | list):
             if id(node) in self._open:
                 self._issue(path, "an alias refers to itself; recursive YAML is not supported")
                 return None
+            alias = id(node) in self._copied
+            if alias:
+                self._aliases.append((path, node))
             self._open.add(id(node))
             try:
+                self._spend(path)
                 self._check_tag(node, path)
                 if isinstance(node, dict):
                     return self._mapping(node, path)
                 return self._sequence(node, path)
             finally:
                 self._open.discard(id(node))
-        return self._scalar(node, path)
+                self._copied.add(id(node))
+                if alias:
+                    self._aliases.pop()
+        # An anchored scalar is one object however often it is aliased.
+        alias = _anchored(node) and id(node) in self._copied
+        if alias:
+            self._aliases.append((path, node))
+        try:
+            value = self._scalar(node, path)
+            self._spend(path, len(value) if isinstance(value, str) else 0)
+        finally:
+            if alias:
+                self._aliases.pop()
+            elif _anchored(node):
+                self._copied.add(id(node))
+        if isinstance(value, str) and "\0" in value:
+            self._issue(path, _NUL_MESSAGE)
+        return value
 
     def _check_tag(self, node: Any, path: KeyPath) -> None:
         tag = getattr(node, "tag", None)
@@ -201,6 +300,9 @@ class _Builder:
                 self.values[where] = Pos(vl + 1, vc + 1)
             if not isinstance(raw_key, str):
                 self._issue(where, f"key {raw_key!r} must be a string: quote it", at_key=True)
+            elif "\0" in key:
+                self._issue(where, _NUL_MESSAGE, at_key=True)
+            self._spend(where, len(key))
             out[key] = self.plain(raw_value, where)
         return out
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from genericdp.config.model import GroupBy
+from genericdp.config.regex import UserRegex, compile_regex
 from genericdp.discovery.model import DeviceNode
 from genericdp.discovery.sysfs import SysDevice
 from genericdp.errors import DiscoveryError
@@ -79,8 +79,8 @@ def _by_parent(nodes: Sequence[DeviceNode], subsystem: str, sys_root: Path) -> l
 
 def _by_regex(nodes: Sequence[DeviceNode], pattern: str) -> list[Group]:
     try:
-        regex = re.compile(pattern)
-    except re.error as exc:
+        regex = compile_regex(pattern)  # RE2: linear time, whatever the pattern and the path
+    except ValueError as exc:
         raise DiscoveryError(f"groupBy pathRegex {pattern!r} is not a valid regex: {exc}") from exc
     by_key: dict[str, list[DeviceNode]] = {}
     for node in nodes:
@@ -92,13 +92,13 @@ def _by_regex(nodes: Sequence[DeviceNode], pattern: str) -> list[Group]:
     return [Group(tuple(members), key=key) for key, members in by_key.items()]
 
 
-def path_key(regex: re.Pattern[str], path: str) -> str | None:
+def path_key(regex: UserRegex, path: str) -> str | None:
     """The named group ``key``, else group 1, else the whole match; None if no match."""
-    match = regex.search(path)
-    if match is None:
+    groups = regex.search(path)
+    if groups is None:
         return None
     if "key" in regex.groupindex:
-        return match.group("key")
+        return groups[regex.groupindex["key"]]
     if regex.groups >= 1:
-        return match.group(1)
-    return match.group(0)
+        return groups[1]
+    return groups[0]

@@ -32,12 +32,15 @@ like one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar, cast
 
 from inotify_simple import INotify, flags
 
@@ -51,6 +54,8 @@ from genericdp.runtime.tasks import Backoff, TaskSet, wait_event
 from genericdp.settings import Settings
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 DATA_LINK = "..data"  # the kubelet's atomic writer swaps this link on every update
 MOUNTINFO = Path("/proc/self/mountinfo")
@@ -178,8 +183,43 @@ def _unescape(field: str) -> str:
     return "".join(out)
 
 
+async def in_daemon_thread(func: Callable[[], T]) -> T:
+    """``func()`` in a thread of its own that shutdown does not wait for.
+
+    ``asyncio.to_thread`` uses the loop's executor, whose threads
+    ``asyncio.run`` joins on the way out: a load still parsing a large or
+    hostile file would hold up SIGTERM until it ends. Loading has bounds
+    (docs/config.md, "Limits"), but exiting must not depend on them. When the
+    caller is cancelled, the thread finishes alone and its result is dropped.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def deliver(result: T | None, error: BaseException | None) -> None:
+        if future.done():  # the caller was cancelled
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(cast("T", result))
+
+    def run() -> None:
+        result: T | None = None
+        error: BaseException | None = None
+        try:
+            result = func()
+        except BaseException as exc:  # handed to the awaiting coroutine
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(deliver, result, error)
+
+    threading.Thread(target=run, name="config-load", daemon=True).start()
+    return await future
+
+
 def _read_config(path: Path) -> Config:
     """Load ``path``; a path with no config files at all raises ConfigError saying so."""
+    log.debug("loading the config from %s", path)  # from the loading thread
     _, problems = config_files(path)
     if problems:
         raise ConfigError(
@@ -246,7 +286,7 @@ class ConfigWatcher:
 
     async def _reload(self) -> ReloadResult:
         try:
-            config = await asyncio.to_thread(_read_config, self.path)
+            config = await in_daemon_thread(functools.partial(_read_config, self.path))
         except ConfigError as exc:
             return ReloadResult(Outcome.REFUSED, issues=tuple(str(i) for i in exc.issues))
         except Exception as exc:  # the loader turns bad input into issues; this is a bug

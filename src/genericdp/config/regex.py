@@ -1,0 +1,71 @@
+"""Regular expressions from a config, matched in linear time by RE2.
+
+Python's ``re`` backtracks: ``(a+)+$`` against forty ``a`` and a ``b`` runs
+for hours, and it holds the GIL the whole time, so one such ``pathRegex``
+meeting one unlucky device name froze every resource, ``/healthz`` and the
+SIGTERM handler of the daemon. Telling which patterns can backtrack badly is
+not something a validator can do reliably, so user patterns are compiled by
+RE2 (``google-re2``), whose matching time is linear in the text for every
+pattern. The price is RE2's syntax: no backreferences and no look-around,
+which a path key never needs; ``(?P<key>...)`` works as in Python.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import re2
+
+# RE2's own default; a pattern whose program needs more is refused at load time.
+_MAX_PROGRAM_BYTES = 8 << 20
+_UNSUPPORTED = re.compile(r"invalid perl operator|invalid escape sequence: \\[1-9]")
+
+
+def _options() -> Any:
+    options = re2.Options()
+    options.log_errors = False  # RE2 would print each bad pattern to stderr itself
+    options.max_mem = _MAX_PROGRAM_BYTES
+    return options
+
+
+@dataclass(frozen=True)
+class UserRegex:
+    """A compiled user pattern; ``search`` never backtracks."""
+
+    pattern: str
+    _compiled: Any
+
+    @property
+    def groupindex(self) -> dict[str, int]:
+        return dict(self._compiled.groupindex)
+
+    @property
+    def groups(self) -> int:
+        return int(self._compiled.groups)
+
+    def search(self, text: str) -> tuple[str | None, ...] | None:
+        """Group 0 and every group of the first match (None for one that did not
+        take part), or None when nothing matches."""
+        match = self._compiled.search(text)
+        if match is None:
+            return None
+        return tuple(match.group(i) for i in range(self.groups + 1))
+
+
+def compile_regex(pattern: str) -> UserRegex:
+    """Compile ``pattern`` with RE2, or raise ValueError saying why it is refused."""
+    try:
+        compiled = re2.compile(pattern, _options())
+    except re2.error as exc:
+        raise ValueError(_reason(exc)) from None
+    return UserRegex(pattern, compiled)
+
+
+def _reason(exc: Exception) -> str:
+    raw = exc.args[0] if exc.args else str(exc)
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    if _UNSUPPORTED.search(text):
+        text += " (look-around and backreferences are not supported: patterns use RE2 syntax)"
+    return text
