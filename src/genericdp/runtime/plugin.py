@@ -572,10 +572,14 @@ class ResourcePlugin:
         # nor make us forget that pod's hold (release.UsageTracker.claim).
         definition = self._definition
         lookups = [self._checked(ids) for ids in requests]
-        allocations = [
-            render_allocation(definition, units, node_name=self._node_name, device_ids=ids)
-            for ids, units in zip(requests, lookups, strict=True)
-        ]
+        # Off the loop: a template may work up to its time budget (render.py),
+        # and registration, health and every other resource must not wait.
+        allocations = await asyncio.to_thread(
+            lambda: [
+                render_allocation(definition, units, node_name=self._node_name, device_ids=ids)
+                for ids, units in zip(requests, lookups, strict=True)
+            ]
+        )
         size = allocate_response_size(allocations)
         if size > MAX_MESSAGE_BYTES:
             raise UnsafeAllocationError(
