@@ -4,8 +4,8 @@
 #   e2e/kind/create-cluster.sh 1.33
 #   e2e/kind/create-cluster.sh kindest/node:v1.33.1@sha256:...
 set -euo pipefail
-# shellcheck source-path=SCRIPTDIR source=lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source-path=SCRIPTDIR source=kind.sh
+source "$(dirname "${BASH_SOURCE[0]}")/kind.sh"
 require docker kind kubectl
 
 want=${1:-1.33}

@@ -7,8 +7,8 @@
 #   SKIP_BUILD=1    use the existing $IMAGE
 #   KEEP_CLUSTER=1  leave the cluster running afterwards (e.g. to rerun checks.sh)
 set -euo pipefail
-# shellcheck source-path=SCRIPTDIR source=lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source-path=SCRIPTDIR source=kind.sh
+source "$(dirname "${BASH_SOURCE[0]}")/kind.sh"
 require docker kind kubectl
 
 version=${1:-1.33}
@@ -56,4 +56,4 @@ if [[ ${SKIP_BUILD:-} != 1 ]]; then
 fi
 "$E2E_DIR/create-cluster.sh" "$version"
 "$E2E_DIR/deploy.sh"
-"$E2E_DIR/checks.sh"
+"$E2E_ROOT/checks.sh" kind
