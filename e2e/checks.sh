@@ -11,10 +11,14 @@
 set -euo pipefail
 E2E_WAY=${1:-${E2E_WAY:-}}
 case $E2E_WAY in
-  # shellcheck source=kind/kind.sh
-  kind) source "$(dirname "${BASH_SOURCE[0]}")/kind/kind.sh" ;;
-  # shellcheck source=local/node.sh
-  local) source "$(dirname "${BASH_SOURCE[0]}")/local/node.sh" ;;
+  kind)
+    # shellcheck source-path=SCRIPTDIR source=kind/kind.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/kind/kind.sh"
+    ;;
+  local)
+    # shellcheck source-path=SCRIPTDIR source=local/node.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/local/node.sh"
+    ;;
   *)
     echo "usage: e2e/checks.sh kind|local [CHECK...]" >&2
     exit 2
@@ -275,6 +279,7 @@ registrations_since() {
 
 # allocatable_summary: every example.com resource's allocatable, one line.
 allocatable_summary() {
+  # shellcheck disable=SC2016 # a Go template, not shell
   k get node "$NODE" -o go-template='{{range $k, $v := .status.allocatable}}{{$k}}={{$v}} {{end}}' |
     tr ' ' '\n' | grep '^example\.com/' | sort | tr '\n' ' '
 }

@@ -7,10 +7,14 @@
 set -euo pipefail
 way=${1:?usage: e2e/deploy.sh kind|local}
 case $way in
-  # shellcheck source=kind/kind.sh
-  kind) source "$(dirname "${BASH_SOURCE[0]}")/kind/kind.sh" ;;
-  # shellcheck source=local/node.sh
-  local) source "$(dirname "${BASH_SOURCE[0]}")/local/node.sh" ;;
+  kind)
+    # shellcheck source-path=SCRIPTDIR source=kind/kind.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/kind/kind.sh"
+    ;;
+  local)
+    # shellcheck source-path=SCRIPTDIR source=local/node.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/local/node.sh"
+    ;;
   *) echo "usage: e2e/deploy.sh kind|local" >&2; exit 2 ;;
 esac
 

@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034 # names used by the scripts that source this file
 # The kind way to get a node (e2e/kind): names, and the driver the shared
 # checks (e2e/checks.sh) use on a kind node. Sourced, never run.
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole e2e for one Kubernetes version: build the image, create the kind
 # cluster, load and deploy, run the checks, print the timings, clean up.
-#   e2e/kind/run.sh [MINOR | NODE_IMAGE]        default 1.33 (e2e/kind/node-images.txt)
+#   e2e/kind/run.sh [MINOR | NODE_IMAGE]        default 1.36 (e2e/kind/node-images.txt)
 # Environment:
 #   CLUSTER=genericdp-e2e   IMAGE=genericdp:e2e   ARTIFACTS=/tmp/genericdp-e2e-artifacts
 #   SKIP_BUILD=1    use the existing $IMAGE
@@ -11,7 +11,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/kind.sh"
 require docker kind kubectl
 
-version=${1:-1.33}
+version=${1:-1.36}
 export CLUSTER NODE NAMESPACE IMAGE ARTIFACTS TIMINGS
 mkdir -p "$ARTIFACTS"
 rm -f "$TIMINGS"

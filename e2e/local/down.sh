@@ -21,15 +21,17 @@ pids_in_netns() {
 
 # pids_in_cgroups: processes in the node's cgroups (the pods' containers).
 pids_in_cgroups() {
-  find /sys/fs/cgroup/ -mindepth 1 -maxdepth 2 -path "*${CGROUP_ROOT}" -type d -print0 2>/dev/null |
-    xargs -0 -r -I{} find {} -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u
+  local dir
+  for dir in /sys/fs/cgroup/*/"${CGROUP_ROOT#/}" /sys/fs/cgroup/"${CGROUP_ROOT#/}"; do
+    [[ -d $dir ]] && find "$dir" -name cgroup.procs -exec cat {} + 2>/dev/null
+  done | sort -u
 }
 
 kill_all() {
-  local round pids
+  local pids
   # The kubelet first, so it restarts nothing; then everything else.
   if pid=$(component_pid kubelet); then kill -KILL "$pid" 2>/dev/null; fi
-  for round in 1 2 3 4 5 6 7 8 9 10; do
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
     pids=$( (pids_in_netns; pids_in_cgroups; for c in "${COMPONENTS[@]}"; do component_pid "$c"; done) | sort -u)
     [[ -z $pids ]] && return 0
     # shellcheck disable=SC2086 # a list of pids
@@ -39,10 +41,11 @@ kill_all() {
   echo "warning: still running after SIGKILL: $pids" >&2
 }
 
+# unmount_under DIR: every mount below DIR (not DIR itself, which may be a
+# volume the node was given), deepest first; lazily if busy.
 unmount_under() {
   local dir=$1 target
-  # Deepest first; lazily if busy.
-  awk -v d="$dir" '$5 == d || index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo |
+  awk -v d="$dir" 'index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo |
     sort -r | while read -r target; do
       umount "$target" 2>/dev/null || umount -l "$target" 2>/dev/null ||
         echo "warning: cannot unmount $target" >&2
@@ -74,18 +77,35 @@ fi
 # What the kubelet and genericdp made in the fixed device-plugin directory.
 rm -f "$PLUGIN_DIR"/kubelet.sock "$PLUGIN_DIR"/kubelet_internal_checkpoint "$PLUGIN_DIR"/genericdp-*.sock \
   "$PLUGIN_DIR"/gdp-*.sock 2>/dev/null
-# CNI results cached by libcni for the node's network (fixed path in containerd 1.6).
-rm -rf /var/lib/cni/results/gdp-e2e-* 2>/dev/null
+# CNI results cached by libcni (a fixed path in containerd 1.6): the node's
+# network's, and the loopback ones of its sandboxes.
+for id in $(ls "$NODE_STATE"/containerd/{root,state}/io.containerd.grpc.v1.cri/sandboxes 2>/dev/null) \
+  $(find /var/lib/cni/results -name 'gdp-e2e-*' -printf '%f\n' 2>/dev/null | sed -E 's/^gdp-e2e-([0-9a-f]+)-.*/\1/'); do
+  rm -f /var/lib/cni/results/*-"$id"-* 2>/dev/null
+done
+# Shim sockets (a fixed path in containerd 1.6), once no shim runs: containerd
+# on these machines is only the node's.
+if ! pgrep -x containerd-shim >/dev/null && ! pgrep -f '^/usr/bin/containerd-shim-runc-v2 ' >/dev/null; then
+  rm -f /run/containerd/s/* 2>/dev/null
+fi
 rm -f /dev/gdp-e2e-*
 rm -rf /var/lib/genericdp-e2e
 if [[ -f $NODE_STATE/created-dirs ]]; then
   # Deepest first; only when empty (something else may have put files there since).
   sort -r "$NODE_STATE/created-dirs" | while read -r d; do
+    if [[ $d == /run/netns ]] && [[ -z $(ls -A /run/netns 2>/dev/null) ]]; then
+      umount /run/netns 2>/dev/null
+    fi
     find "$d" -depth -type d -empty -delete 2>/dev/null
   done
 fi
 if [[ -d $NODE_STATE ]]; then
   unmount_under "$NODE_STATE"
-  rm -rf "$NODE_STATE" || echo "warning: cannot remove $NODE_STATE" >&2
+  if mountpoint -q "$NODE_STATE"; then
+    # A volume given to the node (.github/workflows/e2e.yaml): empty it.
+    find "$NODE_STATE" -mindepth 1 -delete || echo "warning: cannot empty $NODE_STATE" >&2
+  else
+    rm -rf "$NODE_STATE" || echo "warning: cannot remove $NODE_STATE" >&2
+  fi
 fi
 exit 0

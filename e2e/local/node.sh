@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034 # names used by the scripts that source this file
 # The local node (e2e/local): where everything lives, how each component is
 # started, and the driver the shared checks (e2e/checks.sh) use on it.
 # Sourced by up.sh, down.sh, leftovers.sh and checks.sh; never run.
@@ -129,6 +129,7 @@ start_kubelet() {
     --config="$NODE_STATE/kubelet-config.yaml" \
     --kubeconfig="$PKI/kubelet.kubeconfig" \
     --root-dir="$KUBELET_ROOT" \
+    --cert-dir="$KUBELET_ROOT/pki" \
     --node-ip="$NODE_IP" \
     --hostname-override="$NODE"
 }

@@ -31,7 +31,7 @@ started=$(now)
 mkdir -p "$NODE_STATE" "$PKI" "$PIDS" "$LOG_DIR"
 rm -f "$LOG_DIR"/*.log
 # What existed before, so down.sh removes only what the node created.
-for d in /var/lib/kubelet /run/containerd /var/run/cdi /var/lib/cni; do
+for d in /var/lib/kubelet /run/containerd /var/run/cdi /var/lib/cni /run/netns; do
   [[ -e $d ]] || echo "$d" >>"$NODE_STATE/created-dirs"
 done
 
@@ -154,6 +154,8 @@ disabled_plugins = [
   path = "$NODE_STATE/containerd/opt"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "localhost/pause:e2e"
+  # Pod network namespaces under the state directory, not /run/netns.
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
