@@ -12,11 +12,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/node.sh"
 
 # pids_in_netns: processes whose network namespace is the node's.
 pids_in_netns() {
-  local ns pid
-  ns=$(stat -L -c %i "$NETNS_PATH" 2>/dev/null) || return 0
-  for pid in /proc/[0-9]*; do
-    [[ $(stat -L -c %i "$pid/ns/net" 2>/dev/null) == "$ns" ]] && echo "${pid#/proc/}"
-  done
+  [[ -e $NETNS_PATH ]] && ip netns pids "$NETNS" 2>/dev/null
+  return 0
 }
 
 # pids_in_cgroups: processes in the node's cgroups (the pods' containers).
@@ -83,11 +80,13 @@ for id in $(ls "$NODE_STATE"/containerd/{root,state}/io.containerd.grpc.v1.cri/s
   $(find /var/lib/cni/results -name 'gdp-e2e-*' -printf '%f\n' 2>/dev/null | sed -E 's/^gdp-e2e-([0-9a-f]+)-.*/\1/'); do
   rm -f /var/lib/cni/results/*-"$id"-* 2>/dev/null
 done
-# Shim sockets (a fixed path in containerd 1.6), once no shim runs: containerd
-# on these machines is only the node's.
-if ! pgrep -x containerd-shim >/dev/null && ! pgrep -f '^/usr/bin/containerd-shim-runc-v2 ' >/dev/null; then
-  rm -f /run/containerd/s/* 2>/dev/null
-fi
+# Shim sockets (a fixed path in containerd 1.6 and 1.7) that nothing listens
+# on any more: the node's killed shims'; another containerd's live ones stay.
+listening=$(ss -xln 2>/dev/null | awk '{ print $5 }')
+for sock in /run/containerd/s/*; do
+  [[ -S $sock ]] || continue
+  grep -qxF -- "$sock" <<<"$listening" || rm -f "$sock"
+done
 rm -f /dev/gdp-e2e-*
 rm -rf /var/lib/genericdp-e2e
 if [[ -f $NODE_STATE/created-dirs ]]; then

@@ -23,7 +23,7 @@ snapshot() {
   ip -o link show 2>/dev/null | awk -F': ' '{ sub(/@.*/, "", $2); print $2 }' |
     grep -E '^gdp-e2e|^veth' | sed 's/^/link /' || true
   for target in /sys/fs/cgroup/*/"${CGROUP_ROOT#/}" /sys/fs/cgroup/"${CGROUP_ROOT#/}"; do
-    [[ -d $target ]] && echo "cgroup $target"
+    if [[ -d $target ]]; then echo "cgroup $target"; fi
   done
   awk '{ print $5 }' /proc/self/mountinfo | while read -r target; do
     for w in "${WATCHED[@]}"; do
@@ -33,14 +33,17 @@ snapshot() {
     done
   done
   for w in "${WATCHED[@]}"; do
-    [[ -e $w ]] && find "$w" -maxdepth 4 2>/dev/null | sed 's/^/path /'
+    if [[ -e $w ]]; then find "$w" -maxdepth 4 2>/dev/null | sed 's/^/path /'; fi
   done
   find /dev -maxdepth 1 -name 'gdp-e2e-*' 2>/dev/null | sed 's/^/path /'
-  for pid in /proc/[0-9]*; do
+  # One pass over /proc (a fork per process would take seconds on 2 cores).
+  {
+    find /proc -mindepth 2 -maxdepth 2 -name exe -printf '%h %l\n' 2>/dev/null |
+      awk -v re="$BINARIES" '$2 ~ re { print $1 }' || true
+    grep -ls "$CGROUP_ROOT/" /proc/[0-9]*/cgroup 2>/dev/null | sed 's|/cgroup$||' || true
+  } | sort -u | while read -r pid; do
     exe=$(readlink "$pid/exe" 2>/dev/null) || continue
-    if [[ $exe =~ $BINARIES ]] || grep -qs "$CGROUP_ROOT" "$pid/cgroup"; then
-      echo "process $exe $(tr '\0' ' ' <"$pid/cmdline" 2>/dev/null | cut -c1-200)"
-    fi
+    echo "process $exe $(tr '\0' ' ' <"$pid/cmdline" 2>/dev/null | cut -c1-200)"
   done
 }
 

@@ -12,6 +12,7 @@
 #   SKIP_DEPS=1              do not run install-deps.sh
 #   ARTIFACTS=/tmp/genericdp-e2e-artifacts   logs, diagnostics, timings
 #   CHECKS="capacity ..."    only these checks (e2e/checks.sh, ALL_CHECKS)
+#   CDI=0                    skip the CDI round (cdi.sh, Debian 13's containerd 1.7)
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=node.sh
 source "$(dirname "${BASH_SOURCE[0]}")/node.sh"
@@ -90,4 +91,10 @@ for ((round = 1; round <= ROUNDS; round++)); do
   "$LOCAL_DIR/down.sh"
   "$LOCAL_DIR/leftovers.sh" check "$ARTIFACTS/before.txt"
 done
-timing "local-node e2e, everything ($ROUNDS rounds)" "$(seconds_between "$started" "$(now)")"
+if [[ ${CDI:-1} != 0 ]]; then
+  log "===== CDI round: containerd 1.7 with enable_cdi (cdi.sh)"
+  "$LOCAL_DIR/leftovers.sh" snapshot >"$ARTIFACTS/before.txt"
+  "$LOCAL_DIR/cdi.sh" "$IMAGES_DIR"
+  "$LOCAL_DIR/leftovers.sh" check "$ARTIFACTS/before.txt"
+fi
+timing "local-node e2e, everything ($ROUNDS rounds${CDI:+, CDI=$CDI})" "$(seconds_between "$started" "$(now)")"

@@ -7,6 +7,11 @@
 #   KUBE_BIN_DIR=DIR e2e/local/up.sh IMAGES_DIR
 # IMAGES_DIR holds OCI archives (*.tar) imported into the node's containerd;
 # one must be localhost/pause:e2e (the sandbox image).
+# Environment:
+#   CONTAINERD_BIN_DIR=DIR   containerd and its shim from DIR (e2e/local/cdi.sh:
+#                            Debian 13's 1.7), runc still Debian 12's
+#   CDI=1                    enable_cdi in the CRI plugin (containerd 1.7+),
+#                            specs from /var/run/cdi
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=node.sh
 source "$(dirname "${BASH_SOURCE[0]}")/node.sh"
@@ -138,6 +143,10 @@ if ((cap_eff >> 24 & 1)); then :; else
   log "  no CAP_SYS_RESOURCE here: runc through runc-clamp-oom (no negative oom_score_adj)"
   runc_binary=$LOCAL_DIR/runc-clamp-oom
 fi
+cri_cdi=""
+if [[ ${CDI:-} == 1 ]]; then
+  cri_cdi=$'\n  enable_cdi = true\n  cdi_spec_dirs = ["/var/run/cdi"]'
+fi
 cat >"$NODE_STATE/containerd/config.toml" <<EOF
 version = 2
 root = "$NODE_STATE/containerd/root"
@@ -153,7 +162,7 @@ disabled_plugins = [
 [plugins."io.containerd.internal.v1.opt"]
   path = "$NODE_STATE/containerd/opt"
 [plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "localhost/pause:e2e"
+  sandbox_image = "localhost/pause:e2e"${cri_cdi}
   # Pod network namespaces under the state directory, not /run/netns.
   netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
@@ -169,7 +178,8 @@ disabled_plugins = [
     bin_dir = "/usr/lib/cni"
     conf_dir = "$NODE_STATE/cni/net.d"
 EOF
-start_component containerd containerd --config "$NODE_STATE/containerd/config.toml"
+start_component containerd env PATH="${CONTAINERD_BIN_DIR:+$CONTAINERD_BIN_DIR:}$PATH" \
+  "${CONTAINERD_BIN_DIR:-/usr/bin}/containerd" --config "$NODE_STATE/containerd/config.toml"
 wait_for 30 "containerd to answer on $CONTAINERD_SOCK" ctr_k8s version
 
 log "importing the images of $images"
