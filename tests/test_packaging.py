@@ -296,6 +296,13 @@ def test_e2e_overlay_config_validates_next_to_the_base() -> None:
     assert {"example.com/e2e-dev", "example.com/e2e-hotplug", "example.com/e2e-health"} <= names
 
 
+def test_local_cdi_config_validates_next_to_the_e2e_ones() -> None:
+    """The CDI run's resource loads with the base's and the e2e ones, with cdi: true."""
+    config = load([BASE / "config.yaml", OVERLAY / "e2e.yaml", LOCAL / "cdi.yaml"])
+    (cdi,) = (r for r in config.resources if r.name == "example.com/e2e-cdi")
+    assert cdi.allocate.cdi is True
+
+
 def test_e2e_checks_expect_every_deployed_resource() -> None:
     """checks.sh waits for the re-registration of exactly the resources the e2e deploys."""
     text = (E2E_ROOT / "checks.sh").read_text()
