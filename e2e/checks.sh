@@ -12,12 +12,12 @@ set -euo pipefail
 E2E_WAY=${1:-${E2E_WAY:-}}
 case $E2E_WAY in
   kind)
-    # shellcheck source-path=SCRIPTDIR source=kind/kind.sh
-    source "$(dirname "${BASH_SOURCE[0]}")/kind/kind.sh"
+    # shellcheck source-path=SCRIPTDIR source=kind/kind-lib.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/kind/kind-lib.sh"
     ;;
   local)
-    # shellcheck source-path=SCRIPTDIR source=local/node.sh
-    source "$(dirname "${BASH_SOURCE[0]}")/local/node.sh"
+    # shellcheck source-path=SCRIPTDIR source=local/node-lib.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/local/node-lib.sh"
     ;;
   *)
     echo "usage: e2e/checks.sh kind|local [CHECK...]" >&2

@@ -8,12 +8,12 @@ set -euo pipefail
 way=${1:?usage: e2e/deploy.sh kind|local}
 case $way in
   kind)
-    # shellcheck source-path=SCRIPTDIR source=kind/kind.sh
-    source "$(dirname "${BASH_SOURCE[0]}")/kind/kind.sh"
+    # shellcheck source-path=SCRIPTDIR source=kind/kind-lib.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/kind/kind-lib.sh"
     ;;
   local)
-    # shellcheck source-path=SCRIPTDIR source=local/node.sh
-    source "$(dirname "${BASH_SOURCE[0]}")/local/node.sh"
+    # shellcheck source-path=SCRIPTDIR source=local/node-lib.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/local/node-lib.sh"
     ;;
   *) echo "usage: e2e/deploy.sh kind|local" >&2; exit 2 ;;
 esac

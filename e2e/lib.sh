@@ -2,7 +2,7 @@
 # Shared by the e2e scripts of both ways to get a node (e2e/kind, e2e/local):
 # names, logging, timings, polling with deadlines, node quantities, and the
 # diagnostics dumped when a check fails. Sourced, never run: the caller sets
-# `set -euo pipefail`. Each way's own file (kind/kind.sh, local/node.sh)
+# `set -euo pipefail`. Each way's own file (kind/kind-lib.sh, local/node-lib.sh)
 # sources this one and defines the driver the checks use:
 #   NODE  OVERLAY  IMAGE  CONSUMER_IMAGE   names
 #   k ARGS...                 kubectl against the cluster

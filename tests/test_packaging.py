@@ -360,9 +360,9 @@ def test_e2e_overlay_renders_the_local_image_and_both_config_files(tmp_path: Pat
 
 
 def local_node_setting(name: str) -> str:
-    """A NAME=value line of e2e/local/node.sh, with $VARIABLES of earlier lines expanded."""
+    """A NAME=value line of e2e/local/node-lib.sh, with $VARIABLES of earlier lines expanded."""
     values: dict[str, str] = {}
-    for line in (LOCAL / "node.sh").read_text().splitlines():
+    for line in (LOCAL / "node-lib.sh").read_text().splitlines():
         match = re.fullmatch(r"([A-Z0-9_]+)=(\S+)", line)
         if match:
             values[match[1]] = re.sub(r"\$([A-Z0-9_]+)", lambda m: values.get(m[1], m[0]), match[2])
@@ -652,7 +652,7 @@ def test_e2e_workflow_runs_the_kind_e2e_on_three_or_more_kubernetes_versions() -
 # -- e2e scripts ------------------------------------------------------------------------------
 
 SCRIPTS = sorted(E2E_ROOT.rglob("*.sh"))
-SOURCED = {"lib.sh", "kind.sh", "node.sh"}  # sourced by the others, never run
+# lib.sh and *-lib.sh are sourced by the others, never run.
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(E2E_ROOT)))
@@ -662,7 +662,7 @@ def test_e2e_script_parses(script: Path) -> None:
         ["bash", "-n", str(script)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stderr
-    if script.name not in SOURCED:
+    if script.name != "lib.sh" and not script.name.endswith("-lib.sh"):
         assert os.access(script, os.X_OK), f"{script.name} is not executable"
         assert script.read_text().startswith("#!/usr/bin/env bash\n")
 
@@ -695,7 +695,7 @@ def stubs(tmp_path: Path) -> Path:
 
 
 def run_checks_snippet(stubs: Path, snippet: str) -> subprocess.CompletedProcess[str]:
-    """Source checks.sh for kind (kind.sh, lib.sh), the stubs first on PATH; run snippet."""
+    """Source checks.sh for kind (kind-lib.sh, lib.sh), the stubs first on PATH; run snippet."""
     env = {
         "PATH": f"{stubs}:{os.environ['PATH']}",
         "STUBS": str(stubs),
@@ -780,7 +780,7 @@ def test_a_resource_missing_from_the_journal_is_not_registered(stubs: Path) -> N
 
 
 def run_local_snippet(tmp_path: Path, snippet: str) -> subprocess.CompletedProcess[str]:
-    """Source checks.sh for the local node (node.sh, lib.sh), then run snippet."""
+    """Source checks.sh for the local node (node-lib.sh, lib.sh), then run snippet."""
     env = {"PATH": os.environ["PATH"], "ARTIFACTS": str(tmp_path), "HOME": str(tmp_path)}
     script = f"set -euo pipefail\nsource {E2E_ROOT / 'checks.sh'} local\n{snippet}\n"
     return subprocess.run(

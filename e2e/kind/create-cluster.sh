@@ -4,8 +4,8 @@
 #   e2e/kind/create-cluster.sh 1.36
 #   e2e/kind/create-cluster.sh kindest/node:v1.36.1@sha256:...
 set -euo pipefail
-# shellcheck source-path=SCRIPTDIR source=kind.sh
-source "$(dirname "${BASH_SOURCE[0]}")/kind.sh"
+# shellcheck source-path=SCRIPTDIR source=kind-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/kind-lib.sh"
 require docker kind kubectl
 
 want=${1:-1.36}

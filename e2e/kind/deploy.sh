@@ -3,8 +3,8 @@
 # overlay (e2e/deploy.sh, shared with the local node).
 #   e2e/kind/deploy.sh
 set -euo pipefail
-# shellcheck source-path=SCRIPTDIR source=kind.sh
-source "$(dirname "${BASH_SOURCE[0]}")/kind.sh"
+# shellcheck source-path=SCRIPTDIR source=kind-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/kind-lib.sh"
 require docker kind kubectl
 
 log "loading $IMAGE into $CLUSTER"

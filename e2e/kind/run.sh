@@ -7,8 +7,8 @@
 #   SKIP_BUILD=1    use the existing $IMAGE
 #   KEEP_CLUSTER=1  leave the cluster running afterwards (e.g. to rerun checks.sh)
 set -euo pipefail
-# shellcheck source-path=SCRIPTDIR source=kind.sh
-source "$(dirname "${BASH_SOURCE[0]}")/kind.sh"
+# shellcheck source-path=SCRIPTDIR source=kind-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/kind-lib.sh"
 require docker kind kubectl
 
 version=${1:-1.36}

@@ -6,8 +6,8 @@
 # and its directory. Idempotent; safe when nothing is up.
 #   e2e/local/down.sh
 set -uo pipefail
-# shellcheck source-path=SCRIPTDIR source=node.sh
-source "$(dirname "${BASH_SOURCE[0]}")/node.sh"
+# shellcheck source-path=SCRIPTDIR source=node-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/node-lib.sh"
 [[ $(id -u) == 0 ]] || { echo "error: the local node needs root" >&2; exit 2; }
 
 # pids_in_netns: processes whose network namespace is the node's.

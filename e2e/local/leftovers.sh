@@ -6,8 +6,8 @@
 #   e2e/local/leftovers.sh snapshot > before.txt
 #   e2e/local/leftovers.sh check before.txt
 set -euo pipefail
-# shellcheck source-path=SCRIPTDIR source=node.sh
-source "$(dirname "${BASH_SOURCE[0]}")/node.sh"
+# shellcheck source-path=SCRIPTDIR source=node-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/node-lib.sh"
 
 # Paths the node (its kubelet, containerd, CNI, the DaemonSet's hostPath
 # volumes, the checks) writes outside NODE_STATE.

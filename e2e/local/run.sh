@@ -14,8 +14,8 @@
 #   CHECKS="capacity ..."    only these checks (e2e/checks.sh, ALL_CHECKS)
 #   CDI=0                    skip the CDI round (cdi.sh, Debian 13's containerd 1.7)
 set -euo pipefail
-# shellcheck source-path=SCRIPTDIR source=node.sh
-source "$(dirname "${BASH_SOURCE[0]}")/node.sh"
+# shellcheck source-path=SCRIPTDIR source=node-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/node-lib.sh"
 [[ $(id -u) == 0 ]] || {
   echo "error: the local-node e2e needs root (the unit suite does not: ./dev test)" >&2
   exit 2

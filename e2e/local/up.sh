@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Bring up a one-node Kubernetes cluster on this machine, every component
-# inside the network namespace gdp-e2e (e2e/local/node.sh says what is where):
+# inside the network namespace gdp-e2e (e2e/local/node-lib.sh says what is where):
 # containerd (CNI bridge), etcd, kube-apiserver (certificates made here, per
 # run), kube-controller-manager, kube-scheduler and the kubelet. Tears down
 # what a previous run left first (down.sh). Needs root, cgroup v1 or v2.
@@ -13,8 +13,8 @@
 #   CDI=1                    enable_cdi in the CRI plugin (containerd 1.7+),
 #                            specs from /var/run/cdi
 set -euo pipefail
-# shellcheck source-path=SCRIPTDIR source=node.sh
-source "$(dirname "${BASH_SOURCE[0]}")/node.sh"
+# shellcheck source-path=SCRIPTDIR source=node-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/node-lib.sh"
 
 images=${1:?usage: KUBE_BIN_DIR=DIR e2e/local/up.sh IMAGES_DIR}
 [[ $(id -u) == 0 ]] || { echo "error: the local node needs root" >&2; exit 2; }
