@@ -97,4 +97,5 @@ if [[ ${CDI:-1} != 0 ]]; then
   "$LOCAL_DIR/cdi.sh" "$IMAGES_DIR"
   "$LOCAL_DIR/leftovers.sh" check "$ARTIFACTS/before.txt"
 fi
-timing "local-node e2e, everything ($ROUNDS rounds${CDI:+, CDI=$CDI})" "$(seconds_between "$started" "$(now)")"
+[[ ${CDI:-1} != 0 ]] && cdi_round=" and the CDI round" || cdi_round=""
+timing "local-node e2e, everything ($ROUNDS rounds$cdi_round)" "$(seconds_between "$started" "$(now)")"
