@@ -34,8 +34,13 @@ from tests.fakesys import FakeHost
 ROOT = Path(__file__).resolve().parent.parent
 BASE = ROOT / "deploy" / "kustomize" / "base"
 CHART = ROOT / "deploy" / "helm" / "genericdp"
-E2E = ROOT / "e2e" / "kind"
-OVERLAY = E2E / "overlay"
+E2E_ROOT = ROOT / "e2e"
+E2E = E2E_ROOT / "kind"
+LOCAL = E2E_ROOT / "local"
+OVERLAY = E2E_ROOT / "overlay"  # shared by kind and the local node
+KIND_OVERLAY = E2E / "overlay"
+LOCAL_OVERLAY = LOCAL / "overlay"
+PRIVILEGED = ROOT / "deploy" / "kustomize" / "components" / "privileged"
 WORKFLOWS = ROOT / ".github" / "workflows"
 DEMO = ROOT / "configs" / "examples" / "demo.yaml"
 
@@ -199,7 +204,7 @@ def resources_of(path: Path) -> list[Any]:
 
 
 def _manifests() -> list[Path]:
-    roots = [ROOT / "deploy", E2E, WORKFLOWS]
+    roots = [ROOT / "deploy", E2E_ROOT, WORKFLOWS]
     found = sorted(p for r in roots for p in r.rglob("*") if p.suffix in (".yaml", ".yml"))
     # Helm templates are Go templates, not YAML; `helm template` renders them below.
     return [p for p in found if "templates" not in p.relative_to(ROOT).parts]
@@ -207,7 +212,7 @@ def _manifests() -> list[Path]:
 
 @pytest.mark.parametrize("path", _manifests(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_manifest_parses(path: Path) -> None:
-    """Each YAML file under deploy/, e2e/kind/ and .github/workflows/ is valid YAML."""
+    """Each YAML file under deploy/, e2e/ and .github/workflows/ is valid YAML."""
     assert yaml_docs(path.read_text()), f"{path} holds no document"
 
 
@@ -218,7 +223,10 @@ def test_the_manifests_are_found() -> None:
         "deploy/kustomize/base/daemonset.yaml",
         "deploy/kustomize/base/kustomization.yaml",
         "deploy/helm/genericdp/values.yaml",
+        "e2e/overlay/kustomization.yaml",
         "e2e/kind/overlay/kustomization.yaml",
+        "e2e/local/overlay/kustomization.yaml",
+        "deploy/kustomize/components/privileged/kustomization.yaml",
         ".github/workflows/ci.yaml",
         ".github/workflows/e2e.yaml",
     } <= names
@@ -379,9 +387,16 @@ def test_e2e_overlay_config_validates_next_to_the_base() -> None:
     assert {"example.com/e2e-dev", "example.com/e2e-hotplug", "example.com/e2e-health"} <= names
 
 
+def test_local_cdi_config_validates_next_to_the_e2e_ones() -> None:
+    """The CDI run's resource loads with the base's and the e2e ones, with cdi: true."""
+    config = load([BASE / "config.yaml", OVERLAY / "e2e.yaml", LOCAL / "cdi.yaml"])
+    (cdi,) = (r for r in config.resources if r.name == "example.com/e2e-cdi")
+    assert cdi.allocate.cdi is True
+
+
 def test_e2e_checks_expect_every_deployed_resource() -> None:
     """checks.sh waits for the re-registration of exactly the resources the e2e deploys."""
-    text = (E2E / "checks.sh").read_text()
+    text = (E2E_ROOT / "checks.sh").read_text()
     match = re.search(r"^RESOURCES=\((.*?)\)", text, re.S | re.M)
     assert match, "RESOURCES=(...) not found in checks.sh"
     expected = [r.name for r in load([BASE / "config.yaml", OVERLAY / "e2e.yaml"]).resources]
@@ -447,8 +462,8 @@ def test_kustomize_base_renders_a_daemonset_keeping_the_contract(tmp_path: Path)
 
 @needs_kubectl
 def test_e2e_overlay_renders_the_local_image_and_both_config_files(tmp_path: Path) -> None:
-    """The e2e overlay: image genericdp:e2e never pulled, the flag mount, both config files."""
-    docs = kustomize(OVERLAY)
+    """The kind e2e overlay: image genericdp:e2e never pulled, the flag mount, both config files."""
+    docs = kustomize(KIND_OVERLAY)
     (ds,) = by_kind(docs, "DaemonSet")
     (cm,) = by_kind(docs, "ConfigMap")
     assert_daemonset_contract(ds, cm["metadata"]["name"])
@@ -478,6 +493,69 @@ def test_base_with_the_network_policy_component_renders(tmp_path: Path) -> None:
     (policy,) = by_kind(docs, "NetworkPolicy")
     assert policy["metadata"]["namespace"] == ds["metadata"]["namespace"] == "kube-system"
     assert_network_policy_fits(policy, ds)
+
+
+def local_node_setting(name: str) -> str:
+    """A NAME=value line of e2e/local/node-lib.sh, with $VARIABLES of earlier lines expanded."""
+    values: dict[str, str] = {}
+    for line in (LOCAL / "node-lib.sh").read_text().splitlines():
+        match = re.fullmatch(r"([A-Z0-9_]+)=(\S+)", line)
+        if match:
+            values[match[1]] = re.sub(r"\$([A-Z0-9_]+)", lambda m: values.get(m[1], m[0]), match[2])
+    return values[name]
+
+
+@needs_kubectl
+def test_local_overlay_changes_only_the_image_and_where_its_kubelet_keeps_pod_resources() -> None:
+    """The local-node overlay: its image, and pod-resources under its kubelet's --root-dir."""
+    kind = by_kind(kustomize(KIND_OVERLAY), "DaemonSet")[0]
+    local = by_kind(kustomize(LOCAL_OVERLAY), "DaemonSet")[0]
+    (container,) = local["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "localhost/genericdp:e2e"
+    pod_resources = _volume(local, "pod-resources")["hostPath"]["path"]
+    assert pod_resources == local_node_setting("KUBELET_ROOT") + "/pod-resources"
+    # Everything else as on kind: the device-plugin directory is fixed whatever --root-dir says.
+    _volume(kind, "pod-resources")["hostPath"]["path"] = pod_resources
+    kind["spec"]["template"]["spec"]["containers"][0]["image"] = container["image"]
+    for ds in (kind, local):
+        ds["spec"]["template"]["spec"]["volumes"].sort(key=lambda v: v["name"])
+    assert local == kind
+
+
+def apply_json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> None:
+    """The replace operations of a JSON patch (all the privileged component uses)."""
+    for op in ops:
+        assert op["op"] == "replace", op
+        *parents, last = op["path"].strip("/").split("/")
+        node: Any = doc
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        assert last in node, f"{op['path']} is not in the base"
+        node[last] = op["value"]
+
+
+def test_privileged_component_sets_what_the_api_server_accepts() -> None:
+    """The privileged component: privileged true with escalation allowed, as the API server asks."""
+    component = yaml_file(PRIVILEGED / "kustomization.yaml")
+    assert component["kind"] == "Component"
+    (ds,) = by_kind(yaml_docs((BASE / "daemonset.yaml").read_text()), "DaemonSet")
+    for patch in component["patches"]:
+        assert patch["target"] == {"kind": "DaemonSet", "name": "genericdp"}
+        apply_json_patch(ds, yaml_docs(patch["patch"])[0])
+    security = _container(ds)["securityContext"]
+    assert security["privileged"] is True
+    # The API server refuses privileged: true with allowPrivilegeEscalation: false.
+    assert security.get("allowPrivilegeEscalation", True) is True
+
+
+@needs_kubectl
+def test_e2e_privileged_overlays_render_a_privileged_daemonset() -> None:
+    """Both e2e privileged overlays add the component to their way's overlay and nothing else."""
+    for way in (E2E, LOCAL):
+        (ds,) = by_kind(kustomize(way / "overlay-privileged"), "DaemonSet")
+        security = _container(ds)["securityContext"]
+        assert security["privileged"] is True
+        assert security["allowPrivilegeEscalation"] is True
 
 
 # -- Helm chart ---------------------------------------------------------------------------
@@ -589,6 +667,18 @@ def test_helm_chart_renders_the_network_policy_when_enabled() -> None:
     (ds,) = by_kind(docs, "DaemonSet")
     (policy,) = by_kind(docs, "NetworkPolicy")
     assert_network_policy_fits(policy, ds)
+
+
+@needs_helm
+def test_helm_privileged_switch_renders_what_the_api_server_accepts() -> None:
+    """`--set securityContext.privileged=true` alone renders no allowPrivilegeEscalation: false."""
+    result = helm("template", "gdp", str(CHART), "--set", "securityContext.privileged=true")
+    assert result.returncode == 0, result.stderr
+    (ds,) = by_kind(yaml_docs(result.stdout), "DaemonSet")
+    security = _container(ds)["securityContext"]
+    assert security["privileged"] is True
+    assert security.get("allowPrivilegeEscalation", True) is True
+    assert security["readOnlyRootFilesystem"] is True
 
 
 @needs_helm
@@ -734,24 +824,25 @@ def test_e2e_workflow_runs_the_kind_e2e_on_three_or_more_kubernetes_versions() -
 
 # -- e2e scripts ------------------------------------------------------------------------------
 
-SCRIPTS = sorted(E2E.glob("*.sh"))
+SCRIPTS = sorted(E2E_ROOT.rglob("*.sh"))
+# lib.sh and *-lib.sh are sourced by the others, never run.
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(E2E_ROOT)))
 def test_e2e_script_parses(script: Path) -> None:
     """`bash -n` accepts the script; the runnable ones are executable with a bash shebang."""
     result = subprocess.run(
         ["bash", "-n", str(script)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stderr
-    if script.name != "lib.sh":  # sourced, never run
+    if script.name != "lib.sh" and not script.name.endswith("-lib.sh"):
         assert os.access(script, os.X_OK), f"{script.name} is not executable"
         assert script.read_text().startswith("#!/usr/bin/env bash\n")
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
 def test_e2e_scripts_pass_shellcheck() -> None:
-    """shellcheck (following `source`) finds nothing in e2e/kind/*.sh."""
+    """shellcheck (following `source`) finds nothing in e2e/**/*.sh."""
     result = subprocess.run(
         ["shellcheck", "-x", *map(str, SCRIPTS)], capture_output=True, text=True, check=False
     )
@@ -777,7 +868,7 @@ def stubs(tmp_path: Path) -> Path:
 
 
 def run_checks_snippet(stubs: Path, snippet: str) -> subprocess.CompletedProcess[str]:
-    """Source checks.sh (which sources lib.sh) with the stubs first on PATH, then run snippet."""
+    """Source checks.sh for kind (kind-lib.sh, lib.sh), the stubs first on PATH; run snippet."""
     env = {
         "PATH": f"{stubs}:{os.environ['PATH']}",
         "STUBS": str(stubs),
@@ -786,7 +877,7 @@ def run_checks_snippet(stubs: Path, snippet: str) -> subprocess.CompletedProcess
         "POLL": "0.02",
         "HOME": str(stubs),
     }
-    script = f"set -euo pipefail\nsource {E2E / 'checks.sh'}\n{snippet}\n"
+    script = f"set -euo pipefail\nsource {E2E_ROOT / 'checks.sh'} kind\n{snippet}\n"
     return subprocess.run(
         ["bash", "-c", script], capture_output=True, text=True, env=env, timeout=60, check=False
     )
@@ -859,3 +950,56 @@ def test_a_resource_missing_from_the_journal_is_not_registered(stubs: Path) -> N
     (stubs / "docker.out").write_text(kubelet_journal({"example.com/null": "1000.5"}))
     result = run_checks_snippet(stubs, 'all_registered_since 1000 || echo "waiting: $LAST_SEEN"')
     assert result.stdout.strip() == "waiting: no registration of example.com/zero yet"
+
+
+def run_local_snippet(tmp_path: Path, snippet: str) -> subprocess.CompletedProcess[str]:
+    """Source checks.sh for the local node (node-lib.sh, lib.sh), then run snippet."""
+    env = {"PATH": os.environ["PATH"], "ARTIFACTS": str(tmp_path), "HOME": str(tmp_path)}
+    script = f"set -euo pipefail\nsource {E2E_ROOT / 'checks.sh'} local\n{snippet}\n"
+    return subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+
+
+def kubelet_json_log(tmp_path: Path, entries: list[tuple[float, str]]) -> None:
+    """The local kubelet's JSON log: "ts" in milliseconds, as klog's JSON format writes it."""
+    line = (
+        '{{"ts":{ms:.3f},"caller":"v1beta1/server.go:161","msg":"Got registration request'
+        ' from device plugin with resource","v":0,"resourceName":"{r}"}}'
+    )
+    logs = tmp_path / "node-logs"
+    logs.mkdir(exist_ok=True)
+    text = "\n".join(line.format(ms=t * 1000, r=r) for t, r in entries)
+    (logs / "kubelet.log").write_text('{"ts":1000.0,"msg":"start"}\n' + text + "\n")
+
+
+def test_local_registration_times_come_from_the_json_log_in_seconds(tmp_path: Path) -> None:
+    """On the local node, all_registered_since reads the kubelet's JSON log (ms) as seconds."""
+    names = [r.name for r in load([BASE / "config.yaml", OVERLAY / "e2e.yaml"]).resources]
+    entries = [(1000.25, "example.com/null")]
+    entries += [(1796115363.0 + i / 100, name) for i, name in enumerate(names)]
+    kubelet_json_log(tmp_path, entries)
+    result = run_local_snippet(tmp_path, "all_registered_since 1796115362.5; echo $REGISTERED_AT")
+    assert result.returncode == 0, result.stderr
+    assert float(result.stdout) == pytest.approx(1796115363.0 + (len(names) - 1) / 100)
+
+
+def test_a_second_registration_with_one_kubelet_is_counted(tmp_path: Path) -> None:
+    """registrations_since counts per resource, so a stale second Register is seen."""
+    kubelet_json_log(
+        tmp_path,
+        [(2000.0, "example.com/null"), (2000.5, "example.com/zero"), (2001.0, "example.com/null")],
+    )
+    result = run_local_snippet(tmp_path, "registrations_since 1999")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["example.com/null 2", "example.com/zero 1"]
+
+
+def test_percentile_is_nearest_rank(tmp_path: Path) -> None:
+    """The p50 and max printed for the kubelet restarts come from every sample."""
+    samples = tmp_path / "samples"
+    samples.write_text("0.30\n0.10\n0.20\n0.90\n")
+    result = run_local_snippet(
+        tmp_path, f"percentile 50 {samples}; percentile 100 {samples}; percentile 0 {samples}"
+    )
+    assert result.stdout.split() == ["0.20", "0.90", "0.10"], result.stderr

@@ -3,8 +3,8 @@
 # image store (for `kind load`). IMAGE names it (default genericdp:e2e).
 #   e2e/kind/build-image.sh
 set -euo pipefail
-# shellcheck source-path=SCRIPTDIR source=lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source-path=SCRIPTDIR source=kind-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/kind-lib.sh"
 require docker
 
 revision=$(git -C "$REPO_ROOT" rev-parse HEAD 2>/dev/null || echo unknown)

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Create the e2e kind cluster for one Kubernetes minor (or an explicit node
 # image), replacing a cluster of the same name.
-#   e2e/kind/create-cluster.sh 1.33
-#   e2e/kind/create-cluster.sh kindest/node:v1.33.1@sha256:...
+#   e2e/kind/create-cluster.sh 1.36
+#   e2e/kind/create-cluster.sh kindest/node:v1.36.1@sha256:...
 set -euo pipefail
-# shellcheck source-path=SCRIPTDIR source=lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source-path=SCRIPTDIR source=kind-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/kind-lib.sh"
 require docker kind kubectl
 
-want=${1:-1.33}
+want=${1:-1.36}
 if [[ $want == */* || $want == *:* ]]; then
   image=$want
 else

@@ -4,11 +4,11 @@
 #   e2e/kind/install-kind.sh [DIR]
 set -euo pipefail
 
-KIND_VERSION=v0.29.0
+KIND_VERSION=v0.33.0
 dir=${1:-$HOME/.local/bin}
 case $(uname -m) in
-  x86_64) arch=amd64 sum=c72eda46430f065fb45c5f70e7c957cc9209402ef309294821978677c8fb3284 ;;
-  aarch64 | arm64) arch=arm64 sum=03d45095dbd9cc1689f179a3e5e5da24b77c2d1b257d7645abf1b4174bebcf2a ;;
+  x86_64) arch=amd64 sum=aee6151561422756b764a4ae28e7f44cda5af5a9eead3cc9985112b1de8d8e0d ;;
+  aarch64 | arm64) arch=arm64 sum=20022bee6cfcd5086cb7234d218e3454e6090022f2a8f55d1fa7fcf42c3867a2 ;;
   *)
     echo "error: no kind $KIND_VERSION checksum for $(uname -m)" >&2
     exit 2

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # The whole e2e for one Kubernetes version: build the image, create the kind
 # cluster, load and deploy, run the checks, print the timings, clean up.
-#   e2e/kind/run.sh [MINOR | NODE_IMAGE]        default 1.33 (e2e/kind/node-images.txt)
+#   e2e/kind/run.sh [MINOR | NODE_IMAGE]        default 1.36 (e2e/kind/node-images.txt)
 # Environment:
 #   CLUSTER=genericdp-e2e   IMAGE=genericdp:e2e   ARTIFACTS=/tmp/genericdp-e2e-artifacts
 #   SKIP_BUILD=1    use the existing $IMAGE
 #   KEEP_CLUSTER=1  leave the cluster running afterwards (e.g. to rerun checks.sh)
 set -euo pipefail
-# shellcheck source-path=SCRIPTDIR source=lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source-path=SCRIPTDIR source=kind-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/kind-lib.sh"
 require docker kind kubectl
 
-version=${1:-1.33}
+version=${1:-1.36}
 export CLUSTER NODE NAMESPACE IMAGE ARTIFACTS TIMINGS
 mkdir -p "$ARTIFACTS"
 rm -f "$TIMINGS"
@@ -56,4 +56,4 @@ if [[ ${SKIP_BUILD:-} != 1 ]]; then
 fi
 "$E2E_DIR/create-cluster.sh" "$version"
 "$E2E_DIR/deploy.sh"
-"$E2E_DIR/checks.sh"
+"$E2E_ROOT/checks.sh" kind

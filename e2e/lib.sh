@@ -1,15 +1,21 @@
 # shellcheck shell=bash
-# Shared by the e2e scripts: names, logging, timings, polling with deadlines,
-# node quantities, and the diagnostics dumped when a check fails.
-# Sourced, never run: the caller sets `set -euo pipefail`.
+# Shared by the e2e scripts of both ways to get a node (e2e/kind, e2e/local):
+# names, logging, timings, polling with deadlines, node quantities, and the
+# diagnostics dumped when a check fails. Sourced, never run: the caller sets
+# `set -euo pipefail`. Each way's own file (kind/kind-lib.sh, local/node-lib.sh)
+# sources this one and defines the driver the checks use:
+#   NODE  OVERLAY  IMAGE  CONSUMER_IMAGE   names
+#   k ARGS...                 kubectl against the cluster
+#   node_exec COMMAND...      run on the node (docker exec, or here)
+#   kubelet_log_since T       the kubelet's log after T, "UNIXTIME message" lines
+#   kill_kubelet              SIGKILL the kubelet (a crash)
+#   restart_kubelet_hard      SIGKILL it and have it started again
+#   node_diagnostics          what to add to a failure's dump
 
-E2E_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+E2E_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck disable=SC2034 # used by the scripts that source this file
-REPO_ROOT=$(cd "$E2E_DIR/../.." && pwd)
-CLUSTER=${CLUSTER:-genericdp-e2e}
-NODE=${NODE:-$CLUSTER-control-plane}
+REPO_ROOT=$(cd "$E2E_ROOT/.." && pwd)
 NAMESPACE=${NAMESPACE:-genericdp-e2e}
-IMAGE=${IMAGE:-genericdp:e2e}
 ARTIFACTS=${ARTIFACTS:-${TMPDIR:-/tmp}/genericdp-e2e-artifacts}
 TIMINGS=${TIMINGS:-$ARTIFACTS/timings.txt}
 POLL=${POLL:-0.25}
@@ -32,14 +38,6 @@ seconds_between() {
 timing() {
   mkdir -p "$(dirname "$TIMINGS")"
   printf 'TIMING  %-62s %8s s\n' "$1" "$2" | tee -a "$TIMINGS" >&2
-}
-
-k() {
-  kubectl --context "kind-$CLUSTER" "$@"
-}
-
-node_exec() {
-  docker exec "$NODE" "$@"
 }
 
 # node_quantity capacity|allocatable RESOURCE -> the node's value, "" if absent.
@@ -126,9 +124,7 @@ dump_diagnostics() {
     k get events -A --sort-by=.lastTimestamp
     echo "===== kubelet device-plugin dir and e2e device nodes on $NODE"
     node_exec sh -c 'ls -la /var/lib/kubelet/device-plugins; ls -la /dev | grep gdp-e2e; ls -la /var/lib/genericdp-e2e'
-    echo "===== kubelet log (device plugins)"
-    node_exec journalctl -u kubelet --no-pager -o short-precise |
-      grep -iE 'device.?plugin|devicemanager|registration|genericdp|example\.com' | tail -200
+    node_diagnostics
   } >"$out" 2>&1 || true
   cat "$out" >&2
 }
@@ -146,7 +142,7 @@ require() {
   local tool
   for tool in "$@"; do
     command -v "$tool" >/dev/null || {
-      echo "error: $tool not found on PATH (the e2e needs docker, kind and kubectl: docs/deploy.md)" >&2
+      echo "error: $tool not found on PATH (docs/testing.md says what each e2e needs)" >&2
       exit 2
     }
   done

@@ -1,0 +1,518 @@
+#!/usr/bin/env bash
+# The checks against a real kubelet, API server and container runtime, in
+# order, written once for both ways to get a node: a kind cluster
+# (e2e/kind/run.sh) and the local node (e2e/local/run.sh). Where a check needs
+# the node it goes through the way's driver (node_exec, kubelet_log_since,
+# kill_kubelet...; e2e/lib.sh lists them). Each check has a timeout and says
+# what did not happen; a failure dumps the DaemonSet, pods, logs, node and
+# kubelet log (lib.sh, dump_diagnostics) and exits 1. Every latency is printed
+# as a TIMING line. Run after the deployment (e2e/deploy.sh):
+#   e2e/checks.sh kind|local [CHECK...]     default: all, in order
+set -euo pipefail
+E2E_WAY=${1:-${E2E_WAY:-}}
+case $E2E_WAY in
+  kind)
+    # shellcheck source-path=SCRIPTDIR source=kind/kind-lib.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/kind/kind-lib.sh"
+    ;;
+  local)
+    # shellcheck source-path=SCRIPTDIR source=local/node-lib.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/local/node-lib.sh"
+    ;;
+  *)
+    echo "usage: e2e/checks.sh kind|local [CHECK...]" >&2
+    exit 2
+    ;;
+esac
+
+CONSUMER=e2e-consumer
+FLAG=/var/lib/genericdp-e2e/unhealthy
+PLUGIN_SOCKET=/var/lib/kubelet/device-plugins/kubelet.sock
+KUBELET_RESTARTS=${KUBELET_RESTARTS:-20}
+# Every resource of the e2e config (deploy/kustomize/base/config.yaml and
+# overlay/e2e.yaml): each must register again after a kubelet restart.
+RESOURCES=(
+  example.com/null example.com/zero example.com/loop example.com/fuse
+  example.com/e2e-dev example.com/e2e-hotplug example.com/e2e-health
+)
+
+in_pod() {
+  k -n "$NAMESPACE" exec "$CONSUMER" -- "$@"
+}
+
+# pod_env NAME: the consumer's environment variable (busybox has no printenv).
+pod_env() {
+  in_pod env | tr -d '\r' | sed -n "s/^$1=//p"
+}
+
+# expect WHAT EXPECTED ACTUAL
+expect() {
+  [[ $3 == "$2" ]] || fail "$1: expected '$2', got '$3'"
+}
+
+# consumer_manifest NAME E2E_DEV [NODE]: a pod wanting E2E_DEV units of
+# example.com/e2e-dev and one of example.com/null; with NODE, placed there
+# directly (spec.nodeName: the scheduler is not asked, the kubelet admits it).
+consumer_manifest() {
+  local name=$1 dev=$2 node=${3:-}
+  cat <<EOM
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $name
+  labels: {app.kubernetes.io/name: genericdp-e2e-consumer}
+spec:
+  ${node:+nodeName: $node}
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: consumer
+      image: $CONSUMER_IMAGE
+      imagePullPolicy: Never
+      command: [sleep, "1000000"]
+      resources:
+        limits:
+          example.com/e2e-dev: $dev
+          example.com/null: 1
+EOM
+}
+
+start_consumer() {
+  local started
+  started=$(now)
+  consumer_manifest "$CONSUMER" 1 | k -n "$NAMESPACE" apply -f -
+  k -n "$NAMESPACE" wait --for=condition=Ready "pod/$CONSUMER" --timeout=120s ||
+    fail "pod $CONSUMER (example.com/e2e-dev: 1) did not become Ready within 120s"
+  timing "pod with example.com/e2e-dev created -> Ready" "$(seconds_between "$started" "$(now)")"
+}
+
+check_capacity() {
+  log "check: node capacity and allocatable show the demo and e2e resources"
+  local started spec
+  started=$(now)
+  for spec in example.com/null=4 example.com/zero=1 example.com/e2e-dev=2 example.com/e2e-health=2; do
+    wait_quantity capacity "${spec%=*}" "${spec#*=}" 60
+    wait_quantity allocatable "${spec%=*}" "${spec#*=}" 30
+  done
+  wait_quantity capacity example.com/e2e-hotplug 0 10
+  timing "DaemonSet ready -> capacity and allocatable in node status" \
+    "$(seconds_between "$started" "$(now)")"
+  for spec in example.com/loop example.com/fuse; do
+    log "  $spec on this node: capacity $(node_quantity capacity "$spec")" \
+      "allocatable $(node_quantity allocatable "$spec")"
+  done
+}
+
+# node_device_numbers PATH -> "major:minor" (decimal) of a device node on the node.
+node_device_numbers() {
+  local hex
+  hex=$(node_exec stat -c '%t %T' "$1") || fail "cannot stat $1 on $NODE"
+  hex_numbers "$hex"
+}
+
+# hex_numbers "MAJOR MINOR" (hex, as stat %t %T prints them) -> "major:minor".
+hex_numbers() {
+  local a b
+  read -r a b <<<"$1"
+  printf '%d:%d' "0x$a" "0x$b"
+}
+
+# pod_open PATH: what opening PATH read-write in the consumer says ("" = opened).
+pod_open() {
+  in_pod sh -c "exec 3<>$1" 2>&1 | tr -d '\r' || true
+}
+
+check_consumer_pod() {
+  log "check: a pod requesting example.com/e2e-dev gets exactly its device node, env and mount"
+  start_consumer
+  local mine other nodes numbers major minor said
+  mine=$(pod_env E2E_DEV_PATHS)
+  case $mine in
+    /dev/gdp-e2e-dev0) other=/dev/gdp-e2e-dev1 ;;
+    /dev/gdp-e2e-dev1) other=/dev/gdp-e2e-dev0 ;;
+    *) fail "E2E_DEV_PATHS in pod $CONSUMER is '$mine', not one of /dev/gdp-e2e-dev0, /dev/gdp-e2e-dev1" ;;
+  esac
+  nodes=$(in_pod sh -c 'ls /dev | grep gdp-e2e || true' | tr -d '\r' | tr '\n' ' ')
+  expect "the e2e device nodes in pod $CONSUMER" "${mine#/dev/} " "$nodes"
+  numbers=$(node_device_numbers "$mine")
+  expect "major:minor of $mine in the pod (the node's)" "$numbers" \
+    "$(hex_numbers "$(in_pod stat -c '%t %T' "$mine" | tr -d '\r')")"
+  # Opened, or refused by the driver (a kernel without the module says "No
+  # such device"): either way past the device cgroup, which says EPERM.
+  said=$(pod_open "$mine")
+  [[ $said != *"Operation not permitted"* ]] ||
+    fail "the device cgroup of pod $CONSUMER refuses its own $mine: $said"
+
+  log "check: the pod's device cgroup refuses the unit it was not given ($other)"
+  numbers=$(node_device_numbers "$other")
+  major=${numbers%:*} minor=${numbers#*:}
+  in_pod mknod /gdp-e2e-other c "$major" "$minor" ||
+    fail "mknod c $major $minor in pod $CONSUMER failed (no CAP_MKNOD?)"
+  said=$(pod_open /gdp-e2e-other)
+  [[ $said == *"Operation not permitted"* ]] ||
+    fail "opening c $numbers ($other, not given to the pod) should be refused by the device cgroup; the pod said: '${said:-opened}'"
+
+  expect "E2E_NODE in the pod" "$NODE" "$(pod_env E2E_NODE)"
+  expect "DEMO_NULL in the pod (example.com/null)" /dev/null "$(pod_env DEMO_NULL)"
+  [[ -n $(pod_env E2E_DEVICE_IDS) ]] || fail "E2E_DEVICE_IDS is empty in the pod"
+  expect "/e2e-share/hello.txt in the pod" "hello from $NODE" \
+    "$(in_pod cat /e2e-share/hello.txt)"
+  if in_pod touch /e2e-share/written-by-pod 2>/dev/null; then
+    fail "/e2e-share is writable in the pod; the allocate mount says readOnly: true"
+  fi
+}
+
+pod_unschedulable() {
+  [[ $(k -n "$NAMESPACE" get pod "$1" \
+    -o 'jsonpath={.status.conditions[?(@.type=="PodScheduled")].reason}') == Unschedulable ]]
+}
+
+# pod_status_reason POD REASON: the pod ended with status.reason REASON.
+pod_status_reason() {
+  LAST_SEEN=$(k -n "$NAMESPACE" get pod "$1" -o 'jsonpath={.status.phase}/{.status.reason}') || return 1
+  [[ $LAST_SEEN == "Failed/$2" ]]
+}
+
+check_over_request() {
+  log "check: 3 units of example.com/e2e-dev (capacity 2) stay Pending (scheduler)"
+  local started
+  started=$(now)
+  consumer_manifest e2e-too-many 3 | k -n "$NAMESPACE" apply -f -
+  wait_for 60 "pod e2e-too-many to be Unschedulable (Insufficient example.com/e2e-dev)" \
+    pod_unschedulable e2e-too-many
+  timing "over-request -> Unschedulable (scheduler)" "$(seconds_between "$started" "$(now)")"
+  k -n "$NAMESPACE" delete pod e2e-too-many --wait=false
+
+  log "check: 2 units with nodeName set (1 free) are refused by the kubelet: UnexpectedAdmissionError"
+  started=$(now)
+  consumer_manifest e2e-not-admitted 2 "$NODE" | k -n "$NAMESPACE" apply -f -
+  LAST_SEEN=""
+  wait_for 60 "pod e2e-not-admitted to fail with UnexpectedAdmissionError" \
+    pod_status_reason e2e-not-admitted UnexpectedAdmissionError
+  timing "over-request with nodeName -> UnexpectedAdmissionError (kubelet)" \
+    "$(seconds_between "$started" "$(now)")"
+  log "  the kubelet said: $(k -n "$NAMESPACE" get pod e2e-not-admitted -o 'jsonpath={.status.message}')"
+  k -n "$NAMESPACE" delete pod e2e-not-admitted --wait=false
+}
+
+check_hotplug() {
+  log "check: device nodes created and removed on the node change capacity"
+  local started
+  started=$(now)
+  node_exec sh -c 'mknod -m 0600 /dev/gdp-e2e-hp0 c 1 3 && mknod -m 0600 /dev/gdp-e2e-hp1 c 1 3'
+  wait_quantity capacity example.com/e2e-hotplug 2 30
+  timing "hotplug: 2 nodes created -> capacity 2 in the Node" "$(seconds_between "$started" "$(now)")"
+  wait_quantity allocatable example.com/e2e-hotplug 2 10
+
+  started=$(now)
+  node_exec rm /dev/gdp-e2e-hp1
+  wait_quantity capacity example.com/e2e-hotplug 1 30
+  timing "hotplug: 1 node removed -> capacity 1 in the Node" "$(seconds_between "$started" "$(now)")"
+  node_exec rm /dev/gdp-e2e-hp0
+  wait_quantity capacity example.com/e2e-hotplug 0 30
+}
+
+check_health() {
+  log "check: a failing health probe lowers allocatable, a passing one restores it"
+  local started
+  started=$(now)
+  node_exec touch "$FLAG"
+  wait_quantity allocatable example.com/e2e-health 0 30
+  timing "health: probe fails -> allocatable 0" "$(seconds_between "$started" "$(now)")"
+  quantity_is capacity example.com/e2e-health 2 ||
+    fail "capacity of example.com/e2e-health should stay 2 while unhealthy (saw: $LAST_SEEN)"
+
+  started=$(now)
+  node_exec rm -f "$FLAG"
+  wait_quantity allocatable example.com/e2e-health 2 30
+  timing "health: probe passes -> allocatable 2" "$(seconds_between "$started" "$(now)")"
+}
+
+# daemon_log_has POD TEXT: genericdp's log says TEXT.
+daemon_log_has() {
+  k -n "$NAMESPACE" logs "$1" --tail=-1 2>/dev/null | grep -qF -- "$2"
+}
+
+check_cleanup_hook() {
+  log "check: deleting the consumer runs the cleanup hook for its unit"
+  local pod mine started
+  pod=$(daemon_pod)
+  mine=$(pod_env E2E_DEV_PATHS)
+  started=$(now)
+  k -n "$NAMESPACE" delete pod "$CONSUMER" --wait=true
+  wait_for 60 "genericdp ($pod) to log 'e2e cleaned $mine' from the cleanup hook" \
+    daemon_log_has "$pod" "e2e cleaned $mine"
+  timing "cleanup: consumer deleted -> cleanup hook ran" "$(seconds_between "$started" "$(now)")"
+  wait_quantity allocatable example.com/e2e-dev 2 30
+}
+
+# kubelet_socket_since T: the kubelet created kubelet.sock after T; sets SOCKET_AT.
+SOCKET_AT=""
+kubelet_socket_since() {
+  SOCKET_AT=$(node_exec stat -c %.9Y "$PLUGIN_SOCKET") || return 1
+  awk -v s="$SOCKET_AT" -v t="$1" 'BEGIN { exit !(s + 0 > t + 0) }'
+}
+
+# all_registered_since T: the kubelet logged a registration of every resource
+# after T; sets REGISTERED_AT to the last of them (seconds since the epoch).
+REGISTERED_AT=""
+all_registered_since() {
+  local since=$1 journal resource at
+  journal=$(kubelet_log_since "$since") || return 1
+  REGISTERED_AT=$since
+  for resource in "${RESOURCES[@]}"; do
+    at=$(awk -v r="\"$resource\"" -v t="$since" '
+      index($0, "Got registration request from device plugin") && index($0, r) && $1 + 0 > t + 0 {
+        print $1; exit
+      }' <<<"$journal")
+    if [[ -z $at ]]; then
+      LAST_SEEN="no registration of $resource yet"
+      return 1
+    fi
+    REGISTERED_AT=$(awk -v a="$at" -v b="$REGISTERED_AT" 'BEGIN { print (a + 0 > b + 0) ? a : b }')
+  done
+}
+
+# registrations_since T: "RESOURCE COUNT" for every resource registered after T.
+registrations_since() {
+  kubelet_log_since "$1" |
+    sed -nE '/Got registration request from device plugin/ s/.*"(example\.com\/[^"]+)".*/\1/p' |
+    sort | uniq -c | awk '{ print $2, $1 }'
+}
+
+# allocatable_summary: every example.com resource's allocatable, one line.
+allocatable_summary() {
+  # shellcheck disable=SC2016 # a Go template, not shell
+  k get node "$NODE" -o go-template='{{range $k, $v := .status.allocatable}}{{$k}}={{$v}} {{end}}' |
+    tr ' ' '\n' | grep '^example\.com/' | sort | tr '\n' ' '
+}
+
+allocatable_is() {
+  LAST_SEEN=$(allocatable_summary) || return 1
+  [[ $LAST_SEEN == "$1" ]]
+}
+
+# pods_identity: uid, restarts and container start of the genericdp pod and the consumer.
+pods_identity() {
+  local pod
+  for pod in "$(daemon_pod)" "$CONSUMER"; do
+    k -n "$NAMESPACE" get pod "$pod" -o 'jsonpath={.metadata.name} {.metadata.uid} restarts={.status.containerStatuses[0].restartCount} started={.status.containerStatuses[0].state.running.startedAt};'
+  done
+}
+
+# percentile P FILE: the P-th percentile (nearest rank) of the numbers in FILE.
+percentile() {
+  sort -n "$2" | awk -v p="$1" '{ v[NR] = $1 } END { i = int((p / 100) * NR + 0.999999); if (i < 1) i = 1; print v[i] }'
+}
+
+check_kubelet_restarts() {
+  log "check: the kubelet SIGKILLed and restarted $KUBELET_RESTARTS times: every resource back each time, once, pods untouched"
+  start_consumer
+  local before_pods before_alloc i issued took back samples_reg samples_back counts bad
+  before_pods=$(pods_identity)
+  before_alloc=$(allocatable_summary)
+  log "  allocatable before: $before_alloc"
+  samples_reg=$(mktemp)
+  samples_back=$(mktemp)
+  for ((i = 1; i <= KUBELET_RESTARTS; i++)); do
+    issued=$(now)
+    restart_kubelet_hard
+    LAST_SEEN=""
+    wait_for 60 "restart $i: the kubelet to create kubelet.sock again" kubelet_socket_since "$issued"
+    LAST_SEEN=""
+    wait_for 30 "restart $i: every genericdp resource to register with the restarted kubelet" \
+      all_registered_since "$SOCKET_AT"
+    took=$(seconds_between "$SOCKET_AT" "$REGISTERED_AT")
+    echo "$took" >>"$samples_reg"
+    LAST_SEEN=""
+    wait_for 60 "restart $i: allocatable back to what it was ($before_alloc)" allocatable_is "$before_alloc"
+    back=$(seconds_between "$issued" "$(now)")
+    echo "$back" >>"$samples_back"
+    # No stale registration: exactly one per resource with this kubelet, and
+    # it stays (a stale one makes the kubelet drop the live endpoint).
+    hold_for 1 "restart $i: allocatable stays $before_alloc" allocatable_is "$before_alloc"
+    counts=$(registrations_since "$SOCKET_AT")
+    bad=$(awk '$2 != 1' <<<"$counts")
+    [[ -z $bad ]] || fail "restart $i: a resource registered more than once with one kubelet: $bad"
+    log "  restart $i: kubelet.sock -> all registered ${took}s; SIGKILL -> allocatable back ${back}s"
+  done
+  timing "kubelet restart: kubelet.sock -> all ${#RESOURCES[@]} registered, p50 of $KUBELET_RESTARTS" \
+    "$(percentile 50 "$samples_reg")"
+  timing "kubelet restart: kubelet.sock -> all ${#RESOURCES[@]} registered, max of $KUBELET_RESTARTS" \
+    "$(percentile 100 "$samples_reg")"
+  timing "kubelet restart: SIGKILL -> allocatable back in the Node, p50" "$(percentile 50 "$samples_back")"
+  timing "kubelet restart: SIGKILL -> allocatable back in the Node, max" "$(percentile 100 "$samples_back")"
+  rm -f "$samples_reg" "$samples_back"
+  expect "the genericdp and consumer pods across $KUBELET_RESTARTS kubelet restarts" "$before_pods" \
+    "$(pods_identity)"
+  pod_ready "$CONSUMER" || fail "pod $CONSUMER is no longer Ready after the kubelet restarts"
+  log "check: a new pod still gets example.com/e2e-dev after the restarts"
+  consumer_manifest e2e-after-restarts 1 | k -n "$NAMESPACE" apply -f -
+  k -n "$NAMESPACE" wait --for=condition=Ready pod/e2e-after-restarts --timeout=60s ||
+    fail "pod e2e-after-restarts (example.com/e2e-dev: 1) did not become Ready after the kubelet restarts"
+  k -n "$NAMESPACE" delete pod e2e-after-restarts --wait=false
+}
+
+# apply_e2e_config FILE: the ConfigMap with the base's config.yaml and FILE as e2e.yaml.
+apply_e2e_config() {
+  k -n "$NAMESPACE" create configmap genericdp-config \
+    --from-file=config.yaml="$REPO_ROOT/deploy/kustomize/base/config.yaml" \
+    --from-file=e2e.yaml="$1" --dry-run=client -o yaml | k apply -f -
+}
+
+# pod_config_has POD TEXT / pod_config_lacks POD TEXT: what the pod's
+# /etc/genericdp/e2e.yaml says now (a failed exec is neither).
+pod_config_has() {
+  local text
+  text=$(k -n "$NAMESPACE" exec "$1" -- cat /etc/genericdp/e2e.yaml) || return 1
+  [[ $text == *"$2"* ]]
+}
+
+pod_config_lacks() {
+  local text
+  text=$(k -n "$NAMESPACE" exec "$1" -- cat /etc/genericdp/e2e.yaml) || return 1
+  [[ $text != *"$2"* ]]
+}
+
+old_config_serving() {
+  quantity_is allocatable example.com/e2e-reload 2 &&
+    quantity_is allocatable example.com/null 4 &&
+    pod_ready "$1"
+}
+
+check_hot_reload() {
+  log "check: a ConfigMap edit adds a resource without restarting the pod"
+  local pod before edited invalid started propagated
+  pod=$(daemon_pod)
+  before=$(pod_identity "$pod")
+  edited=$(mktemp)
+  invalid=$(mktemp)
+  cat "$E2E_ROOT/overlay/e2e.yaml" - >"$edited" <<'EOM'
+
+  - name: example.com/e2e-reload
+    match:
+      - glob: /dev/random
+    count: 2
+EOM
+  apply_e2e_config "$edited"
+  started=$(now)
+  wait_for 180 "the edited ConfigMap to reach /etc/genericdp in pod $pod" \
+    pod_config_has "$pod" example.com/e2e-reload
+  propagated=$(now)
+  timing "hot reload: ConfigMap edited -> file updated in the pod (kubelet)" \
+    "$(seconds_between "$started" "$propagated")"
+  wait_quantity capacity example.com/e2e-reload 2 30
+  wait_quantity allocatable example.com/e2e-reload 2 10
+  timing "hot reload: file updated -> new resource in node status (genericdp)" \
+    "$(seconds_between "$propagated" "$(now)")"
+  timing "hot reload: ConfigMap edited -> new resource in node status" \
+    "$(seconds_between "$started" "$(now)")"
+  expect "genericdp pod $pod across the reload (uid, restarts)" "$before" "$(pod_identity "$pod")"
+
+  log "check: an invalid edit is refused and the running config keeps serving"
+  cat "$edited" - >"$invalid" <<'EOM'
+
+  - name: not a resource name
+    match:
+      - glob: /dev/urandom
+EOM
+  apply_e2e_config "$invalid"
+  wait_for 180 "the invalid ConfigMap to reach pod $pod" pod_config_has "$pod" "not a resource name"
+  hold_for 10 "the old config serving (e2e-reload 2, null 4, pod Ready) after an invalid edit" \
+    old_config_serving "$pod"
+  expect "genericdp pod $pod after the invalid edit (uid, restarts)" "$before" \
+    "$(pod_identity "$pod")"
+  log "  genericdp's last log lines:"
+  k -n "$NAMESPACE" logs "$pod" --tail=5 >&2 || true
+
+  log "check: restoring the deployed config removes example.com/e2e-reload"
+  k apply -k "$OVERLAY"
+  started=$(now)
+  wait_for 180 "the restored ConfigMap to reach pod $pod" pod_config_lacks "$pod" e2e-reload
+  wait_quantity allocatable example.com/e2e-reload 0 30
+  timing "hot reload: resource removed -> allocatable 0 (from ConfigMap apply)" \
+    "$(seconds_between "$started" "$(now)")"
+  expect "genericdp pod $pod after the restore (uid, restarts)" "$before" "$(pod_identity "$pod")"
+  rm -f "$edited" "$invalid"
+}
+
+new_daemon_pod_ready() {
+  local pod
+  pod=$(daemon_pod) || return 1
+  LAST_SEEN=$pod
+  [[ -n $pod && $pod != "$1" ]] && pod_ready "$pod"
+}
+
+check_daemon_pod_recreated() {
+  log "check: the genericdp pod deleted, the DaemonSet makes a new one and the resources come back"
+  local pod started
+  pod=$(daemon_pod)
+  started=$(now)
+  k -n "$NAMESPACE" delete pod "$pod" --wait=false
+  wait_for 120 "a new genericdp pod (not $pod) to be Ready" new_daemon_pod_ready "$pod"
+  timing "genericdp pod deleted -> new pod Ready (DaemonSet)" "$(seconds_between "$started" "$(now)")"
+  wait_quantity allocatable example.com/e2e-dev 2 30
+  wait_quantity allocatable example.com/null 4 30
+  timing "genericdp pod deleted -> allocatable back" "$(seconds_between "$started" "$(now)")"
+}
+
+# daemon_open POD PATH: what opening PATH read-write inside genericdp says ("" = opened).
+daemon_open() {
+  k -n "$NAMESPACE" exec "$1" -- python3 -c "import os, sys
+try:
+    os.close(os.open(sys.argv[1], os.O_RDWR))
+except OSError as e:
+    print(e.strerror)" "$2" 2>&1 | tr -d '\r'
+}
+
+check_privileged() {
+  log "check: the privileged variant (deploy/kustomize/components/privileged) is accepted and works"
+  local pod said started
+  pod=$(daemon_pod)
+  said=$(daemon_open "$pod" /dev/gdp-e2e-dev0)
+  [[ $said == *"Operation not permitted"* ]] ||
+    fail "the unprivileged genericdp pod $pod should not open /dev/gdp-e2e-dev0; it said: '${said:-opened}'"
+  started=$(now)
+  k apply -k "$OVERLAY-privileged" || fail "the API server refused the privileged variant"
+  k -n "$NAMESPACE" rollout status daemonset/genericdp --timeout=180s ||
+    fail "the privileged genericdp DaemonSet did not become ready within 180s"
+  wait_for 60 "a privileged genericdp pod (not $pod) to be Ready" new_daemon_pod_ready "$pod"
+  timing "privileged variant applied -> pod Ready" "$(seconds_between "$started" "$(now)")"
+  pod=$(daemon_pod)
+  expect "securityContext.privileged of $pod" true \
+    "$(k -n "$NAMESPACE" get pod "$pod" -o 'jsonpath={.spec.containers[0].securityContext.privileged}')"
+  said=$(daemon_open "$pod" /dev/gdp-e2e-dev0)
+  [[ $said != *"Operation not permitted"* ]] ||
+    fail "the privileged genericdp pod $pod may not open /dev/gdp-e2e-dev0: $said"
+  wait_quantity allocatable example.com/e2e-dev 2 30
+
+  log "back to the unprivileged deployment"
+  k apply -k "$OVERLAY"
+  k -n "$NAMESPACE" rollout status daemonset/genericdp --timeout=180s ||
+    fail "the genericdp DaemonSet did not become ready again within 180s"
+  wait_for 60 "an unprivileged genericdp pod (not $pod) to be Ready" new_daemon_pod_ready "$pod"
+}
+
+ALL_CHECKS=(
+  capacity consumer_pod over_request hotplug health hot_reload cleanup_hook
+  kubelet_restarts daemon_pod_recreated privileged
+)
+
+main() {
+  local check
+  k -n "$NAMESPACE" delete pod "$CONSUMER" e2e-too-many e2e-not-admitted e2e-after-restarts \
+    --ignore-not-found --wait=true
+  node_exec rm -f "$FLAG" /dev/gdp-e2e-hp0 /dev/gdp-e2e-hp1
+  log "node $NODE, daemon pod $(daemon_pod), image $IMAGE"
+  (($#)) || set -- "${ALL_CHECKS[@]}"
+  for check in "$@"; do
+    "check_$check"
+  done
+  log "all e2e checks passed: $*"
+}
+
+# Run when executed; sourcing only defines the checks (tests/test_packaging.py).
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+  shift
+  main "$@"
+fi

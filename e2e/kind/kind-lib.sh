@@ -1,0 +1,54 @@
+# shellcheck shell=bash disable=SC2034 # names used by the scripts that source this file
+# The kind way to get a node (e2e/kind): names, and the driver the shared
+# checks (e2e/checks.sh) use on a kind node. Sourced, never run.
+
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+E2E_DIR=$E2E_ROOT/kind
+CLUSTER=${CLUSTER:-genericdp-e2e}
+NODE=${NODE:-$CLUSTER-control-plane}
+IMAGE=${IMAGE:-genericdp:e2e}
+# The genericdp image has a shell and coreutils: it is the consumer too.
+CONSUMER_IMAGE=${CONSUMER_IMAGE:-$IMAGE}
+OVERLAY=$E2E_DIR/overlay
+
+k() {
+  kubectl --context "kind-$CLUSTER" "$@"
+}
+
+node_exec() {
+  docker exec "$NODE" "$@"
+}
+
+kubelet_log_since() {
+  node_exec journalctl -u kubelet --no-pager -o short-unix --since "@${1%.*}" |
+    awk -v t="$1" '$1 + 0 > t + 0'
+}
+
+kubelet_pid() {
+  node_exec systemctl show -p MainPID --value kubelet
+}
+
+# SIGKILL, as a crash; kind's kubelet unit restarts it (Restart=always, 1 s).
+kill_kubelet() {
+  node_exec systemctl kill -s KILL kubelet
+}
+
+restart_kubelet_hard() {
+  local before
+  before=$(kubelet_pid)
+  kill_kubelet
+  wait_for 30 "systemd to start the kubelet again" kubelet_restarted "$before"
+}
+
+kubelet_restarted() {
+  local pid
+  pid=$(kubelet_pid) || return 1
+  [[ $pid != 0 && $pid != "$1" ]]
+}
+
+node_diagnostics() {
+  echo "===== kubelet log (device plugins)"
+  node_exec journalctl -u kubelet --no-pager -o short-precise |
+    grep -iE 'device.?plugin|devicemanager|registration|genericdp|example\.com' | tail -200
+}

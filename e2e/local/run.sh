@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The whole local-node e2e: install the Debian packages, unpack the Kubernetes
+# binaries, build the images, then ROUNDS times: bring the node up, deploy
+# the DaemonSet, run the checks, tear the node down (also on failure) and
+# check that nothing was left behind. Prints the timings. Root.
+#   e2e/local/run.sh
+# Environment:
+#   ROUNDS=1                 rounds of up -> deploy -> checks -> down (.ci/run: 2)
+#   KUBE_BIN_DIR=DIR         use these binaries (default: unpacked from KUBE_XZ_DIR)
+#   KUBE_XZ_DIR=DIR          default ../shared/k8s next to the checkout
+#   IMAGES_DIR=DIR           use these OCI archives instead of building them
+#   SKIP_DEPS=1              do not run install-deps.sh
+#   ARTIFACTS=/tmp/genericdp-e2e-artifacts   logs, diagnostics, timings
+#   CHECKS="capacity ..."    only these checks (e2e/checks.sh, ALL_CHECKS)
+#   CDI=0                    skip the CDI round (cdi.sh, Debian 13's containerd 1.7)
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=node-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/node-lib.sh"
+[[ $(id -u) == 0 ]] || {
+  echo "error: the local-node e2e needs root (the unit suite does not: ./dev test)" >&2
+  exit 2
+}
+
+ROUNDS=${ROUNDS:-1}
+mkdir -p "$ARTIFACTS"
+rm -f "$TIMINGS"
+export ARTIFACTS TIMINGS
+
+summary() {
+  local result=passed
+  (($1 == 0)) || result=FAILED
+  echo
+  echo "local-node e2e $result; timings:"
+  sed 's/^TIMING  /  /' "$TIMINGS"
+  if [[ -n ${GITHUB_STEP_SUMMARY:-} ]]; then
+    {
+      echo "### genericdp e2e on the local node: $result"
+      echo
+      echo "| measurement | seconds |"
+      echo "| --- | ---: |"
+      sed -E 's/^TIMING +(.*[^ ]) +([0-9.]+) s$/| \1 | \2 |/' "$TIMINGS"
+    } >>"$GITHUB_STEP_SUMMARY"
+  fi
+}
+
+finish() {
+  local status=$?
+  trap - EXIT
+  if [[ -d $NODE_STATE ]]; then
+    log "tearing the node down (down.sh)"
+    "$LOCAL_DIR/down.sh" || status=1
+    if [[ -f $ARTIFACTS/before.txt ]]; then
+      "$LOCAL_DIR/leftovers.sh" check "$ARTIFACTS/before.txt" || status=1
+    fi
+  fi
+  if [[ -s $TIMINGS ]]; then
+    summary "$status"
+  fi
+  exit "$status"
+}
+trap finish EXIT
+
+started=$(now)
+if [[ ${SKIP_DEPS:-} != 1 ]]; then
+  log "Debian packages (e2e/local/install-deps.sh)"
+  "$LOCAL_DIR/install-deps.sh" iproute2 util-linux xz-utils curl
+fi
+if [[ -z $KUBE_BIN_DIR ]]; then
+  KUBE_BIN_DIR=$ARTIFACTS/kube-bin
+  log "Kubernetes binaries into $KUBE_BIN_DIR (checked against pinned sums)"
+  "$LOCAL_DIR/kube-binaries.sh" unpack "$KUBE_BIN_DIR" ${KUBE_XZ_DIR:+"$KUBE_XZ_DIR"}
+fi
+export KUBE_BIN_DIR
+if [[ -z ${IMAGES_DIR:-} ]]; then
+  IMAGES_DIR=$ARTIFACTS/images
+  log "images (e2e/local/images.sh $IMAGES_DIR)"
+  images_started=$(now)
+  TIMINGS=$TIMINGS "$LOCAL_DIR/images.sh" "$IMAGES_DIR"
+  timing "images built and smoke-tested (pause, busybox, genericdp)" \
+    "$(seconds_between "$images_started" "$(now)")"
+fi
+
+read -ra checks <<<"${CHECKS:-}"
+for ((round = 1; round <= ROUNDS; round++)); do
+  log "===== round $round of $ROUNDS: up, deploy, checks, down"
+  "$LOCAL_DIR/down.sh"
+  "$LOCAL_DIR/leftovers.sh" snapshot >"$ARTIFACTS/before.txt"
+  "$LOCAL_DIR/up.sh" "$IMAGES_DIR"
+  "$E2E_ROOT/deploy.sh" local
+  "$E2E_ROOT/checks.sh" local "${checks[@]}"
+  "$LOCAL_DIR/down.sh"
+  "$LOCAL_DIR/leftovers.sh" check "$ARTIFACTS/before.txt"
+done
+if [[ ${CDI:-1} != 0 ]]; then
+  log "===== CDI round: containerd 1.7 with enable_cdi (cdi.sh)"
+  "$LOCAL_DIR/leftovers.sh" snapshot >"$ARTIFACTS/before.txt"
+  "$LOCAL_DIR/cdi.sh" "$IMAGES_DIR"
+  "$LOCAL_DIR/leftovers.sh" check "$ARTIFACTS/before.txt"
+fi
+[[ ${CDI:-1} != 0 ]] && cdi_round=" and the CDI round" || cdi_round=""
+timing "local-node e2e, everything ($ROUNDS rounds$cdi_round)" "$(seconds_between "$started" "$(now)")"
