@@ -631,9 +631,11 @@ def test_helm_chart_renders_a_daemonset_keeping_the_contract(tmp_path: Path) -> 
     (ds,) = by_kind(docs, "DaemonSet")
     (cm,) = by_kind(docs, "ConfigMap")
     pod = ds["spec"]["template"]["spec"]
-    # Another kubelet root moves the host side only; the container sees the usual paths.
+    # Another kubelet root moves the host side of pod-resources only (the kubelet
+    # fixes its device-plugin directory); the container sees the usual paths.
     host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
-    assert "/var/snap/microk8s/common/var/lib/kubelet/device-plugins" in host_paths
+    assert "/var/snap/microk8s/common/var/lib/kubelet/pod-resources" in host_paths
+    assert "/var/lib/kubelet/device-plugins" in host_paths
     for volume in pod["volumes"]:
         if "hostPath" in volume:
             volume["hostPath"]["path"] = volume["hostPath"]["path"].replace(
