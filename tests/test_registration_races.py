@@ -379,3 +379,41 @@ async def test_socket_deleted_during_register_is_served_again_at_its_path(base: 
         assert await supervisor.stop() == ()
         await kubelet.close()
         await server.stop(None)
+
+
+async def test_a_kubelet_socket_that_never_answers_costs_a_second_not_the_timeout(
+    base: Path,
+) -> None:
+    """A kubelet.sock that accepts but never answers (a kubelet dying as we connect) is left
+    within about a second for the kubelet that replaces it, not after the Register timeout."""
+    settings = settings_for(base)
+    plugin_dir = settings.plugin_dir
+    plugin_dir.mkdir(parents=True)
+    kubelet_sock = plugin_dir / KUBELET_SOCKET_NAME
+    accepted = asyncio.Event()
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)  # accepted, never answered: no HTTP/2 handshake
+        accepted.set()
+
+    silent = await asyncio.start_unix_server(hold, path=str(kubelet_sock))
+    supervisor = Supervisor(settings, discover=ScriptedDiscovery({A: [unit("u0")]}))
+    await supervisor.start(_cfg([A]))
+    try:
+        async with asyncio.timeout(5):
+            await accepted.wait()
+        silent.close()  # the listener goes; the connection it accepted stays open, silent
+        kubelet_sock.unlink()
+        loop = asyncio.get_running_loop()
+        async with EmbeddedKubelet(plugin_dir) as kubelet:
+            started = loop.time()
+            await kubelet.wait_until(
+                lambda k: A in k.resources and k.resources[A].connected, timeout=5
+            )
+            assert loop.time() - started < REGISTER_TIMEOUT / 5
+            assert kubelet.problems() == []
+    finally:
+        await supervisor.stop()
+        for writer in held:
+            writer.close()

@@ -24,6 +24,7 @@ from genericdp.kubelet.options import API_VERSION, REGISTER_TIMEOUT, PluginOptio
 _READY = grpc.ChannelConnectivity.READY
 _FAILED = (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN)
 _CHANNEL_OPTIONS = [("grpc.use_local_subchannel_pool", 1)]
+CONNECT_ATTEMPT = 1.0  # seconds one connection may take before a fresh one is tried
 
 
 async def register(
@@ -57,21 +58,37 @@ async def register(
     )
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    # A channel of its own: with gRPC's shared subchannel pool, a connection that
-    # failed to a dead kubelet's socket would be reused in its backoff, and a new
-    # kubelet on the same path would go untried for up to a second.
-    async with grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS) as channel:
-        await _connected(channel, kubelet_socket, deadline - loop.time())
-        before_send()
-        stub = pb_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
-        try:
-            await stub.Register(request, timeout=max(deadline - loop.time(), 0.001))
-        except grpc.aio.AioRpcError as exc:
-            raise RegistrationError(_describe(exc, kubelet_socket, resource_name)) from exc
+    while True:
+        # A channel of its own: with gRPC's shared subchannel pool, a connection that
+        # failed to a dead kubelet's socket would be reused in its backoff, and a new
+        # kubelet on the same path would go untried for up to a second.
+        async with grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS) as channel:
+            attempt = min(CONNECT_ATTEMPT, deadline - loop.time())
+            if not await _connected(channel, kubelet_socket, attempt):
+                if loop.time() < deadline:
+                    continue  # a fresh connection, to whatever listens there now
+                raise RegistrationError(
+                    f"kubelet at {kubelet_socket} did not accept a connection in time"
+                )
+            before_send()
+            stub = pb_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
+            try:
+                await stub.Register(request, timeout=max(deadline - loop.time(), 0.001))
+            except grpc.aio.AioRpcError as exc:
+                raise RegistrationError(_describe(exc, kubelet_socket, resource_name)) from exc
+            return
 
 
-async def _connected(channel: grpc.aio.Channel, kubelet_socket: Path, timeout: float) -> None:  # noqa: ASYNC109
-    """Wait until ``channel`` is connected; fail at once when nobody listens."""
+async def _connected(channel: grpc.aio.Channel, kubelet_socket: Path, timeout: float) -> bool:  # noqa: ASYNC109
+    """Wait until ``channel`` is connected (True), or ``timeout`` passes (False).
+
+    Fails at once when nobody listens. A kubelet that listens answers the
+    HTTP/2 handshake in milliseconds; a connection still not ready after
+    ``timeout`` went to a kubelet that died or stopped as we connected (its
+    socket accepted, nothing answers), and gRPC would wait out its own
+    handshake timeout (20 s) before it tried the path again: the caller
+    starts over on a fresh channel instead.
+    """
     try:
         async with asyncio.timeout(timeout):
             state = channel.get_state(try_to_connect=True)
@@ -80,10 +97,9 @@ async def _connected(channel: grpc.aio.Channel, kubelet_socket: Path, timeout: f
                     raise RegistrationError(f"kubelet at {kubelet_socket} is not reachable")
                 await channel.wait_for_state_change(state)
                 state = channel.get_state(try_to_connect=True)
-    except TimeoutError as exc:
-        raise RegistrationError(
-            f"kubelet at {kubelet_socket} did not accept a connection in time"
-        ) from exc
+    except TimeoutError:
+        return False
+    return True
 
 
 def _describe(exc: grpc.aio.AioRpcError, kubelet_socket: Path, resource_name: str) -> str:
