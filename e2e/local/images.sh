@@ -171,8 +171,9 @@ build_genericdp() {
   local started revision version pipconf path mounts=()
   started=$(now)
   revision=$(git -C "$REPO_ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
-  version=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["project"]["version"])' \
-    "$REPO_ROOT/pyproject.toml")
+  # The checked-in release version (the package takes its own from git tags;
+  # tools/versions.py keeps the checked-in copies equal).
+  version=$(cd "$REPO_ROOT" && python3 -m tools.versions resolve --ref HEAD)
   # pip in the build sees this machine's index configuration and CA bundle:
   # one merged pip.conf (files + PIP_* environment) and the host paths it
   # names, bind-mounted read-only into the RUN steps only. Nothing of it is
