@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
+from genericdp.cdi import spec_file_name
 from genericdp.config import load, load_text
 from genericdp.discovery import discover
 from tests.fakesys import FakeHost
@@ -392,6 +393,13 @@ def test_local_cdi_config_validates_next_to_the_e2e_ones() -> None:
     config = load([BASE / "config.yaml", OVERLAY / "e2e.yaml", LOCAL / "cdi.yaml"])
     (cdi,) = (r for r in config.resources if r.name == "example.com/e2e-cdi")
     assert cdi.allocate.cdi is True
+
+
+def test_local_cdi_round_waits_for_the_spec_genericdp_writes() -> None:
+    """cdi.sh looks for the spec file under the name genericdp gives that resource."""
+    match = re.search(r"^SPEC=(\S+)", (LOCAL / "cdi.sh").read_text(), re.M)
+    assert match is not None
+    assert match[1] == f"/var/run/cdi/{spec_file_name('example.com/e2e-cdi')}"
 
 
 def test_e2e_checks_expect_every_deployed_resource() -> None:
