@@ -417,3 +417,31 @@ async def test_a_kubelet_socket_that_never_answers_costs_a_second_not_the_timeou
         await supervisor.stop()
         for writer in held:
             writer.close()
+
+
+async def test_a_register_given_up_fails_its_dial_back_and_deregisters_by_name(
+    base: Path,
+) -> None:
+    """As the real 1.36 kubelet: a plugin giving up on Register cancels the dial-back,
+    which then fails like any other and removes the client filed under the name."""
+    async with EmbeddedKubelet(base / "dp") as kubelet:
+        stale = asyncio.create_task(
+            register(
+                kubelet.socket,
+                endpoint="gone.sock",
+                resource_name=SERIAL,
+                options=PluginOptions(),
+                timeout=1.0,  # well inside the kubelet's 10 s dial-back
+            )
+        )
+        await kubelet.wait_until(lambda k: _count(k, EventKind.DIALING) == 1)
+        plugin = FakePlugin(three_devices())
+        async with registered(kubelet, plugin, endpoint="live.sock"):
+            await kubelet.wait_until(lambda k: k.resources[SERIAL].allocatable == 2)
+            with pytest.raises(RegistrationError, match="did not answer Register"):
+                await stale
+            await kubelet.wait_until(lambda k: _count(k, EventKind.DEREGISTERED) == 1, timeout=2)
+            assert kubelet.problems()[0] == (
+                f"{SERIAL}: dial-back of gone.sock failed; removed the client of live.sock "
+                "registered meanwhile"
+            )

@@ -12,8 +12,10 @@ handler.go, client.go, endpoint.go, pod_devices.go):
   answering, files a client under the resource name (replacing whatever client
   was there), dials the plugin's socket (10 s, retrying a missing or refusing
   socket), keeps the options that GetDevicePluginOptions returns (not the
-  request's) and reads ListAndWatch. The plugin's own Register deadline does
-  not shorten the dial-back.
+  request's) and reads ListAndWatch. The dial-back runs under the Register
+  call's context: when the plugin gives up on its Register first, the dial
+  fails ("context canceled", seen on a real 1.36 node, docs/testing.md) and is
+  handled as any failed dial-back below.
 - As 1.26-1.32 (``handler.go``): clients are kept **by resource name**. When the
   dial-back fails, the client under that name is deleted, even if it is a
   newer, live registration that arrived meanwhile (event ``deregistered``). A
@@ -362,6 +364,17 @@ class EmbeddedKubelet:
             if incarnation == self._incarnation:
                 self._deregister(name, endpoint)
             return self._reject(name, str(exc))
+        except asyncio.CancelledError:
+            # The dial-back runs under the Register call's context (seen on a
+            # real 1.36 node: "context canceled" when the plugin gave up): a
+            # plugin that gives up fails the dial, which deregisters by name.
+            if incarnation == self._incarnation and self._running:
+                self._deregister(name, endpoint)
+                self._record(
+                    EventKind.REJECTED, name, "failed to dial device plugin: context canceled"
+                )
+            await endpoint.close()
+            raise
         if incarnation != self._incarnation or not self._running:  # this kubelet died meanwhile
             await endpoint.close()
             return self._reject(name, "kubelet is shutting down")
