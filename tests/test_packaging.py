@@ -41,6 +41,7 @@ OVERLAY = E2E_ROOT / "overlay"  # shared by kind and the local node
 KIND_OVERLAY = E2E / "overlay"
 LOCAL_OVERLAY = LOCAL / "overlay"
 PRIVILEGED = ROOT / "deploy" / "kustomize" / "components" / "privileged"
+KUBELET_ROOT_DIR = ROOT / "deploy" / "kustomize" / "components" / "kubelet-root-dir"
 WORKFLOWS = ROOT / ".github" / "workflows"
 DEMO = ROOT / "configs" / "examples" / "demo.yaml"
 
@@ -495,6 +496,60 @@ def test_base_with_the_network_policy_component_renders(tmp_path: Path) -> None:
     assert_network_policy_fits(policy, ds)
 
 
+def root_dir_overlay(overlay: Path, root_dir: str | None) -> Path:
+    """An overlay of the base with the kubelet-root-dir component, as its comment tells users."""
+    overlay.mkdir()
+    base, component = (os.path.relpath(p, overlay) for p in (BASE, KUBELET_ROOT_DIR))
+    resources = [base]
+    if root_dir is not None:
+        (overlay / "kubelet-root-dir.yaml").write_text(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: genericdp-kubelet-root-dir\n"
+            "  annotations:\n    config.kubernetes.io/local-config: \"true\"\n"
+            f"data:\n  rootDir: {root_dir}\n"
+        )
+        resources.append("kubelet-root-dir.yaml")
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"namespace: kube-system\nresources: [{', '.join(resources)}]\n"
+        f"components: [{component}]\n"
+    )
+    return overlay
+
+
+@needs_kubectl
+@pytest.mark.parametrize(
+    "root_dir", ["/var/lib/k0s/kubelet", "/var/snap/microk8s/common/var/lib/kubelet"]
+)
+def test_kubelet_root_dir_component_moves_only_the_pod_resources_host_path(
+    tmp_path: Path, root_dir: str
+) -> None:
+    """The kubelet-root-dir component moves pod-resources' hostPath and nothing else."""
+    docs = kustomize(root_dir_overlay(tmp_path / "overlay", root_dir))
+    # The local-config ConfigMap is read, not deployed.
+    assert [cm["metadata"]["name"] for cm in by_kind(docs, "ConfigMap")] == ["genericdp-config"]
+    (ds,) = by_kind(docs, "DaemonSet")
+    assert _volume(ds, "pod-resources")["hostPath"]["path"] == f"{root_dir}/pod-resources"
+    # The device-plugin directory and every path inside the container stay.
+    (base,) = by_kind(kustomize(BASE), "DaemonSet")
+    _volume(base, "pod-resources")["hostPath"]["path"] = f"{root_dir}/pod-resources"
+    base["metadata"]["namespace"] = "kube-system"
+    assert ds == base
+
+
+@needs_kubectl
+def test_kubelet_root_dir_component_without_its_config_map_fails_naming_it(
+    tmp_path: Path,
+) -> None:
+    """Without the rootDir ConfigMap the component fails the build, naming what is missing."""
+    overlay = root_dir_overlay(tmp_path / "overlay", None)
+    result = subprocess.run(
+        ["kubectl", "kustomize", str(overlay)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode != 0
+    assert "genericdp-kubelet-root-dir" in result.stderr
+    assert "data.rootDir" in result.stderr
+
+
 def local_node_setting(name: str) -> str:
     """A NAME=value line of e2e/local/node-lib.sh, with $VARIABLES of earlier lines expanded."""
     values: dict[str, str] = {}
@@ -508,6 +563,9 @@ def local_node_setting(name: str) -> str:
 @needs_kubectl
 def test_local_overlay_changes_only_the_image_and_where_its_kubelet_keeps_pod_resources() -> None:
     """The local-node overlay: its image, and pod-resources under its kubelet's --root-dir."""
+    overlay = yaml_file(LOCAL_OVERLAY / "kustomization.yaml")
+    assert overlay["components"] == [os.path.relpath(KUBELET_ROOT_DIR, LOCAL_OVERLAY)]
+    assert "patches" not in overlay, "the component moves pod-resources, no patch of its own"
     kind = by_kind(kustomize(KIND_OVERLAY), "DaemonSet")[0]
     local = by_kind(kustomize(LOCAL_OVERLAY), "DaemonSet")[0]
     (container,) = local["spec"]["template"]["spec"]["containers"]
