@@ -882,6 +882,23 @@ def test_e2e_workflow_runs_the_kind_e2e_on_three_or_more_kubernetes_versions() -
     assert any("--platform linux/amd64,linux/arm64" in r for r in steps(e2e))
 
 
+def test_example_image_with_tools_builds_from_the_image_given_and_is_built_in_ci() -> None:
+    """The example FROM genericdp takes the base as a build argument and images.sh builds it."""
+    example = ROOT / "deploy" / "examples" / "image-with-tools"
+    lines = [
+        line
+        for line in (example / "Containerfile").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    # No default: a version written here would drift from the release deployed.
+    assert lines[:2] == ["ARG GENERICDP_IMAGE", "FROM ${GENERICDP_IMAGE}"]
+    assert not any(line.startswith(("ENTRYPOINT", "CMD", "USER")) for line in lines)
+    images = (LOCAL / "images.sh").read_text()
+    assert 'GENERICDP_IMAGE="$GENERICDP_IMAGE"' in images
+    assert "deploy/examples/image-with-tools" in images
+    assert "--read-only" in images and "--network none" in images
+
+
 # -- e2e scripts ------------------------------------------------------------------------------
 
 SCRIPTS = sorted(E2E_ROOT.rglob("*.sh"))
