@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import subprocess
+import textwrap
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -48,6 +49,9 @@ DEMO = ROOT / "configs" / "examples" / "demo.yaml"
 # bench/run.py: peak RSS of `genericdp serve` with 50 resources registered, 68.4 MiB
 # (docs/deploy.md). The memory request must cover it.
 MEASURED_PEAK_RSS_MIB = 69
+# genericdp's container start -> /readyz 200 on the local node, the most
+# measured (docs/deploy.md, "Probes"): no probe may come sooner.
+MEASURED_START_TO_READY_S = 2.6
 
 HOST_MOUNTS = {  # mountPath in the container -> (hostPath, readOnly)
     "/var/lib/kubelet/device-plugins": ("/var/lib/kubelet/device-plugins", False),
@@ -504,7 +508,7 @@ def root_dir_overlay(overlay: Path, root_dir: str | None) -> Path:
     if root_dir is not None:
         (overlay / "kubelet-root-dir.yaml").write_text(
             "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: genericdp-kubelet-root-dir\n"
-            "  annotations:\n    config.kubernetes.io/local-config: \"true\"\n"
+            '  annotations:\n    config.kubernetes.io/local-config: "true"\n'
             f"data:\n  rootDir: {root_dir}\n"
         )
         resources.append("kubelet-root-dir.yaml")
@@ -896,7 +900,36 @@ def test_example_image_with_tools_builds_from_the_image_given_and_is_built_in_ci
     images = (LOCAL / "images.sh").read_text()
     assert 'GENERICDP_IMAGE="$GENERICDP_IMAGE"' in images
     assert "deploy/examples/image-with-tools" in images
-    assert "--read-only" in images and "--network none" in images
+    assert "--read-only" in images
+    assert "--network none" in images
+
+
+def chart_probes() -> dict[str, Any]:
+    """The probes of the chart's DaemonSet template: plain YAML there, no template actions."""
+    text = (CHART / "templates" / "daemonset.yaml").read_text()
+    match = re.search(r"^( +)livenessProbe:\n.*?(?=^ +\{\{)", text, re.M | re.S)
+    assert match, "no livenessProbe block followed by a template action"
+    block = textwrap.dedent(match[0])
+    assert "{{" not in block
+    probes: dict[str, Any] = YAML(typ="safe", pure=True).load(block)
+    return probes
+
+
+def test_probes_wait_for_the_measured_start_and_agree_in_base_and_chart() -> None:
+    """No probe before genericdp's measured start, and the chart's probes are the base's."""
+    container = _container(yaml_file(BASE / "daemonset.yaml"))
+    probes = {name: container[name] for name in ("livenessProbe", "readinessProbe")}
+    assert chart_probes() == probes
+    for name, probe in probes.items():
+        # A probe of a port nobody listens on yet fails: a Warning event per start.
+        assert probe["initialDelaySeconds"] > MEASURED_START_TO_READY_S, name
+        assert probe["timeoutSeconds"] <= probe["periodSeconds"] + 1, name
+    ready = probes["readinessProbe"]
+    # Ready follows readiness within a period: a rollout waits for it on every node.
+    first_ready = ready["initialDelaySeconds"] + ready["periodSeconds"]
+    assert first_ready <= 2 * MEASURED_START_TO_READY_S + 1
+    # Liveness fails only when the event loop is stuck; never before readiness could pass.
+    assert probes["livenessProbe"]["initialDelaySeconds"] >= ready["initialDelaySeconds"]
 
 
 # -- e2e scripts ------------------------------------------------------------------------------
