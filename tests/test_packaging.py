@@ -932,6 +932,26 @@ def test_probes_wait_for_the_measured_start_and_agree_in_base_and_chart() -> Non
     assert probes["livenessProbe"]["initialDelaySeconds"] >= ready["initialDelaySeconds"]
 
 
+def test_e2e_workflow_builds_the_kind_image_once_and_loads_it_from_an_archive() -> None:
+    """One build job makes the OCI archive; every kind job downloads it and loads the archive."""
+    jobs = yaml_file(WORKFLOWS / "e2e.yaml")["jobs"]
+    build = jobs["build-image"]
+    assert any("e2e/kind/build-image.sh" in s.get("run", "") for s in build["steps"])
+    (upload,) = [s for s in build["steps"] if s.get("uses", "").startswith("actions/upload-")]
+    kind = jobs["kind"]
+    assert kind["needs"] == "build-image"
+    (download,) = [s for s in kind["steps"] if s.get("uses", "").startswith("actions/download-")]
+    assert download["with"]["name"] == upload["with"]["name"]
+    archive = kind["env"]["IMAGE_ARCHIVE"]
+    assert archive.startswith(download["with"]["path"] + "/")
+    (run,) = [s for s in kind["steps"] if "e2e/kind/run.sh" in s.get("run", "")]
+    assert run["env"]["SKIP_BUILD"] == "1", "the matrix must not build the image again"
+    assert any("e2e/kind/helm-dry-run.sh" in s.get("run", "") for s in kind["steps"])
+    deploy = (E2E / "deploy.sh").read_text()
+    assert 'kind load image-archive "$IMAGE_ARCHIVE"' in deploy
+    assert not re.search(r"^[^#]*kind load docker-image", deploy, re.M)
+
+
 # -- e2e scripts ------------------------------------------------------------------------------
 
 SCRIPTS = sorted(E2E_ROOT.rglob("*.sh"))
