@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
+from genericdp.cdi import spec_file_name
 from genericdp.config import load, load_text
 from genericdp.discovery import discover
 from tests.fakesys import FakeHost
@@ -950,6 +951,14 @@ def test_e2e_workflow_builds_the_kind_image_once_and_loads_it_from_an_archive() 
     deploy = (E2E / "deploy.sh").read_text()
     assert 'kind load image-archive "$IMAGE_ARCHIVE"' in deploy
     assert not re.search(r"^[^#]*kind load docker-image", deploy, re.M)
+
+
+def test_cdi_round_waits_for_the_spec_file_genericdp_writes() -> None:
+    """e2e/local/cdi.sh waits for the spec under the name genericdp gives it (spec_file_name)."""
+    match = re.search(r"^SPEC=(\S+)$", (LOCAL / "cdi.sh").read_text(), re.M)
+    assert match, "no SPEC= line in e2e/local/cdi.sh"
+    (resource,) = [r.name for r in load([LOCAL / "cdi.yaml"]).resources]
+    assert match[1] == f"/var/run/cdi/{spec_file_name(resource)}"
 
 
 # -- e2e scripts ------------------------------------------------------------------------------
