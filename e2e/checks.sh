@@ -86,6 +86,79 @@ start_consumer() {
   timing "pod with example.com/e2e-dev created -> Ready" "$(seconds_between "$started" "$(now)")"
 }
 
+# probe_warnings POD: the kubelet's Unhealthy events for POD (a probe failed), one a line.
+probe_warnings() {
+  k -n "$NAMESPACE" get events \
+    --field-selector "involvedObject.kind=Pod,involvedObject.name=$1,reason=Unhealthy" \
+    -o 'jsonpath={range .items[*]}{.count}x {.message}{"\n"}{end}'
+}
+
+# no_probe_warnings POD: no probe of POD failed since it started. The probes'
+# initialDelaySeconds follow genericdp's measured start (docs/deploy.md,
+# "Probes"): a probe before /readyz answers fails with "connection refused"
+# and leaves a Warning event on every start.
+no_probe_warnings() {
+  local said
+  said=$(probe_warnings "$1") || fail "could not list the events of pod $1"
+  [[ -z $said ]] ||
+    fail "a probe of genericdp pod $1 failed while it started (Unhealthy events): $said"
+}
+
+check_startup_probes() {
+  log "check: the genericdp pod started with no failed probe (no Unhealthy Warning event)"
+  local pod
+  pod=$(daemon_pod)
+  pod_ready "$pod" || fail "genericdp pod $pod is not Ready"
+  no_probe_warnings "$pod"
+}
+
+# dry_run_overlay DIR RESOURCES COMPONENTS [FILE...]: a kustomization in DIR
+# of RESOURCES and COMPONENTS (space-separated paths from the repository's
+# root), with FILEs copied in and listed as resources too.
+dry_run_overlay() {
+  local dir=$1 resources=$2 components=$3 path file
+  shift 3
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  {
+    echo "apiVersion: kustomize.config.k8s.io/v1beta1"
+    echo "kind: Kustomization"
+    echo "resources:"
+    for path in $resources; do
+      echo "  - $(realpath --relative-to="$dir" "$REPO_ROOT/$path")"
+    done
+    for file in "$@"; do
+      cp "$file" "$dir/"
+      echo "  - $(basename "$file")"
+    done
+    echo "components:"
+    for path in $components; do
+      echo "  - $(realpath --relative-to="$dir" "$REPO_ROOT/$path")"
+    done
+  } >"$dir/kustomization.yaml"
+}
+
+check_server_dry_run() {
+  log "check: the API server accepts every kustomize variant (kubectl apply --dry-run=server)"
+  local dir=$ARTIFACTS/dry-run variant
+  local base=deploy/kustomize/base components=deploy/kustomize/components
+  dry_run_overlay "$dir/base" "$base" ""
+  dry_run_overlay "$dir/privileged" "$base" "$components/privileged"
+  dry_run_overlay "$dir/networkpolicy" "$base" "$components/networkpolicy"
+  dry_run_overlay "$dir/kubelet-root-dir" "$base" "$components/kubelet-root-dir" \
+    "$REPO_ROOT/e2e/local/overlay/kubelet-root-dir.yaml"
+  for variant in base privileged networkpolicy kubelet-root-dir; do
+    k -n "$NAMESPACE" apply --dry-run=server -k "$dir/$variant" >/dev/null ||
+      fail "the API server refused the kustomize base with ${variant/base/no component} (kubectl apply --dry-run=server -k $dir/$variant)"
+    log "ok: the API server accepts the base with ${variant/base/no component}"
+  done
+  for variant in "$OVERLAY" "$OVERLAY-privileged"; do
+    k apply --dry-run=server -k "$variant" >/dev/null ||
+      fail "the API server refused the e2e deployment $variant (kubectl apply --dry-run=server)"
+    log "ok: the API server accepts $variant"
+  done
+}
+
 check_capacity() {
   log "check: node capacity and allocatable show the demo and e2e resources"
   local started spec
@@ -451,9 +524,11 @@ check_daemon_pod_recreated() {
   k -n "$NAMESPACE" delete pod "$pod" --wait=false
   wait_for 120 "a new genericdp pod (not $pod) to be Ready" new_daemon_pod_ready "$pod"
   timing "genericdp pod deleted -> new pod Ready (DaemonSet)" "$(seconds_between "$started" "$(now)")"
+  local new=$LAST_SEEN
   wait_quantity allocatable example.com/e2e-dev 2 30
   wait_quantity allocatable example.com/null 4 30
   timing "genericdp pod deleted -> allocatable back" "$(seconds_between "$started" "$(now)")"
+  no_probe_warnings "$new"
 }
 
 # daemon_open POD PATH: what opening PATH read-write inside genericdp says ("" = opened).
@@ -494,7 +569,7 @@ check_privileged() {
 }
 
 ALL_CHECKS=(
-  capacity consumer_pod over_request hotplug health hot_reload cleanup_hook
+  startup_probes server_dry_run capacity consumer_pod over_request hotplug health hot_reload cleanup_hook
   kubelet_restarts daemon_pod_recreated privileged
 )
 

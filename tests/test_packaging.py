@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import subprocess
+import textwrap
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -42,12 +43,16 @@ OVERLAY = E2E_ROOT / "overlay"  # shared by kind and the local node
 KIND_OVERLAY = E2E / "overlay"
 LOCAL_OVERLAY = LOCAL / "overlay"
 PRIVILEGED = ROOT / "deploy" / "kustomize" / "components" / "privileged"
+KUBELET_ROOT_DIR = ROOT / "deploy" / "kustomize" / "components" / "kubelet-root-dir"
 WORKFLOWS = ROOT / ".github" / "workflows"
 DEMO = ROOT / "configs" / "examples" / "demo.yaml"
 
 # bench/run.py: peak RSS of `genericdp serve` with 50 resources registered, 68.4 MiB
 # (docs/deploy.md). The memory request must cover it.
 MEASURED_PEAK_RSS_MIB = 69
+# genericdp's container start -> /readyz 200 on the local node, the most
+# measured (docs/deploy.md, "Probes"): no probe may come sooner.
+MEASURED_START_TO_READY_S = 4.5
 
 HOST_MOUNTS = {  # mountPath in the container -> (hostPath, readOnly)
     "/var/lib/kubelet/device-plugins": ("/var/lib/kubelet/device-plugins", False),
@@ -395,13 +400,6 @@ def test_local_cdi_config_validates_next_to_the_e2e_ones() -> None:
     assert cdi.allocate.cdi is True
 
 
-def test_local_cdi_round_waits_for_the_spec_genericdp_writes() -> None:
-    """cdi.sh looks for the spec file under the name genericdp gives that resource."""
-    match = re.search(r"^SPEC=(\S+)", (LOCAL / "cdi.sh").read_text(), re.M)
-    assert match is not None
-    assert match[1] == f"/var/run/cdi/{spec_file_name('example.com/e2e-cdi')}"
-
-
 def test_e2e_checks_expect_every_deployed_resource() -> None:
     """checks.sh waits for the re-registration of exactly the resources the e2e deploys."""
     text = (E2E_ROOT / "checks.sh").read_text()
@@ -503,6 +501,60 @@ def test_base_with_the_network_policy_component_renders(tmp_path: Path) -> None:
     assert_network_policy_fits(policy, ds)
 
 
+def root_dir_overlay(overlay: Path, root_dir: str | None) -> Path:
+    """An overlay of the base with the kubelet-root-dir component, as its comment tells users."""
+    overlay.mkdir()
+    base, component = (os.path.relpath(p, overlay) for p in (BASE, KUBELET_ROOT_DIR))
+    resources = [base]
+    if root_dir is not None:
+        (overlay / "kubelet-root-dir.yaml").write_text(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: genericdp-kubelet-root-dir\n"
+            '  annotations:\n    config.kubernetes.io/local-config: "true"\n'
+            f"data:\n  rootDir: {root_dir}\n"
+        )
+        resources.append("kubelet-root-dir.yaml")
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"namespace: kube-system\nresources: [{', '.join(resources)}]\n"
+        f"components: [{component}]\n"
+    )
+    return overlay
+
+
+@needs_kubectl
+@pytest.mark.parametrize(
+    "root_dir", ["/var/lib/k0s/kubelet", "/var/snap/microk8s/common/var/lib/kubelet"]
+)
+def test_kubelet_root_dir_component_moves_only_the_pod_resources_host_path(
+    tmp_path: Path, root_dir: str
+) -> None:
+    """The kubelet-root-dir component moves pod-resources' hostPath and nothing else."""
+    docs = kustomize(root_dir_overlay(tmp_path / "overlay", root_dir))
+    # The local-config ConfigMap is read, not deployed.
+    assert [cm["metadata"]["name"] for cm in by_kind(docs, "ConfigMap")] == ["genericdp-config"]
+    (ds,) = by_kind(docs, "DaemonSet")
+    assert _volume(ds, "pod-resources")["hostPath"]["path"] == f"{root_dir}/pod-resources"
+    # The device-plugin directory and every path inside the container stay.
+    (base,) = by_kind(kustomize(BASE), "DaemonSet")
+    _volume(base, "pod-resources")["hostPath"]["path"] = f"{root_dir}/pod-resources"
+    base["metadata"]["namespace"] = "kube-system"
+    assert ds == base
+
+
+@needs_kubectl
+def test_kubelet_root_dir_component_without_its_config_map_fails_naming_it(
+    tmp_path: Path,
+) -> None:
+    """Without the rootDir ConfigMap the component fails the build, naming what is missing."""
+    overlay = root_dir_overlay(tmp_path / "overlay", None)
+    result = subprocess.run(
+        ["kubectl", "kustomize", str(overlay)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode != 0
+    assert "genericdp-kubelet-root-dir" in result.stderr
+    assert "data.rootDir" in result.stderr
+
+
 def local_node_setting(name: str) -> str:
     """A NAME=value line of e2e/local/node-lib.sh, with $VARIABLES of earlier lines expanded."""
     values: dict[str, str] = {}
@@ -516,6 +568,9 @@ def local_node_setting(name: str) -> str:
 @needs_kubectl
 def test_local_overlay_changes_only_the_image_and_where_its_kubelet_keeps_pod_resources() -> None:
     """The local-node overlay: its image, and pod-resources under its kubelet's --root-dir."""
+    overlay = yaml_file(LOCAL_OVERLAY / "kustomization.yaml")
+    assert overlay["components"] == [os.path.relpath(KUBELET_ROOT_DIR, LOCAL_OVERLAY)]
+    assert "patches" not in overlay, "the component moves pod-resources, no patch of its own"
     kind = by_kind(kustomize(KIND_OVERLAY), "DaemonSet")[0]
     local = by_kind(kustomize(LOCAL_OVERLAY), "DaemonSet")[0]
     (container,) = local["spec"]["template"]["spec"]["containers"]
@@ -830,6 +885,80 @@ def test_e2e_workflow_runs_the_kind_e2e_on_three_or_more_kubernetes_versions() -
         )
     assert any("e2e/kind/run.sh" in r for r in steps(e2e))
     assert any("--platform linux/amd64,linux/arm64" in r for r in steps(e2e))
+
+
+def test_example_image_with_tools_builds_from_the_image_given_and_is_built_in_ci() -> None:
+    """The example FROM genericdp takes the base as a build argument and images.sh builds it."""
+    example = ROOT / "deploy" / "examples" / "image-with-tools"
+    lines = [
+        line
+        for line in (example / "Containerfile").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    # No default: a version written here would drift from the release deployed.
+    assert lines[:2] == ["ARG GENERICDP_IMAGE", "FROM ${GENERICDP_IMAGE}"]
+    assert not any(line.startswith(("ENTRYPOINT", "CMD", "USER")) for line in lines)
+    images = (LOCAL / "images.sh").read_text()
+    assert 'GENERICDP_IMAGE="$GENERICDP_IMAGE"' in images
+    assert "deploy/examples/image-with-tools" in images
+    assert "--read-only" in images
+    assert "--network none" in images
+
+
+def chart_probes() -> dict[str, Any]:
+    """The probes of the chart's DaemonSet template: plain YAML there, no template actions."""
+    text = (CHART / "templates" / "daemonset.yaml").read_text()
+    match = re.search(r"^( +)livenessProbe:\n.*?(?=^ +\{\{)", text, re.M | re.S)
+    assert match, "no livenessProbe block followed by a template action"
+    block = textwrap.dedent(match[0])
+    assert "{{" not in block
+    probes: dict[str, Any] = YAML(typ="safe", pure=True).load(block)
+    return probes
+
+
+def test_probes_wait_for_the_measured_start_and_agree_in_base_and_chart() -> None:
+    """No probe before genericdp's measured start, and the chart's probes are the base's."""
+    container = _container(yaml_file(BASE / "daemonset.yaml"))
+    probes = {name: container[name] for name in ("livenessProbe", "readinessProbe")}
+    assert chart_probes() == probes
+    for name, probe in probes.items():
+        # A probe of a port nobody listens on yet fails: a Warning event per start.
+        assert probe["initialDelaySeconds"] > MEASURED_START_TO_READY_S, name
+        assert probe["timeoutSeconds"] <= probe["periodSeconds"] + 1, name
+    ready = probes["readinessProbe"]
+    # Ready follows readiness within a period: a rollout waits for it on every node.
+    first_ready = ready["initialDelaySeconds"] + ready["periodSeconds"]
+    assert first_ready <= 2 * MEASURED_START_TO_READY_S + 1
+    # Liveness fails only when the event loop is stuck; never before readiness could pass.
+    assert probes["livenessProbe"]["initialDelaySeconds"] >= ready["initialDelaySeconds"]
+
+
+def test_e2e_workflow_builds_the_kind_image_once_and_loads_it_from_an_archive() -> None:
+    """One build job makes the OCI archive; every kind job downloads it and loads the archive."""
+    jobs = yaml_file(WORKFLOWS / "e2e.yaml")["jobs"]
+    build = jobs["build-image"]
+    assert any("e2e/kind/build-image.sh" in s.get("run", "") for s in build["steps"])
+    (upload,) = [s for s in build["steps"] if s.get("uses", "").startswith("actions/upload-")]
+    kind = jobs["kind"]
+    assert kind["needs"] == "build-image"
+    (download,) = [s for s in kind["steps"] if s.get("uses", "").startswith("actions/download-")]
+    assert download["with"]["name"] == upload["with"]["name"]
+    archive = kind["env"]["IMAGE_ARCHIVE"]
+    assert archive.startswith(download["with"]["path"] + "/")
+    (run,) = [s for s in kind["steps"] if "e2e/kind/run.sh" in s.get("run", "")]
+    assert run["env"]["SKIP_BUILD"] == "1", "the matrix must not build the image again"
+    assert any("e2e/kind/helm-dry-run.sh" in s.get("run", "") for s in kind["steps"])
+    deploy = (E2E / "deploy.sh").read_text()
+    assert 'kind load image-archive "$IMAGE_ARCHIVE"' in deploy
+    assert not re.search(r"^[^#]*kind load docker-image", deploy, re.M)
+
+
+def test_cdi_round_waits_for_the_spec_file_genericdp_writes() -> None:
+    """e2e/local/cdi.sh waits for the spec under the name genericdp gives it (spec_file_name)."""
+    match = re.search(r"^SPEC=(\S+)$", (LOCAL / "cdi.sh").read_text(), re.M)
+    assert match, "no SPEC= line in e2e/local/cdi.sh"
+    (resource,) = [r.name for r in load([LOCAL / "cdi.yaml"]).resources]
+    assert match[1] == f"/var/run/cdi/{spec_file_name(resource)}"
 
 
 # -- e2e scripts ------------------------------------------------------------------------------

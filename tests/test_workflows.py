@@ -22,9 +22,8 @@ from tools import versions
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / ".github" / "workflows"
-# Workflows whose every action must be pinned by commit. e2e.yaml is pinned by
-# the e2e work; add it here once it is.
-PINNED = ("ci.yaml", "release.yaml")
+# Workflows whose every action must be pinned by commit.
+PINNED = ("ci.yaml", "release.yaml", "e2e.yaml")
 # Actions whose commit for the current major could not be looked up from
 # this machine: pinned to a full release tag instead, until Renovate's
 # helpers:pinGitHubActionDigests replaces the tag with its commit.

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Load the image into the kind node, then prepare the node and deploy the e2e
+# Load the image's OCI archive into the kind node (`kind load image-archive`:
+# `kind load docker-image` may fail where Docker keeps images in containerd's
+# store), then prepare the node and deploy the e2e
 # overlay (e2e/deploy.sh, shared with the local node).
 #   e2e/kind/deploy.sh
 set -euo pipefail
@@ -7,6 +9,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/kind-lib.sh"
 require docker kind kubectl
 
-log "loading $IMAGE into $CLUSTER"
-kind load docker-image "$IMAGE" --name "$CLUSTER"
+[[ -s $IMAGE_ARCHIVE ]] ||
+  fail "no image archive $IMAGE_ARCHIVE (e2e/kind/build-image.sh writes it)"
+log "loading $IMAGE_ARCHIVE ($IMAGE) into $CLUSTER"
+kind load image-archive "$IMAGE_ARCHIVE" --name "$CLUSTER"
 "$E2E_ROOT/deploy.sh" kind

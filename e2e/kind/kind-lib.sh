@@ -8,12 +8,26 @@ E2E_DIR=$E2E_ROOT/kind
 CLUSTER=${CLUSTER:-genericdp-e2e}
 NODE=${NODE:-$CLUSTER-control-plane}
 IMAGE=${IMAGE:-genericdp:e2e}
+# The image as an OCI archive (build-image.sh writes it, deploy.sh loads it).
+IMAGE_ARCHIVE=${IMAGE_ARCHIVE:-$ARTIFACTS/genericdp-image.tar}
 # The genericdp image has a shell and coreutils: it is the consumer too.
 CONSUMER_IMAGE=${CONSUMER_IMAGE:-$IMAGE}
 OVERLAY=$E2E_DIR/overlay
 
 k() {
   kubectl --context "kind-$CLUSTER" "$@"
+}
+
+# full_reference NAME[:TAG]: NAME as containerd and the kubelet spell it
+# (genericdp:e2e -> docker.io/library/genericdp:e2e).
+full_reference() {
+  local ref=$1 first=${1%%/*}
+  if [[ $ref != */* ]]; then
+    ref=docker.io/library/$ref
+  elif [[ $first != *.* && $first != *:* && $first != localhost ]]; then
+    ref=docker.io/$ref
+  fi
+  printf '%s\n' "$ref"
 }
 
 node_exec() {

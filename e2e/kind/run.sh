@@ -4,7 +4,8 @@
 #   e2e/kind/run.sh [MINOR | NODE_IMAGE]        default 1.36 (e2e/kind/node-images.txt)
 # Environment:
 #   CLUSTER=genericdp-e2e   IMAGE=genericdp:e2e   ARTIFACTS=/tmp/genericdp-e2e-artifacts
-#   SKIP_BUILD=1    use the existing $IMAGE
+#   IMAGE_ARCHIVE=$ARTIFACTS/genericdp-image.tar   the image as an OCI archive
+#   SKIP_BUILD=1    use the existing $IMAGE_ARCHIVE (CI: built once for every version)
 #   KEEP_CLUSTER=1  leave the cluster running afterwards (e.g. to rerun checks.sh)
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=kind-lib.sh
@@ -12,7 +13,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/kind-lib.sh"
 require docker kind kubectl
 
 version=${1:-1.36}
-export CLUSTER NODE NAMESPACE IMAGE ARTIFACTS TIMINGS
+export CLUSTER NODE NAMESPACE IMAGE IMAGE_ARCHIVE ARTIFACTS TIMINGS
 mkdir -p "$ARTIFACTS"
 rm -f "$TIMINGS"
 

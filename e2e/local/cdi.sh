@@ -16,7 +16,7 @@ images=${1:?usage: KUBE_BIN_DIR=DIR e2e/local/cdi.sh IMAGES_DIR}
 # shellcheck source-path=SCRIPTDIR source=../checks.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../checks.sh" local
 
-SPEC=/var/run/cdi/genericdp-example.com_e2e-cdi.json  # cdi.spec_file_name; tests/test_packaging.py
+SPEC=/var/run/cdi/genericdp-example.com_e2e-cdi.json
 CDI_CONTAINERD=${CDI_CONTAINERD:-$ARTIFACTS/containerd-cdi}
 
 cdi_pod() {

@@ -19,6 +19,7 @@
 #   DEBIAN_SECURITY_MIRROR=http://deb.debian.org/debian-security
 #   STORAGE_DRIVER=overlay                  or vfs (buildah/podman storage)
 #   SKIP_SMOKE=1                            do not run smoke-image.sh afterwards
+#   EXAMPLE_IMAGES=0                        do not build deploy/examples/image-with-tools
 #   TIMINGS=FILE                            also append the TIMING lines there
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=images-lib.sh
@@ -198,10 +199,44 @@ build_genericdp() {
   timing "image-build $GENERICDP_IMAGE" "$(seconds_since "$started")"
 }
 
+# The documented way to add the tools hooks run (docs/deploy.md, "Extending
+# the image"): deploy/examples/image-with-tools FROM the image just built, with
+# apt-get over the host's network as the Containerfile's own RUN steps do; then
+# its tool and genericdp itself run in it as the DaemonSet runs the container
+# (read-only root, no capabilities, no network). Not exported: the node does
+# not run it. EXAMPLE_IMAGES=0 skips it.
+build_example_tools() {
+  local started lsusb image=localhost/genericdp-tools:e2e
+  local example=$REPO_ROOT/deploy/examples/image-with-tools
+  started=$(now)
+  log "building $image from $example (FROM $GENERICDP_IMAGE)"
+  buildah build --pull=never --layers=false --network host \
+    --build-arg GENERICDP_IMAGE="$GENERICDP_IMAGE" \
+    -f "$example/Containerfile" -t "$image" "$example" >"$WORK/build-tools.log" 2>&1 || {
+    cat "$WORK/build-tools.log" >&2
+    die "buildah build of $example failed"
+  }
+  local confined=(podman run --rm --read-only --cap-drop=ALL
+    --security-opt no-new-privileges --network none)
+  "${confined[@]}" --entrypoint lsusb "$image" --version >"$WORK/tools.out" 2>&1 || {
+    cat "$WORK/tools.out" >&2
+    die "$image: lsusb --version failed"
+  }
+  grep -q '^lsusb' "$WORK/tools.out" || die "$image: lsusb said: $(cat "$WORK/tools.out")"
+  lsusb=$(head -n1 "$WORK/tools.out")
+  "${confined[@]}" "$image" --version >"$WORK/tools.out" 2>&1 ||
+    die "$image: genericdp --version failed: $(cat "$WORK/tools.out")"
+  log "ok: $image runs $lsusb and $(head -n1 "$WORK/tools.out")"
+  timing "image-build $image (example FROM genericdp) + run" "$(seconds_since "$started")"
+}
+
 build_pause
 build_busybox
 build_base
 build_genericdp
+if [[ ${EXAMPLE_IMAGES:-1} != 0 ]]; then
+  build_example_tools
+fi
 store_down
 trap - EXIT
 
