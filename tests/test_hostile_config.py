@@ -79,7 +79,7 @@ def test_hostile_config_is_refused_at_its_position(case: Path) -> None:
 MEASURE = """
 import contextlib, io, json, resource, sys, time
 from genericdp import cli
-import genericdp.config, genericdp.render  # imports are not what is measured
+import genericdp.config, genericdp.allocation.render  # imports are not what is measured
 with open("/proc/self/status") as status:
     vm = next(int(l.split()[1]) for l in status if l.startswith("VmSize:")) * 1024
 resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 30), vm + (1 << 30)))

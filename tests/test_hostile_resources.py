@@ -14,7 +14,13 @@ from pathlib import Path
 import grpc
 import pytest
 
-from genericdp.cdi import cdi_kind, resource_of_kind, spec_file_name, spec_path, write_spec
+from genericdp.allocation.cdi import (
+    cdi_kind,
+    resource_of_kind,
+    spec_file_name,
+    spec_path,
+    write_spec,
+)
 from genericdp.config.model import Config
 from genericdp.errors import KubeletError
 from genericdp.kubelet.embedded import EmbeddedKubelet

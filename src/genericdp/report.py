@@ -9,10 +9,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from genericdp.allocation.render import Allocation, render_allocation
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit, replica_ids
 from genericdp.errors import GenericdpError
-from genericdp.render import Allocation, render_allocation
 
 
 @dataclass(frozen=True)

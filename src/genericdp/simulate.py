@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from genericdp.cdi import spec_path
+from genericdp.allocation.cdi import spec_path
 from genericdp.config import load
 from genericdp.config.model import Config
 from genericdp.errors import GenericdpError

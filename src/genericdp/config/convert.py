@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from genericdp.config.durations import parse_duration
 from genericdp.config.model import (
@@ -31,11 +31,14 @@ from genericdp.config.semantic import (
     DEFAULT_HEALTH_TIMEOUT,
     DEFAULT_HOOK_TIMEOUT,
 )
+from genericdp.config.templates import (
+    CompiledTemplates,
+    TemplateProblem,
+    TemplateSyntaxErrors,
+    compile_templates,
+)
 from genericdp.config.yamlpos import Document, KeyPath
 from genericdp.errors import ConfigIssue
-
-if TYPE_CHECKING:
-    from genericdp.render import CompiledTemplates, TemplateProblem
 
 _MOUNT_KEY = re.compile(r"mounts\[(\d+)\]\.(hostPath|containerPath)")
 _PERMISSION_ORDER = "rwm"
@@ -59,10 +62,6 @@ def compile_allocate(
     doc: Document, path: KeyPath, spec: AllocateSpec
 ) -> tuple[CompiledTemplates | None, list[ConfigIssue]]:
     """Compile the templates of one resource; each problem located at its value."""
-    # Imported here: render imports discovery, whose model imports config.model,
-    # so importing render while this package initialises would be circular.
-    from genericdp.render import TemplateSyntaxErrors, compile_templates
-
     try:
         return compile_templates(spec), []
     except TemplateSyntaxErrors as exc:

@@ -25,7 +25,7 @@ from genericdp.config.yamlpos import Document, describe, parse_yaml
 from genericdp.errors import ConfigError, ConfigIssue
 
 if TYPE_CHECKING:
-    from genericdp.render import CompiledTemplates
+    from genericdp.config.templates import CompiledTemplates
 
 SUFFIXES = (".yaml", ".yml")
 # The kubelet's ConfigMap volume keeps ``..data`` and ``..2024_01_01_...`` here.

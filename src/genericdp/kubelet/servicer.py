@@ -16,6 +16,7 @@ from typing import NoReturn, Protocol
 
 import grpc
 
+from genericdp.allocation.render import Allocation
 from genericdp.discovery.model import DeviceInfo
 from genericdp.errors import (
     CdiSpecError,
@@ -29,7 +30,6 @@ from genericdp.errors import (
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.options import HEALTHY, UNHEALTHY, PluginOptions, unix_address
-from genericdp.render import Allocation
 
 log = logging.getLogger(__name__)
 

@@ -49,14 +49,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from genericdp.allocation.render import Allocation, render_allocation
 from genericdp.config.model import Exec, ResourceDefinition
-from genericdp.confine import clip
 from genericdp.discovery.model import DeviceInfo, Unit
 from genericdp.errors import (
     InvalidDevicesError,
     KubeletError,
     RegistrationError,
     UnsafeAllocationError,
+    clip,
 )
 from genericdp.hooks import INIT, PRE_START
 from genericdp.kubelet.options import (
@@ -73,7 +74,6 @@ from genericdp.kubelet.servicer import (
     allocate_response_size,
 )
 from genericdp.metrics import NO_METRICS, Recorder, allocation_result
-from genericdp.render import Allocation, render_allocation
 from genericdp.runtime.preferred import preferred_allocation
 from genericdp.runtime.reconcile import plugin_options
 from genericdp.runtime.state import DeviceState

@@ -10,7 +10,7 @@ transient empty list; a scan that fails is retried with backoff and touches
 nothing else.
 
 With ``allocate.cdi`` each scan also brings the resource's CDI spec up to
-date (``genericdp.cdi``) before the new units reach the device list, so the
+date (``genericdp.allocation.cdi``) before the new units reach the device list, so the
 kubelet can never allocate a unit whose CDI name the runtime cannot resolve
 yet. A spec that cannot be written is logged, retried by the next scan and by
 Allocate, and until then Allocate of the units it lacks fails with the reason.
@@ -26,7 +26,7 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from genericdp.cdi import SpecPublisher, qualified_name
+from genericdp.allocation.cdi import SpecPublisher, qualified_name
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Roots, Unit, unit_id_of
 from genericdp.errors import CdiSpecError

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 
-from genericdp.cdi import remove_stale_specs
+from genericdp.allocation.cdi import remove_stale_specs
 from genericdp.config.model import Config
 from genericdp.discovery.model import Roots
 from genericdp.kubelet.options import KUBELET_SOCKET_NAME
