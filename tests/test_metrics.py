@@ -17,17 +17,15 @@ from genericdp.discovery.model import Unit
 from genericdp.errors import CdiSpecError, HookError, InvalidDevicesError, TemplateRenderError
 from genericdp.execution import ExecResult
 from genericdp.hooks import HookRunError
-from genericdp.metrics import (
+from genericdp.metrics import Metrics, liveness, readiness
+from genericdp.runtime.plugin import PluginStatus
+from genericdp.runtime.recorder import (
     NO_METRICS,
-    Metrics,
     Recorder,
     TimedHooks,
     allocation_result,
     exec_result,
-    liveness,
-    readiness,
 )
-from genericdp.runtime.plugin import PluginStatus
 
 SERIAL = "example.com/serial"
 SPEC = Exec(argv=("/bin/true",), timeout=5.0)

@@ -185,7 +185,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ),
     )
     logsetup.configure(settings.log_level, settings.log_format)
-    from genericdp.runtime.daemon import serve
+    from genericdp.daemon import serve
 
     return asyncio.run(serve(settings))
 

@@ -73,9 +73,9 @@ from genericdp.kubelet.servicer import (
     PreferredRequest,
     allocate_response_size,
 )
-from genericdp.metrics import NO_METRICS, Recorder, allocation_result
 from genericdp.runtime.preferred import preferred_allocation
 from genericdp.runtime.reconcile import plugin_options
+from genericdp.runtime.recorder import NO_METRICS, Recorder, allocation_result
 from genericdp.runtime.state import DeviceState
 from genericdp.runtime.tasks import Backoff, wait_event
 

@@ -32,8 +32,8 @@ from genericdp.discovery.model import Roots, Unit, unit_id_of
 from genericdp.errors import CdiSpecError
 from genericdp.execution import ExecResult
 from genericdp.health import HealthMonitor
-from genericdp.metrics import NO_METRICS, Recorder, exec_result
 from genericdp.runtime.plugin import HookRunner, ResourcePlugin
+from genericdp.runtime.recorder import NO_METRICS, Recorder, exec_result
 from genericdp.runtime.release import Cleaner, Release, UsageTracker
 from genericdp.runtime.state import DeviceState
 from genericdp.runtime.tasks import Backoff, TaskSet, wait_event
