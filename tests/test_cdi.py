@@ -25,8 +25,9 @@ from genericdp.allocation.cdi import (
 from genericdp.allocation.render import render_allocation
 from genericdp.config import load_text
 from genericdp.config.model import AllocateSpec, GlobMatcher, ResourceDefinition
-from genericdp.discovery.model import DeviceNode, Unit, replica_ids
+from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.errors import CdiSpecError, ConfigError
+from genericdp.kubelet.devices import replica_ids
 from genericdp.kubelet.servicer import container_response
 
 # As tags.cncf.io/container-device-interface/pkg/parser checks them.

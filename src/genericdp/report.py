@@ -11,8 +11,9 @@ from typing import Any
 
 from genericdp.allocation.render import Allocation, render_allocation
 from genericdp.config.model import ResourceDefinition
-from genericdp.discovery.model import Unit, replica_ids
+from genericdp.discovery.model import Unit
 from genericdp.errors import GenericdpError
+from genericdp.kubelet.devices import replica_ids
 
 
 @dataclass(frozen=True)

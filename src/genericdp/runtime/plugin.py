@@ -51,7 +51,7 @@ from typing import Protocol
 
 from genericdp.allocation.render import Allocation, render_allocation
 from genericdp.config.model import Exec, ResourceDefinition
-from genericdp.discovery.model import DeviceInfo, Unit
+from genericdp.discovery.model import Unit
 from genericdp.errors import (
     InvalidDevicesError,
     KubeletError,
@@ -60,6 +60,7 @@ from genericdp.errors import (
     clip,
 )
 from genericdp.hooks import INIT, PRE_START
+from genericdp.kubelet.devices import DeviceInfo
 from genericdp.kubelet.options import (
     KUBELET_SOCKET_NAME,
     MAX_UNIX_PATH_BYTES,

@@ -38,9 +38,10 @@ from pathlib import Path
 from typing import Protocol
 
 from genericdp.config.model import ResourceDefinition
-from genericdp.discovery.model import Unit, unit_id_of
+from genericdp.discovery.model import Unit
 from genericdp.errors import HookError, KubeletError
 from genericdp.hooks import CLEANUP
+from genericdp.kubelet.devices import unit_id_of
 from genericdp.kubelet.podresources import PodDevices, list_pod_devices
 from genericdp.runtime.plugin import HookRunner
 from genericdp.runtime.state import DeviceState

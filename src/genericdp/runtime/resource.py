@@ -28,10 +28,11 @@ from pathlib import Path
 
 from genericdp.allocation.cdi import SpecPublisher, qualified_name
 from genericdp.config.model import ResourceDefinition
-from genericdp.discovery.model import Roots, Unit, unit_id_of
+from genericdp.discovery.model import Roots, Unit
 from genericdp.errors import CdiSpecError
 from genericdp.execution import ExecResult
 from genericdp.health import HealthMonitor
+from genericdp.kubelet.devices import unit_id_of
 from genericdp.runtime.plugin import HookRunner, ResourcePlugin
 from genericdp.runtime.recorder import NO_METRICS, Recorder, exec_result
 from genericdp.runtime.release import Cleaner, Release, UsageTracker
