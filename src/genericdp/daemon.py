@@ -15,6 +15,7 @@ import signal
 from collections.abc import Callable
 
 from genericdp.config.model import Config
+from genericdp.exits import EXIT_OK
 from genericdp.httpserver import run_http_server
 from genericdp.metrics import Metrics, Verdict, readiness, routes
 from genericdp.reaper import SUBREAPER
@@ -23,7 +24,6 @@ from genericdp.settings import ListenAddress, Settings
 
 log = logging.getLogger(__name__)
 
-EXIT_OK = 0
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 

@@ -23,6 +23,7 @@ from genericdp.allocation.cdi import spec_path
 from genericdp.config import load
 from genericdp.config.model import Config
 from genericdp.errors import GenericdpError
+from genericdp.exits import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_OK
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.state import EventKind, ResourceSnapshot
@@ -30,10 +31,6 @@ from genericdp.settings import Settings
 
 if TYPE_CHECKING:
     from genericdp.runtime.plugin import PluginStatus
-
-EXIT_OK = 0
-EXIT_ENVIRONMENT = 3
-EXIT_FAILED = 4  # a resource did not register, or an allocation was refused
 
 
 class SimulateUsageError(GenericdpError):
