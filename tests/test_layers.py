@@ -31,7 +31,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "reaper config",
         "settings httpserver",
         "logsetup",
-        "errors exits __init__",
+        "errors exits k8snames __init__",
     )
 )
 # The shared core that every backend uses, and the device-plugin protocol:
