@@ -193,6 +193,22 @@ def allocate_response_size(allocations: Sequence[ContainerAnswer]) -> int:
     return response.ByteSize()
 
 
+def options_message(options: PluginOptions) -> pb.DevicePluginOptions:
+    """``options`` as the kubelet receives them (GetDevicePluginOptions and Register)."""
+    return pb.DevicePluginOptions(
+        pre_start_required=options.pre_start_required,
+        get_preferred_allocation_available=options.get_preferred_allocation_available,
+    )
+
+
+def options_of(message: pb.DevicePluginOptions) -> PluginOptions:
+    """What a plugin's ``DevicePluginOptions`` say (the embedded kubelet's side)."""
+    return PluginOptions(
+        pre_start_required=message.pre_start_required,
+        get_preferred_allocation_available=message.get_preferred_allocation_available,
+    )
+
+
 def clipped(message: str, limit: int = MAX_STATUS_CHARS) -> str:
     """``message`` cut to ``limit`` characters, saying how much was left out."""
     if len(message) <= limit:
@@ -212,11 +228,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     async def GetDevicePluginOptions(  # noqa: N802 -- the gRPC method name
         self, request: pb.Empty, context: _Context
     ) -> pb.DevicePluginOptions:
-        options = self._backend.options()
-        return pb.DevicePluginOptions(
-            pre_start_required=options.pre_start_required,
-            get_preferred_allocation_available=options.get_preferred_allocation_available,
-        )
+        return options_message(self._backend.options())
 
     async def ListAndWatch(  # noqa: N802 -- the gRPC method name
         self, request: pb.Empty, context: _Context
