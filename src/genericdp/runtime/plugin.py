@@ -47,10 +47,9 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from genericdp.allocation.render import Allocation, render_allocation
-from genericdp.config.model import Exec, ResourceDefinition
+from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.errors import (
     InvalidDevicesError,
@@ -59,7 +58,7 @@ from genericdp.errors import (
     UnsafeAllocationError,
     clip,
 )
-from genericdp.hooks import INIT, PRE_START
+from genericdp.hooks import INIT, PRE_START, HookRun, HookRunner
 from genericdp.kubelet.devices import DeviceInfo
 from genericdp.kubelet.options import (
     KUBELET_SOCKET_NAME,
@@ -107,22 +106,6 @@ def file_id(path: Path, *, socket_only: bool = False) -> FileId | None:
 
 def _clear(path: Path) -> None:
     path.unlink(missing_ok=True)
-
-
-class HookRunner(Protocol):
-    """``genericdp.hooks.run_hook``, or a stand-in with its signature."""
-
-    async def __call__(
-        self,
-        name: str,
-        spec: Exec,
-        *,
-        resource: str,
-        units: Sequence[Unit],
-        device_ids: Sequence[str] = (),
-        node_name: str = "",
-        logger: logging.Logger | None = None,
-    ) -> object: ...
 
 
 @dataclass(frozen=True)
@@ -594,13 +577,15 @@ class ResourcePlugin:
         for ids, units in zip(requests, lookups, strict=True):
             if definition.hooks.init is not None:
                 await self._run_hook(
-                    INIT,
-                    definition.hooks.init,
-                    resource=definition.name,
-                    units=units,
-                    device_ids=ids,
-                    node_name=self._node_name,
-                    logger=log,
+                    HookRun(
+                        INIT,
+                        definition.hooks.init,
+                        resource=definition.name,
+                        units=units,
+                        device_ids=ids,
+                        node_name=self._node_name,
+                        logger=log,
+                    )
                 )
         for ids in requests:
             self._on_allocated(ids)
@@ -611,13 +596,15 @@ class ResourcePlugin:
         units = self._checked(device_ids, require_healthy=False)
         if definition.hooks.pre_start is not None:
             await self._run_hook(
-                PRE_START,
-                definition.hooks.pre_start,
-                resource=definition.name,
-                units=units,
-                device_ids=device_ids,
-                node_name=self._node_name,
-                logger=log,
+                HookRun(
+                    PRE_START,
+                    definition.hooks.pre_start,
+                    resource=definition.name,
+                    units=units,
+                    device_ids=device_ids,
+                    node_name=self._node_name,
+                    logger=log,
+                )
             )
 
     def _checked(self, ids: Sequence[str], *, require_healthy: bool = True) -> tuple[Unit, ...]:

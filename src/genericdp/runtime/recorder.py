@@ -8,9 +8,8 @@ recorder sees the same outcomes.
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from genericdp.errors import (
@@ -20,13 +19,10 @@ from genericdp.errors import (
     TemplateRenderError,
     UnsafeAllocationError,
 )
-from genericdp.hooks import HookRunError
+from genericdp.hooks import HookRun, HookRunError, HookRunner
 
 if TYPE_CHECKING:
-    from genericdp.config.model import Exec
-    from genericdp.discovery.model import Unit
     from genericdp.execution import ExecResult
-    from genericdp.runtime.plugin import HookRunner
 
 ALLOCATION_RESULTS = (
     "ok",
@@ -127,33 +123,15 @@ class TimedHooks:
         self._recorder = recorder
         self._clock = clock
 
-    async def __call__(
-        self,
-        name: str,
-        spec: Exec,
-        *,
-        resource: str,
-        units: Sequence[Unit],
-        device_ids: Sequence[str] = (),
-        node_name: str = "",
-        logger: logging.Logger | None = None,
-    ) -> object:
+    async def __call__(self, hook: HookRun) -> object:
         started = self._clock()
         result = "failed"
         try:
-            outcome = await self._inner(
-                name,
-                spec,
-                resource=resource,
-                units=units,
-                device_ids=device_ids,
-                node_name=node_name,
-                logger=logger,
-            )
+            outcome = await self._inner(hook)
             result = "ok"
             return outcome
         except Exception as exc:
             result = _hook_error_result(exc)
             raise
         finally:
-            self._recorder.hook_run(resource, name, result, self._clock() - started)
+            self._recorder.hook_run(hook.resource, hook.name, result, self._clock() - started)

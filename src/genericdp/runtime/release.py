@@ -40,10 +40,9 @@ from typing import Protocol
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.errors import HookError, KubeletError
-from genericdp.hooks import CLEANUP
+from genericdp.hooks import CLEANUP, HookRun, HookRunner
 from genericdp.kubelet.devices import unit_id_of
 from genericdp.kubelet.podresources import PodDevices, list_pod_devices
-from genericdp.runtime.plugin import HookRunner
 from genericdp.runtime.state import DeviceState
 from genericdp.runtime.tasks import Backoff, TaskSet, wait_event
 
@@ -406,13 +405,15 @@ class Cleaner:
             return True  # the hook was removed by a reload: nothing to run
         try:
             await self._run_hook(
-                CLEANUP,
-                spec,
-                resource=definition.name,
-                units=(unit,),
-                device_ids=device_ids,
-                node_name=self._node_name,
-                logger=log,
+                HookRun(
+                    CLEANUP,
+                    spec,
+                    resource=definition.name,
+                    units=(unit,),
+                    device_ids=device_ids,
+                    node_name=self._node_name,
+                    logger=log,
+                )
             )
         except HookError as exc:
             what = "out of service until its cleanup passes" if retry else "removed, not retried"

@@ -32,8 +32,9 @@ from genericdp.discovery.model import Roots, Unit
 from genericdp.errors import CdiSpecError
 from genericdp.execution import ExecResult
 from genericdp.health import HealthMonitor
+from genericdp.hooks import HookRunner
 from genericdp.kubelet.devices import unit_id_of
-from genericdp.runtime.plugin import HookRunner, ResourcePlugin
+from genericdp.runtime.plugin import ResourcePlugin
 from genericdp.runtime.recorder import NO_METRICS, Recorder, exec_result
 from genericdp.runtime.release import Cleaner, Release, UsageTracker
 from genericdp.runtime.state import DeviceState

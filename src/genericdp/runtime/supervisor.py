@@ -19,10 +19,11 @@ from types import TracebackType
 from genericdp.allocation.cdi import remove_stale_specs
 from genericdp.config.model import Config
 from genericdp.discovery.model import Roots
+from genericdp.hooks import HookRunner
 from genericdp.kubelet.options import KUBELET_SOCKET_NAME
 from genericdp.runtime.devwatch import DevChange, watch_devices
 from genericdp.runtime.kubeletwatch import DirChange, watch_plugin_dir
-from genericdp.runtime.plugin import HookRunner, PluginStatus, remove_stale_sockets
+from genericdp.runtime.plugin import PluginStatus, remove_stale_sockets
 from genericdp.runtime.reconcile import Plan, plan
 from genericdp.runtime.recorder import NO_METRICS, Recorder, TimedHooks
 from genericdp.runtime.release import Release, ReleasePoller, UsageTracker
