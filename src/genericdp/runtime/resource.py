@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from genericdp.allocation.cdi import SpecPublisher, qualified_name
@@ -45,57 +46,66 @@ log = logging.getLogger(__name__)
 Discover = Callable[[ResourceDefinition, Roots], Sequence[Unit]]
 
 
+@dataclass(frozen=True)
+class ResourceContext:
+    """What every resource's runner, plugin and cleaner share: built once by the
+    supervisor from its settings, instead of a dozen arguments per constructor."""
+
+    plugin_dir: Path
+    roots: Roots
+    discover: Discover
+    run_hook: HookRunner
+    node_name: str = ""
+    rescan_interval: float = 60.0
+    settle: float = 0.05  # seconds a burst of state changes may take (ListAndWatch)
+    recorder: Recorder = NO_METRICS
+    cleanup_backoff: Callable[[], Backoff] | None = None
+    cdi_dir: Path = Path("/var/run/cdi")
+    on_status: Callable[[], None] = lambda: None  # any plugin's status changed
+
+
 class ResourceRunner:
     """Discovery, health and the device plugin of one resource."""
 
     def __init__(
         self,
         definition: ResourceDefinition,
+        context: ResourceContext,
         *,
-        plugin_dir: Path,
-        roots: Roots,
-        discover: Discover,
-        run_hook: HookRunner,
-        node_name: str = "",
-        rescan_interval: float = 60.0,
-        on_status: Callable[[], None] = lambda: None,
-        settle: float = 0.05,
-        metrics: Recorder = NO_METRICS,
         usage: UsageTracker | None = None,
-        cleanup_backoff: Callable[[], Backoff] | None = None,
-        cdi_dir: Path = Path("/var/run/cdi"),
     ) -> None:
         self.state = DeviceState(count=definition.count)
         self._usage = usage or UsageTracker()  # the supervisor's, shared by every resource
-        self._metrics = metrics
+        self._context = context
+        self._metrics = context.recorder
         self.plugin = ResourcePlugin(
             definition,
             self.state,
-            plugin_dir=plugin_dir,
-            run_hook=run_hook,
-            node_name=node_name,
-            on_status=on_status,
-            settle=settle,
-            metrics=metrics,
+            plugin_dir=context.plugin_dir,
+            run_hook=context.run_hook,
+            node_name=context.node_name,
+            on_status=context.on_status,
+            settle=context.settle,
+            metrics=context.recorder,
             on_claim=self._before_allocate,
             on_allocated=self._allocated,
         )
         self.cleaner = Cleaner(
             self.state,
             lambda: self.plugin.definition,
-            run_hook=run_hook,
-            node_name=node_name,
-            backoff=cleanup_backoff,
+            run_hook=context.run_hook,
+            node_name=context.node_name,
+            backoff=context.cleanup_backoff,
         )
-        self._roots = roots
-        self._discover = discover
-        self._node_name = node_name
-        self._rescan_interval = rescan_interval
+        self._roots = context.roots
+        self._discover = context.discover
+        self._node_name = context.node_name
+        self._rescan_interval = context.rescan_interval
         self._rescan = asyncio.Event()
         self._discovered = False
         self._tasks = TaskSet(log)
         # Only touched for a definition with allocate.cdi (or one that had it).
-        self._cdi = SpecPublisher(cdi_dir)
+        self._cdi = SpecPublisher(context.cdi_dir)
         self._cdi_lock = asyncio.Lock()  # one write at a time: scans and Allocate retries
         self._cdi_error: str | None = None
         self._monitor: HealthMonitor | None = None
