@@ -386,7 +386,11 @@ class Cleaner:
                 self._state.set_cleaning(unit.id, cleaning=False)
 
         self._running = {u: t for u, t in self._running.items() if not t.done()}
-        self._running[unit.id] = self._tasks.spawn(f"{self.resource}/cleanup/{unit.id}", clean)
+        self._running[unit.id] = self._tasks.spawn(
+            f"{self.resource}/cleanup/{unit.id}",
+            clean,
+            log_fields={"resource": self.resource, "unit": unit.id},
+        )
 
     async def _clean(
         self, unit: Unit, device_ids: tuple[str, ...], *, retry: bool, wait_first: bool

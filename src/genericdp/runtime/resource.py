@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from genericdp.allocation.cdi import SpecPublisher, qualified_name
 from genericdp.config.model import ResourceDefinition
@@ -115,11 +116,14 @@ class ResourceRunner:
         return self.plugin.definition.name
 
     def start(self) -> None:
-        self._tasks.spawn(f"{self.name}/discovery", self._discovery_loop, backoff=Backoff())
-        self._tasks.spawn(
-            f"{self.name}/registration", self.plugin.run_registration, backoff=Backoff()
-        )
+        self._spawn("discovery", self._discovery_loop)
+        self._spawn("registration", self.plugin.run_registration)
         self._start_health()
+
+    def _spawn(self, what: str, factory: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Task ``<name>/<what>``, restarted with backoff; its log lines carry ``resource``."""
+        fields = {"resource": self.name}
+        self._tasks.spawn(f"{self.name}/{what}", factory, backoff=Backoff(), log_fields=fields)
 
     def kick(self, reason: str, *, new_socket: bool = False) -> None:
         """Register again (kubelet restarted...), once the first scan is done."""
@@ -260,7 +264,7 @@ class ResourceRunner:
             on_result=self._probed,
             logger=log,
         )
-        self._tasks.spawn(f"{self.name}/health", monitor.run, backoff=Backoff())
+        self._spawn("health", monitor.run)
 
     def _probed(self, _unit_id: str, result: ExecResult) -> None:
         self._metrics.health_probe(self.name, exec_result(result), result.duration)
