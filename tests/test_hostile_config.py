@@ -40,7 +40,7 @@ def expectation(case: Path) -> tuple[int, int, str]:
     return int(found["line"]), int(found["column"]), found["text"]
 
 
-# A hang detector, not a speed limit: a tracer (coverage in ./dev test, a
+# A hang detector, not a speed limit: a tracer (./dev coverage, a
 # debugger) makes the pure-Python YAML parser about five times slower.
 HANG_SECONDS = 10 * (5 if sys.gettrace() is not None else 1)
 
