@@ -28,7 +28,8 @@ sys.path.insert(0, str(REPO))
 
 from genericdp.config import load_text  # noqa: E402
 from genericdp.config.model import PreferredAllocation  # noqa: E402
-from genericdp.discovery.model import DeviceNode, Unit, replica_ids  # noqa: E402
+from genericdp.discovery.model import DeviceNode, Unit  # noqa: E402
+from genericdp.kubelet.devices import replica_ids  # noqa: E402
 from genericdp.kubelet.servicer import list_response  # noqa: E402
 from genericdp.runtime.plugin import ResourcePlugin  # noqa: E402
 from genericdp.runtime.preferred import preferred_allocation  # noqa: E402

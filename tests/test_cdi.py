@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from genericdp.cdi import (
+from genericdp.allocation.cdi import (
     SpecPublisher,
     cdi_device_name,
     cdi_kind,
@@ -22,12 +22,13 @@ from genericdp.cdi import (
     spec_path,
     write_spec,
 )
+from genericdp.allocation.render import render_allocation
 from genericdp.config import load_text
 from genericdp.config.model import AllocateSpec, GlobMatcher, ResourceDefinition
-from genericdp.discovery.model import DeviceNode, Unit, replica_ids
+from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.errors import CdiSpecError, ConfigError
+from genericdp.kubelet.devices import replica_ids
 from genericdp.kubelet.servicer import container_response
-from genericdp.render import render_allocation
 
 # As tags.cncf.io/container-device-interface/pkg/parser checks them.
 CDI_VENDOR_OR_CLASS = re.compile(r"[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")

@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 import pytest
 
-from genericdp.cdi import spec_path
+from genericdp.allocation.cdi import spec_path
 from genericdp.discovery import discover
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.embedded import EmbeddedKubelet

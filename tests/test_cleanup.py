@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import stat
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -17,6 +17,7 @@ from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.allocation import AllocationError
 from genericdp.runtime.supervisor import Supervisor
 from genericdp.runtime.tasks import Backoff
+from tests.polling import eventually
 from tests.runtime_harness import (
     Running,
     ScriptedDiscovery,
@@ -99,16 +100,6 @@ async def serving(
         finally:
             stragglers = await supervisor.stop()
             assert stragglers == (), f"tasks did not stop: {stragglers}"
-
-
-async def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:  # noqa: ASYNC109
-    """Poll ``check`` until it holds (files and logs have no change events)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        if loop.time() > deadline:
-            raise TimeoutError(f"condition not met within {timeout}s")
-        await asyncio.sleep(0.01)
 
 
 async def _allocatable(rt: Running, count: int) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from genericdp.config import load_text, schema, schema_text
+from genericdp.config.model import GlobMatcher, ResourceDefinition
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = ROOT / "schemas" / "config-v1.schema.json"
@@ -93,3 +94,40 @@ def test_the_example_in_the_docs_is_valid() -> None:
     assert found is not None
     config = load_text(found.group(1), "docs/config.md")
     assert [r.name for r in config.resources] == ["example.com/serial"]
+
+
+def _defaults(name: str) -> dict[str, Any]:
+    """The defaults the schema shows editors for the properties of ``$defs/<name>``."""
+    properties = schema()["$defs"][name]["properties"]
+    return {key: prop["default"] for key, prop in properties.items() if "default" in prop}
+
+
+def test_the_loader_applies_the_schema_defaults() -> None:
+    """Writing every default the schema shows changes nothing: the defaults of the
+    schema, of the checks, of the conversion and of the model are one set."""
+    hook = {"exec": ["/bin/true"]}
+    bare: dict[str, Any] = {
+        "name": "example.com/a",
+        "match": [{"glob": "/dev/null"}],
+        "health": {"exec": ["/bin/true"]},
+        "hooks": {"init": dict(hook), "preStart": dict(hook), "cleanup": dict(hook)},
+        "allocate": {"mounts": [{"hostPath": "/run/a", "containerPath": "/run/a"}]},
+    }
+    explicit = {
+        **bare,
+        **_defaults("resource"),
+        "health": {**bare["health"], **_defaults("health")},
+        "hooks": {name: {**hook, **_defaults("hook")} for name in bare["hooks"]},
+        "allocate": {
+            "mounts": [{"hostPath": "/run/a", "containerPath": "/run/a", **_defaults("mount")}],
+            **_defaults("allocate"),
+        },
+    }
+    assert set(_defaults("resource")) == {"groupBy", "count", "permissions", "preferredAllocation"}
+    (written,) = load_text(json.dumps({"version": "v1", "resources": [explicit]}), "w").resources
+    (omitted,) = load_text(json.dumps({"version": "v1", "resources": [bare]}), "o").resources
+    assert written == omitted
+    # The model's own defaults are the same ones.
+    minimal = {"version": "v1", "resources": [{"name": "example.com/a", "match": bare["match"]}]}
+    (loaded,) = load_text(json.dumps(minimal), "m").resources
+    assert loaded == ResourceDefinition(name="example.com/a", match=(GlobMatcher("/dev/null"),))

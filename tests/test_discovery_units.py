@@ -9,7 +9,8 @@ import pytest
 
 from genericdp.config.model import GlobMatcher, GroupBy, Matcher, ResourceDefinition
 from genericdp.discovery import discover, find_nodes, group_units
-from genericdp.discovery.model import MAX_ID_LENGTH, Unit, replica_ids, unit_id_of
+from genericdp.discovery.model import MAX_ID_LENGTH, Unit
+from genericdp.kubelet.devices import replica_ids, unit_id_of
 from tests.fakesys import FakeHost
 
 NODE = GroupBy()

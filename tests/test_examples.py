@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from genericdp.cdi import cdi_spec
+from genericdp.allocation.cdi import cdi_spec
+from genericdp.allocation.render import Allocation, DeviceSpec, render_allocation
 from genericdp.config import load
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery import discover
-from genericdp.discovery.model import Roots, Unit, replica_ids
-from genericdp.render import Allocation, DeviceSpec, render_allocation
+from genericdp.discovery.model import Roots, Unit
+from genericdp.kubelet.devices import replica_ids
 from tests.fakesys import FakeHost
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "configs" / "examples"

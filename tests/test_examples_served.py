@@ -11,14 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from genericdp.cdi import spec_path
+from genericdp.allocation.cdi import spec_path
+from genericdp.allocation.render import render_allocation
 from genericdp.config import load
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery import discover
-from genericdp.discovery.model import Unit, replica_ids, unit_id_of
+from genericdp.discovery.model import Unit
+from genericdp.kubelet.devices import replica_ids, unit_id_of
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.servicer import container_response
-from genericdp.render import render_allocation
 from genericdp.runtime.supervisor import Supervisor
 from tests.fakesys import FakeHost
 from tests.runtime_harness import settings_for

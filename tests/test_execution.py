@@ -13,6 +13,7 @@ import pytest
 
 from genericdp.config.model import Exec
 from genericdp.execution import run_exec
+from tests.polling import eventually
 
 DEADLINE = 10.0  # seconds; generous, only reached when something is broken
 
@@ -32,16 +33,6 @@ def running(pid: int) -> bool:
 
 def stopped(pid: int) -> Callable[[], bool]:
     return lambda: not running(pid)
-
-
-async def eventually(condition: Callable[[], bool], what: str) -> None:
-    """Poll ``condition`` until it holds or the deadline passes."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE
-    while not condition():
-        if loop.time() > deadline:
-            pytest.fail(f"still not true after {DEADLINE}s: {what}")
-        await asyncio.sleep(0.01)
 
 
 def pids_in(path: Path) -> list[int]:

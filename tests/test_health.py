@@ -13,6 +13,7 @@ from genericdp.config.model import Exec, HealthCheck
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.execution import ExecResult
 from genericdp.health import HealthMonitor, HealthTracker
+from tests.polling import eventually
 
 RESOURCE = "example.com/serial"
 DEADLINE = 10.0  # seconds; generous, only reached when something is broken
@@ -384,10 +385,3 @@ def running(pid: int) -> bool:
     except OSError:
         return False
     return text[text.rfind(")") + 2 :].split()[0] not in ("Z", "X")
-
-
-async def eventually(condition: Callable[[], bool]) -> None:
-    """Poll ``condition`` until it holds; fail the test after the deadline."""
-    async with asyncio.timeout(DEADLINE):
-        while not condition():  # noqa: ASYNC110 - polling another process's state
-            await asyncio.sleep(0.01)

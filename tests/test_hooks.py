@@ -10,7 +10,7 @@ import pytest
 from genericdp.config.model import Exec
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.errors import HookError
-from genericdp.hooks import HookRunError, run_hook, unit_env
+from genericdp.hooks import HookRun, HookRunError, run_hook, unit_env
 
 RESOURCE = "example.com/serial"
 
@@ -77,11 +77,13 @@ async def test_hook_sees_its_units(caplog: pytest.LogCaptureFixture) -> None:
     """A hook runs with the unit environment and its output is logged per line."""
     caplog.set_level(logging.INFO, logger="genericdp.hooks")
     result = await run_hook(
-        "init",
-        sh('echo "$GENERICDP_HOOK $GENERICDP_UNIT_ID $GENERICDP_DEVICE_PATHS"; echo second'),
-        resource=RESOURCE,
-        units=[unit("A1B2", "ttyUSB0")],
-        node_name="node-7",
+        HookRun(
+            "init",
+            sh('echo "$GENERICDP_HOOK $GENERICDP_UNIT_ID $GENERICDP_DEVICE_PATHS"; echo second'),
+            resource=RESOURCE,
+            units=[unit("A1B2", "ttyUSB0")],
+            node_name="node-7",
+        )
     )
     assert result.ok
     assert result.output == "init A1B2 /dev/ttyUSB0\nsecond\n"
@@ -99,10 +101,12 @@ async def test_failed_hook_message_names_hook_resource_unit_code_and_last_line(
     caplog.set_level(logging.INFO, logger="genericdp.hooks")
     with pytest.raises(HookError) as caught:
         await run_hook(
-            "init",
-            sh("echo trying; echo 'port busy' >&2; exit 3"),
-            resource=RESOURCE,
-            units=[unit("A1B2", "ttyUSB0")],
+            HookRun(
+                "init",
+                sh("echo trying; echo 'port busy' >&2; exit 3"),
+                resource=RESOURCE,
+                units=[unit("A1B2", "ttyUSB0")],
+            )
         )
     assert (
         str(caught.value)
@@ -119,10 +123,12 @@ async def test_timed_out_hook_says_after_how_long() -> None:
     """A hook that does not finish in time fails with its timeout in the message."""
     with pytest.raises(HookError) as caught:
         await run_hook(
-            "cleanup",
-            sh("exec sleep 100", timeout=0.5),
-            resource=RESOURCE,
-            units=[unit("A", "a0"), unit("B", "b0")],
+            HookRun(
+                "cleanup",
+                sh("exec sleep 100", timeout=0.5),
+                resource=RESOURCE,
+                units=[unit("A", "a0"), unit("B", "b0")],
+            )
         )
     assert (
         str(caught.value)
@@ -136,7 +142,9 @@ async def test_hook_that_cannot_start_is_an_error(
     """A missing hook program fails with the reason, logged at error."""
     missing = str(tmp_path / "missing-hook")
     with pytest.raises(HookError) as caught:
-        await run_hook("preStart", Exec((missing,), 5), resource=RESOURCE, units=[unit("A", "a0")])
+        await run_hook(
+            HookRun("preStart", Exec((missing,), 5), resource=RESOURCE, units=[unit("A", "a0")])
+        )
     message = str(caught.value)
     assert message.startswith(
         f"preStart hook {missing} for example.com/serial unit A could not start:"
@@ -149,7 +157,7 @@ async def test_many_units_are_abbreviated_in_the_message() -> None:
     """A message about many units stays short enough for an event."""
     units = [unit(f"U{i}", f"n{i}") for i in range(10)]
     with pytest.raises(HookError) as caught:
-        await run_hook("init", Exec(("/bin/false",), 5), resource=RESOURCE, units=units)
+        await run_hook(HookRun("init", Exec(("/bin/false",), 5), resource=RESOURCE, units=units))
     assert "units U0, U1, U2 and 7 more exited 1" in str(caught.value)
 
 
@@ -157,7 +165,12 @@ async def test_long_last_line_is_shortened() -> None:
     """Only a bounded part of the last output line goes into the message."""
     with pytest.raises(HookError) as caught:
         await run_hook(
-            "init", sh("printf '%0500d\\n' 0; exit 1"), resource=RESOURCE, units=[unit("A", "a")]
+            HookRun(
+                "init",
+                sh("printf '%0500d\\n' 0; exit 1"),
+                resource=RESOURCE,
+                units=[unit("A", "a")],
+            )
         )
     assert len(str(caught.value)) < 300
     assert str(caught.value).endswith("...")
@@ -167,11 +180,13 @@ async def test_given_logger_is_used(caplog: pytest.LogCaptureFixture) -> None:
     """Callers may pass their own logger (per resource), and it gets the lines."""
     caplog.set_level(logging.INFO, logger="genericdp.test.resource")
     await run_hook(
-        "init",
-        sh("echo hi"),
-        resource=RESOURCE,
-        units=[unit("A", "a")],
-        logger=logging.getLogger("genericdp.test.resource"),
+        HookRun(
+            "init",
+            sh("echo hi"),
+            resource=RESOURCE,
+            units=[unit("A", "a")],
+            logger=logging.getLogger("genericdp.test.resource"),
+        )
     )
     assert any(
         r.name == "genericdp.test.resource" and r.getMessage().endswith(": hi")

@@ -17,8 +17,9 @@ from pathlib import Path
 import grpc
 import pytest
 
+from genericdp.allocation.confine import confine_path
+from genericdp.allocation.render import render_allocation
 from genericdp.config.model import GlobMatcher, UdevMatcher
-from genericdp.confine import confine_path
 from genericdp.discovery import find_nodes
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.errors import UnsafeAllocationError
@@ -26,7 +27,6 @@ from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.allocation import AllocationError
 from genericdp.metrics import Metrics
-from genericdp.render import render_allocation
 from genericdp.runtime.supervisor import Supervisor
 from tests.fakesys import FakeHost
 from tests.runtime_harness import Running, allocate_request, config, plugin_stub, settings_for

@@ -14,7 +14,13 @@ from pathlib import Path
 import grpc
 import pytest
 
-from genericdp.cdi import cdi_kind, resource_of_kind, spec_file_name, spec_path, write_spec
+from genericdp.allocation.cdi import (
+    cdi_kind,
+    resource_of_kind,
+    spec_file_name,
+    spec_path,
+    write_spec,
+)
 from genericdp.config.model import Config
 from genericdp.errors import KubeletError
 from genericdp.kubelet.embedded import EmbeddedKubelet
@@ -22,6 +28,7 @@ from genericdp.kubelet.options import MAX_UNIX_PATH_BYTES
 from genericdp.metrics import Metrics
 from genericdp.runtime.plugin import socket_path
 from genericdp.runtime.supervisor import Supervisor
+from tests.polling import eventually
 from tests.runtime_harness import (
     Running,
     ScriptedDiscovery,
@@ -32,7 +39,7 @@ from tests.runtime_harness import (
     settings_for,
     unit,
 )
-from tests.test_cleanup import SERIAL, Hook, eventually, serving
+from tests.test_cleanup import SERIAL, Hook, serving
 
 LONG = "example.com/" + "a-very-long-resource-name-that-is-legal-" + "x" * 20
 

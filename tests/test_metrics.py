@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,21 +12,18 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from genericdp import __version__
 from genericdp.config.model import Exec
-from genericdp.discovery.model import Unit
 from genericdp.errors import CdiSpecError, HookError, InvalidDevicesError, TemplateRenderError
 from genericdp.execution import ExecResult
-from genericdp.hooks import HookRunError
-from genericdp.metrics import (
+from genericdp.hooks import HookRun, HookRunError
+from genericdp.metrics import Metrics, liveness, readiness
+from genericdp.runtime.plugin import PluginStatus
+from genericdp.runtime.recorder import (
     NO_METRICS,
-    Metrics,
     Recorder,
     TimedHooks,
     allocation_result,
     exec_result,
-    liveness,
-    readiness,
 )
-from genericdp.runtime.plugin import PluginStatus
 
 SERIAL = "example.com/serial"
 SPEC = Exec(argv=("/bin/true",), timeout=5.0)
@@ -261,18 +257,8 @@ class ScriptedHook:
     raises: Exception | None = None
     calls: list[str] = field(default_factory=list)
 
-    async def __call__(
-        self,
-        name: str,
-        spec: Exec,
-        *,
-        resource: str,
-        units: Sequence[Unit],
-        device_ids: Sequence[str] = (),
-        node_name: str = "",
-        logger: logging.Logger | None = None,
-    ) -> object:
-        self.calls.append(name)
+    async def __call__(self, hook: HookRun) -> object:
+        self.calls.append(hook.name)
         if self.raises is not None:
             raise self.raises
         return "done"
@@ -293,10 +279,10 @@ async def test_timed_hooks_record_and_pass_through(raises: Exception | None, exp
     metrics = Metrics()
     hooks = TimedHooks(ScriptedHook(raises), metrics, clock=lambda: next(ticks))
     if raises is None:
-        assert await hooks("init", SPEC, resource=SERIAL, units=()) == "done"
+        assert await hooks(HookRun("init", SPEC, resource=SERIAL, units=())) == "done"
     else:
         with pytest.raises(type(raises)):
-            await hooks("init", SPEC, resource=SERIAL, units=())
+            await hooks(HookRun("init", SPEC, resource=SERIAL, units=()))
     labels = {"resource": SERIAL, "hook": "init"}
     assert value(metrics, "genericdp_hook_runs_total", **labels, result=expected) == 1
     assert value(metrics, "genericdp_hook_duration_seconds_sum", **labels) == 2.5

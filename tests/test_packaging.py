@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from genericdp.cdi import spec_file_name
+from genericdp.allocation.cdi import spec_file_name
 from genericdp.config import load, load_text
 from genericdp.discovery import discover
 from tests.fakesys import FakeHost

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from genericdp.config.model import PreferredAllocation
-from genericdp.discovery.model import Unit, replica_ids
+from genericdp.discovery.model import Unit
+from genericdp.kubelet.devices import replica_ids
 from genericdp.runtime.preferred import preferred_allocation
 
 PACKED = PreferredAllocation.PACKED

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from genericdp.allocation.render import Allocation, DeviceSpec, Mount, render_allocation
 from genericdp.config.model import (
     AllocateSpec,
     GlobMatcher,
@@ -14,15 +15,9 @@ from genericdp.config.model import (
     ResourceDefinition,
     frozen_map,
 )
+from genericdp.config.templates import compile_templates
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.errors import TemplateRenderError, UnsafeAllocationError
-from genericdp.render import (
-    Allocation,
-    DeviceSpec,
-    Mount,
-    compile_templates,
-    render_allocation,
-)
 
 TTY0 = DeviceNode(
     host_path="/dev/ttyUSB0",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from genericdp.config.model import AllocateSpec, MountTemplate, frozen_map
-from genericdp.render import TemplateProblem, TemplateSyntaxErrors, compile_templates
+from genericdp.config.templates import TemplateProblem, TemplateSyntaxErrors, compile_templates
 
 
 def problems_of(spec: AllocateSpec) -> tuple[TemplateProblem, ...]:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from genericdp.config.templates import MAX_RENDER_SECONDS
 from genericdp.kubelet.embedded import AllocationError
-from genericdp.render import MAX_RENDER_SECONDS
 from tests.runtime_harness import ScriptedDiscovery, config, running, unit
 
 NAME = "example.com/slow"

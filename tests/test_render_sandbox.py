@@ -6,15 +6,11 @@ import time
 
 import pytest
 
+from genericdp.allocation.render import render_allocation
 from genericdp.config.model import AllocateSpec, GlobMatcher, ResourceDefinition, frozen_map
+from genericdp.config.templates import MAX_RENDER_SECONDS, TemplateSyntaxErrors, compile_templates
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.errors import TemplateRenderError
-from genericdp.render import (
-    MAX_RENDER_SECONDS,
-    TemplateSyntaxErrors,
-    compile_templates,
-    render_allocation,
-)
 
 UNIT = Unit("u0", (DeviceNode("/dev/null", "/dev/null", 1, 3, "mem"),))
 

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from genericdp.config.model import Config, GlobMatcher, ResourceDefinition
-from genericdp.discovery.model import DeviceInfo, Unit
+from genericdp.discovery.model import Unit
 from genericdp.errors import KubeletError
+from genericdp.kubelet.devices import DeviceInfo
 from genericdp.kubelet.servicer import MAX_MESSAGE_BYTES, list_response
 from genericdp.runtime.kubeletwatch import DirChange, watch_plugin_dir
 from genericdp.runtime.plugin import remove_stale_sockets, socket_name

@@ -21,7 +21,8 @@ import pytest
 
 from genericdp.config import load_text
 from genericdp.config.model import PreferredAllocation
-from genericdp.discovery.model import DeviceNode, Unit, replica_ids, unit_id_of
+from genericdp.discovery.model import DeviceNode, Unit
+from genericdp.kubelet.devices import replica_ids, unit_id_of
 from genericdp.kubelet.podresources import PodDevices
 from genericdp.kubelet.servicer import list_response
 from genericdp.runtime.plugin import ResourcePlugin

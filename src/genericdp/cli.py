@@ -1,45 +1,61 @@
 """The command line: ``genericdp serve | validate | discover | schema | simulate``.
 
-Exit codes (for people and for CI):
-  0  success
-  1  the config is invalid (every problem is printed, with file:line:column)
-  2  usage error: bad flags or bad GENERICDP_* settings
-  3  the environment is unusable (a device root or socket directory is missing)
+Exit codes are in ``genericdp.exits``. The flags of the settings are made
+from the settings model (``genericdp.settings``): every setting is a flag of
+the commands that use it and a ``GENERICDP_*`` variable; a flag wins.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO, cast, get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from genericdp import __version__
 from genericdp.errors import ConfigError, DiscoveryError, GenericdpError
-
-EXIT_OK = 0
-EXIT_INVALID = 1
-EXIT_USAGE = 2
-EXIT_ENVIRONMENT = 3
+from genericdp.exits import (
+    EXIT_ENVIRONMENT,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    EXIT_OK,
+    EXIT_USAGE,
+)
+from genericdp.settings import SIMULATE_SKIPS, DiscoverySettings, Settings
 
 
 class UsageError(Exception):
     """Bad flags or settings; printed as one line, exit 2."""
 
 
-def _root_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("device roots (default: GENERICDP_* or the host's)")
-    g.add_argument("--dev-root", type=Path, help="where the host's /dev is visible")
-    g.add_argument("--sys-root", type=Path, help="where the host's /sys is visible")
-    g.add_argument("--udev-root", type=Path, help="where the host's /run/udev is visible")
+def flag(name: str) -> str:
+    """The flag of setting ``name`` (``cdi_dir`` -> ``--cdi-dir``)."""
+    return "--" + name.replace("_", "-")
 
 
-def _log_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    p.add_argument("--log-format", choices=["text", "json"])
+def _setting_flags(
+    p: argparse.ArgumentParser, model: type[BaseModel], *, skip: frozenset[str] = frozenset()
+) -> None:
+    """One flag per field of ``model`` (but ``skip``); the command reads them from
+    ``args.settings`` and hands those given to the model, over GENERICDP_*."""
+    g = p.add_argument_group("settings (each also a GENERICDP_* variable; a flag wins)")
+    names = []
+    for name, field in model.model_fields.items():
+        if name in skip:
+            continue
+        kind = field.annotation
+        default = f"{field.default}" if field.default != "" else "empty"
+        help_text = f"{field.description} (GENERICDP_{name.upper()}; default {default})"
+        if get_origin(kind) is Literal:
+            g.add_argument(flag(name), dest=name, choices=get_args(kind), help=help_text)
+        else:
+            convert = cast("Callable[[str], Any]", kind)  # Path, float or str
+            g.add_argument(flag(name), dest=name, type=convert, help=help_text)
+        names.append(name)
+    p.set_defaults(settings=tuple(names))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,27 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("discover", help="show the units each resource would advertise here")
     p.add_argument("path", type=Path, metavar="PATH", help="config file or directory")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--node-name", help="node name shown to templates")
-    _root_flags(p)
+    _setting_flags(p, DiscoverySettings)
 
     p = sub.add_parser("serve", help="run the device plugin daemon")
-    p.add_argument("--config", type=Path, help="config file or directory")
-    p.add_argument("--plugin-dir", type=Path, help="kubelet device-plugin directory")
-    p.add_argument("--pod-resources-socket", type=Path, help="kubelet PodResources socket")
-    p.add_argument("--node-name", help="this node's name (templates, logs)")
-    p.add_argument("--rescan-interval", type=float, help="seconds between safety-net rescans")
-    p.add_argument(
-        "--metrics-address", help="host:port for /metrics, /healthz, /readyz (empty: off)"
-    )
-    p.add_argument(
-        "--pod-resources-poll-interval",
-        type=float,
-        help="seconds between PodResources List calls (release tracking for cleanup hooks)",
-    )
-    p.add_argument("--hotplug-settle", type=float, help="seconds a /dev event burst may take")
-    p.add_argument("--reload-settle", type=float, help="seconds a config write burst may take")
-    _root_flags(p)
-    _log_flags(p)
+    _setting_flags(p, Settings)
 
     p = sub.add_parser(
         "simulate", help="run the real daemon against an embedded kubelet, no cluster needed"
@@ -93,17 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--once", action="store_true", help="exit after the first report")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for registration")
-    _root_flags(p)
-    _log_flags(p)
+    _setting_flags(p, Settings, skip=SIMULATE_SKIPS)
     return parser
 
 
-def _overrides(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any]:
-    """Flags that were given; they override GENERICDP_* variables."""
-    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
-
-
-_ROOTS = ("dev_root", "sys_root", "udev_root")
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The setting flags that were given; they override GENERICDP_* variables."""
+    names: Sequence[str] = args.settings
+    return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
 def _print_config_error(exc: ConfigError, out: TextIO) -> None:
@@ -137,9 +133,8 @@ def cmd_discover(args: argparse.Namespace) -> int:
     from genericdp.discovery import discover
     from genericdp.discovery.model import Roots
     from genericdp.report import build_report, to_json, to_text
-    from genericdp.settings import DiscoverySettings
 
-    settings = DiscoverySettings(**_overrides(args, _ROOTS))
+    settings = DiscoverySettings(**_overrides(args))
     roots = Roots(dev=settings.dev_root, sys=settings.sys_root, udev=settings.udev_root)
     if not roots.dev.is_dir():
         raise DiscoveryError(f"device root {roots.dev} is not a directory")
@@ -151,15 +146,9 @@ def cmd_discover(args: argparse.Namespace) -> int:
         except DiscoveryError as exc:
             reports.append(build_report(definition, (), error=str(exc)))
             continue
-        reports.append(build_report(definition, units, node_name=args.node_name or ""))
+        reports.append(build_report(definition, units, node_name=settings.node_name))
     sys.stdout.write(to_json(reports) + "\n" if args.json else to_text(reports))
     return EXIT_OK
-
-
-def _settings(args: argparse.Namespace, names: Sequence[str]) -> Any:
-    from genericdp.settings import Settings
-
-    return Settings(**_overrides(args, names))
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -167,25 +156,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from genericdp import logsetup
 
-    settings = _settings(
-        args,
-        (
-            "config",
-            "plugin_dir",
-            "pod_resources_socket",
-            "node_name",
-            "rescan_interval",
-            "metrics_address",
-            "pod_resources_poll_interval",
-            "hotplug_settle",
-            "reload_settle",
-            "log_level",
-            "log_format",
-            *_ROOTS,
-        ),
-    )
+    settings = Settings(**_overrides(args))
     logsetup.configure(settings.log_level, settings.log_format)
-    from genericdp.runtime.daemon import serve
+    from genericdp.daemon import serve
 
     return asyncio.run(serve(settings))
 
@@ -200,8 +173,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         requests = parse_allocations(args.allocate)
     except SimulateUsageError as exc:
         raise UsageError(str(exc)) from exc
-    settings = _settings(args, ("log_level", "log_format", *_ROOTS))
-    logsetup.configure(args.log_level or "warning", settings.log_format)
+    settings = Settings(**_overrides(args))
+    # Quieter than serve unless asked (flag or GENERICDP_LOG_LEVEL): the report is the output.
+    level = settings.log_level if "log_level" in settings.model_fields_set else "warning"
+    logsetup.configure(level, settings.log_format)
     return asyncio.run(
         simulate(
             args.path,
@@ -235,7 +210,7 @@ def _report(exc: Exception) -> int | None:
             loc = ".".join(str(x) for x in err["loc"])
             given = str(err.get("input", ""))[:80]
             print(
-                f"error: setting {loc} (flag --{loc.replace('_', '-')} or "
+                f"error: setting {loc} (flag {flag(loc)} or "
                 f"GENERICDP_{loc.upper()}): {err['msg']}, not {given!r}",
                 file=sys.stderr,
             )
@@ -251,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:
         code = _report(exc)
         if code is None:

@@ -88,3 +88,23 @@ class KubeletError(GenericdpError):
 
 class RegistrationError(KubeletError):
     """The kubelet refused our Register call, or did not answer it."""
+
+
+MAX_SHOWN = 120  # characters of a hostile value quoted in an error
+
+
+def shown(value: str, limit: int = MAX_SHOWN) -> str:
+    """``repr`` of at most ``limit`` characters of ``value``, saying how much was left out.
+
+    Every peer- or device-supplied string that reaches a log line or a gRPC
+    status goes through this (or an equivalent cap): a 1 MB device ID must not
+    become a 1 MB log line.
+    """
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value)} characters)"
+
+
+def clip(value: str, limit: int = MAX_SHOWN) -> str:
+    """``value`` as it is when short and printable, else ``shown(value, limit)``."""
+    return value if len(value) <= limit and value.isprintable() else shown(value, limit)

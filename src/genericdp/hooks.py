@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 from genericdp.config.model import Exec
 from genericdp.discovery.model import Unit
@@ -26,6 +28,25 @@ HEALTH = "health"
 _MAX_IDS_IN_MESSAGE = 3  # a message in a pod event must stay short
 
 _log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HookRun:
+    """One run of hook ``name`` (``init``, ``preStart``, ``cleanup``) for ``units``."""
+
+    name: str
+    spec: Exec
+    resource: str
+    units: Sequence[Unit]
+    device_ids: Sequence[str] = ()
+    node_name: str = ""
+    logger: logging.Logger | None = None  # the resource's, so its lines say which
+
+
+class HookRunner(Protocol):
+    """``run_hook``, or a stand-in (``TimedHooks``, tests) that runs ``hook`` its way."""
+
+    async def __call__(self, hook: HookRun) -> object: ...
 
 
 class HookRunError(HookError):
@@ -67,20 +88,12 @@ def unit_env(
     return env
 
 
-async def run_hook(
-    name: str,
-    spec: Exec,
-    *,
-    resource: str,
-    units: Sequence[Unit],
-    device_ids: Sequence[str] = (),
-    node_name: str = "",
-    logger: logging.Logger | None = None,
-) -> ExecResult:
-    """Run hook ``name`` for ``units``; return its result, or raise ``HookRunError``."""
-    log = logger or _log
+async def run_hook(hook: HookRun) -> ExecResult:
+    """Run ``hook``; return its result, or raise ``HookRunError``."""
+    name, spec, resource, units = hook.name, hook.spec, hook.resource, hook.units
+    log = hook.logger or _log
     ids = _ids_text([u.id for u in _unique_units(units)])
-    env = unit_env(resource, units, device_ids=device_ids, node_name=node_name, hook=name)
+    env = unit_env(resource, units, device_ids=hook.device_ids, node_name=hook.node_name, hook=name)
     log.info(
         "%s hook %s for %s %s: starting", name, spec.argv[0] if spec.argv else "", resource, ids
     )

@@ -34,11 +34,10 @@ import termios
 from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import SupportsIndex
+from typing import Protocol, SupportsIndex
 
 from genericdp.errors import GenericdpError
 from genericdp.logsetup import RateLimitedLog
-from genericdp.settings import ListenAddress
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +50,16 @@ MAX_CONNECTIONS = 64
 _END_OF_HEAD = b"\r\n\r\n"
 _METHODS = ("GET", "HEAD")
 TEXT = "text/plain; charset=utf-8"
+
+
+class Address(Protocol):
+    """Where to listen (``settings.ListenAddress``); ``host`` None means every interface."""
+
+    @property
+    def host(self) -> str | None: ...
+
+    @property
+    def port(self) -> int: ...
 
 
 class ListenError(GenericdpError):
@@ -131,7 +140,7 @@ class HttpServer:
         self._limited = RateLimitedLog(log)
         self.shed = 0  # connections dropped to make room, since start
 
-    async def start(self, address: ListenAddress) -> None:
+    async def start(self, address: Address) -> None:
         """Listen on ``address``; raises ListenError saying why not."""
         try:
             # asyncio.start_server, with a reader that counts what it gets.
@@ -301,7 +310,7 @@ def _encode(response: Response, *, head_only: bool) -> bytes:
 
 
 async def run_http_server(
-    address: ListenAddress,
+    address: Address,
     routes: Mapping[str, Route],
     *,
     on_listening: Callable[[list[tuple[str, int]]], None] = lambda _: None,

@@ -1,6 +1,10 @@
 """Logging for the daemon and the CLI: plain text for people, JSON lines for
 log collectors. Extra fields passed with ``extra={...}`` appear in both.
 
+A task started with ``context_with(resource=..., unit=...)`` (``TaskSet.spawn``'s
+``log_fields``) logs those as fields of every JSON line, whatever module
+logs; the text lines already name them in the message, so they stay as they are.
+
 ``RateLimitedLog`` is for messages that whoever is outside can trigger at
 will (connections to the metrics port): a flood of them must not become a
 flood of log lines.
@@ -8,24 +12,51 @@ flood of log lines.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, TextIO
 
+_FIELDS: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
+    "genericdp_log_fields", default=MappingProxyType({})
+)
+_FROM_CONTEXT = "_genericdp_context_fields"  # which extras the context added
 # Attributes every LogRecord has; anything else came from ``extra=``.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
     "message",
     "asctime",
     "taskName",
+    _FROM_CONTEXT,
 }
 
 
-def _extras(record: logging.LogRecord) -> dict[str, Any]:
-    return {k: v for k, v in vars(record).items() if k not in _STANDARD}
+def context_with(**fields: str) -> contextvars.Context:
+    """A copy of the current context whose log records carry ``fields`` too
+    (for ``asyncio.create_task(..., context=...)``)."""
+    context = contextvars.copy_context()
+    context.run(_FIELDS.set, {**_FIELDS.get(), **fields})
+    return context
+
+
+class ContextFields(logging.Filter):
+    """Adds the current context's fields to a record that does not have them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        added = [k for k in _FIELDS.get() if not hasattr(record, k)]
+        for key in added:
+            setattr(record, key, _FIELDS.get()[key])
+        setattr(record, _FROM_CONTEXT, tuple(added))
+        return True
+
+
+def _extras(record: logging.LogRecord, *, context: bool = True) -> dict[str, Any]:
+    skip = () if context else getattr(record, _FROM_CONTEXT, ())
+    return {k: v for k, v in vars(record).items() if k not in _STANDARD and k not in skip}
 
 
 class TextFormatter(logging.Formatter):
@@ -34,7 +65,7 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
         millis = int(record.msecs)
-        extras = " ".join(f"{k}={v}" for k, v in sorted(_extras(record).items()))
+        extras = " ".join(f"{k}={v}" for k, v in sorted(_extras(record, context=False).items()))
         line = (
             f"{stamp}.{millis:03d}Z {record.levelname.lower():<7} {record.name}: "
             f"{record.getMessage()}"
@@ -67,6 +98,7 @@ def configure(level: str = "info", fmt: str = "text", stream: TextIO | None = No
     """Route every genericdp logger (and grpc's) to one handler."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(ContextFields())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -1,9 +1,10 @@
 """What the daemon says about itself: Prometheus metrics and the probe verdicts.
 
-The runtime reports events through a ``Recorder`` (``NO_METRICS`` when nobody
-listens, so the runtime never needs this module's registry); ``Metrics`` is
-the Prometheus one. It owns a ``CollectorRegistry`` of its own, never the
-global one, so several supervisors (and tests) in one process do not collide.
+The runtime reports events through the ``Recorder`` it owns
+(``genericdp.runtime.recorder``; ``NO_METRICS`` when nobody listens, so the
+runtime never imports this module); ``Metrics`` is the Prometheus one. It
+owns a ``CollectorRegistry`` of its own, never the global one, so several
+supervisors (and tests) in one process do not collide.
 
 State that the supervisor already knows (devices, units, registration,
 streams) is read from ``status()`` at scrape time by a collector, so it is
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -36,23 +37,11 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from genericdp import __version__
-from genericdp.errors import (
-    CdiSpecError,
-    HookError,
-    InvalidDevicesError,
-    TemplateRenderError,
-    UnsafeAllocationError,
-)
-from genericdp.hooks import HookRunError
-from genericdp.httpserver import Response, Route, run_http_server
-from genericdp.runtime.tasks import Backoff, TaskSet
-from genericdp.settings import ListenAddress
+from genericdp.httpserver import Response, Route
+from genericdp.runtime.recorder import ALLOCATION_RESULTS, REGISTRATION_RESULTS
 
 if TYPE_CHECKING:
-    from genericdp.config.model import Exec
-    from genericdp.discovery.model import Unit
-    from genericdp.execution import ExecResult
-    from genericdp.runtime.plugin import HookRunner, PluginStatus
+    from genericdp.runtime.plugin import PluginStatus
 
 log = logging.getLogger(__name__)
 
@@ -61,59 +50,8 @@ log = logging.getLogger(__name__)
 # scrape, and a scrape is rendered on the daemon's loop.
 DURATION_BUCKETS = (0.005, 0.025, 0.1, 0.25, 1, 2.5, 10, 30)
 
-ALLOCATION_RESULTS = (
-    "ok",
-    "invalid",
-    "hook_failed",
-    "render_failed",
-    "refused",
-    "cdi_failed",
-    "error",
-)
-REGISTRATION_RESULTS = ("ok", "error")
 RELOAD_RESULTS = ("applied", "unchanged", "refused", "failed")
 RELOAD_SUCCESS = frozenset({"applied", "unchanged"})
-
-
-class Recorder(Protocol):
-    """The events the runtime reports; ``Metrics`` counts them, ``NoMetrics`` drops them."""
-
-    def registration(self, resource: str, *, ok: bool) -> None: ...
-
-    def allocation(self, resource: str, result: str, seconds: float) -> None: ...
-
-    def hook_run(self, resource: str, hook: str, result: str, seconds: float) -> None: ...
-
-    def health_probe(self, resource: str, result: str, seconds: float) -> None: ...
-
-    def kubelet_restart(self) -> None: ...
-
-    def config_reload(self, result: str) -> None: ...
-
-
-class NoMetrics:
-    """A ``Recorder`` that records nothing: the runtime's default."""
-
-    def registration(self, resource: str, *, ok: bool) -> None:
-        pass
-
-    def allocation(self, resource: str, result: str, seconds: float) -> None:
-        pass
-
-    def hook_run(self, resource: str, hook: str, result: str, seconds: float) -> None:
-        pass
-
-    def health_probe(self, resource: str, result: str, seconds: float) -> None:
-        pass
-
-    def kubelet_restart(self) -> None:
-        pass
-
-    def config_reload(self, result: str) -> None:
-        pass
-
-
-NO_METRICS: Recorder = NoMetrics()
 
 
 class StatusSource(Protocol):
@@ -123,87 +61,6 @@ class StatusSource(Protocol):
 
     @property
     def watching(self) -> bool: ...
-
-
-# -- outcome labels, one place each ------------------------------------------------
-
-
-_ALLOCATION_ERRORS: tuple[tuple[type[BaseException], str], ...] = (
-    (InvalidDevicesError, "invalid"),
-    (HookError, "hook_failed"),
-    (TemplateRenderError, "render_failed"),
-    (CdiSpecError, "cdi_failed"),
-    (UnsafeAllocationError, "refused"),
-)
-
-
-def allocation_result(exc: BaseException | None) -> str:
-    """The ``result`` label of an Allocate that raised ``exc`` (None: it succeeded)."""
-    if exc is None:
-        return "ok"
-    for kind, result in _ALLOCATION_ERRORS:
-        if isinstance(exc, kind):
-            return result
-    return "error"  # a bug of ours, or the kubelet cancelled the call
-
-
-def exec_result(result: ExecResult) -> str:
-    """``ok``, ``timeout`` or ``failed`` (non-zero exit, killed, could not start)."""
-    if result.timed_out:
-        return "timeout"
-    return "ok" if result.ok else "failed"
-
-
-def _hook_error_result(exc: BaseException) -> str:
-    if isinstance(exc, HookRunError):
-        return exec_result(exc.result)
-    return "failed"
-
-
-class TimedHooks:
-    """A ``HookRunner`` that reports each run's result and duration, then the same outcome."""
-
-    def __init__(
-        self,
-        inner: HookRunner,
-        recorder: Recorder,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._inner = inner
-        self._recorder = recorder
-        self._clock = clock
-
-    async def __call__(
-        self,
-        name: str,
-        spec: Exec,
-        *,
-        resource: str,
-        units: Sequence[Unit],
-        device_ids: Sequence[str] = (),
-        node_name: str = "",
-        logger: logging.Logger | None = None,
-    ) -> object:
-        started = self._clock()
-        result = "failed"
-        try:
-            outcome = await self._inner(
-                name,
-                spec,
-                resource=resource,
-                units=units,
-                device_ids=device_ids,
-                node_name=node_name,
-                logger=logger,
-            )
-            result = "ok"
-            return outcome
-        except Exception as exc:
-            result = _hook_error_result(exc)
-            raise
-        finally:
-            self._recorder.hook_run(resource, name, result, self._clock() - started)
 
 
 # -- the Prometheus recorder -------------------------------------------------------------
@@ -451,21 +308,3 @@ def routes(metrics: Metrics, ready: Callable[[], Verdict]) -> dict[str, Route]:
         "/healthz": verdict(liveness),
         "/readyz": verdict(ready),
     }
-
-
-def serve_endpoints(
-    tasks: TaskSet,
-    address: ListenAddress | None,
-    metrics: Metrics,
-    ready: Callable[[], Verdict],
-) -> None:
-    """Spawn task ``http`` serving /metrics, /healthz and /readyz (None: turned off).
-
-    The task retries with backoff when it cannot listen (the port of a rolling
-    update's previous pod); the device plugins never wait for it.
-    """
-    if address is None:
-        log.info("metrics_address is empty: no /metrics, /healthz or /readyz")
-        return
-    table = routes(metrics, ready)
-    tasks.spawn("http", lambda: run_http_server(address, table), backoff=Backoff(maximum=10.0))

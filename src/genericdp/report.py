@@ -4,15 +4,18 @@ config and discovered units, rendered as text for people or JSON for machines.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from genericdp.allocation.render import Allocation, render_allocation
+from genericdp.allocation.text import allocation_lines
 from genericdp.config.model import ResourceDefinition
-from genericdp.discovery.model import Unit, replica_ids
+from genericdp.discovery.model import Unit
 from genericdp.errors import GenericdpError
-from genericdp.render import Allocation, render_allocation
+from genericdp.kubelet.devices import replica_ids
 
 
 @dataclass(frozen=True)
@@ -101,10 +104,6 @@ def to_json(reports: Sequence[ResourceReport]) -> str:
     return json.dumps({"resources": [report_dict(r) for r in reports]}, indent=2)
 
 
-def _kv_lines(title: str, values: Mapping[str, str]) -> list[str]:
-    return [f"    {title} {k}={v}" for k, v in values.items()]
-
-
 def to_text(reports: Sequence[ResourceReport]) -> str:
     """A readable table per resource."""
     out: list[str] = []
@@ -132,15 +131,7 @@ def to_text(reports: Sequence[ResourceReport]) -> str:
                 out.append(f"  {u.id:<{width}}  {numa:<4}  unknown  {nodes}")
         if r.example is not None:
             out.append(f"  one unit ({r.units[0].id}) gives a container:")
-            out.extend(
-                f"    device {s.container_path} (host {s.host_path}, {s.permissions})"
-                for s in r.example.devices
-            )
-            out.extend(
-                f"    mount  {m.container_path} (host {m.host_path}{', ro' if m.read_only else ''})"
-                for m in r.example.mounts
-            )
-            out.extend(_kv_lines("env   ", r.example.env))
-            out.extend(_kv_lines("annot.", r.example.annotations))
+            # discover has never listed the CDI names (nor has its JSON).
+            out.extend(allocation_lines(dataclasses.replace(r.example, cdi_devices=())))
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"

@@ -66,8 +66,21 @@ def parse_listen_address(text: str) -> ListenAddress | None:
     return ListenAddress(host or None, int(port_text))
 
 
+# Settings that are not flags of ``simulate``: it replaces the first four with
+# temporary ones (it never touches the host's kubelet or CDI directories), and
+# serves no HTTP endpoints.
+SIMULATE_SKIPS = frozenset(
+    {"config", "plugin_dir", "pod_resources_socket", "cdi_dir", "metrics_address"}
+)
+
+
 class DiscoverySettings(BaseSettings):
-    """Where discovery reads the host's device tree."""
+    """Where discovery reads the host's device tree, and the node it runs on
+    (``genericdp discover`` needs these only).
+
+    Every field is a ``GENERICDP_*`` variable and a flag of the commands that
+    use it (``cli`` makes the flags from these fields).
+    """
 
     model_config = SettingsConfigDict(env_prefix="GENERICDP_", extra="ignore")
 
@@ -76,6 +89,7 @@ class DiscoverySettings(BaseSettings):
     udev_root: Path = Field(
         Path("/run/udev"), description="where the host's /run/udev is visible (data/ inside)"
     )
+    node_name: str = Field("", description="this node's name, shown to templates")
 
 
 class Settings(DiscoverySettings):
@@ -87,7 +101,6 @@ class Settings(DiscoverySettings):
         DEFAULT_POD_RESOURCES_SOCKET, description="kubelet PodResources socket"
     )
     cdi_dir: Path = Field(Path("/var/run/cdi"), description="where CDI specs are written")
-    node_name: str = Field("", description="this node's name, shown to templates")
     metrics_address: str = Field(
         ":9090",
         description="host:port, :port or [v6]:port for /metrics, /healthz, /readyz; empty: off",
@@ -121,8 +134,10 @@ class Settings(DiscoverySettings):
         allow_inf_nan=False,
         description="seconds without config changes before a reload (merges bursts)",
     )
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="the least severe log lines written"
+    )
+    log_format: Literal["text", "json"] = Field("text", description="log lines as text or JSON")
 
     @field_validator("metrics_address")
     @classmethod

@@ -19,10 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from genericdp.cdi import spec_path
+from genericdp.allocation.cdi import spec_path
+from genericdp.allocation.render import Allocation, DeviceSpec, Mount
+from genericdp.allocation.text import allocation_lines
 from genericdp.config import load
-from genericdp.config.model import Config
+from genericdp.config.model import Config, frozen_map
 from genericdp.errors import GenericdpError
+from genericdp.exits import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_OK
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.state import EventKind, ResourceSnapshot
@@ -30,10 +33,6 @@ from genericdp.settings import Settings
 
 if TYPE_CHECKING:
     from genericdp.runtime.plugin import PluginStatus
-
-EXIT_OK = 0
-EXIT_ENVIRONMENT = 3
-EXIT_FAILED = 4  # a resource did not register, or an allocation was refused
 
 
 class SimulateUsageError(GenericdpError):
@@ -120,20 +119,23 @@ def _registrations(
     return lines
 
 
+def _received(container: pb.ContainerAllocateResponse) -> Allocation:
+    """What the kubelet passed on to the container, as our own type."""
+    return Allocation(
+        devices=tuple(
+            DeviceSpec(d.container_path, d.host_path, d.permissions) for d in container.devices
+        ),
+        mounts=tuple(Mount(m.container_path, m.host_path, m.read_only) for m in container.mounts),
+        env=frozen_map(container.envs),
+        annotations=frozen_map(container.annotations),
+        cdi_devices=tuple(c.name for c in container.cdi_devices),
+    )
+
+
 def _describe_response(response: pb.AllocateResponse) -> list[str]:
     lines: list[str] = []
     for container in response.container_responses:
-        lines.extend(
-            f"    device {d.container_path} (host {d.host_path}, {d.permissions})"
-            for d in container.devices
-        )
-        lines.extend(
-            f"    mount  {m.container_path} (host {m.host_path}{', ro' if m.read_only else ''})"
-            for m in container.mounts
-        )
-        lines.extend(f"    env    {k}={v}" for k, v in sorted(container.envs.items()))
-        lines.extend(f"    annot. {k}={v}" for k, v in sorted(container.annotations.items()))
-        lines.extend(f"    cdi    {c.name}" for c in container.cdi_devices)
+        lines.extend(allocation_lines(_received(container)))
     return lines or ["    (nothing)"]
 
 

@@ -1,16 +1,18 @@
 """Validated plain data -> the frozen model, with templates compiled.
 
-Runs only on resources that passed the schema, so shapes are known here;
-defaults live in one place (``semantic``'s constants and the model's).
+Runs only on resources that passed the schema and the semantic checks, so
+shapes are known here; durations come parsed from those checks (which apply
+their defaults), and tests/test_config_schema.py checks that every default
+here, in the checks and in the model is the schema's.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from genericdp.config.durations import parse_duration
 from genericdp.config.model import (
     AllocateSpec,
     Exec,
@@ -26,16 +28,14 @@ from genericdp.config.model import (
     UdevMatcher,
     frozen_map,
 )
-from genericdp.config.semantic import (
-    DEFAULT_HEALTH_INTERVAL,
-    DEFAULT_HEALTH_TIMEOUT,
-    DEFAULT_HOOK_TIMEOUT,
+from genericdp.config.templates import (
+    CompiledTemplates,
+    TemplateProblem,
+    TemplateSyntaxErrors,
+    compile_templates,
 )
 from genericdp.config.yamlpos import Document, KeyPath
 from genericdp.errors import ConfigIssue
-
-if TYPE_CHECKING:
-    from genericdp.render import CompiledTemplates, TemplateProblem
 
 _MOUNT_KEY = re.compile(r"mounts\[(\d+)\]\.(hostPath|containerPath)")
 _PERMISSION_ORDER = "rwm"
@@ -59,10 +59,6 @@ def compile_allocate(
     doc: Document, path: KeyPath, spec: AllocateSpec
 ) -> tuple[CompiledTemplates | None, list[ConfigIssue]]:
     """Compile the templates of one resource; each problem located at its value."""
-    # Imported here: render imports discovery, whose model imports config.model,
-    # so importing render while this package initialises would be circular.
-    from genericdp.render import TemplateSyntaxErrors, compile_templates
-
     try:
         return compile_templates(spec), []
     except TemplateSyntaxErrors as exc:
@@ -98,9 +94,21 @@ def _template_path(key: str) -> KeyPath:
 
 
 def resource_definition(
-    raw: dict[str, Any], *, file: str, line: int | None, templates: CompiledTemplates | None
+    raw: dict[str, Any],
+    *,
+    path: KeyPath,
+    file: str,
+    line: int | None,
+    allocate: AllocateSpec,
+    templates: CompiledTemplates | None,
+    seconds: Mapping[KeyPath, float],
 ) -> ResourceDefinition:
-    """One resource from its validated mapping."""
+    """One resource from its validated mapping at ``path``; ``allocate`` and
+    ``seconds`` (every duration, by path) were computed while it was checked."""
+
+    def duration(*keys: str) -> float:
+        return seconds[(*path, *keys)]
+
     health = raw.get("health")
     return ResourceDefinition(
         name=raw["name"],
@@ -109,9 +117,9 @@ def resource_definition(
         count=int(raw.get("count", 1)),
         # Canonical order, so "wr" and "rw" compare equal on reload.
         permissions="".join(c for c in _PERMISSION_ORDER if c in raw.get("permissions", "rw")),
-        health=_health(health) if health is not None else None,
-        hooks=_hooks(raw.get("hooks", {})),
-        allocate=allocate_spec(raw.get("allocate", {})),
+        health=_health(health, duration) if health is not None else None,
+        hooks=_hooks(raw.get("hooks", {}), duration),
+        allocate=allocate,
         preferred_allocation=PreferredAllocation(raw.get("preferredAllocation", "packed")),
         source=Source(file, line),
         templates=templates,
@@ -139,20 +147,18 @@ def _group_by(raw: str | dict[str, str]) -> GroupBy:
     return GroupBy("all" if raw == "all" else "node")
 
 
-def _exec(raw: dict[str, Any], default_timeout: str) -> Exec:
-    return Exec(tuple(raw["exec"]), parse_duration(raw.get("timeout", default_timeout)))
-
-
-def _health(raw: dict[str, Any]) -> HealthCheck:
+def _health(raw: dict[str, Any], duration: Callable[..., float]) -> HealthCheck:
     return HealthCheck(
-        exec=_exec(raw, DEFAULT_HEALTH_TIMEOUT),
-        interval=parse_duration(raw.get("interval", DEFAULT_HEALTH_INTERVAL)),
+        exec=Exec(tuple(raw["exec"]), duration("health", "timeout")),
+        interval=duration("health", "interval"),
         failure_threshold=int(raw.get("failureThreshold", 3)),
     )
 
 
-def _hooks(raw: dict[str, Any]) -> Hooks:
+def _hooks(raw: dict[str, Any], duration: Callable[..., float]) -> Hooks:
     def hook(name: str) -> Exec | None:
-        return _exec(raw[name], DEFAULT_HOOK_TIMEOUT) if name in raw else None
+        if name not in raw:
+            return None
+        return Exec(tuple(raw[name]["exec"]), duration("hooks", name, "timeout"))
 
     return Hooks(init=hook("init"), pre_start=hook("preStart"), cleanup=hook("cleanup"))

@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from genericdp.config.convert import allocate_spec, compile_allocate, resource_definition
-from genericdp.config.model import CONFIG_VERSION, Config, ResourceDefinition
+from genericdp.config.model import CONFIG_VERSION, AllocateSpec, Config, ResourceDefinition
 from genericdp.config.schema import schema_issues
 from genericdp.config.semantic import duplicate_names, resources_of, semantic_issues
-from genericdp.config.yamlpos import Document, describe, parse_yaml
+from genericdp.config.yamlpos import Document, KeyPath, describe, parse_yaml
 from genericdp.errors import ConfigError, ConfigIssue
 
 if TYPE_CHECKING:
-    from genericdp.render import CompiledTemplates
+    from genericdp.config.templates import CompiledTemplates
 
 SUFFIXES = (".yaml", ".yml")
 # The kubelet's ConfigMap volume keeps ``..data`` and ``..2024_01_01_...`` here.
@@ -49,6 +49,8 @@ class _Checked:
     doc: Document | None = None
     issues: list[ConfigIssue] = field(default_factory=list)
     templates: dict[int, CompiledTemplates] = field(default_factory=dict)
+    allocate: dict[int, AllocateSpec] = field(default_factory=dict)
+    seconds: dict[KeyPath, float] = field(default_factory=dict)  # every duration, by path
 
 
 def load(paths: Sequence[Path | str]) -> Config:
@@ -197,7 +199,7 @@ def _check_text(result: _Checked, text: str) -> None:
     found = [i for i in found if i.path not in refused]
     seen = refused | {issue.path for issue in found}
     # The schema already explained these paths; a second message would only repeat it.
-    found += [i for i in semantic_issues(doc) if i.path not in seen]
+    found += [i for i in semantic_issues(doc, result.seconds) if i.path not in seen]
     result.issues += found + _compile_templates(result, doc, seen)
 
 
@@ -210,6 +212,7 @@ def _compile_templates(result: _Checked, doc: Document, bad: set[str]) -> list[C
         if int(path[1]) in misshapen:
             continue  # compile only what has the right shape
         spec = allocate_spec(resource.get("allocate", {}))
+        result.allocate[int(path[1])] = spec
         compiled, problems = compile_allocate(doc, (*path, "allocate"), spec)
         issues += problems
         if compiled is not None:
@@ -269,7 +272,10 @@ def _definition(checked: _Checked, index: Any, raw: dict[str, Any]) -> ResourceD
     pos = checked.doc.value_pos(("resources", index))
     return resource_definition(
         raw,
+        path=("resources", index),
         file=checked.file,
         line=pos.line if pos else None,
+        allocate=checked.allocate[int(index)],
         templates=checked.templates.get(int(index)),
+        seconds=checked.seconds,
     )

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from genericdp.render import CompiledTemplates
+    from genericdp.config.templates import CompiledTemplates
 
 CONFIG_VERSION = "v1"
 
@@ -123,7 +123,7 @@ class AllocateSpec:
     env: Mapping[str, str] = field(default_factory=frozen_map)
     mounts: tuple[MountTemplate, ...] = ()
     annotations: Mapping[str, str] = field(default_factory=frozen_map)
-    cdi: bool = False  # also publish a CDI spec and return CDI device names (genericdp.cdi)
+    cdi: bool = False  # also publish a CDI spec and return CDI names (allocation.cdi)
 
 
 class PreferredAllocation(StrEnum):

@@ -34,15 +34,16 @@ _TOO_SHORT = {
 }
 
 
-def semantic_issues(doc: Document) -> list[ConfigIssue]:
-    """Every semantic problem of one document."""
+def semantic_issues(doc: Document, seconds: dict[KeyPath, float]) -> list[ConfigIssue]:
+    """Every semantic problem of one document. ``seconds`` gets every duration that
+    is valid (given or defaulted), by its path, for the conversion to use."""
     issues: list[ConfigIssue] = []
     for path, resource in resources_of(doc):
         issues += _name(doc, path, resource)
         issues += _globs(doc, path, resource)
         issues += _group_by(doc, path, resource)
-        issues += _health(doc, path, resource)
-        issues += _hooks(doc, path, resource)
+        issues += _health(doc, path, resource, seconds)
+        issues += _hooks(doc, path, resource, seconds)
         issues += _mounts(doc, path, resource)
     return issues
 
@@ -121,17 +122,24 @@ def _group_by(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[Co
     return []
 
 
-def _health(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[ConfigIssue]:
+def _health(
+    doc: Document, path: KeyPath, resource: dict[str, Any], seconds: dict[KeyPath, float]
+) -> list[ConfigIssue]:
     health = resource.get("health")
     if not isinstance(health, dict):
         return []
     here = (*path, "health")
     issues = _argv(doc, (*here, "exec"), health.get("exec"))
     interval, bad_interval = _duration(
-        doc, (*here, "interval"), health, DEFAULT_HEALTH_INTERVAL, MIN_HEALTH_INTERVAL
+        doc,
+        (*here, "interval"),
+        health,
+        DEFAULT_HEALTH_INTERVAL,
+        MIN_HEALTH_INTERVAL,
+        seconds=seconds,
     )
     timeout, bad_timeout = _duration(
-        doc, (*here, "timeout"), health, DEFAULT_HEALTH_TIMEOUT, MIN_TIMEOUT
+        doc, (*here, "timeout"), health, DEFAULT_HEALTH_TIMEOUT, MIN_TIMEOUT, seconds=seconds
     )
     issues += bad_interval + bad_timeout
     if interval is not None and timeout is not None and timeout >= interval:
@@ -146,7 +154,9 @@ def _health(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[Conf
     return issues
 
 
-def _hooks(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[ConfigIssue]:
+def _hooks(
+    doc: Document, path: KeyPath, resource: dict[str, Any], seconds: dict[KeyPath, float]
+) -> list[ConfigIssue]:
     hooks = resource.get("hooks")
     issues: list[ConfigIssue] = []
     for name in HOOK_NAMES:
@@ -154,7 +164,10 @@ def _hooks(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[Confi
         if isinstance(hook, dict):
             here = (*path, "hooks", name)
             issues += _argv(doc, (*here, "exec"), hook.get("exec"))
-            issues += _duration(doc, (*here, "timeout"), hook, DEFAULT_HOOK_TIMEOUT, MIN_TIMEOUT)[1]
+            timeout = (*here, "timeout")
+            issues += _duration(
+                doc, timeout, hook, DEFAULT_HOOK_TIMEOUT, MIN_TIMEOUT, seconds=seconds
+            )[1]
     return issues
 
 
@@ -174,25 +187,33 @@ def _argv(doc: Document, path: KeyPath, argv: object) -> list[ConfigIssue]:
 
 
 def _duration(
-    doc: Document, path: KeyPath, section: dict[str, Any], default: str, minimum: float
+    doc: Document,
+    path: KeyPath,
+    section: dict[str, Any],
+    default: str,
+    minimum: float,
+    *,
+    seconds: dict[KeyPath, float],
 ) -> tuple[float | None, list[ConfigIssue]]:
-    """The duration at ``path`` (or its default) in seconds, or the problem with it."""
+    """The duration at ``path`` (or its default) in seconds, also kept in
+    ``seconds``; or the problem with it."""
     key = str(path[-1])
     text = section.get(key, default)
     if not isinstance(text, str):
         return None, []  # the schema reports the type
     try:
-        seconds = parse_duration(text)
+        value = parse_duration(text)
     except ValueError as exc:
         return None, [doc.issue(path, str(exc))]
-    if seconds < minimum:
+    if value < minimum:
         shown = f"{minimum:g}s" if minimum >= 1 else f"{minimum * 1000:g}ms"
         message = f"{key} {text} is shorter than {shown}: {_TOO_SHORT[key]}"
         return None, [doc.issue(path, message)]
-    if seconds > MAX_DURATION:
+    if value > MAX_DURATION:
         shown = text if len(text) <= 40 else text[:40] + "…"
         return None, [doc.issue(path, f"{key} {shown} is longer than the maximum of 24h")]
-    return seconds, []
+    seconds[path] = value
+    return value, []
 
 
 def _mounts(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[ConfigIssue]:

@@ -15,14 +15,13 @@ import logging
 from collections.abc import Sequence
 
 from genericdp.config.model import GlobMatcher, GroupBy, Matcher, ResourceDefinition, frozen_map
-from genericdp.confine import clip
 from genericdp.discovery.globs import expand, resolve_in_root
 from genericdp.discovery.grouping import Group, group_nodes
 from genericdp.discovery.ids import assign_ids, properties_of
 from genericdp.discovery.model import DeviceNode, Roots, Unit
 from genericdp.discovery.nodes import Scan
 from genericdp.discovery.udev import match_udev
-from genericdp.errors import DiscoveryError
+from genericdp.errors import DiscoveryError, clip
 
 __all__ = ["discover", "find_nodes", "group_units"]
 

@@ -1,4 +1,4 @@
-"""What discovery produces: device nodes and the units the kubelet counts."""
+"""What discovery produces: device nodes and the units a backend hands out."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from genericdp.config.model import frozen_map
 
-MAX_ID_LENGTH = 63  # the kubelet's limit on Device.ID
+MAX_ID_LENGTH = 63  # the kubelet's limit on Device.ID; unit IDs keep room for replica suffixes
 
 
 @dataclass(frozen=True)
@@ -50,27 +50,6 @@ class Unit:
     parent: str | None = None  # sysfs path of the grouping/common parent, if known
     attributes: Mapping[str, str] = field(default_factory=frozen_map)
     properties: Mapping[str, str] = field(default_factory=frozen_map)
-
-
-@dataclass(frozen=True, slots=True)  # slots: there may be a million of them
-class DeviceInfo:
-    """One kubelet device (a replica of a unit), as ListAndWatch reports it."""
-
-    id: str
-    healthy: bool
-    numa_node: int | None = None
-
-
-def replica_ids(unit_id: str, count: int) -> tuple[str, ...]:
-    """The kubelet device IDs of a unit shared by ``count`` containers."""
-    if count <= 1:
-        return (unit_id,)
-    return tuple(f"{unit_id}::{i}" for i in range(count))
-
-
-def unit_id_of(device_id: str) -> str:
-    """The unit ID behind a kubelet device ID (inverse of ``replica_ids``)."""
-    return device_id.split("::", 1)[0]
 
 
 @dataclass(frozen=True)

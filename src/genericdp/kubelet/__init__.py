@@ -1,2 +1,3 @@
-"""Everything that speaks gRPC and protobuf: the kubelet's APIs, our servicer,
-registration, the PodResources client and the embedded kubelet."""
+"""The device-plugin protocol: the kubelet's APIs (gRPC and protobuf), our
+servicer, registration, the PodResources client, the kubelet's device IDs
+(``devices``) and the embedded kubelet. The shared core never imports this."""

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import grpc
 
-from genericdp.confine import clip
-from genericdp.errors import KubeletError
+from genericdp.errors import KubeletError, clip
 from genericdp.kubelet.api import podresources_pb2 as pr
 from genericdp.kubelet.api import podresources_pb2_grpc as pr_grpc
 from genericdp.kubelet.options import unix_address

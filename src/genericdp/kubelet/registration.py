@@ -20,6 +20,7 @@ from genericdp.errors import KubeletError, RegistrationError
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.options import API_VERSION, REGISTER_TIMEOUT, PluginOptions, unix_address
+from genericdp.kubelet.servicer import options_message
 
 _READY = grpc.ChannelConnectivity.READY
 _FAILED = (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN)
@@ -51,10 +52,7 @@ async def register(
         version=API_VERSION,
         endpoint=endpoint,
         resource_name=resource_name,
-        options=pb.DevicePluginOptions(
-            pre_start_required=options.pre_start_required,
-            get_preferred_allocation_available=options.get_preferred_allocation_available,
-        ),
+        options=options_message(options),
     )
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout

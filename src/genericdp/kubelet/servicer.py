@@ -9,14 +9,13 @@ statuses here, with messages meant for the person reading the pod's events.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn, Protocol
 
 import grpc
 
-from genericdp.discovery.model import DeviceInfo
 from genericdp.errors import (
     CdiSpecError,
     GenericdpError,
@@ -28,8 +27,8 @@ from genericdp.errors import (
 )
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
+from genericdp.kubelet.devices import DeviceInfo
 from genericdp.kubelet.options import HEALTHY, UNHEALTHY, PluginOptions, unix_address
-from genericdp.render import Allocation
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +52,52 @@ class PreferredRequest:
     size: int
 
 
+class DeviceNodeSpec(Protocol):
+    """A device node a container receives (``allocation.render.DeviceSpec``)."""
+
+    @property
+    def container_path(self) -> str: ...
+
+    @property
+    def host_path(self) -> str: ...
+
+    @property
+    def permissions(self) -> str: ...
+
+
+class MountSpec(Protocol):
+    """A host path mounted into a container (``allocation.render.Mount``)."""
+
+    @property
+    def container_path(self) -> str: ...
+
+    @property
+    def host_path(self) -> str: ...
+
+    @property
+    def read_only(self) -> bool: ...
+
+
+class ContainerAnswer(Protocol):
+    """What one container receives (``allocation.render.Allocation``): the
+    protocol needs these fields only, so this module never imports rendering."""
+
+    @property
+    def devices(self) -> Sequence[DeviceNodeSpec]: ...
+
+    @property
+    def mounts(self) -> Sequence[MountSpec]: ...
+
+    @property
+    def env(self) -> Mapping[str, str]: ...
+
+    @property
+    def annotations(self) -> Mapping[str, str]: ...
+
+    @property
+    def cdi_devices(self) -> Sequence[str]: ...
+
+
 class Backend(Protocol):
     """What one resource's plugin provides to the gRPC service."""
 
@@ -69,7 +114,7 @@ class Backend(Protocol):
         """Wait for a version other than ``version``; None when the plugin stops."""
         ...
 
-    async def allocate(self, requests: Sequence[tuple[str, ...]]) -> list[Allocation]: ...
+    async def allocate(self, requests: Sequence[tuple[str, ...]]) -> Sequence[ContainerAnswer]: ...
 
     def preferred(self, requests: Sequence[PreferredRequest]) -> list[tuple[str, ...]]: ...
 
@@ -124,7 +169,7 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def container_response(allocation: Allocation) -> pb.ContainerAllocateResponse:
+def container_response(allocation: ContainerAnswer) -> pb.ContainerAllocateResponse:
     return pb.ContainerAllocateResponse(
         envs=dict(allocation.env),
         annotations=dict(allocation.annotations),
@@ -142,10 +187,26 @@ def container_response(allocation: Allocation) -> pb.ContainerAllocateResponse:
     )
 
 
-def allocate_response_size(allocations: Sequence[Allocation]) -> int:
+def allocate_response_size(allocations: Sequence[ContainerAnswer]) -> int:
     """Bytes of the AllocateResponse these allocations make (checked against 4 MiB)."""
     response = pb.AllocateResponse(container_responses=[container_response(a) for a in allocations])
     return response.ByteSize()
+
+
+def options_message(options: PluginOptions) -> pb.DevicePluginOptions:
+    """``options`` as the kubelet receives them (GetDevicePluginOptions and Register)."""
+    return pb.DevicePluginOptions(
+        pre_start_required=options.pre_start_required,
+        get_preferred_allocation_available=options.get_preferred_allocation_available,
+    )
+
+
+def options_of(message: pb.DevicePluginOptions) -> PluginOptions:
+    """What a plugin's ``DevicePluginOptions`` say (the embedded kubelet's side)."""
+    return PluginOptions(
+        pre_start_required=message.pre_start_required,
+        get_preferred_allocation_available=message.get_preferred_allocation_available,
+    )
 
 
 def clipped(message: str, limit: int = MAX_STATUS_CHARS) -> str:
@@ -167,11 +228,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     async def GetDevicePluginOptions(  # noqa: N802 -- the gRPC method name
         self, request: pb.Empty, context: _Context
     ) -> pb.DevicePluginOptions:
-        options = self._backend.options()
-        return pb.DevicePluginOptions(
-            pre_start_required=options.pre_start_required,
-            get_preferred_allocation_available=options.get_preferred_allocation_available,
-        )
+        return options_message(self._backend.options())
 
     async def ListAndWatch(  # noqa: N802 -- the gRPC method name
         self, request: pb.Empty, context: _Context

@@ -47,18 +47,19 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
-from genericdp.config.model import Exec, ResourceDefinition
-from genericdp.confine import clip
-from genericdp.discovery.model import DeviceInfo, Unit
+from genericdp.allocation.render import Allocation, render_allocation
+from genericdp.config.model import ResourceDefinition
+from genericdp.discovery.model import Unit
 from genericdp.errors import (
     InvalidDevicesError,
     KubeletError,
     RegistrationError,
     UnsafeAllocationError,
+    clip,
 )
-from genericdp.hooks import INIT, PRE_START
+from genericdp.hooks import INIT, PRE_START, HookRun, HookRunner
+from genericdp.kubelet.devices import DeviceInfo
 from genericdp.kubelet.options import (
     KUBELET_SOCKET_NAME,
     MAX_UNIX_PATH_BYTES,
@@ -72,10 +73,9 @@ from genericdp.kubelet.servicer import (
     PreferredRequest,
     allocate_response_size,
 )
-from genericdp.metrics import NO_METRICS, Recorder, allocation_result
-from genericdp.render import Allocation, render_allocation
 from genericdp.runtime.preferred import preferred_allocation
 from genericdp.runtime.reconcile import plugin_options
+from genericdp.runtime.recorder import NO_METRICS, Recorder, allocation_result
 from genericdp.runtime.state import DeviceState
 from genericdp.runtime.tasks import Backoff, wait_event
 
@@ -106,22 +106,6 @@ def file_id(path: Path, *, socket_only: bool = False) -> FileId | None:
 
 def _clear(path: Path) -> None:
     path.unlink(missing_ok=True)
-
-
-class HookRunner(Protocol):
-    """``genericdp.hooks.run_hook``, or a stand-in with its signature."""
-
-    async def __call__(
-        self,
-        name: str,
-        spec: Exec,
-        *,
-        resource: str,
-        units: Sequence[Unit],
-        device_ids: Sequence[str] = (),
-        node_name: str = "",
-        logger: logging.Logger | None = None,
-    ) -> object: ...
 
 
 @dataclass(frozen=True)
@@ -593,13 +577,15 @@ class ResourcePlugin:
         for ids, units in zip(requests, lookups, strict=True):
             if definition.hooks.init is not None:
                 await self._run_hook(
-                    INIT,
-                    definition.hooks.init,
-                    resource=definition.name,
-                    units=units,
-                    device_ids=ids,
-                    node_name=self._node_name,
-                    logger=log,
+                    HookRun(
+                        INIT,
+                        definition.hooks.init,
+                        resource=definition.name,
+                        units=units,
+                        device_ids=ids,
+                        node_name=self._node_name,
+                        logger=log,
+                    )
                 )
         for ids in requests:
             self._on_allocated(ids)
@@ -610,13 +596,15 @@ class ResourcePlugin:
         units = self._checked(device_ids, require_healthy=False)
         if definition.hooks.pre_start is not None:
             await self._run_hook(
-                PRE_START,
-                definition.hooks.pre_start,
-                resource=definition.name,
-                units=units,
-                device_ids=device_ids,
-                node_name=self._node_name,
-                logger=log,
+                HookRun(
+                    PRE_START,
+                    definition.hooks.pre_start,
+                    resource=definition.name,
+                    units=units,
+                    device_ids=device_ids,
+                    node_name=self._node_name,
+                    logger=log,
+                )
             )
 
     def _checked(self, ids: Sequence[str], *, require_healthy: bool = True) -> tuple[Unit, ...]:

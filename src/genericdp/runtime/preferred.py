@@ -33,7 +33,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from genericdp.config.model import PreferredAllocation
-from genericdp.discovery.model import Unit, unit_id_of
+from genericdp.discovery.model import Unit
+from genericdp.kubelet.devices import unit_id_of
 
 
 @dataclass(frozen=True)

@@ -38,11 +38,11 @@ from pathlib import Path
 from typing import Protocol
 
 from genericdp.config.model import ResourceDefinition
-from genericdp.discovery.model import Unit, unit_id_of
+from genericdp.discovery.model import Unit
 from genericdp.errors import HookError, KubeletError
-from genericdp.hooks import CLEANUP
+from genericdp.hooks import CLEANUP, HookRun, HookRunner
+from genericdp.kubelet.devices import unit_id_of
 from genericdp.kubelet.podresources import PodDevices, list_pod_devices
-from genericdp.runtime.plugin import HookRunner
 from genericdp.runtime.state import DeviceState
 from genericdp.runtime.tasks import Backoff, TaskSet, wait_event
 
@@ -386,7 +386,11 @@ class Cleaner:
                 self._state.set_cleaning(unit.id, cleaning=False)
 
         self._running = {u: t for u, t in self._running.items() if not t.done()}
-        self._running[unit.id] = self._tasks.spawn(f"{self.resource}/cleanup/{unit.id}", clean)
+        self._running[unit.id] = self._tasks.spawn(
+            f"{self.resource}/cleanup/{unit.id}",
+            clean,
+            log_fields={"resource": self.resource, "unit": unit.id},
+        )
 
     async def _clean(
         self, unit: Unit, device_ids: tuple[str, ...], *, retry: bool, wait_first: bool
@@ -405,13 +409,15 @@ class Cleaner:
             return True  # the hook was removed by a reload: nothing to run
         try:
             await self._run_hook(
-                CLEANUP,
-                spec,
-                resource=definition.name,
-                units=(unit,),
-                device_ids=device_ids,
-                node_name=self._node_name,
-                logger=log,
+                HookRun(
+                    CLEANUP,
+                    spec,
+                    resource=definition.name,
+                    units=(unit,),
+                    device_ids=device_ids,
+                    node_name=self._node_name,
+                    logger=log,
+                )
             )
         except HookError as exc:
             what = "out of service until its cleanup passes" if retry else "removed, not retried"

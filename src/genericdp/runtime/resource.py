@@ -10,7 +10,7 @@ transient empty list; a scan that fails is retried with backoff and touches
 nothing else.
 
 With ``allocate.cdi`` each scan also brings the resource's CDI spec up to
-date (``genericdp.cdi``) before the new units reach the device list, so the
+date (``genericdp.allocation.cdi``) before the new units reach the device list, so the
 kubelet can never allocate a unit whose CDI name the runtime cannot resolve
 yet. A spec that cannot be written is logged, retried by the next scan and by
 Allocate, and until then Allocate of the units it lacks fails with the reason.
@@ -23,17 +23,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from genericdp.cdi import SpecPublisher, qualified_name
+from genericdp.allocation.cdi import SpecPublisher, qualified_name
 from genericdp.config.model import ResourceDefinition
-from genericdp.discovery.model import Roots, Unit, unit_id_of
+from genericdp.discovery.model import Roots, Unit
 from genericdp.errors import CdiSpecError
 from genericdp.execution import ExecResult
 from genericdp.health import HealthMonitor
-from genericdp.metrics import NO_METRICS, Recorder, exec_result
-from genericdp.runtime.plugin import HookRunner, ResourcePlugin
+from genericdp.hooks import HookRunner
+from genericdp.kubelet.devices import unit_id_of
+from genericdp.runtime.plugin import ResourcePlugin
+from genericdp.runtime.recorder import NO_METRICS, Recorder, exec_result
 from genericdp.runtime.release import Cleaner, Release, UsageTracker
 from genericdp.runtime.state import DeviceState
 from genericdp.runtime.tasks import Backoff, TaskSet, wait_event
@@ -43,57 +47,66 @@ log = logging.getLogger(__name__)
 Discover = Callable[[ResourceDefinition, Roots], Sequence[Unit]]
 
 
+@dataclass(frozen=True)
+class ResourceContext:
+    """What every resource's runner, plugin and cleaner share: built once by the
+    supervisor from its settings, instead of a dozen arguments per constructor."""
+
+    plugin_dir: Path
+    roots: Roots
+    discover: Discover
+    run_hook: HookRunner
+    node_name: str = ""
+    rescan_interval: float = 60.0
+    settle: float = 0.05  # seconds a burst of state changes may take (ListAndWatch)
+    recorder: Recorder = NO_METRICS
+    cleanup_backoff: Callable[[], Backoff] | None = None
+    cdi_dir: Path = Path("/var/run/cdi")
+    on_status: Callable[[], None] = lambda: None  # any plugin's status changed
+
+
 class ResourceRunner:
     """Discovery, health and the device plugin of one resource."""
 
     def __init__(
         self,
         definition: ResourceDefinition,
+        context: ResourceContext,
         *,
-        plugin_dir: Path,
-        roots: Roots,
-        discover: Discover,
-        run_hook: HookRunner,
-        node_name: str = "",
-        rescan_interval: float = 60.0,
-        on_status: Callable[[], None] = lambda: None,
-        settle: float = 0.05,
-        metrics: Recorder = NO_METRICS,
         usage: UsageTracker | None = None,
-        cleanup_backoff: Callable[[], Backoff] | None = None,
-        cdi_dir: Path = Path("/var/run/cdi"),
     ) -> None:
         self.state = DeviceState(count=definition.count)
         self._usage = usage or UsageTracker()  # the supervisor's, shared by every resource
-        self._metrics = metrics
+        self._context = context
+        self._metrics = context.recorder
         self.plugin = ResourcePlugin(
             definition,
             self.state,
-            plugin_dir=plugin_dir,
-            run_hook=run_hook,
-            node_name=node_name,
-            on_status=on_status,
-            settle=settle,
-            metrics=metrics,
+            plugin_dir=context.plugin_dir,
+            run_hook=context.run_hook,
+            node_name=context.node_name,
+            on_status=context.on_status,
+            settle=context.settle,
+            metrics=context.recorder,
             on_claim=self._before_allocate,
             on_allocated=self._allocated,
         )
         self.cleaner = Cleaner(
             self.state,
             lambda: self.plugin.definition,
-            run_hook=run_hook,
-            node_name=node_name,
-            backoff=cleanup_backoff,
+            run_hook=context.run_hook,
+            node_name=context.node_name,
+            backoff=context.cleanup_backoff,
         )
-        self._roots = roots
-        self._discover = discover
-        self._node_name = node_name
-        self._rescan_interval = rescan_interval
+        self._roots = context.roots
+        self._discover = context.discover
+        self._node_name = context.node_name
+        self._rescan_interval = context.rescan_interval
         self._rescan = asyncio.Event()
         self._discovered = False
         self._tasks = TaskSet(log)
         # Only touched for a definition with allocate.cdi (or one that had it).
-        self._cdi = SpecPublisher(cdi_dir)
+        self._cdi = SpecPublisher(context.cdi_dir)
         self._cdi_lock = asyncio.Lock()  # one write at a time: scans and Allocate retries
         self._cdi_error: str | None = None
         self._monitor: HealthMonitor | None = None
@@ -103,11 +116,14 @@ class ResourceRunner:
         return self.plugin.definition.name
 
     def start(self) -> None:
-        self._tasks.spawn(f"{self.name}/discovery", self._discovery_loop, backoff=Backoff())
-        self._tasks.spawn(
-            f"{self.name}/registration", self.plugin.run_registration, backoff=Backoff()
-        )
+        self._spawn("discovery", self._discovery_loop)
+        self._spawn("registration", self.plugin.run_registration)
         self._start_health()
+
+    def _spawn(self, what: str, factory: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Task ``<name>/<what>``, restarted with backoff; its log lines carry ``resource``."""
+        fields = {"resource": self.name}
+        self._tasks.spawn(f"{self.name}/{what}", factory, backoff=Backoff(), log_fields=fields)
 
     def kick(self, reason: str, *, new_socket: bool = False) -> None:
         """Register again (kubelet restarted...), once the first scan is done."""
@@ -248,7 +264,7 @@ class ResourceRunner:
             on_result=self._probed,
             logger=log,
         )
-        self._tasks.spawn(f"{self.name}/health", monitor.run, backoff=Backoff())
+        self._spawn("health", monitor.run)
 
     def _probed(self, _unit_id: str, result: ExecResult) -> None:
         self._metrics.health_probe(self.name, exec_result(result), result.duration)

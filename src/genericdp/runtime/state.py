@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import overload
 
-from genericdp.discovery.model import DeviceInfo, Unit, unit_id_of
+from genericdp.discovery.model import Unit
+from genericdp.kubelet.devices import DeviceInfo, unit_id_of
 
 
 @dataclass(frozen=True)

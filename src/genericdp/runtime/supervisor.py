@@ -16,17 +16,18 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 
-from genericdp.cdi import remove_stale_specs
+from genericdp.allocation.cdi import remove_stale_specs
 from genericdp.config.model import Config
 from genericdp.discovery.model import Roots
+from genericdp.hooks import HookRunner
 from genericdp.kubelet.options import KUBELET_SOCKET_NAME
-from genericdp.metrics import NO_METRICS, Recorder, TimedHooks
 from genericdp.runtime.devwatch import DevChange, watch_devices
 from genericdp.runtime.kubeletwatch import DirChange, watch_plugin_dir
-from genericdp.runtime.plugin import HookRunner, PluginStatus, remove_stale_sockets
+from genericdp.runtime.plugin import PluginStatus, remove_stale_sockets
 from genericdp.runtime.reconcile import Plan, plan
+from genericdp.runtime.recorder import NO_METRICS, Recorder, TimedHooks
 from genericdp.runtime.release import Release, ReleasePoller, UsageTracker
-from genericdp.runtime.resource import Discover, ResourceRunner
+from genericdp.runtime.resource import Discover, ResourceContext, ResourceRunner
 from genericdp.runtime.tasks import Backoff, TaskSet
 from genericdp.settings import Settings
 
@@ -67,14 +68,25 @@ class Supervisor:
     ) -> None:
         self._settings = settings
         self._usage = UsageTracker()
-        self._cleanup_backoff = cleanup_backoff
         self._discover = discover or _default_discover()
         self._run_hook = run_hook or _default_hook_runner()
         self._metrics = metrics or NO_METRICS
         if metrics is not None:
             self._run_hook = TimedHooks(self._run_hook, metrics)
-        self._settle = settle
-        self._roots = Roots(dev=settings.dev_root, sys=settings.sys_root, udev=settings.udev_root)
+        # Built once: what every resource shares (ResourceRunner, its plugin and cleaner).
+        self._context = ResourceContext(
+            plugin_dir=settings.plugin_dir,
+            roots=Roots(dev=settings.dev_root, sys=settings.sys_root, udev=settings.udev_root),
+            discover=self._discover,
+            run_hook=self._run_hook,
+            node_name=settings.node_name,
+            rescan_interval=settings.rescan_interval,
+            settle=settle,
+            recorder=self._metrics,
+            cleanup_backoff=cleanup_backoff,
+            cdi_dir=settings.cdi_dir,
+            on_status=self._notify,
+        )
         self._runners: dict[str, ResourceRunner] = {}
         self._tasks = TaskSet(log)
         self._changed = asyncio.Event()
@@ -134,21 +146,7 @@ class Supervisor:
             for definition in steps.reregister:
                 await self._runners[definition.name].update(definition, reregister=True)
             for definition in steps.start:
-                runner = ResourceRunner(
-                    definition,
-                    plugin_dir=self._settings.plugin_dir,
-                    roots=self._roots,
-                    discover=self._discover,
-                    run_hook=self._run_hook,
-                    node_name=self._settings.node_name,
-                    rescan_interval=self._settings.rescan_interval,
-                    on_status=self._notify,
-                    settle=self._settle,
-                    metrics=self._metrics,
-                    usage=self._usage,
-                    cleanup_backoff=self._cleanup_backoff,
-                    cdi_dir=self._settings.cdi_dir,
-                )
+                runner = ResourceRunner(definition, self._context, usage=self._usage)
                 self._runners[definition.name] = runner
                 runner.start()
             self._config = config

@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from genericdp import logsetup
 from genericdp.errors import GenericdpError
 
 log = logging.getLogger(__name__)
@@ -66,12 +67,15 @@ class TaskSet:
         factory: Callable[[], Coroutine[Any, Any, None]],
         *,
         backoff: Backoff | None = None,
+        log_fields: Mapping[str, str] | None = None,
     ) -> asyncio.Task[None]:
-        """Run ``factory()`` as task ``name``; with ``backoff``, restart it after failures."""
+        """Run ``factory()`` as task ``name``; with ``backoff``, restart it after failures.
+        Its log lines (JSON) carry ``log_fields`` (``resource``, ``unit``)."""
         old = self._tasks.get(name)
         if old is not None and not old.done():
             raise RuntimeError(f"task {name} is already running")
-        task = asyncio.create_task(self._guard(name, factory, backoff), name=name)
+        context = logsetup.context_with(**log_fields) if log_fields else None
+        task = asyncio.create_task(self._guard(name, factory, backoff), name=name, context=context)
         self._tasks[name] = task
         task.add_done_callback(self._forget)
         return task

@@ -21,6 +21,7 @@ from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.embedded.tasks import Tasks
 from genericdp.kubelet.options import KUBELET_DIAL_TIMEOUT, PluginOptions, unix_address
+from genericdp.kubelet.servicer import options_of
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +80,7 @@ class PluginEndpoint:
             reply = await stub.GetDevicePluginOptions(pb.Empty())
         except grpc.aio.AioRpcError as exc:
             raise EndpointError(f"failed to get device plugin options: {rpc_error(exc)}") from exc
-        return PluginOptions(
-            pre_start_required=reply.pre_start_required,
-            get_preferred_allocation_available=reply.get_preferred_allocation_available,
-        )
+        return options_of(reply)
 
     def watch(
         self,

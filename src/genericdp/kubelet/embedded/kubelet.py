@@ -75,6 +75,7 @@ from types import TracebackType
 import grpc
 
 from genericdp.errors import KubeletError
+from genericdp.k8snames import is_extended_resource_name
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.api import podresources_pb2_grpc as pr_grpc
@@ -84,7 +85,6 @@ from genericdp.kubelet.embedded.endpoint import (
     EndpointError,
     PluginEndpoint,
 )
-from genericdp.kubelet.embedded.names import is_extended_resource_name
 from genericdp.kubelet.embedded.plugin_dir import (
     leave_dead_socket,
     prepare_socket,

@@ -1,10 +1,11 @@
-"""Templates -> allocation: a pure function from (definition, units) to what a
-container receives.
+"""Templates compiled and sandboxed at load: the part of ``allocate`` that is
+checked with the config.
 
 Templates are Jinja2 sources from ``AllocateSpec``; they are compiled once at
 load time by ``compile_templates`` in a sandboxed environment with
 ``StrictUndefined`` so that syntax errors and unknown top-level names are
-validation errors, and rendered per allocation by ``render_allocation``.
+validation errors, and rendered per allocation by
+``genericdp.allocation.render.render_allocation`` inside ``allocation_budget()``.
 
 The sandbox is Jinja2's ``ImmutableSandboxedEnvironment`` (no ``_`` attributes,
 no mutation of lists and dicts, ``str.format`` sandboxed) tightened for a
@@ -22,6 +23,7 @@ author's choice of devices.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import difflib
 import functools
@@ -30,7 +32,7 @@ import re
 import string
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 
 from jinja2 import StrictUndefined, TemplateSyntaxError, Undefined, meta, nodes
@@ -40,11 +42,7 @@ from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.visitor import NodeTransformer
 
-from genericdp.cdi import qualified_name
-from genericdp.config.model import AllocateSpec, ResourceDefinition, frozen_map
-from genericdp.confine import check_device_path, check_value, clip, confine_path
-from genericdp.discovery.model import DeviceNode, Unit
-from genericdp.errors import TemplateRenderError
+from genericdp.config.model import AllocateSpec
 
 # The names a template sees (docs/config.md "Templates"); nothing else exists.
 TEMPLATE_NAMES = ("resource", "node_name", "units", "devices", "device_ids")
@@ -70,39 +68,6 @@ _PRINTING_FILTERS = frozenset(
 )
 # str methods that multiply their input by an argument; a template never needs them.
 _REFUSED_METHODS = frozenset({"expandtabs", "translate", "maketrans"})
-
-
-@dataclass(frozen=True)
-class DeviceSpec:
-    """A device node a container receives (kubelet ``DeviceSpec``)."""
-
-    container_path: str
-    host_path: str
-    permissions: str
-
-
-@dataclass(frozen=True)
-class Mount:
-    """A host path mounted into the container (kubelet ``Mount``)."""
-
-    container_path: str
-    host_path: str
-    read_only: bool
-
-
-@dataclass(frozen=True)
-class Allocation:
-    """Everything one container receives for the units allocated to it.
-
-    ``cdi_devices`` (``allocate.cdi``) are fully qualified CDI names, one per
-    unit, resolved by the runtime from the spec ``genericdp.cdi`` writes.
-    """
-
-    devices: tuple[DeviceSpec, ...] = ()
-    mounts: tuple[Mount, ...] = ()
-    env: Mapping[str, str] = field(default_factory=frozen_map)
-    annotations: Mapping[str, str] = field(default_factory=frozen_map)
-    cdi_devices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -196,8 +161,19 @@ _BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar(
 )
 
 
+@contextlib.contextmanager
+def allocation_budget() -> Iterator[None]:
+    """Every template rendered inside shares one allocation's budget: its loop
+    iterations, its work and its wall-clock deadline."""
+    token = _BUDGET.set(_Budget())
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
 def _budget() -> _Budget:
-    """The current allocation's budget (outside ``render_allocation``, a fresh
+    """The current allocation's budget (outside ``allocation_budget()``, a fresh
     one for each use: only the per-value limits apply there)."""
     return _BUDGET.get() or _Budget()
 
@@ -548,7 +524,7 @@ def _unknown_name_message(name: str) -> str:
     return f"unknown name {name!r} (known: {known}{hint})"
 
 
-class _Value:
+class TemplateValue:
     """One compiled template source; literal text skips Jinja entirely."""
 
     def __init__(self, source: str, template: Template | None) -> None:
@@ -579,37 +555,37 @@ def _literal_text(source: str) -> str:
     return text.removesuffix("\n")
 
 
-def _compile_one(key: str, source: str, problems: list[TemplateProblem]) -> _Value:
+def _compile_one(key: str, source: str, problems: list[TemplateProblem]) -> TemplateValue:
     if len(source) > MAX_TEMPLATE_CHARS:
         # Compiling costs tens of microseconds a character; a literal this long
         # would only make Allocate answers large.
         message = f"is {len(source)} characters long; at most {MAX_TEMPLATE_CHARS} are allowed"
         problems.append(TemplateProblem(key, message))
-        return _Value("", None)
+        return TemplateValue("", None)
     if _is_literal(source):
-        return _Value(source, None)
+        return TemplateValue(source, None)
     try:
         tree = _ENV.parse(source)
         found = _static_problems(key, tree)
         if found:
             problems.extend(found)
-            return _Value(source, None)
+            return TemplateValue(source, None)
         _Harden().visit(tree)
         code = _ENV.compile(tree)
         template = _ENV.template_class.from_code(_ENV, code, _ENV.make_globals(None))
     except TemplateSyntaxError as exc:
         problems.append(TemplateProblem(key, exc.message or str(exc), exc.lineno))
-        return _Value(source, None)
+        return TemplateValue(source, None)
     except RecursionError:  # Jinja's parser and compiler recurse per nesting level
         problems.append(TemplateProblem(key, "expressions or blocks are nested too deeply"))
-        return _Value(source, None)
-    return _Value(source, template)
+        return TemplateValue(source, None)
+    return TemplateValue(source, template)
 
 
 @dataclass(frozen=True)
 class _MountTemplate:
-    host_path: _Value
-    container_path: _Value
+    host_path: TemplateValue
+    container_path: TemplateValue
     read_only: bool
 
 
@@ -618,9 +594,9 @@ class CompiledTemplates:
 
     def __init__(
         self,
-        env: Sequence[tuple[str, _Value]],
+        env: Sequence[tuple[str, TemplateValue]],
         mounts: Sequence[_MountTemplate],
-        annotations: Sequence[tuple[str, _Value]],
+        annotations: Sequence[tuple[str, TemplateValue]],
     ) -> None:
         self.env = tuple(env)
         self.mounts = tuple(mounts)
@@ -653,162 +629,3 @@ def compile_templates(spec: AllocateSpec) -> CompiledTemplates:
     if problems:
         raise TemplateSyntaxErrors(problems)
     return CompiledTemplates(env, mounts, annotations)
-
-
-# --------------------------------------------------------------------------
-# Rendering
-
-
-def _node_context(node: DeviceNode, unit_id: str) -> dict[str, Any]:
-    return {
-        "path": node.container_path,
-        "host_path": node.host_path,
-        "container_path": node.container_path,
-        "major": node.major,
-        "minor": node.minor,
-        "subsystem": node.subsystem,
-        "numa_node": node.numa_node,
-        "attributes": dict(node.attributes),
-        "properties": dict(node.properties),
-        "unit_id": unit_id,
-    }
-
-
-def _template_context(
-    definition: ResourceDefinition,
-    units: Sequence[Unit],
-    node_name: str,
-    device_ids: Sequence[str],
-) -> dict[str, Any]:
-    """Plain dicts, lists and strings: templates never see our dataclasses."""
-    unit_dicts = []
-    devices: dict[str, dict[str, Any]] = {}
-    for unit in units:
-        node_dicts = [_node_context(node, unit.id) for node in unit.nodes]
-        for node_dict in node_dicts:
-            devices.setdefault(node_dict["container_path"], node_dict)
-        unit_dicts.append(
-            {
-                "id": unit.id,
-                "nodes": node_dicts,
-                "numa_node": unit.numa_node,
-                "attributes": dict(unit.attributes),
-                "properties": dict(unit.properties),
-            }
-        )
-    return {
-        "resource": definition.name,
-        "node_name": node_name,
-        "units": unit_dicts,
-        "devices": list(devices.values()),
-        "device_ids": list(device_ids),
-    }
-
-
-def _device_specs(definition: ResourceDefinition, units: Sequence[Unit]) -> tuple[DeviceSpec, ...]:
-    specs: dict[str, DeviceSpec] = {}
-    for unit in units:
-        for node in unit.nodes:
-            if node.container_path in specs:
-                continue
-            what = f"resource {definition.name}: unit {clip(unit.id, 80)}"
-            check_device_path(node.container_path, what=what)
-            check_device_path(node.host_path, what=what)
-            specs[node.container_path] = DeviceSpec(
-                node.container_path, node.host_path, definition.permissions
-            )
-    return tuple(specs.values())
-
-
-def _render(resource: str, key: str, value: _Value, context: Mapping[str, Any]) -> str:
-    try:
-        return value.render(context)
-    # The boundary for everything a template can raise: Jinja's errors, and the
-    # TypeError/KeyError/OverflowError/... of the filters and methods it calls.
-    except Exception as exc:
-        source = value.source if len(value.source) <= 80 else value.source[:77] + "..."
-        raise TemplateRenderError(f"resource {resource}: allocate.{key} {source!r}: {exc}") from exc
-
-
-def _render_path(
-    resource: str, key: str, value: _Value, context: Mapping[str, Any], units: str
-) -> str:
-    """A rendered mount path, normalised and confined to its template (``confine``)."""
-    what = f"resource {resource}: {units}: allocate.{key}"
-    return confine_path(_render(resource, key, value, context), value.source, what=what)
-
-
-def _render_value(resource: str, key: str, value: _Value, context: Mapping[str, Any]) -> str:
-    rendered = _render(resource, key, value, context)
-    check_value(rendered, what=f"resource {resource}: allocate.{key}")
-    return rendered
-
-
-def _units_named(units: Sequence[Unit]) -> str:
-    """``unit X`` / ``units X, Y and 3 more`` for messages (IDs are at most 63 characters)."""
-    ids = [u.id for u in units]
-    more = f" and {len(ids) - 3} more" if len(ids) > 3 else ""
-    return ("unit " if len(ids) == 1 else "units ") + (", ".join(ids[:3]) or "none") + more
-
-
-def render_allocation(
-    definition: ResourceDefinition,
-    units: Sequence[Unit],
-    *,
-    node_name: str = "",
-    device_ids: Sequence[str] = (),
-) -> Allocation:
-    """What a container receives for ``units``: pure and deterministic.
-
-    Devices are every node of every unit, in unit then node order, once per
-    container path. ``device_ids`` are the kubelet IDs of the request, passed
-    through to templates as ``device_ids``.
-
-    With ``allocate.cdi`` the CDI names of the units come too, and the device
-    specs stay: a runtime without CDI (or a kubelet before 1.28, which drops
-    the field) still gives the container its nodes, and a CDI runtime applies
-    the spec on top, replacing the device node of the same path rather than
-    adding a second one. (NVIDIA's plugin returns only CDI names when every
-    strategy it is given is CDI, because its other strategies hand devices to
-    its own runtime hook; ours are plain device nodes.)
-    """
-    templates = definition.templates
-    if templates is None:
-        try:
-            templates = compile_templates(definition.allocate)
-        except TemplateSyntaxErrors as exc:
-            listed = "; ".join(f"allocate.{p.key}: {p.message}" for p in exc.problems)
-            raise TemplateRenderError(f"resource {definition.name}: {listed}") from exc
-    context = _template_context(definition, units, node_name, device_ids)
-    name = definition.name
-    token = _BUDGET.set(_Budget())
-    try:
-        env = {k: _render_value(name, f"env.{k}", v, context) for k, v in templates.env}
-        named = _units_named(units)
-        mounts = tuple(
-            Mount(
-                container_path=_render_path(
-                    name, f"mounts[{i}].containerPath", m.container_path, context, named
-                ),
-                host_path=_render_path(name, f"mounts[{i}].hostPath", m.host_path, context, named),
-                read_only=m.read_only,
-            )
-            for i, m in enumerate(templates.mounts)
-        )
-        annotations = {
-            k: _render_value(name, f"annotations.{k}", v, context) for k, v in templates.annotations
-        }
-    finally:
-        _BUDGET.reset(token)
-    cdi_devices = (
-        tuple(dict.fromkeys(qualified_name(name, u.id) for u in units))
-        if definition.allocate.cdi
-        else ()
-    )
-    return Allocation(
-        devices=_device_specs(definition, units),
-        mounts=mounts,
-        env=frozen_map(env),
-        annotations=frozen_map(annotations),
-        cdi_devices=cdi_devices,
-    )

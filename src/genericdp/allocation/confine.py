@@ -35,29 +35,11 @@ from __future__ import annotations
 
 import re
 
-from genericdp.errors import UnsafeAllocationError
+from genericdp.errors import UnsafeAllocationError, shown
 
 MAX_PATH_BYTES = 4096  # PATH_MAX
-MAX_SHOWN = 120  # characters of a hostile value quoted in an error
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MARKERS = ("{{", "{%", "{#")
-
-
-def shown(value: str, limit: int = MAX_SHOWN) -> str:
-    """``repr`` of at most ``limit`` characters of ``value``, saying how much was left out.
-
-    Every peer- or device-supplied string that reaches a log line or a gRPC
-    status goes through this (or an equivalent cap): a 1 MB device ID must not
-    become a 1 MB log line.
-    """
-    if len(value) <= limit:
-        return repr(value)
-    return f"{value[:limit]!r}... ({len(value)} characters)"
-
-
-def clip(value: str, limit: int = MAX_SHOWN) -> str:
-    """``value`` as it is when short and printable, else ``shown(value, limit)``."""
-    return value if len(value) <= limit and value.isprintable() else shown(value, limit)
 
 
 def literal_prefix(source: str) -> str:

@@ -4,7 +4,7 @@ Shutdown ends the ListAndWatch streams, stops the servers (hooks that are
 running get a short grace), removes our sockets and returns 0; tasks that do
 not stop in time are named in the log rather than blocking the exit.
 ``/metrics``, ``/healthz`` and ``/readyz`` are served on ``metrics_address``
-from the same loop (``genericdp.metrics``).
+from the same loop (``genericdp.metrics``, ``serve_endpoints``).
 """
 
 from __future__ import annotations
@@ -12,14 +12,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Callable
 
 from genericdp.config.model import Config
+from genericdp.exits import EXIT_OK
+from genericdp.httpserver import run_http_server
+from genericdp.metrics import Metrics, Verdict, readiness, routes
 from genericdp.reaper import SUBREAPER
-from genericdp.settings import Settings
+from genericdp.runtime.tasks import Backoff, TaskSet
+from genericdp.settings import ListenAddress, Settings
 
 log = logging.getLogger(__name__)
 
-EXIT_OK = 0
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -36,10 +40,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
     ``ready`` is set once the plugins are started (registration goes on in
     the background: the kubelet may not be up yet).
     """
-    from genericdp.metrics import Metrics, readiness, serve_endpoints
     from genericdp.runtime.configwatch import start_config_watch
     from genericdp.runtime.supervisor import Supervisor
-    from genericdp.runtime.tasks import TaskSet
 
     config = load_config(settings)
     loop = asyncio.get_running_loop()
@@ -93,3 +95,21 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
             log.warning("exiting with tasks still running: %s", ", ".join(stragglers))
     log.info("shut down cleanly")
     return EXIT_OK
+
+
+def serve_endpoints(
+    tasks: TaskSet,
+    address: ListenAddress | None,
+    metrics: Metrics,
+    ready: Callable[[], Verdict],
+) -> None:
+    """Spawn task ``http`` serving /metrics, /healthz and /readyz (None: turned off).
+
+    The task retries with backoff when it cannot listen (the port of a rolling
+    update's previous pod); the device plugins never wait for it.
+    """
+    if address is None:
+        log.info("metrics_address is empty: no /metrics, /healthz or /readyz")
+        return
+    table = routes(metrics, ready)
+    tasks.spawn("http", lambda: run_http_server(address, table), backoff=Backoff(maximum=10.0))

@@ -1,0 +1,210 @@
+"""Rendering an allocation: a pure function from (definition, units) to what a
+container receives.
+
+The templates were compiled and sandboxed at load (``genericdp.config.templates``);
+here they are rendered within one allocation's budget, and what they render is
+confined (``genericdp.allocation.confine``) before a container can receive it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from genericdp.allocation.cdi import qualified_name
+from genericdp.allocation.confine import check_device_path, check_value, confine_path
+from genericdp.config.model import ResourceDefinition, frozen_map
+from genericdp.config.templates import (
+    TemplateSyntaxErrors,
+    TemplateValue,
+    allocation_budget,
+    compile_templates,
+)
+from genericdp.discovery.model import DeviceNode, Unit
+from genericdp.errors import TemplateRenderError, clip
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """A device node a container receives (kubelet ``DeviceSpec``)."""
+
+    container_path: str
+    host_path: str
+    permissions: str
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host path mounted into the container (kubelet ``Mount``)."""
+
+    container_path: str
+    host_path: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """Everything one container receives for the units allocated to it.
+
+    ``cdi_devices`` (``allocate.cdi``) are fully qualified CDI names, one per
+    unit, resolved by the runtime from the spec ``genericdp.allocation.cdi`` writes.
+    """
+
+    devices: tuple[DeviceSpec, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    env: Mapping[str, str] = field(default_factory=frozen_map)
+    annotations: Mapping[str, str] = field(default_factory=frozen_map)
+    cdi_devices: tuple[str, ...] = ()
+
+
+def _node_context(node: DeviceNode, unit_id: str) -> dict[str, Any]:
+    return {
+        "path": node.container_path,
+        "host_path": node.host_path,
+        "container_path": node.container_path,
+        "major": node.major,
+        "minor": node.minor,
+        "subsystem": node.subsystem,
+        "numa_node": node.numa_node,
+        "attributes": dict(node.attributes),
+        "properties": dict(node.properties),
+        "unit_id": unit_id,
+    }
+
+
+def _template_context(
+    definition: ResourceDefinition,
+    units: Sequence[Unit],
+    node_name: str,
+    device_ids: Sequence[str],
+) -> dict[str, Any]:
+    """Plain dicts, lists and strings: templates never see our dataclasses."""
+    unit_dicts = []
+    devices: dict[str, dict[str, Any]] = {}
+    for unit in units:
+        node_dicts = [_node_context(node, unit.id) for node in unit.nodes]
+        for node_dict in node_dicts:
+            devices.setdefault(node_dict["container_path"], node_dict)
+        unit_dicts.append(
+            {
+                "id": unit.id,
+                "nodes": node_dicts,
+                "numa_node": unit.numa_node,
+                "attributes": dict(unit.attributes),
+                "properties": dict(unit.properties),
+            }
+        )
+    return {
+        "resource": definition.name,
+        "node_name": node_name,
+        "units": unit_dicts,
+        "devices": list(devices.values()),
+        "device_ids": list(device_ids),
+    }
+
+
+def _device_specs(definition: ResourceDefinition, units: Sequence[Unit]) -> tuple[DeviceSpec, ...]:
+    specs: dict[str, DeviceSpec] = {}
+    for unit in units:
+        for node in unit.nodes:
+            if node.container_path in specs:
+                continue
+            what = f"resource {definition.name}: unit {clip(unit.id, 80)}"
+            check_device_path(node.container_path, what=what)
+            check_device_path(node.host_path, what=what)
+            specs[node.container_path] = DeviceSpec(
+                node.container_path, node.host_path, definition.permissions
+            )
+    return tuple(specs.values())
+
+
+def _render(resource: str, key: str, value: TemplateValue, context: Mapping[str, Any]) -> str:
+    try:
+        return value.render(context)
+    # The boundary for everything a template can raise: Jinja's errors, and the
+    # TypeError/KeyError/OverflowError/... of the filters and methods it calls.
+    except Exception as exc:
+        source = value.source if len(value.source) <= 80 else value.source[:77] + "..."
+        raise TemplateRenderError(f"resource {resource}: allocate.{key} {source!r}: {exc}") from exc
+
+
+def _render_path(
+    resource: str, key: str, value: TemplateValue, context: Mapping[str, Any], units: str
+) -> str:
+    """A rendered mount path, normalised and confined to its template (``confine``)."""
+    what = f"resource {resource}: {units}: allocate.{key}"
+    return confine_path(_render(resource, key, value, context), value.source, what=what)
+
+
+def _render_value(resource: str, key: str, value: TemplateValue, context: Mapping[str, Any]) -> str:
+    rendered = _render(resource, key, value, context)
+    check_value(rendered, what=f"resource {resource}: allocate.{key}")
+    return rendered
+
+
+def _units_named(units: Sequence[Unit]) -> str:
+    """``unit X`` / ``units X, Y and 3 more`` for messages (IDs are at most 63 characters)."""
+    ids = [u.id for u in units]
+    more = f" and {len(ids) - 3} more" if len(ids) > 3 else ""
+    return ("unit " if len(ids) == 1 else "units ") + (", ".join(ids[:3]) or "none") + more
+
+
+def render_allocation(
+    definition: ResourceDefinition,
+    units: Sequence[Unit],
+    *,
+    node_name: str = "",
+    device_ids: Sequence[str] = (),
+) -> Allocation:
+    """What a container receives for ``units``: pure and deterministic.
+
+    Devices are every node of every unit, in unit then node order, once per
+    container path. ``device_ids`` are the kubelet IDs of the request, passed
+    through to templates as ``device_ids``.
+
+    With ``allocate.cdi`` the CDI names of the units come too, and the device
+    specs stay: a runtime without CDI (or a kubelet before 1.28, which drops
+    the field) still gives the container its nodes, and a CDI runtime applies
+    the spec on top, replacing the device node of the same path rather than
+    adding a second one. (NVIDIA's plugin returns only CDI names when every
+    strategy it is given is CDI, because its other strategies hand devices to
+    its own runtime hook; ours are plain device nodes.)
+    """
+    templates = definition.templates
+    if templates is None:
+        try:
+            templates = compile_templates(definition.allocate)
+        except TemplateSyntaxErrors as exc:
+            listed = "; ".join(f"allocate.{p.key}: {p.message}" for p in exc.problems)
+            raise TemplateRenderError(f"resource {definition.name}: {listed}") from exc
+    context = _template_context(definition, units, node_name, device_ids)
+    name = definition.name
+    with allocation_budget():
+        env = {k: _render_value(name, f"env.{k}", v, context) for k, v in templates.env}
+        named = _units_named(units)
+        mounts = tuple(
+            Mount(
+                container_path=_render_path(
+                    name, f"mounts[{i}].containerPath", m.container_path, context, named
+                ),
+                host_path=_render_path(name, f"mounts[{i}].hostPath", m.host_path, context, named),
+                read_only=m.read_only,
+            )
+            for i, m in enumerate(templates.mounts)
+        )
+        annotations = {
+            k: _render_value(name, f"annotations.{k}", v, context) for k, v in templates.annotations
+        }
+    cdi_devices = (
+        tuple(dict.fromkeys(qualified_name(name, u.id) for u in units))
+        if definition.allocate.cdi
+        else ()
+    )
+    return Allocation(
+        devices=_device_specs(definition, units),
+        mounts=mounts,
+        env=frozen_map(env),
+        annotations=frozen_map(annotations),
+        cdi_devices=cdi_devices,
+    )

@@ -1,0 +1,30 @@
+"""The kubelet's devices: one per replica of a unit, as ListAndWatch reports them.
+
+No gRPC here: the runtime and the reports work with these IDs too. A unit
+shared by ``count`` containers is ``count`` kubelet devices ``<unit>::<i>``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)  # slots: there may be a million of them
+class DeviceInfo:
+    """One kubelet device (a replica of a unit), as ListAndWatch reports it."""
+
+    id: str
+    healthy: bool
+    numa_node: int | None = None
+
+
+def replica_ids(unit_id: str, count: int) -> tuple[str, ...]:
+    """The kubelet device IDs of a unit shared by ``count`` containers."""
+    if count <= 1:
+        return (unit_id,)
+    return tuple(f"{unit_id}::{i}" for i in range(count))
+
+
+def unit_id_of(device_id: str) -> str:
+    """The unit ID behind a kubelet device ID (inverse of ``replica_ids``)."""
+    return device_id.split("::", 1)[0]

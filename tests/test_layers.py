@@ -1,0 +1,166 @@
+"""The import rules drawn at the top of docs/architecture.md, checked over src/genericdp.
+
+Every import counts: at the top of a module, inside a function and under
+``if TYPE_CHECKING:``. A new top-level module or package must be placed in
+``LAYERS`` (and in the drawing) before it can be imported at all.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "genericdp"
+
+# Top to bottom: each may import only what is in a lower layer, never its
+# neighbours on the same layer nor anything above it. ``__init__`` is the
+# package itself (``__version__``).
+LAYERS: tuple[frozenset[str], ...] = tuple(
+    frozenset(layer.split())
+    for layer in (
+        "__main__",
+        "cli",
+        "daemon simulate report",
+        "metrics",
+        "runtime",
+        "kubelet allocation health",
+        "hooks",
+        "execution discovery",
+        "reaper config",
+        "settings httpserver",
+        "logsetup",
+        "errors exits k8snames __init__",
+    )
+)
+# The shared core that every backend uses, and the device-plugin protocol:
+# neither imports the other, so a second backend needs no gRPC or kubelet type.
+CORE = frozenset({"allocation", "health", "hooks", "execution", "discovery", "reaper", "config"})
+PROTOCOL = frozenset({"kubelet"})
+PROTOCOL_LIBRARIES = ("grpc", "google.protobuf")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> Iterator[str]:
+    """Every absolute module name ``path`` imports (``from a import b`` gives ``a.b`` too)."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}: relative import"
+            assert node.module is not None
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def _modules() -> dict[str, set[str]]:
+    """Each of our modules and the modules of ours it imports."""
+    ours = {_module_name(p) for p in SRC.rglob("*.py")}
+    return {
+        _module_name(p): {name for name in _imports(p) if name in ours} for p in SRC.rglob("*.py")
+    }
+
+
+def _component(module: str) -> str:
+    """``genericdp.runtime.plugin`` -> ``runtime``; ``genericdp`` -> ``__init__``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _package(module: str, packages: set[str]) -> str:
+    """The innermost package holding ``module`` (a top-level module stands for itself)."""
+    if module in packages or module.count(".") == 1:
+        return module
+    return module.rpartition(".")[0]
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` if it has any (depth-first, three colours)."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_every_component_is_placed_in_a_layer() -> None:
+    """A new top-level module or package cannot appear without a place in the drawing."""
+    placed = set().union(*LAYERS)
+    found = {_component(m) for m in _modules()}
+    assert found - placed == set(), "add it to LAYERS and to docs/architecture.md"
+    assert placed - found == set(), "LAYERS names something that no longer exists"
+
+
+def test_imports_point_down_the_layers() -> None:
+    """A component imports only components of lower layers: never a neighbour or one above."""
+    level = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module, targets in _modules().items()
+        for target in targets
+        if _component(module) != _component(target)
+        and level[_component(target)] <= level[_component(module)]
+    )
+    assert wrong == []
+
+
+def test_core_and_protocol_never_import_each_other() -> None:
+    """Discovery, allocation, health, hooks and config work with no gRPC or kubelet type."""
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module, targets in _modules().items()
+        for target in targets
+        if {_component(module), _component(target)} & CORE
+        and {_component(module), _component(target)} & PROTOCOL
+    )
+    assert wrong == []
+    grpc_in_core = sorted(
+        f"{_module_name(p)} imports {name}"
+        for p in SRC.rglob("*.py")
+        if _component(_module_name(p)) in CORE
+        for name in _imports(p)
+        if name.startswith(PROTOCOL_LIBRARIES)
+    )
+    assert grpc_in_core == []
+
+
+def test_no_cycle_between_packages() -> None:
+    """No two packages (subpackages and top-level modules included) import each other."""
+    modules = _modules()
+    packages = {_module_name(p) for p in SRC.rglob("__init__.py")}
+    graph: dict[str, set[str]] = defaultdict(set)
+    for module, targets in modules.items():
+        source = _package(module, packages)
+        for target in targets:
+            into = _package(target, packages)
+            # A package importing its own subpackage is how packages are built;
+            # a subpackage importing back up into its parent is a cycle.
+            if into != source and not into.startswith(source + "."):
+                graph[source].add(into)
+    assert _cycle(graph) is None
+
+
+def test_the_checks_see_a_cycle_and_an_upward_import() -> None:
+    """The cycle finder finds a cycle (the rules above are not vacuously true)."""
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": {"c"}}) is None
+    assert "genericdp.cli" in _modules()["genericdp.__main__"]
