@@ -22,6 +22,7 @@ import pytest
 
 from genericdp.config import load, load_text
 from genericdp.config.loader import MAX_FILE_BYTES, MAX_ISSUES_PER_FILE
+from genericdp.config.yamldepth import MAX_COMMENT_CHARS
 from genericdp.config.yamlpos import parse_yaml
 from genericdp.errors import ConfigError, ConfigIssue
 
@@ -175,9 +176,21 @@ def test_file_over_a_configmaps_size_is_refused(tmp_path: Path) -> None:
     assert f"has {MAX_FILE_BYTES + 1} bytes, more than the limit of {MAX_FILE_BYTES}" in (
         issue.message
     )
-    path.write_bytes(b"#" * MAX_FILE_BYTES)
+    path.write_bytes((b"#" * 63 + b"\n") * (MAX_FILE_BYTES // 64))
     (issue,) = issues_of(path)
     assert "only comments" in issue.message
+
+
+def test_a_comment_too_long_for_the_parser_is_refused_at_its_position(tmp_path: Path) -> None:
+    """One comment line of 1 MiB took ruamel 16-20 s (quadratic); it is refused before
+    parsing, at its position, in milliseconds."""
+    path = tmp_path / "comment.yaml"
+    path.write_text(GOOD + "  # " + "x" * (MAX_FILE_BYTES - len(GOOD) - 8) + "\n")
+    started = time.process_time()
+    (issue,) = issues_of(path)
+    assert time.process_time() - started < 0.5
+    assert (issue.line, issue.column) == (GOOD.count("\n") + 1, 3)
+    assert f"at most {MAX_COMMENT_CHARS}" in issue.message
 
 
 def test_raw_nul_byte_is_refused_at_its_position(tmp_path: Path) -> None:

@@ -4,7 +4,9 @@ ruamel looks ahead over a whole flow collection for a possible key, with work
 per token growing with the depth: ten thousand "[" took minutes before the
 parser's recursion gave up. ``flow_too_deep`` therefore checks flow nesting
 before ruamel reads anything, with a scan that knows just enough YAML for it
-(quotes, comments, where a collection may start). Block nesting
+(quotes, comments, where a collection may start); the same scan refuses
+comments long enough to cost ruamel seconds (its comment scan is quadratic
+in the comment's length). Block nesting
 (``- - - - x``) costs ruamel nothing until its recursion fails;
 ``too_deep_for_parser`` then locates it from the event stream, which the
 parser makes without recursing.
@@ -23,6 +25,9 @@ from ruamel.yaml.reader import ReaderError
 from genericdp.errors import ConfigIssue
 
 MAX_FLOW_DEPTH = 64
+# ruamel scans a comment in time quadratic in its length: one comment line of
+# 1 MiB took 16-20 s of CPU on every node at every reload. A comment is prose.
+MAX_COMMENT_CHARS = 4096
 _FLOW_SIGNIFICANT = re.compile(r"[\[\]{}'\"#]")
 # What may precede a "[", "{" or quote that starts a node: in block context
 # whitespace only (else it is inside a plain scalar), in a flow collection also these.
@@ -31,7 +36,8 @@ _FLOW_NODE_AFTER = " \t\n[{,:"
 
 
 def flow_too_deep(text: str, file: str) -> ConfigIssue | None:
-    """An issue at the first "[" or "{" nested deeper than MAX_FLOW_DEPTH, if any."""
+    """An issue at the first "[" or "{" nested deeper than MAX_FLOW_DEPTH, or at the
+    first comment longer than MAX_COMMENT_CHARS, if any."""
     depth = 0
     pos = 0
     while (found := _FLOW_SIGNIFICANT.search(text, pos)) is not None:
@@ -41,6 +47,14 @@ def flow_too_deep(text: str, file: str) -> ConfigIssue | None:
         pos = at + 1
         if char == "#" and (at == 0 or text[at - 1] in " \t\n"):
             pos = _after(text, "\n", at)
+            if pos - at - 1 > MAX_COMMENT_CHARS:
+                line = text.count("\n", 0, at) + 1
+                column = at - (text.rfind("\n", 0, at) + 1) + 1
+                message = (
+                    f"a comment of {pos - at - 1} characters; at most {MAX_COMMENT_CHARS}"
+                    " (split it over lines)"
+                )
+                return ConfigIssue(file, line, column, "", message)
         elif char in "'\"" and starts_node:
             pos = _after_quoted(text, at)
         elif char in "[{" and starts_node:
