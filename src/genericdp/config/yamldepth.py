@@ -48,28 +48,35 @@ def flow_too_deep(text: str, file: str) -> ConfigIssue | None:
         if char == "#" and (at == 0 or text[at - 1] in " \t\n"):
             pos = _after(text, "\n", at)
             if pos - at - 1 > MAX_COMMENT_CHARS:
-                line = text.count("\n", 0, at) + 1
-                column = at - (text.rfind("\n", 0, at) + 1) + 1
-                message = (
+                return _issue_at(
+                    text,
+                    at,
+                    file,
                     f"a comment of {pos - at - 1} characters; at most {MAX_COMMENT_CHARS}"
-                    " (split it over lines)"
+                    " (split it over lines)",
                 )
-                return ConfigIssue(file, line, column, "", message)
         elif char in "'\"" and starts_node:
             pos = _after_quoted(text, at)
         elif char in "[{" and starts_node:
             depth += 1
             if depth > MAX_FLOW_DEPTH:
-                line = text.count("\n", 0, at) + 1
-                column = at - (text.rfind("\n", 0, at) + 1) + 1
-                message = (
+                return _issue_at(
+                    text,
+                    at,
+                    file,
                     f"collections nested more than {MAX_FLOW_DEPTH} deep here;"
-                    " a config needs a handful"
+                    " a config needs a handful",
                 )
-                return ConfigIssue(file, line, column, "", message)
         elif char in "]}" and depth:
             depth -= 1
     return None
+
+
+def _issue_at(text: str, at: int, file: str, message: str) -> ConfigIssue:
+    """An issue at offset ``at`` of ``text``, as line and column (1-based)."""
+    line = text.count("\n", 0, at) + 1
+    column = at - (text.rfind("\n", 0, at) + 1) + 1
+    return ConfigIssue(file, line, column, "", message)
 
 
 def _after(text: str, char: str, start: int) -> int:
