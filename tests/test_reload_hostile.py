@@ -121,6 +121,20 @@ class Daemon:
     def log(self) -> str:
         return "".join(self.lines)
 
+    async def sigterm(self) -> float:
+        """Send SIGTERM and read the rest of the log; seconds until the process exited."""
+        started = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        rest, _ = await asyncio.wait_for(self.proc.communicate(), 10)
+        self.lines.append(rest.decode())
+        return time.monotonic() - started
+
+    async def kill(self) -> None:
+        """Kill the process if it still runs (a test failed before SIGTERM)."""
+        if self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.wait()
+
 
 async def start_serve(
     base: Path, config: Path, plugin_dir: Path, *, log_level: str = "info"
@@ -189,15 +203,10 @@ async def test_serve_survives_hostile_reloads_and_stops_on_sigterm(base: Path) -
             assert kubelet.resources["example.com/null"].connected
             assert kubelet.resources["example.com/null"].allocatable == 1
             assert kubelet.resources["example.com/null"].registrations == 1
-            started = time.monotonic()
-            daemon.proc.send_signal(signal.SIGTERM)
-            rest, _ = await asyncio.wait_for(daemon.proc.communicate(), 10)
-            stopped = time.monotonic() - started
+            stopped = await daemon.sigterm()
         finally:
-            if daemon.proc.returncode is None:
-                daemon.proc.kill()
-                await daemon.proc.wait()
-    log = daemon.log + rest.decode()
+            await daemon.kill()
+    log = daemon.log
     assert daemon.proc.returncode == 0, log
     assert stopped < 5, log
     assert "Traceback" not in log
@@ -227,15 +236,10 @@ async def test_sigterm_during_a_long_load_exits_at_once(base: Path) -> None:
             (config / ".large.tmp").write_text(large)  # renamed whole: the load sees all of it
             (config / ".large.tmp").rename(config / "large.yaml")
             await daemon.read_until("loading the config from")  # the reload
-            started = time.monotonic()
-            daemon.proc.send_signal(signal.SIGTERM)
-            rest, _ = await asyncio.wait_for(daemon.proc.communicate(), 10)
-            stopped = time.monotonic() - started
+            stopped = await daemon.sigterm()
         finally:
-            if daemon.proc.returncode is None:
-                daemon.proc.kill()
-                await daemon.proc.wait()
-    log = daemon.log + rest.decode()
+            await daemon.kill()
+    log = daemon.log
     assert daemon.proc.returncode == 0, log
     assert stopped < 5, log
     assert "config reloaded" not in log, log
