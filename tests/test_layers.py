@@ -24,6 +24,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "cli",
         "daemon simulate report",
         "metrics",
+        "dra",
         "runtime",
         "kubelet allocation health",
         "hooks",
@@ -141,6 +142,17 @@ def test_core_and_protocol_never_import_each_other() -> None:
         if name.startswith(PROTOCOL_LIBRARIES)
     )
     assert grpc_in_core == []
+
+
+def test_the_two_backends_never_import_each_other() -> None:
+    """The DRA backend and the device-plugin protocol share only the core and ``runtime``."""
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module, targets in _modules().items()
+        for target in targets
+        if {_component(module), _component(target)} == {"dra", "kubelet"}
+    )
+    assert wrong == []
 
 
 def test_no_cycle_between_packages() -> None:
