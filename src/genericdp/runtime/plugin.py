@@ -48,8 +48,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from genericdp.allocation.render import Allocation, render_allocation
+from genericdp.allocation.render import INLINE_RENDER_SECONDS, Allocation, render_allocation
 from genericdp.config.model import ResourceDefinition
+from genericdp.config.templates import SliceSpent
 from genericdp.discovery.model import Unit
 from genericdp.errors import (
     InvalidDevicesError,
@@ -556,14 +557,28 @@ class ResourcePlugin:
         # nor make us forget that pod's hold (release.UsageTracker.claim).
         definition = self._definition
         lookups = [self._checked(ids) for ids in requests]
-        # Off the loop: a template may work up to its time budget (render.py),
-        # and registration, health and every other resource must not wait.
-        allocations = await asyncio.to_thread(
-            lambda: [
-                render_allocation(definition, units, node_name=self._node_name, device_ids=ids)
+
+        def render(slice_seconds: float | None) -> list[Allocation]:
+            return [
+                render_allocation(
+                    definition,
+                    units,
+                    node_name=self._node_name,
+                    device_ids=ids,
+                    slice_seconds=slice_seconds,
+                )
                 for ids, units in zip(requests, lookups, strict=True)
             ]
-        )
+
+        # On the loop for a short slice: most templates take far less, and the
+        # hop to a worker thread and back is most of an Allocate's time. Past
+        # the slice, off the loop: a template may work up to its time budget
+        # (render.py), and registration, health and every other resource must
+        # not wait.
+        try:
+            allocations = render(INLINE_RENDER_SECONDS)
+        except SliceSpent:
+            allocations = await asyncio.to_thread(render, None)
         size = allocate_response_size(allocations)
         if size > MAX_MESSAGE_BYTES:
             raise UnsafeAllocationError(
