@@ -578,22 +578,33 @@ def _compile_one(key: str, source: str, problems: list[TemplateProblem]) -> Temp
         return TemplateValue("", None)
     if _is_literal(source):
         return TemplateValue(source, None)
+    template, found = _compiled(source)
+    problems.extend(TemplateProblem(key, p.message, p.line) for p in found)
+    return TemplateValue(source, template)
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(source: str) -> tuple[Template | None, tuple[TemplateProblem, ...]]:
+    """``source`` compiled (None with the problems found, keyed ``""``), once.
+
+    The same template in many resources (a config's usual shape) is compiled
+    once and shared: compiling is most of loading a config, and each compiled
+    template holds code objects (docs/performance.md). A template is immutable
+    once compiled; each render gets its own context.
+    """
     try:
         tree = _ENV.parse(source)
-        found = _static_problems(key, tree)
+        found = _static_problems("", tree)
         if found:
-            problems.extend(found)
-            return TemplateValue(source, None)
+            return None, tuple(found)
         _Harden().visit(tree)
         code = _ENV.compile(tree)
         template = _ENV.template_class.from_code(_ENV, code, _ENV.make_globals(None))
     except TemplateSyntaxError as exc:
-        problems.append(TemplateProblem(key, exc.message or str(exc), exc.lineno))
-        return TemplateValue(source, None)
+        return None, (TemplateProblem("", exc.message or str(exc), exc.lineno),)
     except RecursionError:  # Jinja's parser and compiler recurse per nesting level
-        problems.append(TemplateProblem(key, "expressions or blocks are nested too deeply"))
-        return TemplateValue(source, None)
-    return TemplateValue(source, template)
+        return None, (TemplateProblem("", "expressions or blocks are nested too deeply"),)
+    return template, ()
 
 
 @dataclass(frozen=True)
