@@ -13,6 +13,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from genericdp.config.model import Config
 from genericdp.exits import EXIT_OK
@@ -25,6 +26,10 @@ from genericdp.settings import ListenAddress, Settings
 log = logging.getLogger(__name__)
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# Worker threads of the loop's executor (discovery, CDI files, a render past its
+# slice). asyncio's default is the core count + 4 (up to 32 on a large node),
+# and each thread costs its stack and a malloc arena (docs/performance.md).
+WORKER_THREADS = 2
 
 
 def load_config(settings: Settings) -> Config:
@@ -45,6 +50,9 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
 
     config = load_config(settings)
     loop = asyncio.get_running_loop()
+    loop.set_default_executor(
+        ThreadPoolExecutor(max_workers=WORKER_THREADS, thread_name_prefix="genericdp")
+    )
     stop = asyncio.Event()
     received: list[str] = []
 
