@@ -28,10 +28,11 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
+from genericdp.config.model import AttributeValue
 from genericdp.discovery.model import Unit
 from genericdp.dra import slices
 from genericdp.dra.kubeapi import (
@@ -105,13 +106,19 @@ class SlicePublisher:
         self._changed()
 
     async def publish(
-        self, resource: str, units: Sequence[Unit], unhealthy: AbstractSet[str]
+        self,
+        resource: str,
+        units: Sequence[Unit],
+        unhealthy: AbstractSet[str],
+        *,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> None:
         """``resource`` serves ``units`` now (``unhealthy``: unit IDs); written within a second.
 
-        Raises ``slices.SliceError`` when the resource cannot be published at all.
+        ``attributes``: the definition's own (``dra.attributes``). Raises
+        ``slices.SliceError`` when the resource cannot be published at all.
         """
-        found = slices.devices(resource, units, unhealthy, driver=self.driver)
+        found = slices.devices(resource, units, unhealthy, driver=self.driver, own=attributes)
         if self._desired.get(resource) == found:
             return
         self._desired[resource] = found
