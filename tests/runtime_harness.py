@@ -21,7 +21,7 @@ from genericdp.discovery.model import DeviceNode, Roots, Unit
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.embedded import EmbeddedKubelet
-from genericdp.runtime.resource import Discover
+from genericdp.runtime.context import Discover
 from genericdp.runtime.supervisor import Supervisor
 from genericdp.settings import Settings
 
