@@ -12,11 +12,11 @@ from pathlib import Path
 import grpc
 import pytest
 
+from genericdp.aio import Backoff
 from genericdp.config.model import Config
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.allocation import AllocationError
 from genericdp.runtime.supervisor import Supervisor
-from genericdp.runtime.tasks import Backoff
 from tests.polling import eventually
 from tests.runtime_harness import (
     Running,

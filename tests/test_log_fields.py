@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from genericdp import logsetup
-from genericdp.runtime.tasks import TaskSet
+from genericdp.aio import TaskSet
 
 REPO = Path(__file__).resolve().parents[1]
 

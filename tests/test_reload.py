@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from genericdp.aio import Backoff, TaskSet
 from genericdp.config import load
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.state import EventKind
 from genericdp.runtime.configwatch import ConfigWatcher, Outcome
-from genericdp.runtime.tasks import Backoff, TaskSet
 from tests.fakesys import FakeHost
 from tests.runtime_harness import Running, ScriptedDiscovery, running, unit
 from tests.test_configwatch import ConfigMapVolume, Results

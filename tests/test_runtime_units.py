@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from genericdp.aio import Backoff, TaskSet, wait_event
 from genericdp.config.model import Config, GlobMatcher, ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.errors import KubeletError
@@ -19,7 +20,6 @@ from genericdp.runtime.kubeletwatch import DirChange, watch_plugin_dir
 from genericdp.runtime.plugin import remove_stale_sockets, socket_name
 from genericdp.runtime.state import DeviceState
 from genericdp.runtime.supervisor import Supervisor
-from genericdp.runtime.tasks import Backoff, TaskSet, wait_event
 from tests.runtime_harness import settings_for
 
 

@@ -6,11 +6,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from genericdp.aio import Backoff
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Roots, Unit
 from genericdp.hooks import HookRunner
 from genericdp.runtime.recorder import NO_METRICS, Recorder
-from genericdp.runtime.tasks import Backoff
 
 Discover = Callable[[ResourceDefinition, Roots], Sequence[Unit]]
 

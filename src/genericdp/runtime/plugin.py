@@ -46,6 +46,7 @@ import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from genericdp.aio import Backoff, wait_event
 from genericdp.allocation.render import Allocation
 from genericdp.config.model import ResourceDefinition
 from genericdp.errors import KubeletError, RegistrationError, UnsafeAllocationError
@@ -69,7 +70,6 @@ from genericdp.runtime.edge import PluginStatus
 from genericdp.runtime.kubeletwatch import DirChange
 from genericdp.runtime.reconcile import plugin_options
 from genericdp.runtime.state import DeviceState
-from genericdp.runtime.tasks import Backoff, wait_event
 
 log = logging.getLogger(__name__)
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from genericdp.aio import Backoff, TaskSet, wait_event
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.errors import HookError, KubeletError
@@ -45,7 +46,6 @@ from genericdp.kubelet.devices import unit_id_of
 from genericdp.kubelet.podresources import PodDevices, list_pod_devices
 from genericdp.runtime.context import ResourceContext
 from genericdp.runtime.state import DeviceState
-from genericdp.runtime.tasks import Backoff, TaskSet, wait_event
 
 log = logging.getLogger(__name__)
 

@@ -27,6 +27,7 @@ import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from genericdp.aio import Backoff, TaskSet, wait_event
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.execution import ExecResult
@@ -40,7 +41,6 @@ from genericdp.runtime.plugin import ResourcePlugin
 from genericdp.runtime.recorder import exec_result
 from genericdp.runtime.release import Cleaner, Release, UsageTracker
 from genericdp.runtime.state import DeviceState
-from genericdp.runtime.tasks import Backoff, TaskSet, wait_event
 
 log = logging.getLogger(__name__)
 

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 
+from genericdp.aio import Backoff, TaskSet, wait_event
 from genericdp.allocation.cdi import remove_stale_specs
 from genericdp.config.model import Config
 from genericdp.discovery.model import Roots
@@ -30,7 +31,6 @@ from genericdp.runtime.reconcile import Plan, plan
 from genericdp.runtime.recorder import NO_METRICS, Recorder, TimedHooks
 from genericdp.runtime.release import Release, ReleasePoller, UsageTracker
 from genericdp.runtime.resource import ResourceRunner
-from genericdp.runtime.tasks import Backoff, TaskSet, wait_event
 from genericdp.settings import Settings
 
 log = logging.getLogger(__name__)
