@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
+from genericdp import logsetup
 from genericdp.allocation.render import Allocation, render_allocation
 from genericdp.config.model import Exec, ResourceDefinition
 from genericdp.discovery.model import Unit
@@ -90,7 +91,8 @@ class Allocator:
         started = time.monotonic()
         error: BaseException | None = None
         try:
-            return await self._allocate(requests, check)
+            with logsetup.fields(resource=self._definition().name):
+                return await self._allocate(requests, check)
         except BaseException as exc:
             error = exc
             raise
@@ -135,6 +137,10 @@ class Allocator:
 
     async def pre_start(self, device_ids: tuple[str, ...]) -> None:
         definition = self._definition()
+        with logsetup.fields(resource=definition.name):
+            await self._pre_start(definition, device_ids)
+
+    async def _pre_start(self, definition: ResourceDefinition, device_ids: tuple[str, ...]) -> None:
         units = self.checked(device_ids, require_healthy=False)
         if (spec := definition.hooks.pre_start) is not None:
             await self._hook(PRE_START, spec, definition.name, units, device_ids)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from genericdp import logsetup
 from genericdp.aio import Backoff, TaskSet, wait_event
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
@@ -401,6 +402,10 @@ class Cleaner:
                 return
 
     async def _attempt(self, unit: Unit, device_ids: tuple[str, ...], *, retry: bool) -> bool:
+        with logsetup.fields(resource=self.resource, unit=unit.id):
+            return await self._attempt_in(unit, device_ids, retry=retry)
+
+    async def _attempt_in(self, unit: Unit, device_ids: tuple[str, ...], *, retry: bool) -> bool:
         definition = self._definition()
         spec = definition.hooks.cleanup
         if spec is None:

@@ -27,6 +27,7 @@ import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from genericdp import logsetup
 from genericdp.aio import Backoff, TaskSet, wait_event
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
@@ -110,6 +111,10 @@ class ResourceRunner:
 
     async def update(self, definition: ResourceDefinition, *, reregister: bool) -> None:
         """Apply a changed definition in place; Register again if its options changed."""
+        with logsetup.fields(resource=self.name):
+            await self._update(definition, reregister=reregister)
+
+    async def _update(self, definition: ResourceDefinition, *, reregister: bool) -> None:
         old, self._definition = self._definition, definition
         self.state.set_count(definition.count)  # the device list follows the new count
         self._rescan.set()  # matchers or grouping may have changed
@@ -132,6 +137,10 @@ class ResourceRunner:
         Running cleanups get ``timeout`` to finish. ``removed`` (the resource
         left the config) also cleans every unit in use, once, and waits for it.
         """
+        with logsetup.fields(resource=self.name):
+            return await self._stop(timeout, removed=removed)
+
+    async def _stop(self, timeout: float, *, removed: bool) -> tuple[str, ...]:  # noqa: ASYNC109
         stragglers = await self._tasks.stop(timeout=timeout)
         await self.edge.close()
         if removed:
@@ -144,7 +153,8 @@ class ResourceRunner:
 
     def released(self, release: Release) -> None:
         """Nobody holds this unit any more (seen by the PodResources poller)."""
-        self.cleaner.released(release)
+        with logsetup.fields(resource=self.name, unit=release.unit_id):
+            self.cleaner.released(release)
 
     def _removed(self, unit: Unit, in_use: frozenset[str]) -> None:
         held = [d for d in in_use if unit_id_of(d) == unit.id]

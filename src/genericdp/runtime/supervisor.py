@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 
+from genericdp import logsetup
 from genericdp.aio import Backoff, TaskSet, wait_event
 from genericdp.allocation.cdi import remove_stale_specs
 from genericdp.config.model import Config
@@ -143,7 +144,12 @@ class Supervisor:
         """Reconcile the running plugins with ``config`` (stop, update, start)."""
         async with self._lock:
             steps = plan(self._config.resources, config.resources)
-            log.info("applying config: %s", steps)
+            changing = {*steps.stop, *(d.name for d in (*steps.update, *steps.reregister))}
+            changing |= {d.name for d in steps.start}
+            # A line about one resource carries it as a field, as its own lines do.
+            about = {"resource": next(iter(changing))} if len(changing) == 1 else {}
+            with logsetup.fields(**about):
+                log.info("applying config: %s", steps)
             for name in steps.stop:
                 await self._runners.pop(name).stop(removed=True)
             for definition in steps.update:

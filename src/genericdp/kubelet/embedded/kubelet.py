@@ -74,6 +74,7 @@ from types import TracebackType
 
 import grpc
 
+from genericdp import logsetup
 from genericdp.aio import TaskSet, wait_event
 from genericdp.errors import KubeletError
 from genericdp.k8snames import is_extended_resource_name
@@ -331,7 +332,9 @@ class EmbeddedKubelet:
     def _record(self, kind: EventKind, resource: str, detail: str) -> None:
         event = Event(kind=kind, resource=resource, detail=detail, at=self._clock())
         self._events.append(event)
-        log.info("embedded kubelet: %s", event)
+        about = {"resource": resource} if resource else {}
+        with logsetup.fields(**about):
+            log.info("embedded kubelet: %s", event)
         # Wake every waiter, then arm a fresh event for the next change.
         self._changed.set()
         self._changed = asyncio.Event()
