@@ -224,8 +224,7 @@ def test_simulate_shows_cdi_names_and_never_writes_the_hosts_cdi_dir(tmp_path: P
     result = subprocess.run(
         [
             sys.executable, "-m", "genericdp", "simulate", str(EXAMPLE), "--once",
-            "--dev-root", str(host.dev), "--sys-root", str(host.sys),
-            "--udev-root", str(host.udev),
+            *host.root_flags(),
         ],
         capture_output=True, text=True, timeout=60, env=env, check=False,
     )  # fmt: skip

@@ -185,9 +185,7 @@ async def test_serve_reloads_a_configmap(base: Path) -> None:
         "-m", "genericdp", "serve",
         "--config", str(volume.target),
         "--plugin-dir", str(plugin_dir),
-        "--dev-root", str(host.dev),
-        "--sys-root", str(host.sys),
-        "--udev-root", str(host.udev),
+        *host.root_flags(),
         "--log-level", "info",
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
