@@ -21,7 +21,7 @@ import pytest
 
 from genericdp.config import load_text
 from genericdp.config.model import PreferredAllocation, ResourceDefinition
-from genericdp.discovery.model import DeviceNode, Roots, Unit
+from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.kubelet.devices import replica_ids, unit_id_of
 from genericdp.kubelet.podresources import PodDevices
 from genericdp.kubelet.servicer import list_response
@@ -31,6 +31,7 @@ from genericdp.runtime.preferred import preferred_allocation
 from genericdp.runtime.release import UsageTracker, released_units
 from genericdp.runtime.resource import ResourceRunner
 from genericdp.runtime.state import DeviceState
+from genericdp.settings import Settings
 
 R = "example.com/x"
 
@@ -176,8 +177,8 @@ async def _no_hook(*_args: object, **_kwargs: object) -> None:
 
 def _plugin(definition: ResourceDefinition, state: DeviceState, tmp_path: Path) -> ResourcePlugin:
     """One resource's device-plugin edge over ``state`` (never started)."""
-    context = ResourceContext(
-        plugin_dir=tmp_path, roots=Roots(), discover=lambda *_: (), run_hook=_no_hook
+    context = ResourceContext.of(
+        Settings.model_validate({"plugin_dir": tmp_path}), discover=lambda *_: (), run_hook=_no_hook
     )
     plugin = ResourceRunner(definition, context, state=state).edge
     assert isinstance(plugin, ResourcePlugin)

@@ -20,10 +20,9 @@ from genericdp import logsetup
 from genericdp.aio import Backoff, TaskSet, wait_event
 from genericdp.allocation.cdi import remove_stale_specs
 from genericdp.config.model import Config
-from genericdp.discovery.model import Roots
 from genericdp.hooks import HookRunner
 from genericdp.kubelet.options import KUBELET_SOCKET_NAME
-from genericdp.runtime.context import Discover, ResourceContext
+from genericdp.runtime.context import SETTLE, Discover, ResourceContext
 from genericdp.runtime.devwatch import DevChange, watch_devices
 from genericdp.runtime.edge import EdgeFactory, PluginStatus
 from genericdp.runtime.kubeletwatch import DirChange, watch_plugin_dir
@@ -68,7 +67,7 @@ class Supervisor:
         *,
         discover: Discover | None = None,
         run_hook: HookRunner | None = None,
-        settle: float = 0.05,
+        settle: float = SETTLE,
         metrics: Recorder | None = None,
         cleanup_backoff: Callable[[], Backoff] | None = None,
         edge: EdgeFactory = ResourcePlugin,
@@ -82,17 +81,13 @@ class Supervisor:
         if metrics is not None:
             self._run_hook = TimedHooks(self._run_hook, metrics)
         # Built once: what every resource shares (its runner, edge, allocator and cleaner).
-        self._context = ResourceContext(
-            plugin_dir=settings.plugin_dir,
-            roots=Roots(dev=settings.dev_root, sys=settings.sys_root, udev=settings.udev_root),
+        self._context = ResourceContext.of(
+            settings,
             discover=self._discover,
             run_hook=self._run_hook,
-            node_name=settings.node_name,
-            rescan_interval=settings.rescan_interval,
             settle=settle,
             recorder=self._metrics,
             cleanup_backoff=cleanup_backoff,
-            cdi_dir=settings.cdi_dir,
             on_status=self._notify,
         )
         self._runners: dict[str, ResourceRunner] = {}
