@@ -24,11 +24,10 @@ from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.allocation import AllocationError
 from tests.fakesys import FakeHost
-from tests.runtime_harness import allocate_request, config, plugin_stub, running
+from tests.runtime_harness import NO_PERIODIC, allocate_request, config, plugin_stub, running
 
 GPU = "example.com/gpu"
 EXAMPLE = Path(__file__).resolve().parent.parent / "configs" / "examples" / "gpu-cdi.yaml"
-NO_PERIODIC = {"rescan_interval": 3600.0, "hotplug_settle": 0.05}
 
 
 def gpu_config(*, cdi: bool = True, permissions: str = "rw") -> str:
