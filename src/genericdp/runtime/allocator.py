@@ -130,19 +130,24 @@ class Allocator:
         # the slice, off the loop: a template may work up to its time budget
         # (render.py), and registration, health and every other resource must
         # not wait.
+        waited = False  # whether anything could change the units from here on
         try:
             allocations = render(INLINE_RENDER_SECONDS)
         except SliceSpent:
+            waited = True
             allocations = await asyncio.to_thread(render, None)
         check(requests, allocations)
         # The CDI check may refuse the Allocate: before any claim, which cleans.
         if definition.allocate.cdi:
+            waited = True
             for ids in requests:
                 await self._cdi.check(definition, self._state, ids)
         for ids in requests:
             for release in self._usage.claim(definition.name, ids):
+                waited = True
                 await self._cleaner.clean_now(release)  # a cleanup the kubelet did not wait for
-        lookups = [self.checked(ids) for ids in requests]  # ... which may have failed
+        if waited:  # a unit may have gone unhealthy, or its cleanup failed, meanwhile
+            lookups = [self.checked(ids) for ids in requests]
         if (init := definition.hooks.init) is not None:
             for ids, units in zip(requests, lookups, strict=True):
                 await self._hook(INIT, init, definition.name, units, ids)
