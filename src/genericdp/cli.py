@@ -1,4 +1,4 @@
-"""The command line: ``genericdp serve | validate | discover | schema | simulate``.
+"""The command line: ``genericdp serve | validate | discover | schema | simulate | convert``.
 
 Exit codes are in ``genericdp.exits``. The flags of the settings are made
 from the settings model (``genericdp.settings``): every setting is a flag of
@@ -93,6 +93,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--once", action="store_true", help="exit after the first report")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for registration")
     _setting_flags(p, Settings, skip=SIMULATE_SKIPS)
+
+    # Its own arguments, spelled as squat's flags so an existing args list can be pasted.
+    p = sub.add_parser(
+        "convert",
+        help="print the genericdp config equivalent to a squat/generic-device-plugin config",
+        description="Reads squat/generic-device-plugin's --device flags and/or its --config"
+        " file and prints genericdp config v1 YAML; differences are NOTE comments and"
+        " warnings on stderr.",
+    )
+    p.add_argument("--device", action="append", default=[], metavar="JSON_OR_YAML")
+    p.add_argument("--config", type=Path, metavar="FILE", help="squat's YAML or JSON config")
+    p.add_argument("--domain", help="squat's --domain (default: the file's, else squat.ai)")
+    p.add_argument("--output", "-o", type=Path, metavar="FILE", help="write here, not stdout")
     return parser
 
 
@@ -188,12 +201,28 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_convert(args: argparse.Namespace) -> int:
+    from genericdp.convert import convert_squat
+
+    if not args.device and args.config is None:
+        raise UsageError("convert needs --device values, a --config file, or both")
+    result = convert_squat(args.device, args.config, args.domain)
+    for note in result.notes:
+        print(f"warning: {note}".replace(": : ", ": "), file=sys.stderr)
+    if args.output is not None:
+        args.output.write_text(result.text)
+    else:
+        sys.stdout.write(result.text)
+    return EXIT_OK
+
+
 COMMANDS = {
     "validate": cmd_validate,
     "schema": cmd_schema,
     "discover": cmd_discover,
     "serve": cmd_serve,
     "simulate": cmd_simulate,
+    "convert": cmd_convert,
 }
 
 
