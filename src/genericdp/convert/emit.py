@@ -132,6 +132,7 @@ class _Builder:
     usb_groups: list[SquatGroup] = field(default_factory=list)
     counts: set[int] = field(default_factory=set)
     permissions: dict[str, Where] = field(default_factory=dict)
+    all_required: list[str] = field(default_factory=list)  # groups of several required paths
 
     def note(self, where: Where | str, text: str) -> None:
         self.out.notes.append(Note(where, text))
@@ -218,15 +219,17 @@ class _Builder:
                     " (sorted; `limit` lets a path repeat), making one unit per i; here the"
                     " nodes are grouped as groupBy says",
                 )
-            required = [p for p in devices if not p.optional]
-            if required:
-                self.note(
-                    group.where,
-                    "squat lists this group's unit only when every non-optional path exists;"
-                    " genericdp lists it with the nodes that exist",
-                )
+            if any(not p.optional for p in devices):
+                self.all_required.append(group.where.path)
 
     def finish(self, device: SquatDevice) -> None:
+        if self.all_required:
+            self.note(
+                device.where,
+                f"squat lists the unit of {', '.join(self.all_required)} only when every"
+                " non-optional path of the group exists; genericdp lists it with the nodes"
+                " that exist",
+            )
         matchers, group_by = self._matchers_and_grouping()
         if not matchers:
             self.note(
