@@ -359,3 +359,30 @@ def test_cli_exit_codes_for_bad_input(capsys: pytest.CaptureFixture[str], tmp_pa
     assert "Traceback" not in err
     assert "missing.yaml: cannot be read: No such file or directory" in err
     assert "--domain: domain: 'Bad_Domain' is not a DNS subdomain" in err
+
+
+def test_squats_daemon_flags_are_accepted_and_named_in_genericdp_terms(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A pasted args list with --plugin-directory, --listen and --log-level converts; each
+    flag becomes a NOTE naming genericdp's setting."""
+    device = "{name: fuse, groups: [{paths: [{path: /dev/fuse/}]}]}"
+    args = ["--device", device, "--plugin-directory", "/x", "--listen", ":9090"]
+    assert main(["convert", *args, "--log-level", "debug"]) == EXIT_OK
+    out, err = capsys.readouterr()
+    assert "# NOTE: --plugin-directory '/x': genericdp's is GENERICDP_PLUGIN_DIR" in out
+    assert "warning: --listen ':9090': squat's metrics and health address" in err
+    assert "warning: --log-level 'debug'" in err
+    assert "- glob: /dev/fuse  #" in out  # squat's glob names the directory without the '/'
+
+
+def test_a_hostile_device_flag_meets_the_config_limits() -> None:
+    """An alias bomb in a --device value is refused as one in a config file would be."""
+    bomb = "a: &a [1]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+        for p, c in zip("abcdefghi", "bcdefghij", strict=True)
+    )
+    with pytest.raises(ConfigError) as caught:
+        convert_squat([bomb + "name: *j\n"])
+    assert str(caught.value).startswith("--device #1:")
+    assert "alias bomb" in str(caught.value)

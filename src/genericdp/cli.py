@@ -26,6 +26,9 @@ from genericdp.exits import (
 )
 from genericdp.settings import SIMULATE_SKIPS, DiscoverySettings, Settings
 
+# squat/generic-device-plugin's flags that configure its daemon, not its devices.
+SQUAT_DAEMON_FLAGS = ("listen", "log-level", "plugin-directory")
+
 
 class UsageError(Exception):
     """Bad flags or settings; printed as one line, exit 2."""
@@ -106,6 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", type=Path, metavar="FILE", help="squat's YAML or JSON config")
     p.add_argument("--domain", help="squat's --domain (default: the file's, else squat.ai)")
     p.add_argument("--output", "-o", type=Path, metavar="FILE", help="write here, not stdout")
+    squat_daemon = p.add_argument_group(
+        "squat's daemon flags (accepted so an args list can be pasted; each becomes a NOTE)"
+    )
+    for name in SQUAT_DAEMON_FLAGS:
+        squat_daemon.add_argument(f"--{name}", dest=name.replace("-", "_"), metavar="VALUE")
     return parser
 
 
@@ -206,9 +214,15 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
     if not args.device and args.config is None:
         raise UsageError("convert needs --device values, a --config file, or both")
-    result = convert_squat(args.device, args.config, args.domain)
+    given = {n: getattr(args, n.replace("-", "_")) for n in SQUAT_DAEMON_FLAGS}
+    result = convert_squat(
+        args.device,
+        args.config,
+        args.domain,
+        daemon_flags={n: v for n, v in given.items() if v is not None},
+    )
     for note in result.notes:
-        print(f"warning: {note}".replace(": : ", ": "), file=sys.stderr)
+        print(f"warning: {note}", file=sys.stderr)
     if args.output is not None:
         args.output.write_text(result.text)
     else:

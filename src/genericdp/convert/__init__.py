@@ -11,7 +11,7 @@ before handing it back, so what is printed always validates. Bad input raises
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +30,15 @@ from genericdp.errors import ConfigError, ConfigIssue
 
 __all__ = ["Conversion", "convert_squat"]
 
+_NO_SETTING = "a setting of squat's daemon, with no genericdp counterpart"
+# Where squat's daemon flags live in genericdp: settings (`genericdp serve --help`).
+_DAEMON_SETTINGS = {
+    "listen": "squat's metrics and health address; genericdp's is GENERICDP_METRICS_ADDRESS"
+    " (--metrics-address; /metrics, /healthz, /readyz: squat's /health is /healthz)",
+    "log-level": "genericdp's is GENERICDP_LOG_LEVEL (--log-level: debug, info, warning, error)",
+    "plugin-directory": "genericdp's is GENERICDP_PLUGIN_DIR (--plugin-dir)",
+}
+
 
 @dataclass(frozen=True)
 class Conversion:
@@ -44,11 +53,14 @@ def convert_squat(
     devices: Sequence[str] = (),
     config_file: Path | None = None,
     domain: str | None = None,
+    daemon_flags: Mapping[str, str] | None = None,
 ) -> Conversion:
     """Convert squat's flags (``--device`` values, ``--domain``) and/or ``--config`` file.
 
     As squat resolves them (viper): ``--device`` flags replace the file's
-    devices, and ``--domain`` beats the file's ``domain``.
+    devices, and ``--domain`` beats the file's ``domain``. ``daemon_flags``
+    (``listen``, ``log-level``, ``plugin-directory``) configure squat's daemon,
+    not a config: each becomes a note naming genericdp's setting.
     """
     issues: list[ConfigIssue] = []
     squat = SquatConfig(domain=DEFAULT_DOMAIN)
@@ -76,6 +88,8 @@ def convert_squat(
             if device is not None:
                 squat.devices.append(device)
         sources.append(f"{len(devices)} --device flag(s)")
+    for name, value in (daemon_flags or {}).items():
+        squat.ignored.append(f"--{name} {value!r}: {_DAEMON_SETTINGS.get(name, _NO_SETTING)}")
     if domain is not None:
         squat.domain = domain.strip()
     problem = check_domain(squat.domain, "--domain" if domain is not None else str(config_file))

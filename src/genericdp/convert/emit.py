@@ -50,7 +50,7 @@ class Note:
     text: str
 
     def __str__(self) -> str:
-        return f"{self.where}: {self.text}"
+        return f"{self.where}: {self.text}" if str(self.where) else self.text
 
 
 @dataclass
@@ -75,7 +75,10 @@ def go_glob(pattern: str) -> str:
     Go escapes with ``\\`` and negates a class with ``^``; fnmatch has no
     escapes (``[*]`` is a literal star) and negates with ``!``. A component
     ``**`` is one name in Go but any depth in genericdp, so it becomes ``*``.
+    A trailing ``/`` goes: Go's glob names the same directory without it.
     """
+    if len(pattern) > 1:
+        pattern = pattern.rstrip("/")
     out: list[str] = []
     i = 0
     while i < len(pattern):
