@@ -386,3 +386,12 @@ def test_a_hostile_device_flag_meets_the_config_limits() -> None:
         convert_squat([bomb + "name: *j\n"])
     assert str(caught.value).startswith("--device #1:")
     assert "alias bomb" in str(caught.value)
+
+
+def test_a_newline_in_a_file_name_cannot_write_yaml_into_the_output(tmp_path: Path) -> None:
+    """Sources and keys reach comments only as one printable line."""
+    file = tmp_path / "squat\nresources: []\n#.yaml"
+    file.write_text("devices: [{name: aa, groups: [{paths: [{path: /dev/a}]}], 'x\\ny': 1}]\n")
+    result = convert_squat(config_file=file)
+    assert [r.name for r in load_text(result.text).resources] == ["squat.ai/aa"]
+    assert "\nresources: []" not in result.text

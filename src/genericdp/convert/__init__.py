@@ -18,7 +18,7 @@ from pathlib import Path
 from genericdp import __version__
 from genericdp.config import load_text
 from genericdp.config.loader import MAX_FILE_BYTES, read_config_file
-from genericdp.convert.emit import Note, convert_device
+from genericdp.convert.emit import Note, comment, convert_device
 from genericdp.convert.squat import (
     DEFAULT_DOMAIN,
     SquatConfig,
@@ -138,14 +138,16 @@ def _emit(squat: SquatConfig, sources: Sequence[str]) -> Conversion:
         if converted.lines:
             body.append("")
         for note in converted.notes:
-            body.append(f"  # NOTE: {_one_line(str(note))}")
+            body.append(f"  # NOTE: {comment(str(note))}")
         body += [f"  {line}" for line in converted.lines]
     count = sum(1 for line in body if line.startswith("  - name: "))
     header = [
         f"# genericdp config v1, converted by `genericdp convert` (genericdp {__version__})",
-        f"# from squat/generic-device-plugin: {', '.join(sources)}; domain {squat.domain}.",
+        comment(
+            f"# from squat/generic-device-plugin: {', '.join(sources)}; domain {squat.domain}."
+        ),
         "# Read every NOTE: it marks a place where the meaning differs from squat's.",
-        *(f"# NOTE: {_one_line(str(n))}" for n in notes if n.where == ""),
+        *(f"# NOTE: {comment(str(n))}" for n in notes if n.where == ""),
         "version: v1",
         "resources:",
     ]
@@ -155,9 +157,9 @@ def _emit(squat: SquatConfig, sources: Sequence[str]) -> Conversion:
             [ConfigIssue("<converted>", None, None, "", f"nothing to serve: {n}") for n in notes]
             or [ConfigIssue("<converted>", None, None, "", "nothing genericdp can serve")]
         )
-    load_text(text, "<converted>")  # a failure here is a bug in the converter, shown as such
+    try:
+        load_text(text, "<converted>")
+    except ConfigError as exc:  # a bug in the converter: said so, with what failed
+        bug = "the converted config is invalid, a bug in `genericdp convert` (please report it)"
+        raise ConfigError([ConfigIssue("<converted>", None, None, "", bug), *exc.issues]) from exc
     return Conversion(text, tuple(notes), count)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())

@@ -62,6 +62,12 @@ class Converted:
     notes: list[Note] = field(default_factory=list)
 
 
+def comment(text: str) -> str:
+    """``text`` safe inside a YAML comment: one line, no control characters (a file
+    name or a key may hold a newline, which would end the comment and start YAML)."""
+    return " ".join("".join(c if c.isprintable() else "?" for c in part) for part in text.split())
+
+
 def quote(text: str) -> str:
     """A YAML scalar for ``text``: plain when safe, else a JSON (= YAML) double-quoted string."""
     if _PLAIN.fullmatch(text) and text.lower() not in ("true", "false", "null", "yes", "no"):
@@ -240,7 +246,7 @@ class _Builder:
             )
             return
         lines = self.out.lines
-        lines.append(f"- name: {quote(self.out.name)}  # from {device.where}")
+        lines.append(f"- name: {quote(self.out.name)}  # from {comment(str(device.where))}")
         lines.append("  match:")
         lines += matchers
         lines += group_by
@@ -267,7 +273,7 @@ class _Builder:
                 ro = ", readOnly: true" if read_only else ""
                 lines.append(
                     f"      - {{hostPath: {quote(host)}, containerPath: {quote(target)}{ro}}}"
-                    f"  # {where}"
+                    f"  # {comment(where)}"
                 )
         lines.append("  preferredAllocation: none  # squat has no preference")
 
@@ -298,7 +304,7 @@ class _Builder:
                 if pattern in seen:
                     continue
                 seen.add(pattern)
-                lines.append(f"    - glob: {quote(pattern)}  # {p.where}")
+                lines.append(f"    - glob: {quote(pattern)}  # {comment(str(p.where))}")
                 if single_literal:
                     lines.append(
                         f"    - glob: {quote(pattern + '/**')}  # squat hands out a directory"
@@ -309,7 +315,9 @@ class _Builder:
             if usb.serial:
                 attributes["serial"] = fnmatch_literal(usb.serial)
             shown = ", ".join(f"{k}: {quote_always(v)}" for k, v in attributes.items())
-            lines.append(f"    - udev: {{subsystem: usb, attributes: {{{shown}}}}}  # {where}")
+            lines.append(
+                f"    - udev: {{subsystem: usb, attributes: {{{shown}}}}}  # {comment(where)}"
+            )
         if not lines:
             return [], []
         return lines, self._grouping(single_literal)
