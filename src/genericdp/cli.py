@@ -105,7 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
         " file and prints genericdp config v1 YAML; differences are NOTE comments and"
         " warnings on stderr.",
     )
-    p.add_argument("--device", action="append", default=[], metavar="JSON_OR_YAML")
+    p.add_argument(
+        "--device",
+        action="append",
+        default=[],
+        metavar="JSON_OR_YAML",
+        help="one of squat's --device values; repeat it as squat's flag is repeated",
+    )
     p.add_argument("--config", type=Path, metavar="FILE", help="squat's YAML or JSON config")
     p.add_argument("--domain", help="squat's --domain (default: the file's, else squat.ai)")
     p.add_argument("--output", "-o", type=Path, metavar="FILE", help="write here, not stdout")
