@@ -250,6 +250,14 @@ def test_groups_genericdp_cannot_group_are_flagged_not_equivalent() -> None:
             '{"name": "ab", "groups": [{"count": -1, "paths": [{"path": "/dev/a"}]}]}',
             "groups[0].count: must be a whole number",
         ),
+        (
+            '{"name": "ab", "groups": [{"paths": [{"path": "/dev/a["}]}]}',
+            "--device #1:1:47: groups[0].paths[0].path: '/dev/a[' is not a valid Go glob",
+        ),
+        (
+            '{"name": "ab", "groups": [{"paths": [{"path": 5}]}]}',
+            "groups[0].paths[0].path: must be a string, not the number 5",
+        ),
     ],
 )
 def test_bad_flags_say_which_flag_where_and_what(device: str, expected: str) -> None:

@@ -205,6 +205,32 @@ class _Reader:
         return None
 
 
+def go_pattern_problem(pattern: str) -> str | None:
+    """Why Go's ``path.Match`` refuses ``pattern`` (ErrBadPattern), or None."""
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            if i + 1 >= len(pattern):
+                return "it ends with a '\\'"
+            i += 2
+            continue
+        if char == "[":
+            end = i + 1
+            if pattern[end : end + 1] == "^":
+                end += 1
+            if pattern[end : end + 1] == "]":
+                return "an empty '[]' class"
+            while end < len(pattern) and pattern[end] != "]":
+                end += 2 if pattern[end] == "\\" else 1
+            if end >= len(pattern):
+                return "a '[' with no ']'"
+            i = end + 1
+            continue
+        i += 1
+    return None
+
+
 def _go_int(token: str) -> int | None:
     """A plain YAML scalar as Go's yaml parsers read an integer (base prefixes, 0777 octal)."""
     text = token.replace("_", "")
@@ -343,9 +369,8 @@ def _path(reader: _Reader, path: KeyPath) -> SquatPath | None:
     found = reader.fields(reader.value(path), path, _PATH_KEYS)
     if not isinstance(reader.value(path), dict):
         return None
-    host = reader.string(found["path"]).strip() if "path" in found else ""
-    if not host:
-        reader.fail(found.get("path", path), "path is missing or empty")
+    host = _host_path(reader, found.get("path"), path)
+    if host is None:
         return None
     kind = reader.string(found["type"]) if "type" in found else ""
     if kind not in ("", DEVICE, MOUNT):
@@ -377,6 +402,22 @@ def _path(reader: _Reader, path: KeyPath) -> SquatPath | None:
         optional=reader.boolean(found["optional"]) if "optional" in found else False,
         where=reader.where(path),
     )
+
+
+def _host_path(reader: _Reader, key: KeyPath | None, path: KeyPath) -> str | None:
+    """A path's ``path``: a string, not empty, a glob Go accepts (trimmed, as main.go does)."""
+    if key is not None and not isinstance(reader.value(key), str | None):
+        reader.string(key)  # says what it is instead
+        return None
+    host = reader.string(key).strip() if key is not None else ""
+    if not host:
+        reader.fail(key or path, "path is missing or empty")
+        return None
+    bad = go_pattern_problem(host)
+    if bad is not None:
+        reader.fail(key or path, f"{host!r} is not a valid Go glob ({bad}); squat fails on it")
+        return None
+    return host
 
 
 def _usb(reader: _Reader, path: KeyPath) -> SquatUsb | None:
