@@ -1,7 +1,9 @@
 """Every genericdp YAML block in the docs loads: docs/recipes.md and docs/config.md.
 
-A block is a whole config, one resource (a mapping with ``name``) or a list
-of resources; the last two are wrapped in ``version: v1`` / ``resources:``.
+A block is a whole config, one resource (a mapping with ``name``), a list of
+resources, or keys of one resource (``allocate:``, ``health:``, indented or
+not), which get a name and, without ``match``, a glob of /dev/null; all but
+the first are wrapped in ``version: v1`` / ``resources:``.
 Blocks of other tools' formats start with ``# not genericdp:`` and are
 skipped; the squat ones among them must still convert.
 """
@@ -9,13 +11,14 @@ skipped; the squat ones among them must still convert.
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 from ruamel.yaml import YAML
 
-from genericdp.config import load_text
+from genericdp.config import load_text, schema
 from genericdp.convert import convert_squat
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -29,13 +32,19 @@ def _blocks(name: str) -> list[tuple[int, str]]:
 
 
 def _as_config(block: str) -> str:
+    block = textwrap.dedent(block)
     data: Any = YAML(typ="safe", pure=True).load(block)
     if isinstance(data, dict) and "version" in data:
         return block
+    resource_keys = set(schema()["$defs"]["resource"]["properties"])
+    if isinstance(data, dict) and "name" not in data and set(data) <= resource_keys:
+        missing_match = "" if "match" in data else "match: [{glob: /dev/null}]\n"
+        block = "name: example.com/docs-fragment\n" + missing_match + block
+        data["name"] = "example.com/docs-fragment"
     if isinstance(data, dict) and "name" in data:
-        block = "- " + block.replace("\n", "\n  ")
+        block = "- " + block.rstrip("\n").replace("\n", "\n  ")
     elif not isinstance(data, list):
-        pytest.fail("a YAML block must be a whole config, a resource or a list of resources")
+        pytest.fail("a YAML block must be a config, resources, or keys of one resource")
     return "version: v1\nresources:\n" + "".join(f"  {line}\n" for line in block.splitlines())
 
 
