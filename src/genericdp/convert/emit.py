@@ -18,12 +18,14 @@ a line on stderr. Nothing is dropped silently.
 
 from __future__ import annotations
 
+import functools
 import json
 import posixpath
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from genericdp.config import schema
 from genericdp.config.names import validate_resource_name
 from genericdp.config.regex import compile_regex
 from genericdp.convert.squat import (
@@ -113,6 +115,29 @@ def container_path(squat_path: SquatPath, host: str) -> str:
     mount = squat_path.mount_path or host
     if mount.endswith("/"):
         mount += posixpath.basename(host)
+    return mount
+
+
+@functools.cache
+def matcher_container_paths() -> bool:
+    """Whether this genericdp's config v1 has ``containerPath`` on matchers."""
+    options = schema().get("$defs", {}).get("matcher", {}).get("oneOf", [])
+    return bool(options) and all("containerPath" in o.get("properties", {}) for o in options)
+
+
+def container_path_template(p: SquatPath) -> str | None:
+    """squat's ``mountPath`` as a ``containerPath`` template; None when squat keeps the
+    matched path, "" when it cannot be said (not a clean path under /dev/)."""
+    mount = p.mount_path
+    if not mount or mount == p.path:
+        return None
+    if mount.endswith("/") and mount.rstrip("/") == posixpath.dirname(p.path):
+        return None
+    parts = mount.rstrip("/").split("/")
+    if not mount.startswith("/dev/") or ".." in parts or any(c in mount for c in "{}%#"):
+        return ""
+    if mount.endswith("/"):  # path.go: the matched path's name inside that directory
+        return mount + "{{ device.path.split('/') | last }}"
     return mount
 
 
@@ -207,16 +232,21 @@ class _Builder:
 
     def _path_notes(self, group: SquatGroup, devices: list[SquatPath]) -> None:
         for p in devices:
-            mount = p.mount_path
-            if mount and not (
-                mount == p.path
-                or (mount.endswith("/") and mount.rstrip("/") == posixpath.dirname(p.path))
-            ):
+            template = container_path_template(p)
+            if template is None or (template and matcher_container_paths()):
+                pass  # the same path as squat's, or said with containerPath
+            elif not matcher_container_paths():
                 self.note(
                     p.where,
-                    f"mountPath {mount!r}: squat gives the container this node at"
+                    f"mountPath {p.mount_path!r}: squat gives the container this node at"
                     f" {container_path(p, '<name>' if has_magic(p.path) else p.path)};"
-                    " genericdp config v1 gives it at its host path (no per-node container path)",
+                    " this genericdp gives it at its host path (no per-node container path)",
+                )
+            else:
+                self.note(
+                    p.where,
+                    f"NOT CONVERTED: mountPath {p.mount_path!r}: a container path is absolute,"
+                    " under /dev/, without '..' or template braces; the node keeps its path",
                 )
             if p.limit_given and len(devices) == 1:
                 self.note(p.where, "limit has no effect on a group of one path (in squat too)")
@@ -305,6 +335,9 @@ class _Builder:
                     continue
                 seen.add(pattern)
                 lines.append(f"    - glob: {quote(pattern)}  # {comment(str(p.where))}")
+                template = container_path_template(p)
+                if template and matcher_container_paths():
+                    lines.append(f"      containerPath: {quote_always(template)}  # mountPath")
                 if single_literal:
                     lines.append(
                         f"    - glob: {quote(pattern + '/**')}  # squat hands out a directory"
