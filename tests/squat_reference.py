@@ -14,7 +14,10 @@ Ported from squat/generic-device-plugin at 179b1fe (``deviceplugin/path.go``
 - a host path that is a directory is given by containerd as every device node
   below it (``oci.WithDevices``: recursive, symlinks skipped).
 
-A unit here is the frozenset of real host node paths the container gets.
+A unit here is the frozenset of (real host node, container path) pairs the
+container gets; the container path follows ``mountPath`` as path.go does (a
+trailing ``/`` adds the matched path's name) and, inside a directory, the
+node's place below it.
 """
 
 from __future__ import annotations
@@ -75,8 +78,11 @@ def _glob(host: FakeHost, pattern: str) -> list[str]:
     return sorted(f"/dev/{p}" for p in found)
 
 
-def _nodes(host: FakeHost, host_path: str) -> set[str]:
-    """The real nodes the runtime gives for a device spec's host path."""
+Node = tuple[str, str]  # real host path, container path
+
+
+def _nodes(host: FakeHost, host_path: str, container: str) -> set[Node]:
+    """The real nodes the runtime gives for a device spec, and where the container sees them."""
     relative = host_path.removeprefix("/dev/")
     full = host.dev / relative
     if full.is_dir():
@@ -85,13 +91,19 @@ def _nodes(host: FakeHost, host_path: str) -> set[str]:
             dirs[:] = [d for d in dirs if not (Path(root) / d).is_symlink()]
             for name in files:
                 if not (Path(root) / name).is_symlink():
-                    nodes.add("/dev/" + str((Path(root) / name).relative_to(host.dev)))
+                    below = str((Path(root) / name).relative_to(full))
+                    nodes.add((f"{host_path}/{below}", f"{container}/{below}"))
         return nodes
     real = resolve_in_root(host.dev, relative)
-    return {f"/dev/{real}"} if real else set()
+    return {(f"/dev/{real}", container)} if real else set()
 
 
-def _path_units(host: FakeHost, group: dict[str, Any]) -> list[frozenset[str]]:
+def _container_path(spec: dict[str, Any], matched: str) -> str:
+    mount = (spec.get("mountPath") or "").strip() or matched
+    return mount + matched.rsplit("/", 1)[-1] if mount.endswith("/") else mount
+
+
+def _path_units(host: FakeHost, group: dict[str, Any]) -> list[frozenset[Node]]:
     specs = group.get("paths") or []
     lists: list[list[str] | None] = []
     length, cap = 0, 1 << 30
@@ -106,15 +118,15 @@ def _path_units(host: FakeHost, group: dict[str, Any]) -> list[frozenset[str]]:
         length = max(length, len(matches))
     units = []
     for i in range(min(length, cap)):
-        nodes: set[str] = set()
+        nodes: set[Node] = set()
         for spec, found in zip(specs, lists, strict=True):
             if found is not None and spec.get("type", "Device") == "Device":
-                nodes |= _nodes(host, found[i])
+                nodes |= _nodes(host, found[i], _container_path(spec, found[i]))
         units += [frozenset(nodes)] * (group.get("count") or 1)
     return units
 
 
-def _usb_units(host: FakeHost, group: dict[str, Any]) -> list[frozenset[str]]:
+def _usb_units(host: FakeHost, group: dict[str, Any]) -> list[frozenset[Node]]:
     devices = host.sys / "bus" / "usb" / "devices"
     paths: list[str] = []
     for spec in group["usb"]:
@@ -137,13 +149,13 @@ def _usb_units(host: FakeHost, group: dict[str, Any]) -> list[frozenset[str]]:
                 paths.append(f"/dev/bus/usb/{bus:03x}/{dev:03x}")
     if not paths:
         return []
-    nodes = set().union(*(_nodes(host, p) for p in paths))
+    nodes: set[Node] = set().union(*(_nodes(host, p, p) for p in paths))
     return [frozenset(nodes)] * (group.get("count") or 1)
 
 
-def squat_units(host: FakeHost, device: dict[str, Any]) -> Counter[frozenset[str]]:
+def squat_units(host: FakeHost, device: dict[str, Any]) -> Counter[frozenset[Node]]:
     """Every unit squat lists for one ``--device`` value (parsed), with multiplicity."""
-    units: Counter[frozenset[str]] = Counter()
+    units: Counter[frozenset[Node]] = Counter()
     for group in device["groups"]:
         found = _usb_units(host, group) if group.get("usb") else _path_units(host, group)
         units.update(found)
