@@ -23,21 +23,13 @@ from genericdp.convert.squat import (
     DEFAULT_DOMAIN,
     SquatConfig,
     check_domain,
+    daemon_setting,
     parse_config_file,
     parse_device_flag,
 )
 from genericdp.errors import ConfigError, ConfigIssue
 
 __all__ = ["Conversion", "convert_squat"]
-
-_NO_SETTING = "a setting of squat's daemon, with no genericdp counterpart"
-# Where squat's daemon flags live in genericdp: settings (`genericdp serve --help`).
-_DAEMON_SETTINGS = {
-    "listen": "squat's metrics and health address; genericdp's is GENERICDP_METRICS_ADDRESS"
-    " (--metrics-address; /metrics, /healthz, /readyz: squat's /health is /healthz)",
-    "log-level": "genericdp's is GENERICDP_LOG_LEVEL (--log-level: debug, info, warning, error)",
-    "plugin-directory": "genericdp's is GENERICDP_PLUGIN_DIR (--plugin-dir)",
-}
 
 
 @dataclass(frozen=True)
@@ -89,7 +81,7 @@ def convert_squat(
                 squat.devices.append(device)
         sources.append(f"{len(devices)} --device flag(s)")
     for name, value in (daemon_flags or {}).items():
-        squat.ignored.append(f"--{name} {value!r}: {_DAEMON_SETTINGS.get(name, _NO_SETTING)}")
+        squat.ignored.append(f"--{name} {value!r}: {daemon_setting(name)}")
     if domain is not None:
         squat.domain = domain.strip()
     problem = check_domain(squat.domain, "--domain" if domain is not None else str(config_file))

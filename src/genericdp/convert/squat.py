@@ -44,6 +44,21 @@ _YAML11_BOOL = {
 }
 
 
+_NO_SETTING = "a setting of squat's daemon, with no genericdp counterpart"
+# Where squat's daemon flags live in genericdp: settings (`genericdp serve --help`).
+DAEMON_SETTINGS = {
+    "listen": "squat's metrics and health address; genericdp's is GENERICDP_METRICS_ADDRESS"
+    " (--metrics-address; /metrics, /healthz, /readyz: squat's /health is /healthz)",
+    "log-level": "genericdp's is GENERICDP_LOG_LEVEL (--log-level: debug, info, warning, error)",
+    "plugin-directory": "genericdp's is GENERICDP_PLUGIN_DIR (--plugin-dir)",
+}
+
+
+def daemon_setting(flag: str) -> str:
+    """What genericdp calls squat's daemon flag ``flag`` (listen, log-level, plugin-directory)."""
+    return DAEMON_SETTINGS.get(flag, _NO_SETTING)
+
+
 @dataclass(frozen=True)
 class Where:
     """Where a squat value was written, for notes in the output."""
@@ -278,10 +293,7 @@ def parse_config_file(text: str, file: str) -> tuple[SquatConfig | None, list[Co
         config.domain = reader.string(found["domain"], DEFAULT_DOMAIN).strip()
     for key in ("listen", "log-level", "plugin-directory"):
         if key in found:
-            reader.ignored.append(
-                f"{reader.where(found[key])}: {key} is a daemon setting, not part of a"
-                " genericdp config (see `genericdp serve --help`)"
-            )
+            reader.ignored.append(f"{reader.where(found[key])}: {daemon_setting(key)}")
     # viper moves an alias's value onto its key: `devices` wins over `device`.
     key_path = found.get("devices") or found.get("device")
     if "devices" in found and "device" in found:
