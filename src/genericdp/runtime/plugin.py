@@ -121,6 +121,7 @@ class PluginStatus:
     healthy: int
     last_error: str | None = None
     units: int = 0  # discovered units (``devices`` counts their replica IDs)
+    fault: str | None = None  # why every unit is Unhealthy (a required node is missing)
 
 
 def socket_name(resource: str, token: str | None = None, *, max_bytes: int | None = None) -> str:
@@ -277,6 +278,7 @@ class ResourcePlugin:
             healthy=healthy,
             last_error=self._last_error,
             units=len(self.state.units),
+            fault=self.state.fault,
         )
 
     def request_registration(self, reason: str, *, new_socket: bool = False) -> None:
