@@ -309,6 +309,7 @@ class FakeHost:
             "bDeviceClass": "00",
             "bNumInterfaces": f"{len(interface_classes) // 6:2d}",
             "version": " 2.00",
+            "authorized": "1",
         }
         if serial is not None:
             attrs["serial"] = serial
