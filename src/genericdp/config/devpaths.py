@@ -20,7 +20,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 def glob_problem(pattern: str, *, what: str = "glob") -> str | None:
     """Why ``pattern`` is not an absolute host path glob under /dev, or None."""
     if not pattern.startswith("/"):
-        example = "/dev/" + pattern.lstrip("./")
+        relative = pattern.lstrip("./")
+        example = "/" + relative if relative.startswith("dev/") else "/dev/" + relative
         return f"{what} {pattern!r} must be an absolute path under /dev/, e.g. {example}"
     if not pattern.startswith("/dev/"):
         return f"{what} {pattern!r} must be under /dev/: only device nodes are matched"
