@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import grpc
 import pytest
 
 from genericdp.allocation.cdi import device_entry
@@ -15,9 +16,10 @@ from genericdp.discovery import discover
 from genericdp.errors import UnsafeAllocationError
 from genericdp.kubelet.embedded import AllocationError
 from genericdp.metrics import readiness
+from genericdp.report import build_report, report_dict, to_text
 from genericdp.runtime.state import DeviceState
 from tests.fakesys import FakeHost
-from tests.runtime_harness import config, running
+from tests.runtime_harness import allocate_request, config, plugin_stub, running
 
 GPU = "example.com/gpu"
 
@@ -198,11 +200,32 @@ async def test_missing_control_node_through_the_kubelet(base: Path) -> None:
         verdict = readiness(rt.supervisor.status(), started=True)
         assert verdict.ok
         assert f"{GPU}: Unhealthy: required device node(s) missing: /dev/nvidiactl" in verdict.text
-        with pytest.raises(AllocationError):
+        with pytest.raises(AllocationError, match="no healthy devices"):
             await rt.kubelet.allocate(GPU, 1, pod="early")
+        # A kubelet that asks anyway (a race with the health update) hears why.
+        async with plugin_stub(rt.socket(GPU)) as stub:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.Allocate(allocate_request("pci-0000:03:00.0"))
+        assert "required device node(s) missing: /dev/nvidiactl" in str(refused.value.details())
         host.add_misc("nvidiactl", minor=255)  # the hotplug watch sees it
         await rt.until(lambda k: k.resources[GPU].allocatable == 2)
         response = await rt.kubelet.allocate(GPU, 1, pod="later")
         paths = [d.container_path for d in response.container_responses[0].devices]
         assert paths[-1] == "/dev/nvidiactl"
         assert rt.supervisor.status()[GPU].fault is None
+
+
+def test_discover_report_says_what_is_missing(base: Path) -> None:
+    """`genericdp discover` marks the units and names the missing node; the example
+    allocation lists the control node the container would get."""
+    host = _host(base)
+    devices = "      - {path: /dev/nvidiactl}\n      - {path: /dev/kvm, permissions: r}\n"
+    (definition,) = config(_gpu_config(devices)).resources
+    report = build_report(definition, discover(definition, host.roots))
+    text = to_text([report])
+    assert "every unit is Unhealthy: required device node(s) missing: /dev/nvidiactl" in text
+    assert "missing" in text.splitlines()[3]
+    assert "/dev/kvm" in text
+    as_json = report_dict(report)
+    assert as_json["missingDevices"] == ["/dev/nvidiactl"]
+    assert {u["health"] for u in as_json["units"]} == {"unhealthy"}

@@ -618,5 +618,6 @@ class ResourcePlugin:
             verb = "is" if len(found.cleaning) == 1 else "are"
             raise InvalidDevicesError(f"{unit} {_shown(found.cleaning)} {verb} being cleaned up")
         if require_healthy and found.unhealthy:
-            raise InvalidDevicesError(f"unhealthy device IDs: {_shown(found.unhealthy)}")
+            fault = f" ({self.state.fault})" if self.state.fault else ""
+            raise InvalidDevicesError(f"unhealthy device IDs: {_shown(found.unhealthy)}{fault}")
         return found.units
