@@ -15,7 +15,11 @@ from dataclasses import replace
 from typing import Any
 
 from genericdp.config.devpaths import container_path_problem
-from genericdp.config.templates import TemplateSyntaxErrors, compile_node_template
+from genericdp.config.templates import (
+    TemplateSyntaxErrors,
+    allocation_budget,
+    compile_node_template,
+)
 from genericdp.discovery.model import DeviceNode
 from genericdp.errors import clip
 
@@ -43,7 +47,9 @@ def with_container_path(node: DeviceNode, source: str | None, *, what: str) -> D
     if source is None:
         return node
     try:
-        rendered = compile_node_template(source).render({"device": node_context(node)})
+        # One node's budget: the template limits' loop count and wall clock apply.
+        with allocation_budget():
+            rendered = compile_node_template(source).render({"device": node_context(node)})
     except TemplateSyntaxErrors as exc:  # the loader refuses these; a bug if seen
         log.error("%s: containerPath %r does not compile: %s", what, source, exc)
         return None
