@@ -699,10 +699,12 @@ class FakeHost:
 
         The PCI function (10de:<device>, class 0x030200, driver nvidia) is in
         sysfs; ``/dev/nvidia<minor>`` is not: the driver registers its
-        character devices without a class device, so nothing under /sys names
-        them and udev has no entry (nvidia-modprobe or the driver makes the
-        nodes). The node is therefore a real character device (c 195:minor),
-        made with mknod: the caller needs CAP_MKNOD (``can_mknod``).
+        character devices without a class device (NVIDIA/open-gpu-kernel-modules,
+        kernel-open/nvidia/nv.c ``nv_register_chrdev``: register_chrdev_region
+        and cdev_add, no device_create), so nothing under /sys names them and
+        udev has no entry (nvidia-modprobe or the driver makes the nodes).
+        The node is therefore a real character device (c 195:minor), made
+        with mknod: the caller needs CAP_MKNOD (``can_mknod``).
         """
         self._pci_device(
             pci,
