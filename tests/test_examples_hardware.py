@@ -23,12 +23,14 @@ the order, so the comparison is by set; each path once.
 
 from __future__ import annotations
 
+import json
 import stat
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from genericdp.allocation.cdi import spec_path
 from genericdp.config import load
 from genericdp.discovery import discover
 from genericdp.health import HealthMonitor
@@ -190,6 +192,13 @@ async def test_nvidia_example_gives_what_nvidias_plugin_gives(
         assert len(cdi) == (1 if example == "nvidia-gpu-cdi.yaml" else 0)
     probed = calls.read_text().splitlines()
     assert {line.split()[-1] for line in probed} == {"0", "1"}
+    if example == "nvidia-gpu-cdi.yaml":
+        spec = json.loads(spec_path(settings.cdi_dir, "nvidia.com/gpu").read_text())
+        for device in spec["devices"]:
+            nodes = {(n["path"], n["hostPath"]) for n in device["containerEdits"]["deviceNodes"]}
+            gpu = {p for p, _ in nodes} - set(NVIDIA_CONTROL)
+            assert len(gpu) == 1, device
+            assert nodes == {(p, p) for p in (*NVIDIA_CONTROL, *gpu)}
 
 
 @needs_mknod
