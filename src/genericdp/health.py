@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
+from genericdp import logsetup
 from genericdp.config.model import HealthCheck, SysfsProbe
 from genericdp.discovery.attributes import probe_unit
 from genericdp.discovery.model import Roots, Unit
@@ -188,7 +189,8 @@ class HealthMonitor:
             async with self._slots:
                 result = await run_exec(self.check.exec, env=env)
         except Exception:
-            self._log.exception("health probe of %s unit %s failed", self.resource, unit.id)
+            with logsetup.fields(resource=self.resource, unit=unit.id):
+                self._log.exception("health probe of %s unit %s failed", self.resource, unit.id)
             return None
         self._report_result(unit.id, result)
         return result
@@ -245,6 +247,10 @@ class HealthMonitor:
         return results
 
     def _record(self, unit_id: str, result: ExecResult | None) -> None:
+        with logsetup.fields(resource=self.resource, unit=unit_id):
+            self._record_in(unit_id, result)
+
+    def _record_in(self, unit_id: str, result: ExecResult | None) -> None:
         tracker = self._trackers.get(unit_id)
         first = tracker is None
         if tracker is None:
