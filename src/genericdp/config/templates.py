@@ -46,6 +46,9 @@ from genericdp.config.model import AllocateSpec
 
 # The names a template sees (docs/config.md "Templates"); nothing else exists.
 TEMPLATE_NAMES = ("resource", "node_name", "units", "devices", "device_ids")
+# A node's containerPath (a matcher's, or an allocate.devices entry's) is
+# rendered per node at discovery and sees only that node.
+NODE_TEMPLATE_NAMES = ("device",)
 
 MAX_VALUE_CHARS = 65_536  # one rendered value; a kubelet response must stay far below 4 MiB
 MAX_TEMPLATE_CHARS = 16_384  # one template source (or literal value) in the config
@@ -481,7 +484,9 @@ _REFUSED: tuple[tuple[type[nodes.Node], str], ...] = (
 )
 
 
-def _static_problems(key: str, tree: nodes.Template) -> list[TemplateProblem]:
+def _static_problems(
+    key: str, tree: nodes.Template, known: Sequence[str] = TEMPLATE_NAMES
+) -> list[TemplateProblem]:
     """What the sandbox would refuse at render time, found before the first Allocate."""
     problems = [
         TemplateProblem(key, message, node.lineno)
@@ -503,8 +508,8 @@ def _static_problems(key: str, tree: nodes.Template) -> list[TemplateProblem]:
             )
     names = meta.find_undeclared_variables(tree) | _self_references(tree)
     problems += [
-        TemplateProblem(key, _unknown_name_message(name), _first_use(tree, name))
-        for name in sorted(names - set(TEMPLATE_NAMES))
+        TemplateProblem(key, _unknown_name_message(name, known), _first_use(tree, name))
+        for name in sorted(names - set(known))
     ]
     return problems
 
@@ -531,11 +536,10 @@ def _first_use(tree: nodes.Template, name: str) -> int | None:
     return None
 
 
-def _unknown_name_message(name: str) -> str:
-    known = ", ".join(TEMPLATE_NAMES)
-    close = difflib.get_close_matches(name, TEMPLATE_NAMES, n=1)
+def _unknown_name_message(name: str, known: Sequence[str] = TEMPLATE_NAMES) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    return f"unknown name {name!r} (known: {known}{hint})"
+    return f"unknown name {name!r} (known: {', '.join(known)}{hint})"
 
 
 class TemplateValue:
@@ -569,7 +573,12 @@ def _literal_text(source: str) -> str:
     return text.removesuffix("\n")
 
 
-def _compile_one(key: str, source: str, problems: list[TemplateProblem]) -> TemplateValue:
+def _compile_one(
+    key: str,
+    source: str,
+    problems: list[TemplateProblem],
+    known: Sequence[str] = TEMPLATE_NAMES,
+) -> TemplateValue:
     if len(source) > MAX_TEMPLATE_CHARS:
         # Compiling costs tens of microseconds a character; a literal this long
         # would only make Allocate answers large.
@@ -578,14 +587,17 @@ def _compile_one(key: str, source: str, problems: list[TemplateProblem]) -> Temp
         return TemplateValue("", None)
     if _is_literal(source):
         return TemplateValue(source, None)
-    template, found = _compiled(source)
+    template, found = _compiled(source, tuple(known))
     problems.extend(TemplateProblem(key, p.message, p.line) for p in found)
     return TemplateValue(source, template)
 
 
 @functools.lru_cache(maxsize=1024)
-def _compiled(source: str) -> tuple[Template | None, tuple[TemplateProblem, ...]]:
-    """``source`` compiled (None with the problems found, keyed ``""``), once.
+def _compiled(
+    source: str, known: tuple[str, ...]
+) -> tuple[Template | None, tuple[TemplateProblem, ...]]:
+    """``source`` compiled for the names ``known`` (None with the problems found,
+    keyed ``""``), once.
 
     The same template in many resources (a config's usual shape) is compiled
     once and shared: compiling is most of loading a config, and each compiled
@@ -594,7 +606,7 @@ def _compiled(source: str) -> tuple[Template | None, tuple[TemplateProblem, ...]
     """
     try:
         tree = _ENV.parse(source)
-        found = _static_problems("", tree)
+        found = _static_problems("", tree, known)
         if found:
             return None, tuple(found)
         _Harden().visit(tree)
@@ -654,3 +666,17 @@ def compile_templates(spec: AllocateSpec) -> CompiledTemplates:
     if problems:
         raise TemplateSyntaxErrors(problems)
     return CompiledTemplates(env, mounts, annotations)
+
+
+@functools.lru_cache(maxsize=1024)
+def compile_node_template(source: str) -> TemplateValue:
+    """A node's ``containerPath`` compiled once (cached by source: the loader
+    compiles it to validate, discovery renders the same object at every scan).
+
+    Raises ``TemplateSyntaxErrors`` (key ``containerPath``) like ``compile_templates``.
+    """
+    problems: list[TemplateProblem] = []
+    value = _compile_one("containerPath", source, problems, NODE_TEMPLATE_NAMES)
+    if problems:
+        raise TemplateSyntaxErrors(problems)
+    return value

@@ -175,6 +175,7 @@ class ResourceRunner:
             node_name=self._context.node_name,
             on_result=self._probed,
             logger=log,
+            roots=self._context.roots,
         )
         self._spawn("health", monitor.run)
 
@@ -195,8 +196,14 @@ class ResourceRunner:
             units = await asyncio.to_thread(self._context.discover, definition, self._context.roots)
             # Before set_units: ListAndWatch must not offer a unit the spec lacks.
             await self._cdi.sync(definition, units)
-            before = self.state.units
-            if self.state.set_units(units):
+            before, fault = self.state.units, self.state.fault
+            changed = self.state.set_units(units)
+            if self.state.fault != fault:
+                if self.state.fault is not None:
+                    log.warning("%s: every unit is Unhealthy: %s", self.name, self.state.fault)
+                else:
+                    log.info("%s: required device nodes present again", self.name)
+            if changed:
                 log.info("%s: %d units: %s", self.name, len(units), _ids(units))
                 if self._monitor is not None:
                     self._monitor.poke()  # new units are Unhealthy until probed: probe now

@@ -34,13 +34,17 @@ class DeviceState:
     A unit is advertised Healthy unless the health monitor says otherwise or
     its cleanup is due or running (the kubelet must not pick it meanwhile).
     With a health probe (``expect_probes``), a unit is Unhealthy until the
-    monitor has probed it (``genericdp.health`` says why).
+    monitor has probed it (``genericdp.health`` says why). A unit whose scan
+    found a required ``allocate.devices`` node missing (``Unit.missing``) is
+    Unhealthy until a scan finds it: the kubelet keeps it in capacity, out of
+    allocatable, and the reason is ``fault``.
     """
 
     def __init__(self, *, count: int = 1, units: Iterable[Unit] = ()) -> None:
         self._count = count
         self._units: dict[str, Unit] = {u.id: u for u in sorted(units, key=lambda u: u.id)}
         self._unhealthy: frozenset[str] = frozenset()
+        self._incomplete = frozenset(u.id for u in self._units.values() if u.missing)
         self._probed: frozenset[str] | None = None  # None: no probe, nothing to wait for
         self._cleaning: frozenset[str] = frozenset()
         # The list is built only when asked for (ListAndWatch); whether it
@@ -69,10 +73,18 @@ class DeviceState:
 
     @property
     def unhealthy(self) -> frozenset[str]:
-        """Units advertised Unhealthy by health: failed, or not probed yet."""
+        """Units advertised Unhealthy: failed, not probed yet, or missing a required node."""
         if self._probed is None:
-            return self._unhealthy
-        return self._unhealthy | (self._units.keys() - self._probed)
+            return self._unhealthy | self._incomplete
+        return self._unhealthy | self._incomplete | (self._units.keys() - self._probed)
+
+    @property
+    def fault(self) -> str | None:
+        """Why every unit is Unhealthy whatever its probe says, or None."""
+        missing = sorted({m for uid in self._incomplete for m in self._units[uid].missing})
+        if not missing:
+            return None
+        return "required device node(s) missing: " + ", ".join(missing)
 
     @property
     def cleaning(self) -> frozenset[str]:
@@ -98,6 +110,7 @@ class DeviceState:
     def set_units(self, units: Iterable[Unit]) -> bool:
         """Replace the units; True when the device list changed."""
         self._units = {u.id: u for u in sorted(units, key=lambda u: u.id)}
+        self._incomplete = frozenset(u.id for u in self._units.values() if u.missing)
         return self._refresh()
 
     def set_count(self, count: int) -> bool:
