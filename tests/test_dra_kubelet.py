@@ -105,6 +105,8 @@ async def test_a_kubelet_that_knows_none_of_our_services_refuses_and_says_why(
         assert "none of services supported by the plugin" in message
         for service in SERVICES:
             assert service in message
+        # The kubelet tries again while the socket stays (0.5 s later, then 1 s, ...).
+        await eventually(lambda: len(kubelet.events.refused) >= 2, "GetInfo again")
 
 
 async def test_prepare_is_retried_until_the_claim_can_be_prepared(base: Path) -> None:

@@ -7,8 +7,11 @@ Used by the tests. It follows the 1.34-1.36 kubelet:
   at start and then watched; a unix socket whose name does not start with
   ``.`` is dialed (10 s), ``GetInfo`` is called (1 s), a type without handler
   is refused through ``NotifyRegistrationStatus(false, ...)``; an empty
-  ``endpoint`` means the registration socket itself. A socket removed
-  deregisters the plugin; a socket created again registers it again.
+  ``endpoint`` means the registration socket itself. A failed or refused
+  registration is tried again (GetInfo again) after 0.5 s, 1 s, 2 s, ...
+  while the socket stays (goroutinemap's backoff; seen on a real 1.36
+  node). A socket removed deregisters the plugin; a socket created again at
+  the same path deregisters the old one and registers anew.
 - DRA handler (pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go,
   dra_plugin.go): ``supported_versions`` must not be empty; the first entry
   the kubelet supports is chosen (``v1.DRAPlugin``, ``v1beta1.DRAPlugin`` on
@@ -64,6 +67,8 @@ CALL_TIMEOUT = 45.0
 HEALTH_RETRY = 5.0
 HEALTH_TIMEOUT = 30.0
 POLL = 0.05
+RETRY_FIRST = 0.5  # a failed registration is tried again after 0.5 s, 1 s, 2 s, ...
+RETRY_CAP = 122.0  # goroutinemap's maximum (2 min 2 s)
 
 
 class DraKubeletError(Exception):
@@ -123,6 +128,7 @@ class EmbeddedDraKubelet:
         self.events = Events()
         self._plugins: dict[str, list[Plugin]] = {}
         self._sockets: dict[str, tuple[int, int]] = {}  # socket path -> (inode, ctime)
+        self._retry: dict[str, tuple[int, float]] = {}  # socket path -> (attempts, next try)
         self._health: dict[str, dict[tuple[str, str], DeviceHealth]] = {}
         self._prepared: dict[str, tuple[PreparedDevice, ...]] = {}  # claim UID -> devices
         self._watch: asyncio.Task[None] | None = None
@@ -185,18 +191,33 @@ class EmbeddedDraKubelet:
             for path in set(self._sockets) - set(found):
                 del self._sockets[path]
                 await self._deregister(path)
+            now = time.monotonic()
             for path, ident in found.items():
+                retry = self._retry.get(path)
                 if self._sockets.get(path) != ident:
                     if path in self._sockets:
                         await self._deregister(path)
                     self._sockets[path] = ident
-                    try:
-                        await self._register(path)
-                    except Exception as exc:  # the kubelet logs and waits for the next event
-                        log.info("RegisterPlugin error at %s: %s", path, exc)
+                    retry = self._retry[path] = (0, now)
+                if retry is None or retry[1] > now:
+                    continue
+                try:
+                    done = await self._register(path)
+                except Exception as exc:
+                    log.info("RegisterPlugin error at %s: %s", path, exc)
+                    done = False
+                if done:
+                    del self._retry[path]
+                else:  # goroutinemap's exponential backoff, while the socket stays
+                    attempt = retry[0] + 1
+                    delay = min(RETRY_FIRST * 2 ** (attempt - 1), RETRY_CAP)
+                    self._retry[path] = (attempt, now + delay)
+            for path in set(self._retry) - set(found):
+                del self._retry[path]
             await asyncio.sleep(POLL)
 
-    async def _register(self, socket: str) -> None:
+    async def _register(self, socket: str) -> bool:
+        """One RegisterPlugin operation; False when it failed (it is retried)."""
         async with grpc.aio.insecure_channel(f"unix:{socket}") as channel:
             await asyncio.wait_for(channel.channel_ready(), DIAL_TIMEOUT)
             stub = reg_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
@@ -209,7 +230,7 @@ class EmbeddedDraKubelet:
                     f"RegisterPlugin error -- no handler registered for plugin type: {info.type}"
                     f" at socket {socket}",
                 )
-                return
+                return False
             endpoint = info.endpoint or socket
             try:
                 service = self._validate(info.name, endpoint, list(info.supported_versions))
@@ -218,8 +239,10 @@ class EmbeddedDraKubelet:
                         f"endpoint {endpoint} already registered for DRA driver plugin {info.name}"
                     )
             except DraKubeletError as exc:
-                await self._refuse(stub, f"RegisterPlugin error -- {exc}")
-                return
+                await self._refuse(
+                    stub, f"RegisterPlugin error -- plugin validation failed with err: {exc}"
+                )
+                return False
             plugin = Plugin(info.name, endpoint, service, socket, _channel(endpoint))
             self._plugins.setdefault(info.name, []).append(plugin)
             if self.health_enabled:
@@ -229,6 +252,7 @@ class EmbeddedDraKubelet:
             )
             self.events.registered.append(info.name)
             self._changed.set()
+            return True
 
     def _validate(self, driver: str, endpoint: str, offered: list[str]) -> str:
         where = f"DRA driver plugin {driver} at endpoint {endpoint}"
