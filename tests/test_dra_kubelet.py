@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from genericdp.config.model import HealthCheck, Hooks
-from genericdp.dra.claims import ClaimRef, MemoryClaims
+from genericdp.dra.claims import ClaimRef
 from genericdp.dra.driver import DraDriver, DriverPaths
 from genericdp.dra.embedded import DraKubeletError, EmbeddedDraKubelet, resolve_cdi
+from genericdp.dra.memclaims import MemoryClaims
 from genericdp.dra.naming import device_name
 from genericdp.dra.service import SERVICES
 from tests.dra_fakes import (
