@@ -60,6 +60,9 @@ log = logging.getLogger(__name__)
 # in resource.k8s.io/v1); far more means the data is not what the API server keeps.
 MAX_DEVICES_PER_CLAIM = 128
 MAX_NAME_CHARS = 253  # namespace and claim names are DNS subdomains at most
+# A claim's error ends up in the pod's events (and the kubelet's log): the API
+# server's or a hook's words are cut to this.
+MAX_ERROR_CHARS = 2048
 DEFAULT_CONCURRENCY = 8
 
 
@@ -124,6 +127,13 @@ class Preparer:
         return {c.uid: r.error for c, r in zip(unique, results, strict=True)}
 
     async def _guarded(self, step: _Step, claim: ClaimRef) -> ClaimResult:
+        result = await self._attempt(step, claim)
+        if len(result.error) > MAX_ERROR_CHARS:
+            cut = len(result.error) - MAX_ERROR_CHARS
+            return ClaimResult(error=f"{result.error[:MAX_ERROR_CHARS]}... ({cut} more characters)")
+        return result
+
+    async def _attempt(self, step: _Step, claim: ClaimRef) -> ClaimResult:
         where = f"claim {clip(_named(claim), 200)}"
         if not valid_uid(claim.uid):
             return ClaimResult(error=f"{where}: UID {clip(claim.uid, 80)} is not a UID")
