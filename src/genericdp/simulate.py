@@ -34,7 +34,7 @@ from genericdp.kubelet.embedded.state import EventKind, ResourceSnapshot
 from genericdp.settings import Settings
 
 if TYPE_CHECKING:
-    from genericdp.runtime.plugin import PluginStatus
+    from genericdp.runtime.edge import PluginStatus
 
 
 class SimulateUsageError(GenericdpError):
