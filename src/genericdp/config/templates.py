@@ -105,13 +105,21 @@ class TemplateSyntaxErrors(Exception):  # noqa: N818 - a collection, raised at l
 # can take long, so the deadline holds to within milliseconds.
 
 
+class SliceSpent(SecurityError):  # noqa: N818 -- not an error: a signal to render again
+    """A render given a short slice of time (on the event loop) needs longer: it
+    is given up and done again with the whole budget, in a worker thread."""
+
+
 class _Budget:
     """What the allocation being rendered may still spend, and sizes measured so far."""
 
-    def __init__(self) -> None:
+    def __init__(self, slice_seconds: float | None = None) -> None:
         self.iterations = MAX_LOOP_ITERATIONS
         self.work = MAX_WORK
-        self.deadline = time.monotonic() + MAX_RENDER_SECONDS
+        now = time.monotonic()
+        self.deadline = now + MAX_RENDER_SECONDS
+        self.slice_seconds = slice_seconds
+        self.slice_end = self.deadline if slice_seconds is None else now + slice_seconds
         # id -> (the value, kept alive so its id is not reused; its size). Values
         # a template sees never change: the sandbox is immutable.
         self._sizes: dict[int, tuple[Any, int]] = {}
@@ -122,8 +130,13 @@ class _Budget:
             raise SecurityError(
                 f"the templates of one allocation built more than {MAX_WORK} characters in all"
             )
-        if time.monotonic() > self.deadline:
-            raise SecurityError(f"rendering one allocation took longer than {MAX_RENDER_SECONDS}s")
+        now = time.monotonic()
+        if now > self.slice_end:
+            if now > self.deadline:
+                raise SecurityError(
+                    f"rendering one allocation took longer than {MAX_RENDER_SECONDS}s"
+                )
+            raise SliceSpent(f"rendering needs more than its slice of {self.slice_seconds}s")
 
     def size(self, value: Any, limit: int = MAX_VALUE_SIZE) -> int:
         """About how many characters ``value`` prints as; counting stops past ``limit``."""
@@ -165,10 +178,11 @@ _BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
-def allocation_budget() -> Iterator[None]:
+def allocation_budget(slice_seconds: float | None = None) -> Iterator[None]:
     """Every template rendered inside shares one allocation's budget: its loop
-    iterations, its work and its wall-clock deadline."""
-    token = _BUDGET.set(_Budget())
+    iterations, its work and its wall-clock deadline. With ``slice_seconds``, a
+    render that takes longer than that raises SliceSpent."""
+    token = _BUDGET.set(_Budget(slice_seconds))
     try:
         yield
     finally:
@@ -573,22 +587,36 @@ def _compile_one(
         return TemplateValue("", None)
     if _is_literal(source):
         return TemplateValue(source, None)
+    template, found = _compiled(source, tuple(known))
+    problems.extend(TemplateProblem(key, p.message, p.line) for p in found)
+    return TemplateValue(source, template)
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(
+    source: str, known: tuple[str, ...]
+) -> tuple[Template | None, tuple[TemplateProblem, ...]]:
+    """``source`` compiled for the names ``known`` (None with the problems found,
+    keyed ``""``), once.
+
+    The same template in many resources (a config's usual shape) is compiled
+    once and shared: compiling is most of loading a config, and each compiled
+    template holds code objects (docs/performance.md). A template is immutable
+    once compiled; each render gets its own context.
+    """
     try:
         tree = _ENV.parse(source)
-        found = _static_problems(key, tree, known)
+        found = _static_problems("", tree, known)
         if found:
-            problems.extend(found)
-            return TemplateValue(source, None)
+            return None, tuple(found)
         _Harden().visit(tree)
         code = _ENV.compile(tree)
         template = _ENV.template_class.from_code(_ENV, code, _ENV.make_globals(None))
     except TemplateSyntaxError as exc:
-        problems.append(TemplateProblem(key, exc.message or str(exc), exc.lineno))
-        return TemplateValue(source, None)
+        return None, (TemplateProblem("", exc.message or str(exc), exc.lineno),)
     except RecursionError:  # Jinja's parser and compiler recurse per nesting level
-        problems.append(TemplateProblem(key, "expressions or blocks are nested too deeply"))
-        return TemplateValue(source, None)
-    return TemplateValue(source, template)
+        return None, (TemplateProblem("", "expressions or blocks are nested too deeply"),)
+    return template, ()
 
 
 @dataclass(frozen=True)
