@@ -7,14 +7,13 @@ at temporary trees instead of the host's ``/dev``, ``/sys`` and kubelet.
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
@@ -95,44 +94,15 @@ SIMULATE_SKIPS = frozenset(
 )
 
 
-ENV_PREFIX = "GENERICDP_"
-
-
-def from_environment(
-    fields: Mapping[str, object], given: Mapping[str, Any], environ: Mapping[str, str]
-) -> dict[str, Any]:
-    """``given`` over the ``GENERICDP_<FIELD>`` variables of ``fields`` (any case).
-
-    The values stay strings: the model converts and checks them as it does flags.
-    """
-    merged: dict[str, Any] = {}
-    for key, value in environ.items():
-        upper = key.upper()
-        if upper.startswith(ENV_PREFIX) and (name := upper[len(ENV_PREFIX) :].lower()) in fields:
-            merged[name] = value
-    merged.update(given)
-    return merged
-
-
-class DiscoverySettings(BaseModel):
+class DiscoverySettings(BaseSettings):
     """Where discovery reads the host's device tree, and the node it runs on
     (``genericdp discover`` needs these only).
 
     Every field is a ``GENERICDP_*`` variable and a flag of the commands that
-    use it (``cli`` makes the flags from these fields); a value given to the
-    constructor (a flag) wins over the variable. Read with pydantic alone:
-    pydantic-settings cost 32 modules, 0.5 MiB and a tenth of a second at every start
-    (docs/performance.md).
+    use it (``cli`` makes the flags from these fields).
     """
 
-    model_config = ConfigDict(extra="ignore")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _environment(cls, data: Any) -> Any:
-        if not isinstance(data, Mapping):
-            return data
-        return from_environment(cls.model_fields, data, os.environ)
+    model_config = SettingsConfigDict(env_prefix="GENERICDP_", extra="ignore")
 
     dev_root: Path = Field(Path("/dev"), description="where the host's /dev is visible")
     sys_root: Path = Field(Path("/sys"), description="where the host's /sys is visible")
