@@ -14,6 +14,8 @@ from dataclasses import replace
 from typing import Any
 
 from genericdp.config.model import (
+    DEFAULT_FREE_IDS,
+    UNBOUNDED,
     AllocateSpec,
     Exec,
     GlobMatcher,
@@ -110,11 +112,14 @@ def resource_definition(
         return seconds[(*path, *keys)]
 
     health = raw.get("health")
+    unbounded = raw.get("count") == UNBOUNDED
     return ResourceDefinition(
         name=raw["name"],
         match=tuple(_matcher(m) for m in raw["match"]),
         group_by=_group_by(raw.get("groupBy", "node")),
-        count=int(raw.get("count", 1)),
+        count=1 if unbounded else int(raw.get("count", 1)),
+        unbounded=unbounded,
+        free_ids=int(raw.get("freeIds", DEFAULT_FREE_IDS)),
         # Canonical order, so "wr" and "rw" compare equal on reload.
         permissions="".join(c for c in _PERMISSION_ORDER if c in raw.get("permissions", "rw")),
         health=_health(health, duration) if health is not None else None,

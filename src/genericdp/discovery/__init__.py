@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 def discover(definition: ResourceDefinition, roots: Roots) -> tuple[Unit, ...]:
     """The units ``definition`` advertises on the host seen through ``roots``, sorted by ID."""
     nodes = find_nodes(definition.match, roots)
-    return group_units(nodes, definition.group_by, roots, count=definition.count)
+    return group_units(nodes, definition.group_by, roots, count=definition.id_slots)
 
 
 def find_nodes(matchers: Sequence[Matcher], roots: Roots) -> tuple[DeviceNode, ...]:

@@ -76,7 +76,7 @@ from genericdp.kubelet.servicer import (
 from genericdp.runtime.preferred import preferred_allocation
 from genericdp.runtime.reconcile import plugin_options
 from genericdp.runtime.recorder import NO_METRICS, Recorder, allocation_result
-from genericdp.runtime.state import DeviceState
+from genericdp.runtime.state import DeviceState, free_ids_of
 from genericdp.runtime.tasks import Backoff, wait_event
 
 log = logging.getLogger(__name__)
@@ -259,7 +259,7 @@ class ResourcePlugin:
     def update(self, definition: ResourceDefinition) -> None:
         """Swap the definition in place; the device list follows the new count."""
         self._definition = definition
-        self.state.set_count(definition.count)
+        self.state.set_sharing(definition.count, free_ids_of(definition))
 
     @property
     def socket(self) -> Path | None:

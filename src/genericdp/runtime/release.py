@@ -115,6 +115,9 @@ class UsageTracker:
         # (so an Allocate's claim never scans everything held).
         self._unit_counts: dict[str, Counter[str]] = {}
         self._baseline = False
+        # Set once the first List has answered or failed: resources whose list
+        # depends on what is held (gone units, unbounded sharing) register after it.
+        self.settled = asyncio.Event()
 
     @property
     def has_baseline(self) -> bool:
@@ -219,7 +222,8 @@ class UsageTracker:
 class ReleasePoller:
     """Polls PodResources List every ``interval`` and hands releases to ``dispatch``.
 
-    Only polls while ``active()`` (some resource has a cleanup hook). A
+    ``on_observed`` runs after every answer (what is held shapes the device
+    lists: ``DeviceState.set_in_use``). Only polls while ``active()``. A
     failed List changes nothing: it is logged once per outage, and the next
     poll tries again. Nothing is released on a failed List.
     """
@@ -232,6 +236,7 @@ class ReleasePoller:
         *,
         interval: float,
         active: Callable[[], bool] = lambda: True,
+        on_observed: Callable[[], None] = lambda: None,
         list_pods: ListPods = list_pod_devices,
         timeout: float = 5.0,
         logger: logging.Logger = log,
@@ -241,6 +246,7 @@ class ReleasePoller:
         self._dispatch = dispatch
         self._interval = interval
         self._active = active
+        self._on_observed = on_observed
         self._list = list_pods
         self._timeout = timeout
         self._log = logger
@@ -262,8 +268,13 @@ class ReleasePoller:
             pods = await self._list(self._socket, timeout=self._timeout)
         except KubeletError as exc:
             if not self._failing:
-                self._log.warning("cannot read PodResources, no cleanup until it answers: %s", exc)
+                self._log.warning(
+                    "cannot read PodResources, no cleanup and no release of held IDs"
+                    " until it answers: %s",
+                    exc,
+                )
             self._failing = True
+            self._tracker.settled.set()  # nothing to wait for: register with what we know
             return False
         if self._failing:
             self._log.info("PodResources %s answers again", self._socket)
@@ -274,6 +285,8 @@ class ReleasePoller:
             self._log.info("PodResources baseline: %s", _describe(self._tracker.snapshot()))
         if releases:
             self._dispatch(releases)
+        self._tracker.settled.set()
+        self._on_observed()
         return True
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from genericdp.kubelet.devices import unit_id_of
 from genericdp.runtime.plugin import ResourcePlugin
 from genericdp.runtime.recorder import NO_METRICS, Recorder, exec_result
 from genericdp.runtime.release import Cleaner, Release, UsageTracker
-from genericdp.runtime.state import DeviceState
+from genericdp.runtime.state import DeviceState, free_ids_of
 from genericdp.runtime.tasks import Backoff, TaskSet, wait_event
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,9 @@ class ResourceContext:
     cleanup_backoff: Callable[[], Backoff] | None = None
     cdi_dir: Path = Path("/var/run/cdi")
     on_status: Callable[[], None] = lambda: None  # any plugin's status changed
+    # The longest a first Register waits for the first PodResources answer
+    # (the poller's List timeout is 5 s; 0 with no poller, as in unit tests).
+    settled_timeout: float = 0.0
 
 
 class ResourceRunner:
@@ -75,7 +78,7 @@ class ResourceRunner:
         *,
         usage: UsageTracker | None = None,
     ) -> None:
-        self.state = DeviceState(count=definition.count)
+        self.state = DeviceState(count=definition.count, free_ids=free_ids_of(definition))
         self._usage = usage or UsageTracker()  # the supervisor's, shared by every resource
         self._context = context
         self._metrics = context.recorder
@@ -172,6 +175,15 @@ class ResourceRunner:
         """Nobody holds this unit any more (seen by the PodResources poller)."""
         self.cleaner.released(release)
 
+    def usage_changed(self) -> None:
+        """What containers hold changed: vanished units and unbounded IDs follow it."""
+        for unit_id in self.state.set_in_use(self._usage.in_use(self.name)):
+            log.info(
+                "%s: unit %s vanished while in use and is released now: no longer listed",
+                self.name,
+                unit_id,
+            )
+
     async def _before_allocate(self, requests: Sequence[tuple[str, ...]]) -> None:
         # The CDI check may refuse the Allocate: before any claim, which cleans.
         if self.plugin.definition.allocate.cdi:
@@ -183,6 +195,7 @@ class ResourceRunner:
     async def _claim(self, device_ids: tuple[str, ...]) -> None:
         for release in self._usage.claim(self.name, device_ids):
             await self.cleaner.clean_now(release)
+        self.usage_changed()
 
     # -- CDI -----------------------------------------------------------------------
 
@@ -243,6 +256,7 @@ class ResourceRunner:
 
     def _allocated(self, device_ids: tuple[str, ...]) -> None:
         self._usage.handed_out(self.name, device_ids)
+        self.usage_changed()  # unbounded: the next free IDs appear now
 
     def _removed(self, unit: Unit, in_use: frozenset[str]) -> None:
         held = [d for d in in_use if unit_id_of(d) == unit.id]
@@ -283,7 +297,7 @@ class ResourceRunner:
             units = await asyncio.to_thread(self._discover, definition, self._roots)
             # Before set_units: ListAndWatch must not offer a unit the spec lacks.
             await self._sync_cdi(definition, units)
-            before = self.state.units
+            before, gone = self.state.units, self.state.gone
             if self.state.set_units(units):
                 log.info("%s: %d units: %s", self.name, len(units), _ids(units))
                 if self._monitor is not None:
@@ -292,10 +306,42 @@ class ResourceRunner:
                 for unit in before.values():
                     if unit.id not in found:
                         self._removed(unit, in_use)
+                self._log_held(before.keys(), gone)
             if not self._discovered:
                 self._discovered = True
+                await self._usage_settled()
                 self.plugin.request_registration("start")
             await wait_event(self._rescan, self._rescan_interval)
+
+
+    def _log_held(self, before: Set[str], gone_before: frozenset[str]) -> None:
+        """Say what happened to units that vanished while held, or came back."""
+        gone = self.state.gone
+        for unit_id in sorted((gone - gone_before) & before):
+            log.warning(
+                "%s: unit %s vanished while a container holds it: listed Unhealthy"
+                " until the kubelet releases it",
+                self.name,
+                unit_id,
+            )
+        for unit_id in sorted(gone_before - gone):
+            if unit_id in self.state.units:
+                log.info("%s: unit %s is back with the same ID", self.name, unit_id)
+
+    async def _usage_settled(self) -> None:
+        """Before the first Register: learn what containers hold, so the first list
+        has every ID the kubelet's checkpoint holds (a unit gone meanwhile, the
+        IDs of an unbounded unit). Bounded: a kubelet without PodResources
+        must not keep the resource from registering."""
+        timeout = self._context.settled_timeout
+        if timeout > 0 and not await wait_event(self._usage.settled, timeout):
+            log.warning(
+                "%s: PodResources did not answer within %.0fs: registering without"
+                " knowing which IDs are held",
+                self.name,
+                self._context.settled_timeout,
+            )
+        self.usage_changed()
 
 
 def _ids(units: Sequence[Unit], limit: int = 8) -> str:
