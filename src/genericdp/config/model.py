@@ -169,7 +169,6 @@ class ResourceDefinition:
     # Built once at load time from ``allocate``; derived, so not compared.
     templates: CompiledTemplates | None = field(default=None, compare=False, repr=False)
 
-
     @property
     def id_slots(self) -> int:
         """How many replica IDs a unit may have at most (room unit IDs leave for suffixes)."""

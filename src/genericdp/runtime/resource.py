@@ -313,7 +313,6 @@ class ResourceRunner:
                 self.plugin.request_registration("start")
             await wait_event(self._rescan, self._rescan_interval)
 
-
     def _log_held(self, before: Set[str], gone_before: frozenset[str]) -> None:
         """Say what happened to units that vanished while held, or came back."""
         gone = self.state.gone
