@@ -115,6 +115,11 @@ class UsageTracker:
         # (so an Allocate's claim never scans everything held).
         self._unit_counts: dict[str, Counter[str]] = {}
         self._baseline = False
+        # Lists answered so far, and the count when our Allocate gave each ID
+        # out: a List that began after the hand-out and does not show the ID
+        # means no app container holds it (see ``held``).
+        self._lists = 0
+        self._handed_at: dict[tuple[str, str], int] = {}
         # Set once the first List has answered or failed: resources whose list
         # depends on what is held (gone units, unbounded sharing) register after it.
         self.settled = asyncio.Event()
@@ -126,6 +131,25 @@ class UsageTracker:
 
     def in_use(self, resource: str) -> frozenset[str]:
         return frozenset(d for d, h in self._holders.get(resource, {}).items() if h)
+
+    def held(self, resource: str) -> frozenset[str]:
+        """IDs some container holds as far as the device list is concerned.
+
+        ``in_use`` keeps an ID our Allocate gave out until List shows it,
+        however long that takes, because cleaning a device under a plain
+        init container is worse than cleaning late. The list of an
+        unbounded unit and the units kept after they vanish need a quicker
+        answer: an ID that a whole List begun after the hand-out did not
+        show (a pod that ended within one poll, an init container) is not
+        held here, so the kubelet never sees more free IDs than configured.
+        """
+        devices = self._holders.get(resource, {})
+        return frozenset(
+            d
+            for d, h in devices.items()
+            if h - {HANDED_OUT}
+            or self._handed_at.get((resource, d), self._lists) + 1 >= self._lists
+        )
 
     def listed(self, resource: str) -> frozenset[str]:
         """IDs a List showed held (not just handed out by us), for observers."""
@@ -169,6 +193,12 @@ class UsageTracker:
         previous = self.snapshot()
         self._holders = current
         self._unit_counts = {}
+        self._lists += 1
+        self._handed_at = {
+            (r, d): n
+            for (r, d), n in self._handed_at.items()
+            if current.get(r, {}).get(d) == {HANDED_OUT}
+        }
         if not self._baseline:
             self._baseline = True
             return ()
@@ -217,6 +247,7 @@ class UsageTracker:
             if not holders:
                 held[unit_id_of(device_id)] += 1
             holders.add(HANDED_OUT)
+            self._handed_at[(resource, device_id)] = self._lists
 
 
 class ReleasePoller:

@@ -177,7 +177,7 @@ class ResourceRunner:
 
     def usage_changed(self) -> None:
         """What containers hold changed: vanished units and unbounded IDs follow it."""
-        for unit_id in self.state.set_in_use(self._usage.in_use(self.name)):
+        for unit_id in self.state.set_in_use(self._usage.held(self.name)):
             log.info(
                 "%s: unit %s vanished while in use and is released now: no longer listed",
                 self.name,
