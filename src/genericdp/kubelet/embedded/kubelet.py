@@ -37,6 +37,12 @@ handler.go, client.go, endpoint.go, pod_devices.go):
   PreStartContainer (30 s) when required. Errors read like the kubelet's
   ``UnexpectedAdmissionError``. A container that already holds devices gets the
   recorded answer again, without a new Allocate (the kubelet's checkpoint).
+  The IDs chosen count as allocated while the Allocate is in flight, as in
+  the kubelet's ``allocatedDevices``.
+- ``allocated_resources_status`` is a container's ``allocatedResourcesStatus``
+  (KEP-4680, on by default in 1.36), computed as ``UpdateAllocatedResourcesStatus``
+  does: each held ID takes the health of the plugin's last list, and an ID no
+  longer listed reads ``Healthy``.
 
 Known differences from the real kubelet:
 
