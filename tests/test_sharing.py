@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from genericdp.config import load_text
 from genericdp.config.model import UNBOUNDED_INDEX_LIMIT
 from genericdp.discovery.model import Unit
 from genericdp.kubelet.devices import DeviceInfo
-from genericdp.runtime.sharing import advertised_indices, replica_index
+from genericdp.report import build_report, report_dict
+from genericdp.runtime.sharing import advertised_indices, idle_ids, replica_index, sharing_text
 from genericdp.runtime.state import DeviceState
 
 
@@ -151,3 +153,21 @@ def test_held_ids_of_a_unit_never_seen_are_listed_unhealthy() -> None:
     assert state.lookup(["a"]).unhealthy == ("a",)
     assert state.set_in_use(set()) == ("a",)
     assert _ids(state) == ["b"]
+
+
+def test_discover_shows_the_ids_an_idle_unit_advertises() -> None:
+    """`discover` lists an unbounded unit's first free IDs and says how it is shared."""
+    text = (
+        "version: v1\nresources:\n  - name: example.com/kvm\n    match: [{glob: /dev/kvm}]\n"
+        "    count: unbounded\n    freeIds: 2\n  - name: example.com/tun\n"
+        "    match: [{glob: /dev/net/tun}]\n    count: 3\n"
+    )
+    kvm, tun = load_text(text, "k.yaml").resources
+    assert idle_ids(kvm, "kvm") == ("kvm::0", "kvm::1")
+    assert idle_ids(tun, "tun") == ("tun::0", "tun::1", "tun::2")
+    assert sharing_text(kvm) == "unbounded, 2 free IDs"
+    assert sharing_text(tun) == "3"
+    shown = report_dict(build_report(kvm, [_unit("kvm")]))
+    assert (shown["count"], shown["freeIds"], shown["capacity"]) == ("unbounded", 2, 2)
+    assert shown["units"][0]["deviceIds"] == ["kvm::0", "kvm::1"]
+    assert "freeIds" not in report_dict(build_report(tun, [_unit("tun")]))

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from genericdp.config.model import UNBOUNDED_INDEX_LIMIT
+from genericdp.config.model import UNBOUNDED, UNBOUNDED_INDEX_LIMIT, ResourceDefinition
+from genericdp.kubelet.devices import replica_ids
 
 
 def replica_index(device_id: str) -> int | None:
@@ -36,3 +37,17 @@ def advertised_indices(held: Iterable[int], free: int) -> tuple[int, ...]:
             spare.append(index)
         index += 1
     return tuple(sorted(taken.union(spare)))
+
+
+def idle_ids(definition: ResourceDefinition, unit_id: str) -> tuple[str, ...]:
+    """A unit's device IDs while nobody holds any (what ``discover`` shows)."""
+    if definition.unbounded:
+        return tuple(f"{unit_id}::{i}" for i in advertised_indices((), definition.free_ids))
+    return replica_ids(unit_id, definition.count)
+
+
+def sharing_text(definition: ResourceDefinition) -> str:
+    """``count`` as a user wrote it: a number, or unbounded with its free IDs."""
+    if definition.unbounded:
+        return f"{UNBOUNDED}, {definition.free_ids} free IDs"
+    return str(definition.count)
