@@ -195,7 +195,8 @@ class ResourceRunner:
     async def _claim(self, device_ids: tuple[str, ...]) -> None:
         for release in self._usage.claim(self.name, device_ids):
             await self.cleaner.clean_now(release)
-        self.usage_changed()
+        if self.state.unbounded:  # else an Allocate (of present units) cannot change the list
+            self.usage_changed()
 
     # -- CDI -----------------------------------------------------------------------
 
@@ -256,7 +257,8 @@ class ResourceRunner:
 
     def _allocated(self, device_ids: tuple[str, ...]) -> None:
         self._usage.handed_out(self.name, device_ids)
-        self.usage_changed()  # unbounded: the next free IDs appear now
+        if self.state.unbounded:
+            self.usage_changed()  # the next free IDs appear now, not at the next poll
 
     def _removed(self, unit: Unit, in_use: frozenset[str]) -> None:
         held = [d for d in in_use if unit_id_of(d) == unit.id]
