@@ -300,6 +300,7 @@ class ResourceRunner:
             # Before set_units: ListAndWatch must not offer a unit the spec lacks.
             await self._sync_cdi(definition, units)
             before, gone = self.state.units, self.state.gone
+            self.usage_changed()  # who holds what now decides whether a vanished unit stays
             if self.state.set_units(units):
                 log.info("%s: %d units: %s", self.name, len(units), _ids(units))
                 if self._monitor is not None:
