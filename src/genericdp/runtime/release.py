@@ -120,6 +120,8 @@ class UsageTracker:
         # means no app container holds it (see ``held``).
         self._lists = 0
         self._handed_at: dict[tuple[str, str], int] = {}
+        # resource -> called after our Allocate changed what it holds (handed_out, claim)
+        self._watchers: dict[str, Callable[[], None]] = {}
         # Set once the first List has answered or failed: resources whose list
         # depends on what is held (gone units, unbounded sharing) register after it.
         self.settled = asyncio.Event()
@@ -131,6 +133,19 @@ class UsageTracker:
 
     def in_use(self, resource: str) -> frozenset[str]:
         return frozenset(d for d, h in self._holders.get(resource, {}).items() if h)
+
+    def watch(self, resource: str, callback: Callable[[], None] | None) -> None:
+        """Call ``callback`` whenever an Allocate changes what ``resource`` holds
+        (None stops); a List's changes reach the poller's ``on_observed``."""
+        if callback is None:
+            self._watchers.pop(resource, None)
+        else:
+            self._watchers[resource] = callback
+
+    def _changed(self, resource: str) -> None:
+        callback = self._watchers.get(resource)
+        if callback is not None:
+            callback()
 
     def held(self, resource: str) -> frozenset[str]:
         """IDs some container holds as far as the device list is concerned.
@@ -223,6 +238,8 @@ class UsageTracker:
                     self._stale.add((resource, device_id, holder))
         for unit_id, ids in freed.items():
             held[unit_id] -= len(ids)
+        if freed:
+            self._changed(resource)
         return tuple(
             Release(resource, unit_id, tuple(sorted(ids)))
             for unit_id, ids in sorted(freed.items())
@@ -248,6 +265,7 @@ class UsageTracker:
                 held[unit_id_of(device_id)] += 1
             holders.add(HANDED_OUT)
             self._handed_at[(resource, device_id)] = self._lists
+        self._changed(resource)
 
 
 class ReleasePoller:

@@ -119,6 +119,7 @@ class ResourceRunner:
         return self.plugin.definition.name
 
     def start(self) -> None:
+        self._usage.watch(self.name, self._allocations_changed)
         self._spawn("discovery", self._discovery_loop)
         self._spawn("registration", self.plugin.run_registration)
         self._start_health()
@@ -162,6 +163,7 @@ class ResourceRunner:
         left the config) also cleans every unit in use, once, and waits for it.
         """
         stragglers = await self._tasks.stop(timeout=timeout)
+        self._usage.watch(self.name, None)
         await self.plugin.close()
         if removed:
             await self._retract_cdi()
@@ -174,6 +176,13 @@ class ResourceRunner:
     def released(self, release: Release) -> None:
         """Nobody holds this unit any more (seen by the PodResources poller)."""
         self.cleaner.released(release)
+
+    def _allocations_changed(self) -> None:
+        # Unbounded: the next free IDs appear with the Allocate, not at the next
+        # poll. Bounded: an Allocate (of present units) cannot change the list,
+        # and stays O(request).
+        if self.state.unbounded:
+            self.usage_changed()
 
     def usage_changed(self) -> None:
         """What containers hold changed: vanished units and unbounded IDs follow it."""
@@ -195,8 +204,6 @@ class ResourceRunner:
     async def _claim(self, device_ids: tuple[str, ...]) -> None:
         for release in self._usage.claim(self.name, device_ids):
             await self.cleaner.clean_now(release)
-        if self.state.unbounded:  # else an Allocate (of present units) cannot change the list
-            self.usage_changed()
 
     # -- CDI -----------------------------------------------------------------------
 
@@ -257,8 +264,6 @@ class ResourceRunner:
 
     def _allocated(self, device_ids: tuple[str, ...]) -> None:
         self._usage.handed_out(self.name, device_ids)
-        if self.state.unbounded:
-            self.usage_changed()  # the next free IDs appear now, not at the next poll
 
     def _removed(self, unit: Unit, in_use: frozenset[str]) -> None:
         held = [d for d in in_use if unit_id_of(d) == unit.id]
