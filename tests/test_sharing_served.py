@@ -26,9 +26,9 @@ SERIAL = "example.com/serial"
 FREE = 3
 
 
-def _settings(base: Path) -> Settings:
+def _settings(base: Path, poll: float = 0.05) -> Settings:
     return settings_for(
-        base, pod_resources_socket=base / "pr.sock", pod_resources_poll_interval=0.05
+        base, pod_resources_socket=base / "pr.sock", pod_resources_poll_interval=poll
     )
 
 
@@ -45,8 +45,10 @@ async def _daemon(
 
 
 @asynccontextmanager
-async def _running(base: Path, cfg: Config, discovery: ScriptedDiscovery) -> AsyncIterator[Running]:
-    settings = _settings(base)
+async def _running(
+    base: Path, cfg: Config, discovery: ScriptedDiscovery, poll: float = 0.05
+) -> AsyncIterator[Running]:
+    settings = _settings(base, poll)
     async with (
         EmbeddedKubelet(
             settings.plugin_dir, pod_resources_socket=settings.pod_resources_socket
@@ -234,3 +236,20 @@ async def test_replugged_while_in_use_is_healthy_again_under_the_same_id(
         rt.kubelet.release("default", "reader")
         await eventually(lambda: rt.supervisor.usage.listed(SERIAL) == frozenset())
         assert rt.supervisor.status()[SERIAL].devices == 1, "released and present: still listed"
+
+
+async def test_unplugged_before_any_poll_saw_the_pod_still_counts_as_held(
+    base: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What our Allocate handed out is held until a List says otherwise: a unit
+    unplugged right after it was given out stays listed Unhealthy, and says so."""
+    caplog.set_level(logging.INFO, logger="genericdp")
+    discovery = ScriptedDiscovery({SERIAL: [unit("ttyUSB0")]})
+    async with _running(base, _serial_config(), discovery, poll=3600) as rt:
+        await rt.registered([SERIAL])
+        await rt.until(lambda k: k.resources[SERIAL].allocatable == 1)
+        await rt.kubelet.allocate(SERIAL, 1, pod="reader")
+        discovery.units[SERIAL] = []
+        rt.supervisor.rescan("unplugged")
+        await rt.until(lambda k: k.resources[SERIAL].devices["ttyUSB0"].health == "Unhealthy")
+        assert "unit ttyUSB0 vanished while a container holds it" in caplog.text

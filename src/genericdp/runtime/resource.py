@@ -167,7 +167,12 @@ class ResourceRunner:
             self.usage_changed()
 
     def usage_changed(self) -> None:
-        """What containers hold changed: vanished units and unbounded IDs follow it."""
+        """What containers hold changed: vanished units and unbounded IDs follow it.
+
+        Not before the first scan: every held unit would look vanished."""
+        if not self._discovered:
+            return
+        gone_before = self.state.gone
         for unit_id in self.state.set_in_use(self._usage.held(self.name)):
             with logsetup.fields(resource=self.name, unit=unit_id):
                 log.info(
@@ -175,6 +180,18 @@ class ResourceRunner:
                     self.name,
                     unit_id,
                 )
+        # Held but not found (gone before List showed it held, or while we were down).
+        for unit_id in sorted(self.state.gone - gone_before):
+            with logsetup.fields(resource=self.name, unit=unit_id):
+                self._log_vanished(unit_id)
+
+    def _log_vanished(self, unit_id: str) -> None:
+        log.warning(
+            "%s: unit %s vanished while a container holds it: listed Unhealthy"
+            " until the kubelet releases it",
+            self.name,
+            unit_id,
+        )
 
     def _removed(self, unit: Unit, in_use: frozenset[str]) -> None:
         held = [d for d in in_use if unit_id_of(d) == unit.id]
@@ -237,12 +254,7 @@ class ResourceRunner:
         gone = self.state.gone
         for unit_id in sorted((gone - gone_before) & before):
             with logsetup.fields(unit=unit_id):
-                log.warning(
-                    "%s: unit %s vanished while a container holds it: listed Unhealthy"
-                    " until the kubelet releases it",
-                    self.name,
-                    unit_id,
-                )
+                self._log_vanished(unit_id)
         for unit_id in sorted(gone_before - gone):
             if unit_id in self.state.units:
                 with logsetup.fields(unit=unit_id):
