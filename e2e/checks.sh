@@ -207,7 +207,7 @@ check_consumer_pod() {
     /dev/gdp-e2e-dev1) other=/dev/gdp-e2e-dev0 ;;
     *) fail "E2E_DEV_PATHS in pod $CONSUMER is '$mine', not one of /dev/gdp-e2e-dev0, /dev/gdp-e2e-dev1" ;;
   esac
-  nodes=$(in_pod sh -c 'ls /dev | grep gdp-e2e || true' | tr -d '\r' | tr '\n' ' ')
+  nodes=$(in_pod sh -c 'ls /dev | grep gdp-e2e-dev || true' | tr -d '\r' | tr '\n' ' ')
   expect "the e2e device nodes in pod $CONSUMER" "${mine#/dev/} " "$nodes"
   numbers=$(node_device_numbers "$mine")
   expect "major:minor of $mine in the pod (the node's)" "$numbers" \
@@ -235,6 +235,36 @@ check_consumer_pod() {
   if in_pod touch /e2e-share/written-by-pod 2>/dev/null; then
     fail "/e2e-share is writable in the pod; the allocate mount says readOnly: true"
   fi
+}
+
+# pod_has_node POD PATH: PATH in POD is the node's device (same major:minor)
+# and its device cgroup lets POD open it.
+pod_has_node() {
+  local pod=$1 path=$2 numbers said
+  k -n "$NAMESPACE" exec "$pod" -- test -c "$path" ||
+    fail "pod $pod has no character device $path (allocate.devices)"
+  numbers=$(node_device_numbers "$path")
+  expect "major:minor of $path in pod $pod (the node's)" "$numbers" \
+    "$(hex_numbers "$(k -n "$NAMESPACE" exec "$pod" -- stat -c '%t %T' "$path" | tr -d '\r')")"
+  said=$(k -n "$NAMESPACE" exec "$pod" -- sh -c "exec 3<>$path" 2>&1 | tr -d '\r' || true)
+  [[ $said != *"Operation not permitted"* ]] ||
+    fail "the device cgroup of pod $pod refuses $path, given by allocate.devices: $said"
+}
+
+check_allocate_devices() {
+  log "check: allocate.devices gives /dev/gdp-e2e-ctl with every unit of example.com/e2e-dev, and it is no unit itself"
+  local second=e2e-second-unit
+  quantity_is capacity example.com/e2e-dev 2 ||
+    fail "capacity of example.com/e2e-dev should stay 2 with a control node (saw: $LAST_SEEN)"
+  pod_has_node "$CONSUMER" /dev/gdp-e2e-ctl
+  consumer_manifest "$second" 1 | k -n "$NAMESPACE" apply -f -
+  k -n "$NAMESPACE" wait --for=condition=Ready "pod/$second" --timeout=120s ||
+    fail "pod $second (the other unit of example.com/e2e-dev) did not become Ready within 120s"
+  [[ $(k -n "$NAMESPACE" exec "$second" -- env | tr -d '\r' | sed -n 's/^E2E_DEV_PATHS=//p') != \
+    "$(pod_env E2E_DEV_PATHS)" ]] || fail "pods $CONSUMER and $second got the same unit"
+  pod_has_node "$second" /dev/gdp-e2e-ctl
+  k -n "$NAMESPACE" delete pod "$second" --wait=true
+  wait_quantity allocatable example.com/e2e-dev 2 30
 }
 
 pod_unschedulable() {
@@ -670,13 +700,13 @@ check_privileged() {
 }
 
 ALL_CHECKS=(
-  startup_probes server_dry_run capacity consumer_pod over_request hotplug health hot_reload cleanup_hook
+  startup_probes server_dry_run capacity consumer_pod allocate_devices over_request hotplug health hot_reload cleanup_hook
   unbounded unplug_in_use kubelet_restarts daemon_pod_recreated privileged
 )
 
 main() {
   local check
-  k -n "$NAMESPACE" delete pod "$CONSUMER" e2e-too-many e2e-not-admitted e2e-after-restarts \
+  k -n "$NAMESPACE" delete pod "$CONSUMER" e2e-too-many e2e-not-admitted e2e-after-restarts e2e-second-unit \
     e2e-unplug --ignore-not-found --wait=true
   k -n "$NAMESPACE" delete pod -l genericdp-e2e=shared --ignore-not-found --wait=true
   node_exec rm -f "$FLAG" /dev/gdp-e2e-hp0 /dev/gdp-e2e-hp1 /dev/gdp-e2e-unplug0

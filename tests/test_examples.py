@@ -79,6 +79,10 @@ def test_the_expected_examples_exist() -> None:
         "zigbee-zwave.yaml",
         "loop.yaml",
         "shared-device.yaml",
+        "nvidia-gpu.yaml",
+        "nvidia-gpu-cdi.yaml",
+        "rdma.yaml",
+        "usb-zigbee.yaml",
     } <= names
 
 
@@ -369,6 +373,30 @@ def test_zigbee_finds_the_sonoff_stick_only(host: FakeHost) -> None:
     allocation = allocate("zigbee-zwave.yaml", "example.com/zigbee", units)
     assert allocation.devices == (DeviceSpec("/dev/ttyUSB0", "/dev/ttyUSB0", "rw"),)
     assert dict(allocation.env) == {"ZIGBEE_DEVICE": "/dev/ttyUSB0", "ZIGBEE_SERIAL": "c0ffee"}
+
+
+def test_usb_zigbee_pins_the_stick_by_serial_at_a_fixed_path(host: FakeHost) -> None:
+    """The stick with serial c0ffee is /dev/ttyZIGBEE in the container, its real
+    tty on the host, whatever port it is in; another stick is not taken."""
+    add_radios(host)
+    units = found(host, "usb-zigbee.yaml", "example.com/zigbee-stick")
+    assert shape(units) == {"usb-c0ffee": [("/dev/ttyUSB0", "/dev/ttyZIGBEE")]}
+    allocation = allocate("usb-zigbee.yaml", "example.com/zigbee-stick", units)
+    assert allocation.devices == (DeviceSpec("/dev/ttyZIGBEE", "/dev/ttyUSB0", "rw"),)
+    assert dict(allocation.env) == {"ZIGBEE_SERIAL": "c0ffee"}
+    host.remove("/dev/ttyUSB0")
+    host.add_usb_serial(
+        "1-7",
+        serial="c0ffee",
+        vendor="10c4",
+        product="ea60",
+        driver="cp210x",
+        manufacturer="Silicon Labs",
+        model="Sonoff Zigbee 3.0 USB Dongle Plus",
+        ttys=("ttyUSB5",),
+    )
+    units = found(host, "usb-zigbee.yaml", "example.com/zigbee-stick")
+    assert shape(units) == {"usb-c0ffee": [("/dev/ttyUSB5", "/dev/ttyZIGBEE")]}
 
 
 def test_zwave_finds_the_aeotec_stick_only(host: FakeHost) -> None:

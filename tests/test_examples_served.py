@@ -23,9 +23,11 @@ from genericdp.kubelet.servicer import container_response
 from genericdp.runtime.supervisor import Supervisor
 from tests.fakesys import FakeHost
 from tests.runtime_harness import settings_for
+from tests.test_examples_hardware import HARDWARE_EXAMPLES
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "configs" / "examples"
-ALL_EXAMPLES = sorted(EXAMPLES.glob("*.yaml"))
+# The NVIDIA and RDMA examples have hosts of their own (test_examples_hardware.py).
+ALL_EXAMPLES = sorted(p for p in EXAMPLES.glob("*.yaml") if p.name not in HARDWARE_EXAMPLES)
 
 
 def kitchen_sink(host: FakeHost) -> None:

@@ -87,7 +87,7 @@ def report_dict(report: ResourceReport) -> dict[str, Any]:
             {
                 "id": u.id,
                 "deviceIds": list(idle_ids(d, u.id)),
-                "health": "unknown",
+                "health": "unhealthy" if u.missing else "unknown",
                 "numaNode": u.numa_node,
                 "nodes": [
                     {"hostPath": n.host_path, "containerPath": n.container_path} for n in u.nodes
@@ -98,7 +98,13 @@ def report_dict(report: ResourceReport) -> dict[str, Any]:
         "capacity": len(report.device_ids),
         "exampleAllocation": _allocation_dict(report.example) if report.example else None,
         "error": report.error,
+        "missingDevices": _missing(report.units),
     }
+
+
+def _missing(units: Sequence[Unit]) -> list[str]:
+    """The required ``allocate.devices`` entries the scan did not find (all units share them)."""
+    return sorted({m for u in units for m in u.missing})
 
 
 def to_json(reports: Sequence[ResourceReport]) -> str:
@@ -116,6 +122,9 @@ def to_text(reports: Sequence[ResourceReport]) -> str:
         )
         if r.error:
             out.append(f"  error: {r.error}")
+        if _missing(r.units):
+            missing = ", ".join(_missing(r.units))
+            out.append(f"  every unit is Unhealthy: required device node(s) missing: {missing}")
         if not r.units:
             out.append("  no devices found")
         else:
@@ -129,7 +138,8 @@ def to_text(reports: Sequence[ResourceReport]) -> str:
                     else f"{n.container_path} -> {n.host_path}"
                     for n in u.nodes
                 )
-                out.append(f"  {u.id:<{width}}  {numa:<4}  unknown  {nodes}")
+                health = "missing" if u.missing else "unknown"
+                out.append(f"  {u.id:<{width}}  {numa:<4}  {health:<7}  {nodes}")
         if r.example is not None:
             out.append(f"  one unit ({r.units[0].id}) gives a container:")
             # discover has never listed the CDI names (nor has its JSON).

@@ -22,7 +22,7 @@ from genericdp.config.templates import (
     compile_templates,
 )
 from genericdp.discovery.model import DeviceNode, Unit
-from genericdp.errors import TemplateRenderError, clip
+from genericdp.errors import TemplateRenderError, UnsafeAllocationError, clip
 
 
 @dataclass(frozen=True)
@@ -105,16 +105,26 @@ def _template_context(
 
 
 def _device_specs(definition: ResourceDefinition, units: Sequence[Unit]) -> tuple[DeviceSpec, ...]:
+    """Every node of every unit, then the units' ``allocate.devices`` nodes, once
+    per container path. Two different host nodes at one container path (a fixed
+    ``containerPath`` matching two nodes of one allocation) are refused: the
+    container would silently get one of them."""
     specs: dict[str, DeviceSpec] = {}
     for unit in units:
-        for node in unit.nodes:
-            if node.container_path in specs:
-                continue
+        for node in (*unit.nodes, *unit.shared):
             what = f"resource {definition.name}: unit {clip(unit.id, 80)}"
+            known = specs.get(node.container_path)
+            if known is not None:
+                if known.host_path != node.host_path:
+                    raise UnsafeAllocationError(
+                        f"{what}: {clip(node.host_path)} and {clip(known.host_path)} would both"
+                        f" be {clip(node.container_path)} in the container"
+                    )
+                continue
             check_device_path(node.container_path, what=what)
             check_device_path(node.host_path, what=what)
             specs[node.container_path] = DeviceSpec(
-                node.container_path, node.host_path, definition.permissions
+                node.container_path, node.host_path, node.permissions or definition.permissions
             )
     return tuple(specs.values())
 

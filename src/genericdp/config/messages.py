@@ -182,7 +182,19 @@ def _explain_choice(error: ValidationError, doc: Document, path: KeyPath) -> lis
         return _explain_matcher(instance, doc, path)
     if path and path[-1] == "groupBy":
         return _explain_group_by(instance, doc, path)
+    if path and path[-1] == "health" and isinstance(instance, dict):
+        return _explain_health(instance, doc, path)
     return [doc.issue(path, f"{describe(instance)} does not match any allowed form")]
+
+
+def _explain_health(instance: dict[str, Any], doc: Document, path: KeyPath) -> list[ConfigIssue]:
+    if "exec" in instance and "sysfs" in instance:
+        message = "use one probe: exec (a command) or sysfs (an attribute), not both"
+        return [doc.issue((*path, "sysfs"), message, at_key=True)]
+    message = (
+        "needs a probe: exec: [command, args...] or sysfs: {attribute: <file>, expect: <glob>}"
+    )
+    return [doc.issue(path, message, at_key=True)]
 
 
 def _fits(branch: dict[str, Any], instance: Any) -> bool:
@@ -203,7 +215,7 @@ def _explain_matcher(instance: Any, doc: Document, path: KeyPath) -> list[Config
         if all(k in instance for k in allowed):
             message = "use one matcher per item: glob or udev, not both (start another '- ' item)"
             return [doc.issue((*path, "udev"), message, at_key=True)]
-        unknown = [k for k in instance if k not in allowed]
+        unknown = [k for k in instance if k not in (*allowed, "containerPath")]
         if unknown:
             return [doc.issue((*path, k), unknown_key(k, allowed), at_key=True) for k in unknown]
     return [

@@ -46,6 +46,9 @@ from genericdp.config.model import AllocateSpec
 
 # The names a template sees (docs/config.md "Templates"); nothing else exists.
 TEMPLATE_NAMES = ("resource", "node_name", "units", "devices", "device_ids")
+# A node's containerPath (a matcher's, or an allocate.devices entry's) is
+# rendered per node at discovery and sees only that node.
+NODE_TEMPLATE_NAMES = ("device",)
 
 MAX_VALUE_CHARS = 65_536  # one rendered value; a kubelet response must stay far below 4 MiB
 MAX_TEMPLATE_CHARS = 16_384  # one template source (or literal value) in the config
@@ -467,7 +470,9 @@ _REFUSED: tuple[tuple[type[nodes.Node], str], ...] = (
 )
 
 
-def _static_problems(key: str, tree: nodes.Template) -> list[TemplateProblem]:
+def _static_problems(
+    key: str, tree: nodes.Template, known: Sequence[str] = TEMPLATE_NAMES
+) -> list[TemplateProblem]:
     """What the sandbox would refuse at render time, found before the first Allocate."""
     problems = [
         TemplateProblem(key, message, node.lineno)
@@ -489,8 +494,8 @@ def _static_problems(key: str, tree: nodes.Template) -> list[TemplateProblem]:
             )
     names = meta.find_undeclared_variables(tree) | _self_references(tree)
     problems += [
-        TemplateProblem(key, _unknown_name_message(name), _first_use(tree, name))
-        for name in sorted(names - set(TEMPLATE_NAMES))
+        TemplateProblem(key, _unknown_name_message(name, known), _first_use(tree, name))
+        for name in sorted(names - set(known))
     ]
     return problems
 
@@ -517,11 +522,10 @@ def _first_use(tree: nodes.Template, name: str) -> int | None:
     return None
 
 
-def _unknown_name_message(name: str) -> str:
-    known = ", ".join(TEMPLATE_NAMES)
-    close = difflib.get_close_matches(name, TEMPLATE_NAMES, n=1)
+def _unknown_name_message(name: str, known: Sequence[str] = TEMPLATE_NAMES) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    return f"unknown name {name!r} (known: {known}{hint})"
+    return f"unknown name {name!r} (known: {', '.join(known)}{hint})"
 
 
 class TemplateValue:
@@ -555,7 +559,12 @@ def _literal_text(source: str) -> str:
     return text.removesuffix("\n")
 
 
-def _compile_one(key: str, source: str, problems: list[TemplateProblem]) -> TemplateValue:
+def _compile_one(
+    key: str,
+    source: str,
+    problems: list[TemplateProblem],
+    known: Sequence[str] = TEMPLATE_NAMES,
+) -> TemplateValue:
     if len(source) > MAX_TEMPLATE_CHARS:
         # Compiling costs tens of microseconds a character; a literal this long
         # would only make Allocate answers large.
@@ -566,7 +575,7 @@ def _compile_one(key: str, source: str, problems: list[TemplateProblem]) -> Temp
         return TemplateValue(source, None)
     try:
         tree = _ENV.parse(source)
-        found = _static_problems(key, tree)
+        found = _static_problems(key, tree, known)
         if found:
             problems.extend(found)
             return TemplateValue(source, None)
@@ -629,3 +638,17 @@ def compile_templates(spec: AllocateSpec) -> CompiledTemplates:
     if problems:
         raise TemplateSyntaxErrors(problems)
     return CompiledTemplates(env, mounts, annotations)
+
+
+@functools.lru_cache(maxsize=1024)
+def compile_node_template(source: str) -> TemplateValue:
+    """A node's ``containerPath`` compiled once (cached by source: the loader
+    compiles it to validate, discovery renders the same object at every scan).
+
+    Raises ``TemplateSyntaxErrors`` (key ``containerPath``) like ``compile_templates``.
+    """
+    problems: list[TemplateProblem] = []
+    value = _compile_one("containerPath", source, problems, NODE_TEMPLATE_NAMES)
+    if problems:
+        raise TemplateSyntaxErrors(problems)
+    return value

@@ -162,5 +162,6 @@ class Allocator:
             verb = "is" if len(found.cleaning) == 1 else "are"
             raise InvalidDevicesError(f"{unit} {_shown(found.cleaning)} {verb} being cleaned up")
         if require_healthy and found.unhealthy:
-            raise InvalidDevicesError(f"unhealthy device IDs: {_shown(found.unhealthy)}")
+            fault = f" ({self._state.fault})" if self._state.fault else ""
+            raise InvalidDevicesError(f"unhealthy device IDs: {_shown(found.unhealthy)}{fault}")
         return found.units

@@ -212,11 +212,13 @@ class ResourceRunner:
             node_name=self._context.node_name,
             on_result=self._probed,
             logger=log,
+            roots=self._context.roots,
         )
         self._spawn("health", monitor.run)
 
-    def _probed(self, _unit_id: str, result: ExecResult) -> None:
+    def _probed(self, unit_id: str, result: ExecResult) -> None:
         self._context.recorder.health_probe(self.name, exec_result(result), result.duration)
+        self.state.note_probe(unit_id, None if result.ok else probe_failure(result))
 
     def _health_changed(self, unhealthy: frozenset[str]) -> None:
         probed = self._monitor.probed if self._monitor is not None else ()
@@ -232,9 +234,15 @@ class ResourceRunner:
             units = await asyncio.to_thread(self._context.discover, definition, self._context.roots)
             # Before set_units: ListAndWatch must not offer a unit the spec lacks.
             await self._cdi.sync(definition, units)
-            before, gone = self.state.units, self.state.gone
+            before, gone, fault = self.state.units, self.state.gone, self.state.fault
             self.usage_changed()  # who holds what now decides whether a vanished unit stays
-            if self.state.set_units(units):
+            changed = self.state.set_units(units)
+            if self.state.fault != fault:
+                if self.state.fault is not None:
+                    log.warning("%s: every unit is Unhealthy: %s", self.name, self.state.fault)
+                else:
+                    log.info("%s: required device nodes present again", self.name)
+            if changed:
                 log.info("%s: %d units: %s", self.name, len(units), _ids(units))
                 if self._monitor is not None:
                     self._monitor.poke()  # new units are Unhealthy until probed: probe now
@@ -274,6 +282,13 @@ class ResourceRunner:
                 timeout,
             )
         self.usage_changed()
+
+
+def probe_failure(result: ExecResult) -> str:
+    """How a probe failed, for the DRA health stream: ``exited 3: <last line>``."""
+    how = result.describe()
+    last = result.last_line()
+    return f"{how}: {last}" if last and result.error is None else how
 
 
 def _ids(units: Sequence[Unit], limit: int = 8) -> str:

@@ -52,7 +52,10 @@ class DeviceState:
     A unit is advertised Healthy unless the health monitor says otherwise or
     its cleanup is due or running (the kubelet must not pick it meanwhile).
     With a health probe (``expect_probes``), a unit is Unhealthy until the
-    monitor has probed it (``genericdp.health`` says why).
+    monitor has probed it (``genericdp.health`` says why). A unit whose scan
+    found a required ``allocate.devices`` node missing (``Unit.missing``) is
+    Unhealthy until a scan finds it: the kubelet keeps it in capacity, out of
+    allocatable, and the reason is ``fault``.
     """
 
     def __init__(
@@ -64,6 +67,7 @@ class DeviceState:
         self._held: dict[str, frozenset[str]] = {}  # unit ID -> its device IDs in use
         self._gone: dict[str, Unit] = {}  # vanished while held: listed Unhealthy
         self._unhealthy: frozenset[str] = frozenset()
+        self._incomplete = frozenset(u.id for u in self._units.values() if u.missing)
         self._probed: frozenset[str] | None = None  # None: no probe, nothing to wait for
         self._cleaning: frozenset[str] = frozenset()
         # The list is built only when asked for (ListAndWatch); whether it
@@ -71,12 +75,41 @@ class DeviceState:
         self._signature = self._sign()
         self._devices: tuple[DeviceInfo, ...] | None = None
         self._version = 0
+        # Moves on every change, the list's or not (a unit probed for the first time,
+        # a probe's failure message): what a DRA edge follows. ListAndWatch does not.
+        self._detail = 0
+        self._messages: dict[str, str] = {}  # unit ID -> why its last probe failed
         self._closed = False
         self._changed = asyncio.Event()
 
     @property
     def version(self) -> int:
         return self._version
+
+    @property
+    def detail(self) -> int:
+        return self._detail
+
+    @property
+    def probed(self) -> frozenset[str] | None:
+        """The units probed so far; None when the resource has no probe."""
+        return self._probed
+
+    @property
+    def probe_messages(self) -> Mapping[str, str]:
+        """Why each unit's last probe failed (units whose last probe passed are absent)."""
+        return MappingProxyType(self._messages)
+
+    def note_probe(self, unit_id: str, failure: str | None) -> None:
+        """A probe of ``unit_id`` ended: ``failure`` says how, None when it passed."""
+        if failure is None:
+            if self._messages.pop(unit_id, None) is None:
+                return
+        elif self._messages.get(unit_id) == failure:
+            return
+        else:
+            self._messages[unit_id] = failure
+        self._touch()
 
     @property
     def closed(self) -> bool:
@@ -92,10 +125,18 @@ class DeviceState:
 
     @property
     def unhealthy(self) -> frozenset[str]:
-        """Units advertised Unhealthy by health: failed, or not probed yet."""
+        """Units advertised Unhealthy: failed, not probed yet, or missing a required node."""
         if self._probed is None:
-            return self._unhealthy
-        return self._unhealthy | (self._units.keys() - self._probed)
+            return self._unhealthy | self._incomplete
+        return self._unhealthy | self._incomplete | (self._units.keys() - self._probed)
+
+    @property
+    def fault(self) -> str | None:
+        """Why every unit is Unhealthy whatever its probe says, or None."""
+        missing = sorted({m for uid in self._incomplete for m in self._units[uid].missing})
+        if not missing:
+            return None
+        return "required device node(s) missing: " + ", ".join(missing)
 
     @property
     def cleaning(self) -> frozenset[str]:
@@ -151,6 +192,8 @@ class DeviceState:
             for uid, unit in sorted(before.items())
             if uid not in self._units and uid in self._held
         }
+        self._incomplete = frozenset(u.id for u in self._units.values() if u.missing)
+        self._messages = {k: v for k, v in self._messages.items() if k in self._units}
         return self._refresh()
 
     def set_count(self, count: int) -> bool:
@@ -241,6 +284,12 @@ class DeviceState:
             cleaning=tuple(u for u in unit_ids if u in self._cleaning),
         )
 
+    async def wait_detail(self, detail: int) -> int | None:
+        """Wait until ``detail`` differs from this one; None once closed."""
+        while not self._closed and self._detail == detail:
+            await self._changed.wait()
+        return None if self._closed else self._detail
+
     async def wait_changed(self, version: int) -> int | None:
         """Wait until the version differs from ``version``; None once closed."""
         while not self._closed and self._version == version:
@@ -281,9 +330,15 @@ class DeviceState:
             frozenset(self._cleaning & ids),
         )
 
+    def _touch(self) -> None:
+        self._detail += 1
+        self._wake()
+
     def _refresh(self) -> bool:
+        self._detail += 1
         signature = self._sign()
         if signature == self._signature:
+            self._wake()  # waiters on the version look and wait again
             return False
         self._signature, self._devices = signature, None
         self._version += 1
