@@ -34,7 +34,9 @@ KUBELET_RESTARTS=${KUBELET_RESTARTS:-20}
 RESOURCES=(
   example.com/null example.com/zero example.com/loop example.com/fuse
   example.com/e2e-dev example.com/e2e-hotplug example.com/e2e-health
+  example.com/e2e-shared example.com/e2e-unplug
 )
+SHARED_PODS=5 # example.com/e2e-shared advertises freeIds: 2
 
 in_pod() {
   k -n "$NAMESPACE" exec "$CONSUMER" -- "$@"
@@ -331,6 +333,105 @@ check_health() {
   timing "health: probe passes -> allocatable 2" "$(seconds_between "$started" "$(now)")"
 }
 
+# device_pod_manifest NAME RESOURCE: a pod holding one RESOURCE, sleeping.
+device_pod_manifest() {
+  cat <<EOM
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $1
+  labels: {app.kubernetes.io/name: genericdp-e2e-consumer}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: consumer
+      image: $CONSUMER_IMAGE
+      imagePullPolicy: Never
+      command: [sleep, "1000000"]
+      resources:
+        limits:
+          $2: 1
+EOM
+}
+
+shared_pods_running() {
+  LAST_SEEN=$(k -n "$NAMESPACE" get pods -l genericdp-e2e=shared \
+    -o 'jsonpath={range .items[*]}{.status.phase}{" "}{end}')
+  [[ $(grep -o Running <<<"$LAST_SEEN" | wc -l) -eq $SHARED_PODS ]]
+}
+
+check_unbounded() {
+  log "check: $SHARED_PODS pods share example.com/e2e-shared (count: unbounded, freeIds: 2), all Running"
+  local started n said
+  started=$(now)
+  wait_quantity allocatable example.com/e2e-shared 2 30
+  for ((n = 0; n < SHARED_PODS; n++)); do
+    device_pod_manifest "e2e-shared-$n" example.com/e2e-shared |
+      sed 's/^  labels: {/  labels: {genericdp-e2e: shared, /' | k -n "$NAMESPACE" apply -f -
+  done
+  LAST_SEEN=""
+  wait_for 180 "$SHARED_PODS pods of example.com/e2e-shared to be Running" \
+    shared_pods_running
+  timing "unbounded: $SHARED_PODS pods created -> all Running" "$(seconds_between "$started" "$(now)")"
+  said=$(k -n "$NAMESPACE" exec e2e-shared-0 -- sh -c 'exec 3<>/dev/gdp-e2e-shared && echo opened' 2>&1 |
+    tr -d '\r' || true)
+  expect "opening /dev/gdp-e2e-shared in pod e2e-shared-0" opened "$said"
+  # The held IDs plus 2 free ones, once the node status follows.
+  wait_quantity capacity example.com/e2e-shared $((SHARED_PODS + 2)) 30
+  log "  node: capacity $(node_quantity capacity example.com/e2e-shared)" \
+    "allocatable $(node_quantity allocatable example.com/e2e-shared)"
+  started=$(now)
+  k -n "$NAMESPACE" delete pod -l genericdp-e2e=shared --wait=true
+  wait_quantity capacity example.com/e2e-shared 2 60
+  timing "unbounded: pods deleted -> capacity back to 2 (IDs reclaimed)" \
+    "$(seconds_between "$started" "$(now)")"
+}
+
+# resource_health POD: the pod's allocatedResourcesStatus, "NAME: ID=HEALTH..." a line.
+resource_health() {
+  k -n "$NAMESPACE" get pod "$1" -o 'jsonpath={range .status.containerStatuses[*].allocatedResourcesStatus[*]}{.name}:{range .resources[*]} {.resourceID}={.health}{end}{"\n"}{end}'
+}
+
+pod_resource_health_is() {
+  LAST_SEEN=$(k -n "$NAMESPACE" get pod "$1" \
+    -o 'jsonpath={.status.containerStatuses[0].allocatedResourcesStatus[0].resources[0].health}') || return 1
+  [[ $LAST_SEEN == "$2" ]]
+}
+
+check_unplug_in_use() {
+  log "check: a device removed while a pod holds it stays listed Unhealthy until the pod goes"
+  local started pod
+  pod=$(daemon_pod)
+  node_exec mknod -m 0666 /dev/gdp-e2e-unplug0 c 1 3
+  wait_quantity allocatable example.com/e2e-unplug 1 30
+  device_pod_manifest e2e-unplug example.com/e2e-unplug | k -n "$NAMESPACE" apply -f -
+  k -n "$NAMESPACE" wait --for=condition=Ready pod/e2e-unplug --timeout=120s ||
+    fail "pod e2e-unplug (example.com/e2e-unplug: 1) did not become Ready within 120s"
+  LAST_SEEN=""
+  wait_for 30 "pod e2e-unplug's allocatedResourcesStatus to say Healthy" \
+    pod_resource_health_is e2e-unplug Healthy
+  started=$(now)
+  node_exec rm /dev/gdp-e2e-unplug0
+  wait_quantity allocatable example.com/e2e-unplug 0 30
+  timing "unplug in use: node removed -> allocatable 0" "$(seconds_between "$started" "$(now)")"
+  quantity_is capacity example.com/e2e-unplug 1 ||
+    fail "capacity of example.com/e2e-unplug should stay 1 while the pod holds the unplugged unit (saw: $LAST_SEEN)"
+  LAST_SEEN=""
+  wait_for 60 "pod e2e-unplug's allocatedResourcesStatus to say Unhealthy" \
+    pod_resource_health_is e2e-unplug Unhealthy
+  timing "unplug in use: node removed -> pod status Unhealthy" "$(seconds_between "$started" "$(now)")"
+  log "  pod e2e-unplug allocatedResourcesStatus: $(resource_health e2e-unplug | tr '\n' ';')"
+  daemon_log_has "$pod" "vanished while a container holds it" ||
+    fail "genericdp ($pod) did not log that the unit vanished while held"
+  started=$(now)
+  k -n "$NAMESPACE" delete pod e2e-unplug --wait=true
+  wait_quantity capacity example.com/e2e-unplug 0 60
+  timing "unplug in use: pod deleted -> capacity 0" "$(seconds_between "$started" "$(now)")"
+  wait_for 30 "genericdp ($pod) to log that the released unit left the list" \
+    daemon_log_has "$pod" "vanished while in use and is released now"
+}
+
 # daemon_log_has POD TEXT: genericdp's log says TEXT.
 daemon_log_has() {
   k -n "$NAMESPACE" logs "$1" --tail=-1 2>/dev/null | grep -qF -- "$2"
@@ -600,14 +701,15 @@ check_privileged() {
 
 ALL_CHECKS=(
   startup_probes server_dry_run capacity consumer_pod allocate_devices over_request hotplug health hot_reload cleanup_hook
-  kubelet_restarts daemon_pod_recreated privileged
+  unbounded unplug_in_use kubelet_restarts daemon_pod_recreated privileged
 )
 
 main() {
   local check
   k -n "$NAMESPACE" delete pod "$CONSUMER" e2e-too-many e2e-not-admitted e2e-after-restarts e2e-second-unit \
-    --ignore-not-found --wait=true
-  node_exec rm -f "$FLAG" /dev/gdp-e2e-hp0 /dev/gdp-e2e-hp1
+    e2e-unplug --ignore-not-found --wait=true
+  k -n "$NAMESPACE" delete pod -l genericdp-e2e=shared --ignore-not-found --wait=true
+  node_exec rm -f "$FLAG" /dev/gdp-e2e-hp0 /dev/gdp-e2e-hp1 /dev/gdp-e2e-unplug0
   log "node $NODE, daemon pod $(daemon_pod), image $IMAGE"
   (($#)) || set -- "${ALL_CHECKS[@]}"
   for check in "$@"; do

@@ -12,10 +12,10 @@ from typing import Any
 
 from genericdp.allocation.render import Allocation, render_allocation
 from genericdp.allocation.text import allocation_lines
-from genericdp.config.model import ResourceDefinition
+from genericdp.config.model import UNBOUNDED, ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.errors import GenericdpError
-from genericdp.kubelet.devices import replica_ids
+from genericdp.runtime.sharing import idle_ids, sharing_text
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class ResourceReport:
 
     @property
     def device_ids(self) -> tuple[str, ...]:
-        return tuple(i for u in self.units for i in replica_ids(u.id, self.definition.count))
+        return tuple(i for u in self.units for i in idle_ids(self.definition, u.id))
 
 
 def build_report(
@@ -48,7 +48,7 @@ def build_report(
                 definition,
                 [first],
                 node_name=node_name,
-                device_ids=replica_ids(first.id, definition.count)[:1],
+                device_ids=idle_ids(definition, first.id)[:1],
             )
         except GenericdpError as exc:
             error = f"allocation of {first.id} would fail: {exc}"
@@ -81,11 +81,12 @@ def report_dict(report: ResourceReport) -> dict[str, Any]:
         "resource": d.name,
         "source": f"{d.source.file}:{d.source.line}" if d.source.line else d.source.file,
         "groupBy": str(d.group_by),
-        "count": d.count,
+        "count": UNBOUNDED if d.unbounded else d.count,
+        **({"freeIds": d.free_ids} if d.unbounded else {}),
         "units": [
             {
                 "id": u.id,
-                "deviceIds": list(replica_ids(u.id, d.count)),
+                "deviceIds": list(idle_ids(d, u.id)),
                 "health": "unhealthy" if u.missing else "unknown",
                 "numaNode": u.numa_node,
                 "nodes": [
@@ -117,7 +118,7 @@ def to_text(reports: Sequence[ResourceReport]) -> str:
         d = r.definition
         out.append(
             f"{d.name}  ({len(r.units)} unit(s), capacity {len(r.device_ids)}, "
-            f"groupBy {d.group_by}, count {d.count})"
+            f"groupBy {d.group_by}, count {sharing_text(d)})"
         )
         if r.error:
             out.append(f"  error: {r.error}")

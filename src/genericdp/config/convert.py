@@ -15,6 +15,8 @@ from types import MappingProxyType
 from typing import Any
 
 from genericdp.config.model import (
+    DEFAULT_FREE_IDS,
+    UNBOUNDED,
     AllocateSpec,
     AttributeValue,
     DraSpec,
@@ -133,11 +135,14 @@ def resource_definition(
         return seconds[(*path, *keys)]
 
     health = raw.get("health")
+    unbounded = raw.get("count") == UNBOUNDED
     return ResourceDefinition(
         name=raw["name"],
         match=tuple(_matcher(m) for m in raw["match"]),
         group_by=_group_by(raw.get("groupBy", "node")),
-        count=int(raw.get("count", 1)),
+        count=1 if unbounded else int(raw.get("count", 1)),
+        unbounded=unbounded,
+        free_ids=int(raw.get("freeIds", DEFAULT_FREE_IDS)),
         permissions=canonical_permissions(raw.get("permissions", "rw")),
         health=_health(health, duration) if health is not None else None,
         hooks=_hooks(raw.get("hooks", {}), duration),

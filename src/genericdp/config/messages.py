@@ -170,6 +170,9 @@ def _pattern_message(last: object, instance: str) -> str:
 def _explain_choice(error: ValidationError, doc: Document, path: KeyPath) -> list[ConfigIssue]:
     """For a failed oneOf, report the one form the user evidently meant, if any."""
     instance, branches, _ = _parts(error)
+    if path and path[-1] == "count" and not _fits({"type": "integer"}, instance):
+        message = f"must be a whole number from 1 to 1000, or unbounded; not {describe(instance)}"
+        return [doc.issue(path, message)]
     meant = [i for i, b in enumerate(branches) if _fits(b, instance)]
     if len(meant) == 1:
         own = [e for e in error.context or () if e.relative_schema_path[0] == meant[0]]
@@ -201,6 +204,8 @@ def _fits(branch: dict[str, Any], instance: Any) -> bool:
         return isinstance(instance, dict) and all(k in instance for k in branch.get("required", ()))
     if kind == "string":
         return isinstance(instance, str)
+    if kind == "integer":
+        return isinstance(instance, int) and not isinstance(instance, bool)
     return kind is None
 
 

@@ -18,6 +18,12 @@ if TYPE_CHECKING:
     from genericdp.config.templates import CompiledTemplates
 
 CONFIG_VERSION = "v1"
+UNBOUNDED = "unbounded"  # ``count: unbounded``
+DEFAULT_FREE_IDS = 4
+# Replica indices of an unbounded unit stay below this, so ``<unit>::<i>``
+# fits the kubelet's 63 characters (unit IDs leave room for ``::999999``).
+# A million containers holding one node at once is not a node that exists.
+UNBOUNDED_INDEX_LIMIT = 1_000_000
 
 
 def frozen_map(values: Mapping[str, str] | None = None) -> Mapping[str, str]:
@@ -212,7 +218,11 @@ class ResourceDefinition:
     name: str
     match: tuple[Matcher, ...]
     group_by: GroupBy = field(default_factory=GroupBy)
-    count: int = 1
+    count: int = 1  # 1 with ``unbounded``
+    # ``count: unbounded``: any number of containers share a unit; the kubelet
+    # sees ``free_ids`` free IDs per unit at a time (runtime/sharing.py).
+    unbounded: bool = False
+    free_ids: int = DEFAULT_FREE_IDS
     permissions: str = "rw"
     health: HealthCheck | None = None
     hooks: Hooks = field(default_factory=Hooks)
@@ -222,6 +232,11 @@ class ResourceDefinition:
     source: Source = field(default=Source("<memory>"), compare=False)
     # Built once at load time from ``allocate``; derived, so not compared.
     templates: CompiledTemplates | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def id_slots(self) -> int:
+        """How many replica IDs a unit may have at most (room unit IDs leave for suffixes)."""
+        return UNBOUNDED_INDEX_LIMIT if self.unbounded else self.count
 
 
 @dataclass(frozen=True)

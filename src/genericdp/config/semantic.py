@@ -12,6 +12,7 @@ from typing import Any
 
 from genericdp.config.devpaths import container_path_problem, glob_problem
 from genericdp.config.durations import parse_duration
+from genericdp.config.model import UNBOUNDED
 from genericdp.config.names import validate_resource_name
 from genericdp.config.regex import compile_regex
 from genericdp.config.templates import TemplateSyntaxErrors, compile_node_template
@@ -45,6 +46,7 @@ def semantic_issues(doc: Document, seconds: dict[KeyPath, float]) -> list[Config
         issues += _globs(doc, path, resource)
         issues += _container_paths(doc, path, resource)
         issues += _group_by(doc, path, resource)
+        issues += _sharing(doc, path, resource)
         issues += _health(doc, path, resource, seconds)
         issues += _hooks(doc, path, resource, seconds)
         issues += _mounts(doc, path, resource)
@@ -163,6 +165,19 @@ def _group_by(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[Co
     except ValueError as exc:
         where = (*path, "groupBy", "pathRegex")
         return [doc.issue(where, f"pathRegex {regex!r} is not a valid regular expression: {exc}")]
+    return []
+
+
+def _sharing(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[ConfigIssue]:
+    if "freeIds" in resource and resource.get("count") != UNBOUNDED:
+        count = resource.get("count", 1)
+        return [
+            doc.issue(
+                (*path, "freeIds"),
+                f"freeIds applies only to count: {UNBOUNDED} (count is {count!r}):"
+                f" set count: {UNBOUNDED}, or remove freeIds",
+            )
+        ]
     return []
 
 

@@ -48,7 +48,7 @@ def discover(definition: ResourceDefinition, roots: Roots) -> tuple[Unit, ...]:
     """
     found = _find(definition.match, roots)
     nodes = tuple(node for node, _ in found)
-    units = group_units(nodes, definition.group_by, roots, count=definition.count)
+    units = group_units(nodes, definition.group_by, roots, count=definition.id_slots)
     templates = {node.host_path: template for node, template in found if template is not None}
     if templates:
         units = tuple(_rendered(unit, templates, definition.name) for unit in units)
