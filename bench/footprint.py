@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # a restarted kubelet's GOAWAYs are expected
 
-from bench.idle_cpu import DEMO, free_port, memory_mib  # noqa: E402
+from bench.idle_cpu import DEMO, memory_mib, serve_env  # noqa: E402
 from bench.scale import Result  # noqa: E402
 from genericdp.config import load_text  # noqa: E402
 from genericdp.kubelet.embedded import AllocationError, EmbeddedKubelet  # noqa: E402
@@ -195,9 +195,8 @@ class Daemon:
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> asyncio.subprocess.Process:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
+        env = serve_env(self.plugin_dir.parent)
         env.update(bytecode_env())
-        env["GENERICDP_METRICS_ADDRESS"] = f"127.0.0.1:{free_port()}"
         env["GENERICDP_DEV_ROOT"] = str(self.host.dev)
         env["GENERICDP_SYS_ROOT"] = str(self.host.sys)
         env["GENERICDP_UDEV_ROOT"] = str(self.host.udev)
