@@ -4,9 +4,11 @@ idempotency, the checkpoint across restarts, and hostile claims."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from genericdp.config.model import HealthCheck, Hooks, MountTemplate
+from genericdp.discovery.model import DeviceNode
 from genericdp.dra.cdispec import spec_name
 from genericdp.dra.checkpoint import PREPARING, Checkpoint
 from genericdp.dra.claims import AllocatedDevice, ClaimError, ClaimRef
@@ -282,3 +284,19 @@ async def test_a_device_named_by_two_requests_is_one_cdi_device(base: Path) -> N
     spec = json.loads((s.cdi_dir / spec_name(claim().uid)).read_text())
     assert len(spec["devices"]) == 1
     assert s.hooks.runs[0][2] == ("A0", "A0")  # unit_env lists it once to the hook
+
+
+async def test_allocate_devices_nodes_are_in_every_prepared_device(base: Path) -> None:
+    """A resource's ``allocate.devices`` nodes (``Unit.shared``) reach the claim, as
+    under the device plugin: a GPU without ``/dev/nvidiactl`` is no GPU."""
+    ctl = DeviceNode("/dev/gdp-ctl", "/dev/gdp-ctl", permissions="r")
+    d = definition()
+    units = [replace(unit(0), shared=(ctl,)), replace(unit(1), shared=(ctl,))]
+    s = setup(base, [(d, units)])
+    s.claims.add(claim(), allocated(SERIAL, *units))
+    assert (await s.preparer.prepare([claim()]))[claim().uid].error == ""
+    spec = json.loads((s.cdi_dir / spec_name(claim().uid)).read_text())
+    for device in spec["devices"]:
+        assert {"path": "/dev/gdp-ctl", "hostPath": "/dev/gdp-ctl", "permissions": "r"} in device[
+            "containerEdits"
+        ]["deviceNodes"]

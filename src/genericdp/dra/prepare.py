@@ -328,12 +328,13 @@ def _unique(claims: Sequence[ClaimRef]) -> list[ClaimRef]:
 def _nodes(definition: ResourceDefinition, unit: Unit, resource: str) -> list[tuple[str, str, str]]:
     out: dict[str, tuple[str, str, str]] = {}
     what = f"resource {resource}: unit {clip(unit.id, 80)}"
-    for node in unit.nodes:
+    for node in (*unit.nodes, *unit.shared):  # shared: the resource's allocate.devices
         if node.container_path in out:
             continue
         check_device_path(node.container_path, what=what)
         check_device_path(node.host_path, what=what)
-        out[node.container_path] = (node.container_path, node.host_path, definition.permissions)
+        permissions = node.permissions or definition.permissions
+        out[node.container_path] = (node.container_path, node.host_path, permissions)
     return list(out.values())
 
 
