@@ -90,7 +90,9 @@ def pool(document: dict[str, Any], node: str, driver: str) -> str:
         counts.add(pool_spec.get("resourceSliceCount"))
         total += len(spec.get("devices") or [])
     if len(generations) != 1:
-        problems.append(f"the slices of one pool have several generations: {sorted(map(str, generations))}")
+        problems.append(
+            f"the slices of one pool have several generations: {sorted(map(str, generations))}"
+        )
     if counts != {len(items)}:
         problems.append(f"resourceSliceCount {sorted(map(str, counts))} but {len(items)} slices")
     if problems:
