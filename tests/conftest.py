@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 
 from genericdp.kubelet.embedded import EmbeddedKubelet
+from tests.apiserver import ApiServer
+from tests.apiserver import missing as apiserver_missing
+from tests.apiserver import start as start_apiserver
 from tests.kubelet_fakes import short_tmp_dir
 
 
@@ -34,3 +37,16 @@ def no_host_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         "GENERICDP_POD_RESOURCES_SOCKET", str(tmp_path / "default-pod-resources.sock")
     )
     monkeypatch.setenv("GENERICDP_CDI_DIR", str(tmp_path / "default-cdi"))
+
+
+@pytest.fixture(scope="session")
+def apiserver() -> Iterator[ApiServer]:
+    """A real kube-apiserver and etcd for the session (tests/apiserver.py); skipped without them."""
+    reason = apiserver_missing()
+    if reason is not None:
+        pytest.skip(f"needs a real kube-apiserver: {reason}")
+    server = start_apiserver()
+    try:
+        yield server
+    finally:
+        server.stop()

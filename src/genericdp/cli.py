@@ -1,4 +1,4 @@
-"""The command line: ``genericdp serve | validate | discover | schema | simulate``.
+"""The command line: ``genericdp serve | validate | discover | schema | simulate | deviceclasses``.
 
 Exit codes are in ``genericdp.exits``. The flags of the settings are made
 from the settings model (``genericdp.settings``): every setting is a flag of
@@ -16,6 +16,7 @@ from typing import Any, Literal, TextIO, cast, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from genericdp import __version__
+from genericdp.dra.naming import DEFAULT_DRIVER
 from genericdp.errors import ConfigError, DiscoveryError, GenericdpError
 from genericdp.exits import (
     EXIT_ENVIRONMENT,
@@ -90,9 +91,26 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RESOURCE=N",
         help="allocate N units of RESOURCE to a container and show what it receives",
     )
+    p.add_argument(
+        "--backend",
+        choices=("device-plugin", "dra"),
+        default="device-plugin",
+        help="dra: print the ResourceSlices this node would publish and what a claim gets",
+    )
+    p.add_argument(
+        "--driver", default=DEFAULT_DRIVER, help=f"DRA driver name (default {DEFAULT_DRIVER})"
+    )
     p.add_argument("--once", action="store_true", help="exit after the first report")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for registration")
     _setting_flags(p, Settings, skip=SIMULATE_SKIPS)
+
+    p = sub.add_parser(
+        "deviceclasses", help="print a DeviceClass per resource, for the DRA backend (YAML)"
+    )
+    p.add_argument("path", type=Path, metavar="PATH", help="config file or directory")
+    p.add_argument(
+        "--driver", default=DEFAULT_DRIVER, help=f"DRA driver name (default {DEFAULT_DRIVER})"
+    )
     return parser
 
 
@@ -174,6 +192,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     except SimulateUsageError as exc:
         raise UsageError(str(exc)) from exc
     settings = Settings(**_overrides(args))
+    if args.backend == "dra":
+        from genericdp.simulate import simulate_dra
+
+        return simulate_dra(args.path, settings, driver=args.driver, requests=requests)
     # Quieter than serve unless asked (flag or GENERICDP_LOG_LEVEL): the report is the output.
     level = settings.log_level if "log_level" in settings.model_fields_set else "warning"
     logsetup.configure(level, settings.log_format)
@@ -188,12 +210,27 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_deviceclasses(args: argparse.Namespace) -> int:
+    from ruamel.yaml import YAML
+
+    from genericdp.config import load
+    from genericdp.dra.deviceclasses import device_classes
+
+    config = load([args.path])
+    yaml = YAML(typ="safe", pure=True)
+    yaml.default_flow_style = False
+    yaml.explicit_start = True
+    yaml.dump_all(device_classes(config, args.driver), sys.stdout)
+    return EXIT_OK
+
+
 COMMANDS = {
     "validate": cmd_validate,
     "schema": cmd_schema,
     "discover": cmd_discover,
     "serve": cmd_serve,
     "simulate": cmd_simulate,
+    "deviceclasses": cmd_deviceclasses,
 }
 
 

@@ -69,8 +69,18 @@ def parse_listen_address(text: str) -> ListenAddress | None:
 # Settings that are not flags of ``simulate``: it replaces the first four with
 # temporary ones (it never touches the host's kubelet or CDI directories), and
 # serves no HTTP endpoints.
+# ``simulate`` has its own ``--backend`` (what to simulate, not how to serve),
+# and never talks to an API server.
 SIMULATE_SKIPS = frozenset(
-    {"config", "plugin_dir", "pod_resources_socket", "cdi_dir", "metrics_address"}
+    {
+        "config",
+        "plugin_dir",
+        "pod_resources_socket",
+        "cdi_dir",
+        "metrics_address",
+        "kubeconfig",
+        "backend",
+    }
 )
 
 
@@ -101,6 +111,11 @@ class Settings(DiscoverySettings):
         DEFAULT_POD_RESOURCES_SOCKET, description="kubelet PodResources socket"
     )
     cdi_dir: Path = Field(Path("/var/run/cdi"), description="where CDI specs are written")
+    kubeconfig: str = Field(
+        "",
+        description="kubeconfig file for the API server (DRA backend); "
+        "empty: the pod's service account",
+    )
     metrics_address: str = Field(
         ":9090",
         description="host:port, :port or [v6]:port for /metrics, /healthz, /readyz; empty: off",

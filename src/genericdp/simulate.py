@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from ruamel.yaml import YAML
+
 from genericdp.allocation.cdi import spec_path
 from genericdp.allocation.render import Allocation, DeviceSpec, Mount
 from genericdp.allocation.text import allocation_lines
@@ -281,3 +283,81 @@ async def simulate(
                 return EXIT_OK if ok else EXIT_FAILED
             finally:
                 await supervisor.stop()
+
+
+def simulate_dra(
+    path: Path,
+    settings: Settings,
+    *,
+    driver: str,
+    requests: Sequence[AllocationRequest] = (),
+    out: TextIO | None = None,
+) -> int:
+    """``simulate --backend dra``: the ResourceSlices this node would publish for ``path``,
+    and what a claim for N units of a resource would get at prepare. No cluster, no kubelet.
+
+    Every unit counts as healthy (no probe runs); the devices a claim gets are
+    the first N by name, as the scheduler may pick any.
+    """
+    from genericdp.allocation.render import render_allocation
+    from genericdp.discovery import discover
+    from genericdp.discovery.model import Roots
+    from genericdp.dra.naming import device_name
+    from genericdp.dra.slices import devices, pool_slices
+
+    stream = out or sys.stdout
+    config: Config = load([path])
+    if not settings.dev_root.is_dir():
+        print(f"error: device root {settings.dev_root} is not a directory", file=sys.stderr)
+        return EXIT_ENVIRONMENT
+    roots = Roots(dev=settings.dev_root, sys=settings.sys_root, udev=settings.udev_root)
+    node = settings.node_name or "simulated-node"
+    units = {r.name: discover(r, roots) for r in config.resources}
+    by_resource = {
+        r.name: devices(r.name, units[r.name], set(), driver=driver) for r in config.resources
+    }
+    published = pool_slices(by_resource, node=node, driver=driver, generation=1)
+    print(
+        f"genericdp simulate --backend dra: {path} ({len(config.resources)} resource(s)); "
+        f"driver {driver}, node {node}",
+        file=stream,
+    )
+    print(f"\nResourceSlices ({len(published)}):", file=stream)
+    yaml = YAML(typ="safe", pure=True)
+    yaml.default_flow_style = False
+    for obj in published.values():
+        print("---", file=stream)
+        yaml.dump(obj, stream)
+    ok = True
+    definitions = {r.name: r for r in config.resources}
+    wanted = requests or tuple(AllocationRequest(n, 1) for n in units if units[n])
+    for request in wanted:
+        print(f"\nclaim for {request.count} of {request.resource}:", file=stream)
+        definition = definitions.get(request.resource)
+        if definition is None:
+            known = ", ".join(sorted(definitions)) or "none"
+            print(f"  refused: unknown resource (served: {known})", file=stream)
+            ok = False
+            continue
+        resource = request.resource
+        by_name = sorted(units[resource], key=lambda u: device_name(resource, u.id))
+        if len(by_name) < request.count:
+            print(f"  unsatisfiable: {len(by_name)} device(s) published", file=stream)
+            ok = False
+            continue
+        chosen = by_name[: request.count]
+        print(
+            "  allocated devices: "
+            + ", ".join(f"{node}/{device_name(request.resource, u.id)}" for u in chosen),
+            file=stream,
+        )
+        try:
+            allocation = render_allocation(definition, chosen, node_name=node)
+        except GenericdpError as exc:
+            print(f"  prepare fails: {exc}", file=stream)
+            ok = False
+            continue
+        print("  prepare gives the container (through the claim's CDI spec):", file=stream)
+        for line in allocation_lines(allocation):
+            print(line, file=stream)
+    return EXIT_OK if ok else EXIT_FAILED

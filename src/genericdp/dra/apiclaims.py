@@ -1,0 +1,50 @@
+"""``ClaimSource`` over the API server: a claim's allocated devices of our driver on this node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from genericdp.dra.claims import AllocatedDevice, ClaimError, ClaimRef
+from genericdp.dra.kubeapi import RESOURCE_CLAIM, ApiError, AsyncClient, status_code
+from genericdp.dra.naming import DEFAULT_DRIVER
+
+
+class ApiClaimSource:
+    """Reads ResourceClaims (``get``, the only verb the driver's RBAC grants on them).
+
+    Only results of ``driver`` from ``node``'s pool are returned: a claim may
+    hold devices of other drivers, and the pool of a node-local driver is
+    named for its node.
+    """
+
+    def __init__(self, client: AsyncClient, *, node: str, driver: str = DEFAULT_DRIVER) -> None:
+        self._client = client
+        self.node = node
+        self.driver = driver
+
+    async def allocated_devices(self, claim: ClaimRef) -> tuple[AllocatedDevice, ...]:
+        where = f"ResourceClaim {claim.namespace}/{claim.name}"
+        try:
+            obj: dict[str, Any] = dict(
+                await self._client.get(RESOURCE_CLAIM, claim.name, namespace=claim.namespace)
+            )
+        except ApiError as err:
+            if status_code(err) == 404:
+                raise ClaimError(f"{where}: not found (deleted?)") from err
+            raise ClaimError(
+                f"{where}: the API server answered {status_code(err)}: {err.status.message}"
+            ) from err
+        except Exception as err:
+            raise ClaimError(f"{where}: cannot read it: {type(err).__name__}: {err}") from err
+        uid = (obj.get("metadata") or {}).get("uid")
+        if uid != claim.uid:
+            raise ClaimError(f"{where}: its UID is {uid}, not {claim.uid} (deleted and recreated?)")
+        allocation = (obj.get("status") or {}).get("allocation")
+        if not allocation:
+            raise ClaimError(f"{where}: not allocated")
+        results = ((allocation.get("devices") or {}).get("results")) or []
+        return tuple(
+            AllocatedDevice(str(r["request"]), str(r["pool"]), str(r["device"]))
+            for r in results
+            if r.get("driver") == self.driver and r.get("pool") == self.node
+        )

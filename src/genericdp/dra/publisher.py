@@ -1,0 +1,235 @@
+"""Keeps the node's ResourceSlices equal to what its resources serve (docs/dra.md, Slices).
+
+``publish`` and ``withdraw`` only record what a resource serves now and wake
+one writer task. The writer waits ``coalesce`` seconds, so a burst (a hub
+plugged in, a reload touching every resource) becomes one write, then
+compares the whole pool it wants with what the API server holds, ignoring
+the generation and what the server fills in. Only when they differ does it
+write: the pool's generation goes up by one and every slice of the pool is
+created, replaced or deleted to match, because the scheduler only uses the
+slices of a pool's newest generation.
+
+Failures never reach the caller: a write that fails (API server down,
+conflict, a slice someone else changed) is logged, the slices are listed
+again and the write retried with exponential backoff, until it lands or
+``close`` is called. At ``start`` the slices a previous instance on this
+node left (listed by ``spec.nodeName`` and ``spec.driver``) are adopted: the
+first write, ``adopt_grace`` seconds later at the earliest, keeps those that
+still match, replaces those that changed and deletes those of resources no
+longer published.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
+from typing import Any
+
+from genericdp.discovery.model import Unit
+from genericdp.dra import slices
+from genericdp.dra.kubeapi import (
+    RESOURCE_SLICE,
+    ApiError,
+    AsyncClient,
+    as_slice,
+    list_slices,
+    status_code,
+)
+from genericdp.dra.naming import DEFAULT_DRIVER
+
+log = logging.getLogger(__name__)
+
+COALESCE = 0.05  # seconds a burst of changes is gathered before one write
+ADOPT_GRACE = 0.5  # seconds after start before slices of unpublished resources are deleted
+BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
+FAILURE_LOG_EVERY = 30.0  # seconds between warnings while the API server stays unreachable
+CLOSE_FLUSH = 2.0  # seconds close waits for a pending write
+
+
+class SlicePublisher:
+    """The ResourceSlices of one node's pool, written by one task."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        node: str,
+        driver: str = DEFAULT_DRIVER,
+        coalesce: float = COALESCE,
+        adopt_grace: float = ADOPT_GRACE,
+    ) -> None:
+        self._client = client
+        self.node = node
+        self.driver = driver
+        self._coalesce = coalesce
+        self._adopt_grace = adopt_grace
+        self._desired: dict[str, list[dict[str, Any]]] = {}
+        self._held: dict[str, dict[str, Any]] | None = None  # slice name -> what the server holds
+        self._generation = 0
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task: asyncio.Task[None] | None = None
+        self._started_at = 0.0
+        self.writes = 0  # slices created, replaced or deleted (tests and docs count them)
+
+    async def start(self) -> None:
+        """Adopt the slices a previous instance on this node left, and start the writer."""
+        if self._task is not None:
+            return
+        self._started_at = time.monotonic()
+        try:
+            self._held = await self._list()
+        except Exception as err:
+            log.warning("could not list the ResourceSlices of node %s: %s", self.node, err)
+        else:
+            if self._held:
+                log.info(
+                    "adopting %d ResourceSlice(s) of node %s: %s",
+                    len(self._held),
+                    self.node,
+                    ", ".join(sorted(self._held)),
+                )
+        self._task = asyncio.create_task(self._run(), name=f"dra/slices/{self.node}")
+        # Slices of resources that are not published again are deleted after the grace.
+        self._changed()
+
+    async def publish(
+        self, resource: str, units: Sequence[Unit], unhealthy: AbstractSet[str]
+    ) -> None:
+        """``resource`` serves ``units`` now (``unhealthy``: unit IDs); written within a second.
+
+        Raises ``slices.SliceError`` when the resource cannot be published at all.
+        """
+        found = slices.devices(resource, units, unhealthy, driver=self.driver)
+        if self._desired.get(resource) == found:
+            return
+        self._desired[resource] = found
+        self._changed()
+
+    async def withdraw(self, resource: str) -> None:
+        """``resource`` is no longer served here: its slices go."""
+        if self._desired.pop(resource, None) is not None:
+            self._changed()
+
+    async def flush(self, timeout: float = CLOSE_FLUSH) -> bool:  # noqa: ASYNC109 - a bounded wait
+        """Wait until what was published is written; False when ``timeout`` passed first."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def close(self) -> None:
+        """Write what is pending (for at most ``CLOSE_FLUSH`` s) and stop; the slices stay."""
+        if self._task is None:
+            return
+        if not await self.flush():
+            log.warning("stopping with ResourceSlice changes of node %s unwritten", self.node)
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+
+    def _changed(self) -> None:
+        self._idle.clear()
+        self._wake.set()
+
+    async def _run(self) -> None:
+        delay = BACKOFF_FIRST
+        failing_since: float | None = None
+        last_warning = 0.0
+        while True:
+            await self._wake.wait()
+            self._idle.clear()
+            wait = max(self._coalesce, self._started_at + self._adopt_grace - time.monotonic())
+            await asyncio.sleep(wait)
+            self._wake.clear()
+            try:
+                await self._sync()
+            except Exception as err:
+                self._held = None  # list again before the next try
+                now = time.monotonic()
+                if failing_since is None or now - last_warning >= FAILURE_LOG_EVERY:
+                    log.warning(
+                        "could not write the ResourceSlices of node %s (retrying in %.1fs): %s",
+                        self.node,
+                        delay,
+                        _describe(err),
+                    )
+                    last_warning = now
+                failing_since = failing_since or now
+                self._wake.set()
+                await asyncio.sleep(delay * random.uniform(0.8, 1.2))  # noqa: S311 - jitter
+                delay = min(delay * 2, BACKOFF_MAX)
+                continue
+            if failing_since is not None:
+                log.info(
+                    "ResourceSlices of node %s written again after %.1fs of failures",
+                    self.node,
+                    time.monotonic() - failing_since,
+                )
+            failing_since, delay = None, BACKOFF_FIRST
+            if not self._wake.is_set():
+                self._idle.set()
+
+    async def _list(self) -> dict[str, dict[str, Any]]:
+        return await list_slices(self._client, node=self.node, driver=self.driver)
+
+    async def _sync(self) -> None:
+        if self._held is None:
+            self._held = await self._list()
+        held = self._held
+        wanted = slices.pool_slices(self._desired, node=self.node, driver=self.driver, generation=0)
+        if _same(wanted, held):
+            return
+        generations = [int(obj["spec"]["pool"].get("generation", 0)) for obj in held.values()]
+        self._generation = max([self._generation, *generations]) + 1
+        wanted = slices.pool_slices(
+            self._desired, node=self.node, driver=self.driver, generation=self._generation
+        )
+        for name, obj in wanted.items():
+            if name in held:
+                obj["metadata"]["resourceVersion"] = held[name]["metadata"]["resourceVersion"]
+                written = await self._client.replace(as_slice(obj))
+            else:
+                written = await self._client.create(as_slice(obj))
+            held[name] = dict(written)
+            self.writes += 1
+        for name in sorted(set(held) - set(wanted)):
+            try:
+                await self._client.delete(RESOURCE_SLICE, name)
+            except ApiError as err:
+                if status_code(err) != 404:
+                    raise
+            del held[name]
+            self.writes += 1
+        log.debug(
+            "ResourceSlices of node %s at generation %d: %s",
+            self.node,
+            self._generation,
+            ", ".join(sorted(wanted)) or "none",
+        )
+
+
+def _same(wanted: dict[str, dict[str, Any]], held: dict[str, dict[str, Any]]) -> bool:
+    """The server holds exactly ``wanted`` (generation aside), all of one generation."""
+    if set(wanted) != set(held):
+        return False
+    if len({obj["spec"]["pool"].get("generation") for obj in held.values()}) > 1:
+        return False
+    return all(
+        slices.comparable(wanted[name]["spec"]) == slices.comparable(held[name]["spec"])
+        for name in wanted
+    )
+
+
+def _describe(err: Exception) -> str:
+    if isinstance(err, ApiError):
+        return f"API server answered {status_code(err)}: {err.status.message}"
+    return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__

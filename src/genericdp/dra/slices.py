@@ -1,0 +1,200 @@
+"""What the node publishes: its units as ``resource.k8s.io/v1`` ResourceSlices (pure).
+
+One pool per node, named for the node; the devices of each served resource
+go into slices of their own, at most ``MAX_DEVICES_PER_SLICE`` devices each
+(docs/dra.md, Slices). Every device is one unit, named
+``device_name(resource, unit.id)``, with typed attributes in the driver's
+domain, so a CEL selector reads them as ``device.attributes["<driver>"].serial``.
+
+The API server's limits (resource.k8s.io/v1 validation, checked against the
+1.36 server in tests/test_dra_slices_api.py): at most 128 devices per slice,
+64 when any device has taints; at most 32 attributes and capacities per
+device; attribute names are C identifiers of at most 32 characters; string
+and version values at most 64 bytes, versions semver 2.0. A value discovery
+found that does not fit is left out (it would make the whole slice invalid).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from typing import Any
+
+from genericdp.discovery.model import Unit
+from genericdp.dra.naming import device_name
+from genericdp.errors import GenericdpError
+
+API_VERSION = "resource.k8s.io/v1"
+# 128 per slice, but 64 once a device has taints; unhealthy devices have one,
+# and a slice's size must not depend on health, so always 64.
+MAX_DEVICES_PER_SLICE = 64
+MAX_ATTRIBUTES = 32
+MAX_VALUE_BYTES = 64
+SLICE_NAME_MAX = 253
+UNHEALTHY_TAINT_KEY = "unhealthy"  # qualified with the driver: <driver>/unhealthy
+
+_PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+_NOT_SUBDOMAIN = re.compile(r"[^a-z0-9.-]+")
+_RUNS = re.compile(r"-{2,}|\.{2,}|-\.|\.-")
+
+Attribute = dict[str, Any]  # {"string": ...} | {"int": ...} | {"bool": ...} | {"version": ...}
+
+
+class SliceError(GenericdpError):
+    """A resource that cannot be published as DRA devices (the message says which and why)."""
+
+
+def _string(value: str | None) -> Attribute | None:
+    if value is None or value == "" or len(value.encode()) > MAX_VALUE_BYTES:
+        return None
+    return {"string": value}
+
+
+def _hex_id(value: str | None) -> str | None:
+    """``0x8086`` (sysfs) and ``8086`` (udev) both as ``8086``."""
+    if value is None:
+        return None
+    value = value.strip().lower()
+    return value[2:] if value.startswith("0x") else value
+
+
+def _pci_address(unit: Unit) -> str | None:
+    for node in unit.nodes:
+        found = _PCI_ADDRESS.findall(node.sysfs_path or "")
+        if found:
+            return str(found[-1])
+    return None
+
+
+def discovered_attributes(unit: Unit) -> dict[str, Attribute]:
+    """What discovery knows about ``unit``, as typed attributes (missing ones left out)."""
+    props, attrs = unit.properties, unit.attributes
+    first = unit.nodes[0] if unit.nodes else None
+    found: dict[str, Attribute | None] = {
+        "vendor": _string(_hex_id(props.get("ID_VENDOR_ID") or attrs.get("vendor"))),
+        "product": _string(
+            _hex_id(props.get("ID_MODEL_ID") or attrs.get("device") or attrs.get("idProduct"))
+        ),
+        "serial": _string(props.get("ID_SERIAL_SHORT") or attrs.get("serial")),
+        "driver": _string(props.get("ID_USB_DRIVER") or props.get("DRIVER")),
+        "subsystem": _string(first.subsystem if first is not None else None),
+        "pciAddress": _string(_pci_address(unit)),
+        "numaNode": None if unit.numa_node is None else {"int": unit.numa_node},
+    }
+    return {name: value for name, value in found.items() if value is not None}
+
+
+def device(resource: str, unit: Unit, *, healthy: bool, driver: str) -> dict[str, Any]:
+    """One device of a slice: ``unit`` of ``resource``; unhealthy ones carry a NoSchedule taint."""
+    attributes: dict[str, Attribute] = {
+        "resource": {"string": resource},
+        "unitID": {"string": unit.id},
+        "healthy": {"bool": healthy},
+        "nodes": {"int": len(unit.nodes)},
+    }
+    for name, value in discovered_attributes(unit).items():
+        attributes.setdefault(name, value)
+    entry: dict[str, Any] = {
+        "name": device_name(resource, unit.id),
+        "attributes": dict(list(attributes.items())[:MAX_ATTRIBUTES]),
+    }
+    if not healthy:
+        entry["taints"] = [
+            {"key": f"{driver}/{UNHEALTHY_TAINT_KEY}", "value": "true", "effect": "NoSchedule"}
+        ]
+    return entry
+
+
+def check_resource(resource: str) -> None:
+    """Raise SliceError when ``resource`` cannot be a string attribute (classes select on it)."""
+    if len(resource.encode()) > MAX_VALUE_BYTES:
+        raise SliceError(
+            f"resource {resource!r}: its name is {len(resource.encode())} bytes; DRA publishes it "
+            f"as the device attribute 'resource', which holds at most {MAX_VALUE_BYTES}"
+        )
+
+
+def devices(
+    resource: str, units: Iterable[Unit], unhealthy: AbstractSet[str], *, driver: str
+) -> list[dict[str, Any]]:
+    """The devices of ``resource``, ordered by name (two units never share one)."""
+    check_resource(resource)
+    made = [device(resource, u, healthy=u.id not in unhealthy, driver=driver) for u in units]
+    made.sort(key=lambda entry: str(entry["name"]))
+    return made
+
+
+def slice_name(node: str, driver: str, resource: str, index: int) -> str:
+    """A stable DNS subdomain naming slice ``index`` of ``resource`` on ``node``."""
+    plain = f"{node}.{driver}.{resource.replace('/', '.')}.{index}"
+    lowered = plain.lower()
+    name = _RUNS.sub("-", _NOT_SUBDOMAIN.sub("-", lowered)).strip("-.")
+    if name == plain and len(name) <= SLICE_NAME_MAX:
+        return name
+    digest = hashlib.sha256(f"{node}\0{driver}\0{resource}\0{index}".encode()).hexdigest()[:8]
+    head = name[: SLICE_NAME_MAX - len(digest) - 1].rstrip("-.")
+    return f"{head}-{digest}" if head else digest
+
+
+def pool_slices(
+    by_resource: Mapping[str, Sequence[dict[str, Any]]],
+    *,
+    node: str,
+    driver: str,
+    generation: int,
+) -> dict[str, dict[str, Any]]:
+    """The node's whole pool: ``{slice name: ResourceSlice}`` for the devices of each resource.
+
+    A resource with no devices still gets one (empty) slice, so the pool
+    says the resource is served here with nothing available.
+    """
+    chunks: list[tuple[str, list[dict[str, Any]]]] = []
+    for resource in sorted(by_resource):
+        found = list(by_resource[resource])
+        parts = [
+            found[i : i + MAX_DEVICES_PER_SLICE]
+            for i in range(0, max(len(found), 1), MAX_DEVICES_PER_SLICE)
+        ]
+        chunks.extend(
+            (slice_name(node, driver, resource, index), part) for index, part in enumerate(parts)
+        )
+    return {
+        name: {
+            "apiVersion": API_VERSION,
+            "kind": "ResourceSlice",
+            "metadata": {"name": name},
+            "spec": {
+                "driver": driver,
+                "nodeName": node,
+                "pool": {
+                    "name": node,
+                    "generation": generation,
+                    "resourceSliceCount": len(chunks),
+                },
+                "devices": part,
+            },
+        }
+        for name, part in chunks
+    }
+
+
+def comparable(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A slice's spec without what changes on every write or the server fills in.
+
+    The pool's generation, taints' ``timeAdded`` and empty ``devices`` (the
+    server omits an empty list) are left out, so an unchanged pool compares
+    equal whatever generation it was written with.
+    """
+    pool = {k: v for k, v in dict(spec.get("pool") or {}).items() if k != "generation"}
+    found = []
+    for entry in spec.get("devices") or []:
+        item = dict(entry)
+        if "taints" in item:
+            item["taints"] = [
+                {k: v for k, v in taint.items() if k != "timeAdded"} for taint in item["taints"]
+            ]
+        found.append(item)
+    kept = {k: v for k, v in spec.items() if k not in ("pool", "devices")}
+    return {**kept, "pool": pool, "devices": found}

@@ -1,0 +1,216 @@
+"""`genericdp deviceclasses` and `genericdp simulate --backend dra`, and what the real
+API server makes of their output (server-side dry run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+
+from genericdp.discovery import discover
+from genericdp.discovery.model import Roots
+from genericdp.dra.deviceclasses import class_name, selector
+from genericdp.dra.naming import device_name
+from genericdp.dra.slices import devices as slice_devices
+from genericdp.dra.slices import discovered_attributes, pool_slices
+from genericdp.exits import EXIT_FAILED
+from tests.apiserver import ApiServer
+from tests.fakesys import FakeHost
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "configs" / "examples").glob("*.yaml"))
+CONFIG = """\
+version: v1
+resources:
+  - name: example.com/serial
+    match:
+      - udev: {subsystem: tty, kernel: "ttyUSB*"}
+    allocate:
+      env:
+        PORT: "{{ devices[0].path }}"
+  - name: example.com/gpu
+    match:
+      - glob: /dev/dri/renderD*
+"""
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "genericdp", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(),
+        check=False,
+    )
+
+
+def _host(tmp_path: Path) -> FakeHost:
+    host = FakeHost(tmp_path / "host")
+    host.add_usb_serial(port="1-2", serial="AAA111", ttys=("ttyUSB0",), numa_node=0)
+    host.add_usb_serial(port="1-3", serial="BBB222", ttys=("ttyUSB1",))
+    host.add_drm_card()
+    return host
+
+
+def _json_documents(text: str) -> list[dict[str, Any]]:
+    """kubectl prints one JSON object per created object, one after another."""
+    decoder, found, at = json.JSONDecoder(), [], 0
+    while at < len(text.rstrip()):
+        obj, at = decoder.raw_decode(text, at)
+        found.append(obj)
+        while at < len(text) and text[at].isspace():
+            at += 1
+    return found
+
+
+def _roots(host: FakeHost) -> list[str]:
+    return ["--dev-root", str(host.dev), "--sys-root", str(host.sys), "--udev-root", str(host.udev)]
+
+
+def test_deviceclasses_prints_one_class_per_resource(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(CONFIG)
+    done = run("deviceclasses", str(cfg), "--driver", "dp.example.org")
+    assert done.returncode == 0, done.stderr
+    classes = list(YAML(typ="safe", pure=True).load_all(done.stdout))
+    assert [c["metadata"]["name"] for c in classes] == ["serial.example.com", "gpu.example.com"]
+    assert classes[0]["spec"] == {
+        "selectors": [
+            {
+                "cel": {
+                    "expression": 'device.driver == "dp.example.org" && '
+                    'device.attributes["dp.example.org"].resource == "example.com/serial"'
+                }
+            }
+        ],
+        "extendedResourceName": "example.com/serial",
+    }
+
+
+def test_class_names_are_dns_subdomains_even_for_odd_resource_names() -> None:
+    assert class_name("example.com/serial") == "serial.example.com"
+    odd = class_name("Example.com/Serial_Port")
+    assert odd.startswith("serial-port.example.com-")
+    assert odd != class_name("example.com/serial-port")
+
+
+def test_every_examples_classes_pass_the_real_api_server(apiserver: ApiServer) -> None:
+    """Every example's classes pass a server-side dry run; the server keeps extendedResourceName."""
+    for example in EXAMPLES:
+        done = run("deviceclasses", str(example))
+        assert done.returncode == 0, f"{example.name}: {done.stderr}"
+        answer = apiserver.kubectl(
+            "create", "--dry-run=server", "-o", "json", "-f", "-", input_text=done.stdout
+        )
+        items = _json_documents(answer)
+        assert items, example.name
+        for item in items:
+            assert item["spec"]["extendedResourceName"], f"{example.name}: dropped by the server"
+
+
+def test_a_selector_compiles_in_the_real_api_server(apiserver: ApiServer) -> None:
+    """A CEL typo would be refused at create: a class with a broken selector is, ours is not."""
+    good = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "probe.example.com"},
+        "spec": {"selectors": [{"cel": {"expression": selector("genericdp.io", "a.b/c")}}]},
+    }
+    apiserver.kubectl("create", "--dry-run=server", "-f", "-", input_text=json.dumps(good))
+    bad = json.loads(json.dumps(good))
+    bad["spec"]["selectors"][0]["cel"]["expression"] = "device.driver =="
+    done = subprocess.run(
+        [str(apiserver.bin_dir / "kubectl"), f"--kubeconfig={apiserver.kubeconfig}", "create",
+         "--dry-run=server", "-f", "-"],
+        input=json.dumps(bad), capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "compil" in done.stderr.lower() or "syntax" in done.stderr.lower(), done.stderr
+
+
+def test_discovered_attributes_of_a_usb_serial_adapter(tmp_path: Path) -> None:
+    host = _host(tmp_path)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(CONFIG)
+    from genericdp.config import load
+
+    config = load([cfg])
+    roots = Roots(dev=host.dev, sys=host.sys, udev=host.udev)
+    units = discover(config.resources[0], roots)
+    found = {u.id: discovered_attributes(u) for u in units}
+    first = next(a for a in found.values() if a.get("serial") == {"string": "AAA111"})
+    assert first["vendor"] == {"string": "0403"}
+    assert first["product"] == {"string": "6001"}
+    assert first["subsystem"] == {"string": "tty"}
+    assert first["pciAddress"] == {"string": "0000:00:14.0"}
+    assert first["numaNode"] == {"int": 0}
+    gpu = discover(config.resources[1], roots)
+    assert discovered_attributes(gpu[0])["pciAddress"]["string"].count(":") == 2
+
+
+def test_simulated_slices_pass_the_real_api_server(tmp_path: Path, apiserver: ApiServer) -> None:
+    """What simulate shows is what the publisher writes, and the server accepts it as is."""
+    host = _host(tmp_path)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(CONFIG)
+    from genericdp.config import load
+
+    config = load([cfg])
+    roots = Roots(dev=host.dev, sys=host.sys, udev=host.udev)
+    by_resource = {
+        r.name: slice_devices(r.name, discover(r, roots), {"x"}, driver="genericdp.io")
+        for r in config.resources
+    }
+    objs: dict[str, Any] = pool_slices(
+        by_resource, node="sim-node", driver="genericdp.io", generation=1
+    )
+    for obj in objs.values():
+        apiserver.kubectl("create", "--dry-run=server", "-f", "-", input_text=json.dumps(obj))
+
+
+def test_simulate_backend_dra_shows_slices_and_a_claims_prepare(tmp_path: Path) -> None:
+    host = _host(tmp_path)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(CONFIG)
+    done = run(
+        "simulate", str(cfg), "--backend", "dra", "--node-name", "n1",
+        "--allocate", "example.com/serial=2", *_roots(host),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "ResourceSlices (2):" in out
+    slices = [
+        doc
+        for doc in YAML(typ="safe", pure=True).load_all(
+            out.split("ResourceSlices (2):\n", 1)[1].split("\nclaim for", 1)[0]
+        )
+        if doc
+    ]
+    assert {s["spec"]["pool"]["name"] for s in slices} == {"n1"}
+    assert "claim for 2 of example.com/serial:" in out
+    assert "allocated devices: n1/serial-" in out
+    assert "PORT=/dev/ttyUSB" in out
+    assert device_name("example.com/serial", "x") not in out
+
+
+def test_simulate_backend_dra_refuses_what_cannot_be_had(tmp_path: Path) -> None:
+    host = _host(tmp_path)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(CONFIG)
+    done = run(
+        "simulate", str(cfg), "--backend", "dra", "--allocate", "example.com/serial=3",
+        "--allocate", "example.com/nope=1", *_roots(host),
+    )  # fmt: skip
+    assert done.returncode == EXIT_FAILED
+    assert "unsatisfiable: 2 device(s) published" in done.stdout
+    assert "refused: unknown resource" in done.stdout
