@@ -1,0 +1,248 @@
+"""Prepared claims, persisted so a restarted daemon answers and unprepares correctly.
+
+One JSON file (``checkpoint.json`` in the driver's plugin directory),
+replaced atomically (temporary file, fsync, rename) after every change. A
+claim is recorded as ``preparing`` before its hooks run and ``prepared``
+once its CDI spec is written, so a daemon killed half way still runs the
+cleanup hook when the kubelet unprepares the claim.
+
+The file is ours but lives on the host: whatever it holds is checked as
+hostile input. A file that cannot be read or parsed is logged and treated
+as empty; an entry that does not have the expected shape is logged and
+dropped, and the others are kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from genericdp.dra.claims import ClaimRef
+from genericdp.dra.files import reason, write_atomically
+from genericdp.errors import clip
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "checkpoint.json"
+VERSION = 1
+PREPARING = "preparing"
+PREPARED = "prepared"
+MAX_BYTES = 64 * 1024 * 1024  # far above what any node prepares; a bigger file is not ours
+# Kubernetes UIDs are RFC 4122 UUIDs; anything else a kubelet sent is refused,
+# and the UID names a file, so it must never hold "/" or start with ".".
+_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
+
+
+def valid_uid(uid: str) -> bool:
+    return _UID.fullmatch(uid) is not None
+
+
+@dataclass(frozen=True)
+class PreparedDevice:
+    """One device of a prepared claim, and what is needed to clean it up later."""
+
+    request: str
+    pool: str
+    device: str
+    resource: str
+    unit: str
+    cdi_ids: tuple[str, ...]
+    nodes: tuple[tuple[str, str], ...]  # (host path, container path) at prepare time
+
+
+@dataclass(frozen=True)
+class PreparedClaim:
+    claim: ClaimRef
+    state: str  # PREPARING or PREPARED
+    devices: tuple[PreparedDevice, ...]
+    spec: str | None = None  # the CDI spec file's name, once written
+
+
+class Checkpoint:
+    """The prepared claims of one driver, in memory and on disk."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._claims: dict[str, PreparedClaim] = {}
+        self._lock = asyncio.Lock()
+        self._changes = 0  # changes made in memory, counted
+        self._written = 0  # how many of them the file on disk has
+
+    def __len__(self) -> int:
+        return len(self._claims)
+
+    def __iter__(self) -> Iterator[PreparedClaim]:
+        return iter(tuple(self._claims.values()))
+
+    def get(self, uid: str) -> PreparedClaim | None:
+        return self._claims.get(uid)
+
+    def load(self) -> None:
+        """Read the file; never raises (what cannot be used is logged and left out)."""
+        self._claims = {}
+        try:
+            with self.path.open("rb") as file:
+                data = file.read(MAX_BYTES + 1)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            log.error("DRA checkpoint %s cannot be read, starting empty: %s", self.path, exc)
+            return
+        if len(data) > MAX_BYTES:
+            log.error("DRA checkpoint %s is over %d bytes, starting empty", self.path, MAX_BYTES)
+            return
+        try:
+            doc = json.loads(data)
+        except (ValueError, RecursionError) as exc:
+            log.error("DRA checkpoint %s is not JSON, starting empty: %s", self.path, exc)
+            return
+        if not isinstance(doc, dict) or doc.get("version") != VERSION:
+            version = doc.get("version") if isinstance(doc, dict) else None
+            log.error(
+                "DRA checkpoint %s has no version-%d content (version %s), starting empty",
+                self.path,
+                VERSION,
+                clip(repr(version), 40),
+            )
+            return
+        claims = doc.get("claims")
+        if not isinstance(claims, dict):
+            log.error("DRA checkpoint %s: 'claims' is not a mapping, starting empty", self.path)
+            return
+        for uid, entry in claims.items():
+            try:
+                prepared = _parse(uid, entry)
+            except (TypeError, ValueError, KeyError) as exc:
+                log.error(
+                    "DRA checkpoint %s: claim %s dropped, its entry is unusable: %s",
+                    self.path,
+                    clip(str(uid), 80),
+                    clip(str(exc), 200),
+                )
+                continue
+            self._claims[uid] = prepared
+        if self._claims:
+            log.info("DRA checkpoint %s: %d claim(s) prepared", self.path, len(self._claims))
+
+    async def put(self, prepared: PreparedClaim) -> None:
+        """Record a claim and write the file; raises OSError (the entry is then not kept)."""
+        uid = prepared.claim.uid
+        before = self._claims.get(uid)
+        self._claims[uid] = prepared
+        try:
+            await self._commit()
+        except OSError:
+            if self._claims.get(uid) is prepared:
+                if before is None:
+                    del self._claims[uid]
+                else:
+                    self._claims[uid] = before
+            raise
+
+    async def remove(self, uid: str) -> None:
+        """Forget a claim and write the file; raises OSError (the entry is then kept)."""
+        before = self._claims.pop(uid, None)
+        if before is None:
+            return
+        try:
+            await self._commit()
+        except OSError:
+            self._claims.setdefault(uid, before)
+            raise
+
+    async def _commit(self) -> None:
+        """Write the file with this change in it. Group commit: changes made while a
+        write is under way go to disk together in the next one, so a batch of N
+        claims costs a few writes, not N (each rewrites the file and fsyncs it)."""
+        self._changes += 1
+        mine = self._changes
+        async with self._lock:
+            if self._written >= mine:
+                return  # a write that started after our change has it on disk
+            upto = self._changes
+            data = self._encode()  # on the loop: the claims change while the thread writes
+            await asyncio.to_thread(write_atomically, self.path, data)
+            self._written = upto
+
+    def _encode(self) -> bytes:
+        doc = {
+            "version": VERSION,
+            "claims": {uid: _dump(p) for uid, p in sorted(self._claims.items())},
+        }
+        return (json.dumps(doc, indent=1) + "\n").encode()
+
+
+def describe_error(path: Path, exc: OSError) -> str:
+    return f"cannot write the DRA checkpoint {path}: {reason(exc)}"
+
+
+def _dump(prepared: PreparedClaim) -> dict[str, Any]:
+    return {
+        "namespace": prepared.claim.namespace,
+        "name": prepared.claim.name,
+        "state": prepared.state,
+        "spec": prepared.spec,
+        "devices": [
+            {**asdict(d), "cdi_ids": list(d.cdi_ids), "nodes": [list(n) for n in d.nodes]}
+            for d in prepared.devices
+        ],
+    }
+
+
+def _text(entry: Mapping[str, Any], key: str, *, limit: int = 4096) -> str:
+    value = entry[key]
+    if not isinstance(value, str) or len(value) > limit:
+        raise ValueError(f"{key} is not a string of at most {limit} characters")
+    return value
+
+
+def _parse(uid: object, entry: object) -> PreparedClaim:
+    if not isinstance(uid, str) or not valid_uid(uid):
+        raise ValueError("the claim UID is not a UID")
+    if not isinstance(entry, dict):
+        raise TypeError("not a mapping")
+    state = entry.get("state")
+    if state not in (PREPARING, PREPARED):
+        raise ValueError(f"state is {clip(repr(state), 40)}")
+    spec = entry.get("spec")
+    if spec is not None and (
+        not isinstance(spec, str) or not _SPEC_NAME.fullmatch(spec) or uid not in spec
+    ):
+        raise ValueError("spec is not the name of this claim's CDI spec")
+    devices = entry["devices"]
+    if not isinstance(devices, list):
+        raise TypeError("devices is not a list")
+    parsed = []
+    for device in devices:
+        if not isinstance(device, dict):
+            raise TypeError("a device is not a mapping")
+        cdi_ids, nodes = device["cdi_ids"], device["nodes"]
+        if not isinstance(cdi_ids, list) or not all(isinstance(i, str) for i in cdi_ids):
+            raise TypeError("cdi_ids is not a list of strings")
+        if not isinstance(nodes, list) or not all(
+            isinstance(n, list) and len(n) == 2 and all(isinstance(p, str) for p in n)
+            for n in nodes
+        ):
+            raise TypeError("nodes is not a list of [host path, container path]")
+        parsed.append(
+            PreparedDevice(
+                request=_text(device, "request"),
+                pool=_text(device, "pool"),
+                device=_text(device, "device"),
+                resource=_text(device, "resource"),
+                unit=_text(device, "unit"),
+                cdi_ids=tuple(cdi_ids),
+                nodes=tuple((n[0], n[1]) for n in nodes),
+            )
+        )
+    claim = ClaimRef(_text(entry, "namespace"), _text(entry, "name"), uid)
+    return PreparedClaim(claim, state, tuple(parsed), spec)
+
+
+_SPEC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\.json")

@@ -1,0 +1,41 @@
+"""Files the DRA backend keeps: replaced atomically, so a crash leaves the old or the new."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_atomically(path: Path, data: bytes, *, mode: int = 0o600) -> None:
+    """Write ``data`` to a temporary file beside ``path``, fsync it, rename it over
+    ``path`` and fsync the directory. Raises OSError; no temporary file is left.
+
+    The temporary name starts with ``.`` and ends in ``.tmp``: neither a CDI
+    runtime (``*.json``) nor anything globbing our names reads it half written.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fchmod(file.fileno(), mode)
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def reason(exc: OSError) -> str:
+    """``No space left on device: /path`` for a message."""
+    where = f": {exc.filename}" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"

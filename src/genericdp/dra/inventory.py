@@ -1,0 +1,183 @@
+"""The devices this node serves through DRA: every resource's units, by device name.
+
+Each resource's DRA edge (``edge.py``) keeps its part up to date from
+discovery and health; prepare finds an allocated device here by recomputing
+``device_name(resource, unit.id)`` over the current units, and the health
+service streams what is here. One pool per node: the pool name is the node
+name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import dataclass
+from enum import Enum
+
+from genericdp.config.model import ResourceDefinition
+from genericdp.discovery.model import Unit
+from genericdp.dra.naming import device_name
+
+log = logging.getLogger(__name__)
+
+
+class Health(Enum):
+    UNKNOWN = "Unknown"
+    HEALTHY = "Healthy"
+    UNHEALTHY = "Unhealthy"
+
+
+@dataclass(frozen=True)
+class Located:
+    """An allocated device found on this node."""
+
+    definition: ResourceDefinition
+    unit: Unit
+    healthy: bool
+
+    @property
+    def resource(self) -> str:
+        return self.definition.name
+
+
+@dataclass(frozen=True)
+class DeviceHealth:
+    """What the health stream says about one device."""
+
+    device: str
+    health: Health
+    message: str
+    updated: float  # unix time of the probe (or of the last change) it comes from
+
+
+@dataclass
+class _Resource:
+    definition: ResourceDefinition
+    units: dict[str, Unit]
+    probed: bool  # the definition has a health check
+    unhealthy: frozenset[str] = frozenset()
+    seen: frozenset[str] = frozenset()  # units probed at least once
+    messages: Mapping[str, str] | None = None
+    updated: float = 0.0
+
+
+class Inventory:
+    """Every served resource's units and health, and a version that moves on each change."""
+
+    def __init__(self, pool: str) -> None:
+        self.pool = pool
+        self._resources: dict[str, _Resource] = {}
+        self._names: dict[str, tuple[str, str]] = {}  # device name -> (resource, unit id)
+        self._version = 0
+        self._changed = asyncio.Event()
+        self._now = time.time
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def resources(self) -> tuple[str, ...]:
+        return tuple(self._resources)
+
+    def definition(self, resource: str) -> ResourceDefinition | None:
+        held = self._resources.get(resource)
+        return held.definition if held is not None else None
+
+    def units(self, resource: str) -> tuple[Unit, ...]:
+        held = self._resources.get(resource)
+        return tuple(held.units.values()) if held is not None else ()
+
+    def set_resource(self, definition: ResourceDefinition, units: Sequence[Unit]) -> None:
+        """The resource's definition and current units (discovery, reload)."""
+        held = self._resources.get(definition.name)
+        probed = definition.health is not None
+        if held is None:
+            held = self._resources[definition.name] = _Resource(definition, {}, probed)
+        held.definition, held.probed = definition, probed
+        held.units = {u.id: u for u in units}
+        held.updated = self._now()
+        self._reindex()
+
+    def set_health(
+        self,
+        resource: str,
+        unhealthy: Set[str],
+        probed: Set[str],
+        messages: Mapping[str, str],
+    ) -> None:
+        """The resource's health: unhealthy and probed unit IDs, and why each failed."""
+        held = self._resources.get(resource)
+        if held is None:
+            return
+        held.unhealthy, held.seen = frozenset(unhealthy), frozenset(probed)
+        held.messages = dict(messages)
+        held.updated = self._now()
+        self._bump()
+
+    def remove_resource(self, resource: str) -> None:
+        if self._resources.pop(resource, None) is not None:
+            self._reindex()
+
+    def locate(self, name: str) -> Located | None:
+        """The device named ``name`` in this node's pool, if it is here now."""
+        found = self._names.get(name)
+        if found is None:
+            return None
+        resource, unit_id = found
+        held = self._resources[resource]
+        return Located(held.definition, held.units[unit_id], _healthy(held, unit_id))
+
+    def health(self) -> tuple[DeviceHealth, ...]:
+        """Every device's health now, sorted by name."""
+        out: list[DeviceHealth] = []
+        for name, (resource, unit_id) in sorted(self._names.items()):
+            held = self._resources[resource]
+            messages = held.messages or {}
+            if not held.probed:
+                state, message = Health.HEALTHY, "no health check configured"
+            elif unit_id not in held.seen:
+                state, message = Health.UNKNOWN, "not probed yet"
+            elif unit_id in held.unhealthy:
+                state = Health.UNHEALTHY
+                message = messages.get(unit_id) or "health probe failed"
+            else:
+                state, message = Health.HEALTHY, ""
+            out.append(DeviceHealth(name, state, message, held.updated))
+        return tuple(out)
+
+    async def wait_changed(self, version: int) -> int:
+        """Wait until the version moves past ``version``; the new version."""
+        while self._version == version:
+            self._changed.clear()
+            await self._changed.wait()
+        return self._version
+
+    def _reindex(self) -> None:
+        names: dict[str, tuple[str, str]] = {}
+        for resource, held in self._resources.items():
+            for unit_id in held.units:
+                name = device_name(resource, unit_id)
+                other = names.setdefault(name, (resource, unit_id))
+                if other != (resource, unit_id):
+                    log.error(
+                        "device name %s of %s unit %s is already %s unit %s: the second is not"
+                        " served through DRA",
+                        name,
+                        resource,
+                        unit_id,
+                        *other,
+                    )
+        self._names = names
+        self._bump()
+
+    def _bump(self) -> None:
+        self._version += 1
+        self._changed.set()
+
+
+def _healthy(held: _Resource, unit_id: str) -> bool:
+    if not held.probed:
+        return True
+    return unit_id in held.seen and unit_id not in held.unhealthy

@@ -1,0 +1,335 @@
+"""NodePrepareResources and NodeUnprepareResources, on our types.
+
+Prepare, for each claim of a batch: read our driver's results in the claim's
+allocation (``ClaimSource``), find each device among this node's current
+units (``Inventory``), render the ``allocate`` templates, record the claim
+as ``preparing`` in the checkpoint, run the ``init`` then ``preStart``
+hooks, write the claim's CDI spec, record it as ``prepared``, and answer
+with one CDI device ID per device. The kubelet retries, and calls again
+after its own restart: a claim already prepared gets the same answer,
+without running anything again.
+
+Unprepare runs the ``cleanup`` hook on the claim's units, removes its CDI
+spec and forgets it. A claim we never prepared (or already unprepared) is
+a success: that is what the kubelet needs to hear to move on.
+
+A problem with one claim is that claim's error in the answer, never the
+whole call's, and never a crash: the claim comes from the API server and
+its names from whoever wrote the pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from genericdp.allocation.confine import check_device_path
+from genericdp.allocation.render import Mount, render_allocation
+from genericdp.config.model import ResourceDefinition
+from genericdp.discovery.model import DeviceNode, Unit
+from genericdp.dra.cdispec import (
+    SpecDevice,
+    claim_spec,
+    device_id,
+    remove_claim_spec,
+    spec_name,
+    write_claim_spec,
+)
+from genericdp.dra.checkpoint import (
+    PREPARED,
+    PREPARING,
+    Checkpoint,
+    PreparedClaim,
+    PreparedDevice,
+    describe_error,
+    valid_uid,
+)
+from genericdp.dra.claims import AllocatedDevice, ClaimError, ClaimRef, ClaimSource
+from genericdp.dra.inventory import Inventory, Located
+from genericdp.errors import GenericdpError, clip
+from genericdp.hooks import CLEANUP, INIT, PRE_START, HookRun, HookRunner
+
+log = logging.getLogger(__name__)
+
+# A ResourceClaim's allocation holds at most 32 results (AllocationResultsMaxSize
+# in resource.k8s.io/v1); far more means the data is not what the API server keeps.
+MAX_DEVICES_PER_CLAIM = 128
+MAX_NAME_CHARS = 253  # namespace and claim names are DNS subdomains at most
+DEFAULT_CONCURRENCY = 8
+
+
+_Step = Callable[[ClaimRef], Awaitable["ClaimResult"]]
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    """One claim's entry in the answer: its devices, or why it failed."""
+
+    devices: tuple[PreparedDevice, ...] = ()
+    error: str = ""
+
+
+class Preparer:
+    """Prepare and unprepare claims of one driver on one node."""
+
+    def __init__(
+        self,
+        *,
+        driver: str,
+        inventory: Inventory,
+        claims: ClaimSource,
+        checkpoint: Checkpoint,
+        cdi_dir: Path,
+        run_hook: HookRunner,
+        node_name: str = "",
+        concurrency: int = DEFAULT_CONCURRENCY,
+    ) -> None:
+        self.driver = driver
+        self._inventory = inventory
+        self._claims = claims
+        self._checkpoint = checkpoint
+        self._cdi_dir = cdi_dir
+        self._run_hook = run_hook
+        self._node_name = node_name
+        self._slots = asyncio.Semaphore(concurrency)
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # per claim UID, and its users
+        self.hooks_run = 0  # hook runs started (tests check idempotency with it)
+
+    # -- batches -----------------------------------------------------------------
+
+    async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimResult]:
+        """Prepare every claim; one entry per distinct claim UID."""
+        started = time.monotonic()
+        unique = _unique(claims)
+        results = await asyncio.gather(*(self._guarded(self._prepare, c) for c in unique))
+        answer = dict(zip((c.uid for c in unique), results, strict=True))
+        failed = sum(1 for r in results if r.error)
+        log.info(
+            "NodePrepareResources: %d claim(s), %d failed, in %.3fs",
+            len(unique),
+            failed,
+            time.monotonic() - started,
+        )
+        return answer
+
+    async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
+        """Unprepare every claim; one entry per distinct claim UID, its error or ""."""
+        unique = _unique(claims)
+        results = await asyncio.gather(*(self._guarded(self._unprepare, c) for c in unique))
+        return {c.uid: r.error for c, r in zip(unique, results, strict=True)}
+
+    async def _guarded(self, step: _Step, claim: ClaimRef) -> ClaimResult:
+        where = f"claim {clip(str(claim), 200)}"
+        if not valid_uid(claim.uid):
+            return ClaimResult(error=f"{where}: UID {clip(claim.uid, 80)} is not a UID")
+        if (
+            not claim.namespace
+            or not claim.name
+            or max(len(claim.namespace), len(claim.name)) > MAX_NAME_CHARS
+        ):
+            return ClaimResult(error=f"{where}: namespace and name must be set and short")
+        lock, users = self._locks.get(claim.uid, (asyncio.Lock(), 0))
+        self._locks[claim.uid] = lock, users + 1
+        try:
+            async with self._slots, lock:  # one step at a time per claim: the kubelet retries
+                return await step(claim)
+        except (ClaimError, GenericdpError) as exc:
+            return ClaimResult(error=f"{where}: {exc}")
+        except OSError as exc:
+            return ClaimResult(error=f"{where}: {describe_error(self._checkpoint.path, exc)}")
+        except Exception as exc:  # a bug of ours: this claim fails, the others go on
+            log.exception("%s failed", where)
+            return ClaimResult(error=f"{where}: internal error: {clip(str(exc), 200)}")
+        finally:
+            lock, users = self._locks[claim.uid]
+            if users == 1:
+                del self._locks[claim.uid]
+            else:
+                self._locks[claim.uid] = lock, users - 1
+
+    # -- one claim ---------------------------------------------------------------
+
+    async def _prepare(self, claim: ClaimRef) -> ClaimResult:
+        known = self._checkpoint.get(claim.uid)
+        if known is not None and (known.claim.namespace, known.claim.name) != (
+            claim.namespace,
+            claim.name,
+        ):
+            raise ClaimError(f"its UID is that of claim {known.claim}, prepared here already")
+        if known is not None and known.state == PREPARED:
+            return ClaimResult(known.devices)
+        allocated = await self._claims.allocated_devices(claim)
+        if len(allocated) > MAX_DEVICES_PER_CLAIM:
+            raise ClaimError(
+                f"its allocation lists {len(allocated)} devices for driver {self.driver},"
+                f" more than the {MAX_DEVICES_PER_CLAIM} a claim can hold"
+            )
+        found = [(a, self._locate(a)) for a in allocated]
+        groups: dict[str, list[tuple[AllocatedDevice, Located]]] = defaultdict(list)
+        for alloc, located in found:
+            groups[located.resource].append((alloc, located))
+        rendered = await asyncio.to_thread(self._render, groups)
+        devices = tuple(
+            _prepared(alloc, located, (device_id(self.driver, claim.uid, alloc.device),))
+            for alloc, located in found
+        )
+        await self._checkpoint.put(PreparedClaim(claim, PREPARING, devices))
+        for resource, members in groups.items():
+            definition = members[0][1].definition
+            units = [located.unit for _, located in members]
+            names = [alloc.device for alloc, _ in members]
+            for name, hook in (
+                (INIT, definition.hooks.init),
+                (PRE_START, definition.hooks.pre_start),
+            ):
+                if hook is not None:
+                    self.hooks_run += 1
+                    await self._run_hook(
+                        HookRun(
+                            name,
+                            hook,
+                            resource=resource,
+                            units=units,
+                            device_ids=names,
+                            node_name=self._node_name,
+                            logger=log,
+                        )
+                    )
+        env, mounts, nodes = rendered
+        spec = claim_spec(
+            self.driver,
+            claim.uid,
+            (SpecDevice(alloc.device, nodes[alloc.device]) for alloc, _ in found),
+            env,
+            mounts,
+        )
+        await asyncio.to_thread(write_claim_spec, self._cdi_dir, claim.uid, spec)
+        await self._checkpoint.put(
+            PreparedClaim(claim, PREPARED, devices, spec=spec_name(claim.uid))
+        )
+        log.info(
+            "prepared claim %s (UID %s): %s", claim, claim.uid, _names(d.device for d in devices)
+        )
+        return ClaimResult(devices)
+
+    def _locate(self, alloc: AllocatedDevice) -> Located:
+        device = clip(alloc.device, 80)
+        if alloc.pool != self._inventory.pool:
+            raise ClaimError(
+                f"device {device} is in pool {clip(alloc.pool, 80)}, not in this node's pool"
+                f" {self._inventory.pool}"
+            )
+        located = self._inventory.locate(alloc.device)
+        if located is None:
+            raise ClaimError(f"device {device} is not on this node (unknown, or gone)")
+        if not located.healthy:
+            raise ClaimError(
+                f"device {device} ({located.resource} unit {located.unit.id}) is not healthy"
+            )
+        return located
+
+    def _render(
+        self, groups: Mapping[str, Sequence[tuple[AllocatedDevice, Located]]]
+    ) -> tuple[dict[str, str], list[Mount], dict[str, list[tuple[str, str, str]]]]:
+        """The claim's env and mounts (every resource's, in order) and each device's nodes."""
+        env: dict[str, str] = {}
+        mounts: list[Mount] = []
+        nodes: dict[str, list[tuple[str, str, str]]] = {}
+        for resource, members in groups.items():
+            definition = members[0][1].definition
+            units = [located.unit for _, located in members]
+            names = [alloc.device for alloc, _ in members]
+            allocation = render_allocation(
+                definition, units, node_name=self._node_name, device_ids=names
+            )
+            for key, value in allocation.env.items():
+                env.setdefault(key, value)
+            mounts.extend(m for m in allocation.mounts if m not in mounts)
+            for alloc, located in members:
+                nodes[alloc.device] = _nodes(definition, located.unit, resource)
+        return env, mounts, nodes
+
+    async def _unprepare(self, claim: ClaimRef) -> ClaimResult:
+        known = self._checkpoint.get(claim.uid)
+        if known is None:
+            return ClaimResult()  # never prepared here, or unprepared already
+        by_resource: dict[str, list[PreparedDevice]] = defaultdict(list)
+        for device in known.devices:
+            by_resource[device.resource].append(device)
+        for resource, devices in by_resource.items():
+            definition = self._inventory.definition(resource)
+            if definition is None:
+                log.warning(
+                    "unprepare claim %s: resource %s is no longer served, its cleanup hook"
+                    " cannot run",
+                    known.claim,
+                    resource,
+                )
+                continue
+            if definition.hooks.cleanup is None:
+                continue
+            self.hooks_run += 1
+            await self._run_hook(
+                HookRun(
+                    CLEANUP,
+                    definition.hooks.cleanup,
+                    resource=resource,
+                    units=[self._unit(resource, d) for d in devices],
+                    device_ids=[d.device for d in devices],
+                    node_name=self._node_name,
+                    logger=log,
+                )
+            )
+        await asyncio.to_thread(remove_claim_spec, self._cdi_dir, claim.uid)
+        await self._checkpoint.remove(claim.uid)
+        log.info("unprepared claim %s (UID %s)", known.claim, claim.uid)
+        return ClaimResult()
+
+    def _unit(self, resource: str, device: PreparedDevice) -> Unit:
+        """The unit as it is now, or as it was at prepare when it is gone."""
+        for unit in self._inventory.units(resource):
+            if unit.id == device.unit:
+                return unit
+        return Unit(device.unit, tuple(DeviceNode(h, c) for h, c in device.nodes))
+
+
+def _unique(claims: Sequence[ClaimRef]) -> list[ClaimRef]:
+    seen: dict[str, ClaimRef] = {}
+    for claim in claims:
+        seen.setdefault(claim.uid, claim)
+    return list(seen.values())
+
+
+def _nodes(definition: ResourceDefinition, unit: Unit, resource: str) -> list[tuple[str, str, str]]:
+    out: dict[str, tuple[str, str, str]] = {}
+    what = f"resource {resource}: unit {clip(unit.id, 80)}"
+    for node in unit.nodes:
+        if node.container_path in out:
+            continue
+        check_device_path(node.container_path, what=what)
+        check_device_path(node.host_path, what=what)
+        out[node.container_path] = (node.container_path, node.host_path, definition.permissions)
+    return list(out.values())
+
+
+def _prepared(alloc: AllocatedDevice, located: Located, cdi_ids: tuple[str, ...]) -> PreparedDevice:
+    return PreparedDevice(
+        request=alloc.request,
+        pool=alloc.pool,
+        device=alloc.device,
+        resource=located.resource,
+        unit=located.unit.id,
+        cdi_ids=cdi_ids,
+        nodes=tuple((n.host_path, n.container_path) for n in located.unit.nodes),
+    )
+
+
+def _names(names: Iterable[str]) -> str:
+    listed = list(names)
+    more = f" and {len(listed) - 5} more" if len(listed) > 5 else ""
+    return (", ".join(listed[:5]) or "no devices") + more

@@ -1,0 +1,129 @@
+"""The kubelet plugin registration service, on the driver's socket in ``plugins_registry``.
+
+The kubelet's plugin watcher (pkg/kubelet/pluginmanager) watches
+``/var/lib/kubelet/plugins_registry`` with inotify (and walks it at start);
+for each new socket not starting with ``.`` it dials it, calls ``GetInfo``
+(1 s deadline), hands type ``DRAPlugin`` to the DRA manager, which checks
+``supported_versions`` (the first the kubelet knows is chosen:
+``v1.DRAPlugin`` on 1.34+, ``v1beta1.DRAPlugin`` before) and dials
+``endpoint`` for the DRA services, then calls ``NotifyRegistrationStatus``
+with the verdict. A removed socket deregisters the driver; a new one
+registers it again. So the socket is named for the driver
+(``<driver>-reg.sock``, as the upstream helper names it) and is created
+again, by serving again, whenever it is deleted or replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from genericdp.dra.api import pluginregistration_pb2 as reg_pb
+from genericdp.dra.api import pluginregistration_pb2_grpc as reg_grpc
+from genericdp.errors import KubeletError, clip
+
+log = logging.getLogger(__name__)
+
+PLUGIN_TYPE = "DRAPlugin"
+
+FileId = tuple[int, int]
+
+
+def registration_socket(registry_dir: Path, driver: str) -> Path:
+    return registry_dir / f"{driver}-reg.sock"
+
+
+def socket_id(path: Path) -> FileId | None:
+    """The socket at ``path`` (device, inode); None when absent or not a socket."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino) if stat.S_ISSOCK(info.st_mode) else None
+
+
+class RegistrationService(reg_grpc.RegistrationServicer):
+    """GetInfo and NotifyRegistrationStatus; remembers the kubelet's last verdict."""
+
+    def __init__(self, driver: str, endpoint: Path, services: Sequence[str]) -> None:
+        self._info = reg_pb.PluginInfo(
+            type=PLUGIN_TYPE,
+            name=driver,
+            endpoint=str(endpoint),
+            supported_versions=list(services),
+        )
+        self.registered = False
+        self.registrations = 0  # successful verdicts since start
+        self.last_error: str | None = None
+        self.changed = asyncio.Event()
+
+    async def GetInfo(  # noqa: N802 -- the gRPC method name
+        self, request: reg_pb.InfoRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> reg_pb.PluginInfo:
+        return self._info
+
+    async def NotifyRegistrationStatus(  # noqa: N802 -- the gRPC method name
+        self, request: reg_pb.RegistrationStatus, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> reg_pb.RegistrationStatusResponse:
+        self.registered = request.plugin_registered
+        if request.plugin_registered:
+            self.registrations += 1
+            self.last_error = None
+            log.info("the kubelet registered DRA driver %s", self._info.name)
+        else:
+            self.last_error = clip(request.error, 1024)
+            log.error("the kubelet refused DRA driver %s: %s", self._info.name, self.last_error)
+        self.changed.set()
+        return reg_pb.RegistrationStatusResponse()
+
+
+class RegistrationServer:
+    """The registration service on its socket, served again whenever the socket is lost."""
+
+    def __init__(self, service: RegistrationService, socket: Path) -> None:
+        self.service = service
+        self.socket = socket
+        self._server: grpc.aio.Server | None = None
+        self._id: FileId | None = None
+
+    async def start(self) -> None:
+        """Serve (replacing a stale file); raises KubeletError when it cannot bind."""
+        await self._stop_server()
+        await asyncio.to_thread(_prepare, self.socket)
+        server = grpc.aio.server()
+        reg_grpc.add_RegistrationServicer_to_server(self.service, server)  # type: ignore[no-untyped-call]
+        try:
+            port = server.add_insecure_port(f"unix:{self.socket.absolute()}")
+        except RuntimeError as exc:
+            raise KubeletError(f"cannot serve plugin registration on {self.socket}: {exc}") from exc
+        if port == 0:
+            raise KubeletError(f"cannot serve plugin registration on {self.socket}")
+        await server.start()
+        self._server, self._id = server, socket_id(self.socket)
+
+    def intact(self) -> bool:
+        """Whether the socket we bound is still there (not deleted, not replaced)."""
+        return self._id is not None and socket_id(self.socket) == self._id
+
+    async def stop(self) -> None:
+        """Remove the socket first (the kubelet deregisters us), then stop serving."""
+        if self.intact():
+            self.socket.unlink(missing_ok=True)
+        await self._stop_server()
+
+    async def _stop_server(self) -> None:
+        server, self._server, self._id = self._server, None, None
+        if server is not None:
+            await server.stop(0.5)
+
+
+def _prepare(socket: Path) -> None:
+    socket.parent.mkdir(parents=True, exist_ok=True)
+    socket.unlink(missing_ok=True)

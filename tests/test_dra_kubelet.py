@@ -1,0 +1,205 @@
+"""The DRA driver against the embedded DRA kubelet: registration, prepare and
+unprepare over gRPC, retries, health streams, lost sockets, restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from genericdp.config.model import HealthCheck, Hooks
+from genericdp.dra.claims import ClaimRef, MemoryClaims
+from genericdp.dra.driver import DraDriver, DriverPaths
+from genericdp.dra.embedded import DraKubeletError, EmbeddedDraKubelet, resolve_cdi
+from genericdp.dra.naming import device_name
+from genericdp.dra.service import SERVICES
+from tests.dra_fakes import (
+    DRIVER,
+    HOOK,
+    NODE,
+    SERIAL,
+    RecordedHooks,
+    allocated,
+    claim,
+    definition,
+    unit,
+)
+from tests.polling import eventually
+
+ALL_HOOKS = Hooks(init=HOOK, pre_start=HOOK, cleanup=HOOK)
+
+
+def paths(base: Path) -> DriverPaths:
+    return DriverPaths(base / "registry", base / "plugins", base / "cdi")
+
+
+@asynccontextmanager
+async def driver(
+    base: Path, claims: MemoryClaims, hooks: RecordedHooks | None = None, **kwargs: float
+) -> AsyncIterator[DraDriver]:
+    d = DraDriver(
+        driver=DRIVER,
+        node_name=NODE,
+        paths=paths(base),
+        claims=claims,
+        run_hook=hooks or RecordedHooks(),
+        **kwargs,
+    )
+    d.inventory.set_resource(definition(hooks=ALL_HOOKS), [unit(0), unit(1)])
+    await d.start()
+    try:
+        yield d
+    finally:
+        await d.close()
+
+
+async def test_registration_handshake_and_a_pod_gets_its_devices(base: Path) -> None:
+    claims = MemoryClaims()
+    claims.add(claim(), allocated(SERIAL, unit(1)))
+    hooks = RecordedHooks()
+    async with (
+        EmbeddedDraKubelet(base / "registry") as kubelet,
+        driver(base, claims, hooks) as d,
+    ):
+        await eventually(lambda: kubelet.registered(DRIVER), "registered")
+        await eventually(lambda: d.registration.service.registered, "told it is registered")
+        assert kubelet.chosen_service(DRIVER) == "v1.DRAPlugin"
+        assert d.registration.socket == base / "registry" / f"{DRIVER}-reg.sock"
+        assert d.dra_socket == base / "plugins" / DRIVER / "dra.sock"
+        ids = await kubelet.prepare_pod(DRIVER, [claim()])
+        assert ids == [f"{DRIVER}/claim={claim().uid}-{device_name(SERIAL, 'A1')}"]
+        edits = resolve_cdi(base / "cdi", ids)
+        assert edits["deviceNodes"] == [
+            {"path": "/dev/serial/by-id/usb-A1", "hostPath": "/dev/ttyUSB1", "permissions": "rw"}
+        ]
+        await kubelet.unprepare(DRIVER, [claim()])
+        assert hooks.names() == ["init", "preStart", "cleanup"]
+        assert list((base / "cdi").iterdir()) == []
+
+
+async def test_a_kubelet_with_only_v1beta1_uses_it(base: Path) -> None:
+    claims = MemoryClaims({claim(): allocated(SERIAL, unit(0))})
+    async with (
+        EmbeddedDraKubelet(base / "registry", services=["v1beta1.DRAPlugin"]) as kubelet,
+        driver(base, claims),
+    ):
+        await eventually(lambda: kubelet.registered(DRIVER), "registered")
+        assert kubelet.chosen_service(DRIVER) == "v1beta1.DRAPlugin"
+        assert len(await kubelet.prepare_pod(DRIVER, [claim()])) == 1
+
+
+async def test_a_kubelet_that_knows_none_of_our_services_refuses_and_says_why(
+    base: Path,
+) -> None:
+    async with (
+        EmbeddedDraKubelet(base / "registry", services=["v2.DRAPlugin"]) as kubelet,
+        driver(base, MemoryClaims()) as d,
+    ):
+        await eventually(lambda: d.registration.service.last_error is not None, "refused")
+        assert not kubelet.registered(DRIVER)
+        message = d.registration.service.last_error or ""
+        assert "none of services supported by the plugin" in message
+        for service in SERVICES:
+            assert service in message
+        # The kubelet tries again while the socket stays (0.5 s later, then 1 s, ...).
+        await eventually(lambda: len(kubelet.events.refused) >= 2, "GetInfo again")
+
+
+async def test_prepare_is_retried_until_the_claim_can_be_prepared(base: Path) -> None:
+    claims = MemoryClaims()  # not allocated yet: the first syncs fail
+    hooks = RecordedHooks()
+    async with EmbeddedDraKubelet(base / "registry") as kubelet, driver(base, claims, hooks):
+        await eventually(lambda: kubelet.registered(DRIVER), "registered")
+        with pytest.raises(DraKubeletError, match=r"claim-1 .* not found"):
+            await kubelet.prepare(DRIVER, [claim()])
+        claims.add(claim(), allocated(SERIAL, unit(0)))
+        assert len(await kubelet.prepare_pod(DRIVER, [claim()])) == 1
+        calls = kubelet.events.prepare_calls
+        # The kubelet does not ask again for a prepared claim; a new kubelet
+        # (restarted, its checkpoint lost) does, and gets the same answer.
+        await kubelet.prepare_pod(DRIVER, [claim()])
+        assert kubelet.events.prepare_calls == calls
+    async with EmbeddedDraKubelet(base / "registry2") as other:
+        d2 = DraDriver(
+            driver=DRIVER,
+            node_name=NODE,
+            paths=DriverPaths(base / "registry2", base / "plugins", base / "cdi"),
+            claims=claims,
+            run_hook=hooks,
+        )
+        d2.inventory.set_resource(definition(hooks=ALL_HOOKS), [unit(0)])
+        await d2.start()
+        try:
+            await eventually(lambda: other.registered(DRIVER), "registered again")
+            runs = len(hooks.runs)
+            assert len(await other.prepare_pod(DRIVER, [claim()])) == 1
+            assert len(hooks.runs) == runs  # from the checkpoint: no hook again
+            await other.unprepare(DRIVER, [claim()])
+            assert hooks.names()[-1] == "cleanup"
+        finally:
+            await d2.close()
+
+
+async def test_health_streams_each_device_with_the_probe_message(base: Path) -> None:
+    claims = MemoryClaims()
+    async with (
+        EmbeddedDraKubelet(base / "registry") as kubelet,
+        driver(base, claims, heartbeat=0.2) as d,
+    ):
+        d.inventory.set_resource(definition(health=HealthCheck(HOOK)), [unit(0), unit(1)])
+        await eventually(lambda: len(kubelet.device_health(DRIVER)) == 2, "both devices")
+        a0, a1 = (NODE, device_name(SERIAL, "A0")), (NODE, device_name(SERIAL, "A1"))
+        assert kubelet.device_health(DRIVER)[a0] == ("Unknown", "not probed yet")
+        d.inventory.set_health(SERIAL, {"A1"}, {"A0", "A1"}, {"A1": "exit 3: no carrier"})
+        await eventually(
+            lambda: (
+                kubelet.device_health(DRIVER)
+                == {a0: ("Healthy", ""), a1: ("Unhealthy", "exit 3: no carrier")}
+            ),
+            "the probes' verdicts",
+        )
+        assert d.server is not None
+        assert d.server.health.streams == 1
+        # Heartbeats keep coming with no change: the kubelet's 30 s timeout never fires.
+        streams = kubelet.events.health_streams
+        await asyncio.sleep(0.5)
+        assert kubelet.events.health_streams == streams
+
+
+async def test_removed_sockets_are_served_again_and_the_kubelet_registers_again(
+    base: Path,
+) -> None:
+    claims = MemoryClaims({claim(): allocated(SERIAL, unit(0))})
+    async with (
+        EmbeddedDraKubelet(base / "registry") as kubelet,
+        driver(base, claims, guard_interval=0.05) as d,
+    ):
+        await eventually(lambda: kubelet.registered(DRIVER), "registered")
+        d.registration.socket.unlink()
+        await eventually(lambda: DRIVER in kubelet.events.deregistered, "deregistered")
+        await eventually(lambda: kubelet.events.registered.count(DRIVER) == 2, "again")
+        d.dra_socket.unlink()
+        await eventually(d.dra_socket.exists, "DRA socket back")
+        assert len(await kubelet.prepare_pod(DRIVER, [claim()])) == 1
+
+
+async def test_prepare_latency_through_the_kubelet(base: Path) -> None:
+    """Measured for docs/dra.md: one claim of one device, hooks recorded (no process)."""
+    claims = MemoryClaims()
+    async with EmbeddedDraKubelet(base / "registry") as kubelet, driver(base, claims):
+        await eventually(lambda: kubelet.registered(DRIVER), "registered")
+        times = []
+        for n in range(20):
+            ref = ClaimRef("ns", f"c{n}", f"uid-{n:04d}")
+            claims.add(ref, allocated(SERIAL, unit(n % 2)))
+            started = time.perf_counter()
+            await kubelet.prepare(DRIVER, [ref])
+            times.append(time.perf_counter() - started)
+            await kubelet.unprepare(DRIVER, [ref])
+        times.sort()
+        print(f"prepare: median {times[10] * 1000:.1f} ms, max {times[-1] * 1000:.1f} ms")
+        assert times[10] < 2.0

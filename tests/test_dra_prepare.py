@@ -1,0 +1,249 @@
+"""NodePrepareResources / NodeUnprepareResources on our types: hooks, CDI specs,
+idempotency, the checkpoint across restarts, and hostile claims."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from genericdp.config.model import HealthCheck, Hooks, MountTemplate
+from genericdp.dra.cdispec import spec_name
+from genericdp.dra.checkpoint import PREPARING, Checkpoint
+from genericdp.dra.claims import AllocatedDevice, ClaimRef
+from genericdp.dra.naming import device_name
+from genericdp.dra.prepare import MAX_DEVICES_PER_CLAIM
+from tests.dra_fakes import (
+    DRIVER,
+    HOOK,
+    NODE,
+    SERIAL,
+    RecordedHooks,
+    allocated,
+    claim,
+    definition,
+    setup,
+    unit,
+)
+
+ALL_HOOKS = Hooks(init=HOOK, pre_start=HOOK, cleanup=HOOK)
+
+
+async def test_prepare_runs_hooks_writes_the_spec_and_answers_cdi_ids(base: Path) -> None:
+    d = definition(
+        hooks=ALL_HOOKS,
+        env={"PORTS": "{{ devices | map(attribute='container_path') | join(',') }}"},
+        mounts=(MountTemplate("/var/lib/serial", "/etc/serial", read_only=True),),
+    )
+    s = setup(base, [(d, [unit(0), unit(1), unit(2)])])
+    s.claims.add(claim(), allocated(SERIAL, unit(0), unit(2)))
+    answer = await s.preparer.prepare([claim()])
+    result = answer[claim().uid]
+    assert result.error == ""
+    names = [device_name(SERIAL, "A0"), device_name(SERIAL, "A2")]
+    assert [dev.device for dev in result.devices] == names
+    assert [dev.cdi_ids for dev in result.devices] == [
+        (f"{DRIVER}/claim={claim().uid}-{n}",) for n in names
+    ]
+    assert s.hooks.runs == [
+        ("init", SERIAL, ("A0", "A2"), tuple(names)),
+        ("preStart", SERIAL, ("A0", "A2"), tuple(names)),
+    ]
+    spec = json.loads((s.cdi_dir / spec_name(claim().uid)).read_text())
+    assert spec["kind"] == f"{DRIVER}/claim"
+    assert spec["containerEdits"]["env"] == [
+        "PORTS=/dev/serial/by-id/usb-A0,/dev/serial/by-id/usb-A2"
+    ]
+    assert spec["containerEdits"]["mounts"] == [
+        {
+            "hostPath": "/var/lib/serial",
+            "containerPath": "/etc/serial",
+            "type": "bind",
+            "options": ["rbind", "ro"],
+        }
+    ]
+    assert [dev["containerEdits"]["deviceNodes"] for dev in spec["devices"]] == [
+        [{"path": "/dev/serial/by-id/usb-A0", "hostPath": "/dev/ttyUSB0", "permissions": "rw"}],
+        [{"path": "/dev/serial/by-id/usb-A2", "hostPath": "/dev/ttyUSB2", "permissions": "rw"}],
+    ]
+    ids = {i for dev in result.devices for i in dev.cdi_ids}
+    assert {f"{spec['kind']}={dev['name']}" for dev in spec["devices"]} == ids
+
+
+async def test_prepare_again_answers_the_same_without_hooks_or_the_api(base: Path) -> None:
+    s = setup(base, [(definition(hooks=ALL_HOOKS), [unit(0)])])
+    s.claims.add(claim(), allocated(SERIAL, unit(0)))
+    first = await s.preparer.prepare([claim()])
+    runs, calls = len(s.hooks.runs), s.claims.calls
+    again = await s.preparer.prepare([claim(), claim()])
+    assert again == first
+    assert (len(s.hooks.runs), s.claims.calls) == (runs, calls)
+
+
+async def test_concurrent_prepares_of_one_claim_run_hooks_once(base: Path) -> None:
+    import asyncio
+
+    s = setup(base, [(definition(hooks=ALL_HOOKS), [unit(0)])])
+    s.claims.add(claim(), allocated(SERIAL, unit(0)))
+    answers = await asyncio.gather(*(s.preparer.prepare([claim()]) for _ in range(5)))
+    assert all(a == answers[0] for a in answers)
+    assert s.hooks.names() == ["init", "preStart"]
+
+
+async def test_unprepare_runs_cleanup_removes_the_spec_and_forgets(base: Path) -> None:
+    s = setup(base, [(definition(hooks=ALL_HOOKS), [unit(0)])])
+    s.claims.add(claim(), allocated(SERIAL, unit(0)))
+    await s.preparer.prepare([claim()])
+    assert await s.preparer.unprepare([claim()]) == {claim().uid: ""}
+    assert s.hooks.names() == ["init", "preStart", "cleanup"]
+    assert not (s.cdi_dir / spec_name(claim().uid)).exists()
+    assert s.checkpoint.get(claim().uid) is None
+    # Again, and a claim never seen: success, nothing runs.
+    assert await s.preparer.unprepare([claim(), claim(9)]) == {claim().uid: "", claim(9).uid: ""}
+    assert s.hooks.names() == ["init", "preStart", "cleanup"]
+
+
+async def test_a_restarted_daemon_answers_and_unprepares_from_the_checkpoint(base: Path) -> None:
+    s = setup(base, [(definition(hooks=ALL_HOOKS), [unit(0)])])
+    s.claims.add(claim(), allocated(SERIAL, unit(0)))
+    first = await s.preparer.prepare([claim()])
+    # A new daemon: new inventory (the unit is gone now), hooks, preparer; same files.
+    hooks = RecordedHooks()
+    t = setup(base, [(definition(hooks=ALL_HOOKS), [])], hooks=hooks)
+    assert len(t.checkpoint) == 1
+    assert await t.preparer.prepare([claim()]) == first
+    assert hooks.runs == []
+    assert await t.preparer.unprepare([claim()]) == {claim().uid: ""}
+    # The unit is gone: cleanup still gets its nodes as they were at prepare time.
+    assert hooks.runs == [("cleanup", SERIAL, ("A0",), (device_name(SERIAL, "A0"),))]
+    assert not (t.cdi_dir / spec_name(claim().uid)).exists()
+
+
+async def test_a_failed_hook_fails_the_claim_and_unprepare_still_cleans(base: Path) -> None:
+    hooks = RecordedHooks(fail={"preStart"})
+    s = setup(base, [(definition(hooks=ALL_HOOKS), [unit(0)])], hooks=hooks)
+    s.claims.add(claim(), allocated(SERIAL, unit(0)))
+    result = (await s.preparer.prepare([claim()]))[claim().uid]
+    assert "preStart hook failed on purpose" in result.error
+    assert claim().name in result.error
+    prepared = s.checkpoint.get(claim().uid)
+    assert prepared is not None
+    assert prepared.state == PREPARING
+    assert not (s.cdi_dir / spec_name(claim().uid)).exists()
+    # The kubelet retries: the hooks run again, and now they pass.
+    hooks.fail.clear()
+    assert (await s.preparer.prepare([claim()]))[claim().uid].error == ""
+    assert hooks.names() == ["init", "preStart", "init", "preStart"]
+    assert await s.preparer.unprepare([claim()]) == {claim().uid: ""}
+    assert hooks.names()[-1] == "cleanup"
+
+
+async def test_a_failed_cleanup_is_reported_and_retried(base: Path) -> None:
+    hooks = RecordedHooks(fail={"cleanup"})
+    s = setup(base, [(definition(hooks=ALL_HOOKS), [unit(0)])], hooks=hooks)
+    s.claims.add(claim(), allocated(SERIAL, unit(0)))
+    await s.preparer.prepare([claim()])
+    assert "cleanup hook failed" in (await s.preparer.unprepare([claim()]))[claim().uid]
+    assert s.checkpoint.get(claim().uid) is not None
+    hooks.fail.clear()
+    assert await s.preparer.unprepare([claim()]) == {claim().uid: ""}
+    assert hooks.names().count("cleanup") == 2
+
+
+async def test_each_claim_fails_alone(base: Path) -> None:
+    other = "example.com/other"
+    s = setup(base, [(definition(), [unit(0), unit(1)]), (definition(other), [unit(5)])])
+    s.claims.add(claim(1), allocated(SERIAL, unit(0)) + allocated(other, unit(5)))
+    s.claims.add(claim(2), [AllocatedDevice("req", NODE, "serial-nothere")])
+    s.claims.add(claim(3), allocated(SERIAL, unit(1), pool="node-b"))
+    s.claims.add(claim(5), [AllocatedDevice("r", NODE, "x" * 100_000)])
+    bad_uid = ClaimRef("default", "evil", "../../etc/passwd")
+    answer = await s.preparer.prepare([claim(1), claim(2), claim(3), claim(4), claim(5), bad_uid])
+    assert answer[claim(1).uid].error == ""
+    assert {d.resource for d in answer[claim(1).uid].devices} == {SERIAL, other}
+    assert "serial-nothere is not on this node" in answer[claim(2).uid].error
+    assert "pool node-b, not in this node's pool node-a" in answer[claim(3).uid].error
+    assert "not found" in answer[claim(4).uid].error
+    assert len(answer[claim(5).uid].error) < 1000
+    assert "is not a UID" in answer[bad_uid.uid].error
+    assert s.checkpoint.get(bad_uid.uid) is None
+    assert [p.name for p in s.cdi_dir.iterdir()] == [spec_name(claim(1).uid)]
+
+
+async def test_unhealthy_devices_and_oversized_claims_are_refused(base: Path) -> None:
+    s = setup(base, [(definition(health=HealthCheck(HOOK)), [unit(0)])])
+    s.inventory.set_health(SERIAL, {"A0"}, {"A0"}, {"A0": "exit 1: cable unplugged"})
+    s.claims.add(claim(1), allocated(SERIAL, unit(0)))
+    s.claims.add(claim(2), allocated(SERIAL, unit(0)) * (MAX_DEVICES_PER_CLAIM + 1))
+    answer = await s.preparer.prepare([claim(1), claim(2)])
+    assert "is not healthy" in answer[claim(1).uid].error
+    assert f"more than the {MAX_DEVICES_PER_CLAIM}" in answer[claim(2).uid].error
+
+
+async def test_a_huge_batch_is_answered_claim_by_claim(base: Path) -> None:
+    units = [unit(n) for n in range(50)]
+    s = setup(base, [(definition(hooks=ALL_HOOKS), units)])
+    claims = [ClaimRef("ns", f"c{n}", f"uid-{n:05d}") for n in range(200)]
+    for n, ref in enumerate(claims):
+        s.claims.add(ref, allocated(SERIAL, units[n % 50]))
+    answer = await s.preparer.prepare(claims)
+    assert len(answer) == 200
+    assert all(r.error == "" for r in answer.values())
+    assert len(list(s.cdi_dir.iterdir())) == 200
+    assert await s.preparer.unprepare(claims) == {c.uid: "" for c in claims}
+    assert list(s.cdi_dir.iterdir()) == []
+
+
+async def test_a_uid_reused_by_another_claim_is_refused(base: Path) -> None:
+    s = setup(base, [(definition(), [unit(0)])])
+    s.claims.add(claim(), allocated(SERIAL, unit(0)))
+    await s.preparer.prepare([claim()])
+    impostor = ClaimRef("other", "claim-1", claim().uid)
+    assert "prepared here already" in (await s.preparer.prepare([impostor]))[claim().uid].error
+
+
+async def test_a_checkpoint_that_cannot_be_written_fails_the_claim(base: Path) -> None:
+    s = setup(base, [(definition(), [unit(0)])])
+    s.claims.add(claim(), allocated(SERIAL, unit(0)))
+    (base / "plugin").write_text("a file where the directory should be")
+    result = (await s.preparer.prepare([claim()]))[claim().uid]
+    assert "cannot write the DRA checkpoint" in result.error
+    assert s.checkpoint.get(claim().uid) is None
+
+
+def test_hostile_checkpoints_load_as_empty_or_in_part(base: Path) -> None:
+    path = base / "checkpoint.json"
+    good = {
+        "namespace": "ns",
+        "name": "n",
+        "state": "prepared",
+        "spec": "gdp-claim-uid-1.json",
+        "devices": [],
+    }
+    cases: list[tuple[bytes, int]] = [
+        (b"", 0),
+        (b"\x00\xff not json", 0),
+        (b"[" * 100_000, 0),
+        (json.dumps({"version": 99, "claims": {}}).encode(), 0),
+        (json.dumps({"version": 1, "claims": []}).encode(), 0),
+        (
+            json.dumps(
+                {
+                    "version": 1,
+                    "claims": {
+                        "uid-1": good,
+                        "../x": good,
+                        "uid-2": {**good, "state": "weird"},
+                        "uid-3": {**good, "devices": [{"request": 1}]},
+                        "uid-4": {**good, "spec": "../../etc/passwd"},
+                        "uid-5": "nope",
+                    },
+                }
+            ).encode(),
+            1,
+        ),
+    ]
+    for data, kept in cases:
+        path.write_bytes(data)
+        checkpoint = Checkpoint(path)
+        checkpoint.load()
+        assert len(checkpoint) == kept, data[:60]
