@@ -23,7 +23,15 @@ from tools import versions
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "deploy" / "helm" / "genericdp"
 TEMPLATES = CHART / "templates"
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "PriorityClass",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "DeviceClass",
+}
 NAMESPACE_LINE = 'namespace: {{ include "genericdp.namespace" . }}'
 
 
@@ -243,3 +251,30 @@ def test_a_digest_wins_over_the_tag() -> None:
     (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
     (container,) = ds["spec"]["template"]["spec"]["containers"]
     assert container["image"] == f"ghcr.io/genericdp/genericdp@{digest}"
+
+
+@needs_helm
+def test_the_dra_backend_renders_the_kustomize_components_objects() -> None:
+    """backend=dra: the env, mounts, token, RBAC, admission policy and the same
+    DeviceClasses as `genericdp deviceclasses` (and the kustomize component)."""
+    objs = helm_template(CHART, "--set", "backend=dra")
+    kinds = [o["kind"] for o in objs]
+    for kind in ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy"):
+        assert kind in kinds
+    pod = next(o for o in objs if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is True
+    assert {"name": "GENERICDP_BACKEND", "value": "dra"} in pod["containers"][0]["env"]
+    policy = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicy")
+    assert policy["spec"]["matchConditions"][0]["expression"] == (
+        'request.userInfo.username == "system:serviceaccount:devices:gdp-genericdp"'
+    )
+    component = ROOT / "deploy" / "kustomize" / "components" / "dra" / "deviceclasses.yaml"
+    shipped = [d for d in YAML(typ="safe", pure=True).load_all(component.read_text()) if d]
+    rendered = [o for o in objs if o["kind"] == "DeviceClass"]
+    assert [(c["metadata"]["name"], c["spec"]) for c in rendered] == [
+        (c["metadata"]["name"], c["spec"]) for c in shipped
+    ]
+    plain = helm_template(CHART)
+    assert "DeviceClass" not in [o["kind"] for o in plain]
+    plain_pod = next(o for o in plain if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+    assert plain_pod["automountServiceAccountToken"] is False

@@ -220,6 +220,7 @@ def cmd_deviceclasses(args: argparse.Namespace) -> int:
     yaml = YAML(typ="safe", pure=True)
     yaml.default_flow_style = False
     yaml.explicit_start = True
+    yaml.width = 4096  # one line per CEL expression
     yaml.dump_all(device_classes(config, args.driver), sys.stdout)
     return EXIT_OK
 

@@ -325,6 +325,7 @@ def simulate_dra(
     print(f"\nResourceSlices ({len(published)}):", file=stream)
     yaml = YAML(typ="safe", pure=True)
     yaml.default_flow_style = False
+    yaml.width = 4096
     for obj in published.values():
         print("---", file=stream)
         yaml.dump(obj, stream)

@@ -193,21 +193,20 @@ class SlicePublisher:
         wanted = slices.pool_slices(
             self._desired, node=self.node, driver=self.driver, generation=self._generation
         )
-        for name, obj in wanted.items():
-            if name in held:
-                obj["metadata"]["resourceVersion"] = held[name]["metadata"]["resourceVersion"]
-                written = await self._client.replace(as_slice(obj))
+        # All slices at once: the pool is incomplete until the last one is written.
+        outcomes = await asyncio.gather(
+            *(self._put(name, obj, held.get(name)) for name, obj in wanted.items()),
+            *(self._delete(name) for name in sorted(set(held) - set(wanted))),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+            name, written = outcome
+            if written is None:
+                held.pop(name, None)
             else:
-                written = await self._client.create(as_slice(obj))
-            held[name] = dict(written)
-            self.writes += 1
-        for name in sorted(set(held) - set(wanted)):
-            try:
-                await self._client.delete(RESOURCE_SLICE, name)
-            except ApiError as err:
-                if status_code(err) != 404:
-                    raise
-            del held[name]
+                held[name] = written
             self.writes += 1
         log.debug(
             "ResourceSlices of node %s at generation %d: %s",
@@ -215,6 +214,22 @@ class SlicePublisher:
             self._generation,
             ", ".join(sorted(wanted)) or "none",
         )
+
+    async def _put(
+        self, name: str, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> tuple[str, dict[str, Any]]:
+        if old is None:
+            return name, dict(await self._client.create(as_slice(obj)))
+        obj["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        return name, dict(await self._client.replace(as_slice(obj)))
+
+    async def _delete(self, name: str) -> tuple[str, None]:
+        try:
+            await self._client.delete(RESOURCE_SLICE, name)
+        except ApiError as err:
+            if status_code(err) != 404:
+                raise
+        return name, None
 
 
 def _same(wanted: dict[str, dict[str, Any]], held: dict[str, dict[str, Any]]) -> bool:

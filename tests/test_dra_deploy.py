@@ -1,0 +1,196 @@
+"""The kustomize `dra` component: rendered by kubectl, applied to a real API server, and
+its RBAC and admission policy exercised with a real pod-bound service account token."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+from genericdp.discovery.model import DeviceNode, Unit
+from genericdp.dra import kubeapi
+from genericdp.dra.apiclaims import ApiClaimSource
+from genericdp.dra.claims import ClaimError, ClaimRef
+from genericdp.dra.publisher import SlicePublisher
+from genericdp.dra.slices import pool_slices
+from tests.apiserver import ApiServer, kube_bin_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+KUSTOMIZE = ROOT / "deploy" / "kustomize"
+COMPONENT = KUSTOMIZE / "components" / "dra"
+NODE = "node-rbac"
+_namespaces = itertools.count()
+
+
+def test_the_components_deviceclasses_are_the_commands_output() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "genericdp", "deviceclasses", str(KUSTOMIZE / "base/config.yaml")],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    shipped = (COMPONENT / "deviceclasses.yaml").read_text()
+    body = "".join(line for line in shipped.splitlines(keepends=True) if not line.startswith("#"))
+    assert body == done.stdout, "regenerate it: see its first line"
+
+
+def render(tmp_path: Path, namespace: str = "gdp-dra") -> list[dict[str, Any]]:
+    bin_dir = kube_bin_dir()
+    if bin_dir is None or not (bin_dir / "kubectl").exists():
+        pytest.skip("needs kubectl for `kubectl kustomize` (KUBE_BIN_DIR)")
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    base = os.path.relpath(KUSTOMIZE / "base", overlay)
+    component = os.path.relpath(COMPONENT, overlay)
+    (overlay / "kustomization.yaml").write_text(
+        f"namespace: {namespace}\nresources: [{base}]\ncomponents: [{component}]\n"
+    )
+    done = subprocess.run(
+        [str(bin_dir / "kubectl"), "kustomize", str(overlay)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return [d for d in YAML(typ="safe", pure=True).load_all(done.stdout) if d]
+
+
+def test_the_component_makes_the_daemonset_a_dra_driver(tmp_path: Path) -> None:
+    objs = render(tmp_path)
+    kinds = sorted(o["kind"] for o in objs)
+    assert kinds.count("DeviceClass") == 4
+    assert {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy"} <= set(kinds)
+    ds = next(o for o in objs if o["kind"] == "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is True
+    container = pod["containers"][0]
+    assert {"name": "GENERICDP_BACKEND", "value": "dra"} in container["env"]
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert {"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins"} <= mounts
+    binding = next(o for o in objs if o["kind"] == "ClusterRoleBinding")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "genericdp", "namespace": "gdp-dra"}
+    ]
+    role = next(o for o in objs if o["kind"] == "ClusterRole")
+    assert {(tuple(r["resources"]), tuple(r["verbs"])) for r in role["rules"]} == {
+        (("resourceslices",), ("get", "list", "watch", "create", "update", "delete")),
+        (("resourceclaims",), ("get",)),
+    }
+
+
+def _kubeconfig(path: Path, apiserver: ApiServer, token: str) -> Path:
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters:\n- name: t\n  cluster:\n    server: {apiserver.url}\n"
+        f"    certificate-authority: {apiserver.pki / 'ca.crt'}\n"
+        f"users:\n- name: sa\n  user:\n    token: {token}\n"
+        "contexts:\n- name: t\n  context: {cluster: t, user: sa}\ncurrent-context: t\n"
+    )
+    return path
+
+
+@pytest.fixture
+def namespace() -> str:
+    """Namespaces are never deleted here (no controller manager): a new one per test."""
+    return f"gdp-dra-{next(_namespaces)}-{int(time.time()) % 100000}"
+
+
+@pytest.fixture
+async def driver_client(
+    tmp_path: Path, apiserver: ApiServer, namespace: str
+) -> AsyncIterator[kubeapi.AsyncClient]:
+    """The component applied; a client holding the token of a genericdp pod on NODE."""
+    objs = render(tmp_path, namespace)
+    apiserver.kubectl("create", "namespace", namespace)
+    applied = json.dumps({"apiVersion": "v1", "kind": "List", "items": objs})
+    apiserver.kubectl("apply", "--server-side", "-f", "-", input_text=applied)
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}
+    apiserver.kubectl("create", "-f", "-", input_text=json.dumps(node))
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "genericdp-x", "namespace": namespace},
+        "spec": {
+            "nodeName": NODE,
+            "serviceAccountName": "genericdp",
+            "containers": [{"name": "c", "image": "busybox"}],
+        },
+    }
+    apiserver.kubectl("create", "-f", "-", input_text=json.dumps(pod))
+    token = apiserver.kubectl(
+        "create", "token", "genericdp", "-n", namespace,
+        "--bound-object-kind", "Pod", "--bound-object-name", "genericdp-x",
+    ).strip()  # fmt: skip
+    client = kubeapi.connect(_kubeconfig(tmp_path / "sa.kubeconfig", apiserver, token))
+    try:
+        yield client
+    finally:
+        await client.close()
+        applied = json.dumps({"apiVersion": "v1", "kind": "List", "items": objs})
+        apiserver.kubectl("delete", "--wait=false", "-f", "-", input_text=applied)
+        apiserver.kubectl("delete", "node", NODE, "--wait=false")
+        apiserver.kubectl("delete", "resourceslices", f"--field-selector=spec.nodeName={NODE}")
+
+
+def _unit(uid: str) -> Unit:
+    return Unit(uid, (DeviceNode(f"/dev/{uid}", f"/dev/{uid}"),))
+
+
+async def test_the_driver_writes_its_nodes_slices_and_no_others(
+    driver_client: kubeapi.AsyncClient, apiserver: ApiServer
+) -> None:
+    publisher = SlicePublisher(driver_client, node=NODE, adopt_grace=0)
+    await publisher.start()
+    await publisher.publish("example.com/serial", [_unit("a")], set())
+    assert await publisher.flush(timeout=10)
+    assert publisher.writes == 1
+    await publisher.close()
+
+    foreign = pool_slices(
+        {"example.com/x": []}, node="another-node", driver="genericdp.io", generation=1
+    )
+    obj = next(iter(foreign.values()))
+    # The policy is loaded a moment after it is created: until then a write may pass.
+    deadline = time.monotonic() + 30
+    while (refused := await _refusal(driver_client, obj)) is None:
+        apiserver.kubectl("delete", "resourceslice", obj["metadata"]["name"])
+        assert time.monotonic() < deadline, "the policy never denied another node's slice"
+        await asyncio.sleep(0.2)
+    assert kubeapi.status_code(refused) in (403, 422), refused.status.message
+    assert "may not write the ResourceSlices of node another-node" in str(refused.status.message)
+
+
+async def _refusal(client: kubeapi.AsyncClient, obj: dict[str, Any]) -> kubeapi.ApiError | None:
+    try:
+        await client.create(kubeapi.as_slice(obj))
+    except kubeapi.ApiError as err:
+        return err
+    return None
+
+
+async def test_the_driver_may_get_claims_but_not_list_them(
+    driver_client: kubeapi.AsyncClient, apiserver: ApiServer, namespace: str
+) -> None:
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c1", "namespace": namespace},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "x"}}]}},
+    }
+    made = apiserver.kubectl("create", "-o", "json", "-f", "-", input_text=json.dumps(claim))
+    created = json.loads(made)
+    source = ApiClaimSource(driver_client, node=NODE)
+    with pytest.raises(ClaimError, match="not allocated"):
+        await source.allocated_devices(ClaimRef(namespace, "c1", created["metadata"]["uid"]))
+    with pytest.raises(kubeapi.ApiError) as denied:
+        async for _ in driver_client.list(kubeapi.RESOURCE_CLAIM, namespace=namespace):
+            pass
+    assert kubeapi.status_code(denied.value) == 403
