@@ -37,6 +37,8 @@ def no_host_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         "GENERICDP_POD_RESOURCES_SOCKET", str(tmp_path / "default-pod-resources.sock")
     )
     monkeypatch.setenv("GENERICDP_CDI_DIR", str(tmp_path / "default-cdi"))
+    monkeypatch.setenv("GENERICDP_DRA_REGISTRATION_DIR", str(tmp_path / "default-registry"))
+    monkeypatch.setenv("GENERICDP_DRA_PLUGINS_DIR", str(tmp_path / "default-plugins"))
 
 
 @pytest.fixture(scope="session")

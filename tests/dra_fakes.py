@@ -19,8 +19,9 @@ from genericdp.config.model import (
 from genericdp.config.templates import compile_templates
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.dra.checkpoint import Checkpoint
-from genericdp.dra.claims import AllocatedDevice, ClaimRef, MemoryClaims
+from genericdp.dra.claims import AllocatedDevice, ClaimRef
 from genericdp.dra.inventory import Inventory
+from genericdp.dra.memclaims import MemoryClaims
 from genericdp.dra.naming import device_name
 from genericdp.dra.prepare import Preparer
 from genericdp.errors import HookError

@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 
 from genericdp.config.model import HealthCheck, Hooks
-from genericdp.dra.claims import ClaimRef, MemoryClaims
+from genericdp.dra.claims import ClaimRef
 from genericdp.dra.driver import DraDriver, DriverPaths
 from genericdp.dra.embedded import DraKubeletError, EmbeddedDraKubelet, resolve_cdi
+from genericdp.dra.memclaims import MemoryClaims
 from genericdp.dra.naming import device_name
 from genericdp.dra.service import SERVICES
+from genericdp.hooks import HookRunner, run_hook
 from tests.dra_fakes import (
     DRIVER,
     HOOK,
@@ -39,7 +41,7 @@ def paths(base: Path) -> DriverPaths:
 
 @asynccontextmanager
 async def driver(
-    base: Path, claims: MemoryClaims, hooks: RecordedHooks | None = None, **kwargs: float
+    base: Path, claims: MemoryClaims, hooks: HookRunner | None = None, **kwargs: float
 ) -> AsyncIterator[DraDriver]:
     d = DraDriver(
         driver=DRIVER,
@@ -187,10 +189,13 @@ async def test_removed_sockets_are_served_again_and_the_kubelet_registers_again(
         assert len(await kubelet.prepare_pod(DRIVER, [claim()])) == 1
 
 
-async def test_prepare_latency_through_the_kubelet(base: Path) -> None:
-    """Measured for docs/dra.md: one claim of one device, hooks recorded (no process)."""
+@pytest.mark.parametrize("real_hooks", [False, True], ids=["recorded-hooks", "true-hooks"])
+async def test_prepare_latency_through_the_kubelet(base: Path, real_hooks: bool) -> None:
+    """Measured for docs/dra.md: one claim of one device; the init and preStart hooks
+    recorded (no process) or run (/bin/true, twice)."""
     claims = MemoryClaims()
-    async with EmbeddedDraKubelet(base / "registry") as kubelet, driver(base, claims):
+    hooks = run_hook if real_hooks else RecordedHooks()
+    async with EmbeddedDraKubelet(base / "registry") as kubelet, driver(base, claims, hooks):
         await eventually(lambda: kubelet.registered(DRIVER), "registered")
         times = []
         for n in range(20):
@@ -201,5 +206,5 @@ async def test_prepare_latency_through_the_kubelet(base: Path) -> None:
             times.append(time.perf_counter() - started)
             await kubelet.unprepare(DRIVER, [ref])
         times.sort()
-        print(f"prepare: median {times[10] * 1000:.1f} ms, max {times[-1] * 1000:.1f} ms")
+        print(f"\nprepare: median {times[10] * 1000:.1f} ms, max {times[-1] * 1000:.1f} ms")
         assert times[10] < 2.0

@@ -9,9 +9,9 @@ from pathlib import Path
 from genericdp.config.model import HealthCheck, Hooks, MountTemplate
 from genericdp.dra.cdispec import spec_name
 from genericdp.dra.checkpoint import PREPARING, Checkpoint
-from genericdp.dra.claims import AllocatedDevice, ClaimRef
+from genericdp.dra.claims import AllocatedDevice, ClaimError, ClaimRef
 from genericdp.dra.naming import device_name
-from genericdp.dra.prepare import MAX_DEVICES_PER_CLAIM
+from genericdp.dra.prepare import MAX_DEVICES_PER_CLAIM, MAX_ERROR_CHARS, Preparer
 from tests.dra_fakes import (
     DRIVER,
     HOOK,
@@ -247,3 +247,27 @@ def test_hostile_checkpoints_load_as_empty_or_in_part(base: Path) -> None:
         checkpoint = Checkpoint(path)
         checkpoint.load()
         assert len(checkpoint) == kept, data[:60]
+
+
+class ChattySource:
+    """A claim source whose errors are huge, or not ClaimErrors at all."""
+
+    async def allocated_devices(self, claim: ClaimRef) -> tuple[AllocatedDevice, ...]:
+        if claim.name == "claim-1":
+            raise ClaimError("x" * 1_000_000)
+        raise RuntimeError("the client library broke")
+
+
+async def test_a_claim_source_that_misbehaves_fails_its_claims_briefly(base: Path) -> None:
+    s = setup(base, [(definition(), [unit(0)])])
+    preparer = Preparer(
+        driver=DRIVER,
+        inventory=s.inventory,
+        claims=ChattySource(),
+        checkpoint=s.checkpoint,
+        cdi_dir=s.cdi_dir,
+        run_hook=s.hooks,
+    )
+    answer = await preparer.prepare([claim(1), claim(2)])
+    assert len(answer[claim(1).uid].error) < MAX_ERROR_CHARS + 100
+    assert "internal error: the client library broke" in answer[claim(2).uid].error

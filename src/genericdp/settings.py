@@ -7,6 +7,7 @@ at temporary trees instead of the host's ``/dev``, ``/sys`` and kubelet.
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -16,6 +17,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+DEFAULT_DRA_REGISTRATION_DIR = Path("/var/lib/kubelet/plugins_registry")
+DEFAULT_DRA_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
+# dra/naming.py DEFAULT_DRIVER: settings sits below dra and cannot import it.
+DEFAULT_DRA_DRIVER = "genericdp.io"
+# A DRA driver name: a DNS subdomain of at most 63 characters (ResourceSlice spec.driver).
+_DRIVER_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+MAX_DRIVER_NAME = 63
 _MAX_PORT = 65535
 
 # Bounds of the timing settings, in seconds. 0 makes a loop that never sleeps
@@ -80,6 +88,8 @@ SIMULATE_SKIPS = frozenset(
         "metrics_address",
         "kubeconfig",
         "backend",
+        "dra_registration_dir",
+        "dra_plugins_dir",
     }
 )
 
@@ -106,6 +116,24 @@ class Settings(DiscoverySettings):
     """Everything ``genericdp serve`` needs."""
 
     config: Path = Field(Path("/etc/genericdp"), description="config file or directory")
+    backend: Literal["device-plugin", "dra"] = Field(
+        "device-plugin",
+        description="serve the resources through the kubelet's device-plugin API or as a DRA"
+        " driver (ResourceSlices, NodePrepareResources)",
+    )
+    dra_driver_name: str = Field(
+        DEFAULT_DRA_DRIVER,
+        description="the DRA driver name (a DNS subdomain of at most 63 characters)",
+    )
+    dra_registration_dir: Path = Field(
+        DEFAULT_DRA_REGISTRATION_DIR,
+        description="the kubelet's plugin registration directory (backend dra)",
+    )
+    dra_plugins_dir: Path = Field(
+        DEFAULT_DRA_PLUGINS_DIR,
+        description="the kubelet's plugins directory: the DRA socket and the prepared-claims"
+        " checkpoint go in <this>/<driver name>/, a path the kubelet must see too (backend dra)",
+    )
     plugin_dir: Path = Field(DEFAULT_PLUGIN_DIR, description="kubelet device-plugin directory")
     pod_resources_socket: Path = Field(
         DEFAULT_POD_RESOURCES_SOCKET, description="kubelet PodResources socket"
@@ -153,6 +181,16 @@ class Settings(DiscoverySettings):
         "info", description="the least severe log lines written"
     )
     log_format: Literal["text", "json"] = Field("text", description="log lines as text or JSON")
+
+    @field_validator("dra_driver_name")
+    @classmethod
+    def _check_driver_name(cls, value: str) -> str:
+        if len(value) > MAX_DRIVER_NAME or not _DRIVER_NAME.fullmatch(value):
+            raise ValueError(
+                f"{value[:80]!r} is not a DNS subdomain of at most {MAX_DRIVER_NAME} characters"
+                " (lowercase letters, digits, '-' and '.')"
+            )
+        return value
 
     @field_validator("metrics_address")
     @classmethod

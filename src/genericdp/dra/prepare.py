@@ -60,6 +60,9 @@ log = logging.getLogger(__name__)
 # in resource.k8s.io/v1); far more means the data is not what the API server keeps.
 MAX_DEVICES_PER_CLAIM = 128
 MAX_NAME_CHARS = 253  # namespace and claim names are DNS subdomains at most
+# A claim's error ends up in the pod's events (and the kubelet's log): the API
+# server's or a hook's words are cut to this.
+MAX_ERROR_CHARS = 2048
 DEFAULT_CONCURRENCY = 8
 
 
@@ -124,7 +127,14 @@ class Preparer:
         return {c.uid: r.error for c, r in zip(unique, results, strict=True)}
 
     async def _guarded(self, step: _Step, claim: ClaimRef) -> ClaimResult:
-        where = f"claim {clip(str(claim), 200)}"
+        result = await self._attempt(step, claim)
+        if len(result.error) > MAX_ERROR_CHARS:
+            cut = len(result.error) - MAX_ERROR_CHARS
+            return ClaimResult(error=f"{result.error[:MAX_ERROR_CHARS]}... ({cut} more characters)")
+        return result
+
+    async def _attempt(self, step: _Step, claim: ClaimRef) -> ClaimResult:
+        where = f"claim {clip(_named(claim), 200)}"
         if not valid_uid(claim.uid):
             return ClaimResult(error=f"{where}: UID {clip(claim.uid, 80)} is not a UID")
         if (
@@ -160,7 +170,9 @@ class Preparer:
             claim.namespace,
             claim.name,
         ):
-            raise ClaimError(f"its UID is that of claim {known.claim}, prepared here already")
+            raise ClaimError(
+                f"its UID is that of claim {_named(known.claim)}, prepared here already"
+            )
         if known is not None and known.state == PREPARED:
             return ClaimResult(known.devices)
         allocated = await self._claims.allocated_devices(claim)
@@ -213,7 +225,10 @@ class Preparer:
             PreparedClaim(claim, PREPARED, devices, spec=spec_name(claim.uid))
         )
         log.info(
-            "prepared claim %s (UID %s): %s", claim, claim.uid, _names(d.device for d in devices)
+            "prepared claim %s (UID %s): %s",
+            _named(claim),
+            claim.uid,
+            _names(d.device for d in devices),
         )
         return ClaimResult(devices)
 
@@ -267,7 +282,7 @@ class Preparer:
                 log.warning(
                     "unprepare claim %s: resource %s is no longer served, its cleanup hook"
                     " cannot run",
-                    known.claim,
+                    _named(known.claim),
                     resource,
                 )
                 continue
@@ -287,7 +302,7 @@ class Preparer:
             )
         await asyncio.to_thread(remove_claim_spec, self._cdi_dir, claim.uid)
         await self._checkpoint.remove(claim.uid)
-        log.info("unprepared claim %s (UID %s)", known.claim, claim.uid)
+        log.info("unprepared claim %s (UID %s)", _named(known.claim), claim.uid)
         return ClaimResult()
 
     def _unit(self, resource: str, device: PreparedDevice) -> Unit:
@@ -296,6 +311,10 @@ class Preparer:
             if unit.id == device.unit:
                 return unit
         return Unit(device.unit, tuple(DeviceNode(h, c) for h, c in device.nodes))
+
+
+def _named(claim: ClaimRef) -> str:
+    return f"{claim.namespace}/{claim.name}"
 
 
 def _unique(claims: Sequence[ClaimRef]) -> list[ClaimRef]:
