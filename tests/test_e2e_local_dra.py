@@ -74,7 +74,7 @@ def _env(container: dict[str, Any]) -> dict[str, str]:
 
 @needs_kubectl
 def test_dra_overlay_points_genericdp_at_the_local_kubelet_and_api_server() -> None:
-    """Backend dra, the kubelet's DRA directories under its --root-dir at their host paths."""
+    """The DRA component; the kubelet's DRA directories under --root-dir at their host paths."""
     docs = kustomize(DRA_OVERLAY)
     (ds,) = by_kind(docs, "DaemonSet")
     pod = ds["spec"]["template"]["spec"]
@@ -86,10 +86,11 @@ def test_dra_overlay_points_genericdp_at_the_local_kubelet_and_api_server() -> N
     host = {v["name"]: v.get("hostPath", {}).get("path") for v in pod["volumes"]}
     for variable, path in (
         ("GENERICDP_DRA_REGISTRATION_DIR", f"{root}/plugins_registry"),
-        ("GENERICDP_DRA_PLUGIN_DIR", f"{root}/plugins/genericdp.io"),
+        ("GENERICDP_DRA_PLUGINS_DIR", f"{root}/plugins"),
     ):
         assert env[variable] == path
         assert host[mounts[path]] == path, f"{path} must be mounted at its host path"
+    assert not [m for m in mounts if m.startswith("/var/lib/kubelet/plugins")]
     assert env["KUBERNETES_SERVICE_HOST"] == local_node_setting("NODE_IP")
     assert pod["automountServiceAccountToken"] is True
     assert host[mounts["/var/lib/genericdp-e2e/markers"]] == "/var/lib/genericdp-e2e/markers"
