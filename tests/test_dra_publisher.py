@@ -282,3 +282,45 @@ async def test_an_unreachable_api_server_is_logged_and_retried_never_raised(
         assert not await publisher.flush(timeout=0.3)
         await publisher.close()
     await api.close()
+
+
+async def test_slices_deleted_by_someone_else_come_back(
+    client: kubeapi.AsyncClient, node_name: str, apiserver: ApiServer
+) -> None:
+    """The kubelet deletes a node's slices when it starts: the watch notices, and rewrites."""
+    publisher = SlicePublisher(client, node=node_name, adopt_grace=0)
+    await publisher.start()
+    await publisher.publish(RESOURCE, [unit("a")], set())
+    assert await publisher.flush()
+    apiserver.kubectl("delete", "resourceslices", f"--field-selector=spec.nodeName={node_name}")
+    await wait_for(
+        client,
+        node_name,
+        lambda state: set(devices_of(state)) == {device_name(RESOURCE, "a")},
+        "the deleted slice written again",
+    )
+    await publisher.close()
+
+
+async def test_a_tampered_slice_is_put_back_and_a_relabelled_one_is_left_alone(
+    client: kubeapi.AsyncClient, node_name: str, apiserver: ApiServer
+) -> None:
+    publisher = SlicePublisher(client, node=node_name, adopt_grace=0)
+    await publisher.start()
+    await publisher.publish(RESOURCE, [unit("a")], set())
+    assert await publisher.flush()
+    name = next(iter(await held(client, node_name)))
+    writes = publisher.writes
+    apiserver.kubectl("label", "resourceslice", name, "seen=yes")
+    patch = '{"spec": {"devices": [{"name": "intruder"}]}}'
+    apiserver.kubectl("patch", "resourceslice", name, "--type=merge", "-p", patch)
+    await wait_for(
+        client,
+        node_name,
+        lambda state: set(devices_of(state)) == {device_name(RESOURCE, "a")},
+        "the tampered slice put back",
+    )
+    assert await publisher.flush()
+    # Events come in order: the label was seen first, and cost no write.
+    assert publisher.writes == writes + 1
+    await publisher.close()

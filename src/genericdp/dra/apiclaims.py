@@ -34,7 +34,7 @@ class ApiClaimSource:
             raise ClaimError(
                 f"{where}: the API server answered {status_code(err)}: {err.status.message}"
             ) from err
-        except Exception as err:
+        except Exception as err:  # connection, TLS, timeout: the kubelet retries
             raise ClaimError(f"{where}: cannot read it: {type(err).__name__}: {err}") from err
         uid = (obj.get("metadata") or {}).get("uid")
         if uid != claim.uid:

@@ -9,6 +9,7 @@ even ones lightkube's models predate.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterable, AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ __all__ = [
     "connect",
     "list_slices",
     "status_code",
+    "watch_slices",
 ]
 
 GROUP, VERSION = "resource.k8s.io", "v1"
@@ -83,6 +85,24 @@ async def list_slices(client: AsyncClient, *, node: str, driver: str) -> dict[st
         str(item["metadata"]["name"]): dict(item)
         async for item in client.list(RESOURCE_SLICE, fields=fields)
     }
+
+
+def watch_slices(
+    client: AsyncClient, *, node: str, driver: str
+) -> AsyncIterable[tuple[str, dict[str, Any]]]:
+    """``(ADDED|MODIFIED|DELETED, slice)`` for ``node``'s slices of ``driver``, until it fails."""
+    fields: dict[str, str | BinaryOperator | SequenceOperator] = {
+        "spec.nodeName": node,
+        "spec.driver": driver,
+    }
+    return _events(client.watch(RESOURCE_SLICE, fields=fields))
+
+
+async def _events(
+    stream: AsyncIterable[tuple[str, GenericGlobalResource]],
+) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    async for kind, obj in stream:
+        yield kind, dict(obj)
 
 
 def as_slice(obj: dict[str, Any]) -> GenericGlobalResource:

@@ -16,7 +16,9 @@ again and the write retried with exponential backoff, until it lands or
 node left (listed by ``spec.nodeName`` and ``spec.driver``) are adopted: the
 first write, ``adopt_grace`` seconds later at the earliest, keeps those that
 still match, replaces those that changed and deletes those of resources no
-longer published.
+longer published. A watch of the node's slices notices what others change
+or delete (the kubelet deletes a node's slices when it starts): the pool is
+compared again and rewritten if it differs.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from genericdp.dra.kubeapi import (
     as_slice,
     list_slices,
     status_code,
+    watch_slices,
 )
 from genericdp.dra.naming import DEFAULT_DRIVER
 
@@ -75,6 +78,7 @@ class SlicePublisher:
         self._idle = asyncio.Event()
         self._idle.set()
         self._task: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
         self._started_at = 0.0
         self.writes = 0  # slices created, replaced or deleted (tests and docs count them)
 
@@ -85,7 +89,7 @@ class SlicePublisher:
         self._started_at = time.monotonic()
         try:
             self._held = await self._list()
-        except Exception as err:
+        except Exception as err:  # never fatal: the writer lists again
             log.warning("could not list the ResourceSlices of node %s: %s", self.node, err)
         else:
             if self._held:
@@ -96,6 +100,7 @@ class SlicePublisher:
                     ", ".join(sorted(self._held)),
                 )
         self._task = asyncio.create_task(self._run(), name=f"dra/slices/{self.node}")
+        self._watcher = asyncio.create_task(self._watch(), name=f"dra/slices/{self.node}/watch")
         # Slices of resources that are not published again are deleted after the grace.
         self._changed()
 
@@ -131,10 +136,12 @@ class SlicePublisher:
             return
         if not await self.flush():
             log.warning("stopping with ResourceSlice changes of node %s unwritten", self.node)
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        self._task = None
+        for task in (self._task, self._watcher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._watcher = None
 
     def _changed(self) -> None:
         self._idle.clear()
@@ -152,7 +159,7 @@ class SlicePublisher:
             self._wake.clear()
             try:
                 await self._sync()
-            except Exception as err:
+            except Exception as err:  # the daemon keeps serving; retried below
                 self._held = None  # list again before the next try
                 now = time.monotonic()
                 if failing_since is None or now - last_warning >= FAILURE_LOG_EVERY:
@@ -177,6 +184,45 @@ class SlicePublisher:
             failing_since, delay = None, BACKOFF_FIRST
             if not self._wake.is_set():
                 self._idle.set()
+
+    async def _watch(self) -> None:
+        """Notice changes made by others (the kubelet deletes a node's slices when it starts)."""
+        delay = BACKOFF_FIRST
+        while True:
+            try:
+                async for kind, obj in watch_slices(
+                    self._client, node=self.node, driver=self.driver
+                ):
+                    delay = BACKOFF_FIRST
+                    self._observed(kind, obj)
+            except Exception as err:  # watched again below
+                log.debug(
+                    "the watch of node %s's ResourceSlices ended: %s", self.node, _describe(err)
+                )
+            # Events may have been missed: compare everything again.
+            self._held = None
+            self._changed()
+            await asyncio.sleep(delay * random.uniform(0.8, 1.2))  # noqa: S311 - jitter
+            delay = min(delay * 2, BACKOFF_MAX)
+
+    def _observed(self, kind: str, obj: dict[str, Any]) -> None:
+        held = self._held
+        if held is None:
+            return  # a list and a comparison are coming anyway
+        name = str(obj["metadata"]["name"])
+        mine = held.get(name)
+        if kind == "DELETED" and mine is None:
+            return
+        version = obj["metadata"].get("resourceVersion")
+        if (
+            kind != "DELETED"
+            and mine is not None
+            and mine["metadata"].get("resourceVersion") == version
+        ):
+            return  # our own write
+        log.debug("ResourceSlice %s %s by someone else: comparing again", name, kind.lower())
+        self._held = None
+        self._changed()
 
     async def _list(self) -> dict[str, dict[str, Any]]:
         return await list_slices(self._client, node=self.node, driver=self.driver)
