@@ -373,6 +373,14 @@ registered_since() {
   kubelet_log_since "$1" | grep -F '"msg":"Registered DRA plugin"' | grep -qF "\"driverName\":\"$DRIVER\""
 }
 
+# wiped_since T: the kubelet deleted the node's slices after T; sets WIPED_AT.
+WIPED_AT=""
+wiped_since() {
+  WIPED_AT=$(kubelet_log_since "$1" | grep -F '"msg":"Deleted ResourceSlices"' |
+    grep -F "spec.nodeName=$NODE" | head -1 | cut -d' ' -f1)
+  [[ -n $WIPED_AT ]]
+}
+
 slices_complete() {
   local spec
   for spec in "${EXPECTED[@]}"; do
@@ -388,9 +396,12 @@ check_dra_kubelet_restart() {
   started=$(now)
   wait_for 60 "the kubelet to register $DRIVER again" registered_since "$since"
   timing "DRA kubelet restart: start -> registered again" "$(seconds_between "$started" "$(now)")"
+  wait_for 60 "the kubelet to delete the slices of $NODE as it starts (its log: Deleted ResourceSlices)" \
+    wiped_since "$since"
   LAST_SEEN=""
   wait_for 60 "every device back in the slices after the kubelet's start-up wipe" slices_complete
-  timing "DRA kubelet restart: start -> slices complete again" "$(seconds_between "$started" "$(now)")"
+  timing "DRA kubelet restart: slices deleted by the kubelet -> complete again" \
+    "$(seconds_between "$WIPED_AT" "$(now)")"
   # The kubelet's wipe may land after the driver re-registered (seen: 23 ms
   # after): the slices must come back and stay.
   hold_for 10 "every device in the slices after the kubelet restart" slices_complete
