@@ -138,6 +138,7 @@ def device(name: str, resource: str, unit: str, **extra: Any) -> dict[str, Any]:
     return {"name": name, "attributes": attributes | extra.pop("attributes", {}), **extra}
 
 
+TAINT = {"key": "genericdp.io/unhealthy", "value": "true", "effect": "NoSchedule"}
 SLICES = {
     "items": [
         slice_doc(
@@ -148,13 +149,18 @@ SLICES = {
                     "serial-u2",
                     "example.com/serial",
                     "u2",
-                    taints=[{"key": "k", "effect": "NoSchedule"}],
+                    taints=[TAINT],
+                    attributes={"healthy": {"bool": False}},
                 ),
             ],
         ),
         slice_doc(
             "b",
-            [device("gpu-g1", "example.com/gpu", "g1", attributes={"healthy": {"bool": False}})],
+            [
+                device("gpu-g1", "example.com/gpu", "g1", attributes={"healthy": {"bool": False}}),
+                device("gpu-g2", "example.com/gpu", "g2", taints=[TAINT]),
+                device("gpu-g3", "example.com/gpu", "g3", attributes={"healthy": {"bool": True}}),
+            ],
         ),
     ]
 }
@@ -165,13 +171,17 @@ def test_inspect_lists_the_devices_of_a_resource_with_their_health() -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["serial-u1 u1 healthy", "serial-u2 u2 unhealthy"]
     result = inspect("devices", "example.com/gpu", stdin=json.dumps(SLICES))
-    assert result.stdout.splitlines() == ["gpu-g1 g1 unhealthy"]
+    assert result.stdout.splitlines() == [
+        "gpu-g1 g1 inconsistent(taint=False,healthy-attribute-false=True)",
+        "gpu-g2 g2 inconsistent(taint=True,healthy-attribute-false=False)",
+        "gpu-g3 g3 healthy",
+    ]
     assert inspect("devices", "example.com/none", stdin=json.dumps(SLICES)).stdout.strip() == ""
 
 
 def test_inspect_accepts_one_pool_and_says_what_breaks_it() -> None:
     result = inspect("pool", "node-a", "genericdp.io", stdin=json.dumps(SLICES))
-    assert (result.returncode, result.stdout.split()) == (0, ["2", "3", "3"])
+    assert (result.returncode, result.stdout.split()) == (0, ["2", "5", "3"])
     broken = json.loads(json.dumps(SLICES))
     broken["items"][1]["spec"]["pool"]["generation"] = 4
     broken["items"][0]["spec"]["pool"]["resourceSliceCount"] = 1

@@ -13,9 +13,9 @@ Standard library only: it runs with the host's python3, not genericdp's venv.
       the kubelet's NodePrepareResources calls to DRIVER (its JSON log at -v=4)
       after the unix time SINCE: one line "SECONDS CLAIM_NAMES" per call
 
-A device counts as unhealthy when it carries a taint, or an attribute named
-health/healthy says so (false, "Unhealthy"): docs/dra.md says which one
-genericdp uses.
+An unhealthy device carries both marks docs/dra.md names: a taint
+<driver>/unhealthy and the attribute healthy: false. A device with one and
+not the other is reported as inconsistent.
 """
 
 from __future__ import annotations
@@ -41,14 +41,15 @@ def _attributes(device: dict[str, Any]) -> dict[str, object]:
     return found
 
 
-def _unhealthy(device: dict[str, Any], attributes: dict[str, object]) -> bool:
-    if device.get("taints"):
-        return True
-    for key in ("healthy", "health"):
-        value = attributes.get(key)
-        if value is False or (isinstance(value, str) and value.lower() in {"false", "unhealthy"}):
-            return True
-    return False
+def _health(device: dict[str, Any], attributes: dict[str, object]) -> str:
+    """healthy, unhealthy (taint and attribute agree), or what disagrees."""
+    tainted = any(
+        str(taint.get("key", "")).endswith("/unhealthy") for taint in device.get("taints") or []
+    )
+    marked = attributes.get("healthy") is False
+    if tainted == marked:
+        return "unhealthy" if tainted else "healthy"
+    return f"inconsistent(taint={tainted},healthy-attribute-false={marked})"
 
 
 def _items(document: dict[str, Any]) -> list[dict[str, Any]]:
@@ -63,7 +64,7 @@ def devices(document: dict[str, Any], resource: str) -> list[str]:
             attributes = _attributes(device)
             if attributes.get("resource") != resource:
                 continue
-            health = "unhealthy" if _unhealthy(device, attributes) else "healthy"
+            health = _health(device, attributes)
             lines.append(f"{device.get('name')} {attributes.get('unitID', '-')} {health}")
     return sorted(lines)
 

@@ -35,9 +35,11 @@ CLAIM_POD=e2e-dra-claim
 EXT_POD=e2e-dra-limits
 # The kubelet logs its DRA plugin registration at -v=3, prepare calls at -v=4.
 export KUBELET_VERBOSITY=4
-# Devices per resource, as the device-plugin round's capacity check expects
-# (loop and fuse depend on the machine).
-EXPECTED=(example.com/null=4 example.com/zero=1 example.com/e2e-dev=2 example.com/e2e-health=2
+# Devices per resource (loop and fuse depend on the machine): one per unit,
+# whatever `count` says (docs/dra.md: a DRA device goes to one claim, shared
+# by the pods that share the claim), so null (count 4) and e2e-health
+# (count 2) are one each.
+EXPECTED=(example.com/null=1 example.com/zero=1 example.com/e2e-dev=2 example.com/e2e-health=1
   example.com/e2e-dra=2 example.com/e2e-hotplug=0)
 
 # names_in DIR: the entries of DIR on one line.
@@ -357,14 +359,14 @@ check_dra_health() {
   local started
   started=$(now)
   node_exec touch "$FLAG"
-  wait_for 30 "the 2 devices of example.com/e2e-health to show unhealthy in the slice" \
-    devices_are example.com/e2e-health 2 0
+  wait_for 30 "the device of example.com/e2e-health to show unhealthy in the slice" \
+    devices_are example.com/e2e-health 1 0
   timing "DRA health: probe fails -> unhealthy in the slice" "$(seconds_between "$started" "$(now)")"
   log "  $(slice_devices example.com/e2e-health | tr '\n' ';')"
   started=$(now)
   node_exec rm -f "$FLAG"
-  wait_for 30 "the 2 devices of example.com/e2e-health to show healthy again" \
-    devices_are example.com/e2e-health 2 2
+  wait_for 30 "the device of example.com/e2e-health to show healthy again" \
+    devices_are example.com/e2e-health 1 1
   timing "DRA health: probe passes -> healthy in the slice" "$(seconds_between "$started" "$(now)")"
 }
 
