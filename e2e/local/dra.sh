@@ -190,15 +190,14 @@ check_dra_registered() {
 
 check_dra_slices() {
   log "check: ResourceSlices of $NODE: one pool named after the node, one device per unit"
-  local started spec summary listed name unit resource expected
-  started=$(now)
+  local spec summary listed name unit resource expected
   for spec in "${EXPECTED[@]}"; do
     LAST_SEEN=""
     wait_for 60 "${spec#*=} devices of ${spec%=*} in the slices of $NODE" \
       devices_are "${spec%=*}" "${spec#*=}" "${spec#*=}"
   done
-  timing "DRA: DaemonSet ready -> every device in the ResourceSlices" "$(seconds_between "$started" "$(now)")"
-  summary=$(slices_json | python3 "$INSPECT" pool "$NODE" "$DRIVER") ||
+  timing "DRA: DaemonSet ready -> every device in the ResourceSlices" "$(seconds_between "$READY_AT" "$(now)")"
+  summary=$(slices_json | python3 "$INSPECT" pool "$NODE" "$DRIVER" 2>&1) ||
     fail "the slices of $NODE do not form one pool: $summary"
   log "  slices, devices, generation: $summary"
   for resource in example.com/loop example.com/fuse; do
@@ -439,7 +438,8 @@ deployed=$(now)
 k apply -k "$DRA_OVERLAY"
 k -n "$NAMESPACE" rollout status daemonset/genericdp --timeout=180s ||
   fail "the genericdp DaemonSet (DRA backend) did not become ready within 180s"
-timing "DRA: kubectl apply -> DaemonSet rolled out (pod Ready)" "$(seconds_between "$deployed" "$(now)")"
+READY_AT=$(now)
+timing "DRA: kubectl apply -> DaemonSet rolled out (pod Ready)" "$(seconds_between "$deployed" "$READY_AT")"
 
 (($#)) || set -- "${ALL_DRA_CHECKS[@]}"
 for check in "$@"; do
