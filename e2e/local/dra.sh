@@ -87,7 +87,7 @@ env_of() {
 # class_for RESOURCE: the DeviceClass whose extendedResourceName is RESOURCE.
 class_for() {
   k get deviceclasses -o jsonpath='{range .items[*]}{.metadata.name} {.spec.extendedResourceName}{"\n"}{end}' |
-    awk -v r="$1" '$2 == r { print $1; exit }'
+    awk -v r="$1" '$2 == r && !found { print $1; found = 1 }'
 }
 
 claim_pod_manifest() {
@@ -165,7 +165,9 @@ prepare_timings() {
 }
 
 kubelet_said() {
-  grep -F "$1" "$LOG_DIR/kubelet.log" | grep -F "\"driverName\":\"$DRIVER\"" | grep -qF -- "${2:-}"
+  # Never grep -q at the end of a pipe: under pipefail the writer's SIGPIPE
+  # would turn a match into a failure.
+  grep -F "$1" "$LOG_DIR/kubelet.log" | grep -F "\"driverName\":\"$DRIVER\"" | grep -F -- "${2:-}" >/dev/null
 }
 
 check_dra_registered() {
@@ -371,7 +373,7 @@ check_dra_health() {
 
 # registered_since T: the kubelet logged a registration of the driver after T.
 registered_since() {
-  kubelet_log_since "$1" | grep -F '"msg":"Registered DRA plugin"' | grep -qF "\"driverName\":\"$DRIVER\""
+  kubelet_log_since "$1" | grep -F '"msg":"Registered DRA plugin"' | grep -F "\"driverName\":\"$DRIVER\"" >/dev/null
 }
 
 # wiped_since T: the kubelet deleted the node's slices after T; sets WIPED_AT.
