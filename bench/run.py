@@ -271,8 +271,8 @@ def _connected(kubelet: EmbeddedKubelet, name: str) -> bool:
 
 def bench_reload(base: Path, trials: int = 10) -> None:
     """ConfigMap ``..data`` swap adding a resource -> the kubelet sees it registered."""
+    from genericdp.aio import TaskSet
     from genericdp.runtime.configwatch import ConfigWatcher
-    from genericdp.runtime.tasks import TaskSet
     from tests.test_configwatch import ConfigMapVolume
 
     async def run(settle: float) -> list[float]:

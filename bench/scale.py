@@ -31,9 +31,12 @@ from genericdp.config.model import PreferredAllocation  # noqa: E402
 from genericdp.discovery.model import DeviceNode, Unit  # noqa: E402
 from genericdp.kubelet.devices import replica_ids  # noqa: E402
 from genericdp.kubelet.servicer import list_response  # noqa: E402
+from genericdp.runtime.context import ResourceContext  # noqa: E402
 from genericdp.runtime.plugin import ResourcePlugin  # noqa: E402
 from genericdp.runtime.preferred import preferred_allocation  # noqa: E402
+from genericdp.runtime.resource import ResourceRunner  # noqa: E402
 from genericdp.runtime.state import DeviceState  # noqa: E402
+from genericdp.settings import Settings  # noqa: E402
 
 MIB = 1024 * 1024
 
@@ -93,7 +96,13 @@ def allocate_cases(units: int = 1000, count: int = 1000) -> list[Result]:
     start = time.perf_counter()
     state = DeviceState(count=count, units=_units(units))
     results.append(Result(f"{label}: device state", time.perf_counter() - start, 0.5, "s"))
-    plugin = ResourcePlugin(definition, state, plugin_dir=Path("/nonexistent"), run_hook=_no_hook)
+    context = ResourceContext.of(
+        Settings.model_validate({"plugin_dir": Path("/nonexistent")}),
+        discover=lambda *_: (),
+        run_hook=_no_hook,
+    )
+    plugin = ResourceRunner(definition, context, state=state).edge
+    assert isinstance(plugin, ResourcePlugin)
     rng = random.Random(7)  # noqa: S311 -- which IDs are asked for does not matter
     ids = [f"u{rng.randrange(units):05d}::{rng.randrange(count)}" for _ in range(50)]
 

@@ -135,6 +135,17 @@ class FakeHost:
     def udev(self) -> Path:
         return self.roots.udev
 
+    def root_flags(self) -> list[str]:
+        """``--dev-root``, ``--sys-root`` and ``--udev-root`` pointing at this host."""
+        return [
+            "--dev-root",
+            str(self.dev),
+            "--sys-root",
+            str(self.sys),
+            "--udev-root",
+            str(self.udev),
+        ]
+
     @property
     def udev_data(self) -> Path:
         return self.roots.udev / "data"

@@ -8,22 +8,28 @@ discovery use ``tests.fakesys.FakeHost`` instead.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 
+from genericdp.aio import Backoff
 from genericdp.config import load_text
 from genericdp.config.model import Config, ResourceDefinition
 from genericdp.discovery.model import DeviceNode, Roots, Unit
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.embedded import EmbeddedKubelet
-from genericdp.runtime.resource import Discover
+from genericdp.runtime.context import Discover
+from genericdp.runtime.recorder import Recorder
 from genericdp.runtime.supervisor import Supervisor
 from genericdp.settings import Settings
+
+# Settings that leave hotplug as the only way to a rescan.
+NO_PERIODIC: Mapping[str, Any] = {"rescan_interval": 3600.0, "hotplug_settle": 0.05}
 
 
 def unit(uid: str, *, numa: int | None = None, parent: str | None = None) -> Unit:
@@ -116,13 +122,21 @@ async def running(
     base: Path,
     cfg: Config,
     *,
-    discover: Discover,
-    **overrides: object,
+    discover: Discover | None = None,
+    metrics: Recorder | None = None,
+    cleanup_backoff: Callable[[], Backoff] | None = None,
+    pod_resources: bool = False,
+    **overrides: Any,
 ) -> AsyncIterator[Running]:
-    """An embedded kubelet and a started supervisor; both stopped at the end."""
+    """An embedded kubelet (serving PodResources if asked) and a started supervisor
+    (real discovery unless ``discover``); both stopped at the end. ``overrides``
+    are settings."""
     settings = settings_for(base, **overrides)
-    async with EmbeddedKubelet(settings.plugin_dir) as kubelet:
-        supervisor = Supervisor(settings, discover=discover)
+    socket = settings.pod_resources_socket if pod_resources else None
+    async with EmbeddedKubelet(settings.plugin_dir, pod_resources_socket=socket) as kubelet:
+        supervisor = Supervisor(
+            settings, discover=discover, metrics=metrics, cleanup_backoff=cleanup_backoff
+        )
         await supervisor.start(cfg)
         try:
             yield Running(kubelet, supervisor, settings)

@@ -24,11 +24,10 @@ from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.allocation import AllocationError
 from tests.fakesys import FakeHost
-from tests.runtime_harness import allocate_request, config, plugin_stub, running
+from tests.runtime_harness import NO_PERIODIC, allocate_request, config, plugin_stub, running
 
 GPU = "example.com/gpu"
 EXAMPLE = Path(__file__).resolve().parent.parent / "configs" / "examples" / "gpu-cdi.yaml"
-NO_PERIODIC = {"rescan_interval": 3600.0, "hotplug_settle": 0.05}
 
 
 def gpu_config(*, cdi: bool = True, permissions: str = "rw") -> str:
@@ -224,8 +223,7 @@ def test_simulate_shows_cdi_names_and_never_writes_the_hosts_cdi_dir(tmp_path: P
     result = subprocess.run(
         [
             sys.executable, "-m", "genericdp", "simulate", str(EXAMPLE), "--once",
-            "--dev-root", str(host.dev), "--sys-root", str(host.sys),
-            "--udev-root", str(host.udev),
+            *host.root_flags(),
         ],
         capture_output=True, text=True, timeout=60, env=env, check=False,
     )  # fmt: skip

@@ -5,18 +5,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import stat
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
+from genericdp.aio import Backoff
 from genericdp.config.model import Config
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.allocation import AllocationError
 from genericdp.runtime.supervisor import Supervisor
-from genericdp.runtime.tasks import Backoff
 from tests.polling import eventually
 from tests.runtime_harness import (
     Running,
@@ -24,6 +24,7 @@ from tests.runtime_harness import (
     allocate_request,
     config,
     plugin_stub,
+    running,
     settings_for,
     unit,
 )
@@ -73,33 +74,26 @@ class Hook:
             path.unlink(missing_ok=True)
 
 
-@asynccontextmanager
-async def serving(
+def serving(
     base: Path,
     cfg: Config,
     discovery: ScriptedDiscovery,
     *,
     pod_resources: bool = True,
     poll: float = 0.05,
-    **overrides: object,
-) -> AsyncIterator[Running]:
+    **overrides: Any,
+) -> AbstractAsyncContextManager[Running]:
     """The supervisor against an embedded kubelet that serves PodResources (or not)."""
-    socket = base / "pr.sock"
-    settings = settings_for(
-        base, pod_resources_socket=socket, pod_resources_poll_interval=poll, **overrides
+    return running(
+        base,
+        cfg,
+        discover=discovery,
+        cleanup_backoff=lambda: Backoff(initial=0.05, maximum=0.1),  # retries in tests are quick
+        pod_resources=pod_resources,
+        pod_resources_socket=base / "pr.sock",
+        pod_resources_poll_interval=poll,
+        **overrides,
     )
-    backoff = lambda: Backoff(initial=0.05, maximum=0.1)  # noqa: E731 -- retries in tests are quick
-    kubelet = EmbeddedKubelet(
-        settings.plugin_dir, pod_resources_socket=socket if pod_resources else None
-    )
-    async with kubelet:
-        supervisor = Supervisor(settings, discover=discovery, cleanup_backoff=backoff)
-        await supervisor.start(cfg)
-        try:
-            yield Running(kubelet, supervisor, settings)
-        finally:
-            stragglers = await supervisor.stop()
-            assert stragglers == (), f"tasks did not stop: {stragglers}"
 
 
 async def _allocatable(rt: Running, count: int) -> None:

@@ -14,6 +14,7 @@ from typing import Literal, get_args, get_origin
 import pytest
 
 from genericdp import cli, exits
+from genericdp.discovery.model import Roots
 from genericdp.settings import SIMULATE_SKIPS, DiscoverySettings, Settings
 from tests.fakesys import FakeHost
 
@@ -136,3 +137,15 @@ def test_every_exit_code_is_documented() -> None:
     assert exits.__doc__ is not None
     for code in exits.ALL.values():
         assert re.search(rf"^  {code} ", exits.__doc__, re.M), code
+
+
+def test_the_roots_default_to_the_settings_defaults() -> None:
+    """``Roots()`` (the host's trees, for discovery used as a library) and the settings
+    agree: the settings are where the defaults are written, this keeps the copy honest."""
+    fields = Settings.model_fields
+    settings_roots = Roots(
+        dev=fields["dev_root"].default,
+        sys=fields["sys_root"].default,
+        udev=fields["udev_root"].default,
+    )
+    assert Roots() == settings_roots

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from genericdp.aio import Backoff, TaskSet
 from genericdp.config import load
 from genericdp.config.model import Config
 from genericdp.runtime.configwatch import (
@@ -31,7 +32,6 @@ from genericdp.runtime.configwatch import (
     subpath_hint,
 )
 from genericdp.runtime.reconcile import Plan, plan
-from genericdp.runtime.tasks import Backoff, TaskSet
 
 DATA = "..data"
 

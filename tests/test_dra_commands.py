@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from ruamel.yaml import YAML
 
 from genericdp.discovery import discover
@@ -33,6 +34,13 @@ resources:
     allocate:
       env:
         PORT: "{{ devices[0].path }}"
+    dra:
+      attributes:
+        model: FT232R
+        vendor: overridden
+        ports: 1
+        rugged: true
+        firmware: {version: 1.2.3}
   - name: example.com/gpu
     match:
       - glob: /dev/dri/renderD*
@@ -168,7 +176,9 @@ def test_simulated_slices_pass_the_real_api_server(tmp_path: Path, apiserver: Ap
     config = load([cfg])
     roots = Roots(dev=host.dev, sys=host.sys, udev=host.udev)
     by_resource = {
-        r.name: slice_devices(r.name, discover(r, roots), {"x"}, driver="genericdp.io")
+        r.name: slice_devices(
+            r.name, discover(r, roots), {"x"}, driver="genericdp.io", own=r.dra.attributes
+        )
         for r in config.resources
     }
     objs: dict[str, Any] = pool_slices(
@@ -176,6 +186,18 @@ def test_simulated_slices_pass_the_real_api_server(tmp_path: Path, apiserver: Ap
     )
     for obj in objs.values():
         apiserver.kubectl("create", "--dry-run=server", "-f", "-", input_text=json.dumps(obj))
+    serial = next(o for o in objs.values() if "serial" in o["metadata"]["name"])
+    kept = json.loads(
+        apiserver.kubectl(
+            "create", "--dry-run=server", "-o", "json", "-f", "-", input_text=json.dumps(serial)
+        )
+    )
+    attributes = kept["spec"]["devices"][0]["attributes"]
+    assert attributes["model"] == {"string": "FT232R"}
+    assert attributes["vendor"] == {"string": "overridden"}  # the definition's own win
+    assert attributes["ports"] == {"int": 1}
+    assert attributes["rugged"] == {"bool": True}
+    assert attributes["firmware"] == {"version": "1.2.3"}
 
 
 def test_simulate_backend_dra_shows_slices_and_a_claims_prepare(tmp_path: Path) -> None:
@@ -214,3 +236,26 @@ def test_simulate_backend_dra_refuses_what_cannot_be_had(tmp_path: Path) -> None
     assert done.returncode == EXIT_FAILED
     assert "unsatisfiable: 2 device(s) published" in done.stdout
     assert "refused: unknown resource" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("attributes", "complaint"),
+    [
+        ("{resource: x}", "resource"),
+        ("{pci-address: x}", "pci-address"),
+        ("{firmware: {version: '1.2'}}", "firmware"),
+        ("{name: " + "x" * 65 + "}", "name"),
+    ],
+)
+def test_bad_dra_attributes_are_config_errors(
+    tmp_path: Path, attributes: str, complaint: str
+) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "version: v1\nresources:\n  - name: example.com/a\n    match: [{glob: /dev/null}]\n"
+        f"    dra:\n      attributes: {attributes}\n"
+    )
+    done = run("validate", str(cfg))
+    assert done.returncode != 0
+    assert "c.yaml:6" in done.stderr, done.stderr
+    assert complaint in done.stderr, done.stderr

@@ -271,3 +271,14 @@ async def test_a_claim_source_that_misbehaves_fails_its_claims_briefly(base: Pat
     answer = await preparer.prepare([claim(1), claim(2)])
     assert len(answer[claim(1).uid].error) < MAX_ERROR_CHARS + 100
     assert "internal error: the client library broke" in answer[claim(2).uid].error
+
+
+async def test_a_device_named_by_two_requests_is_one_cdi_device(base: Path) -> None:
+    s = setup(base, [(definition(hooks=ALL_HOOKS), [unit(0)])])
+    name = device_name(SERIAL, "A0")
+    s.claims.add(claim(), [AllocatedDevice("a", NODE, name), AllocatedDevice("b", NODE, name)])
+    result = (await s.preparer.prepare([claim()]))[claim().uid]
+    assert [(d.request, d.device) for d in result.devices] == [("a", name), ("b", name)]
+    spec = json.loads((s.cdi_dir / spec_name(claim().uid)).read_text())
+    assert len(spec["devices"]) == 1
+    assert s.hooks.runs[0][2] == ("A0", "A0")  # unit_env lists it once to the hook

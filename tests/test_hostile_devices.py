@@ -24,12 +24,10 @@ from genericdp.discovery import find_nodes
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.errors import UnsafeAllocationError
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
-from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.allocation import AllocationError
 from genericdp.metrics import Metrics
-from genericdp.runtime.supervisor import Supervisor
 from tests.fakesys import FakeHost
-from tests.runtime_harness import Running, allocate_request, config, plugin_stub, settings_for
+from tests.runtime_harness import Running, allocate_request, config, plugin_stub, running
 
 SERIAL = "example.com/serial"
 
@@ -37,15 +35,9 @@ SERIAL = "example.com/serial"
 @asynccontextmanager
 async def serving(base: Path, text: str) -> AsyncIterator[tuple[Running, Metrics]]:
     """The supervisor with real discovery of ``base/host`` and metrics, against a kubelet."""
-    settings = settings_for(base)
     metrics = Metrics(process=False)
-    async with EmbeddedKubelet(settings.plugin_dir) as kubelet:
-        supervisor = Supervisor(settings, metrics=metrics)
-        await supervisor.start(config(text))
-        try:
-            yield Running(kubelet, supervisor, settings), metrics
-        finally:
-            assert await supervisor.stop() == ()
+    async with running(base, config(text), metrics=metrics) as rt:
+        yield rt, metrics
 
 
 def refused(metrics: Metrics, resource: str = SERIAL) -> float:

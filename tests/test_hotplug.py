@@ -20,12 +20,11 @@ from genericdp.discovery.model import Roots, Unit
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.state import EventKind
 from tests.fakesys import FakeHost
-from tests.runtime_harness import config, running
+from tests.runtime_harness import NO_PERIODIC, config, running
 
 SERIAL = "example.com/serial"
 BY_ID = "example.com/by-id"
 RENDER = "example.com/render"
-NO_PERIODIC = {"rescan_interval": 3600.0, "hotplug_settle": 0.05}
 
 
 @dataclass

@@ -31,6 +31,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "execution discovery",
         "reaper config",
         "settings httpserver",
+        "aio",
         "logsetup",
         "errors exits k8snames __init__",
     )

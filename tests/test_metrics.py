@@ -16,7 +16,7 @@ from genericdp.errors import CdiSpecError, HookError, InvalidDevicesError, Templ
 from genericdp.execution import ExecResult
 from genericdp.hooks import HookRun, HookRunError
 from genericdp.metrics import Metrics, liveness, readiness
-from genericdp.runtime.plugin import PluginStatus
+from genericdp.runtime.edge import PluginStatus
 from genericdp.runtime.recorder import (
     NO_METRICS,
     Recorder,

@@ -200,9 +200,7 @@ def serve_argv(base: Path) -> list[str]:
         sys.executable, "-m", "genericdp", "serve",
         "--config", str(cfg),
         "--plugin-dir", str(base / "dp"),
-        "--dev-root", str(host.dev),
-        "--sys-root", str(host.sys),
-        "--udev-root", str(host.udev),
+        *host.root_flags(),
     ]  # fmt: skip
 
 

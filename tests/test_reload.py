@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from genericdp.aio import Backoff, TaskSet
 from genericdp.config import load
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.state import EventKind
 from genericdp.runtime.configwatch import ConfigWatcher, Outcome
-from genericdp.runtime.tasks import Backoff, TaskSet
 from tests.fakesys import FakeHost
 from tests.runtime_harness import Running, ScriptedDiscovery, running, unit
 from tests.test_configwatch import ConfigMapVolume, Results
@@ -185,9 +185,7 @@ async def test_serve_reloads_a_configmap(base: Path) -> None:
         "-m", "genericdp", "serve",
         "--config", str(volume.target),
         "--plugin-dir", str(plugin_dir),
-        "--dev-root", str(host.dev),
-        "--sys-root", str(host.sys),
-        "--udev-root", str(host.udev),
+        *host.root_flags(),
         "--log-level", "info",
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}

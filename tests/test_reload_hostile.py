@@ -145,9 +145,7 @@ async def start_serve(
         "-m", "genericdp", "serve",
         "--config", str(config),
         "--plugin-dir", str(plugin_dir),
-        "--dev-root", str(host.dev),
-        "--sys-root", str(host.sys),
-        "--udev-root", str(host.udev),
+        *host.root_flags(),
         "--metrics-address", "127.0.0.1:0",
         "--log-level", log_level,
     ]  # fmt: skip

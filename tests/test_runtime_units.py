@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
-import random
 import socket
 from pathlib import Path
 
@@ -19,7 +17,6 @@ from genericdp.runtime.kubeletwatch import DirChange, watch_plugin_dir
 from genericdp.runtime.plugin import remove_stale_sockets, socket_name
 from genericdp.runtime.state import DeviceState
 from genericdp.runtime.supervisor import Supervisor
-from genericdp.runtime.tasks import Backoff, TaskSet, wait_event
 from tests.runtime_harness import settings_for
 
 
@@ -89,80 +86,6 @@ async def test_state_wait_changed_wakes_and_closes() -> None:
     await asyncio.sleep(0)
     state.close()
     assert await closing is None
-
-
-def test_backoff_doubles_to_maximum_with_jitter() -> None:
-    """Delays grow from initial by the factor up to maximum, within the jitter band."""
-    b = Backoff(initial=0.1, maximum=0.5, jitter=0.2, rng=random.Random(1))  # noqa: S311 -- jitter
-    delays = [b.next() for _ in range(6)]
-    bases = [0.1, 0.2, 0.4, 0.5, 0.5, 0.5]
-    for delay, base in zip(delays, bases, strict=True):
-        assert base * 0.8 <= delay <= base * 1.2
-    b.reset()
-    assert b.next() <= 0.12
-
-
-async def test_taskset_restarts_failed_task_and_stops(caplog: pytest.LogCaptureFixture) -> None:
-    """A failing task is logged by name and restarted; stop cancels and awaits it."""
-    runs = 0
-    restarted = asyncio.Event()
-
-    async def flaky() -> None:
-        nonlocal runs
-        runs += 1
-        if runs == 1:
-            raise RuntimeError("boom")
-        restarted.set()
-        await asyncio.Event().wait()
-
-    tasks = TaskSet(logging.getLogger("test"))
-    tasks.spawn("flaky", flaky, backoff=Backoff(initial=0.001, maximum=0.001))
-    await asyncio.wait_for(restarted.wait(), 5)
-    assert "task flaky failed" in caplog.text
-    assert tasks.names == ("flaky",)
-    assert await tasks.stop(timeout=2) == ()
-    assert len(tasks.names) == 0
-
-
-async def test_taskset_logs_our_errors_without_traceback(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """A task failing with one of our errors logs its message, not a traceback; others get one."""
-    failures = [KubeletError("cannot watch /nowhere"), RuntimeError("a bug")]
-    done = asyncio.Event()
-
-    async def failing() -> None:
-        if failures:
-            raise failures.pop(0)
-        done.set()
-
-    tasks = TaskSet(logging.getLogger("test"))
-    tasks.spawn("watch", failing, backoff=Backoff(initial=0.001, maximum=0.001))
-    await asyncio.wait_for(done.wait(), 5)
-    ours, bug = [r for r in caplog.records if "task watch failed" in r.getMessage()]
-    assert ours.getMessage() == "task watch failed: cannot watch /nowhere"
-    assert ours.exc_info is None
-    assert bug.exc_info is not None
-    assert await tasks.stop(timeout=2) == ()
-
-
-async def test_taskset_reports_stragglers() -> None:
-    """A task that ignores cancellation past the timeout is named as a straggler."""
-    release = asyncio.Event()
-
-    async def stubborn() -> None:
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await release.wait()
-
-    tasks = TaskSet(logging.getLogger("test"))
-    task = tasks.spawn("stubborn", stubborn)
-    await asyncio.sleep(0)
-    assert await tasks.stop(timeout=0.01) == ("stubborn",)
-    release.set()
-    with pytest.raises(asyncio.CancelledError):
-        await task
 
 
 def test_socket_name_is_unique_short_and_ours() -> None:
@@ -250,18 +173,3 @@ async def test_socket_path_too_long_is_a_clear_error(tmp_path: Path) -> None:
     error = statuses["example.com/serial"].last_error or ""
     assert "107 bytes" in error
     assert not statuses["example.com/serial"].registered
-
-
-async def test_wait_event_times_out_fires_and_stays_cancellable() -> None:
-    """wait_event says whether the event fired in time, and a cancel always ends it."""
-    event = asyncio.Event()
-    assert not await wait_event(event, 0.01)
-    event.set()
-    assert await wait_event(event, 10)
-    event.clear()
-    waiter = asyncio.create_task(wait_event(event, 10))
-    await asyncio.sleep(0)  # let it start waiting
-    event.set()  # fire and cancel together: the cancel must win
-    waiter.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await waiter

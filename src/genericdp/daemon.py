@@ -14,12 +14,12 @@ import logging
 import signal
 from collections.abc import Callable
 
+from genericdp.aio import Backoff, TaskSet
 from genericdp.config.model import Config
 from genericdp.exits import EXIT_OK
 from genericdp.httpserver import run_http_server
 from genericdp.metrics import Metrics, Verdict, readiness, routes
 from genericdp.reaper import SUBREAPER
-from genericdp.runtime.tasks import Backoff, TaskSet
 from genericdp.settings import ListenAddress, Settings
 
 log = logging.getLogger(__name__)

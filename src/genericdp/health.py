@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
+from genericdp import logsetup
 from genericdp.config.model import HealthCheck
 from genericdp.discovery.model import Unit
 from genericdp.execution import ExecResult, run_exec
@@ -179,7 +180,8 @@ class HealthMonitor:
             async with self._slots:
                 result = await run_exec(self.check.exec, env=env)
         except Exception:
-            self._log.exception("health probe of %s unit %s failed", self.resource, unit.id)
+            with logsetup.fields(resource=self.resource, unit=unit.id):
+                self._log.exception("health probe of %s unit %s failed", self.resource, unit.id)
             return None
         if self._on_result is not None:
             try:
@@ -189,6 +191,10 @@ class HealthMonitor:
         return result
 
     def _record(self, unit_id: str, result: ExecResult | None) -> None:
+        with logsetup.fields(resource=self.resource, unit=unit_id):
+            self._record_in(unit_id, result)
+
+    def _record_in(self, unit_id: str, result: ExecResult | None) -> None:
         tracker = self._trackers.get(unit_id)
         first = tracker is None
         if tracker is None:

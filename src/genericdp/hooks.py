@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from genericdp import logsetup
 from genericdp.config.model import Exec
 from genericdp.discovery.model import Unit
 from genericdp.errors import HookError
@@ -89,7 +90,15 @@ def unit_env(
 
 
 async def run_hook(hook: HookRun) -> ExecResult:
-    """Run ``hook``; return its result, or raise ``HookRunError``."""
+    """Run ``hook``; return its result, or raise ``HookRunError``. Its log lines carry
+    ``resource`` (and ``unit`` when it runs for one) as fields."""
+    unit_ids = {u.id for u in hook.units}
+    unit = {"unit": next(iter(unit_ids))} if len(unit_ids) == 1 else {}
+    with logsetup.fields(resource=hook.resource, **unit):
+        return await _run_hook(hook)
+
+
+async def _run_hook(hook: HookRun) -> ExecResult:
     name, spec, resource, units = hook.name, hook.spec, hook.resource, hook.units
     log = hook.logger or _log
     ids = _ids_text([u.id for u in _unique_units(units)])

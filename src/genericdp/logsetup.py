@@ -2,8 +2,9 @@
 log collectors. Extra fields passed with ``extra={...}`` appear in both.
 
 A task started with ``context_with(resource=..., unit=...)`` (``TaskSet.spawn``'s
-``log_fields``) logs those as fields of every JSON line, whatever module
-logs; the text lines already name them in the message, so they stay as they are.
+``log_fields``), and a block under ``with fields(...)``, log those as fields
+of every JSON line, whatever module logs; the text lines already name them
+in the message, so they stay as they are.
 
 ``RateLimitedLog`` is for messages that whoever is outside can trigger at
 will (connections to the metrics port): a flood of them must not become a
@@ -17,7 +18,8 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TextIO
@@ -33,6 +35,18 @@ _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
     "taskName",
     _FROM_CONTEXT,
 }
+
+
+@contextmanager
+def fields(**values: str) -> Iterator[None]:
+    """Log records inside the block carry ``values`` as fields too (JSON), like the
+    lines of a task started with ``context_with``: for a call into a resource from
+    outside its tasks (a reload, Allocate, a stop)."""
+    token = _FIELDS.set({**_FIELDS.get(), **values})
+    try:
+        yield
+    finally:
+        _FIELDS.reset(token)
 
 
 def context_with(**fields: str) -> contextvars.Context:

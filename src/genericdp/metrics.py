@@ -41,7 +41,7 @@ from genericdp.httpserver import Response, Route
 from genericdp.runtime.recorder import ALLOCATION_RESULTS, REGISTRATION_RESULTS
 
 if TYPE_CHECKING:
-    from genericdp.runtime.plugin import PluginStatus
+    from genericdp.runtime.edge import PluginStatus
 
 log = logging.getLogger(__name__)
 

@@ -86,10 +86,10 @@ SIMULATE_SKIPS = frozenset(
         "pod_resources_socket",
         "cdi_dir",
         "metrics_address",
-        "kubeconfig",
-        "backend",
         "dra_registration_dir",
         "dra_plugins_dir",
+        "kubeconfig",
+        "backend",
     }
 )
 

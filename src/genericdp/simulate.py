@@ -34,7 +34,7 @@ from genericdp.kubelet.embedded.state import EventKind, ResourceSnapshot
 from genericdp.settings import Settings
 
 if TYPE_CHECKING:
-    from genericdp.runtime.plugin import PluginStatus
+    from genericdp.runtime.edge import PluginStatus
 
 
 class SimulateUsageError(GenericdpError):
@@ -314,7 +314,8 @@ def simulate_dra(
     node = settings.node_name or "simulated-node"
     units = {r.name: discover(r, roots) for r in config.resources}
     by_resource = {
-        r.name: devices(r.name, units[r.name], set(), driver=driver) for r in config.resources
+        r.name: devices(r.name, units[r.name], set(), driver=driver, own=r.dra.attributes)
+        for r in config.resources
     }
     published = pool_slices(by_resource, node=node, driver=driver, generation=1)
     print(

@@ -11,10 +11,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from types import MappingProxyType
 from typing import Any
 
 from genericdp.config.model import (
     AllocateSpec,
+    AttributeValue,
+    DraSpec,
     Exec,
     GlobMatcher,
     GroupBy,
@@ -26,6 +29,7 @@ from genericdp.config.model import (
     ResourceDefinition,
     Source,
     UdevMatcher,
+    Version,
     frozen_map,
 )
 from genericdp.config.templates import (
@@ -121,9 +125,17 @@ def resource_definition(
         hooks=_hooks(raw.get("hooks", {}), duration),
         allocate=allocate,
         preferred_allocation=PreferredAllocation(raw.get("preferredAllocation", "packed")),
+        dra=_dra(raw.get("dra", {})),
         source=Source(file, line),
         templates=templates,
     )
+
+
+def _dra(raw: dict[str, Any]) -> DraSpec:
+    attributes: dict[str, AttributeValue] = {}
+    for name, value in sorted(raw.get("attributes", {}).items()):
+        attributes[name] = Version(str(value["version"])) if isinstance(value, dict) else value
+    return DraSpec(attributes=MappingProxyType(attributes))
 
 
 def _matcher(raw: dict[str, Any]) -> Matcher:

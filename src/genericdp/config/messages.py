@@ -69,6 +69,10 @@ def unknown_key(key: str, allowed: Sequence[str]) -> str:
     return message + _suggest(key, allowed)
 
 
+# The attributes every DRA device carries (genericdp.dra.slices); the schema refuses them.
+DRA_RESERVED_ATTRIBUTES = ("resource", "unitID", "healthy", "nodes")
+
+
 def _suggest(word: str, choices: Sequence[str]) -> str:
     close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
@@ -85,6 +89,14 @@ def _bad_key(path: KeyPath, key: str) -> str:
         return (
             f"{key!r} is not a valid environment variable name: use letters, digits,"
             " '_', '-' and '.', not starting with a digit"
+        )
+    if path and path[-1] == "attributes":
+        if key in DRA_RESERVED_ATTRIBUTES:
+            listed = ", ".join(DRA_RESERVED_ATTRIBUTES)
+            return f"{key!r} is set by genericdp itself ({listed}); choose another name"
+        return (
+            f"{key!r} is not a valid attribute name: a C identifier (letters, digits, '_',"
+            " not starting with a digit) of at most 32 characters"
         )
     return "keys must not be empty"
 
@@ -111,6 +123,8 @@ def _message(error: ValidationError, doc: Document, path: KeyPath) -> str:  # no
         return "must not be empty: list at least one item"
     if keyword == "minLength":
         return "must not be empty"
+    if keyword == "maxLength":
+        return f"is too long: at most {value} characters, not {len(instance)}"
     if keyword == "minProperties":
         return f"must set at least one of {', '.join(schema.get('properties', {}))}"
     if keyword == "pattern":
@@ -148,6 +162,8 @@ def _pattern_message(last: object, instance: str) -> str:
         return f"{instance!r} is not a duration: {DURATION_HINT}"
     if last == "permissions":
         return f"{instance!r} is not valid: use one or more of r, w, m, each at most once, e.g. rw"
+    if last == "version":
+        return f"{instance!r} is not a semantic version (semver 2.0: MAJOR.MINOR.PATCH, e.g. 1.2.3)"
     return f"{instance!r} does not have the expected form"
 
 

@@ -143,6 +143,23 @@ class Source:
 
 
 @dataclass(frozen=True)
+class Version:
+    """A ``{version: 1.2.3}`` attribute value (semver 2.0)."""
+
+    version: str
+
+
+AttributeValue = str | int | bool | Version
+
+
+@dataclass(frozen=True)
+class DraSpec:
+    """What only the DRA backend uses: attributes for every device of the resource."""
+
+    attributes: Mapping[str, AttributeValue] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True)
 class ResourceDefinition:
     """One extended resource served by one device plugin."""
 
@@ -155,6 +172,7 @@ class ResourceDefinition:
     hooks: Hooks = field(default_factory=Hooks)
     allocate: AllocateSpec = field(default_factory=AllocateSpec)
     preferred_allocation: PreferredAllocation = PreferredAllocation.PACKED
+    dra: DraSpec = field(default_factory=DraSpec)
     source: Source = field(default=Source("<memory>"), compare=False)
     # Built once at load time from ``allocate``; derived, so not compared.
     templates: CompiledTemplates | None = field(default=None, compare=False, repr=False)

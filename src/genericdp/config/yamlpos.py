@@ -52,6 +52,13 @@ class Pos:
     column: int
 
 
+def located(file: str, pos: Pos | None, path: KeyPath, message: str) -> ConfigIssue:
+    """A ConfigIssue at ``pos`` (unknown: None) about ``path``."""
+    return ConfigIssue(
+        file, pos.line if pos else None, pos.column if pos else None, format_path(path), message
+    )
+
+
 @dataclass(frozen=True)
 class Document:
     """One parsed YAML file: plain data and where each piece was written."""
@@ -93,13 +100,7 @@ class Document:
     def issue(self, path: KeyPath, message: str, *, at_key: bool = False) -> ConfigIssue:
         """A ConfigIssue located at the value (or key) of ``path``."""
         pos = self.key_pos(path) if at_key else self.value_pos(path)
-        return ConfigIssue(
-            self.file,
-            pos.line if pos else None,
-            pos.column if pos else None,
-            format_path(path),
-            message,
-        )
+        return located(self.file, pos, path, message)
 
 
 def format_path(path: KeyPath) -> str:
@@ -199,14 +200,7 @@ class _Builder:
 
     def _located(self, path: KeyPath, message: str, *, at_key: bool = False) -> ConfigIssue:
         first, second = (self.keys, self.values) if at_key else (self.values, self.keys)
-        pos = first.get(path) or second.get(path)
-        return ConfigIssue(
-            self.file,
-            pos.line if pos else None,
-            pos.column if pos else None,
-            format_path(path),
-            message,
-        )
+        return located(self.file, first.get(path) or second.get(path), path, message)
 
     def _issue(self, path: KeyPath, message: str, *, at_key: bool = False) -> None:
         self.issues.append(self._located(path, message, at_key=at_key))

@@ -93,10 +93,13 @@ class Inventory:
         """The resource's definition and current units (discovery, reload)."""
         held = self._resources.get(definition.name)
         probed = definition.health is not None
+        found = {u.id: u for u in units}
+        if held is not None and (held.definition, held.units) == (definition, found):
+            return  # a rescan that found what was there
         if held is None:
             held = self._resources[definition.name] = _Resource(definition, {}, probed)
         held.definition, held.probed = definition, probed
-        held.units = {u.id: u for u in units}
+        held.units = found
         held.updated = self._now()
         self._reindex()
 
@@ -111,8 +114,10 @@ class Inventory:
         held = self._resources.get(resource)
         if held is None:
             return
-        held.unhealthy, held.seen = frozenset(unhealthy), frozenset(probed)
-        held.messages = dict(messages)
+        report = (frozenset(unhealthy), frozenset(probed), dict(messages))
+        if (held.unhealthy, held.seen, held.messages) == report:
+            return
+        held.unhealthy, held.seen, held.messages = report
         held.updated = self._now()
         self._bump()
 

@@ -216,7 +216,8 @@ class Preparer:
         spec = claim_spec(
             self.driver,
             claim.uid,
-            (SpecDevice(alloc.device, nodes[alloc.device]) for alloc, _ in found),
+            # One CDI device per device, even when two requests name the same one.
+            (SpecDevice(name, device_nodes) for name, device_nodes in nodes.items()),
             env,
             mounts,
         )

@@ -28,10 +28,11 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
+from genericdp.config.model import AttributeValue
 from genericdp.discovery.model import Unit
 from genericdp.dra import slices
 from genericdp.dra.kubeapi import (
@@ -81,37 +82,35 @@ class SlicePublisher:
         self._watcher: asyncio.Task[None] | None = None
         self._started_at = 0.0
         self.writes = 0  # slices created, replaced or deleted (tests and docs count them)
+        self._adopted = False
 
     async def start(self) -> None:
-        """Adopt the slices a previous instance on this node left, and start the writer."""
+        """Start the writer, which first adopts what a previous instance on this node left.
+
+        Returns at once: an unreachable API server delays nothing but the writes.
+        """
         if self._task is not None:
             return
         self._started_at = time.monotonic()
-        try:
-            self._held = await self._list()
-        except Exception as err:  # never fatal: the writer lists again
-            log.warning("could not list the ResourceSlices of node %s: %s", self.node, err)
-        else:
-            if self._held:
-                log.info(
-                    "adopting %d ResourceSlice(s) of node %s: %s",
-                    len(self._held),
-                    self.node,
-                    ", ".join(sorted(self._held)),
-                )
         self._task = asyncio.create_task(self._run(), name=f"dra/slices/{self.node}")
         self._watcher = asyncio.create_task(self._watch(), name=f"dra/slices/{self.node}/watch")
         # Slices of resources that are not published again are deleted after the grace.
         self._changed()
 
     async def publish(
-        self, resource: str, units: Sequence[Unit], unhealthy: AbstractSet[str]
+        self,
+        resource: str,
+        units: Sequence[Unit],
+        unhealthy: AbstractSet[str],
+        *,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> None:
         """``resource`` serves ``units`` now (``unhealthy``: unit IDs); written within a second.
 
-        Raises ``slices.SliceError`` when the resource cannot be published at all.
+        ``attributes``: the definition's own (``dra.attributes``). Raises
+        ``slices.SliceError`` when the resource cannot be published at all.
         """
-        found = slices.devices(resource, units, unhealthy, driver=self.driver)
+        found = slices.devices(resource, units, unhealthy, driver=self.driver, own=attributes)
         if self._desired.get(resource) == found:
             return
         self._desired[resource] = found
@@ -230,6 +229,14 @@ class SlicePublisher:
     async def _sync(self) -> None:
         if self._held is None:
             self._held = await self._list()
+            if not self._adopted and self._held:
+                log.info(
+                    "adopting %d ResourceSlice(s) of node %s: %s",
+                    len(self._held),
+                    self.node,
+                    ", ".join(sorted(self._held)),
+                )
+            self._adopted = True
         held = self._held
         wanted = slices.pool_slices(self._desired, node=self.node, driver=self.driver, generation=0)
         if _same(wanted, held):

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
+from genericdp.config.model import AttributeValue, Version
 from genericdp.discovery.model import Unit
 from genericdp.dra.naming import device_name
 from genericdp.errors import GenericdpError
@@ -86,15 +87,43 @@ def discovered_attributes(unit: Unit) -> dict[str, Attribute]:
     return {name: value for name, value in found.items() if value is not None}
 
 
-def device(resource: str, unit: Unit, *, healthy: bool, driver: str) -> dict[str, Any]:
-    """One device of a slice: ``unit`` of ``resource``; unhealthy ones carry a NoSchedule taint."""
+def typed(value: AttributeValue) -> Attribute | None:
+    """A config attribute value as the API's typed value (None when it cannot be one)."""
+    if isinstance(value, Version):
+        return None if len(value.version.encode()) > MAX_VALUE_BYTES else {"version": value.version}
+    if isinstance(value, bool):
+        return {"bool": value}
+    if isinstance(value, int):
+        return {"int": value}
+    return _string(value)
+
+
+def device(
+    resource: str,
+    unit: Unit,
+    *,
+    healthy: bool,
+    driver: str,
+    own: Mapping[str, AttributeValue] | None = None,
+) -> dict[str, Any]:
+    """One device of a slice: ``unit`` of ``resource``; unhealthy ones carry a NoSchedule taint.
+
+    ``own`` are the definition's attributes (``dra.attributes``): they win
+    over discovered ones, never over ``resource``, ``unitID``, ``healthy``
+    and ``nodes`` (the schema refuses those names).
+    """
     attributes: dict[str, Attribute] = {
         "resource": {"string": resource},
         "unitID": {"string": unit.id},
         "healthy": {"bool": healthy},
         "nodes": {"int": len(unit.nodes)},
     }
-    for name, value in discovered_attributes(unit).items():
+    found = discovered_attributes(unit)
+    for name, given in (own or {}).items():
+        made = typed(given)
+        if made is not None:
+            found[name] = made
+    for name, value in found.items():
         attributes.setdefault(name, value)
     entry: dict[str, Any] = {
         "name": device_name(resource, unit.id),
@@ -117,11 +146,18 @@ def check_resource(resource: str) -> None:
 
 
 def devices(
-    resource: str, units: Iterable[Unit], unhealthy: AbstractSet[str], *, driver: str
+    resource: str,
+    units: Iterable[Unit],
+    unhealthy: AbstractSet[str],
+    *,
+    driver: str,
+    own: Mapping[str, AttributeValue] | None = None,
 ) -> list[dict[str, Any]]:
     """The devices of ``resource``, ordered by name (two units never share one)."""
     check_resource(resource)
-    made = [device(resource, u, healthy=u.id not in unhealthy, driver=driver) for u in units]
+    made = [
+        device(resource, u, healthy=u.id not in unhealthy, driver=driver, own=own) for u in units
+    ]
     made.sort(key=lambda entry: str(entry["name"]))
     return made
 

@@ -44,13 +44,12 @@ from typing import Protocol, TypeVar, cast
 
 from inotify_simple import INotify, flags
 
+from genericdp.aio import Backoff, TaskSet, inotify_events, wait_event
 from genericdp.config import load
 from genericdp.config.loader import HIDDEN_PREFIX, SUFFIXES, config_files
 from genericdp.config.model import Config
 from genericdp.errors import ConfigError, ConfigIssue, GenericdpError
-from genericdp.runtime.inotify import inotify_events
 from genericdp.runtime.reconcile import Plan, plan
-from genericdp.runtime.tasks import Backoff, TaskSet, wait_event
 from genericdp.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -38,8 +38,8 @@ from typing import Any, Protocol
 
 from inotify_simple import flags
 
+from genericdp.aio import inotify_events, wait_event
 from genericdp.errors import DiscoveryError
-from genericdp.runtime.inotify import inotify_events
 
 log = logging.getLogger(__name__)
 
@@ -235,14 +235,9 @@ class _Watches:
 
 
 async def _readable(event: asyncio.Event, timeout: float | None) -> bool:  # noqa: ASYNC109
-    """Wait until the inotify fd is readable; False if ``timeout`` passed first."""
-    if not event.is_set():
-        # asyncio.timeout, not wait_for: 3.11's wait_for can lose a cancellation.
-        try:
-            async with asyncio.timeout(timeout):
-                await event.wait()
-        except TimeoutError:
-            return False
+    """Wait until the inotify fd is readable (and take the event); False on timeout."""
+    if not await wait_event(event, timeout):
+        return False
     event.clear()
     return True
 

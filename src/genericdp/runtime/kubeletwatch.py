@@ -15,8 +15,8 @@ from pathlib import Path
 
 from inotify_simple import flags
 
+from genericdp.aio import inotify_events
 from genericdp.errors import KubeletError
-from genericdp.runtime.inotify import inotify_events
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 The kubelet dials the plugin back while it handles Register, so the server is
 serving before Register is sent. Registration runs in its own loop, woken by
-``request_registration``: at start, when the kubelet restarts (our socket gone
+``wake``: at start, when the kubelet restarts (our socket gone
 or ``kubelet.sock`` created, seen by the kubelet watch) and when the kubelet
 ends our ListAndWatch stream (it never reopens one). Requests arriving close
 together are merged, and a failed attempt is retried with backoff, or at once
@@ -43,22 +43,13 @@ import re
 import secrets
 import socket as socketlib
 import stat
-import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from genericdp.allocation.render import Allocation, render_allocation
+from genericdp.aio import Backoff, wait_event
+from genericdp.allocation.render import Allocation
 from genericdp.config.model import ResourceDefinition
-from genericdp.discovery.model import Unit
-from genericdp.errors import (
-    InvalidDevicesError,
-    KubeletError,
-    RegistrationError,
-    UnsafeAllocationError,
-    clip,
-)
-from genericdp.hooks import INIT, PRE_START, HookRun, HookRunner
+from genericdp.errors import KubeletError, RegistrationError, UnsafeAllocationError
 from genericdp.kubelet.devices import DeviceInfo
 from genericdp.kubelet.options import (
     KUBELET_SOCKET_NAME,
@@ -73,18 +64,17 @@ from genericdp.kubelet.servicer import (
     PreferredRequest,
     allocate_response_size,
 )
-from genericdp.runtime.preferred import preferred_allocation
+from genericdp.runtime.allocator import Allocator
+from genericdp.runtime.context import ResourceContext
+from genericdp.runtime.edge import PluginStatus
+from genericdp.runtime.kubeletwatch import DirChange
 from genericdp.runtime.reconcile import plugin_options
-from genericdp.runtime.recorder import NO_METRICS, Recorder, allocation_result
 from genericdp.runtime.state import DeviceState
-from genericdp.runtime.tasks import Backoff, wait_event
 
 log = logging.getLogger(__name__)
 
 SOCKET_PREFIX = "gdp-"
 _MAX_SLUG = 40
-_MAX_IDS_SHOWN = 5
-_MAX_ID_CHARS = 80  # our IDs are at most 63
 # The kubelet opens ListAndWatch as soon as Register is accepted (runClient);
 # generous for a loaded node: a stream arriving after we gave up would be
 # taken for another client's, and a second Register would follow.
@@ -106,21 +96,6 @@ def file_id(path: Path, *, socket_only: bool = False) -> FileId | None:
 
 def _clear(path: Path) -> None:
     path.unlink(missing_ok=True)
-
-
-@dataclass(frozen=True)
-class PluginStatus:
-    """What an observer (``simulate``, tests, metrics) can see of one plugin."""
-
-    resource: str
-    socket: Path | None
-    registered: bool
-    registrations: int  # successful Register calls since start
-    streams: int  # ListAndWatch streams open now
-    devices: int
-    healthy: int
-    last_error: str | None = None
-    units: int = 0  # discovered units (``devices`` counts their replica IDs)
 
 
 def socket_name(resource: str, token: str | None = None, *, max_bytes: int | None = None) -> str:
@@ -192,46 +167,31 @@ def remove_stale_sockets(plugin_dir: Path) -> list[Path]:
     return removed
 
 
-def _shown(ids: Sequence[str]) -> str:
-    """A few IDs for a message; each is cut short (the peer chose them, maybe 1 MB long)."""
-    more = len(ids) - _MAX_IDS_SHOWN
-    listed = ", ".join(clip(i, _MAX_ID_CHARS) for i in ids[:_MAX_IDS_SHOWN])
-    return listed + (f" and {more} more" if more > 0 else "")
-
-
 class ResourcePlugin:
-    """The DevicePlugin backend and kubelet registration for one resource."""
+    """The device-plugin edge of one resource: its socket and server, Register, the streams.
+
+    The registration side is this class; Allocate, GetPreferredAllocation and
+    PreStartContainer go to the resource's ``Allocator``.
+    """
+
+    task = "registration"
 
     def __init__(
         self,
-        definition: ResourceDefinition,
+        definition: Callable[[], ResourceDefinition],
         state: DeviceState,
-        *,
-        plugin_dir: Path,
-        run_hook: HookRunner,
-        node_name: str = "",
-        on_status: Callable[[], None] = lambda: None,
-        backoff: Backoff | None = None,
-        settle: float = 0.05,
-        register_timeout: float = REGISTER_TIMEOUT,
-        metrics: Recorder = NO_METRICS,
-        on_claim: Callable[[Sequence[tuple[str, ...]]], Awaitable[None]] | None = None,
-        on_allocated: Callable[[tuple[str, ...]], None] = lambda ids: None,
+        context: ResourceContext,
+        allocator: Allocator,
     ) -> None:
         self._definition = definition
-        self._metrics = metrics
         self.state = state
-        self._plugin_dir = plugin_dir
-        self._run_hook = run_hook
-        self._node_name = node_name
-        self._on_status = on_status
-        self._backoff = backoff or Backoff()
-        self._settle = settle
-        self._register_timeout = register_timeout
-        # Release tracking (runtime/release.py): the kubelet handing IDs out
-        # again means their last holder is done; what we hand out is in use.
-        self._on_claim = on_claim
-        self._on_allocated = on_allocated
+        self._context = context
+        self._allocator = allocator
+        self._metrics = context.recorder
+        self._plugin_dir = context.plugin_dir
+        self._on_status = context.on_status
+        self._backoff = Backoff()
+        self._settle = context.settle
         self._server: PluginServer | None = None
         self._socket_id: FileId | None = None  # the socket file our server bound
         self._socket_lost = asyncio.Event()  # set when it is deleted or replaced
@@ -250,16 +210,7 @@ class ResourcePlugin:
         self._closing = False
         self._want_new_socket = False
 
-    # -- what the supervisor uses ------------------------------------------------
-
-    @property
-    def definition(self) -> ResourceDefinition:
-        return self._definition
-
-    def update(self, definition: ResourceDefinition) -> None:
-        """Swap the definition in place; the device list follows the new count."""
-        self._definition = definition
-        self.state.set_count(definition.count)
+    # -- the Edge the runner uses ------------------------------------------------
 
     @property
     def socket(self) -> Path | None:
@@ -279,22 +230,29 @@ class ResourcePlugin:
             units=len(self.state.units),
         )
 
-    def request_registration(self, reason: str, *, new_socket: bool = False) -> None:
-        """Ask the registration loop to Register (again) unless the one in place is sound."""
-        if new_socket:
+    def wake(self, reason: str, *, renew: bool = False) -> None:
+        """Ask the registration loop to Register (again) unless the one in place is sound;
+        ``renew``: on a fresh socket (the options changed)."""
+        if renew:
             self._want_new_socket = True
         self._reasons.append(reason)
         self._wanted.set()
         self._stream_changed.set()  # wakes a wait for the kubelet's stream: kubelet gone?
 
-    def socket_changed(self) -> None:
-        """Something happened to our socket's name in the kubelet's directory."""
+    def plugin_dir_changed(self, change: DirChange) -> None:
+        """Our socket deleted, or replaced (a file created in its place): check which,
+        and serve again, even during a Register."""
+        socket = self.socket
+        if socket is not None and socket.name in change.deleted | change.created:
+            self._socket_changed()
+
+    def _socket_changed(self) -> None:
         if self._closing or self._server is None or self._socket_intact():
             return  # our own bind, or a stop of ours
         self._socket_lost.set()
-        self.request_registration("our socket was deleted or replaced")
+        self.wake("our socket was deleted or replaced")
 
-    async def run_registration(self) -> None:
+    async def run(self) -> None:
         """Serve and Register whenever asked, until cancelled (``close`` stops serving)."""
         while True:
             await self._wanted.wait()
@@ -306,7 +264,7 @@ class ResourcePlugin:
             except Exception:
                 # A bug of ours: the task guard logs it and runs us again, which
                 # must then still register.
-                self.request_registration("retry after an error")
+                self.wake("retry after an error")
                 raise
 
     async def close(self, grace: float = 3.0) -> None:
@@ -399,7 +357,7 @@ class ResourcePlugin:
                 endpoint=path.name,
                 resource_name=self.resource,
                 options=self.options(),
-                timeout=self._register_timeout,
+                timeout=REGISTER_TIMEOUT,
                 before_send=check,
             )
         )
@@ -489,10 +447,10 @@ class ResourcePlugin:
 
     @property
     def resource(self) -> str:
-        return self._definition.name
+        return self._definition().name
 
     def options(self) -> PluginOptions:
-        return plugin_options(self._definition)
+        return plugin_options(self._definition())
 
     def devices(self) -> tuple[int, Sequence[DeviceInfo]]:
         return self.state.version, self.state.device_list()
@@ -519,102 +477,24 @@ class ResourcePlugin:
             self._stream_changed.set()
             if by_peer and not self._closing:
                 log.warning("%s: the kubelet ended ListAndWatch", self.resource)
-                self.request_registration("kubelet ended ListAndWatch")
+                self.wake("kubelet ended ListAndWatch")
         self._on_status()
 
     def preferred(self, requests: Sequence[PreferredRequest]) -> list[tuple[str, ...]]:
-        units = self.state.units_view()
-        policy = self._definition.preferred_allocation
-        return [
-            preferred_allocation(
-                policy,
-                available=r.available,
-                must_include=r.must_include,
-                size=r.size,
-                units=units,
-            )
-            for r in requests
-        ]
+        return [self._allocator.preferred(r.available, r.must_include, r.size) for r in requests]
 
     async def allocate(self, requests: Sequence[tuple[str, ...]]) -> list[Allocation]:
-        """Check every container's IDs first, then run init hooks and render."""
-        started = time.monotonic()
-        error: BaseException | None = None
-        try:
-            return await self._allocate(requests)
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            elapsed = time.monotonic() - started
-            self._metrics.allocation(self.resource, allocation_result(error), elapsed)
-
-    async def _allocate(self, requests: Sequence[tuple[str, ...]]) -> list[Allocation]:
-        # Everything that can refuse the request without side effects comes
-        # first: a refused Allocate (unknown IDs, a path escaping its template,
-        # an answer over 4 MiB) must not run cleanup on a unit a live pod holds,
-        # nor make us forget that pod's hold (release.UsageTracker.claim).
-        definition = self._definition
-        lookups = [self._checked(ids) for ids in requests]
-        # Off the loop: a template may work up to its time budget (render.py),
-        # and registration, health and every other resource must not wait.
-        allocations = await asyncio.to_thread(
-            lambda: [
-                render_allocation(definition, units, node_name=self._node_name, device_ids=ids)
-                for ids, units in zip(requests, lookups, strict=True)
-            ]
-        )
-        size = allocate_response_size(allocations)
-        if size > MAX_MESSAGE_BYTES:
-            raise UnsafeAllocationError(
-                f"the Allocate answer for {sum(len(ids) for ids in requests)} device(s) would be"
-                f" {size} bytes, over the kubelet's {MAX_MESSAGE_BYTES}-byte message limit:"
-                " make the allocate templates render less"
-            )
-        if self._on_claim is not None:
-            await self._on_claim(requests)  # a cleanup the kubelet did not wait for
-            lookups = [self._checked(ids) for ids in requests]  # ... which may have failed
-        for ids, units in zip(requests, lookups, strict=True):
-            if definition.hooks.init is not None:
-                await self._run_hook(
-                    HookRun(
-                        INIT,
-                        definition.hooks.init,
-                        resource=definition.name,
-                        units=units,
-                        device_ids=ids,
-                        node_name=self._node_name,
-                        logger=log,
-                    )
-                )
-        for ids in requests:
-            self._on_allocated(ids)
-        return allocations
+        return await self._allocator.allocate(requests, check=_fits_a_message)
 
     async def pre_start(self, device_ids: tuple[str, ...]) -> None:
-        definition = self._definition
-        units = self._checked(device_ids, require_healthy=False)
-        if definition.hooks.pre_start is not None:
-            await self._run_hook(
-                HookRun(
-                    PRE_START,
-                    definition.hooks.pre_start,
-                    resource=definition.name,
-                    units=units,
-                    device_ids=device_ids,
-                    node_name=self._node_name,
-                    logger=log,
-                )
-            )
+        await self._allocator.pre_start(device_ids)
 
-    def _checked(self, ids: Sequence[str], *, require_healthy: bool = True) -> tuple[Unit, ...]:
-        found = self.state.lookup(ids)
-        if found.unknown:
-            raise InvalidDevicesError(f"unknown device IDs: {_shown(found.unknown)}")
-        if require_healthy and found.cleaning:
-            unit = "unit" if len(found.cleaning) == 1 else "units"
-            verb = "is" if len(found.cleaning) == 1 else "are"
-            raise InvalidDevicesError(f"{unit} {_shown(found.cleaning)} {verb} being cleaned up")
-        if require_healthy and found.unhealthy:
-            raise InvalidDevicesError(f"unhealthy device IDs: {_shown(found.unhealthy)}")
-        return found.units
+
+def _fits_a_message(requests: Sequence[tuple[str, ...]], answers: Sequence[Allocation]) -> None:
+    size = allocate_response_size(answers)
+    if size > MAX_MESSAGE_BYTES:
+        raise UnsafeAllocationError(
+            f"the Allocate answer for {sum(len(ids) for ids in requests)} device(s) would be"
+            f" {size} bytes, over the kubelet's {MAX_MESSAGE_BYTES}-byte message limit:"
+            " make the allocate templates render less"
+        )

@@ -37,14 +37,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from genericdp import logsetup
+from genericdp.aio import Backoff, TaskSet, wait_event
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.errors import HookError, KubeletError
-from genericdp.hooks import CLEANUP, HookRun, HookRunner
+from genericdp.hooks import CLEANUP, HookRun
 from genericdp.kubelet.devices import unit_id_of
 from genericdp.kubelet.podresources import PodDevices, list_pod_devices
+from genericdp.runtime.context import ResourceContext
 from genericdp.runtime.state import DeviceState
-from genericdp.runtime.tasks import Backoff, TaskSet, wait_event
 
 log = logging.getLogger(__name__)
 
@@ -298,16 +300,13 @@ class Cleaner:
         self,
         state: DeviceState,
         definition: Callable[[], ResourceDefinition],
-        *,
-        run_hook: HookRunner,
-        node_name: str = "",
-        backoff: Callable[[], Backoff] | None = None,
+        context: ResourceContext,
     ) -> None:
         self._state = state
         self._definition = definition
-        self._run_hook = run_hook
-        self._node_name = node_name
-        self._backoff = backoff or (lambda: Backoff(initial=1.0, maximum=60.0))
+        self._run_hook = context.run_hook
+        self._node_name = context.node_name
+        self._backoff = context.cleanup_backoff or (lambda: Backoff(initial=1.0, maximum=60.0))
         self._tasks = TaskSet(log)
         self._running: dict[str, asyncio.Task[None]] = {}  # for stop to wait on
         self._stopping = asyncio.Event()
@@ -403,6 +402,10 @@ class Cleaner:
                 return
 
     async def _attempt(self, unit: Unit, device_ids: tuple[str, ...], *, retry: bool) -> bool:
+        with logsetup.fields(resource=self.resource, unit=unit.id):
+            return await self._attempt_in(unit, device_ids, retry=retry)
+
+    async def _attempt_in(self, unit: Unit, device_ids: tuple[str, ...], *, retry: bool) -> bool:
         definition = self._definition()
         spec = definition.hooks.cleanup
         if spec is None:

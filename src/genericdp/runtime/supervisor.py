@@ -16,19 +16,21 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 
+from genericdp import logsetup
+from genericdp.aio import Backoff, TaskSet, wait_event
 from genericdp.allocation.cdi import remove_stale_specs
 from genericdp.config.model import Config
-from genericdp.discovery.model import Roots
 from genericdp.hooks import HookRunner
 from genericdp.kubelet.options import KUBELET_SOCKET_NAME
+from genericdp.runtime.context import SETTLE, Discover, ResourceContext
 from genericdp.runtime.devwatch import DevChange, watch_devices
+from genericdp.runtime.edge import EdgeFactory, PluginStatus
 from genericdp.runtime.kubeletwatch import DirChange, watch_plugin_dir
-from genericdp.runtime.plugin import PluginStatus, remove_stale_sockets
+from genericdp.runtime.plugin import ResourcePlugin, remove_stale_sockets
 from genericdp.runtime.reconcile import Plan, plan
 from genericdp.runtime.recorder import NO_METRICS, Recorder, TimedHooks
 from genericdp.runtime.release import Release, ReleasePoller, UsageTracker
-from genericdp.runtime.resource import Discover, ResourceContext, ResourceRunner
-from genericdp.runtime.tasks import Backoff, TaskSet
+from genericdp.runtime.resource import ResourceRunner
 from genericdp.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,9 @@ class Supervisor:
     ``discover`` and ``run_hook`` default to the real ones; tests pass their
     own (a discovery that raises, say) instead of patching. ``metrics`` hears
     of registrations, allocations, hooks, probes and kubelet restarts.
+    ``edge`` makes each resource's kubelet-facing side: the device plugin
+    (``ResourcePlugin``) by default, another backend's otherwise
+    (``runtime/edge.py``).
     """
 
     def __init__(
@@ -62,29 +67,27 @@ class Supervisor:
         *,
         discover: Discover | None = None,
         run_hook: HookRunner | None = None,
-        settle: float = 0.05,
+        settle: float = SETTLE,
         metrics: Recorder | None = None,
         cleanup_backoff: Callable[[], Backoff] | None = None,
+        edge: EdgeFactory = ResourcePlugin,
     ) -> None:
         self._settings = settings
+        self._edge = edge
         self._usage = UsageTracker()
         self._discover = discover or _default_discover()
         self._run_hook = run_hook or _default_hook_runner()
         self._metrics = metrics or NO_METRICS
         if metrics is not None:
             self._run_hook = TimedHooks(self._run_hook, metrics)
-        # Built once: what every resource shares (ResourceRunner, its plugin and cleaner).
-        self._context = ResourceContext(
-            plugin_dir=settings.plugin_dir,
-            roots=Roots(dev=settings.dev_root, sys=settings.sys_root, udev=settings.udev_root),
+        # Built once: what every resource shares (its runner, edge, allocator and cleaner).
+        self._context = ResourceContext.of(
+            settings,
             discover=self._discover,
             run_hook=self._run_hook,
-            node_name=settings.node_name,
-            rescan_interval=settings.rescan_interval,
             settle=settle,
             recorder=self._metrics,
             cleanup_backoff=cleanup_backoff,
-            cdi_dir=settings.cdi_dir,
             on_status=self._notify,
         )
         self._runners: dict[str, ResourceRunner] = {}
@@ -118,9 +121,7 @@ class Supervisor:
         self._tasks.spawn("kubelet-watch", self._watch, backoff=Backoff(maximum=10.0))
         # Not awaited: once ready it asks every resource to rescan, so nothing is missed.
         self._tasks.spawn("device-watch", self._watch_devices, backoff=Backoff(maximum=10.0))
-        try:
-            await asyncio.wait_for(self._watching.wait(), watch_timeout)
-        except TimeoutError:
+        if not await wait_event(self._watching, watch_timeout):
             log.warning("not watching %s yet; kubelet restarts may be missed", plugin_dir)
         steps = await self.apply(config)
         # After the first apply, so the first poll already knows who wants cleanup.
@@ -138,7 +139,12 @@ class Supervisor:
         """Reconcile the running plugins with ``config`` (stop, update, start)."""
         async with self._lock:
             steps = plan(self._config.resources, config.resources)
-            log.info("applying config: %s", steps)
+            changing = {*steps.stop, *(d.name for d in (*steps.update, *steps.reregister))}
+            changing |= {d.name for d in steps.start}
+            # A line about one resource carries it as a field, as its own lines do.
+            about = {"resource": next(iter(changing))} if len(changing) == 1 else {}
+            with logsetup.fields(**about):
+                log.info("applying config: %s", steps)
             for name in steps.stop:
                 await self._runners.pop(name).stop(removed=True)
             for definition in steps.update:
@@ -146,7 +152,9 @@ class Supervisor:
             for definition in steps.reregister:
                 await self._runners[definition.name].update(definition, reregister=True)
             for definition in steps.start:
-                runner = ResourceRunner(definition, self._context, usage=self._usage)
+                runner = ResourceRunner(
+                    definition, self._context, usage=self._usage, edge=self._edge
+                )
                 self._runners[definition.name] = runner
                 runner.start()
             self._config = config
@@ -185,7 +193,7 @@ class Supervisor:
         return self._watching.is_set()
 
     def status(self) -> dict[str, PluginStatus]:
-        return {name: r.plugin.status() for name, r in sorted(self._runners.items())}
+        return {name: r.status() for name, r in sorted(self._runners.items())}
 
     async def wait_for(
         self,
@@ -247,11 +255,7 @@ class Supervisor:
         if kubelet_new:
             self._metrics.kubelet_restart()
         for runner in self._runners.values():
-            socket = runner.plugin.socket
-            if socket is not None and socket.name in change.deleted | change.created:
-                # Deleted, or replaced (a file created in its place): the plugin
-                # checks which, and serves again, even during a Register.
-                runner.plugin.socket_changed()
+            runner.edge.plugin_dir_changed(change)
             if change.lost:
                 runner.kick("kubelet directory replaced")
             elif kubelet_new:

@@ -219,7 +219,8 @@ class EmbeddedDraKubelet:
     async def _register(self, socket: str) -> bool:
         """One RegisterPlugin operation; False when it failed (it is retried)."""
         async with grpc.aio.insecure_channel(f"unix:{socket}") as channel:
-            await asyncio.wait_for(channel.channel_ready(), DIAL_TIMEOUT)
+            async with asyncio.timeout(DIAL_TIMEOUT):
+                await channel.channel_ready()
             stub = reg_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
             info: reg_pb.PluginInfo = await stub.GetInfo(
                 reg_pb.InfoRequest(), timeout=GET_INFO_TIMEOUT

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import grpc
 
+from genericdp.aio import TaskSet
 from genericdp.errors import KubeletError
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
-from genericdp.kubelet.embedded.tasks import Tasks
 from genericdp.kubelet.options import KUBELET_DIAL_TIMEOUT, PluginOptions, unix_address
 from genericdp.kubelet.servicer import options_of
 
@@ -73,7 +73,8 @@ class PluginEndpoint:
         self, channel: grpc.aio.Channel, stub: pb_grpc.DevicePluginStub, dial_timeout: float
     ) -> PluginOptions:
         try:
-            await asyncio.wait_for(channel.channel_ready(), dial_timeout)
+            async with asyncio.timeout(dial_timeout):
+                await channel.channel_ready()
         except TimeoutError as exc:
             raise EndpointError("failed to dial device plugin: context deadline exceeded") from exc
         try:
@@ -84,14 +85,13 @@ class PluginEndpoint:
 
     def watch(
         self,
-        tasks: Tasks,
+        tasks: TaskSet,
         on_list: Callable[[PluginEndpoint, pb.ListAndWatchResponse], None],
         on_end: Callable[[PluginEndpoint, str], Awaitable[None]],
     ) -> None:
         """Read ListAndWatch in the background; ``on_end`` gets why it stopped."""
-        self._stream = tasks.spawn(
-            self._read(on_list, on_end), name=f"list-and-watch {self.resource} {self.endpoint}"
-        )
+        name = f"list-and-watch {self.resource} {self.endpoint}"
+        self._stream = tasks.run(name, self._read(on_list, on_end))
 
     async def _read(
         self,

@@ -74,6 +74,8 @@ from types import TracebackType
 
 import grpc
 
+from genericdp import logsetup
+from genericdp.aio import TaskSet, wait_event
 from genericdp.errors import KubeletError
 from genericdp.k8snames import is_extended_resource_name
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
@@ -101,7 +103,6 @@ from genericdp.kubelet.embedded.state import (
     ResourceState,
     describe,
 )
-from genericdp.kubelet.embedded.tasks import Tasks
 from genericdp.kubelet.options import API_VERSION, KUBELET_SOCKET_NAME, unix_address
 from genericdp.kubelet.podresources import PodDevices
 
@@ -140,7 +141,7 @@ class EmbeddedKubelet:
         self._events: list[Event] = []
         self._changed = asyncio.Event()
         self._admission = Admission(self._states, self._endpoints, self._record)
-        self._tasks = Tasks()
+        self._tasks = TaskSet(log)
         self._timers: dict[str, asyncio.Task[None]] = {}
         self._servers: list[tuple[grpc.aio.Server, Path]] = []
         self._running = False
@@ -215,7 +216,7 @@ class EmbeddedKubelet:
             if crashed:
                 leave_dead_socket(path)
         self._servers.clear()
-        await self._tasks.cancel_all()
+        await self._tasks.stop(timeout=None)
         self._timers.clear()
         if crashed:
             self._record(EventKind.CRASHED, "", f"crashed; {self.socket} left behind")
@@ -326,16 +327,14 @@ class EmbeddedKubelet:
                 raise TimeoutError(
                     f"embedded kubelet: condition not met within {timeout}s\n{self.describe()}"
                 )
-            changed = self._changed
-            try:
-                await asyncio.wait_for(changed.wait(), remaining)
-            except TimeoutError:
-                continue
+            await wait_event(self._changed, remaining)
 
     def _record(self, kind: EventKind, resource: str, detail: str) -> None:
         event = Event(kind=kind, resource=resource, detail=detail, at=self._clock())
         self._events.append(event)
-        log.info("embedded kubelet: %s", event)
+        about = {"resource": resource} if resource else {}
+        with logsetup.fields(**about):
+            log.info("embedded kubelet: %s", event)
         # Wake every waiter, then arm a fresh event for the next change.
         self._changed.set()
         self._changed = asyncio.Event()
@@ -461,7 +460,7 @@ class EmbeddedKubelet:
 
     def _start_grace(self, name: str) -> None:
         self._cancel_grace(name)
-        self._timers[name] = self._tasks.spawn(self._expire(name), name=f"grace {name}")
+        self._timers[name] = self._tasks.run(f"grace {name}", self._expire(name))
 
     def _cancel_grace(self, name: str) -> None:
         timer = self._timers.pop(name, None)

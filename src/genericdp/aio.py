@@ -1,9 +1,14 @@
-"""Named, guarded long-lived tasks (in the manner of kopf).
+"""A small asyncio toolkit with no knowledge of devices or kubelets (after kopf's aiokits).
 
-Every coroutine that outlives a call runs here under a name. A failure is
-logged with that name and, for tasks spawned with a ``Backoff``, the coroutine
-is started again after a growing delay; it never takes its neighbours down.
-Shutdown is cancellation plus a bounded wait that names the stragglers.
+- ``TaskSet``: named tasks that are tracked, guarded and cancelled together.
+  ``spawn`` runs a long-lived coroutine whose failure is logged with its
+  name and, given a ``Backoff``, restarted after a growing delay; it never
+  takes its neighbours down. ``run`` starts a one-shot coroutine whose
+  failure is logged, never lost. Shutdown is cancellation plus a bounded
+  wait that names the stragglers.
+- ``Backoff``: exponential, with jitter.
+- ``wait_event``: an event with a timeout that never swallows a cancel.
+- ``inotify_events``: one non-blocking inotify instance read from the loop.
 """
 
 from __future__ import annotations
@@ -11,9 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
+
+from inotify_simple import INotify
 
 from genericdp import logsetup
 from genericdp.errors import GenericdpError
@@ -55,11 +63,12 @@ class TaskSet:
     def __init__(self, logger: logging.Logger = log, *, sleep: Sleep = asyncio.sleep) -> None:
         self._log = logger
         self._sleep = sleep
-        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._guarded: dict[str, asyncio.Task[None]] = {}  # spawned: one per name
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(sorted(n for n, t in self._tasks.items() if not t.done()))
+        return tuple(sorted(t.get_name() for t in self._tasks if not t.done()))
 
     def spawn(
         self,
@@ -71,29 +80,44 @@ class TaskSet:
     ) -> asyncio.Task[None]:
         """Run ``factory()`` as task ``name``; with ``backoff``, restart it after failures.
         Its log lines (JSON) carry ``log_fields`` (``resource``, ``unit``)."""
-        old = self._tasks.get(name)
+        old = self._guarded.get(name)
         if old is not None and not old.done():
             raise RuntimeError(f"task {name} is already running")
         context = logsetup.context_with(**log_fields) if log_fields else None
         task = asyncio.create_task(self._guard(name, factory, backoff), name=name, context=context)
-        self._tasks[name] = task
-        task.add_done_callback(self._forget)
+        self._guarded[name] = task
+        self._track(task)
+        return task
+
+    def run(self, name: str, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run ``coro`` once as task ``name`` (names may repeat); a failure is logged.
+
+        The coroutine is the task itself (no wrapper), so a task cancelled
+        before its first step still closes it instead of leaving it "never awaited".
+        """
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        task.add_done_callback(self._report)
+        self._track(task)
         return task
 
     async def cancel(self, name: str, *, timeout: float = 5.0) -> None:  # noqa: ASYNC109
-        """Cancel one task and wait for it (up to ``timeout`` seconds)."""
-        task = self._tasks.get(name)
-        if task is not None:
-            await self._cancel_all([task], timeout)
+        """Cancel the tasks named ``name`` and wait for them (up to ``timeout`` seconds)."""
+        tasks = [t for t in self._tasks if t.get_name() == name]
+        await self._cancel_all(tasks, timeout)
 
-    async def stop(self, *, timeout: float = 5.0) -> tuple[str, ...]:  # noqa: ASYNC109
-        """Cancel every task, wait up to ``timeout``; return the names still running."""
-        return await self._cancel_all(list(self._tasks.values()), timeout)
+    async def stop(self, *, timeout: float | None = 5.0) -> tuple[str, ...]:  # noqa: ASYNC109
+        """Cancel every task, wait up to ``timeout`` (None: for as long as they take);
+        return the names still running."""
+        return await self._cancel_all(list(self._tasks), timeout)
+
+    def _track(self, task: asyncio.Task[None]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._forget)
 
     async def _cancel_all(
         self,
         tasks: list[asyncio.Task[None]],
-        timeout: float,  # noqa: ASYNC109
+        timeout: float | None,  # noqa: ASYNC109
     ) -> tuple[str, ...]:
         for task in tasks:
             task.cancel()
@@ -106,8 +130,13 @@ class TaskSet:
         return stragglers
 
     def _forget(self, task: asyncio.Task[None]) -> None:
-        if self._tasks.get(task.get_name()) is task:
-            del self._tasks[task.get_name()]
+        self._tasks.discard(task)
+        if self._guarded.get(task.get_name()) is task:
+            del self._guarded[task.get_name()]
+
+    def _report(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and (error := task.exception()) is not None:
+            self._log.error("task %s failed", task.get_name(), exc_info=error)
 
     async def _guard(
         self,
@@ -138,8 +167,8 @@ class TaskSet:
             await self._sleep(delay)
 
 
-async def wait_event(event: asyncio.Event, timeout: float) -> bool:  # noqa: ASYNC109
-    """Wait up to ``timeout`` seconds for ``event``; whether it is set.
+async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:  # noqa: ASYNC109
+    """Wait up to ``timeout`` seconds (None: without limit) for ``event``; whether it is set.
 
     ``asyncio.timeout`` rather than ``asyncio.wait_for``: on Python 3.11
     ``wait_for`` can swallow a cancellation that arrives as the event fires,
@@ -151,3 +180,27 @@ async def wait_event(event: asyncio.Event, timeout: float) -> bool:  # noqa: ASY
     except TimeoutError:
         return False
     return True
+
+
+@asynccontextmanager
+async def inotify_events(
+    on_error: Callable[[OSError], Exception],
+) -> AsyncIterator[tuple[INotify, asyncio.Event]]:
+    """A non-blocking INotify and an event set whenever it has something to read.
+
+    Closed (and the loop's reader removed) on exit. When inotify cannot start
+    (too many instances, say), ``on_error`` turns the OSError into the
+    caller's own error, which is raised instead.
+    """
+    try:
+        inotify = INotify(nonblocking=True)
+    except OSError as exc:
+        raise on_error(exc) from exc
+    loop = asyncio.get_running_loop()
+    readable = asyncio.Event()
+    loop.add_reader(inotify.fileno(), readable.set)
+    try:
+        yield inotify, readable
+    finally:
+        loop.remove_reader(inotify.fileno())
+        inotify.close()
