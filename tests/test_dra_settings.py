@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -51,3 +53,25 @@ def test_a_bad_backend_exits_2_naming_the_choices(tmp_path: Path) -> None:
     assert "device-plugin" in result.stderr
     assert "dra" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_backend_dra_without_a_node_name_exits_2(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(GOOD)
+    result = run("serve", "--config", str(cfg), "--backend", "dra", env={"GENERICDP_NODE_NAME": ""})
+    assert result.returncode == 2
+    assert "GENERICDP_NODE_NAME" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_the_device_plugin_backend_never_loads_dra() -> None:
+    """`serve` loads the DRA backend only for --backend dra: none of its gRPC services,
+    prepare or driver come in (``dra.naming`` does, for ``simulate``'s names)."""
+    code = (
+        "import sys, genericdp.cli, genericdp.daemon, genericdp.runtime.supervisor;"
+        "print(sorted(m for m in sys.modules if m.startswith('genericdp.dra')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "['genericdp.dra', 'genericdp.dra.naming']"

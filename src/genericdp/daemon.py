@@ -13,6 +13,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from genericdp.aio import Backoff, TaskSet
 from genericdp.config.model import Config
@@ -21,6 +22,10 @@ from genericdp.httpserver import run_http_server
 from genericdp.metrics import Metrics, Verdict, readiness, routes
 from genericdp.reaper import SUBREAPER
 from genericdp.settings import ListenAddress, Settings
+
+if TYPE_CHECKING:
+    from genericdp.dra.backend import DraBackend
+    from genericdp.runtime.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +43,43 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
     """Serve every resource of the config until SIGTERM or SIGINT; return the exit code.
 
     ``ready`` is set once the plugins are started (registration goes on in
-    the background: the kubelet may not be up yet).
+    the background: the kubelet may not be up yet). With ``backend`` dra the
+    resources are served by one DRA driver (``genericdp.dra``, loaded only
+    then) rather than one device plugin each.
     """
-    from genericdp.runtime.configwatch import start_config_watch
     from genericdp.runtime.supervisor import Supervisor
 
     config = load_config(settings)
+    metrics = Metrics()
+    metrics.config_loaded()
+    if settings.backend != "dra":
+        supervisor = Supervisor(settings, metrics=metrics)
+        return await _serve(settings, config, supervisor, metrics, ready=ready)
+    # Only here: the device-plugin backend never loads DRA or the API client.
+    from genericdp.dra.backend import serving
+    from genericdp.hooks import run_hook
+    from genericdp.runtime.recorder import TimedHooks
+
+    async with serving(settings, run_hook=TimedHooks(run_hook, metrics)) as dra:
+        supervisor = Supervisor(settings, metrics=metrics, edge=dra.edge, device_plugin_api=False)
+        where = f"DRA driver {settings.dra_driver_name}, node {settings.node_name}"
+        return await _serve(
+            settings, config, supervisor, metrics, where=where, dra=dra, ready=ready
+        )
+
+
+async def _serve(
+    settings: Settings,
+    config: Config,
+    supervisor: Supervisor,
+    metrics: Metrics,
+    *,
+    where: str = "",
+    dra: DraBackend | None = None,
+    ready: asyncio.Event | None = None,
+) -> int:
+    from genericdp.runtime.configwatch import start_config_watch
+
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     received: list[str] = []
@@ -56,9 +92,6 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
         loop.add_signal_handler(sig, on_signal, sig)
     # Orphans of hooks come to us, so nothing a hook starts outlives its timeout.
     SUBREAPER.enable(loop)
-    metrics = Metrics()
-    metrics.config_loaded()
-    supervisor = Supervisor(settings, metrics=metrics)
     metrics.track(supervisor)
     watches = TaskSet(log)
     started = asyncio.Event()  # the config is applied: /readyz may say yes
@@ -74,7 +107,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
             "serving %d resource(s) from %s in %s",
             len(config.resources),
             settings.config,
-            settings.plugin_dir,
+            where or settings.plugin_dir,
         )
         await supervisor.start(config)
         started.set()
@@ -88,6 +121,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
     finally:
         for sig in _SIGNALS:
             loop.remove_signal_handler(sig)
+        if dra is not None:
+            dra.stopping = True  # the slices stay for the next instance
         # No reload may start while the plugins stop.
         stragglers = (*await watches.stop(), *await supervisor.stop(), *await endpoints.stop())
         SUBREAPER.disable()

@@ -178,8 +178,9 @@ class ResourceRunner:
         )
         self._spawn("health", monitor.run)
 
-    def _probed(self, _unit_id: str, result: ExecResult) -> None:
+    def _probed(self, unit_id: str, result: ExecResult) -> None:
         self._context.recorder.health_probe(self.name, exec_result(result), result.duration)
+        self.state.note_probe(unit_id, None if result.ok else probe_failure(result))
 
     def _health_changed(self, unhealthy: frozenset[str]) -> None:
         probed = self._monitor.probed if self._monitor is not None else ()
@@ -208,6 +209,13 @@ class ResourceRunner:
                 self._discovered = True
                 self.edge.wake("start")
             await wait_event(self._rescan, self._context.rescan_interval)
+
+
+def probe_failure(result: ExecResult) -> str:
+    """How a probe failed, for the DRA health stream: ``exited 3: <last line>``."""
+    how = result.describe()
+    last = result.last_line()
+    return f"{how}: {last}" if last and result.error is None else how
 
 
 def _ids(units: Sequence[Unit], limit: int = 8) -> str:

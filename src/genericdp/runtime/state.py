@@ -48,12 +48,41 @@ class DeviceState:
         self._signature = self._sign()
         self._devices: tuple[DeviceInfo, ...] | None = None
         self._version = 0
+        # Moves on every change, the list's or not (a unit probed for the first time,
+        # a probe's failure message): what a DRA edge follows. ListAndWatch does not.
+        self._detail = 0
+        self._messages: dict[str, str] = {}  # unit ID -> why its last probe failed
         self._closed = False
         self._changed = asyncio.Event()
 
     @property
     def version(self) -> int:
         return self._version
+
+    @property
+    def detail(self) -> int:
+        return self._detail
+
+    @property
+    def probed(self) -> frozenset[str] | None:
+        """The units probed so far; None when the resource has no probe."""
+        return self._probed
+
+    @property
+    def probe_messages(self) -> Mapping[str, str]:
+        """Why each unit's last probe failed (units whose last probe passed are absent)."""
+        return MappingProxyType(self._messages)
+
+    def note_probe(self, unit_id: str, failure: str | None) -> None:
+        """A probe of ``unit_id`` ended: ``failure`` says how, None when it passed."""
+        if failure is None:
+            if self._messages.pop(unit_id, None) is None:
+                return
+        elif self._messages.get(unit_id) == failure:
+            return
+        else:
+            self._messages[unit_id] = failure
+        self._touch()
 
     @property
     def closed(self) -> bool:
@@ -98,6 +127,7 @@ class DeviceState:
     def set_units(self, units: Iterable[Unit]) -> bool:
         """Replace the units; True when the device list changed."""
         self._units = {u.id: u for u in sorted(units, key=lambda u: u.id)}
+        self._messages = {k: v for k, v in self._messages.items() if k in self._units}
         return self._refresh()
 
     def set_count(self, count: int) -> bool:
@@ -160,6 +190,12 @@ class DeviceState:
             cleaning=tuple(u for u in unit_ids if u in self._cleaning),
         )
 
+    async def wait_detail(self, detail: int) -> int | None:
+        """Wait until ``detail`` differs from this one; None once closed."""
+        while not self._closed and self._detail == detail:
+            await self._changed.wait()
+        return None if self._closed else self._detail
+
     async def wait_changed(self, version: int) -> int | None:
         """Wait until the version differs from ``version``; None once closed."""
         while not self._closed and self._version == version:
@@ -181,9 +217,15 @@ class DeviceState:
             frozenset(self._cleaning & ids),
         )
 
+    def _touch(self) -> None:
+        self._detail += 1
+        self._wake()
+
     def _refresh(self) -> bool:
+        self._detail += 1
         signature = self._sign()
         if signature == self._signature:
+            self._wake()  # waiters on the version look and wait again
             return False
         self._signature, self._devices = signature, None
         self._version += 1

@@ -71,9 +71,13 @@ class Supervisor:
         metrics: Recorder | None = None,
         cleanup_backoff: Callable[[], Backoff] | None = None,
         edge: EdgeFactory = ResourcePlugin,
+        device_plugin_api: bool = True,
     ) -> None:
         self._settings = settings
         self._edge = edge
+        # False for a backend that has nothing to do with the device-plugin API (DRA):
+        # no kubelet directory to watch, no stale sockets, no PodResources polling.
+        self._device_plugin_api = device_plugin_api
         self._usage = UsageTracker()
         self._discover = discover or _default_discover()
         self._run_hook = run_hook or _default_hook_runner()
@@ -111,16 +115,18 @@ class Supervisor:
     async def start(self, config: Config, *, watch_timeout: float = 5.0) -> Plan:
         """Clean up stale sockets, watch the kubelet directory, then apply ``config``."""
         plugin_dir = self._settings.plugin_dir
-        if plugin_dir.is_dir():
+        if self._device_plugin_api and plugin_dir.is_dir():
             for path in remove_stale_sockets(plugin_dir):
                 log.info("removed stale socket %s", path)
         # Specs we wrote for resources that left the config while we were down.
         keep = [d.name for d in config.resources if d.allocate.cdi]
         for path in await asyncio.to_thread(remove_stale_specs, self._settings.cdi_dir, keep):
             log.info("removed stale CDI spec %s", path)
-        self._tasks.spawn("kubelet-watch", self._watch, backoff=Backoff(maximum=10.0))
         # Not awaited: once ready it asks every resource to rescan, so nothing is missed.
         self._tasks.spawn("device-watch", self._watch_devices, backoff=Backoff(maximum=10.0))
+        if not self._device_plugin_api:
+            return await self.apply(config)
+        self._tasks.spawn("kubelet-watch", self._watch, backoff=Backoff(maximum=10.0))
         if not await wait_event(self._watching, watch_timeout):
             log.warning("not watching %s yet; kubelet restarts may be missed", plugin_dir)
         steps = await self.apply(config)

@@ -1,0 +1,139 @@
+"""One resource's DRA edge: its units and health into the driver's inventory and slices.
+
+The runner (``runtime/resource.py``) owns discovery, health and the device
+state; this edge, its kubelet-facing side under DRA, follows the state:
+on every change it hands the units and their health to the node's
+``Inventory`` (what prepare and the health stream read) and to the
+``SlicePublisher`` (the node's ResourceSlices). Prepare does not go through
+the runner's ``Allocator``: a claim is prepared by the driver
+(``prepare.py``) for all its devices at once, with one CDI spec per claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence, Set
+from typing import Protocol
+
+from genericdp.config.model import ResourceDefinition
+from genericdp.discovery.model import Unit
+from genericdp.dra.inventory import Inventory
+from genericdp.dra.registration import RegistrationService
+from genericdp.errors import GenericdpError
+from genericdp.runtime.allocator import Allocator
+from genericdp.runtime.context import ResourceContext
+from genericdp.runtime.edge import PluginStatus
+from genericdp.runtime.kubeletwatch import DirChange
+from genericdp.runtime.state import DeviceState
+
+log = logging.getLogger(__name__)
+
+
+class Publisher(Protocol):
+    """The contract's ``SlicePublisher`` (``dra/publisher.py``), as an edge uses it."""
+
+    async def publish(self, resource: str, units: Sequence[Unit], unhealthy: Set[str]) -> None: ...
+
+    async def withdraw(self, resource: str) -> None: ...
+
+
+class DraEdge:
+    """The DRA side of one resource (``runtime.edge.Edge``)."""
+
+    task = "dra"
+
+    def __init__(
+        self,
+        definition: Callable[[], ResourceDefinition],
+        state: DeviceState,
+        context: ResourceContext,
+        allocator: Allocator,
+        *,
+        inventory: Inventory,
+        publisher: Publisher,
+        registration: RegistrationService,
+        stopping: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self._definition = definition
+        self.state = state
+        self._inventory = inventory
+        self._publisher = publisher
+        self._registration = registration
+        self._stopping = stopping
+        self._woken = asyncio.Event()
+        self._last_error: str | None = None
+        self.published = 0  # publish calls made (tests)
+
+    async def run(self) -> None:
+        """After the first scan, follow the state until it is closed: the inventory
+        first (prepare and health read it), then the slices."""
+        await self._woken.wait()
+        while True:
+            detail = self.state.detail
+            await self._sync()
+            if await self.state.wait_detail(detail) is None:
+                return
+
+    async def _sync(self) -> None:
+        definition = self._definition()
+        units = tuple(self.state.units.values())
+        unhealthy = self.state.unhealthy
+        self._inventory.set_resource(definition, units)
+        probed = self.state.probed
+        self._inventory.set_health(
+            definition.name,
+            unhealthy,
+            probed if probed is not None else {u.id for u in units},
+            self.state.probe_messages,
+        )
+        try:
+            await self._publisher.publish(definition.name, units, unhealthy)
+        except GenericdpError as exc:
+            self._failed(f"cannot publish the ResourceSlice of {definition.name}: {exc}")
+        else:
+            self.published += 1
+            self._last_error = None
+
+    def wake(self, reason: str, *, renew: bool = False) -> None:
+        """The first scan is done: publish from now on."""
+        self._woken.set()
+
+    def plugin_dir_changed(self, change: DirChange) -> None:
+        """The device-plugin directory is not ours under DRA."""
+
+    def status(self) -> PluginStatus:
+        units = self.state.units_view()
+        out = self.state.unhealthy | self.state.cleaning
+        return PluginStatus(
+            resource=self._definition().name,
+            socket=None,
+            registered=self._registration.registered and self._woken.is_set(),
+            registrations=self._registration.registrations,
+            streams=0,
+            devices=len(units),  # one DRA device per unit: ``count`` does not apply
+            healthy=sum(1 for uid in units if uid not in out),
+            last_error=self._last_error or self._registration.last_error,
+            units=len(units),
+        )
+
+    async def close(self) -> None:
+        """The resource left the config: its devices and slices go. At shutdown
+        (``stopping``) the slices stay, for the next instance to adopt: pods keep
+        being scheduled to the node through a restart (the kubelet itself deletes
+        them if the driver stays away 30 s)."""
+        name = self._definition().name
+        self._inventory.remove_resource(name)
+        if self._stopping():
+            self.state.close()
+            return
+        try:
+            await self._publisher.withdraw(name)
+        except GenericdpError as exc:
+            log.warning("cannot withdraw the ResourceSlice of %s: %s", name, exc)
+        self.state.close()
+
+    def _failed(self, message: str) -> None:
+        if message != self._last_error:
+            log.error("%s", message)
+        self._last_error = message

@@ -1,0 +1,136 @@
+"""The DRA backend in the supervisor: each resource's runner feeds the driver's
+inventory and the slices; the embedded DRA kubelet registers the driver, sees
+the probes' health and prepares claims of discovered units."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence, Set
+from pathlib import Path
+
+import pytest
+
+from genericdp.discovery.model import Unit
+from genericdp.dra.backend import DraBackend, DraSetupError
+from genericdp.dra.claims import AllocatedDevice, ClaimRef
+from genericdp.dra.embedded import DraKubeletError, EmbeddedDraKubelet, resolve_cdi
+from genericdp.dra.memclaims import MemoryClaims
+from genericdp.dra.naming import device_name
+from genericdp.hooks import HookRun
+from genericdp.runtime.supervisor import Supervisor
+from tests.polling import eventually
+from tests.runtime_harness import ScriptedDiscovery, config, settings_for, unit
+
+NAME = "example.com/serial"
+DRIVER = "genericdp.io"
+NODE = "node-1"
+CONFIG = f"""resources:
+- name: {NAME}
+  match: [glob: /dev/ttyUSB*]
+  allocate:
+    env: {{SERIAL: "{{{{ units[0].id }}}}"}}
+  health:
+    exec: [/bin/sh, -c, 'test "$GENERICDP_UNIT_ID" != ttyUSB1 || {{ echo no carrier; exit 3; }}']
+    interval: 60s
+  hooks:
+    init: {{exec: [/bin/true]}}
+    cleanup: {{exec: [/bin/true]}}
+"""
+
+
+class FakePublisher:
+    """The contract's SlicePublisher, recording what it is told."""
+
+    def __init__(self) -> None:
+        self.slices: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
+        self.withdrawn: list[str] = []
+
+    async def publish(self, resource: str, units: Sequence[Unit], unhealthy: Set[str]) -> None:
+        self.slices[resource] = (tuple(u.id for u in units), frozenset(unhealthy))
+
+    async def withdraw(self, resource: str) -> None:
+        self.slices.pop(resource, None)
+        self.withdrawn.append(resource)
+
+
+async def test_resources_are_served_through_dra(base: Path) -> None:
+    hooks: list[HookRun] = []
+
+    async def run_hook(hook: HookRun) -> None:
+        hooks.append(hook)
+
+    settings = settings_for(
+        base,
+        backend="dra",
+        dra_registration_dir=base / "registry",
+        dra_plugins_dir=base / "plugins",
+    )
+    claims, publisher = MemoryClaims(), FakePublisher()
+    backend = DraBackend(settings, claims=claims, publisher=publisher, run_hook=run_hook)
+    discovery = ScriptedDiscovery({NAME: [unit("ttyUSB0"), unit("ttyUSB1")]})
+    supervisor = Supervisor(settings, discover=discovery, run_hook=run_hook, edge=backend.edge)
+    async with EmbeddedDraKubelet(base / "registry") as kubelet:
+        await backend.start()
+        await supervisor.start(config(CONFIG))
+        try:
+            await eventually(lambda: kubelet.registered(DRIVER), "registered")
+            usb0, usb1 = device_name(NAME, "ttyUSB0"), device_name(NAME, "ttyUSB1")
+            await eventually(
+                lambda: (
+                    kubelet.device_health(DRIVER)
+                    == {
+                        (NODE, usb0): ("Healthy", ""),
+                        (NODE, usb1): ("Unhealthy", "exited 3: no carrier"),
+                    }
+                ),
+                "the probes' verdicts in the health stream",
+            )
+            await eventually(
+                lambda: (
+                    publisher.slices.get(NAME) == (("ttyUSB0", "ttyUSB1"), frozenset({"ttyUSB1"}))
+                ),
+                "the slice",
+            )
+            await eventually(lambda: supervisor.status()[NAME].registered, "status")
+            assert supervisor.status()[NAME].devices == 2
+            ref = ClaimRef("default", "pod-serial", "11111111-2222-3333-4444-555555555555")
+            claims.add(ref, [AllocatedDevice("serial", NODE, usb0)])
+            ids = await kubelet.prepare_pod(DRIVER, [ref])
+            edits = resolve_cdi(settings.cdi_dir, ids)
+            assert edits["env"] == ["SERIAL=ttyUSB0"]
+            assert [(h.name, tuple(u.id for u in h.units)) for h in hooks] == [
+                ("init", ("ttyUSB0",))
+            ]
+            # A claim for the unhealthy unit fails, saying so.
+            bad = ClaimRef("default", "pod-bad", "11111111-2222-3333-4444-000000000000")
+            claims.add(bad, [AllocatedDevice("serial", NODE, usb1)])
+            with pytest.raises(DraKubeletError, match="is not healthy"):
+                await kubelet.prepare(DRIVER, [bad])
+            # Hotplug: a new unit reaches the slice and the health stream.
+            discovery.units[NAME] = [unit("ttyUSB0"), unit("ttyUSB1"), unit("ttyUSB2")]
+            supervisor.rescan("hotplug")
+            await eventually(
+                lambda: publisher.slices.get(NAME, ((),))[0] == ("ttyUSB0", "ttyUSB1", "ttyUSB2"),
+                "the new unit in the slice",
+            )
+            usb2 = (NODE, device_name(NAME, "ttyUSB2"))
+            await eventually(
+                lambda: kubelet.device_health(DRIVER).get(usb2) == ("Healthy", ""),
+                "the new unit probed and streamed",
+            )
+            await kubelet.unprepare(DRIVER, [ref])
+            assert [h.name for h in hooks] == ["init", "cleanup"]
+        finally:
+            await supervisor.stop()
+            await backend.close()
+    assert publisher.withdrawn == [NAME]
+    assert not (base / "registry" / f"{DRIVER}-reg.sock").exists()
+
+
+async def no_hook(hook: HookRun) -> None:
+    return None
+
+
+def test_the_backend_needs_the_node_name(base: Path) -> None:
+    settings = settings_for(base, backend="dra", node_name="")
+    with pytest.raises(DraSetupError, match="GENERICDP_NODE_NAME"):
+        DraBackend(settings, claims=MemoryClaims(), publisher=FakePublisher(), run_hook=no_hook)
