@@ -413,6 +413,8 @@ check_dra_kubelet_restart() {
 finish() {
   local status=$?
   trap - EXIT
+  # genericdp's log outlives its pod (the kubelet's and the others' are in $LOG_DIR).
+  k -n "$NAMESPACE" logs -l "$DS_SELECTOR" --tail=-1 --timestamps >"$LOG_DIR/genericdp-dra.log" 2>&1 || true
   "$LOCAL_DIR/down.sh" || status=1
   exit "$status"
 }
