@@ -384,10 +384,15 @@ wiped_since() {
   [[ -n $WIPED_AT ]]
 }
 
+# slices_complete: every expected device is in the slices (one read of them,
+# so that a poll takes one API call, not one per resource).
 slices_complete() {
-  local spec
+  local json spec count
+  json=$(slices_json) || return 1
   for spec in "${EXPECTED[@]}"; do
-    devices_are "${spec%=*}" "${spec#*=}" || return 1
+    count=$(python3 "$INSPECT" devices "${spec%=*}" <<<"$json" | grep -c .)
+    LAST_SEEN="$count devices of ${spec%=*}"
+    [[ $count == "${spec#*=}" ]] || return 1
   done
 }
 
