@@ -59,6 +59,24 @@ def memory_mib(pid: int, key: str, proc_root: Path = Path("/proc")) -> float:
     return kib / 1024
 
 
+def serve_env(base: Path) -> dict[str, str]:
+    """The environment of a benchmarked ``genericdp serve``: nothing of the host's kubelet.
+
+    Every directory and socket setting points under ``base`` (the caller's
+    flags may name the plugin dir and PodResources socket again): a daemon
+    that starts cleans stale ``genericdp-*.json`` from its CDI directory, so a
+    bench on the host's ``/var/run/cdi`` deleted a real node's specs.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
+    env["GENERICDP_METRICS_ADDRESS"] = f"127.0.0.1:{free_port()}"
+    env["GENERICDP_PLUGIN_DIR"] = str(base / "dp")
+    env["GENERICDP_POD_RESOURCES_SOCKET"] = str(base / "pr" / "kubelet.sock")
+    env["GENERICDP_CDI_DIR"] = str(base / "cdi")
+    env["GENERICDP_DRA_REGISTRATION_DIR"] = str(base / "plugins_registry")
+    env["GENERICDP_DRA_PLUGINS_DIR"] = str(base / "plugins")
+    return env
+
+
 def free_port() -> int:
     """A loopback port for the metrics server, so two runs never collide on 9090."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -72,8 +90,7 @@ async def measure(config: Path, seconds: float) -> None:
     with tempfile.TemporaryDirectory(prefix="gdp-idle-", dir="/tmp") as tmp:
         plugin_dir = Path(tmp) / "dp"
         pod_resources = Path(tmp) / "pr" / "kubelet.sock"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
-        env["GENERICDP_METRICS_ADDRESS"] = f"127.0.0.1:{free_port()}"
+        env = serve_env(Path(tmp))
         async with EmbeddedKubelet(plugin_dir, pod_resources_socket=pod_resources) as kubelet:
             started = time.monotonic()
             proc = await asyncio.create_subprocess_exec(

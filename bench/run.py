@@ -1,14 +1,19 @@
 """The benchmark suite: speed and memory targets, measured (not asserted in tests).
 
-Run with ``make bench`` (or ``.venv/bin/python -m bench.run``). Prints one
+Run with ``./dev bench`` (or ``.venv/bin/python -m bench.run``). Prints one
 line per measurement with the median, min and max over the repetitions and
-the machine it ran on, then the scale cases of ``bench/scale.py``, which have
-budgets: the run exits 1 when one is exceeded. Targets (DESIGN.md): re-registration after a kubelet
-restart under 1 s; Allocate fast enough never to stall pod admission.
+the machine it ran on, then the cases with budgets: the scale cases of
+``bench/scale.py`` and the footprint of ``bench/footprint.py`` (memory,
+Allocate handling, startup, idle CPU, and the image with ``--image-archive``).
+The run exits 1 when one is over its budget. ``--short`` runs the footprint
+alone, in shorter runs: what CI runs on every push (``.ci/run``). Targets
+(DESIGN.md, docs/performance.md): re-registration after a kubelet restart
+under 1 s; Allocate fast enough never to stall pod admission.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import functools
 import logging
@@ -25,7 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench import scale  # noqa: E402
+from bench import footprint, scale  # noqa: E402
+from bench.idle_cpu import serve_env  # noqa: E402
 from genericdp.config import load, load_text  # noqa: E402
 from genericdp.discovery import discover  # noqa: E402
 from genericdp.kubelet.embedded import EmbeddedKubelet  # noqa: E402
@@ -235,7 +241,7 @@ def bench_serve_memory(base: Path, n: int) -> None:
 
     async def main() -> float:
         async with EmbeddedKubelet(plugin_dir) as kubelet:
-            env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
+            env = serve_env(base)
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
@@ -307,8 +313,16 @@ def bench_reload(base: Path, trials: int = 10) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--short", action="store_true", help="the footprint budgets only, shorter")
+    parser.add_argument(
+        "--image-archive", type=Path, help="an OCI archive of the image (e2e/local/images.sh)"
+    )
+    args = parser.parse_args()
     logging.basicConfig(level=logging.CRITICAL)  # measure, do not print plugin logs
     print(f"machine: {machine()}")
+    if args.short:
+        sys.exit(footprint.report(footprint.SHORT, args.image_archive))
     base = Path(tempfile.mkdtemp(prefix="gdp-bench-", dir="/tmp"))
     try:
         bench_config_load()
@@ -330,6 +344,7 @@ def main() -> None:
         over_budget = scale.main()  # the cases with budgets (bench/scale.py)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+    over_budget |= footprint.report(footprint.FULL, args.image_archive)
     sys.exit(over_budget)
 
 

@@ -34,7 +34,9 @@ KUBELET_RESTARTS=${KUBELET_RESTARTS:-20}
 RESOURCES=(
   example.com/null example.com/zero example.com/loop example.com/fuse
   example.com/e2e-dev example.com/e2e-hotplug example.com/e2e-health
+  example.com/e2e-shared example.com/e2e-unplug
 )
+SHARED_PODS=5 # example.com/e2e-shared advertises freeIds: 2
 
 in_pod() {
   k -n "$NAMESPACE" exec "$CONSUMER" -- "$@"
@@ -205,7 +207,7 @@ check_consumer_pod() {
     /dev/gdp-e2e-dev1) other=/dev/gdp-e2e-dev0 ;;
     *) fail "E2E_DEV_PATHS in pod $CONSUMER is '$mine', not one of /dev/gdp-e2e-dev0, /dev/gdp-e2e-dev1" ;;
   esac
-  nodes=$(in_pod sh -c 'ls /dev | grep gdp-e2e || true' | tr -d '\r' | tr '\n' ' ')
+  nodes=$(in_pod sh -c 'ls /dev | grep gdp-e2e-dev || true' | tr -d '\r' | tr '\n' ' ')
   expect "the e2e device nodes in pod $CONSUMER" "${mine#/dev/} " "$nodes"
   numbers=$(node_device_numbers "$mine")
   expect "major:minor of $mine in the pod (the node's)" "$numbers" \
@@ -233,6 +235,36 @@ check_consumer_pod() {
   if in_pod touch /e2e-share/written-by-pod 2>/dev/null; then
     fail "/e2e-share is writable in the pod; the allocate mount says readOnly: true"
   fi
+}
+
+# pod_has_node POD PATH: PATH in POD is the node's device (same major:minor)
+# and its device cgroup lets POD open it.
+pod_has_node() {
+  local pod=$1 path=$2 numbers said
+  k -n "$NAMESPACE" exec "$pod" -- test -c "$path" ||
+    fail "pod $pod has no character device $path (allocate.devices)"
+  numbers=$(node_device_numbers "$path")
+  expect "major:minor of $path in pod $pod (the node's)" "$numbers" \
+    "$(hex_numbers "$(k -n "$NAMESPACE" exec "$pod" -- stat -c '%t %T' "$path" | tr -d '\r')")"
+  said=$(k -n "$NAMESPACE" exec "$pod" -- sh -c "exec 3<>$path" 2>&1 | tr -d '\r' || true)
+  [[ $said != *"Operation not permitted"* ]] ||
+    fail "the device cgroup of pod $pod refuses $path, given by allocate.devices: $said"
+}
+
+check_allocate_devices() {
+  log "check: allocate.devices gives /dev/gdp-e2e-ctl with every unit of example.com/e2e-dev, and it is no unit itself"
+  local second=e2e-second-unit
+  quantity_is capacity example.com/e2e-dev 2 ||
+    fail "capacity of example.com/e2e-dev should stay 2 with a control node (saw: $LAST_SEEN)"
+  pod_has_node "$CONSUMER" /dev/gdp-e2e-ctl
+  consumer_manifest "$second" 1 | k -n "$NAMESPACE" apply -f -
+  k -n "$NAMESPACE" wait --for=condition=Ready "pod/$second" --timeout=120s ||
+    fail "pod $second (the other unit of example.com/e2e-dev) did not become Ready within 120s"
+  [[ $(k -n "$NAMESPACE" exec "$second" -- env | tr -d '\r' | sed -n 's/^E2E_DEV_PATHS=//p') != \
+    "$(pod_env E2E_DEV_PATHS)" ]] || fail "pods $CONSUMER and $second got the same unit"
+  pod_has_node "$second" /dev/gdp-e2e-ctl
+  k -n "$NAMESPACE" delete pod "$second" --wait=true
+  wait_quantity allocatable example.com/e2e-dev 2 30
 }
 
 pod_unschedulable() {
@@ -299,6 +331,105 @@ check_health() {
   node_exec rm -f "$FLAG"
   wait_quantity allocatable example.com/e2e-health 2 30
   timing "health: probe passes -> allocatable 2" "$(seconds_between "$started" "$(now)")"
+}
+
+# device_pod_manifest NAME RESOURCE: a pod holding one RESOURCE, sleeping.
+device_pod_manifest() {
+  cat <<EOM
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $1
+  labels: {app.kubernetes.io/name: genericdp-e2e-consumer}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: consumer
+      image: $CONSUMER_IMAGE
+      imagePullPolicy: Never
+      command: [sleep, "1000000"]
+      resources:
+        limits:
+          $2: 1
+EOM
+}
+
+shared_pods_running() {
+  LAST_SEEN=$(k -n "$NAMESPACE" get pods -l genericdp-e2e=shared \
+    -o 'jsonpath={range .items[*]}{.status.phase}{" "}{end}')
+  [[ $(grep -o Running <<<"$LAST_SEEN" | wc -l) -eq $SHARED_PODS ]]
+}
+
+check_unbounded() {
+  log "check: $SHARED_PODS pods share example.com/e2e-shared (count: unbounded, freeIds: 2), all Running"
+  local started n said
+  started=$(now)
+  wait_quantity allocatable example.com/e2e-shared 2 30
+  for ((n = 0; n < SHARED_PODS; n++)); do
+    device_pod_manifest "e2e-shared-$n" example.com/e2e-shared |
+      sed 's/^  labels: {/  labels: {genericdp-e2e: shared, /' | k -n "$NAMESPACE" apply -f -
+  done
+  LAST_SEEN=""
+  wait_for 180 "$SHARED_PODS pods of example.com/e2e-shared to be Running" \
+    shared_pods_running
+  timing "unbounded: $SHARED_PODS pods created -> all Running" "$(seconds_between "$started" "$(now)")"
+  said=$(k -n "$NAMESPACE" exec e2e-shared-0 -- sh -c 'exec 3<>/dev/gdp-e2e-shared && echo opened' 2>&1 |
+    tr -d '\r' || true)
+  expect "opening /dev/gdp-e2e-shared in pod e2e-shared-0" opened "$said"
+  # The held IDs plus 2 free ones, once the node status follows.
+  wait_quantity capacity example.com/e2e-shared $((SHARED_PODS + 2)) 30
+  log "  node: capacity $(node_quantity capacity example.com/e2e-shared)" \
+    "allocatable $(node_quantity allocatable example.com/e2e-shared)"
+  started=$(now)
+  k -n "$NAMESPACE" delete pod -l genericdp-e2e=shared --wait=true
+  wait_quantity capacity example.com/e2e-shared 2 60
+  timing "unbounded: pods deleted -> capacity back to 2 (IDs reclaimed)" \
+    "$(seconds_between "$started" "$(now)")"
+}
+
+# resource_health POD: the pod's allocatedResourcesStatus, "NAME: ID=HEALTH..." a line.
+resource_health() {
+  k -n "$NAMESPACE" get pod "$1" -o 'jsonpath={range .status.containerStatuses[*].allocatedResourcesStatus[*]}{.name}:{range .resources[*]} {.resourceID}={.health}{end}{"\n"}{end}'
+}
+
+pod_resource_health_is() {
+  LAST_SEEN=$(k -n "$NAMESPACE" get pod "$1" \
+    -o 'jsonpath={.status.containerStatuses[0].allocatedResourcesStatus[0].resources[0].health}') || return 1
+  [[ $LAST_SEEN == "$2" ]]
+}
+
+check_unplug_in_use() {
+  log "check: a device removed while a pod holds it stays listed Unhealthy until the pod goes"
+  local started pod
+  pod=$(daemon_pod)
+  node_exec mknod -m 0666 /dev/gdp-e2e-unplug0 c 1 3
+  wait_quantity allocatable example.com/e2e-unplug 1 30
+  device_pod_manifest e2e-unplug example.com/e2e-unplug | k -n "$NAMESPACE" apply -f -
+  k -n "$NAMESPACE" wait --for=condition=Ready pod/e2e-unplug --timeout=120s ||
+    fail "pod e2e-unplug (example.com/e2e-unplug: 1) did not become Ready within 120s"
+  LAST_SEEN=""
+  wait_for 30 "pod e2e-unplug's allocatedResourcesStatus to say Healthy" \
+    pod_resource_health_is e2e-unplug Healthy
+  started=$(now)
+  node_exec rm /dev/gdp-e2e-unplug0
+  wait_quantity allocatable example.com/e2e-unplug 0 30
+  timing "unplug in use: node removed -> allocatable 0" "$(seconds_between "$started" "$(now)")"
+  quantity_is capacity example.com/e2e-unplug 1 ||
+    fail "capacity of example.com/e2e-unplug should stay 1 while the pod holds the unplugged unit (saw: $LAST_SEEN)"
+  LAST_SEEN=""
+  wait_for 60 "pod e2e-unplug's allocatedResourcesStatus to say Unhealthy" \
+    pod_resource_health_is e2e-unplug Unhealthy
+  timing "unplug in use: node removed -> pod status Unhealthy" "$(seconds_between "$started" "$(now)")"
+  log "  pod e2e-unplug allocatedResourcesStatus: $(resource_health e2e-unplug | tr '\n' ';')"
+  daemon_log_has "$pod" "vanished while a container holds it" ||
+    fail "genericdp ($pod) did not log that the unit vanished while held"
+  started=$(now)
+  k -n "$NAMESPACE" delete pod e2e-unplug --wait=true
+  wait_quantity capacity example.com/e2e-unplug 0 60
+  timing "unplug in use: pod deleted -> capacity 0" "$(seconds_between "$started" "$(now)")"
+  wait_for 30 "genericdp ($pod) to log that the released unit left the list" \
+    daemon_log_has "$pod" "vanished while in use and is released now"
 }
 
 # daemon_log_has POD TEXT: genericdp's log says TEXT.
@@ -570,15 +701,16 @@ check_privileged() {
 }
 
 ALL_CHECKS=(
-  startup_probes server_dry_run capacity consumer_pod over_request hotplug health hot_reload cleanup_hook
-  kubelet_restarts daemon_pod_recreated privileged
+  startup_probes server_dry_run capacity consumer_pod allocate_devices over_request hotplug health hot_reload cleanup_hook
+  unbounded unplug_in_use kubelet_restarts daemon_pod_recreated privileged
 )
 
 main() {
   local check
-  k -n "$NAMESPACE" delete pod "$CONSUMER" e2e-too-many e2e-not-admitted e2e-after-restarts \
-    --ignore-not-found --wait=true
-  node_exec rm -f "$FLAG" /dev/gdp-e2e-hp0 /dev/gdp-e2e-hp1
+  k -n "$NAMESPACE" delete pod "$CONSUMER" e2e-too-many e2e-not-admitted e2e-after-restarts e2e-second-unit \
+    e2e-unplug --ignore-not-found --wait=true
+  k -n "$NAMESPACE" delete pod -l genericdp-e2e=shared --ignore-not-found --wait=true
+  node_exec rm -f "$FLAG" /dev/gdp-e2e-hp0 /dev/gdp-e2e-hp1 /dev/gdp-e2e-unplug0
   log "node $NODE, daemon pod $(daemon_pod), image $IMAGE"
   (($#)) || set -- "${ALL_CHECKS[@]}"
   for check in "$@"; do

@@ -14,7 +14,8 @@ that works on them works on a real machine too:
   and ``S:<devlink>`` lines, and ``dev`` holds the devlinks as relative
   symlinks (``dev/serial/by-id/... -> ../../ttyUSB0``) and ``dev/char/<maj:min>``.
 
-Device nodes are regular files (tests do not mknod), so code under test must
+Device nodes are regular files (tests do not mknod; the one exception is
+NVIDIA's nodes, which no sysfs entry describes: ``add_nvidia_gpu``), so code under test must
 find sysfs for them by name when ``st_rdev`` is not available: discovery
 takes a regular file for a device node only where sysfs names a device node
 of exactly that path (its ``DEVNAME``); ``add_file`` makes one that no device
@@ -33,6 +34,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +50,9 @@ SOUND_MAJOR = 116
 MISC_MAJOR = 10
 LOOP_MAJOR = 7
 MEM_MAJOR = 1
+IB_MAJOR = 231  # infiniband_mad (umad 0+, issm 64+) and infiniband_verbs (uverbs 192+)
+NVIDIA_MAJOR = 195  # nvidia<N>, nvidia-modeset 254, nvidiactl 255
+NVIDIA_UVM_MAJOR = 508  # dynamic on a real host; nvidia-uvm 0, nvidia-uvm-tools 1
 _MEM_MINORS = {"null": 3, "zero": 5, "full": 7, "random": 8, "urandom": 9}
 MISC_MINORS = {"fuse": 229, "kvm": 232, "net/tun": 200, "uinput": 223, "vhost-net": 238}
 
@@ -320,6 +325,7 @@ class FakeHost:
             "bDeviceClass": "00",
             "bNumInterfaces": f"{len(interface_classes) // 6:2d}",
             "version": " 2.00",
+            "authorized": "1",
         }
         if serial is not None:
             attrs["serial"] = serial
@@ -603,6 +609,144 @@ class FakeHost:
             (path / "numa_node").write_text(f"{numa_node}\n")
         return path
 
+    # -- RDMA and NVIDIA --------------------------------------------------
+
+    def add_rdma_hca(
+        self,
+        pci: str = "0000:3b:00.0",
+        *,
+        ibdev: str = "mlx5_0",
+        index: int = 0,
+        ports: Mapping[int, str] | None = None,
+        numa_node: int | None = 0,
+    ) -> list[str]:
+        """A Mellanox/NVIDIA HCA as mlx5_core and ib_uverbs/ib_umad show it.
+
+        Under the PCI function (15b3:101b, class 0x020700): ``infiniband/<ibdev>``
+        (class infiniband, no node) with ``ports/<p>/state``, ``infiniband_verbs/
+        uverbs<index>`` (c 231:192+index) and per port ``infiniband_mad/umad<k>``
+        (c 231:k) and ``issm<k>`` (c 231:64+k); nodes under /dev/infiniband. The
+        ``ports`` map is port number -> state (default {1: "4: ACTIVE"}); the
+        k of its umad/issm nodes counts on from ``index`` per port.
+        """
+        record = _Record()
+        hca = self._pci_device(
+            pci,
+            vendor="0x15b3",
+            device="0x101b",
+            klass="0x020700",
+            driver="mlx5_core",
+            numa_node=numa_node,
+        )
+        ib = self._device(
+            hca / "infiniband" / ibdev,
+            subsystem="class/infiniband",
+            uevent={"NAME": ibdev},
+            attrs={"node_type": "1: CA", "node_guid": "b859:9f03:00a1:0000"},
+        )
+        record.trees.append(ib)
+        for port, state in sorted((ports or {1: "4: ACTIVE"}).items()):
+            (ib / "ports" / str(port)).mkdir(parents=True)
+            (ib / "ports" / str(port) / "state").write_text(f"{state}\n")
+            (ib / "ports" / str(port) / "phys_state").write_text("5: LinkUp\n")
+            k = index + port - 1
+            for kind, minor in (("umad", k), ("issm", 64 + k)):
+                self._ib_node(
+                    record, hca, "infiniband_mad", f"{kind}{k}", minor=minor, ibdev=ibdev, port=port
+                )
+        self._ib_node(
+            record,
+            hca,
+            "infiniband_verbs",
+            f"uverbs{index}",
+            minor=192 + index,
+            ibdev=ibdev,
+            port=None,
+        )
+        self._records.append(record)
+        return list(record.primary)
+
+    def _ib_node(
+        self,
+        record: _Record,
+        hca: Path,
+        klass: str,
+        name: str,
+        *,
+        minor: int,
+        ibdev: str,
+        port: int | None,
+    ) -> None:
+        attrs = {"ibdev": ibdev} | ({"port": str(port)} if port is not None else {})
+        class_dev = self._device(
+            hca / klass / name,
+            subsystem=f"class/{klass}",
+            uevent={"MAJOR": str(IB_MAJOR), "MINOR": str(minor), "DEVNAME": f"infiniband/{name}"},
+            attrs=attrs,
+        )
+        record.trees.append(class_dev)
+        self._node(
+            record,
+            class_dev,
+            f"c{IB_MAJOR}:{minor}",
+            f"infiniband/{name}",
+            subsystem=klass,
+            props={},
+        )
+
+    def add_rdma_cm(self, minor: int = 58) -> list[str]:
+        """``/dev/infiniband/rdma_cm``: rdma_ucm's misc device (10:<dynamic>), one per host."""
+        return self.add_misc("infiniband/rdma_cm", minor)
+
+    def add_nvidia_gpu(
+        self,
+        pci: str = "0000:3b:00.0",
+        *,
+        minor: int = 0,
+        numa_node: int | None = 0,
+        device: str = "0x20b0",
+    ) -> list[str]:
+        """An NVIDIA GPU as the proprietary and open kernel modules show it.
+
+        The PCI function (10de:<device>, class 0x030200, driver nvidia) is in
+        sysfs; ``/dev/nvidia<minor>`` is not: the driver registers its
+        character devices without a class device (NVIDIA/open-gpu-kernel-modules,
+        kernel-open/nvidia/nv.c ``nv_register_chrdev``: register_chrdev_region
+        and cdev_add, no device_create), so nothing under /sys names them and
+        udev has no entry (nvidia-modprobe or the driver makes the nodes).
+        The node is therefore a real character device (c 195:minor), made
+        with mknod: the caller needs CAP_MKNOD (``can_mknod``).
+        """
+        self._pci_device(
+            pci,
+            vendor="0x10de",
+            device=device,
+            klass="0x030200",
+            driver="nvidia",
+            numa_node=numa_node,
+        )
+        return [self._char_node(f"nvidia{minor}", NVIDIA_MAJOR, minor)]
+
+    def add_nvidia_control_nodes(self, *, uvm: bool = True, modeset: bool = True) -> list[str]:
+        """``/dev/nvidiactl`` (195:255), and ``nvidia-modeset`` (195:254),
+        ``nvidia-uvm`` and ``nvidia-uvm-tools`` (the uvm module's major) when
+        their modules are loaded. Real character devices, no sysfs (see ``add_nvidia_gpu``)."""
+        nodes = [self._char_node("nvidiactl", NVIDIA_MAJOR, 255)]
+        if modeset:
+            nodes.append(self._char_node("nvidia-modeset", NVIDIA_MAJOR, 254))
+        if uvm:
+            nodes.append(self._char_node("nvidia-uvm", NVIDIA_UVM_MAJOR, 0))
+            nodes.append(self._char_node("nvidia-uvm-tools", NVIDIA_UVM_MAJOR, 1))
+        return nodes
+
+    def _char_node(self, devname: str, major: int, minor: int) -> str:
+        node = self.dev / devname
+        node.parent.mkdir(parents=True, exist_ok=True)
+        os.mknod(node, 0o600 | stat.S_IFCHR, os.makedev(major, minor))
+        record = _Record(files=[node], nodes=[f"/dev/{devname}"], primary=[f"/dev/{devname}"])
+        self._records.append(record)
+        return f"/dev/{devname}"
+
     # -- virtual devices --------------------------------------------------
 
     def add_misc(self, name: str, minor: int | None = None) -> list[str]:
@@ -794,6 +938,17 @@ class FakeHost:
         body += ["I:1000000", *(f"E:{k}={v}" for k, v in props.items()), "G:systemd", "V:1"]
         db.write_text("\n".join(body) + "\n")
         record.files.append(db)
+
+
+def can_mknod(directory: Path) -> bool:
+    """Whether this process may make character devices in ``directory`` (CAP_MKNOD)."""
+    probe = directory / ".mknod-probe"
+    try:
+        os.mknod(probe, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    except OSError:
+        return False
+    probe.unlink()
+    return True
 
 
 def _symlink(link: Path, target: Path) -> None:

@@ -95,7 +95,8 @@ async def test_allocate_returns_names_that_resolve_in_the_spec_on_disk(base: Pat
 
 
 async def test_hotplug_updates_the_spec_before_the_kubelet_sees_the_unit(base: Path) -> None:
-    """A GPU plugged in is in the spec whenever the kubelet lists it; unplugged, it leaves."""
+    """A GPU plugged in is in the spec whenever the kubelet lists it; unplugged, it
+    leaves the spec (a pod still holds it: listed Unhealthy, never allocated again)."""
     host = FakeHost(base / "host")
     host.add_drm_card("0000:03:00.0", card=0, render=128)
     cdi_dir = base / "cdi"
@@ -120,7 +121,8 @@ async def test_hotplug_updates_the_spec_before_the_kubelet_sees_the_unit(base: P
         response = await rt.kubelet.allocate(GPU, 2, pod="both")
         assert len(resolve(cdi_dir, response)) == 2
         host.remove("/dev/dri/card0")
-        await rt.until(capacity(1), timeout=5)
+        await rt.until(lambda k: k.resources[GPU].devices["pci-0000:03:00.0"].health == "Unhealthy")
+        assert (rt.kubelet.resources[GPU].capacity, rt.kubelet.resources[GPU].allocatable) == (2, 1)
         assert set(spec_devices(cdi_dir)) == {"pci-0000:04:00.0"}
 
 

@@ -5,6 +5,7 @@ the probes' health and prepares claims of discovered units."""
 from __future__ import annotations
 
 from collections.abc import Sequence, Set
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -116,6 +117,17 @@ async def test_resources_are_served_through_dra(base: Path) -> None:
             await eventually(
                 lambda: kubelet.device_health(DRIVER).get(usb2) == ("Healthy", ""),
                 "the new unit probed and streamed",
+            )
+            # A required allocate.devices node goes missing: Unhealthy, saying which.
+            incomplete = replace(unit("ttyUSB2"), missing=("/dev/gdp-ctl",))
+            discovery.units[NAME] = [unit("ttyUSB0"), unit("ttyUSB1"), incomplete]
+            supervisor.rescan("unplug of a control node")
+            await eventually(
+                lambda: (
+                    kubelet.device_health(DRIVER).get(usb2)
+                    == ("Unhealthy", "required device node(s) missing: /dev/gdp-ctl")
+                ),
+                "the missing node in the health stream",
             )
             await kubelet.unprepare(DRIVER, [ref])
             assert [h.name for h in hooks] == ["init", "cleanup"]

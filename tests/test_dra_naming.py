@@ -9,8 +9,12 @@ from genericdp.dra.naming import DNS1123_LABEL_MAX, device_name
 LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
-def test_a_plain_id_reads_as_resource_and_id() -> None:
-    assert device_name("example.com/serial", "ttyusb0") == "serial-ttyusb0"
+def test_a_plain_id_reads_as_resource_and_id_then_a_hash() -> None:
+    assert re.fullmatch(r"serial-ttyusb0-[0-9a-f]{8}", device_name("example.com/serial", "ttyusb0"))
+
+
+def test_resources_of_one_short_name_in_two_domains_do_not_share_names() -> None:
+    assert device_name("a.com/serial", "a1") != device_name("b.com/serial", "a1")
 
 
 def test_any_id_gives_a_dns_label() -> None:

@@ -75,3 +75,22 @@ def test_the_device_plugin_backend_never_loads_dra() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "['genericdp.dra', 'genericdp.dra.naming']"
+
+
+def test_backend_dra_without_an_api_server_exits_3_saying_so(tmp_path: Path) -> None:
+    """No service account, no kubeconfig: a clear error before any socket is created."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(GOOD)
+    env = {
+        "GENERICDP_NODE_NAME": "n1",
+        "GENERICDP_KUBECONFIG": str(tmp_path / "missing-kubeconfig"),
+        "GENERICDP_DRA_REGISTRATION_DIR": str(tmp_path / "registry"),
+        "GENERICDP_DRA_PLUGINS_DIR": str(tmp_path / "plugins"),
+        "GENERICDP_CDI_DIR": str(tmp_path / "cdi"),
+        "GENERICDP_METRICS_ADDRESS": "",
+    }
+    result = run("serve", "--config", str(cfg), "--backend", "dra", env=env)
+    assert result.returncode == 3, result.stderr
+    assert "cannot reach the API server through kubeconfig" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "registry").exists()

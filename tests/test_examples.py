@@ -70,6 +70,7 @@ def test_the_expected_examples_exist() -> None:
         "fuse.yaml",
         "tun.yaml",
         "kvm.yaml",
+        "kvm-tun-fuse.yaml",
         "usb-serial-ftdi.yaml",
         "serial-by-id.yaml",
         "sound-card.yaml",
@@ -78,6 +79,10 @@ def test_the_expected_examples_exist() -> None:
         "zigbee-zwave.yaml",
         "loop.yaml",
         "shared-device.yaml",
+        "nvidia-gpu.yaml",
+        "nvidia-gpu-cdi.yaml",
+        "rdma.yaml",
+        "usb-zigbee.yaml",
     } <= names
 
 
@@ -171,7 +176,7 @@ def test_fuse_is_shared(host: FakeHost) -> None:
     host.add_misc("kvm")
     units = found(host, "fuse.yaml", "example.com/fuse")
     assert shape(units) == {"fuse": same("/dev/fuse")}
-    assert definition("fuse.yaml", "example.com/fuse").count > 1
+    assert definition("fuse.yaml", "example.com/fuse").unbounded
     allocation = allocate("fuse.yaml", "example.com/fuse", units)
     assert allocation.devices == (DeviceSpec("/dev/fuse", "/dev/fuse", "rw"),)
     assert dict(allocation.env) == {"FUSE_DEVICE": "/dev/fuse"}
@@ -183,7 +188,7 @@ def test_tun_is_shared(host: FakeHost) -> None:
     host.add_misc("fuse")
     units = found(host, "tun.yaml", "example.com/tun")
     assert [[n.host_path for n in u.nodes] for u in units] == [["/dev/net/tun"]]
-    assert definition("tun.yaml", "example.com/tun").count > 1
+    assert definition("tun.yaml", "example.com/tun").unbounded
     allocation = allocate("tun.yaml", "example.com/tun", units)
     assert allocation.devices == (DeviceSpec("/dev/net/tun", "/dev/net/tun", "rw"),)
     assert dict(allocation.env) == {"TUN_DEVICE": "/dev/net/tun"}
@@ -202,6 +207,27 @@ def test_kvm_and_vhost_net(host: FakeHost) -> None:
     assert dict(allocate("kvm.yaml", "example.com/vhost-net", vhost).env) == {
         "VHOST_NET_DEVICE": "/dev/vhost-net"
     }
+
+
+def test_kvm_tun_fuse_share_each_node_without_a_count(host: FakeHost) -> None:
+    """kvm-tun-fuse.yaml: four unbounded resources, one unit each, each its own node."""
+    for name in ("kvm", "vhost-net", "net/tun", "fuse"):
+        host.add_misc(name)
+    env = {
+        "example.com/kvm": ("/dev/kvm", "KVM_DEVICE"),
+        "example.com/vhost-net": ("/dev/vhost-net", "VHOST_NET_DEVICE"),
+        "example.com/tun": ("/dev/net/tun", "TUN_DEVICE"),
+        "example.com/fuse": ("/dev/fuse", "FUSE_DEVICE"),
+    }
+    for name, (path, variable) in env.items():
+        assert definition("kvm-tun-fuse.yaml", name).unbounded
+        units = found(host, "kvm-tun-fuse.yaml", name)
+        assert [[n.host_path for n in u.nodes] for u in units] == [[path]]
+        allocation = allocate("kvm-tun-fuse.yaml", name, units)
+        assert allocation.devices == (DeviceSpec(path, path, "rw"),)
+        assert dict(allocation.env) == {variable: path}
+    assert definition("kvm-tun-fuse.yaml", "example.com/fuse").free_ids == 8
+    assert definition("kvm-tun-fuse.yaml", "example.com/tun").free_ids == 4
 
 
 def test_kvm_finds_nothing_without_kvm(host: FakeHost) -> None:
@@ -347,6 +373,30 @@ def test_zigbee_finds_the_sonoff_stick_only(host: FakeHost) -> None:
     allocation = allocate("zigbee-zwave.yaml", "example.com/zigbee", units)
     assert allocation.devices == (DeviceSpec("/dev/ttyUSB0", "/dev/ttyUSB0", "rw"),)
     assert dict(allocation.env) == {"ZIGBEE_DEVICE": "/dev/ttyUSB0", "ZIGBEE_SERIAL": "c0ffee"}
+
+
+def test_usb_zigbee_pins_the_stick_by_serial_at_a_fixed_path(host: FakeHost) -> None:
+    """The stick with serial c0ffee is /dev/ttyZIGBEE in the container, its real
+    tty on the host, whatever port it is in; another stick is not taken."""
+    add_radios(host)
+    units = found(host, "usb-zigbee.yaml", "example.com/zigbee-stick")
+    assert shape(units) == {"usb-c0ffee": [("/dev/ttyUSB0", "/dev/ttyZIGBEE")]}
+    allocation = allocate("usb-zigbee.yaml", "example.com/zigbee-stick", units)
+    assert allocation.devices == (DeviceSpec("/dev/ttyZIGBEE", "/dev/ttyUSB0", "rw"),)
+    assert dict(allocation.env) == {"ZIGBEE_SERIAL": "c0ffee"}
+    host.remove("/dev/ttyUSB0")
+    host.add_usb_serial(
+        "1-7",
+        serial="c0ffee",
+        vendor="10c4",
+        product="ea60",
+        driver="cp210x",
+        manufacturer="Silicon Labs",
+        model="Sonoff Zigbee 3.0 USB Dongle Plus",
+        ttys=("ttyUSB5",),
+    )
+    units = found(host, "usb-zigbee.yaml", "example.com/zigbee-stick")
+    assert shape(units) == {"usb-c0ffee": [("/dev/ttyUSB5", "/dev/ttyZIGBEE")]}
 
 
 def test_zwave_finds_the_aeotec_stick_only(host: FakeHost) -> None:

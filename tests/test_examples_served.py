@@ -23,9 +23,11 @@ from genericdp.kubelet.servicer import container_response
 from genericdp.runtime.supervisor import Supervisor
 from tests.fakesys import FakeHost
 from tests.runtime_harness import settings_for
+from tests.test_examples_hardware import HARDWARE_EXAMPLES
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "configs" / "examples"
-ALL_EXAMPLES = sorted(EXAMPLES.glob("*.yaml"))
+# The NVIDIA and RDMA examples have hosts of their own (test_examples_hardware.py).
+ALL_EXAMPLES = sorted(p for p in EXAMPLES.glob("*.yaml") if p.name not in HARDWARE_EXAMPLES)
 
 
 def kitchen_sink(host: FakeHost) -> None:
@@ -72,6 +74,13 @@ def kitchen_sink(host: FakeHost) -> None:
     )
 
 
+def _advertised(definition: ResourceDefinition, unit_id: str) -> tuple[str, ...]:
+    """A unit's IDs while nobody holds any: its replicas, or its first free IDs."""
+    if definition.unbounded:
+        return tuple(f"{unit_id}::{i}" for i in range(definition.free_ids))
+    return replica_ids(unit_id, definition.count)
+
+
 def _units_of(units: tuple[Unit, ...], device_ids: tuple[str, ...]) -> list[Unit]:
     wanted = {unit_id_of(d) for d in device_ids}
     return [u for u in units if u.id in wanted]
@@ -93,13 +102,13 @@ async def _check_resource(
     cdi_dir: Path,
 ) -> None:
     name = definition.name
-    ids = [i for u in units for i in replica_ids(u.id, definition.count)]
+    ids = [i for u in units for i in _advertised(definition, u.id)]
     await kubelet.wait_until(_listed(name, len(ids)), 10)
     snap = kubelet.resources[name]
     assert sorted(snap.devices) == sorted(ids)
     assert snap.allocatable == len(ids)
     for unit in units:
-        for device_id in replica_ids(unit.id, definition.count):
+        for device_id in _advertised(definition, unit.id):
             numa = () if unit.numa_node is None else (unit.numa_node,)
             assert snap.devices[device_id].numa_nodes == numa
     if not units:

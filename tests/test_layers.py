@@ -22,7 +22,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
     for layer in (
         "__main__",
         "cli",
-        "daemon simulate report",
+        "daemon simulate report convert",
         "metrics",
         "dra",
         "runtime",

@@ -218,3 +218,37 @@ async def test_poller_idle_without_cleanup_hooks() -> None:
     assert not await poller.poll()
     assert lister.calls == 0
     assert not tracker.has_baseline
+
+
+def test_held_drops_a_handed_out_id_a_whole_later_list_did_not_show() -> None:
+    """``held`` (the device list's view) forgets an ID our Allocate gave out once a
+    List begun after the hand-out did not show it; ``in_use`` (cleanup's) keeps it."""
+    tracker = UsageTracker()
+    tracker.observe([])  # baseline
+    tracker.handed_out(R, ["a", "b"])
+    assert tracker.held(R) == {"a", "b"}
+    tracker.observe([_pod("p", "a")])  # may have begun before the hand-out
+    assert tracker.held(R) == {"a", "b"}
+    tracker.observe([_pod("p", "a")])  # began after it: b's pod is gone (or never listed)
+    assert tracker.held(R) == {"a"}
+    assert tracker.in_use(R) == {"a", "b"}, "cleanup still waits for b"
+    tracker.handed_out(R, ["b"])  # handed out again: held again
+    assert tracker.held(R) == {"a", "b"}
+
+
+def test_watch_hears_of_allocations_not_of_lists() -> None:
+    """A watcher is called when an Allocate hands IDs out or claims them, until unwatched."""
+    tracker = UsageTracker()
+    calls: list[str] = []
+    tracker.watch(R, lambda: calls.append("changed"))
+    tracker.observe([_pod("p", "a")])
+    assert calls == []
+    tracker.handed_out(R, ["b"])
+    assert calls == ["changed"]
+    tracker.claim(R, ["a"])
+    assert calls == ["changed", "changed"]
+    tracker.claim(R, ["zzz"])  # held by nobody: nothing changed
+    assert len(calls) == 2
+    tracker.watch(R, None)
+    tracker.handed_out(R, ["c"])
+    assert len(calls) == 2

@@ -15,7 +15,7 @@ from genericdp.config.model import (
     ResourceDefinition,
     frozen_map,
 )
-from genericdp.config.templates import compile_templates
+from genericdp.config.templates import SliceSpent, compile_templates
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.errors import TemplateRenderError, UnsafeAllocationError
 
@@ -172,6 +172,17 @@ def test_rendering_is_deterministic() -> None:
     assert first == second
     assert list(first.env) == ["A", "B"]
     assert first.env["B"] == "idProduct=6001;idVendor=0403"
+
+
+def test_a_render_past_its_slice_is_given_up_then_done_in_full() -> None:
+    """Templates needing more than their slice (on the loop) raise SliceSpent, not a
+    render error; the same render without a slice gives the allocation."""
+    d = definition({"A": "{{ devices | map(attribute='minor') | join(',') }}", "B": "x"})
+    with pytest.raises(SliceSpent):
+        render_allocation(d, [DONGLE, GPU], node_name="n", slice_seconds=-1.0)
+    within = render_allocation(d, [DONGLE, GPU], node_name="n", slice_seconds=60.0)
+    assert within == render_allocation(d, [DONGLE, GPU], node_name="n")
+    assert within.env["A"] == "0,0,128"
 
 
 def test_no_units_gives_empty_devices_and_renders() -> None:

@@ -40,7 +40,7 @@ export KUBELET_VERBOSITY=4
 # by the pods that share the claim), so null (count 4) and e2e-health
 # (count 2) are one each.
 EXPECTED=(example.com/null=1 example.com/zero=1 example.com/e2e-dev=2 example.com/e2e-health=1
-  example.com/e2e-dra=2 example.com/e2e-hotplug=0)
+  example.com/e2e-dra=2 example.com/e2e-hotplug=0 example.com/e2e-shared=1 example.com/e2e-unplug=0)
 
 # names_in DIR: the entries of DIR on one line.
 names_in() {
@@ -432,10 +432,13 @@ started=$(now)
 "$LOCAL_DIR/containerd-cdi.sh" "$CDI_CONTAINERD"
 CONTAINERD_BIN_DIR=$CDI_CONTAINERD CDI=1 "$LOCAL_DIR/up.sh" "$images"
 
-log "preparing $NODE: /dev/gdp-e2e-dev{0,1} and /dev/gdp-e2e-dra{0,1} (c 10:229, c 10:237), /var/lib/genericdp-e2e"
+log "preparing $NODE: /dev/gdp-e2e-dev{0,1} and /dev/gdp-e2e-dra{0,1} (c 10:229, c 10:237), /dev/gdp-e2e-ctl (c 10:238), /dev/gdp-e2e-shared (c 1:5), /var/lib/genericdp-e2e"
+# The device-plugin round's nodes (e2e/deploy.sh), and e2e-dra's.
 rm -f /dev/gdp-e2e-*
 mknod -m 0600 /dev/gdp-e2e-dev0 c 10 229
 mknod -m 0600 /dev/gdp-e2e-dev1 c 10 237
+mknod -m 0600 /dev/gdp-e2e-ctl c 10 238
+mknod -m 0666 /dev/gdp-e2e-shared c 1 5
 mknod -m 0600 /dev/gdp-e2e-dra0 c 10 229
 mknod -m 0600 /dev/gdp-e2e-dra1 c 10 237
 mkdir -p /var/lib/genericdp-e2e/share "$MARKERS"

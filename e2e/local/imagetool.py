@@ -8,11 +8,14 @@ imagetool.py name ARCHIVE NAME
                               set io.containerd.image.name on the one image of an
                               OCI archive, so `ctr images import` names it NAME
 imagetool.py names ARCHIVE    print the io.containerd.image.name of each image
+imagetool.py layers ARCHIVE   print each layer of the one image: its uncompressed
+                              bytes and the step that made it, then the total
 """
 
 from __future__ import annotations
 
 import configparser
+import gzip
 import io
 import json
 import os
@@ -163,6 +166,39 @@ def names(archive: Path) -> list[str]:
     return out
 
 
+def _blob(tar: tarfile.TarFile, digest: object) -> io.BufferedReader:
+    algorithm, _, value = str(digest).partition(":")
+    member = tar.extractfile(f"blobs/{algorithm}/{value}")
+    if member is None:
+        raise SystemExit(f"no blob {digest} in the archive")
+    return member
+
+
+def layer_sizes(archive: Path) -> list[tuple[int, str]]:
+    """(uncompressed bytes, the history step that made it) of each layer, base first."""
+    found = manifests(read_index(archive), archive)
+    if len(found) != 1:
+        raise SystemExit(f"{archive}: {len(found)} manifests; expected one image")
+    with tarfile.open(archive) as tar:
+        manifest = json.load(_blob(tar, found[0]["digest"]))
+        config = json.load(_blob(tar, manifest["config"]["digest"]))
+        steps = [
+            str(h.get("created_by", ""))
+            for h in config.get("history", [])
+            if not h.get("empty_layer")
+        ]
+        sizes = []
+        for layer in manifest["layers"]:
+            raw = _blob(tar, layer["digest"])
+            stream = gzip.GzipFile(fileobj=raw) if "gzip" in layer["mediaType"] else raw
+            total = 0
+            while chunk := stream.read(1 << 20):
+                total += len(chunk)
+            sizes.append(total)
+    steps = [""] * (len(sizes) - len(steps)) + steps[-len(sizes) :]
+    return list(zip(sizes, steps, strict=True))
+
+
 def main(argv: list[str]) -> int:
     match argv:
         case ["pip-config", out]:
@@ -171,6 +207,11 @@ def main(argv: list[str]) -> int:
             name_archive(Path(archive), name)
         case ["names", archive]:
             print("\n".join(names(Path(archive))))
+        case ["layers", archive]:
+            layers = layer_sizes(Path(archive))
+            for size, step in layers:
+                print(f"{size}\t{step}")
+            print(f"{sum(size for size, _ in layers)}\ttotal")
         case _:
             print(__doc__, file=sys.stderr)
             return 2

@@ -3,6 +3,9 @@
 Exit codes are in ``genericdp.exits``. The flags of the settings are made
 from the settings model (``genericdp.settings``): every setting is a flag of
 the commands that use it and a ``GENERICDP_*`` variable; a flag wins.
+
+``genericdp convert`` (another plugin's config -> ours) takes its own arguments,
+spelled as that plugin's flags so an existing args list can be pasted.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from genericdp.exits import (
     EXIT_USAGE,
 )
 from genericdp.settings import SIMULATE_SKIPS, DiscoverySettings, Settings
+
+# squat/generic-device-plugin's flags that configure its daemon, not its devices.
+SQUAT_DAEMON_FLAGS = ("listen", "log-level", "plugin-directory")
 
 
 class UsageError(Exception):
@@ -59,6 +65,32 @@ def _setting_flags(
     p.set_defaults(settings=tuple(names))
 
 
+def _add_convert(sub: Any) -> None:
+    """``convert``: its own arguments, spelled as squat's flags (paste an args list)."""
+    p = sub.add_parser(
+        "convert",
+        help="print the genericdp config equivalent to a squat/generic-device-plugin config",
+        description="Reads squat/generic-device-plugin's --device flags and/or its --config"
+        " file and prints genericdp config v1 YAML; differences are NOTE comments and"
+        " warnings on stderr.",
+    )
+    p.add_argument(
+        "--device",
+        action="append",
+        default=[],
+        metavar="JSON_OR_YAML",
+        help="one of squat's --device values; repeat it as squat's flag is repeated",
+    )
+    p.add_argument("--config", type=Path, metavar="FILE", help="squat's YAML or JSON config")
+    p.add_argument("--domain", help="squat's --domain (default: the file's, else squat.ai)")
+    p.add_argument("--output", "-o", type=Path, metavar="FILE", help="write here, not stdout")
+    squat_daemon = p.add_argument_group(
+        "squat's daemon flags (accepted so an args list can be pasted; each becomes a NOTE)"
+    )
+    for name in SQUAT_DAEMON_FLAGS:
+        squat_daemon.add_argument(f"--{name}", dest=name.replace("-", "_"), metavar="VALUE")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="genericdp",
@@ -71,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+", type=Path, metavar="PATH")
 
     sub.add_parser("schema", help="print the config JSON Schema")
+    _add_convert(sub)
 
     p = sub.add_parser("discover", help="show the units each resource would advertise here")
     p.add_argument("path", type=Path, metavar="PATH", help="config file or directory")
@@ -143,6 +176,27 @@ def cmd_schema(_args: argparse.Namespace) -> int:
     sys.stdout.write(schema_text())
     if not schema_text().endswith("\n"):
         sys.stdout.write("\n")
+    return EXIT_OK
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from genericdp.convert import convert_squat
+
+    if not args.device and args.config is None:
+        raise UsageError("convert needs --device values, a --config file, or both")
+    given = {n: getattr(args, n.replace("-", "_")) for n in SQUAT_DAEMON_FLAGS}
+    result = convert_squat(
+        args.device,
+        args.config,
+        args.domain,
+        daemon_flags={n: v for n, v in given.items() if v is not None},
+    )
+    for note in result.notes:
+        print(f"warning: {note}", file=sys.stderr)
+    if args.output is not None:
+        args.output.write_text(result.text)
+    else:
+        sys.stdout.write(result.text)
     return EXIT_OK
 
 
@@ -233,6 +287,7 @@ def cmd_deviceclasses(args: argparse.Namespace) -> int:
 COMMANDS = {
     "validate": cmd_validate,
     "schema": cmd_schema,
+    "convert": cmd_convert,
     "discover": cmd_discover,
     "serve": cmd_serve,
     "simulate": cmd_simulate,

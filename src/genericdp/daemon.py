@@ -13,6 +13,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from genericdp.aio import Backoff, TaskSet
@@ -30,6 +31,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# Worker threads of the loop's executor (discovery, CDI files, a render past its
+# slice). asyncio's default is the core count + 4 (up to 32 on a large node),
+# and each thread costs its stack and a malloc arena (docs/performance.md).
+WORKER_THREADS = 2
 
 
 def load_config(settings: Settings) -> Config:
@@ -50,6 +55,9 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
     from genericdp.runtime.supervisor import Supervisor
 
     config = load_config(settings)
+    asyncio.get_running_loop().set_default_executor(
+        ThreadPoolExecutor(max_workers=WORKER_THREADS, thread_name_prefix="genericdp")
+    )
     metrics = Metrics()
     metrics.config_loaded()
     if settings.backend != "dra":

@@ -25,8 +25,9 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from genericdp import logsetup
-from genericdp.config.model import HealthCheck
-from genericdp.discovery.model import Unit
+from genericdp.config.model import HealthCheck, SysfsProbe
+from genericdp.discovery.attributes import probe_unit
+from genericdp.discovery.model import Roots, Unit
 from genericdp.execution import ExecResult, run_exec
 from genericdp.hooks import HEALTH, unit_env
 
@@ -86,6 +87,7 @@ class HealthMonitor:
         clock: Callable[[], float] = time.monotonic,
         on_result: OnResult | None = None,
         logger: logging.Logger | None = None,
+        roots: Roots | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
@@ -102,6 +104,8 @@ class HealthMonitor:
         self._trackers: dict[str, HealthTracker] = {}
         self._reported: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
         self._poked = asyncio.Event()
+        self._roots = roots or Roots()
+        self._reading: asyncio.Future[list[ExecResult]] | None = None  # sysfs reads in flight
 
     @property
     def unhealthy(self) -> frozenset[str]:
@@ -167,7 +171,11 @@ class HealthMonitor:
             del self._trackers[gone]  # a vanished unit leaves the list, healthy or not
         if only_new:
             units = {uid: u for uid, u in units.items() if uid not in self._trackers}
-        results = await asyncio.gather(*(self._probe(u) for u in units.values()))
+        results: Sequence[ExecResult | None]
+        if self.check.sysfs is not None:
+            results = await self._read_sysfs(self.check.sysfs, list(units.values()))
+        else:
+            results = await asyncio.gather(*(self._probe(u) for u in units.values()))
         for unit, result in zip(units.values(), results, strict=True):
             self._record(unit.id, result)
         await self._report()
@@ -175,6 +183,7 @@ class HealthMonitor:
 
     async def _probe(self, unit: Unit) -> ExecResult | None:
         """Run the probe for one unit; None if running it failed on our side."""
+        assert self.check.exec is not None  # the config has exec or sysfs
         env = unit_env(self.resource, [unit], node_name=self._node_name, hook=HEALTH)
         try:
             async with self._slots:
@@ -183,12 +192,59 @@ class HealthMonitor:
             with logsetup.fields(resource=self.resource, unit=unit.id):
                 self._log.exception("health probe of %s unit %s failed", self.resource, unit.id)
             return None
+        self._report_result(unit.id, result)
+        return result
+
+    def _report_result(self, unit_id: str, result: ExecResult) -> None:
         if self._on_result is not None:
             try:
-                self._on_result(unit.id, result)
+                self._on_result(unit_id, result)
             except Exception:
                 self._log.exception("health: on_result callback failed")
-        return result
+
+    async def _read_sysfs(self, probe: SysfsProbe, units: list[Unit]) -> list[ExecResult | None]:
+        """Every unit's attribute read in one worker thread, no process at all.
+
+        A read that blocks (a driver stuck in its attribute's show function)
+        cannot be interrupted: past the timeout its units fail, and until that
+        thread returns the next rounds fail too instead of piling up threads.
+        """
+        if not units:
+            return []
+        argv = ("sysfs", probe.attribute)
+        if self._reading is not None and not self._reading.done():
+            blocked = ExecResult(argv, None, True, "an earlier read is still blocked", 0.0, None)
+            return [blocked for _ in units]
+        started = time.monotonic()
+        reading = self._reading = asyncio.ensure_future(
+            asyncio.to_thread(self._read_all, probe, units)
+        )
+        results: list[ExecResult | None]
+        try:
+            results = list(await asyncio.wait_for(asyncio.shield(reading), probe.timeout))
+        except TimeoutError:
+            elapsed = time.monotonic() - started
+            timed_out = ExecResult(argv, None, True, "read timed out", elapsed, None)
+            results = [timed_out for _ in units]
+        for unit, result in zip(units, results, strict=True):
+            if result is not None:
+                self._report_result(unit.id, result)
+        return results
+
+    def _read_all(self, probe: SysfsProbe, units: list[Unit]) -> list[ExecResult]:
+        results = []
+        for unit in units:
+            started = time.monotonic()
+            try:
+                reading = probe_unit(unit, probe, self._roots)
+                ok, detail = reading.ok, reading.detail
+            except Exception as exc:  # a bug of ours: that unit fails, the round goes on
+                ok, detail = False, f"probe failed: {exc!r}"
+            elapsed = time.monotonic() - started
+            results.append(
+                ExecResult(("sysfs", probe.attribute), 0 if ok else 1, False, detail, elapsed, None)
+            )
+        return results
 
     def _record(self, unit_id: str, result: ExecResult | None) -> None:
         with logsetup.fields(resource=self.resource, unit=unit_id):
@@ -208,7 +264,7 @@ class HealthMonitor:
                     self.resource,
                     unit_id,
                     self._how(result),
-                    _output_block(result),
+                    self._output(result),
                 )
             return
         if not changed:
@@ -231,14 +287,20 @@ class HealthMonitor:
                 unit_id,
                 tracker.consecutive_failures,
                 self._how(result),
-                _output_block(result),
+                self._output(result),
             )
+
+    def _output(self, result: ExecResult | None) -> str:
+        return "" if self.check.sysfs is not None else _output_block(result)
 
     def _how(self, result: ExecResult | None) -> str:
         if result is None:
             return "probe could not be run"
         if result.timed_out:
-            return f"timed out after {self.check.exec.timeout:g}s"
+            detail = f" ({result.output})" if self.check.sysfs is not None else ""
+            return f"timed out after {self.check.timeout:g}s{detail}"
+        if self.check.sysfs is not None:
+            return result.output
         return result.describe()
 
     async def _report(self) -> None:

@@ -282,15 +282,23 @@ def readiness(statuses: Mapping[str, PluginStatus], *, started: bool) -> Verdict
     Not before the config is applied (``started``); a config without resources
     is ready. Readiness does not drop when the kubelet restarts: re-registering
     takes under a second and is the daemon's job, not a rollout's concern.
+
+    A resource whose units are all Unhealthy because a required
+    ``allocate.devices`` node is missing is listed with the reason but does
+    not fail readiness: the daemon is doing its job (the kubelet sees the
+    units Unhealthy), and a driver not loaded on one node must not stall a
+    DaemonSet rollout across the cluster.
     """
     if not started:
         return Verdict(ok=False, text="not ready: starting")
     waiting = {n: s for n, s in statuses.items() if s.registrations == 0}
+    faults = [f"{n}: Unhealthy: {s.fault}" for n, s in statuses.items() if s.fault]
     if not waiting:
-        return Verdict(ok=True, text=f"ready: {len(statuses)} resource(s) registered")
+        text = f"ready: {len(statuses)} resource(s) registered"
+        return Verdict(ok=True, text="\n".join([text, *faults]))
     lines = [f"not ready: {len(waiting)} of {len(statuses)} resource(s) never registered"]
     lines += [f"{n}: {s.last_error or 'not registered yet'}" for n, s in waiting.items()]
-    return Verdict(ok=False, text="\n".join(lines))
+    return Verdict(ok=False, text="\n".join([*lines, *faults]))
 
 
 def routes(metrics: Metrics, ready: Callable[[], Verdict]) -> dict[str, Route]:

@@ -12,10 +12,10 @@ from typing import Any
 
 from genericdp.allocation.render import Allocation, render_allocation
 from genericdp.allocation.text import allocation_lines
-from genericdp.config.model import ResourceDefinition
+from genericdp.config.model import UNBOUNDED, ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.errors import GenericdpError
-from genericdp.kubelet.devices import replica_ids
+from genericdp.runtime.sharing import idle_ids, sharing_text
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class ResourceReport:
 
     @property
     def device_ids(self) -> tuple[str, ...]:
-        return tuple(i for u in self.units for i in replica_ids(u.id, self.definition.count))
+        return tuple(i for u in self.units for i in idle_ids(self.definition, u.id))
 
 
 def build_report(
@@ -48,7 +48,7 @@ def build_report(
                 definition,
                 [first],
                 node_name=node_name,
-                device_ids=replica_ids(first.id, definition.count)[:1],
+                device_ids=idle_ids(definition, first.id)[:1],
             )
         except GenericdpError as exc:
             error = f"allocation of {first.id} would fail: {exc}"
@@ -81,12 +81,13 @@ def report_dict(report: ResourceReport) -> dict[str, Any]:
         "resource": d.name,
         "source": f"{d.source.file}:{d.source.line}" if d.source.line else d.source.file,
         "groupBy": str(d.group_by),
-        "count": d.count,
+        "count": UNBOUNDED if d.unbounded else d.count,
+        **({"freeIds": d.free_ids} if d.unbounded else {}),
         "units": [
             {
                 "id": u.id,
-                "deviceIds": list(replica_ids(u.id, d.count)),
-                "health": "unknown",
+                "deviceIds": list(idle_ids(d, u.id)),
+                "health": "unhealthy" if u.missing else "unknown",
                 "numaNode": u.numa_node,
                 "nodes": [
                     {"hostPath": n.host_path, "containerPath": n.container_path} for n in u.nodes
@@ -97,7 +98,13 @@ def report_dict(report: ResourceReport) -> dict[str, Any]:
         "capacity": len(report.device_ids),
         "exampleAllocation": _allocation_dict(report.example) if report.example else None,
         "error": report.error,
+        "missingDevices": _missing(report.units),
     }
+
+
+def _missing(units: Sequence[Unit]) -> list[str]:
+    """The required ``allocate.devices`` entries the scan did not find (all units share them)."""
+    return sorted({m for u in units for m in u.missing})
 
 
 def to_json(reports: Sequence[ResourceReport]) -> str:
@@ -111,10 +118,13 @@ def to_text(reports: Sequence[ResourceReport]) -> str:
         d = r.definition
         out.append(
             f"{d.name}  ({len(r.units)} unit(s), capacity {len(r.device_ids)}, "
-            f"groupBy {d.group_by}, count {d.count})"
+            f"groupBy {d.group_by}, count {sharing_text(d)})"
         )
         if r.error:
             out.append(f"  error: {r.error}")
+        if _missing(r.units):
+            missing = ", ".join(_missing(r.units))
+            out.append(f"  every unit is Unhealthy: required device node(s) missing: {missing}")
         if not r.units:
             out.append("  no devices found")
         else:
@@ -128,7 +138,8 @@ def to_text(reports: Sequence[ResourceReport]) -> str:
                     else f"{n.container_path} -> {n.host_path}"
                     for n in u.nodes
                 )
-                out.append(f"  {u.id:<{width}}  {numa:<4}  unknown  {nodes}")
+                health = "missing" if u.missing else "unknown"
+                out.append(f"  {u.id:<{width}}  {numa:<4}  {health:<7}  {nodes}")
         if r.example is not None:
             out.append(f"  one unit ({r.units[0].id}) gives a container:")
             # discover has never listed the CDI names (nor has its JSON).

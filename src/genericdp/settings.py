@@ -160,8 +160,8 @@ class Settings(DiscoverySettings):
         ge=MIN_INTERVAL,
         le=MAX_INTERVAL,
         allow_inf_nan=False,
-        description="seconds between PodResources List calls that detect released devices "
-        "(only while some resource has a cleanup hook)",
+        description="seconds between PodResources List calls: which devices containers hold "
+        "(cleanup hooks, unbounded sharing, units unplugged while in use)",
     )
     hotplug_settle: float = Field(
         0.1,

@@ -145,15 +145,16 @@ def _legacy_file_name(resource: str) -> str:
 
 
 def device_entry(definition: ResourceDefinition, unit: Unit) -> dict[str, Any]:
-    """One CDI device: the unit's nodes, each once, in the unit's order."""
+    """One CDI device: the unit's nodes, then its ``allocate.devices`` nodes
+    (``Unit.shared``), each once, in that order."""
     nodes: dict[str, dict[str, str]] = {}
-    for node in unit.nodes:
+    for node in (*unit.nodes, *unit.shared):
         nodes.setdefault(
             node.container_path,
             {
                 "path": node.container_path,
                 "hostPath": node.host_path,
-                "permissions": definition.permissions,
+                "permissions": node.permissions or definition.permissions,
             },
         )
     return {

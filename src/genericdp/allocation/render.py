@@ -16,13 +16,19 @@ from genericdp.allocation.cdi import qualified_name
 from genericdp.allocation.confine import check_device_path, check_value, confine_path
 from genericdp.config.model import ResourceDefinition, frozen_map
 from genericdp.config.templates import (
+    SliceSpent,
     TemplateSyntaxErrors,
     TemplateValue,
     allocation_budget,
     compile_templates,
 )
 from genericdp.discovery.model import DeviceNode, Unit
-from genericdp.errors import TemplateRenderError, clip
+from genericdp.errors import TemplateRenderError, UnsafeAllocationError, clip
+
+# What a render may take on the event loop before it is done again in a worker
+# thread: the templates of most allocations take well under a millisecond, and
+# the hop to a thread and back cost more than that (docs/performance.md).
+INLINE_RENDER_SECONDS = 0.002
 
 
 @dataclass(frozen=True)
@@ -105,16 +111,26 @@ def _template_context(
 
 
 def _device_specs(definition: ResourceDefinition, units: Sequence[Unit]) -> tuple[DeviceSpec, ...]:
+    """Every node of every unit, then the units' ``allocate.devices`` nodes, once
+    per container path. Two different host nodes at one container path (a fixed
+    ``containerPath`` matching two nodes of one allocation) are refused: the
+    container would silently get one of them."""
     specs: dict[str, DeviceSpec] = {}
     for unit in units:
-        for node in unit.nodes:
-            if node.container_path in specs:
-                continue
+        for node in (*unit.nodes, *unit.shared):
             what = f"resource {definition.name}: unit {clip(unit.id, 80)}"
+            known = specs.get(node.container_path)
+            if known is not None:
+                if known.host_path != node.host_path:
+                    raise UnsafeAllocationError(
+                        f"{what}: {clip(node.host_path)} and {clip(known.host_path)} would both"
+                        f" be {clip(node.container_path)} in the container"
+                    )
+                continue
             check_device_path(node.container_path, what=what)
             check_device_path(node.host_path, what=what)
             specs[node.container_path] = DeviceSpec(
-                node.container_path, node.host_path, definition.permissions
+                node.container_path, node.host_path, node.permissions or definition.permissions
             )
     return tuple(specs.values())
 
@@ -122,6 +138,8 @@ def _device_specs(definition: ResourceDefinition, units: Sequence[Unit]) -> tupl
 def _render(resource: str, key: str, value: TemplateValue, context: Mapping[str, Any]) -> str:
     try:
         return value.render(context)
+    except SliceSpent:
+        raise  # not an error: the caller renders again, with the whole budget
     # The boundary for everything a template can raise: Jinja's errors, and the
     # TypeError/KeyError/OverflowError/... of the filters and methods it calls.
     except Exception as exc:
@@ -156,8 +174,13 @@ def render_allocation(
     *,
     node_name: str = "",
     device_ids: Sequence[str] = (),
+    slice_seconds: float | None = None,
 ) -> Allocation:
     """What a container receives for ``units``: pure and deterministic.
+
+    With ``slice_seconds`` (a render on the event loop), templates that need
+    longer than that raise SliceSpent, and the caller renders again without it
+    in a worker thread: the same result, since rendering is pure.
 
     Devices are every node of every unit, in unit then node order, once per
     container path. ``device_ids`` are the kubelet IDs of the request, passed
@@ -180,7 +203,7 @@ def render_allocation(
             raise TemplateRenderError(f"resource {definition.name}: {listed}") from exc
     context = _template_context(definition, units, node_name, device_ids)
     name = definition.name
-    with allocation_budget():
+    with allocation_budget(slice_seconds):
         env = {k: _render_value(name, f"env.{k}", v, context) for k, v in templates.env}
         named = _units_named(units)
         mounts = tuple(

@@ -15,10 +15,13 @@ from types import MappingProxyType
 from typing import Any
 
 from genericdp.config.model import (
+    DEFAULT_FREE_IDS,
+    UNBOUNDED,
     AllocateSpec,
     AttributeValue,
     DraSpec,
     Exec,
+    ExtraDevice,
     GlobMatcher,
     GroupBy,
     HealthCheck,
@@ -28,6 +31,7 @@ from genericdp.config.model import (
     PreferredAllocation,
     ResourceDefinition,
     Source,
+    SysfsProbe,
     UdevMatcher,
     Version,
     frozen_map,
@@ -45,18 +49,35 @@ _MOUNT_KEY = re.compile(r"mounts\[(\d+)\]\.(hostPath|containerPath)")
 _PERMISSION_ORDER = "rwm"
 
 
-def allocate_spec(raw: dict[str, Any]) -> AllocateSpec:
-    """The ``allocate`` section as template sources."""
+def allocate_spec(raw: dict[str, Any], *, permissions: object = "rw") -> AllocateSpec:
+    """The ``allocate`` section as template sources; ``permissions`` (the
+    resource's) is the default of its ``devices``."""
     mounts = tuple(
         MountTemplate(m["hostPath"], m["containerPath"], bool(m.get("readOnly", False)))
         for m in raw.get("mounts", ())
+    )
+    default = permissions if isinstance(permissions, str) else "rw"
+    devices = tuple(
+        ExtraDevice(
+            path=d["path"],
+            permissions=canonical_permissions(d.get("permissions", default)),
+            container_path=d.get("containerPath"),
+            optional=bool(d.get("optional", False)),
+        )
+        for d in raw.get("devices", ())
     )
     return AllocateSpec(
         env=frozen_map(raw.get("env")),
         mounts=mounts,
         annotations=frozen_map(raw.get("annotations")),
         cdi=bool(raw.get("cdi", False)),
+        devices=devices,
     )
+
+
+def canonical_permissions(text: str) -> str:
+    """Canonical order, so "wr" and "rw" compare equal on reload."""
+    return "".join(c for c in _PERMISSION_ORDER if c in text)
 
 
 def compile_allocate(
@@ -114,13 +135,15 @@ def resource_definition(
         return seconds[(*path, *keys)]
 
     health = raw.get("health")
+    unbounded = raw.get("count") == UNBOUNDED
     return ResourceDefinition(
         name=raw["name"],
         match=tuple(_matcher(m) for m in raw["match"]),
         group_by=_group_by(raw.get("groupBy", "node")),
-        count=int(raw.get("count", 1)),
-        # Canonical order, so "wr" and "rw" compare equal on reload.
-        permissions="".join(c for c in _PERMISSION_ORDER if c in raw.get("permissions", "rw")),
+        count=1 if unbounded else int(raw.get("count", 1)),
+        unbounded=unbounded,
+        free_ids=int(raw.get("freeIds", DEFAULT_FREE_IDS)),
+        permissions=canonical_permissions(raw.get("permissions", "rw")),
         health=_health(health, duration) if health is not None else None,
         hooks=_hooks(raw.get("hooks", {}), duration),
         allocate=allocate,
@@ -140,7 +163,7 @@ def _dra(raw: dict[str, Any]) -> DraSpec:
 
 def _matcher(raw: dict[str, Any]) -> Matcher:
     if "glob" in raw:
-        return GlobMatcher(raw["glob"])
+        return GlobMatcher(raw["glob"], container_path=raw.get("containerPath"))
     udev = raw["udev"]
     return UdevMatcher(
         subsystem=udev.get("subsystem"),
@@ -148,6 +171,7 @@ def _matcher(raw: dict[str, Any]) -> Matcher:
         driver=udev.get("driver"),
         attributes=frozen_map(udev.get("attributes")),
         properties=frozen_map(udev.get("properties")),
+        container_path=raw.get("containerPath"),
     )
 
 
@@ -160,10 +184,17 @@ def _group_by(raw: str | dict[str, str]) -> GroupBy:
 
 
 def _health(raw: dict[str, Any], duration: Callable[..., float]) -> HealthCheck:
+    timeout = duration("health", "timeout")
+    sysfs = raw.get("sysfs")
     return HealthCheck(
-        exec=Exec(tuple(raw["exec"]), duration("health", "timeout")),
+        exec=Exec(tuple(raw["exec"]), timeout) if "exec" in raw else None,
         interval=duration("health", "interval"),
         failure_threshold=int(raw.get("failureThreshold", 3)),
+        sysfs=(
+            SysfsProbe(sysfs["attribute"], sysfs["expect"], sysfs.get("subsystem"), timeout)
+            if sysfs is not None
+            else None
+        ),
     )
 
 

@@ -211,7 +211,9 @@ def _compile_templates(result: _Checked, doc: Document, bad: set[str]) -> list[C
     for path, resource in resources_of(doc):
         if int(path[1]) in misshapen:
             continue  # compile only what has the right shape
-        spec = allocate_spec(resource.get("allocate", {}))
+        spec = allocate_spec(
+            resource.get("allocate", {}), permissions=resource.get("permissions", "rw")
+        )
         result.allocate[int(path[1])] = spec
         compiled, problems = compile_allocate(doc, (*path, "allocate"), spec)
         issues += problems

@@ -170,6 +170,9 @@ def _pattern_message(last: object, instance: str) -> str:
 def _explain_choice(error: ValidationError, doc: Document, path: KeyPath) -> list[ConfigIssue]:
     """For a failed oneOf, report the one form the user evidently meant, if any."""
     instance, branches, _ = _parts(error)
+    if path and path[-1] == "count" and not _fits({"type": "integer"}, instance):
+        message = f"must be a whole number from 1 to 1000, or unbounded; not {describe(instance)}"
+        return [doc.issue(path, message)]
     meant = [i for i, b in enumerate(branches) if _fits(b, instance)]
     if len(meant) == 1:
         own = [e for e in error.context or () if e.relative_schema_path[0] == meant[0]]
@@ -179,7 +182,19 @@ def _explain_choice(error: ValidationError, doc: Document, path: KeyPath) -> lis
         return _explain_matcher(instance, doc, path)
     if path and path[-1] == "groupBy":
         return _explain_group_by(instance, doc, path)
+    if path and path[-1] == "health" and isinstance(instance, dict):
+        return _explain_health(instance, doc, path)
     return [doc.issue(path, f"{describe(instance)} does not match any allowed form")]
+
+
+def _explain_health(instance: dict[str, Any], doc: Document, path: KeyPath) -> list[ConfigIssue]:
+    if "exec" in instance and "sysfs" in instance:
+        message = "use one probe: exec (a command) or sysfs (an attribute), not both"
+        return [doc.issue((*path, "sysfs"), message, at_key=True)]
+    message = (
+        "needs a probe: exec: [command, args...] or sysfs: {attribute: <file>, expect: <glob>}"
+    )
+    return [doc.issue(path, message, at_key=True)]
 
 
 def _fits(branch: dict[str, Any], instance: Any) -> bool:
@@ -189,6 +204,8 @@ def _fits(branch: dict[str, Any], instance: Any) -> bool:
         return isinstance(instance, dict) and all(k in instance for k in branch.get("required", ()))
     if kind == "string":
         return isinstance(instance, str)
+    if kind == "integer":
+        return isinstance(instance, int) and not isinstance(instance, bool)
     return kind is None
 
 
@@ -198,7 +215,7 @@ def _explain_matcher(instance: Any, doc: Document, path: KeyPath) -> list[Config
         if all(k in instance for k in allowed):
             message = "use one matcher per item: glob or udev, not both (start another '- ' item)"
             return [doc.issue((*path, "udev"), message, at_key=True)]
-        unknown = [k for k in instance if k not in allowed]
+        unknown = [k for k in instance if k not in (*allowed, "containerPath")]
         if unknown:
             return [doc.issue((*path, k), unknown_key(k, allowed), at_key=True) for k in unknown]
     return [

@@ -18,6 +18,12 @@ if TYPE_CHECKING:
     from genericdp.config.templates import CompiledTemplates
 
 CONFIG_VERSION = "v1"
+UNBOUNDED = "unbounded"  # ``count: unbounded``
+DEFAULT_FREE_IDS = 4
+# Replica indices of an unbounded unit stay below this, so ``<unit>::<i>``
+# fits the kubelet's 63 characters (unit IDs leave room for ``::999999``).
+# A million containers holding one node at once is not a node that exists.
+UNBOUNDED_INDEX_LIMIT = 1_000_000
 
 
 def frozen_map(values: Mapping[str, str] | None = None) -> Mapping[str, str]:
@@ -30,6 +36,8 @@ class GlobMatcher:
     """Device nodes whose host path matches ``pattern`` (an absolute host path glob)."""
 
     pattern: str
+    # A template per matched node (``device``): where the container sees it.
+    container_path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,7 @@ class UdevMatcher:
     driver: str | None = None
     attributes: Mapping[str, str] = field(default_factory=frozen_map)
     properties: Mapping[str, str] = field(default_factory=frozen_map)
+    container_path: str | None = None  # as GlobMatcher.container_path
 
 
 Matcher = GlobMatcher | UdevMatcher
@@ -86,16 +95,41 @@ class Exec:
 
 
 @dataclass(frozen=True)
-class HealthCheck:
-    """A probe run per unit every ``interval`` seconds.
+class SysfsProbe:
+    """A sysfs attribute of the unit's device or an ancestor, compared with a glob.
 
-    A unit turns Unhealthy after ``failure_threshold`` consecutive failures
-    (non-zero exit or timeout) and Healthy again after one success.
+    ``attribute`` is a path relative to a device directory (``ports/1/state``,
+    components may be globs: every match must pass); ``subsystem`` picks the
+    nearest ancestor of that subsystem, else the first device from the unit's
+    own upwards that has the attribute is read. ``expect`` is an fnmatch
+    pattern on the value with surrounding whitespace stripped.
     """
 
-    exec: Exec
+    attribute: str
+    expect: str
+    subsystem: str | None = None
+    timeout: float = 3.0  # for one round of reads; a stuck read fails its units
+
+
+@dataclass(frozen=True)
+class HealthCheck:
+    """A probe run per unit every ``interval`` seconds: a command (``exec``) or
+    a sysfs attribute read in-process (``sysfs``); exactly one is set.
+
+    A unit turns Unhealthy after ``failure_threshold`` consecutive failures
+    (non-zero exit, wrong value or timeout) and Healthy again after one success.
+    """
+
+    exec: Exec | None
     interval: float = 10.0
     failure_threshold: int = 3
+    sysfs: SysfsProbe | None = None
+
+    @property
+    def timeout(self) -> float:
+        if self.sysfs is not None:
+            return self.sysfs.timeout
+        return self.exec.timeout if self.exec is not None else 0.0
 
 
 @dataclass(frozen=True)
@@ -117,6 +151,23 @@ class MountTemplate:
 
 
 @dataclass(frozen=True)
+class ExtraDevice:
+    """Device nodes given with every allocation besides the unit's own
+    (``allocate.devices``): a control node such as ``/dev/nvidiactl``.
+
+    ``path`` is an absolute path or glob under /dev; ``container_path`` a
+    template per matched node (``device``), by default the matched path. A
+    required entry (``optional`` false) that matches no device node makes every
+    unit of the resource Unhealthy until one appears.
+    """
+
+    path: str
+    permissions: str = "rw"
+    container_path: str | None = None
+    optional: bool = False
+
+
+@dataclass(frozen=True)
 class AllocateSpec:
     """What a container receives, as template sources."""
 
@@ -124,6 +175,7 @@ class AllocateSpec:
     mounts: tuple[MountTemplate, ...] = ()
     annotations: Mapping[str, str] = field(default_factory=frozen_map)
     cdi: bool = False  # also publish a CDI spec and return CDI names (allocation.cdi)
+    devices: tuple[ExtraDevice, ...] = ()
 
 
 class PreferredAllocation(StrEnum):
@@ -166,7 +218,11 @@ class ResourceDefinition:
     name: str
     match: tuple[Matcher, ...]
     group_by: GroupBy = field(default_factory=GroupBy)
-    count: int = 1
+    count: int = 1  # 1 with ``unbounded``
+    # ``count: unbounded``: any number of containers share a unit; the kubelet
+    # sees ``free_ids`` free IDs per unit at a time (runtime/sharing.py).
+    unbounded: bool = False
+    free_ids: int = DEFAULT_FREE_IDS
     permissions: str = "rw"
     health: HealthCheck | None = None
     hooks: Hooks = field(default_factory=Hooks)
@@ -176,6 +232,11 @@ class ResourceDefinition:
     source: Source = field(default=Source("<memory>"), compare=False)
     # Built once at load time from ``allocate``; derived, so not compared.
     templates: CompiledTemplates | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def id_slots(self) -> int:
+        """How many replica IDs a unit may have at most (room unit IDs leave for suffixes)."""
+        return UNBOUNDED_INDEX_LIMIT if self.unbounded else self.count
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from genericdp.config.devpaths import container_path_problem, glob_problem
 from genericdp.config.durations import parse_duration
+from genericdp.config.model import UNBOUNDED
 from genericdp.config.names import validate_resource_name
 from genericdp.config.regex import compile_regex
+from genericdp.config.templates import TemplateSyntaxErrors, compile_node_template
 from genericdp.config.yamlpos import Document, KeyPath
 from genericdp.errors import ConfigIssue
 
@@ -41,7 +44,9 @@ def semantic_issues(doc: Document, seconds: dict[KeyPath, float]) -> list[Config
     for path, resource in resources_of(doc):
         issues += _name(doc, path, resource)
         issues += _globs(doc, path, resource)
+        issues += _container_paths(doc, path, resource)
         issues += _group_by(doc, path, resource)
+        issues += _sharing(doc, path, resource)
         issues += _health(doc, path, resource, seconds)
         issues += _hooks(doc, path, resource, seconds)
         issues += _mounts(doc, path, resource)
@@ -90,23 +95,64 @@ def _globs(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[Confi
         pattern = item.get("glob") if isinstance(item, dict) else None
         if not isinstance(pattern, str) or not pattern:
             continue
-        where = (*path, "match", index, "glob")
-        if not pattern.startswith("/"):
-            example = "/dev/" + pattern.lstrip("./")
-            message = f"glob {pattern!r} must be an absolute path under /dev/, e.g. {example}"
-            issues.append(doc.issue(where, message))
-        elif not pattern.startswith("/dev/"):
-            message = f"glob {pattern!r} must be under /dev/: only device nodes are matched"
-            issues.append(doc.issue(where, message))
-        elif ".." in pattern.split("/"):
-            issues.append(doc.issue(where, f"glob {pattern!r} must not contain '..'"))
-        elif not pattern.removeprefix("/dev/").strip("/."):
-            message = (
-                f"glob {pattern!r} names the /dev directory itself, which is not a device:"
-                " add a pattern, e.g. /dev/ttyUSB*"
-            )
-            issues.append(doc.issue(where, message))
+        problem = glob_problem(pattern)
+        if problem is not None:
+            issues.append(doc.issue((*path, "match", index, "glob"), problem))
+    for index, entry in enumerate(_extra_devices(resource)):
+        pattern = entry.get("path")
+        if not isinstance(pattern, str) or not pattern:
+            continue
+        problem = glob_problem(pattern, what="path")
+        if problem is not None:
+            issues.append(doc.issue((*path, "allocate", "devices", index, "path"), problem))
     return issues
+
+
+def _extra_devices(resource: dict[str, Any]) -> list[dict[str, Any]]:
+    allocate = resource.get("allocate")
+    devices = allocate.get("devices") if isinstance(allocate, dict) else None
+    return [d for d in devices if isinstance(d, dict)] if isinstance(devices, list) else []
+
+
+def _container_paths(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[ConfigIssue]:
+    """Each node ``containerPath``: a template that compiles, over ``device`` only,
+    whose literal text already keeps the rules its rendering must keep."""
+    found: list[tuple[KeyPath, object]] = []
+    match = resource.get("match")
+    for index, item in enumerate(match if isinstance(match, list) else ()):
+        if isinstance(item, dict) and "containerPath" in item:
+            found.append(((*path, "match", index, "containerPath"), item["containerPath"]))
+    allocate = resource.get("allocate")
+    devices = allocate.get("devices") if isinstance(allocate, dict) else None
+    for index, entry in enumerate(devices if isinstance(devices, list) else ()):
+        if isinstance(entry, dict) and "containerPath" in entry:
+            where = (*path, "allocate", "devices", index, "containerPath")
+            found.append((where, entry["containerPath"]))
+    issues: list[ConfigIssue] = []
+    for where, source in found:
+        if not isinstance(source, str) or not source:
+            continue  # the schema says so
+        try:
+            compile_node_template(source)
+        except TemplateSyntaxErrors as exc:
+            issues += [doc.issue(where, f"containerPath: {p.message}") for p in exc.problems]
+            continue
+        problem = _literal_container_path_problem(source)
+        if problem is not None:
+            issues.append(doc.issue(where, f"containerPath {source!r} {problem}"))
+    return issues
+
+
+def _literal_container_path_problem(source: str) -> str | None:
+    if not any(marker in source for marker in ("{{", "{%", "{#")):
+        return container_path_problem(source)
+    if ".." in _literal_components(source):
+        return "must not contain '..'"
+    if source.startswith(("{{", "{%")):
+        return None  # only known when rendered: checked then
+    if not source.startswith("/dev/"):
+        return "must be an absolute path under /dev/ (e.g. /dev/ttyZIGBEE)"
+    return None
 
 
 def _group_by(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[ConfigIssue]:
@@ -122,6 +168,19 @@ def _group_by(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[Co
     return []
 
 
+def _sharing(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[ConfigIssue]:
+    if "freeIds" in resource and resource.get("count") != UNBOUNDED:
+        count = resource.get("count", 1)
+        return [
+            doc.issue(
+                (*path, "freeIds"),
+                f"freeIds applies only to count: {UNBOUNDED} (count is {count!r}):"
+                f" set count: {UNBOUNDED}, or remove freeIds",
+            )
+        ]
+    return []
+
+
 def _health(
     doc: Document, path: KeyPath, resource: dict[str, Any], seconds: dict[KeyPath, float]
 ) -> list[ConfigIssue]:
@@ -130,6 +189,7 @@ def _health(
         return []
     here = (*path, "health")
     issues = _argv(doc, (*here, "exec"), health.get("exec"))
+    issues += _sysfs_probe(doc, (*here, "sysfs"), health.get("sysfs"))
     interval, bad_interval = _duration(
         doc,
         (*here, "interval"),
@@ -152,6 +212,23 @@ def _health(
         key = "timeout" if "timeout" in health else "interval"
         issues.append(doc.issue((*here, key), message))
     return issues
+
+
+def _sysfs_probe(doc: Document, path: KeyPath, probe: object) -> list[ConfigIssue]:
+    attribute = probe.get("attribute") if isinstance(probe, dict) else None
+    if not isinstance(attribute, str) or not attribute:
+        return []
+    parts = attribute.split("/")
+    problem = None
+    if attribute.startswith("/"):
+        problem = "must be relative to the device's sysfs directory (e.g. ports/1/state)"
+    elif ".." in parts or "." in parts or "" in parts:
+        problem = "must not contain '..', '.' or empty components: it names a file below the device"
+    elif any(part.startswith("**") for part in parts):
+        problem = "must not use '**': each component matches one directory level"
+    if problem is None:
+        return []
+    return [doc.issue((*path, "attribute"), f"attribute {attribute!r} {problem}")]
 
 
 def _hooks(

@@ -46,6 +46,9 @@ from genericdp.config.model import AllocateSpec
 
 # The names a template sees (docs/config.md "Templates"); nothing else exists.
 TEMPLATE_NAMES = ("resource", "node_name", "units", "devices", "device_ids")
+# A node's containerPath (a matcher's, or an allocate.devices entry's) is
+# rendered per node at discovery and sees only that node.
+NODE_TEMPLATE_NAMES = ("device",)
 
 MAX_VALUE_CHARS = 65_536  # one rendered value; a kubelet response must stay far below 4 MiB
 MAX_TEMPLATE_CHARS = 16_384  # one template source (or literal value) in the config
@@ -102,13 +105,21 @@ class TemplateSyntaxErrors(Exception):  # noqa: N818 - a collection, raised at l
 # can take long, so the deadline holds to within milliseconds.
 
 
+class SliceSpent(SecurityError):  # noqa: N818 -- not an error: a signal to render again
+    """A render given a short slice of time (on the event loop) needs longer: it
+    is given up and done again with the whole budget, in a worker thread."""
+
+
 class _Budget:
     """What the allocation being rendered may still spend, and sizes measured so far."""
 
-    def __init__(self) -> None:
+    def __init__(self, slice_seconds: float | None = None) -> None:
         self.iterations = MAX_LOOP_ITERATIONS
         self.work = MAX_WORK
-        self.deadline = time.monotonic() + MAX_RENDER_SECONDS
+        now = time.monotonic()
+        self.deadline = now + MAX_RENDER_SECONDS
+        self.slice_seconds = slice_seconds
+        self.slice_end = self.deadline if slice_seconds is None else now + slice_seconds
         # id -> (the value, kept alive so its id is not reused; its size). Values
         # a template sees never change: the sandbox is immutable.
         self._sizes: dict[int, tuple[Any, int]] = {}
@@ -119,8 +130,13 @@ class _Budget:
             raise SecurityError(
                 f"the templates of one allocation built more than {MAX_WORK} characters in all"
             )
-        if time.monotonic() > self.deadline:
-            raise SecurityError(f"rendering one allocation took longer than {MAX_RENDER_SECONDS}s")
+        now = time.monotonic()
+        if now > self.slice_end:
+            if now > self.deadline:
+                raise SecurityError(
+                    f"rendering one allocation took longer than {MAX_RENDER_SECONDS}s"
+                )
+            raise SliceSpent(f"rendering needs more than its slice of {self.slice_seconds}s")
 
     def size(self, value: Any, limit: int = MAX_VALUE_SIZE) -> int:
         """About how many characters ``value`` prints as; counting stops past ``limit``."""
@@ -162,10 +178,11 @@ _BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
-def allocation_budget() -> Iterator[None]:
+def allocation_budget(slice_seconds: float | None = None) -> Iterator[None]:
     """Every template rendered inside shares one allocation's budget: its loop
-    iterations, its work and its wall-clock deadline."""
-    token = _BUDGET.set(_Budget())
+    iterations, its work and its wall-clock deadline. With ``slice_seconds``, a
+    render that takes longer than that raises SliceSpent."""
+    token = _BUDGET.set(_Budget(slice_seconds))
     try:
         yield
     finally:
@@ -467,7 +484,9 @@ _REFUSED: tuple[tuple[type[nodes.Node], str], ...] = (
 )
 
 
-def _static_problems(key: str, tree: nodes.Template) -> list[TemplateProblem]:
+def _static_problems(
+    key: str, tree: nodes.Template, known: Sequence[str] = TEMPLATE_NAMES
+) -> list[TemplateProblem]:
     """What the sandbox would refuse at render time, found before the first Allocate."""
     problems = [
         TemplateProblem(key, message, node.lineno)
@@ -489,8 +508,8 @@ def _static_problems(key: str, tree: nodes.Template) -> list[TemplateProblem]:
             )
     names = meta.find_undeclared_variables(tree) | _self_references(tree)
     problems += [
-        TemplateProblem(key, _unknown_name_message(name), _first_use(tree, name))
-        for name in sorted(names - set(TEMPLATE_NAMES))
+        TemplateProblem(key, _unknown_name_message(name, known), _first_use(tree, name))
+        for name in sorted(names - set(known))
     ]
     return problems
 
@@ -517,11 +536,10 @@ def _first_use(tree: nodes.Template, name: str) -> int | None:
     return None
 
 
-def _unknown_name_message(name: str) -> str:
-    known = ", ".join(TEMPLATE_NAMES)
-    close = difflib.get_close_matches(name, TEMPLATE_NAMES, n=1)
+def _unknown_name_message(name: str, known: Sequence[str] = TEMPLATE_NAMES) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    return f"unknown name {name!r} (known: {known}{hint})"
+    return f"unknown name {name!r} (known: {', '.join(known)}{hint})"
 
 
 class TemplateValue:
@@ -555,7 +573,12 @@ def _literal_text(source: str) -> str:
     return text.removesuffix("\n")
 
 
-def _compile_one(key: str, source: str, problems: list[TemplateProblem]) -> TemplateValue:
+def _compile_one(
+    key: str,
+    source: str,
+    problems: list[TemplateProblem],
+    known: Sequence[str] = TEMPLATE_NAMES,
+) -> TemplateValue:
     if len(source) > MAX_TEMPLATE_CHARS:
         # Compiling costs tens of microseconds a character; a literal this long
         # would only make Allocate answers large.
@@ -564,22 +587,36 @@ def _compile_one(key: str, source: str, problems: list[TemplateProblem]) -> Temp
         return TemplateValue("", None)
     if _is_literal(source):
         return TemplateValue(source, None)
+    template, found = _compiled(source, tuple(known))
+    problems.extend(TemplateProblem(key, p.message, p.line) for p in found)
+    return TemplateValue(source, template)
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(
+    source: str, known: tuple[str, ...]
+) -> tuple[Template | None, tuple[TemplateProblem, ...]]:
+    """``source`` compiled for the names ``known`` (None with the problems found,
+    keyed ``""``), once.
+
+    The same template in many resources (a config's usual shape) is compiled
+    once and shared: compiling is most of loading a config, and each compiled
+    template holds code objects (docs/performance.md). A template is immutable
+    once compiled; each render gets its own context.
+    """
     try:
         tree = _ENV.parse(source)
-        found = _static_problems(key, tree)
+        found = _static_problems("", tree, known)
         if found:
-            problems.extend(found)
-            return TemplateValue(source, None)
+            return None, tuple(found)
         _Harden().visit(tree)
         code = _ENV.compile(tree)
         template = _ENV.template_class.from_code(_ENV, code, _ENV.make_globals(None))
     except TemplateSyntaxError as exc:
-        problems.append(TemplateProblem(key, exc.message or str(exc), exc.lineno))
-        return TemplateValue(source, None)
+        return None, (TemplateProblem("", exc.message or str(exc), exc.lineno),)
     except RecursionError:  # Jinja's parser and compiler recurse per nesting level
-        problems.append(TemplateProblem(key, "expressions or blocks are nested too deeply"))
-        return TemplateValue(source, None)
-    return TemplateValue(source, template)
+        return None, (TemplateProblem("", "expressions or blocks are nested too deeply"),)
+    return template, ()
 
 
 @dataclass(frozen=True)
@@ -629,3 +666,17 @@ def compile_templates(spec: AllocateSpec) -> CompiledTemplates:
     if problems:
         raise TemplateSyntaxErrors(problems)
     return CompiledTemplates(env, mounts, annotations)
+
+
+@functools.lru_cache(maxsize=1024)
+def compile_node_template(source: str) -> TemplateValue:
+    """A node's ``containerPath`` compiled once (cached by source: the loader
+    compiles it to validate, discovery renders the same object at every scan).
+
+    Raises ``TemplateSyntaxErrors`` (key ``containerPath``) like ``compile_templates``.
+    """
+    problems: list[TemplateProblem] = []
+    value = _compile_one("containerPath", source, problems, NODE_TEMPLATE_NAMES)
+    if problems:
+        raise TemplateSyntaxErrors(problems)
+    return value

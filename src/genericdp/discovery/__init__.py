@@ -6,15 +6,27 @@ kept between calls: every call looks at the host as it is now.
 - ``find_nodes``: the union of what each matcher finds, one ``DeviceNode``
   per real host node (the first matcher to find a node wins);
 - ``group_units``: nodes into units by ``groupBy``, with stable IDs;
-- ``discover``: both, for one resource definition.
+- ``shared_nodes``: the nodes of ``allocate.devices`` and the required
+  entries that found none;
+- ``discover``: all three, for one resource definition; each unit carries the
+  shared nodes (``Unit.shared``, ``Unit.missing``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
-from genericdp.config.model import GlobMatcher, GroupBy, Matcher, ResourceDefinition, frozen_map
+from genericdp.config.model import (
+    ExtraDevice,
+    GlobMatcher,
+    GroupBy,
+    Matcher,
+    ResourceDefinition,
+    frozen_map,
+)
+from genericdp.discovery.containerpaths import with_container_path
 from genericdp.discovery.globs import expand, resolve_in_root
 from genericdp.discovery.grouping import Group, group_nodes
 from genericdp.discovery.ids import assign_ids, properties_of
@@ -23,15 +35,28 @@ from genericdp.discovery.nodes import Scan
 from genericdp.discovery.udev import match_udev
 from genericdp.errors import DiscoveryError, clip
 
-__all__ = ["discover", "find_nodes", "group_units"]
+__all__ = ["discover", "find_nodes", "group_units", "shared_nodes"]
 
 log = logging.getLogger(__name__)
 
 
 def discover(definition: ResourceDefinition, roots: Roots) -> tuple[Unit, ...]:
-    """The units ``definition`` advertises on the host seen through ``roots``, sorted by ID."""
-    nodes = find_nodes(definition.match, roots)
-    return group_units(nodes, definition.group_by, roots, count=definition.count)
+    """The units ``definition`` advertises on the host seen through ``roots``, sorted by ID.
+
+    Container paths are rendered after grouping, so IDs and groups come from
+    the host's names whatever ``containerPath`` says.
+    """
+    found = _find(definition.match, roots)
+    nodes = tuple(node for node, _ in found)
+    units = group_units(nodes, definition.group_by, roots, count=definition.id_slots)
+    templates = {node.host_path: template for node, template in found if template is not None}
+    if templates:
+        units = tuple(_rendered(unit, templates, definition.name) for unit in units)
+        units = tuple(unit for unit in units if unit.nodes)
+    if definition.allocate.devices:
+        shared, missing = shared_nodes(definition.allocate.devices, roots, definition.name)
+        units = tuple(replace(unit, shared=shared, missing=missing) for unit in units)
+    return units
 
 
 def find_nodes(matchers: Sequence[Matcher], roots: Roots) -> tuple[DeviceNode, ...]:
@@ -41,10 +66,15 @@ def find_nodes(matchers: Sequence[Matcher], roots: Roots) -> tuple[DeviceNode, .
     (dangling or escaping links, anything but a device node: regular files,
     sockets, FIFOs, vanished files) are skipped (``Scan.is_device_node``).
     """
+    return tuple(node for node, _ in _find(matchers, roots))
+
+
+def _find(matchers: Sequence[Matcher], roots: Roots) -> list[tuple[DeviceNode, str | None]]:
+    """``find_nodes`` with the ``containerPath`` template of the matcher that found each."""
     if not roots.dev.is_dir():
         raise DiscoveryError(f"device root {roots.dev} does not exist or is not a directory")
     scan = Scan(roots)
-    found: dict[str, DeviceNode] = {}
+    found: dict[str, tuple[DeviceNode, str | None]] = {}
     for matcher in matchers:
         if isinstance(matcher, GlobMatcher):
             nodes = _glob_nodes(matcher.pattern, scan)
@@ -54,8 +84,52 @@ def find_nodes(matchers: Sequence[Matcher], roots: Roots) -> tuple[DeviceNode, .
                 for devname, located in match_udev(matcher, scan)
             ]
         for node in nodes:
-            found.setdefault(node.host_path, node)
-    return tuple(sorted(found.values(), key=lambda node: node.host_path))
+            found.setdefault(node.host_path, (node, matcher.container_path))
+    return sorted(found.values(), key=lambda item: item[0].host_path)
+
+
+def shared_nodes(
+    entries: Sequence[ExtraDevice], roots: Roots, resource: str = ""
+) -> tuple[tuple[DeviceNode, ...], tuple[str, ...]]:
+    """The device nodes of ``allocate.devices`` (in entry order, each real node
+    once) and the paths of required entries that found none.
+
+    Confined as matched nodes are: character or block devices only, links
+    resolved inside the dev root, the host path always the real node.
+    """
+    if not roots.dev.is_dir():
+        raise DiscoveryError(f"device root {roots.dev} does not exist or is not a directory")
+    scan = Scan(roots)
+    chosen: dict[str, DeviceNode] = {}
+    missing: list[str] = []
+    for entry in entries:
+        found = 0
+        for matched in _glob_nodes(entry.path, scan):
+            node = replace(matched, permissions=entry.permissions)
+            rendered = with_container_path(
+                node, entry.container_path, what=f"{resource}: allocate.devices {entry.path}"
+            )
+            if rendered is None:
+                continue
+            found += 1
+            chosen.setdefault(rendered.host_path, rendered)
+        if not found and not entry.optional:
+            missing.append(entry.path)
+    return tuple(chosen.values()), tuple(missing)
+
+
+def _rendered(unit: Unit, templates: dict[str, str], resource: str) -> Unit:
+    """``unit`` with its nodes at their rendered container paths; a node whose
+    path cannot be rendered leaves the unit with no nodes (dropped: half a unit
+    is not what the config describes)."""
+    nodes = []
+    for node in unit.nodes:
+        template = templates.get(node.host_path)
+        rendered = with_container_path(node, template, what=f"{resource}: unit {unit.id}")
+        if rendered is None:
+            return replace(unit, nodes=())
+        nodes.append(rendered)
+    return replace(unit, nodes=tuple(nodes))
 
 
 def group_units(

@@ -33,6 +33,8 @@ class DeviceNode:
     # udev database properties (``E:`` lines of /run/udev/data/c<maj>:<min>).
     properties: Mapping[str, str] = field(default_factory=frozen_map)
     numa_node: int | None = None
+    # Device cgroup permissions of an ``allocate.devices`` node; None: the resource's.
+    permissions: str | None = None
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,9 @@ class Unit:
     ``id`` is stable across restarts and rescans and at most 63 characters.
     ``attributes`` and ``properties`` are those of the unit's identifying
     device (its group parent for ``parent:`` grouping, else its first node).
+    ``shared`` are the resource's ``allocate.devices`` nodes found by the same
+    scan, given with the unit; ``missing`` names the required entries that
+    matched no node (the unit is then Unhealthy).
     """
 
     id: str
@@ -50,6 +55,8 @@ class Unit:
     parent: str | None = None  # sysfs path of the grouping/common parent, if known
     attributes: Mapping[str, str] = field(default_factory=frozen_map)
     properties: Mapping[str, str] = field(default_factory=frozen_map)
+    shared: tuple[DeviceNode, ...] = ()
+    missing: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

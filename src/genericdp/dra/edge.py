@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from typing import Protocol
 
 from genericdp.config.model import ResourceDefinition
@@ -85,7 +85,7 @@ class DraEdge:
             definition.name,
             unhealthy,
             probed if probed is not None else {u.id for u in units},
-            self.state.probe_messages,
+            self._health_messages(units),
         )
         try:
             await self._publisher.publish(definition.name, units, unhealthy)
@@ -94,6 +94,14 @@ class DraEdge:
         else:
             self.published += 1
             self._last_error = None
+
+    def _health_messages(self, units: Sequence[Unit]) -> Mapping[str, str]:
+        """Why each unit is Unhealthy: its probe's failure, else its missing required nodes."""
+        messages = dict(self.state.probe_messages)
+        for unit in units:
+            if unit.missing and unit.id not in messages:
+                messages[unit.id] = "required device node(s) missing: " + ", ".join(unit.missing)
+        return messages
 
     def wake(self, reason: str, *, renew: bool = False) -> None:
         """The first scan is done: publish from now on."""

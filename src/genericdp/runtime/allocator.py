@@ -15,8 +15,9 @@ import time
 from collections.abc import Callable, Sequence
 
 from genericdp import logsetup
-from genericdp.allocation.render import Allocation, render_allocation
+from genericdp.allocation.render import INLINE_RENDER_SECONDS, Allocation, render_allocation
 from genericdp.config.model import Exec, ResourceDefinition
+from genericdp.config.templates import SliceSpent
 from genericdp.discovery.model import Unit
 from genericdp.errors import InvalidDevicesError, clip
 from genericdp.hooks import INIT, PRE_START, HookRun
@@ -111,23 +112,42 @@ class Allocator:
         definition = self._definition()
         node_name = self._context.node_name
         lookups = [self.checked(ids) for ids in requests]
-        # Off the loop: a template may work up to its time budget (render.py),
-        # and registration, health and every other resource must not wait.
-        allocations = await asyncio.to_thread(
-            lambda: [
-                render_allocation(definition, units, node_name=node_name, device_ids=ids)
+
+        def render(slice_seconds: float | None) -> list[Allocation]:
+            return [
+                render_allocation(
+                    definition,
+                    units,
+                    node_name=node_name,
+                    device_ids=ids,
+                    slice_seconds=slice_seconds,
+                )
                 for ids, units in zip(requests, lookups, strict=True)
             ]
-        )
+
+        # On the loop for a short slice: most templates take far less, and the
+        # hop to a worker thread and back was most of an Allocate's time. Past
+        # the slice, off the loop: a template may work up to its time budget
+        # (render.py), and registration, health and every other resource must
+        # not wait.
+        waited = False  # whether anything could change the units from here on
+        try:
+            allocations = render(INLINE_RENDER_SECONDS)
+        except SliceSpent:
+            waited = True
+            allocations = await asyncio.to_thread(render, None)
         check(requests, allocations)
         # The CDI check may refuse the Allocate: before any claim, which cleans.
         if definition.allocate.cdi:
+            waited = True
             for ids in requests:
                 await self._cdi.check(definition, self._state, ids)
         for ids in requests:
             for release in self._usage.claim(definition.name, ids):
+                waited = True
                 await self._cleaner.clean_now(release)  # a cleanup the kubelet did not wait for
-        lookups = [self.checked(ids) for ids in requests]  # ... which may have failed
+        if waited:  # a unit may have gone unhealthy, or its cleanup failed, meanwhile
+            lookups = [self.checked(ids) for ids in requests]
         if (init := definition.hooks.init) is not None:
             for ids, units in zip(requests, lookups, strict=True):
                 await self._hook(INIT, init, definition.name, units, ids)
@@ -162,5 +182,6 @@ class Allocator:
             verb = "is" if len(found.cleaning) == 1 else "are"
             raise InvalidDevicesError(f"{unit} {_shown(found.cleaning)} {verb} being cleaned up")
         if require_healthy and found.unhealthy:
-            raise InvalidDevicesError(f"unhealthy device IDs: {_shown(found.unhealthy)}")
+            fault = f" ({self._state.fault})" if self._state.fault else ""
+            raise InvalidDevicesError(f"unhealthy device IDs: {_shown(found.unhealthy)}{fault}")
         return found.units

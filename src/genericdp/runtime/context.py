@@ -36,6 +36,9 @@ class ResourceContext:
     recorder: Recorder = NO_METRICS
     cleanup_backoff: Callable[[], Backoff] | None = None
     on_status: Callable[[], None] = lambda: None  # any resource's status changed
+    # The longest a first Register waits for the first PodResources answer
+    # (the supervisor's poller: its List timeout plus a second; 0: no poller).
+    settled_timeout: float = 0.0
 
     @classmethod
     def of(
@@ -48,6 +51,7 @@ class ResourceContext:
         recorder: Recorder = NO_METRICS,
         cleanup_backoff: Callable[[], Backoff] | None = None,
         on_status: Callable[[], None] = lambda: None,
+        settled_timeout: float = 0.0,
     ) -> ResourceContext:
         """The context of ``settings``, with the runtime's own pieces."""
         return cls(
@@ -62,4 +66,5 @@ class ResourceContext:
             recorder=recorder,
             cleanup_backoff=cleanup_backoff,
             on_status=on_status,
+            settled_timeout=settled_timeout,
         )

@@ -39,6 +39,7 @@ class PluginStatus:
     healthy: int
     last_error: str | None = None
     units: int = 0  # discovered units (``devices`` counts their replica IDs)
+    fault: str | None = None  # why every unit is Unhealthy (a required node is missing)
 
 
 class Edge(Protocol):

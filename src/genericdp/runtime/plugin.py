@@ -228,6 +228,7 @@ class ResourcePlugin:
             healthy=healthy,
             last_error=self._last_error,
             units=len(self.state.units),
+            fault=self.state.fault,
         )
 
     def wake(self, reason: str, *, renew: bool = False) -> None:

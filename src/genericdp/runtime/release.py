@@ -117,6 +117,16 @@ class UsageTracker:
         # (so an Allocate's claim never scans everything held).
         self._unit_counts: dict[str, Counter[str]] = {}
         self._baseline = False
+        # Lists answered so far, and the count when our Allocate gave each ID
+        # out: a List that began after the hand-out and does not show the ID
+        # means no app container holds it (see ``held``).
+        self._lists = 0
+        self._handed_at: dict[tuple[str, str], int] = {}
+        # resource -> called after our Allocate changed what it holds (handed_out, claim)
+        self._watchers: dict[str, Callable[[], None]] = {}
+        # Set once the first List has answered or failed: resources whose list
+        # depends on what is held (gone units, unbounded sharing) register after it.
+        self.settled = asyncio.Event()
 
     @property
     def has_baseline(self) -> bool:
@@ -125,6 +135,38 @@ class UsageTracker:
 
     def in_use(self, resource: str) -> frozenset[str]:
         return frozenset(d for d, h in self._holders.get(resource, {}).items() if h)
+
+    def watch(self, resource: str, callback: Callable[[], None] | None) -> None:
+        """Call ``callback`` whenever an Allocate changes what ``resource`` holds
+        (None stops); a List's changes reach the poller's ``on_observed``."""
+        if callback is None:
+            self._watchers.pop(resource, None)
+        else:
+            self._watchers[resource] = callback
+
+    def _changed(self, resource: str) -> None:
+        callback = self._watchers.get(resource)
+        if callback is not None:
+            callback()
+
+    def held(self, resource: str) -> frozenset[str]:
+        """IDs some container holds as far as the device list is concerned.
+
+        ``in_use`` keeps an ID our Allocate gave out until List shows it,
+        however long that takes, because cleaning a device under a plain
+        init container is worse than cleaning late. The list of an
+        unbounded unit and the units kept after they vanish need a quicker
+        answer: an ID that a whole List begun after the hand-out did not
+        show (a pod that ended within one poll, an init container) is not
+        held here, so the kubelet never sees more free IDs than configured.
+        """
+        devices = self._holders.get(resource, {})
+        return frozenset(
+            d
+            for d, h in devices.items()
+            if h - {HANDED_OUT}
+            or self._handed_at.get((resource, d), self._lists) + 1 >= self._lists
+        )
 
     def listed(self, resource: str) -> frozenset[str]:
         """IDs a List showed held (not just handed out by us), for observers."""
@@ -168,6 +210,12 @@ class UsageTracker:
         previous = self.snapshot()
         self._holders = current
         self._unit_counts = {}
+        self._lists += 1
+        self._handed_at = {
+            (r, d): n
+            for (r, d), n in self._handed_at.items()
+            if current.get(r, {}).get(d) == {HANDED_OUT}
+        }
         if not self._baseline:
             self._baseline = True
             return ()
@@ -192,6 +240,8 @@ class UsageTracker:
                     self._stale.add((resource, device_id, holder))
         for unit_id, ids in freed.items():
             held[unit_id] -= len(ids)
+        if freed:
+            self._changed(resource)
         return tuple(
             Release(resource, unit_id, tuple(sorted(ids)))
             for unit_id, ids in sorted(freed.items())
@@ -216,12 +266,15 @@ class UsageTracker:
             if not holders:
                 held[unit_id_of(device_id)] += 1
             holders.add(HANDED_OUT)
+            self._handed_at[(resource, device_id)] = self._lists
+        self._changed(resource)
 
 
 class ReleasePoller:
     """Polls PodResources List every ``interval`` and hands releases to ``dispatch``.
 
-    Only polls while ``active()`` (some resource has a cleanup hook). A
+    ``on_observed`` runs after every answer (what is held shapes the device
+    lists: ``DeviceState.set_in_use``). Only polls while ``active()``. A
     failed List changes nothing: it is logged once per outage, and the next
     poll tries again. Nothing is released on a failed List.
     """
@@ -234,6 +287,7 @@ class ReleasePoller:
         *,
         interval: float,
         active: Callable[[], bool] = lambda: True,
+        on_observed: Callable[[], None] = lambda: None,
         list_pods: ListPods = list_pod_devices,
         timeout: float = 5.0,
         logger: logging.Logger = log,
@@ -243,6 +297,7 @@ class ReleasePoller:
         self._dispatch = dispatch
         self._interval = interval
         self._active = active
+        self._on_observed = on_observed
         self._list = list_pods
         self._timeout = timeout
         self._log = logger
@@ -264,8 +319,13 @@ class ReleasePoller:
             pods = await self._list(self._socket, timeout=self._timeout)
         except KubeletError as exc:
             if not self._failing:
-                self._log.warning("cannot read PodResources, no cleanup until it answers: %s", exc)
+                self._log.warning(
+                    "cannot read PodResources, no cleanup and no release of held IDs"
+                    " until it answers: %s",
+                    exc,
+                )
             self._failing = True
+            self._tracker.settled.set()  # nothing to wait for: register with what we know
             return False
         if self._failing:
             self._log.info("PodResources %s answers again", self._socket)
@@ -276,6 +336,8 @@ class ReleasePoller:
             self._log.info("PodResources baseline: %s", _describe(self._tracker.snapshot()))
         if releases:
             self._dispatch(releases)
+        self._tracker.settled.set()
+        self._on_observed()
         return True
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence, Set
 from typing import Any
 
 from genericdp import logsetup
@@ -41,7 +41,7 @@ from genericdp.runtime.edge import Edge, EdgeFactory, PluginStatus
 from genericdp.runtime.plugin import ResourcePlugin
 from genericdp.runtime.recorder import exec_result
 from genericdp.runtime.release import Cleaner, Release, UsageTracker
-from genericdp.runtime.state import DeviceState
+from genericdp.runtime.state import DeviceState, free_ids_of
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class ResourceRunner:
     ) -> None:
         """``state``: start from units known already (benchmarks build large ones)."""
         self._definition = definition
-        self.state = state or DeviceState(count=definition.count)
+        self.state = state or DeviceState(count=definition.count, free_ids=free_ids_of(definition))
         self._usage = usage or UsageTracker()  # the supervisor's, shared by every resource
         self._context = context
         self._cdi = CdiSync(context.cdi_dir)
@@ -91,6 +91,7 @@ class ResourceRunner:
         return self.edge.status()
 
     def start(self) -> None:
+        self._usage.watch(self.name, self._allocations_changed)
         self._spawn("discovery", self._discovery_loop)
         self._spawn(self.edge.task, self.edge.run)
         self._start_health()
@@ -116,7 +117,8 @@ class ResourceRunner:
 
     async def _update(self, definition: ResourceDefinition, *, reregister: bool) -> None:
         old, self._definition = self._definition, definition
-        self.state.set_count(definition.count)  # the device list follows the new count
+        # The device list follows the new count (or unbounded sharing).
+        self.state.set_sharing(definition.count, free_ids_of(definition))
         self._rescan.set()  # matchers or grouping may have changed
         if old.allocate.cdi and not definition.allocate.cdi:
             await self._cdi.retract(self.name)  # gone when apply returns, not at the next scan
@@ -142,6 +144,7 @@ class ResourceRunner:
 
     async def _stop(self, timeout: float, *, removed: bool) -> tuple[str, ...]:  # noqa: ASYNC109
         stragglers = await self._tasks.stop(timeout=timeout)
+        self._usage.watch(self.name, None)
         await self.edge.close()
         if removed:
             await self._cdi.retract(self.name)
@@ -155,6 +158,40 @@ class ResourceRunner:
         """Nobody holds this unit any more (seen by the PodResources poller)."""
         with logsetup.fields(resource=self.name, unit=release.unit_id):
             self.cleaner.released(release)
+
+    def _allocations_changed(self) -> None:
+        # Unbounded: the next free IDs appear with the Allocate, not at the next
+        # poll. Bounded: an Allocate (of present units) cannot change the list,
+        # and stays O(request).
+        if self.state.unbounded:
+            self.usage_changed()
+
+    def usage_changed(self) -> None:
+        """What containers hold changed: vanished units and unbounded IDs follow it.
+
+        Not before the first scan: every held unit would look vanished."""
+        if not self._discovered:
+            return
+        gone_before = self.state.gone
+        for unit_id in self.state.set_in_use(self._usage.held(self.name)):
+            with logsetup.fields(resource=self.name, unit=unit_id):
+                log.info(
+                    "%s: unit %s vanished while in use and is released now: no longer listed",
+                    self.name,
+                    unit_id,
+                )
+        # Held but not found (gone before List showed it held, or while we were down).
+        for unit_id in sorted(self.state.gone - gone_before):
+            with logsetup.fields(resource=self.name, unit=unit_id):
+                self._log_vanished(unit_id)
+
+    def _log_vanished(self, unit_id: str) -> None:
+        log.warning(
+            "%s: unit %s vanished while a container holds it: listed Unhealthy"
+            " until the kubelet releases it",
+            self.name,
+            unit_id,
+        )
 
     def _removed(self, unit: Unit, in_use: frozenset[str]) -> None:
         held = [d for d in in_use if unit_id_of(d) == unit.id]
@@ -175,6 +212,7 @@ class ResourceRunner:
             node_name=self._context.node_name,
             on_result=self._probed,
             logger=log,
+            roots=self._context.roots,
         )
         self._spawn("health", monitor.run)
 
@@ -196,8 +234,15 @@ class ResourceRunner:
             units = await asyncio.to_thread(self._context.discover, definition, self._context.roots)
             # Before set_units: ListAndWatch must not offer a unit the spec lacks.
             await self._cdi.sync(definition, units)
-            before = self.state.units
-            if self.state.set_units(units):
+            before, gone, fault = self.state.units, self.state.gone, self.state.fault
+            self.usage_changed()  # who holds what now decides whether a vanished unit stays
+            changed = self.state.set_units(units)
+            if self.state.fault != fault:
+                if self.state.fault is not None:
+                    log.warning("%s: every unit is Unhealthy: %s", self.name, self.state.fault)
+                else:
+                    log.info("%s: required device nodes present again", self.name)
+            if changed:
                 log.info("%s: %d units: %s", self.name, len(units), _ids(units))
                 if self._monitor is not None:
                     self._monitor.poke()  # new units are Unhealthy until probed: probe now
@@ -205,10 +250,38 @@ class ResourceRunner:
                 for unit in before.values():
                     if unit.id not in found:
                         self._removed(unit, in_use)
+                self._log_held(before.keys(), gone)
             if not self._discovered:
                 self._discovered = True
+                await self._usage_settled()
                 self.edge.wake("start")
             await wait_event(self._rescan, self._context.rescan_interval)
+
+    def _log_held(self, before: Set[str], gone_before: frozenset[str]) -> None:
+        """Say what happened to units that vanished while held, or came back."""
+        gone = self.state.gone
+        for unit_id in sorted((gone - gone_before) & before):
+            with logsetup.fields(unit=unit_id):
+                self._log_vanished(unit_id)
+        for unit_id in sorted(gone_before - gone):
+            if unit_id in self.state.units:
+                with logsetup.fields(unit=unit_id):
+                    log.info("%s: unit %s is back with the same ID", self.name, unit_id)
+
+    async def _usage_settled(self) -> None:
+        """Before the first Register: learn what containers hold, so the first list
+        has every ID the kubelet's checkpoint holds (a unit gone meanwhile, the
+        IDs of an unbounded unit). A kubelet without PodResources must not keep
+        the resource from registering: the wait is bounded."""
+        timeout = self._context.settled_timeout
+        if timeout > 0 and not await wait_event(self._usage.settled, timeout):
+            log.warning(
+                "%s: PodResources did not answer within %.0fs: registering without"
+                " knowing which IDs are held",
+                self.name,
+                timeout,
+            )
+        self.usage_changed()
 
 
 def probe_failure(result: ExecResult) -> str:

@@ -4,6 +4,17 @@ ListAndWatch must send the full list when it changes and only then, so every
 change that alters the list bumps ``version`` and wakes the waiters; a change
 that leaves the list as it was (a rescan finding the same units, a health
 report repeating itself) does not.
+
+What containers hold (``set_in_use``, from PodResources and our Allocate)
+shapes the list in two ways:
+
+- A unit whose nodes vanish while a container holds it stays listed,
+  Unhealthy, until the last holder is gone, then leaves the list (the
+  kubelet shows a listed device's health in the pod's
+  ``allocatedResourcesStatus``; an ID that simply disappears reads Healthy
+  there). A unit that comes back with the same ID is itself again.
+- ``count: unbounded`` lists the held IDs of each unit plus a few free ones
+  (``runtime/sharing.py``).
 """
 
 from __future__ import annotations
@@ -14,8 +25,15 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import overload
 
+from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.kubelet.devices import DeviceInfo, unit_id_of
+from genericdp.runtime.sharing import advertised_indices, replica_index
+
+
+def free_ids_of(definition: ResourceDefinition) -> int | None:
+    """``DeviceState``'s ``free_ids``: None for a bounded ``count``."""
+    return definition.free_ids if definition.unbounded else None
 
 
 @dataclass(frozen=True)
@@ -34,13 +52,22 @@ class DeviceState:
     A unit is advertised Healthy unless the health monitor says otherwise or
     its cleanup is due or running (the kubelet must not pick it meanwhile).
     With a health probe (``expect_probes``), a unit is Unhealthy until the
-    monitor has probed it (``genericdp.health`` says why).
+    monitor has probed it (``genericdp.health`` says why). A unit whose scan
+    found a required ``allocate.devices`` node missing (``Unit.missing``) is
+    Unhealthy until a scan finds it: the kubelet keeps it in capacity, out of
+    allocatable, and the reason is ``fault``.
     """
 
-    def __init__(self, *, count: int = 1, units: Iterable[Unit] = ()) -> None:
+    def __init__(
+        self, *, count: int = 1, units: Iterable[Unit] = (), free_ids: int | None = None
+    ) -> None:
         self._count = count
+        self._free = free_ids  # None: bounded (``count`` IDs per unit); else unbounded
         self._units: dict[str, Unit] = {u.id: u for u in sorted(units, key=lambda u: u.id)}
+        self._held: dict[str, frozenset[str]] = {}  # unit ID -> its device IDs in use
+        self._gone: dict[str, Unit] = {}  # vanished while held: listed Unhealthy
         self._unhealthy: frozenset[str] = frozenset()
+        self._incomplete = frozenset(u.id for u in self._units.values() if u.missing)
         self._probed: frozenset[str] | None = None  # None: no probe, nothing to wait for
         self._cleaning: frozenset[str] = frozenset()
         # The list is built only when asked for (ListAndWatch); whether it
@@ -98,41 +125,105 @@ class DeviceState:
 
     @property
     def unhealthy(self) -> frozenset[str]:
-        """Units advertised Unhealthy by health: failed, or not probed yet."""
+        """Units advertised Unhealthy: failed, not probed yet, or missing a required node."""
         if self._probed is None:
-            return self._unhealthy
-        return self._unhealthy | (self._units.keys() - self._probed)
+            return self._unhealthy | self._incomplete
+        return self._unhealthy | self._incomplete | (self._units.keys() - self._probed)
+
+    @property
+    def fault(self) -> str | None:
+        """Why every unit is Unhealthy whatever its probe says, or None."""
+        missing = sorted({m for uid in self._incomplete for m in self._units[uid].missing})
+        if not missing:
+            return None
+        return "required device node(s) missing: " + ", ".join(missing)
 
     @property
     def cleaning(self) -> frozenset[str]:
         return self._cleaning
+
+    @property
+    def gone(self) -> frozenset[str]:
+        """Units that vanished while held: listed Unhealthy until released."""
+        return frozenset(self._gone)
+
+    @property
+    def unbounded(self) -> bool:
+        return self._free is not None
 
     def devices(self) -> tuple[DeviceInfo, ...]:
         if self._devices is None:
             self._devices = tuple(self.device_list())
         return self._devices
 
-    def device_list(self) -> DeviceList:
+    def device_list(self) -> Sequence[DeviceInfo]:
         """The current list as a lazy sequence: ListAndWatch sends what fits in
         4 MiB, and must not build a million objects to send 175,000."""
-        out = self.unhealthy | self._cleaning
-        return DeviceList(tuple(self._units.values()), self._count, out)
+        out = self._out()
+        if self._free is None:
+            return DeviceList(self._listed_units(), self._count, out)
+        # Unbounded: each unit lists what is held plus a few, so the list is short.
+        return tuple(
+            DeviceInfo(id=f"{unit.id}::{i}", healthy=unit.id not in out, numa_node=unit.numa_node)
+            for unit in self._listed_units()
+            for i in self._indices(unit.id)
+        )
 
     def counts(self) -> tuple[int, int]:
         """(devices, healthy devices) without building the list."""
-        out = self.unhealthy | self._cleaning
-        healthy = sum(1 for uid in self._units if uid not in out)
-        return len(self._units) * self._count, healthy * self._count
+        out = self._out()
+        if self._free is not None:
+            sizes = {u.id: len(self._indices(u.id)) for u in self._listed_units()}
+            return sum(sizes.values()), sum(n for uid, n in sizes.items() if uid not in out)
+        listed = self._units.keys() | self._gone.keys()
+        healthy = sum(1 for uid in listed if uid not in out)
+        return len(listed) * self._count, healthy * self._count
 
     def set_units(self, units: Iterable[Unit]) -> bool:
-        """Replace the units; True when the device list changed."""
+        """Replace the units; True when the device list changed.
+
+        A unit that is gone now but held stays listed, Unhealthy, until
+        ``set_in_use`` no longer shows it held.
+        """
+        before = {**self._gone, **self._units}
         self._units = {u.id: u for u in sorted(units, key=lambda u: u.id)}
+        self._gone = {
+            uid: unit
+            for uid, unit in sorted(before.items())
+            if uid not in self._units and uid in self._held
+        }
+        self._incomplete = frozenset(u.id for u in self._units.values() if u.missing)
         self._messages = {k: v for k, v in self._messages.items() if k in self._units}
         return self._refresh()
 
     def set_count(self, count: int) -> bool:
         self._count = count
         return self._refresh()
+
+    def set_sharing(self, count: int, free_ids: int | None) -> bool:
+        """``count`` IDs per unit, or (``free_ids`` given) unbounded with that many free."""
+        self._count, self._free = count, free_ids
+        return self._refresh()
+
+    def set_in_use(self, device_ids: Iterable[str]) -> tuple[str, ...]:
+        """What containers hold now (this resource's device IDs); returns the
+        vanished units this drops from the list (their last holder is gone).
+
+        A held ID of a unit never seen (it vanished while the daemon was down)
+        is listed as a unit without nodes, Unhealthy, so the kubelet keeps
+        seeing what its checkpoint holds.
+        """
+        held: dict[str, set[str]] = {}
+        for device_id in device_ids:
+            held.setdefault(unit_id_of(device_id), set()).add(device_id)
+        self._held = {uid: frozenset(ids) for uid, ids in held.items()}
+        dropped = tuple(sorted(uid for uid in self._gone if uid not in self._held))
+        for uid in dropped:
+            del self._gone[uid]
+        for uid in sorted(self._held.keys() - self._units.keys() - self._gone.keys()):
+            self._gone[uid] = Unit(id=uid, nodes=())
+        self._refresh()
+        return dropped
 
     def set_unhealthy(
         self, unit_ids: Iterable[str], *, probed: Iterable[str] | None = None
@@ -167,8 +258,11 @@ class DeviceState:
         kubelet sent, not the million IDs of ``count: 1000`` over 1000 units.
         """
         unit_id, sep, index = device_id.partition("::")
-        if unit_id not in self._units:
+        if unit_id not in self._units and unit_id not in self._gone:
             return False
+        if self._free is not None:
+            # Any index: the kubelet may pick a free ID we have just stopped listing.
+            return replica_index(device_id) is not None
         if self._count <= 1:
             return not sep
         return (
@@ -179,12 +273,12 @@ class DeviceState:
         )
 
     def lookup(self, device_ids: Iterable[str]) -> Lookup:
-        unhealthy = self.unhealthy
+        unhealthy = self.unhealthy | self._gone.keys()
         ids = list(dict.fromkeys(device_ids))
         known = {d for d in ids if self.known(d)}
         unit_ids = sorted({unit_id_of(d) for d in known})
         return Lookup(
-            units=tuple(self._units[u] for u in unit_ids),
+            units=tuple(self._units.get(u) or self._gone[u] for u in unit_ids),
             unknown=tuple(d for d in ids if d not in known),
             unhealthy=tuple(d for d in ids if d in known and unit_id_of(d) in unhealthy),
             cleaning=tuple(u for u in unit_ids if u in self._cleaning),
@@ -207,12 +301,31 @@ class DeviceState:
         self._closed = True
         self._wake()
 
+    def _out(self) -> frozenset[str]:
+        """Units listed Unhealthy: by health, during cleanup, or gone."""
+        return self.unhealthy | self._cleaning | self._gone.keys()
+
+    def _listed_units(self) -> tuple[Unit, ...]:
+        if not self._gone:
+            return tuple(self._units.values())
+        return tuple(sorted((*self._units.values(), *self._gone.values()), key=lambda u: u.id))
+
+    def _indices(self, unit_id: str) -> tuple[int, ...]:
+        """Replica indices an unbounded unit lists: held ones, plus free ones while present."""
+        held = (replica_index(d) for d in self._held.get(unit_id, ()))
+        free = self._free if unit_id in self._units and self._free is not None else 0
+        return advertised_indices((i for i in held if i is not None), free)
+
     def _sign(self) -> tuple[object, ...]:
         """What the device list is made of: equal signatures, equal lists."""
         ids = self._units.keys()
+        sharing: object = self._count
+        if self._free is not None:
+            sharing = tuple((u.id, self._indices(u.id)) for u in self._listed_units())
         return (
             tuple((u.id, u.numa_node) for u in self._units.values()),
-            self._count,
+            tuple(self._gone),
+            sharing,
             frozenset(self.unhealthy & ids),
             frozenset(self._cleaning & ids),
         )

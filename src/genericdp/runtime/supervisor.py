@@ -36,6 +36,7 @@ from genericdp.settings import Settings
 log = logging.getLogger(__name__)
 
 Statuses = Mapping[str, PluginStatus]
+POD_RESOURCES_TIMEOUT = 5.0  # one PodResources List
 
 
 def _default_discover() -> Discover:
@@ -93,6 +94,7 @@ class Supervisor:
             recorder=self._metrics,
             cleanup_backoff=cleanup_backoff,
             on_status=self._notify,
+            settled_timeout=POD_RESOURCES_TIMEOUT + 1.0,
         )
         self._runners: dict[str, ResourceRunner] = {}
         self._tasks = TaskSet(log)
@@ -136,7 +138,11 @@ class Supervisor:
             self._usage,
             self._released,
             interval=self._settings.pod_resources_poll_interval,
-            active=lambda: any(r.cleaner.wanted() for r in self._runners.values()),
+            # Every resource: a unit that vanishes while held stays listed until
+            # released, and unbounded sharing follows what is held.
+            active=lambda: bool(self._runners),
+            on_observed=self._usage_changed,
+            timeout=POD_RESOURCES_TIMEOUT,
         )
         self._tasks.spawn("pod-resources", poller.run, backoff=Backoff(maximum=10.0))
         return steps
@@ -221,6 +227,10 @@ class Supervisor:
             runner = self._runners.get(release.resource)
             if runner is not None:
                 runner.released(release)
+
+    def _usage_changed(self) -> None:
+        for runner in self._runners.values():
+            runner.usage_changed()
 
     def _notify(self) -> None:
         old, self._changed = self._changed, asyncio.Event()

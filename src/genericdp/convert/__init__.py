@@ -1,0 +1,157 @@
+"""``genericdp convert``: another device plugin's config -> genericdp config v1.
+
+    convert_squat(devices=[...], config_file=None, domain=None) -> Conversion
+
+Reads squat/generic-device-plugin's ``--device`` values and/or its
+``--config`` file (``squat``), writes config v1 YAML with a comment wherever
+the meaning differs (``emit``), and loads the result with ``config.load_text``
+before handing it back, so what is printed always validates. Bad input raises
+``ConfigError`` with ``source:line:column`` for every problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from genericdp import __version__
+from genericdp.config import load_text
+from genericdp.config.loader import MAX_FILE_BYTES, read_config_file
+from genericdp.convert.emit import Note, comment, convert_device
+from genericdp.convert.squat import (
+    DEFAULT_DOMAIN,
+    SquatConfig,
+    check_domain,
+    daemon_setting,
+    parse_config_file,
+    parse_device_flag,
+)
+from genericdp.errors import ConfigError, ConfigIssue
+
+__all__ = ["Conversion", "convert_squat"]
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """The config v1 text, and every difference from squat (also comments in the text)."""
+
+    text: str
+    notes: tuple[Note, ...]
+    resources: int
+
+
+def convert_squat(
+    devices: Sequence[str] = (),
+    config_file: Path | None = None,
+    domain: str | None = None,
+    daemon_flags: Mapping[str, str] | None = None,
+) -> Conversion:
+    """Convert squat's flags (``--device`` values, ``--domain``) and/or ``--config`` file.
+
+    As squat resolves them (viper): ``--device`` flags replace the file's
+    devices, and ``--domain`` beats the file's ``domain``. ``daemon_flags``
+    (``listen``, ``log-level``, ``plugin-directory``) configure squat's daemon,
+    not a config: each becomes a note naming genericdp's setting.
+    """
+    issues: list[ConfigIssue] = []
+    squat = SquatConfig(domain=DEFAULT_DOMAIN)
+    sources: list[str] = []
+    if config_file is not None:
+        parsed = _read_file(config_file, issues)
+        if parsed is not None:
+            squat = parsed
+            sources.append(str(config_file))
+    if devices:
+        if squat.devices:
+            squat.ignored.append(
+                f"{config_file}: its devices are ignored because --device is given (as in squat)"
+            )
+        squat.devices = []
+        for index, text in enumerate(devices, start=1):
+            if len(text.encode()) > MAX_FILE_BYTES:
+                issues.append(
+                    ConfigIssue(f"--device #{index}", None, None, "", "is larger than 1 MiB")
+                )
+                continue
+            device, problems, ignored = parse_device_flag(text, index)
+            issues += problems
+            squat.ignored += ignored
+            if device is not None:
+                squat.devices.append(device)
+        sources.append(f"{len(devices)} --device flag(s)")
+    for name, value in (daemon_flags or {}).items():
+        squat.ignored.append(f"--{name} {value!r}: {daemon_setting(name)}")
+    if domain is not None:
+        squat.domain = domain.strip()
+    problem = check_domain(squat.domain, "--domain" if domain is not None else str(config_file))
+    if problem is not None:
+        issues.append(problem)
+    if not squat.devices and not issues:
+        where = str(config_file) if config_file is not None else "command line"
+        issues.append(
+            ConfigIssue(where, None, None, "", "no device given (squat needs at least one)")
+        )
+    if issues:
+        raise ConfigError(issues)
+    return _emit(squat, sources)
+
+
+def _read_file(path: Path, issues: list[ConfigIssue]) -> SquatConfig | None:
+    if path.suffix.lower() not in (".yaml", ".yml", ".json"):
+        issues.append(
+            ConfigIssue(
+                str(path), None, None, "", "only YAML or JSON squat config files can be converted"
+            )
+        )
+        return None
+    try:
+        text = read_config_file(path).decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        issues.append(ConfigIssue(str(path), None, None, "", f"is not UTF-8 (byte {exc.start})"))
+        return None
+    except OSError as exc:
+        issues.append(ConfigIssue(str(path), None, None, "", f"cannot be read: {exc.strerror}"))
+        return None
+    except Exception as exc:  # the loader's "not a regular file" or "too large": a sentence
+        issues.append(ConfigIssue(str(path), None, None, "", str(exc)))
+        return None
+    parsed, problems = parse_config_file(text, str(path))
+    issues += problems
+    return parsed
+
+
+def _emit(squat: SquatConfig, sources: Sequence[str]) -> Conversion:
+    notes = [Note("", text) for text in squat.ignored]
+    body: list[str] = []
+    for device in squat.devices:
+        converted = convert_device(device, squat.domain)
+        notes += converted.notes
+        if converted.lines:
+            body.append("")
+        for note in converted.notes:
+            body.append(f"  # NOTE: {comment(str(note))}")
+        body += [f"  {line}" for line in converted.lines]
+    count = sum(1 for line in body if line.startswith("  - name: "))
+    header = [
+        f"# genericdp config v1, converted by `genericdp convert` (genericdp {__version__})",
+        comment(
+            f"# from squat/generic-device-plugin: {', '.join(sources)}; domain {squat.domain}."
+        ),
+        "# Read every NOTE: it marks a place where the meaning differs from squat's.",
+        *(f"# NOTE: {comment(str(n))}" for n in notes if n.where == ""),
+        "version: v1",
+        "resources:",
+    ]
+    text = "\n".join(header + body) + "\n"
+    if count == 0:
+        raise ConfigError(
+            [ConfigIssue("<converted>", None, None, "", f"nothing to serve: {n}") for n in notes]
+            or [ConfigIssue("<converted>", None, None, "", "nothing genericdp can serve")]
+        )
+    try:
+        load_text(text, "<converted>")
+    except ConfigError as exc:  # a bug in the converter: said so, with what failed
+        bug = "the converted config is invalid, a bug in `genericdp convert` (please report it)"
+        raise ConfigError([ConfigIssue("<converted>", None, None, "", bug), *exc.issues]) from exc
+    return Conversion(text, tuple(notes), count)

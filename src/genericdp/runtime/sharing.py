@@ -1,0 +1,53 @@
+"""Unbounded sharing: a few free IDs per unit, more as they are taken.
+
+A unit with ``count: unbounded`` is shared by any number of containers, but
+the kubelet must not hold thousands of fake devices to get there. So each
+unit advertises the IDs held now (PodResources and our own Allocate say
+which) plus ``freeIds`` free ones: the lowest indices nobody holds. Taking
+one makes the next index appear; a release makes its index free again, and
+the highest free index beyond ``freeIds`` leaves the list. The list is a pure
+function of what is held, so a restart that reads PodResources first lists
+exactly what the kubelet's checkpoint holds, and a released ID is reused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from genericdp.config.model import UNBOUNDED, UNBOUNDED_INDEX_LIMIT, ResourceDefinition
+from genericdp.kubelet.devices import replica_ids
+
+
+def replica_index(device_id: str) -> int | None:
+    """``i`` of ``<unit>::<i>``, written as we write it and below the limit; else None."""
+    _, sep, index = device_id.partition("::")
+    if not sep or not (index.isascii() and index.isdigit()) or str(int(index)) != index:
+        return None
+    value = int(index)
+    return value if value < UNBOUNDED_INDEX_LIMIT else None
+
+
+def advertised_indices(held: Iterable[int], free: int) -> tuple[int, ...]:
+    """The held indices and the ``free`` lowest ones nobody holds, in order."""
+    taken = set(held)
+    spare: list[int] = []
+    index = 0
+    while len(spare) < free and index < UNBOUNDED_INDEX_LIMIT:
+        if index not in taken:
+            spare.append(index)
+        index += 1
+    return tuple(sorted(taken.union(spare)))
+
+
+def idle_ids(definition: ResourceDefinition, unit_id: str) -> tuple[str, ...]:
+    """A unit's device IDs while nobody holds any (what ``discover`` shows)."""
+    if definition.unbounded:
+        return tuple(f"{unit_id}::{i}" for i in advertised_indices((), definition.free_ids))
+    return replica_ids(unit_id, definition.count)
+
+
+def sharing_text(definition: ResourceDefinition) -> str:
+    """``count`` as a user wrote it: a number, or unbounded with its free IDs."""
+    if definition.unbounded:
+        return f"{UNBOUNDED}, {definition.free_ids} free IDs"
+    return str(definition.count)
