@@ -434,7 +434,8 @@ check_unplug_in_use() {
 
 # daemon_log_has POD TEXT: genericdp's log says TEXT.
 daemon_log_has() {
-  k -n "$NAMESPACE" logs "$1" --tail=-1 2>/dev/null | grep -qF -- "$2"
+  # Not grep -q: under pipefail kubectl's SIGPIPE would fail a match.
+  k -n "$NAMESPACE" logs "$1" --tail=-1 2>/dev/null | grep -F -- "$2" >/dev/null
 }
 
 check_cleanup_hook() {

@@ -87,6 +87,9 @@ for sock in /run/containerd/s/*; do
   [[ -S $sock ]] || continue
   grep -qxF -- "$sock" <<<"$listening" || rm -f "$sock"
 done
+# CDI specs of claims genericdp's DRA backend prepared and nobody unprepared
+# (the node was killed with pods running).
+rm -f /var/run/cdi/gdp-claim-*.json
 rm -f /dev/gdp-e2e-*
 rm -rf /var/lib/genericdp-e2e
 if [[ -f $NODE_STATE/created-dirs ]]; then

@@ -91,8 +91,8 @@ node_diagnostics() {
     echo "===== $c log (last 150 lines; all of it in $LOG_DIR/$c.log)"
     tail -n 150 "$LOG_DIR/$c.log"
   done
-  echo "===== kubelet log (device plugins)"
-  grep -iE 'device.?plugin|devicemanager|registration|genericdp|example\.com' \
+  echo "===== kubelet log (device plugins, DRA)"
+  grep -iE 'device.?plugin|devicemanager|registration|genericdp|example\.com|DRA|ResourceSlice|PrepareResources' \
     "$LOG_DIR/kubelet.log" | tail -200
 }
 
@@ -124,8 +124,10 @@ start_component() {
   disown
 }
 
+# KUBELET_VERBOSITY=N: the kubelet's -v (the DRA round: 4, for its plugin
+# registration and NodePrepareResources lines); its default otherwise.
 start_kubelet() {
-  start_component kubelet "$(kube_bin kubelet)" \
+  start_component kubelet "$(kube_bin kubelet)" ${KUBELET_VERBOSITY:+"-v=$KUBELET_VERBOSITY"} \
     --config="$NODE_STATE/kubelet-config.yaml" \
     --kubeconfig="$PKI/kubelet.kubeconfig" \
     --root-dir="$KUBELET_ROOT" \

@@ -13,6 +13,8 @@
 #   ARTIFACTS=/tmp/genericdp-e2e-artifacts   logs, diagnostics, timings
 #   CHECKS="capacity ..."    only these checks (e2e/checks.sh, ALL_CHECKS)
 #   CDI=0                    skip the CDI round (cdi.sh, Debian 13's containerd 1.7)
+#   DRA=0                    skip the DRA round (dra.sh: the DRA backend, containerd 1.7)
+#   DRA_CHECKS="dra_slices ..."  only these checks of the DRA round (dra.sh, ALL_DRA_CHECKS)
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=node-lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/node-lib.sh"
@@ -97,5 +99,14 @@ if [[ ${CDI:-1} != 0 ]]; then
   "$LOCAL_DIR/cdi.sh" "$IMAGES_DIR"
   "$LOCAL_DIR/leftovers.sh" check "$ARTIFACTS/before.txt"
 fi
-[[ ${CDI:-1} != 0 ]] && cdi_round=" and the CDI round" || cdi_round=""
-timing "local-node e2e, everything ($ROUNDS rounds$cdi_round)" "$(seconds_between "$started" "$(now)")"
+if [[ ${DRA:-1} != 0 ]]; then
+  log "===== DRA round: the DRA backend, containerd 1.7 with enable_cdi (dra.sh)"
+  read -ra dra_checks <<<"${DRA_CHECKS:-}"
+  "$LOCAL_DIR/leftovers.sh" snapshot >"$ARTIFACTS/before.txt"
+  "$LOCAL_DIR/dra.sh" "$IMAGES_DIR" "${dra_checks[@]}"
+  "$LOCAL_DIR/leftovers.sh" check "$ARTIFACTS/before.txt"
+fi
+extra=""
+[[ ${CDI:-1} != 0 ]] && extra+=", the CDI round"
+[[ ${DRA:-1} != 0 ]] && extra+=", the DRA round"
+timing "local-node e2e, everything ($ROUNDS rounds$extra)" "$(seconds_between "$started" "$(now)")"

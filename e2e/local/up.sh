@@ -190,7 +190,7 @@ for archive in "${archives[@]}"; do
   ctr_k8s images import --no-unpack=false --snapshotter overlayfs "$archive" >/dev/null ||
     fail "ctr images import $archive failed"
 done
-ctr_k8s images list -q | grep -qx localhost/pause:e2e ||
+ctr_k8s images list -q | grep -x localhost/pause:e2e >/dev/null ||
   fail "localhost/pause:e2e is not among the imported images: $(ctr_k8s images list -q | tr '\n' ' ')"
 
 log "etcd, kube-apiserver"

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""What the DRA round (e2e/local/dra.sh) reads out of ResourceSlices and the kubelet's log.
+
+Standard library only: it runs with the host's python3, not genericdp's venv.
+
+  kubectl get resourceslices -o json | dra-inspect.py devices RESOURCE
+      one line per device of RESOURCE: "NAME UNIT_ID healthy|unhealthy"
+  kubectl get resourceslices -o json | dra-inspect.py pool NODE DRIVER
+      checks that the slices form one pool named NODE (nodeName NODE, driver
+      DRIVER, one generation, resourceSliceCount = number of slices); prints
+      "SLICES DEVICES GENERATION", or says what is wrong and exits 1
+  dra-inspect.py prepares KUBELET_LOG DRIVER [SINCE]
+      the kubelet's NodePrepareResources calls to DRIVER (its JSON log at -v=4)
+      after the unix time SINCE: one line "SECONDS CLAIM_NAMES" per call
+
+An unhealthy device carries both marks docs/dra.md names: a taint
+<driver>/unhealthy and the attribute healthy: false. A device with one and
+not the other is reported as inconsistent.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import Any
+
+
+def _attribute_value(attribute: dict[str, Any]) -> object:
+    for kind in ("string", "bool", "int", "version"):
+        if kind in attribute:
+            return attribute[kind]
+    return None
+
+
+def _attributes(device: dict[str, Any]) -> dict[str, object]:
+    """Attribute values by short name (a qualified name loses its domain)."""
+    found: dict[str, object] = {}
+    for name, attribute in (device.get("attributes") or {}).items():
+        found[name.rpartition("/")[2]] = _attribute_value(attribute or {})
+    return found
+
+
+def _health(device: dict[str, Any], attributes: dict[str, object]) -> str:
+    """healthy, unhealthy (taint and attribute agree), or what disagrees."""
+    tainted = any(
+        str(taint.get("key", "")).endswith("/unhealthy") for taint in device.get("taints") or []
+    )
+    marked = attributes.get("healthy") is False
+    if tainted == marked:
+        return "unhealthy" if tainted else "healthy"
+    return f"inconsistent(taint={tainted},healthy-attribute-false={marked})"
+
+
+def _items(document: dict[str, Any]) -> list[dict[str, Any]]:
+    items = document.get("items")
+    return items if isinstance(items, list) else [document]
+
+
+def devices(document: dict[str, Any], resource: str) -> list[str]:
+    lines = []
+    for item in _items(document):
+        for device in item.get("spec", {}).get("devices") or []:
+            attributes = _attributes(device)
+            if attributes.get("resource") != resource:
+                continue
+            health = _health(device, attributes)
+            lines.append(f"{device.get('name')} {attributes.get('unitID', '-')} {health}")
+    return sorted(lines)
+
+
+def pool(document: dict[str, Any], node: str, driver: str) -> str:
+    items = _items(document)
+    if not items:
+        raise ValueError(f"no ResourceSlice of driver {driver} on node {node}")
+    problems = []
+    generations = set()
+    counts = set()
+    total = 0
+    for item in items:
+        name = item.get("metadata", {}).get("name", "?")
+        spec = item.get("spec", {})
+        pool_spec = spec.get("pool", {})
+        if spec.get("nodeName") != node:
+            problems.append(f"{name}: nodeName {spec.get('nodeName')!r}, not {node!r}")
+        if spec.get("driver") != driver:
+            problems.append(f"{name}: driver {spec.get('driver')!r}, not {driver!r}")
+        if pool_spec.get("name") != node:
+            problems.append(f"{name}: pool {pool_spec.get('name')!r}, not the node name {node!r}")
+        generations.add(pool_spec.get("generation"))
+        counts.add(pool_spec.get("resourceSliceCount"))
+        total += len(spec.get("devices") or [])
+    if len(generations) != 1:
+        problems.append(
+            f"the slices of one pool have several generations: {sorted(map(str, generations))}"
+        )
+    if counts != {len(items)}:
+        problems.append(f"resourceSliceCount {sorted(map(str, counts))} but {len(items)} slices")
+    if problems:
+        raise ValueError("; ".join(problems))
+    return f"{len(items)} {total} {generations.pop()}"
+
+
+_CALL = re.compile(r"Calling NodePrepareResources rpc")
+_DONE = re.compile(r"Done calling NodePrepareResources rpc")
+_CLAIM_NAME = re.compile(r'name:\\?"([^"\\]+)\\?"')
+
+
+def prepares(log_path: str, driver: str, since: float) -> list[str]:
+    """Durations of the kubelet's prepare calls, paired in order per endpoint."""
+    started: list[tuple[float, str]] = []
+    lines = []
+    with open(log_path, encoding="utf-8", errors="replace") as log:
+        for line in log:
+            if "NodePrepareResources" not in line or not line.startswith("{"):
+                continue
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get("driverName") != driver:
+                continue
+            at = float(entry.get("ts", 0)) / 1000
+            if at <= since:
+                continue
+            message = str(entry.get("msg", ""))
+            if _DONE.search(message) and started:
+                began, claims = started.pop(0)
+                lines.append(f"{at - began:.3f} {claims}")
+            elif _CALL.search(message):
+                claims = ",".join(_CLAIM_NAME.findall(str(entry.get("request", ""))))
+                started.append((at, claims or "-"))
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    try:
+        if argv[:1] == ["devices"] and len(argv) == 2:
+            print("\n".join(devices(json.load(sys.stdin), argv[1])))
+        elif argv[:1] == ["pool"] and len(argv) == 3:
+            print(pool(json.load(sys.stdin), argv[1], argv[2]))
+        elif argv[:1] == ["prepares"] and len(argv) in (3, 4):
+            since = float(argv[3]) if len(argv) == 4 else 0.0
+            print("\n".join(prepares(argv[1], argv[2], since)))
+        else:
+            print(__doc__, file=sys.stderr)
+            return 2
+    except (ValueError, OSError) as exc:
+        print(f"dra-inspect: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
