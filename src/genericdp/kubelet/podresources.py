@@ -36,22 +36,56 @@ async def list_pod_devices(
     *,
     timeout: float = 5.0,  # noqa: ASYNC109 -- sent to the kubelet as the gRPC deadline
 ) -> tuple[PodDevices, ...]:
-    """Every (pod, container, resource) holding devices, as the kubelet reports it.
+    """Every (pod, container, resource) holding devices, as the kubelet reports it,
+    over a channel of its own. Raises KubeletError when the socket is missing,
+    unreachable or slow."""
+    lister = PodResourcesLister()
+    try:
+        return await lister(socket, timeout=timeout)
+    finally:
+        await lister.close()
 
-    Raises KubeletError when the socket is missing, unreachable or slow.
+
+class PodResourcesLister:
+    """``list_pod_devices`` over one channel kept from call to call.
+
+    A poller calls List every few seconds for the daemon's life; a channel
+    made and torn down for each call cost more CPU than everything else an
+    idle daemon does. A failed call closes the channel, so the next one
+    connects afresh (a restarted kubelet's new socket, with no backoff left
+    over from the old one).
     """
-    target = unix_address(socket)
-    options = [("grpc.max_receive_message_length", MAX_RESPONSE_BYTES)]
-    async with grpc.aio.insecure_channel(target, options=options) as channel:
+
+    def __init__(self) -> None:
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    async def __call__(
+        self,
+        socket: Path,
+        *,
+        timeout: float = 5.0,  # noqa: ASYNC109 -- sent to the kubelet as the gRPC deadline
+    ) -> tuple[PodDevices, ...]:
+        target = unix_address(socket)
+        channel = self._channels.get(target)
+        if channel is None:
+            options = [("grpc.max_receive_message_length", MAX_RESPONSE_BYTES)]
+            channel = self._channels[target] = grpc.aio.insecure_channel(target, options=options)
         stub = pr_grpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]
         try:
             response = await stub.List(pr.ListPodResourcesRequest(), timeout=timeout)
         except grpc.aio.AioRpcError as exc:
+            del self._channels[target]
+            await channel.close(None)
             raise KubeletError(
                 f"PodResources List on {socket} failed: {exc.code().name}:"
                 f" {clip(exc.details() or '', 300)}"
             ) from exc
-    return pod_devices_from(response)
+        return pod_devices_from(response)
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            await channel.close(None)
 
 
 def pod_devices_from(response: pr.ListPodResourcesResponse) -> tuple[PodDevices, ...]:

@@ -44,7 +44,7 @@ from genericdp.discovery.model import Unit
 from genericdp.errors import HookError, KubeletError
 from genericdp.hooks import CLEANUP, HookRun
 from genericdp.kubelet.devices import unit_id_of
-from genericdp.kubelet.podresources import PodDevices, list_pod_devices
+from genericdp.kubelet.podresources import PodDevices, PodResourcesLister
 from genericdp.runtime.context import ResourceContext
 from genericdp.runtime.state import DeviceState
 
@@ -56,7 +56,7 @@ HANDED_OUT: Holder = ("", "", "")
 
 
 class ListPods(Protocol):
-    """``list_pod_devices``, or a stand-in with its signature."""
+    """``list_pod_devices`` (``PodResourcesLister``), or a stand-in with its signature."""
 
     def __call__(
         self,
@@ -288,7 +288,7 @@ class ReleasePoller:
         interval: float,
         active: Callable[[], bool] = lambda: True,
         on_observed: Callable[[], None] = lambda: None,
-        list_pods: ListPods = list_pod_devices,
+        list_pods: ListPods | None = None,
         timeout: float = 5.0,
         logger: logging.Logger = log,
     ) -> None:
@@ -298,16 +298,24 @@ class ReleasePoller:
         self._interval = interval
         self._active = active
         self._on_observed = on_observed
-        self._list = list_pods
+        # One channel for the poller's life (PodResourcesLister), unless told otherwise.
+        self._own_lister: PodResourcesLister | None = None
+        if list_pods is None:
+            list_pods = self._own_lister = PodResourcesLister()
+        self._list: ListPods = list_pods
         self._timeout = timeout
         self._log = logger
         self._failing = False
 
     async def run(self) -> None:
         """Poll until cancelled."""
-        while True:
-            await self.poll()
-            await asyncio.sleep(self._interval)  # polling is the only way to learn
+        try:
+            while True:
+                await self.poll()
+                await asyncio.sleep(self._interval)  # polling is the only way to learn
+        finally:
+            if self._own_lister is not None:
+                await self._own_lister.close()
 
     async def poll(self) -> bool:
         """One List and diff; False when nothing was learnt."""

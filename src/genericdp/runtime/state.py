@@ -216,11 +216,17 @@ class DeviceState:
         held: dict[str, set[str]] = {}
         for device_id in device_ids:
             held.setdefault(unit_id_of(device_id), set()).add(device_id)
-        self._held = {uid: frozenset(ids) for uid, ids in held.items()}
+        now = {uid: frozenset(ids) for uid, ids in held.items()}
+        unseen = now.keys() - self._units.keys() - self._gone.keys()
+        if now == self._held and not unseen and self._gone.keys() <= now.keys():
+            # Nothing changed: no refresh, so no waiter (every ListAndWatch
+            # stream, the DRA edge) wakes at each PodResources poll.
+            return ()
+        self._held = now
         dropped = tuple(sorted(uid for uid in self._gone if uid not in self._held))
         for uid in dropped:
             del self._gone[uid]
-        for uid in sorted(self._held.keys() - self._units.keys() - self._gone.keys()):
+        for uid in sorted(unseen):
             self._gone[uid] = Unit(id=uid, nodes=())
         self._refresh()
         return dropped
