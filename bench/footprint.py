@@ -96,7 +96,8 @@ STARTUP_100 = Target(budget=3.5, target=0.5, unit="s")
 IDLE_CPU = Target(budget=2.0, target=1.0, unit="mc")
 # The archive e2e/local/images.sh builds is on its Debian stand-in base (173 MB
 # alone); the target is for the official python:3.11-slim.
-IMAGE_SIZE = Target(budget=220.0, target=150.0, unit="MB")
+# 229.2 MB once the DRA backend brought lightkube and its dependencies (issue 12).
+IMAGE_SIZE = Target(budget=235.0, target=150.0, unit="MB")
 
 
 def result(name: str, value: float, target: Target) -> Result:
