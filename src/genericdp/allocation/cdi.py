@@ -41,14 +41,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import re
 import stat
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from genericdp.atomicfile import reason, write_atomically
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.errors import CdiSpecError
@@ -197,7 +196,7 @@ def remove_spec(cdi_dir: Path, resource: str) -> Path | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise CdiSpecError(f"cannot remove CDI spec {path}: {_reason(exc)}") from exc
+        raise CdiSpecError(f"cannot remove CDI spec {path}: {reason(exc)}") from exc
     return path
 
 
@@ -252,28 +251,10 @@ def remove_stale_specs(cdi_dir: Path, keep: Iterable[str]) -> list[Path]:
 def _write(path: Path, spec: Mapping[str, Any]) -> Path:
     data = (json.dumps(spec, indent=2) + "\n").encode()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # ".tmp", not ".json": runtimes load only *.json and *.yaml from the directory.
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        write_atomically(path, data, mode=_FILE_MODE)
     except OSError as exc:
-        raise CdiSpecError(f"cannot write CDI spec {path}: {_reason(exc)}") from exc
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fchmod(file.fileno(), _FILE_MODE)
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise CdiSpecError(f"cannot write CDI spec {path}: {_reason(exc)}") from exc
+        raise CdiSpecError(f"cannot write CDI spec {path}: {reason(exc)}") from exc
     return path
-
-
-def _reason(exc: OSError) -> str:
-    where = f": {exc.filename}" if exc.filename else ""
-    return f"{exc.strerror or exc}{where}"
 
 
 # --------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from typing import Any
 
 from genericdp.allocation.cdi import cdi_device_name, cdi_kind, cdi_version
 from genericdp.allocation.render import Mount
-from genericdp.dra.files import reason, write_atomically
+from genericdp.atomicfile import reason, write_atomically
 from genericdp.errors import CdiSpecError
 
 log = logging.getLogger(__name__)

@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from genericdp.atomicfile import reason, write_atomically
 from genericdp.dra.claims import ClaimRef
-from genericdp.dra.files import reason, write_atomically
 from genericdp.errors import clip
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""Files the DRA backend keeps: replaced atomically, so a crash leaves the old or the new."""
+"""Files replaced atomically, so a crash leaves the old or the new (CDI specs, checkpoints)."""
 
 from __future__ import annotations
 
