@@ -94,7 +94,8 @@ RSS_100 = Target(budget=92.0, target=60.0, unit="MiB")
 ALLOCATE_MEDIAN = Target(budget=0.9, target=0.15, unit="ms")
 ALLOCATE_P99 = Target(budget=2.0, target=1.0, unit="ms")
 STARTUP_100 = Target(budget=3.5, target=0.5, unit="s")
-IDLE_CPU = Target(budget=2.0, target=1.0, unit="mc")
+# Idle: 1.55, 1.73 and 1.82 mc in three runs on an idle machine.
+IDLE_CPU = Target(budget=3.0, target=1.0, unit="mc")
 # The archive e2e/local/images.sh builds is on its Debian stand-in base (173 MB
 # alone); the target is for the official python:3.11-slim.
 # 229.2 MB once the DRA backend brought lightkube and its dependencies (issue 12).
