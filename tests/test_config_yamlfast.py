@@ -5,6 +5,7 @@ the odd corners of YAML a config can hold."""
 
 from __future__ import annotations
 
+import functools
 import re
 import textwrap
 from pathlib import Path
@@ -20,6 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 _BLOCK = re.compile(r"^```ya?ml\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 
+@functools.cache
 def _corpus() -> dict[str, str]:
     texts: dict[str, str] = {}
     for top in ("tests", "configs", "deploy", "docs", "e2e", "bench"):
