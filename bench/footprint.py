@@ -18,7 +18,8 @@ What is measured, and on what:
   the kubelet seeing all of them registered (imports included), median of
   several starts;
 - idle CPU: the same daemon after the churn, CPU time of all its threads
-  (/proc/<pid>/task/*/schedstat, nanoseconds) over a quiet window;
+  (the process's CPU clock: nanoseconds, ended threads included) over a
+  quiet window;
 - Allocate handling: the servicer's Allocate from request received (parsed)
   to response built, templates, checks and claims included, timed inside a
   daemon run in this process against the embedded kubelet (whose own share,
@@ -46,7 +47,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # a restarted kubelet's GOAWAYs are expected
 
-from bench.idle_cpu import DEMO, memory_mib, serve_env  # noqa: E402
+from bench.idle_cpu import DEMO, memory_mib, process_cpu_seconds, serve_env  # noqa: E402
 from bench.scale import Result  # noqa: E402
 from genericdp.config import load_text  # noqa: E402
 from genericdp.kubelet.embedded import AllocationError, EmbeddedKubelet  # noqa: E402
@@ -129,14 +130,8 @@ def resources_config(n: int, *, first: int = 0) -> str:
 
 
 def cpu_seconds(pid: int) -> float:
-    """CPU time of every live thread of ``pid`` (schedstat: nanoseconds, not ticks)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (OSError, IndexError, ValueError):
-            continue  # a thread that ended meanwhile
-    return total / 1e9
+    """CPU time of every thread ``pid`` ran, ended ones too (nanoseconds, not ticks)."""
+    return process_cpu_seconds(pid)
 
 
 @functools.cache
