@@ -14,7 +14,8 @@ that works on them works on a real machine too:
   and ``S:<devlink>`` lines, and ``dev`` holds the devlinks as relative
   symlinks (``dev/serial/by-id/... -> ../../ttyUSB0``) and ``dev/char/<maj:min>``.
 
-Device nodes are regular files (tests do not mknod; the one exception is
+Device nodes are regular files unless ``FakeHost(device_nodes=True)`` (the benchmarks,
+which measure discovery as a real /dev costs it; tests do not mknod; the one exception is
 NVIDIA's nodes, which no sysfs entry describes: ``add_nvidia_gpu``), so code under test must
 find sysfs for them by name when ``st_rdev`` is not available: discovery
 takes a regular file for a device node only where sysfs names a device node
@@ -118,8 +119,11 @@ class _Record:
 class FakeHost:
     """Fake ``/dev``, ``/sys`` and ``/run/udev`` trees under ``root``."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, device_nodes: bool = False) -> None:
+        """``device_nodes``: make the /dev nodes real device files (mknod, CAP_MKNOD
+        needed: ``can_mknod``), as a real /dev has them, instead of regular files."""
         self.root = root
+        self.device_nodes = device_nodes
         self.roots = Roots(dev=root / "dev", sys=root / "sys", udev=root / "run" / "udev")
         for path in (self.dev, self.sys / "devices", self.sys / "dev" / "char", self.udev_data):
             path.mkdir(parents=True, exist_ok=True)
@@ -922,7 +926,12 @@ class FakeHost:
             record.files.append(class_link)
         node = self.dev / devname
         node.parent.mkdir(parents=True, exist_ok=True)
-        node.write_text("")
+        if self.device_nodes:
+            major, minor = (int(n) for n in devnum.split(":"))
+            file_type = stat.S_IFBLK if kind == "b" else stat.S_IFCHR
+            os.mknod(node, 0o600 | file_type, os.makedev(major, minor))
+        else:
+            node.write_text("")
         record.files.append(node)
         record.nodes.append(f"/dev/{devname}")
         if primary:

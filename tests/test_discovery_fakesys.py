@@ -87,3 +87,39 @@ def test_udev_encode() -> None:
     """USB strings are encoded as udev's usb_id does."""
     assert udev_encode("Arduino (www.arduino.cc)") == "Arduino__www.arduino.cc_"
     assert udev_encode("FT232R USB UART ") == "FT232R_USB_UART"
+
+
+def test_device_nodes_are_found_as_a_real_dev_finds_them(tmp_path: Path) -> None:
+    """``device_nodes=True`` makes real device files, which discovery locates through
+    ``st_rdev`` (as on a real /dev) to the same units a regular-file tree gives."""
+    from genericdp.config import load_text
+    from genericdp.discovery import discover
+    from genericdp.discovery.nodes import Scan
+    from tests.fakesys import can_mknod
+
+    if not can_mknod(tmp_path):
+        pytest.skip("making device nodes needs CAP_MKNOD")
+    config = load_text(
+        "version: v1\nresources:\n"
+        "  - name: example.com/null\n    match: [{glob: /dev/null}]\n"
+        "  - name: example.com/loop\n    match: [{glob: '/dev/loop*'}]\n",
+        "t.yaml",
+    )
+    units = []
+    for name, device_nodes in (("plain", False), ("nodes", True)):
+        host = FakeHost(tmp_path / name, device_nodes=device_nodes)
+        host.add_plain("/dev/null")
+        host.add_loop(0)
+        null = host.node("/dev/null")
+        assert null.is_char_device() is device_nodes
+        assert host.node("/dev/loop0").is_block_device() is device_nodes
+        scan = Scan(host.roots)
+        assert scan.locate("null") is not None
+        assert (scan._by_devname is None) is device_nodes  # no walk of sysfs by name
+        units.append(
+            [
+                [(n.container_path, n.major, n.minor, n.subsystem) for u in us for n in u.nodes]
+                for us in (discover(r, host.roots) for r in config.resources)
+            ]
+        )
+    assert units[0] == units[1] == [[("/dev/null", 1, 3, "mem")], [("/dev/loop0", 7, 0, "block")]]
