@@ -44,6 +44,10 @@ class FakePublisher:
     def __init__(self) -> None:
         self.slices: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
         self.withdrawn: list[str] = []
+        self.expected: list[str] = []
+
+    def expect(self, resource: str) -> None:
+        self.expected.append(resource)
 
     async def publish(self, resource: str, units: Sequence[Unit], unhealthy: Set[str]) -> None:
         self.slices[resource] = (tuple(u.id for u in units), frozenset(unhealthy))

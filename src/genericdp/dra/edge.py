@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 class Publisher(Protocol):
     """The contract's ``SlicePublisher`` (``dra/publisher.py``), as an edge uses it."""
 
+    def expect(self, resource: str) -> None: ...
+
     async def publish(self, resource: str, units: Sequence[Unit], unhealthy: Set[str]) -> None: ...
 
     async def withdraw(self, resource: str) -> None: ...
@@ -61,6 +63,8 @@ class DraEdge:
         self._publisher = publisher
         self._registration = registration
         self._stopping = stopping
+        # The first write of the node's slices (the takeover) waits for this resource.
+        publisher.expect(definition().name)
         self._woken = asyncio.Event()
         self._last_error: str | None = None
         self.published = 0  # publish calls made (tests)
