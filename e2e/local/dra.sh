@@ -337,6 +337,19 @@ check_dra_unprepare() {
   k -n "$NAMESPACE" wait --for=delete "pod/$CLAIM_POD" "pod/$EXT_POD" --timeout=60s ||
     fail "the pods did not go away after unprepare"
   wait_for 30 "no claim CDI spec left in $CDI_DIR" sh -c "! ls $CDI_DIR/gdp-claim-*.json"
+
+  log "check: /metrics counted both claims as prepared and unprepared, and timed them"
+  local metrics name
+  metrics=$(k -n "$NAMESPACE" exec "$pod" -- python3 -c \
+    'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:9090/metrics").read().decode())') ||
+    fail "could not read /metrics in $pod"
+  for name in genericdp_dra_prepares_total genericdp_dra_unprepares_total; do
+    awk -v n="$name{driver=\"$DRIVER\",result=\"ok\"}" '$1 == n && $2 >= 2 { found = 1 } END { exit !found }' \
+      <<<"$metrics" || fail "$name of $DRIVER with result ok is not 2 or more: $(grep -F "$name" <<<"$metrics" | tr '\n' ';')"
+  done
+  grep -F "genericdp_dra_prepare_duration_seconds_count{driver=\"$DRIVER\"}" <<<"$metrics" >/dev/null ||
+    fail "no genericdp_dra_prepare_duration_seconds in /metrics"
+  log "  $(grep -E '^genericdp_dra_(un)?prepares_total\{.*result="ok"' <<<"$metrics" | tr '\n' ' ')"
 }
 
 check_dra_hotplug() {
