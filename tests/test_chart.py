@@ -158,6 +158,23 @@ def test_the_pod_template_carries_no_version_labels() -> None:
 
 # -- rendered -------------------------------------------------------------------------------
 
+
+def test_the_dra_directories_follow_the_kubelet_root_dir_in_the_template() -> None:
+    """backend=dra: plugins_registry/ and plugins/ under kubeletRootDir as the hostPath,
+    the mount path and the GENERICDP_DRA_*_DIR value (the kubelet dials the socket at the
+    path genericdp announces), as the kubelet-root-dir component does; checked as text
+    here, rendered below where helm exists."""
+    text = (TEMPLATES / "daemonset.yaml").read_text()
+    assert "/var/lib/kubelet/plugins" not in text, "a DRA directory that ignores kubeletRootDir"
+    assert '{{- $kubelet := trimSuffix "/" .Values.kubeletRootDir }}' in text
+    for directory in ("plugins_registry", "plugins"):
+        uses = re.findall(r"^ *(\S+): \{\{ \$kubelet \}\}/" + directory + "$", text, re.M)
+        assert sorted(uses) == ["mountPath", "path", "value"], directory
+    dra_block = text[text.index("{{- if $dra }}") :]
+    for variable in ("GENERICDP_DRA_REGISTRATION_DIR", "GENERICDP_DRA_PLUGINS_DIR"):
+        assert f"- name: {variable}" in dra_block.split("{{- end }}")[0], variable
+
+
 needs_helm = pytest.mark.skipif(shutil.which("helm") is None, reason="helm not installed")
 
 
@@ -241,6 +258,25 @@ def test_both_monitors_is_an_error_and_the_schema_applies() -> None:
     )  # fmt: skip
     assert result.returncode != 0
     assert "toleration" in result.stderr
+
+
+@needs_helm
+def test_the_dra_directories_move_with_the_kubelet_root_dir() -> None:
+    """backend=dra, kubeletRootDir: the DRA directories at <root>/..., seen at their host paths."""
+    root = "/var/lib/k0s/kubelet"
+    objs = helm_template(CHART, "--set", "backend=dra", "--set", f"kubeletRootDir={root}/")
+    pod = next(o for o in objs if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    host = {v["name"]: v.get("hostPath", {}).get("path") for v in pod["volumes"]}
+    for volume, variable, path in (
+        ("plugins-registry", "GENERICDP_DRA_REGISTRATION_DIR", f"{root}/plugins_registry"),
+        ("plugins", "GENERICDP_DRA_PLUGINS_DIR", f"{root}/plugins"),
+    ):
+        assert (host[volume], mounts[volume], env[variable]) == (path, path, path)
+    assert host["pod-resources"] == f"{root}/pod-resources"
+    assert host["device-plugins"] == "/var/lib/kubelet/device-plugins"
 
 
 @needs_helm

@@ -17,6 +17,7 @@ from genericdp.dra.embedded import DraKubeletError, EmbeddedDraKubelet, resolve_
 from genericdp.dra.memclaims import MemoryClaims
 from genericdp.dra.naming import device_name
 from genericdp.hooks import HookRun
+from genericdp.metrics import readiness
 from genericdp.runtime.supervisor import Supervisor
 from tests.polling import eventually
 from tests.runtime_harness import ScriptedDiscovery, config, settings_for, unit
@@ -44,6 +45,10 @@ class FakePublisher:
     def __init__(self) -> None:
         self.slices: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
         self.withdrawn: list[str] = []
+        self.expected: list[str] = []
+
+    def expect(self, resource: str) -> None:
+        self.expected.append(resource)
 
     async def publish(self, resource: str, units: Sequence[Unit], unhealthy: Set[str]) -> None:
         self.slices[resource] = (tuple(u.id for u in units), frozenset(unhealthy))
@@ -146,3 +151,45 @@ def test_the_backend_needs_the_node_name(base: Path) -> None:
     settings = settings_for(base, backend="dra", node_name="")
     with pytest.raises(DraSetupError, match="GENERICDP_NODE_NAME"):
         DraBackend(settings, claims=MemoryClaims(), publisher=FakePublisher(), run_hook=no_hook)
+
+
+async def test_ready_only_once_every_resource_is_scanned_and_published(base: Path) -> None:
+    """/readyz under DRA: the kubelet's registration of the driver is not enough."""
+    settings = settings_for(
+        base,
+        backend="dra",
+        dra_registration_dir=base / "registry",
+        dra_plugins_dir=base / "plugins",
+    )
+    publisher = FakePublisher()
+    backend = DraBackend(settings, claims=MemoryClaims(), publisher=publisher, run_hook=_no_hook)
+    discovery = ScriptedDiscovery({NAME: [unit("ttyUSB0")]}, broken={NAME})
+    supervisor = Supervisor(
+        settings, discover=discovery, edge=backend.edge, device_plugin_api=False
+    )
+    async with EmbeddedDraKubelet(base / "registry") as kubelet:
+        await backend.start()
+        await supervisor.start(config(CONFIG))
+        try:
+            await eventually(lambda: kubelet.registered(DRIVER), "registered")
+            await eventually(
+                lambda: backend.driver.registration.service.registrations > 0, "told so"
+            )
+            await discovery.wait_calls(NAME, 1)  # its first scan failed
+            verdict = readiness(supervisor.status(), started=True)
+            assert not verdict.ok
+            assert NAME in verdict.text
+            assert NAME not in publisher.slices
+            discovery.broken.clear()
+            supervisor.rescan("the device is back")
+            await eventually(
+                lambda: readiness(supervisor.status(), started=True).ok, "ready after the scan"
+            )
+            assert publisher.slices[NAME] == (("ttyUSB0",), frozenset())
+        finally:
+            await supervisor.stop()
+            await backend.close()
+
+
+async def _no_hook(hook: HookRun) -> None:
+    """No hook runs in this test."""

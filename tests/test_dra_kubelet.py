@@ -19,6 +19,8 @@ from genericdp.dra.memclaims import MemoryClaims
 from genericdp.dra.naming import device_name
 from genericdp.dra.service import SERVICES
 from genericdp.hooks import HookRunner, run_hook
+from genericdp.metrics import Metrics
+from genericdp.runtime.recorder import CLAIM_RESULTS, NO_METRICS, Recorder
 from tests.dra_fakes import (
     DRIVER,
     HOOK,
@@ -41,7 +43,11 @@ def paths(base: Path) -> DriverPaths:
 
 @asynccontextmanager
 async def driver(
-    base: Path, claims: MemoryClaims, hooks: HookRunner | None = None, **kwargs: float
+    base: Path,
+    claims: MemoryClaims,
+    hooks: HookRunner | None = None,
+    recorder: Recorder = NO_METRICS,
+    **kwargs: float,
 ) -> AsyncIterator[DraDriver]:
     d = DraDriver(
         driver=DRIVER,
@@ -49,6 +55,7 @@ async def driver(
         paths=paths(base),
         claims=claims,
         run_hook=hooks or RecordedHooks(),
+        recorder=recorder,
         **kwargs,
     )
     d.inventory.set_resource(definition(hooks=ALL_HOOKS), [unit(0), unit(1)])
@@ -81,6 +88,50 @@ async def test_registration_handshake_and_a_pod_gets_its_devices(base: Path) -> 
         await kubelet.unprepare(DRIVER, [claim()])
         assert hooks.names() == ["init", "preStart", "cleanup"]
         assert list((base / "cdi").iterdir()) == []
+
+
+async def test_prepare_and_unprepare_are_counted_by_result_and_timed_per_claim(
+    base: Path,
+) -> None:
+    """Each claim of a call is one count (its outcome) and one duration, in /metrics."""
+    claims = MemoryClaims()
+    claims.add(claim(1), allocated(SERIAL, unit(0)))
+    claims.add(claim(2), allocated(SERIAL, unit(7)))  # no such device on this node
+    claims.add(claim(3), allocated(SERIAL, unit(1)))
+    hooks, metrics = RecordedHooks(), Metrics(process=False)
+
+    def prepares(result: str) -> float | None:
+        labels = {"driver": DRIVER, "result": result}
+        return metrics.registry.get_sample_value("genericdp_dra_prepares_total", labels)
+
+    def seconds(operation: str) -> float | None:
+        name = f"genericdp_dra_{operation}_duration_seconds_count"
+        return metrics.registry.get_sample_value(name, {"driver": DRIVER})
+
+    async with (
+        EmbeddedDraKubelet(base / "registry") as kubelet,
+        driver(base, claims, hooks, recorder=metrics),
+    ):
+        await eventually(lambda: kubelet.registered(DRIVER), "registered")
+        assert prepares("ok") is None  # nothing before the first claim
+        await kubelet.prepare_pod(DRIVER, [claim(1)])
+        with pytest.raises(DraKubeletError, match="is not on this node"):
+            await kubelet.prepare(DRIVER, [claim(2)])
+        hooks.fail.add("init")
+        with pytest.raises(DraKubeletError, match="init hook failed"):
+            await kubelet.prepare(DRIVER, [claim(3)])
+        await kubelet.unprepare(DRIVER, [claim(1)])
+    counted = {result: prepares(result) for result in CLAIM_RESULTS}
+    assert counted == dict.fromkeys(CLAIM_RESULTS, 0.0) | {
+        "ok": 1.0,
+        "claim_failed": 1.0,
+        "hook_failed": 1.0,
+    }
+    labels = {"driver": DRIVER, "result": "ok"}
+    assert metrics.registry.get_sample_value("genericdp_dra_unprepares_total", labels) == 1.0
+    assert seconds("prepare") == 3.0
+    assert seconds("unprepare") == 1.0
+    assert b"genericdp_dra_prepare_duration_seconds_bucket" in metrics.exposition()
 
 
 async def test_a_kubelet_with_only_v1beta1_uses_it(base: Path) -> None:

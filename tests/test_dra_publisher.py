@@ -218,6 +218,60 @@ async def test_a_new_instance_takes_over_without_rewriting_and_removes_the_rest(
     await third.close()
 
 
+async def test_the_takeover_waits_for_every_expected_resource(
+    client: kubeapi.AsyncClient, node_name: str
+) -> None:
+    """A resource slower to scan keeps its slice (never deleted and made again); one write."""
+    first = SlicePublisher(client, node=node_name, adopt_grace=0)
+    await first.start()
+    for name in ("example.com/a", "example.com/b", "example.com/gone"):
+        await first.publish(name, [unit("u")], set())
+    assert await first.flush()
+    await first.close()
+    before = await held(client, node_name)
+
+    second = SlicePublisher(client, node=node_name, adopt_grace=60)
+    second.expect("example.com/a")
+    second.expect("example.com/b")
+    await second.start()
+    await second.publish("example.com/a", [unit("u")], set())
+    # b has not published: nothing is written, however long that takes (up to the grace).
+    assert not await second.flush(timeout=0.5)
+    assert await held(client, node_name) == before
+    await second.publish("example.com/b", [unit("u")], set())
+    assert await second.flush()
+    after = await held(client, node_name)
+    assert second.writes == 3  # a and b with the new count, gone deleted
+    uids = {name: obj["metadata"]["uid"] for name, obj in after.items()}
+    assert uids == {name: before[name]["metadata"]["uid"] for name in after}
+    assert len(after) == 2
+    assert {obj["spec"]["pool"]["generation"] for obj in after.values()} == {2}
+    await second.close()
+
+
+async def test_a_resource_that_never_publishes_holds_the_takeover_only_for_the_grace(
+    client: kubeapi.AsyncClient, node_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After ``adopt_grace`` the first write goes ahead, and says which resource it gave up on."""
+    first = SlicePublisher(client, node=node_name, adopt_grace=0)
+    await first.start()
+    await first.publish("example.com/a", [unit("u")], set())
+    await first.publish("example.com/stuck", [unit("u")], set())
+    assert await first.flush()
+    await first.close()
+
+    second = SlicePublisher(client, node=node_name, adopt_grace=0.3)
+    second.expect("example.com/a")
+    second.expect("example.com/stuck")
+    with caplog.at_level(logging.INFO, "genericdp.dra.publisher"):
+        await second.start()
+        await second.publish("example.com/a", [unit("u")], set())
+        assert await second.flush()
+    assert set(devices_of(await held(client, node_name))) == {device_name("example.com/a", "u")}
+    assert any("without waiting longer for example.com/stuck" in m for m in caplog.messages)
+    await second.close()
+
+
 async def test_someone_elses_edit_is_a_conflict_that_is_retried(
     client: kubeapi.AsyncClient, node_name: str, apiserver: ApiServer
 ) -> None:

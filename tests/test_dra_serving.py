@@ -5,14 +5,18 @@ allocated in the API server, and the slices left in place at shutdown."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from genericdp.dra.backend import serving
 from genericdp.dra.claims import ClaimRef
 from genericdp.dra.embedded import EmbeddedDraKubelet, resolve_cdi
 from genericdp.dra.naming import DEFAULT_DRIVER, device_name
+from genericdp.dra.publisher import SlicePublisher
 from genericdp.hooks import HookRun
 from genericdp.runtime.supervisor import Supervisor
 from tests.apiserver import ApiServer
@@ -117,3 +121,80 @@ async def test_claims_allocated_in_the_api_server_are_prepared(
             await supervisor.stop()
     # Stopped: the slices stay for the next instance.
     assert len(slices(apiserver)) == 1
+
+
+STARTUP_NODE = "dra-startup-node"
+STARTUP_RESOURCES = [f"example.com/start{i}" for i in range(8)]
+STARTUP_CONFIG = "resources:\n" + "".join(
+    f"- name: {name}\n  match: [glob: /dev/ttyUSB*]\n" for name in STARTUP_RESOURCES
+)
+
+
+async def test_slices_are_complete_within_a_second_of_start_and_a_restart_writes_nothing(
+    apiserver: ApiServer, base: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Start to every device in the API server, in one generation; a restart takes over."""
+    settings = settings_for(
+        base,
+        backend="dra",
+        node_name=STARTUP_NODE,
+        kubeconfig=str(apiserver.kubeconfig),
+        dra_registration_dir=base / "registry",
+        dra_plugins_dir=base / "plugins",
+    )
+    (base / "host" / "dev").mkdir(parents=True)
+    units = [unit("ttyUSB0"), unit("ttyUSB1")]
+    discovery = ScriptedDiscovery(dict.fromkeys(STARTUP_RESOURCES, units))
+    wanted = {device_name(name, u.id) for name in STARTUP_RESOURCES for u in units}
+
+    async def run_once() -> tuple[float, int]:
+        """Seconds from start to the slices holding every device; slices written."""
+        started = time.monotonic()
+        async with serving(settings, run_hook=_no_hook) as dra:
+            supervisor = Supervisor(
+                settings, discover=discovery, edge=dra.edge, device_plugin_api=False
+            )
+            await supervisor.start(config(STARTUP_CONFIG))
+            try:
+                # The publisher's line once the pool is right, written or found so.
+                done = f"node {STARTUP_NODE} up to date"
+                complete = f": {len(wanted)} device(s) of {len(STARTUP_RESOURCES)} resource(s)"
+                await eventually(
+                    lambda: any(done in m and complete in m for m in caplog.messages),
+                    f"every device in the slices ({done}...{complete} in the log)",
+                )
+                elapsed = time.monotonic() - started
+                assert isinstance(dra.publisher, SlicePublisher)
+                return elapsed, dra.publisher.writes
+            finally:
+                dra.stopping = True
+                await supervisor.stop()
+
+    with caplog.at_level(logging.INFO, "genericdp.dra.publisher"):
+        first, written = await run_once()
+        held = startup_slices(apiserver)
+        assert {d["name"] for s in held for d in s["spec"]["devices"]} == wanted
+        # One write per resource's slice, all of one generation: not one pool per scan.
+        assert written == len(STARTUP_RESOURCES)
+        assert {s["spec"]["pool"]["generation"] for s in held} == {1}
+        caplog.clear()
+        again, rewritten = await run_once()
+    print(f"\nDRA start -> slices complete: {first:.3f}s; restart -> taken over: {again:.3f}s")
+    assert rewritten == 0
+    assert [s["metadata"]["uid"] for s in startup_slices(apiserver)] == [
+        s["metadata"]["uid"] for s in held
+    ]
+    # Before the fix, 6 s (every first publish waited for PodResources, which the
+    # DRA backend never polls) plus a fixed 0.5 s takeover delay.
+    assert first < 1.0
+    assert again < 1.0
+
+
+def startup_slices(apiserver: ApiServer) -> list[dict[str, Any]]:
+    found = json.loads(apiserver.kubectl("get", "resourceslices", "-o", "json"))["items"]
+    mine = [s for s in found if s["spec"].get("nodeName") == STARTUP_NODE]
+    return sorted(mine, key=lambda s: str(s["metadata"]["name"]))
+
+
+async def _no_hook(hook: HookRun) -> None:
+    """Hooks are not what this test is about."""

@@ -179,6 +179,21 @@ def test_inspect_lists_the_devices_of_a_resource_with_their_health() -> None:
     assert inspect("devices", "example.com/none", stdin=json.dumps(SLICES)).stdout.strip() == ""
 
 
+def test_inspect_counts_the_devices_of_several_resources_in_one_go() -> None:
+    """`counts RESOURCE=N...`: exit 0 when every count holds, else 1 naming each that does not."""
+    slices = json.dumps(SLICES)
+    ok = inspect(
+        "counts", "example.com/serial=2", "example.com/gpu=3", "a.com/none=0", stdin=slices
+    )
+    assert (ok.returncode, ok.stdout, ok.stderr) == (0, "", "")
+    bad = inspect("counts", "example.com/serial=1", "example.com/gpu=3", "a.com/x=1", stdin=slices)
+    assert bad.returncode == 1
+    assert "2 devices of example.com/serial, not 1" in bad.stderr
+    assert "0 devices of a.com/x, not 1" in bad.stderr
+    assert "gpu" not in bad.stderr
+    assert inspect("counts", "example.com/serial", stdin=slices).returncode == 1
+
+
 def test_inspect_accepts_one_pool_and_says_what_breaks_it() -> None:
     result = inspect("pool", "node-a", "genericdp.io", stdin=json.dumps(SLICES))
     assert (result.returncode, result.stdout.split()) == (0, ["2", "5", "3"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from genericdp.hooks import HookRun, HookRunError
 from genericdp.metrics import Metrics, liveness, readiness
 from genericdp.runtime.edge import PluginStatus
 from genericdp.runtime.recorder import (
+    CLAIM_RESULTS,
     NO_METRICS,
     Recorder,
     TimedHooks,
@@ -83,6 +85,8 @@ def test_no_metrics_is_a_recorder() -> None:
     recorder.health_probe(SERIAL, "ok", 0.1)
     recorder.kubelet_restart()
     recorder.config_reload("applied")
+    recorder.claim_prepare("genericdp.io", "ok", 0.1)
+    recorder.claim_unprepare("genericdp.io", "ok", 0.1)
 
 
 def test_each_metrics_owns_its_registry() -> None:
@@ -146,6 +150,28 @@ def test_hooks_probes_and_kubelet_restarts() -> None:
     assert value(metrics, "genericdp_kubelet_restarts_seen_total") == 2
 
 
+def test_dra_claims_are_counted_by_driver_and_result_and_timed() -> None:
+    """Prepared and unprepared claims count by result (all at 0 from the first); both timed."""
+    metrics = Metrics()
+    driver = "genericdp.io"
+    assert value(metrics, "genericdp_dra_prepares_total", driver=driver, result="ok") is None
+    metrics.claim_prepare(driver, "ok", 0.02)
+    metrics.claim_prepare(driver, "hook_failed", 3.0)
+    metrics.claim_unprepare(driver, "ok", 0.5)
+    for result in CLAIM_RESULTS:
+        expected = 1 if result in ("ok", "hook_failed") else 0
+        assert value(metrics, "genericdp_dra_prepares_total", driver=driver, result=result) == (
+            expected
+        )
+        expected = 1 if result == "ok" else 0
+        assert value(metrics, "genericdp_dra_unprepares_total", driver=driver, result=result) == (
+            expected
+        )
+    assert value(metrics, "genericdp_dra_prepare_duration_seconds_count", driver=driver) == 2
+    assert value(metrics, "genericdp_dra_prepare_duration_seconds_sum", driver=driver) == 3.02
+    assert value(metrics, "genericdp_dra_unprepare_duration_seconds_count", driver=driver) == 1
+
+
 def test_config_reloads() -> None:
     """Reloads count by result; success time and flag follow applied/unchanged, not refused."""
     now = [100.0]
@@ -196,6 +222,8 @@ def test_exposition_parses_with_every_family() -> None:
     metrics.hook_run(SERIAL, "init", "ok", 0.01)
     metrics.health_probe(SERIAL, "ok", 0.01)
     metrics.kubelet_restart()
+    metrics.claim_prepare("genericdp.io", "ok", 0.01)
+    metrics.claim_unprepare("genericdp.io", "ok", 0.01)
     families = {f.name for f in text_string_to_metric_families(metrics.exposition().decode())}
     assert {
         "genericdp_build_info",
@@ -215,7 +243,32 @@ def test_exposition_parses_with_every_family() -> None:
         "genericdp_config_last_reload_successful",
         "genericdp_config_last_reload_success_timestamp_seconds",
         "genericdp_kubelet_restarts_seen",
+        "genericdp_dra_prepares",
+        "genericdp_dra_prepare_duration_seconds",
+        "genericdp_dra_unprepares",
+        "genericdp_dra_unprepare_duration_seconds",
     } <= families
+
+
+def test_every_metric_is_in_the_docs_table() -> None:
+    """docs/architecture.md lists every genericdp_ family, as exposed (counters with _total)."""
+    metrics = Metrics(process=False)
+    metrics.track(Source({SERIAL: status()}))
+    metrics.registration(SERIAL, ok=True)
+    metrics.allocation(SERIAL, "ok", 0.01)
+    metrics.hook_run(SERIAL, "init", "ok", 0.01)
+    metrics.health_probe(SERIAL, "ok", 0.01)
+    metrics.claim_prepare("genericdp.io", "ok", 0.01)
+    metrics.claim_unprepare("genericdp.io", "ok", 0.01)
+    docs = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
+    listed = set(re.findall(r"^\| `(genericdp_\w+)` \|", docs.read_text(), re.M))
+    exposed = {
+        f"{f.name}_total" if f.type == "counter" else f.name
+        for f in text_string_to_metric_families(metrics.exposition().decode())
+        # prometheus_client's *_created series are families of their own in this format.
+        if f.name.startswith("genericdp_") and not f.name.endswith("_created")
+    }
+    assert exposed == listed
 
 
 def test_tracking_one_source_twice_is_refused() -> None:

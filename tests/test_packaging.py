@@ -31,6 +31,7 @@ from ruamel.yaml import YAML
 from genericdp.allocation.cdi import spec_file_name
 from genericdp.config import load, load_text
 from genericdp.discovery import discover
+from genericdp.settings import DEFAULT_DRA_PLUGINS_DIR, DEFAULT_DRA_REGISTRATION_DIR
 from tests.fakesys import FakeHost
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,6 +45,7 @@ KIND_OVERLAY = E2E / "overlay"
 LOCAL_OVERLAY = LOCAL / "overlay"
 PRIVILEGED = ROOT / "deploy" / "kustomize" / "components" / "privileged"
 KUBELET_ROOT_DIR = ROOT / "deploy" / "kustomize" / "components" / "kubelet-root-dir"
+DRA_COMPONENT = ROOT / "deploy" / "kustomize" / "components" / "dra"
 WORKFLOWS = ROOT / ".github" / "workflows"
 DEMO = ROOT / "configs" / "examples" / "demo.yaml"
 
@@ -501,10 +503,13 @@ def test_base_with_the_network_policy_component_renders(tmp_path: Path) -> None:
     assert_network_policy_fits(policy, ds)
 
 
-def root_dir_overlay(overlay: Path, root_dir: str | None) -> Path:
+def root_dir_overlay(
+    overlay: Path, root_dir: str | None, components: tuple[Path, ...] = (KUBELET_ROOT_DIR,)
+) -> Path:
     """An overlay of the base with the kubelet-root-dir component, as its comment tells users."""
     overlay.mkdir()
-    base, component = (os.path.relpath(p, overlay) for p in (BASE, KUBELET_ROOT_DIR))
+    base = os.path.relpath(BASE, overlay)
+    component = ", ".join(os.path.relpath(p, overlay) for p in components)
     resources = [base]
     if root_dir is not None:
         (overlay / "kubelet-root-dir.yaml").write_text(
@@ -539,6 +544,76 @@ def test_kubelet_root_dir_component_moves_only_the_pod_resources_host_path(
     _volume(base, "pod-resources")["hostPath"]["path"] = f"{root_dir}/pod-resources"
     base["metadata"]["namespace"] = "kube-system"
     assert ds == base
+
+
+DRA_DIRS = {  # volume -> the variable that tells genericdp the directory
+    "plugins-registry": ("/plugins_registry", "GENERICDP_DRA_REGISTRATION_DIR"),
+    "plugins": ("/plugins", "GENERICDP_DRA_PLUGINS_DIR"),
+}
+
+
+def _mount(ds: dict[str, Any], name: str) -> dict[str, Any]:
+    mount: dict[str, Any] = next(m for m in _container(ds)["volumeMounts"] if m["name"] == name)
+    return mount
+
+
+def _env_var(ds: dict[str, Any], name: str) -> dict[str, Any]:
+    var: dict[str, Any] = next(e for e in _container(ds)["env"] if e["name"] == name)
+    return var
+
+
+@needs_kubectl
+def test_kubelet_root_dir_component_after_dra_moves_the_dra_directories_too(
+    tmp_path: Path,
+) -> None:
+    """Listed after `dra`: plugins_registry/ and plugins/ under --root-dir, at their host paths."""
+    root_dir = "/var/lib/k0s/kubelet"
+    overlay = tmp_path / "overlay"
+    docs = kustomize(root_dir_overlay(overlay, root_dir, (DRA_COMPONENT, KUBELET_ROOT_DIR)))
+    (ds,) = by_kind(docs, "DaemonSet")
+    for volume, (suffix, variable) in DRA_DIRS.items():
+        moved = root_dir + suffix
+        # The kubelet dials the DRA socket at the path genericdp announces: the
+        # container must see each directory at its host path, and be told it.
+        assert _volume(ds, volume)["hostPath"]["path"] == moved
+        assert _mount(ds, volume)["mountPath"] == moved
+        assert _env_var(ds, variable)["value"] == moved
+    # Everything else as `dra` alone has it, pod-resources moved as without DRA.
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"namespace: kube-system\nresources: [{os.path.relpath(BASE, plain)}]\n"
+        f"components: [{os.path.relpath(DRA_COMPONENT, plain)}]\n"
+    )
+    (expected,) = by_kind(kustomize(plain), "DaemonSet")
+    _volume(expected, "pod-resources")["hostPath"]["path"] = f"{root_dir}/pod-resources"
+    for volume, (suffix, variable) in DRA_DIRS.items():
+        _volume(expected, volume)["hostPath"]["path"] = root_dir + suffix
+        _mount(expected, volume)["mountPath"] = root_dir + suffix
+        _env_var(expected, variable)["value"] = root_dir + suffix
+    assert ds == expected
+    assert _volume(ds, "device-plugins")["hostPath"]["path"] == "/var/lib/kubelet/device-plugins"
+
+
+@needs_kubectl
+def test_the_dra_component_states_its_directories_at_their_defaults(tmp_path: Path) -> None:
+    """What the kubelet-root-dir component moves is there to move: the settings' defaults."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        f"resources: [{os.path.relpath(BASE, overlay)}]\n"
+        f"components: [{os.path.relpath(DRA_COMPONENT, overlay)}]\n"
+    )
+    (ds,) = by_kind(kustomize(overlay), "DaemonSet")
+    assert ds["metadata"]["annotations"]["genericdp.io/backend"] == "dra"
+    for volume, path, variable in (
+        ("plugins-registry", DEFAULT_DRA_REGISTRATION_DIR, "GENERICDP_DRA_REGISTRATION_DIR"),
+        ("plugins", DEFAULT_DRA_PLUGINS_DIR, "GENERICDP_DRA_PLUGINS_DIR"),
+    ):
+        assert _volume(ds, volume)["hostPath"]["path"] == str(path)
+        assert _mount(ds, volume)["mountPath"] == str(path)
+        assert _env_var(ds, variable)["value"] == str(path)
 
 
 @needs_kubectl

@@ -5,6 +5,9 @@ Standard library only: it runs with the host's python3, not genericdp's venv.
 
   kubectl get resourceslices -o json | dra-inspect.py devices RESOURCE
       one line per device of RESOURCE: "NAME UNIT_ID healthy|unhealthy"
+  kubectl get resourceslices -o json | dra-inspect.py counts RESOURCE=N...
+      checks that each RESOURCE has N devices (one read and one process per
+      poll, however many resources); says which differ and exits 1
   kubectl get resourceslices -o json | dra-inspect.py pool NODE DRIVER
       checks that the slices form one pool named NODE (nodeName NODE, driver
       DRIVER, one generation, resourceSliceCount = number of slices); prints
@@ -67,6 +70,21 @@ def devices(document: dict[str, Any], resource: str) -> list[str]:
             health = _health(device, attributes)
             lines.append(f"{device.get('name')} {attributes.get('unitID', '-')} {health}")
     return sorted(lines)
+
+
+def counts(document: dict[str, Any], specs: list[str]) -> str:
+    """ "" when each RESOURCE=N spec holds; else raises ValueError naming those that do not."""
+    wrong = []
+    for spec in specs:
+        resource, _, count = spec.partition("=")
+        if not count.isdigit():
+            raise ValueError(f"{spec}: not RESOURCE=N")
+        found = len(devices(document, resource))
+        if found != int(count):
+            wrong.append(f"{found} devices of {resource}, not {count}")
+    if wrong:
+        raise ValueError("; ".join(wrong))
+    return ""
 
 
 def pool(document: dict[str, Any], node: str, driver: str) -> str:
@@ -137,6 +155,8 @@ def main(argv: list[str]) -> int:
     try:
         if argv[:1] == ["devices"] and len(argv) == 2:
             print("\n".join(devices(json.load(sys.stdin), argv[1])))
+        elif argv[:1] == ["counts"] and len(argv) >= 2:
+            counts(json.load(sys.stdin), argv[1:])
         elif argv[:1] == ["pool"] and len(argv) == 3:
             print(pool(json.load(sys.stdin), argv[1], argv[2]))
         elif argv[:1] == ["prepares"] and len(argv) in (3, 4):

@@ -198,7 +198,6 @@ check_dra_slices() {
     wait_for 60 "${spec#*=} devices of ${spec%=*} in the slices of $NODE" \
       devices_are "${spec%=*}" "${spec#*=}" "${spec#*=}"
   done
-  timing "DRA: DaemonSet ready -> every device in the ResourceSlices" "$(seconds_between "$READY_AT" "$(now)")"
   summary=$(slices_json | python3 "$INSPECT" pool "$NODE" "$DRIVER" 2>&1) ||
     fail "the slices of $NODE do not form one pool: $summary"
   log "  slices, devices, generation: $summary"
@@ -338,6 +337,19 @@ check_dra_unprepare() {
   k -n "$NAMESPACE" wait --for=delete "pod/$CLAIM_POD" "pod/$EXT_POD" --timeout=60s ||
     fail "the pods did not go away after unprepare"
   wait_for 30 "no claim CDI spec left in $CDI_DIR" sh -c "! ls $CDI_DIR/gdp-claim-*.json"
+
+  log "check: /metrics counted both claims as prepared and unprepared, and timed them"
+  local metrics name
+  metrics=$(k -n "$NAMESPACE" exec "$pod" -- python3 -c \
+    'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:9090/metrics").read().decode())') ||
+    fail "could not read /metrics in $pod"
+  for name in genericdp_dra_prepares_total genericdp_dra_unprepares_total; do
+    awk -v n="$name{driver=\"$DRIVER\",result=\"ok\"}" '$1 == n && $2 >= 2 { found = 1 } END { exit !found }' \
+      <<<"$metrics" || fail "$name of $DRIVER with result ok is not 2 or more: $(grep -F "$name" <<<"$metrics" | tr '\n' ';')"
+  done
+  grep -F "genericdp_dra_prepare_duration_seconds_count{driver=\"$DRIVER\"}" <<<"$metrics" >/dev/null ||
+    fail "no genericdp_dra_prepare_duration_seconds in /metrics"
+  log "  $(grep -E '^genericdp_dra_(un)?prepares_total\{.*result="ok"' <<<"$metrics" | tr '\n' ' ')"
 }
 
 check_dra_hotplug() {
@@ -384,16 +396,14 @@ wiped_since() {
   [[ -n $WIPED_AT ]]
 }
 
-# slices_complete: every expected device is in the slices (one read of them,
-# so that a poll takes one API call, not one per resource).
+# slices_complete: every expected device is in the slices (one read of them
+# and one python3, so that a poll costs the same whatever the resources: one
+# per resource made a poll take seconds on a loaded machine).
 slices_complete() {
-  local json spec count
+  local json
   json=$(slices_json) || return 1
-  for spec in "${EXPECTED[@]}"; do
-    count=$(python3 "$INSPECT" devices "${spec%=*}" <<<"$json" | grep -c .)
-    LAST_SEEN="$count devices of ${spec%=*}"
-    [[ $count == "${spec#*=}" ]] || return 1
-  done
+  LAST_SEEN=$(python3 "$INSPECT" counts "${EXPECTED[@]}" <<<"$json" 2>&1) && return 0
+  return 1
 }
 
 check_dra_kubelet_restart() {
@@ -452,6 +462,17 @@ k -n "$NAMESPACE" rollout status daemonset/genericdp --timeout=180s ||
   fail "the genericdp DaemonSet (DRA backend) did not become ready within 180s"
 READY_AT=$(now)
 timing "DRA: kubectl apply -> DaemonSet rolled out (pod Ready)" "$(seconds_between "$deployed" "$READY_AT")"
+# Right after the rollout, before any check: one read of the slices per poll
+# (the checks' per-resource reads took about 6 s for the ten resources).
+LAST_SEEN=""
+wait_for 60 "every device in the ResourceSlices of $NODE" slices_complete
+timing "DRA: DaemonSet ready -> every device in the ResourceSlices" "$(seconds_between "$READY_AT" "$(now)")"
+# genericdp's own figure: its slice publisher's start (after the imports) to
+# the pool first right, from its log line.
+first_publish=$(k -n "$NAMESPACE" logs "$(daemon_pod)" | grep -F "ResourceSlices of node $NODE up to date" |
+  head -1 | grep -oE 'up to date [0-9.]+s' | grep -oE '[0-9.]+' || true)
+[[ -n $first_publish ]] || fail "genericdp did not log 'ResourceSlices of node $NODE up to date'"
+timing "DRA: genericdp's slice publisher started -> slices up to date (its log)" "$first_publish"
 
 (($#)) || set -- "${ALL_DRA_CHECKS[@]}"
 for check in "$@"; do

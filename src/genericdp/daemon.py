@@ -68,7 +68,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
     from genericdp.hooks import run_hook
     from genericdp.runtime.recorder import TimedHooks
 
-    async with serving(settings, run_hook=TimedHooks(run_hook, metrics)) as dra:
+    async with serving(settings, run_hook=TimedHooks(run_hook, metrics), recorder=metrics) as dra:
         supervisor = Supervisor(settings, metrics=metrics, edge=dra.edge, device_plugin_api=False)
         where = f"DRA driver {settings.dra_driver_name}, node {settings.node_name}"
         return await _serve(

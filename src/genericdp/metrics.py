@@ -38,7 +38,7 @@ from prometheus_client.registry import Collector
 
 from genericdp import __version__
 from genericdp.httpserver import Response, Route
-from genericdp.runtime.recorder import ALLOCATION_RESULTS, REGISTRATION_RESULTS
+from genericdp.runtime.recorder import ALLOCATION_RESULTS, CLAIM_RESULTS, REGISTRATION_RESULTS
 
 if TYPE_CHECKING:
     from genericdp.runtime.edge import PluginStatus
@@ -79,6 +79,7 @@ class Metrics:
         self.registry = CollectorRegistry()
         self._clock = clock
         self._seen: set[str] = set()
+        self._drivers: set[str] = set()
         if process:  # RSS, CPU and open fds: what a DaemonSet's limits are measured by
             ProcessCollector(registry=self.registry)
             PlatformCollector(registry=self.registry)
@@ -150,6 +151,34 @@ class Metrics:
             "Kubelet restarts seen (a new kubelet.sock in the plugin directory).",
             registry=r,
         )
+        # The DRA backend's claims: a claim may hold devices of several
+        # resources, so these go by driver (one per daemon), not by resource.
+        self._prepares = Counter(
+            "genericdp_dra_prepares",
+            "Claims prepared (NodePrepareResources, per claim), by result.",
+            ["driver", "result"],
+            registry=r,
+        )
+        self._prepare_seconds = Histogram(
+            "genericdp_dra_prepare_duration_seconds",
+            "Time to prepare one claim, init and preStart hooks included.",
+            ["driver"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self._unprepares = Counter(
+            "genericdp_dra_unprepares",
+            "Claims unprepared (NodeUnprepareResources, per claim), by result.",
+            ["driver", "result"],
+            registry=r,
+        )
+        self._unprepare_seconds = Histogram(
+            "genericdp_dra_unprepare_duration_seconds",
+            "Time to unprepare one claim, the cleanup hook included.",
+            ["driver"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
         for result in RELOAD_RESULTS:
             self._reloads.labels(result)  # present (at 0) before the first reload
 
@@ -195,6 +224,25 @@ class Metrics:
         self._reload_ok.set(1 if ok else 0)
         if ok:
             self._reload_time.set(self._clock())
+
+    def claim_prepare(self, driver: str, result: str, seconds: float) -> None:
+        self._driver(driver)
+        self._prepares.labels(driver, result).inc()
+        self._prepare_seconds.labels(driver).observe(seconds)
+
+    def claim_unprepare(self, driver: str, result: str, seconds: float) -> None:
+        self._driver(driver)
+        self._unprepares.labels(driver, result).inc()
+        self._unprepare_seconds.labels(driver).observe(seconds)
+
+    def _driver(self, driver: str) -> None:
+        # As for resources: every outcome at 0 from the first claim on.
+        if driver in self._drivers:
+            return
+        self._drivers.add(driver)
+        for result in CLAIM_RESULTS:
+            self._prepares.labels(driver, result)
+            self._unprepares.labels(driver, result)
 
     def _resource(self, resource: str) -> None:
         # Counters of a resource exist (at 0) from its first event on, so that

@@ -24,6 +24,7 @@ from genericdp.errors import GenericdpError
 from genericdp.hooks import HookRunner
 from genericdp.runtime.allocator import Allocator
 from genericdp.runtime.context import ResourceContext
+from genericdp.runtime.recorder import NO_METRICS, Recorder
 from genericdp.runtime.state import DeviceState
 from genericdp.settings import Settings
 
@@ -51,6 +52,7 @@ class DraBackend:
         claims: ClaimSource,
         publisher: Publisher,
         run_hook: HookRunner,
+        recorder: Recorder = NO_METRICS,
         **driver_options: float,
     ) -> None:
         check_settings(settings)
@@ -64,6 +66,7 @@ class DraBackend:
             ),
             claims=claims,
             run_hook=run_hook,
+            recorder=recorder,
             **driver_options,
         )
 
@@ -102,13 +105,20 @@ def check_settings(settings: Settings) -> None:
 
 
 @asynccontextmanager
-async def serving(settings: Settings, *, run_hook: HookRunner) -> AsyncIterator[DraBackend]:
-    """The started backend over the API server; closed (driver, then API) on exit."""
+async def serving(
+    settings: Settings, *, run_hook: HookRunner, recorder: Recorder = NO_METRICS
+) -> AsyncIterator[DraBackend]:
+    """The started backend over the API server; closed (driver, then API) on exit.
+    ``recorder`` counts and times the prepared and unprepared claims."""
     check_settings(settings)
     api = await open_api(settings)
     try:
         backend = DraBackend(
-            settings, claims=api.claims, publisher=api.publisher, run_hook=run_hook
+            settings,
+            claims=api.claims,
+            publisher=api.publisher,
+            run_hook=run_hook,
+            recorder=recorder,
         )
         await backend.start()
         try:

@@ -38,6 +38,7 @@ from genericdp.dra.registration import (
 from genericdp.dra.service import HEARTBEAT, SERVICES, DraServer
 from genericdp.errors import GenericdpError
 from genericdp.hooks import HookRunner
+from genericdp.runtime.recorder import NO_METRICS, Recorder
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ class DraDriver:
         run_hook: HookRunner,
         heartbeat: float = HEARTBEAT,
         guard_interval: float = GUARD_INTERVAL,
+        recorder: Recorder = NO_METRICS,
     ) -> None:
         self.driver = driver
         self.paths = paths
@@ -83,6 +85,7 @@ class DraDriver:
             cdi_dir=paths.cdi_dir,
             run_hook=run_hook,
             node_name=node_name,
+            recorder=recorder,
         )
         self.registration = RegistrationServer(
             RegistrationService(driver, self.dra_socket, SERVICES),

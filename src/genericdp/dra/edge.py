@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 class Publisher(Protocol):
     """The contract's ``SlicePublisher`` (``dra/publisher.py``), as an edge uses it."""
 
+    def expect(self, resource: str) -> None: ...
+
     async def publish(self, resource: str, units: Sequence[Unit], unhealthy: Set[str]) -> None: ...
 
     async def withdraw(self, resource: str) -> None: ...
@@ -61,9 +63,12 @@ class DraEdge:
         self._publisher = publisher
         self._registration = registration
         self._stopping = stopping
+        # The first write of the node's slices (the takeover) waits for this resource.
+        publisher.expect(definition().name)
         self._woken = asyncio.Event()
         self._last_error: str | None = None
         self.published = 0  # publish calls made (tests)
+        self._handed = False  # the first scan's units went to the inventory and the publisher
 
     async def run(self) -> None:
         """After the first scan, follow the state until it is closed: the inventory
@@ -72,6 +77,7 @@ class DraEdge:
         while True:
             detail = self.state.detail
             await self._sync()
+            self._handed = True
             if await self.state.wait_detail(detail) is None:
                 return
 
@@ -116,8 +122,11 @@ class DraEdge:
         return PluginStatus(
             resource=self._definition().name,
             socket=None,
-            registered=self._registration.registered and self._woken.is_set(),
-            registrations=self._registration.registrations,
+            registered=self._registration.registered and self._handed,
+            # /readyz waits for this: the driver registered with the kubelet, and
+            # this resource's first scan in the inventory and on its way to the
+            # slices (written at once, docs/dra.md), not only the registration.
+            registrations=self._registration.registrations if self._handed else 0,
             streams=0,
             devices=len(units),  # one DRA device per unit: ``count`` does not apply
             healthy=sum(1 for uid in units if uid not in out),

@@ -15,7 +15,9 @@ a success: that is what the kubelet needs to hear to move on.
 
 A problem with one claim is that claim's error in the answer, never the
 whole call's, and never a crash: the claim comes from the API server and
-its names from whoever wrote the pod.
+its names from whoever wrote the pod. Each claim's outcome and time go to
+the ``Recorder`` (``genericdp_dra_prepares_total`` and the others in
+docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from genericdp.dra.claims import AllocatedDevice, ClaimError, ClaimRef, ClaimSou
 from genericdp.dra.inventory import Inventory, Located
 from genericdp.errors import GenericdpError, clip
 from genericdp.hooks import CLEANUP, INIT, PRE_START, HookRun, HookRunner
+from genericdp.runtime.recorder import NO_METRICS, Recorder, allocation_result
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +70,7 @@ DEFAULT_CONCURRENCY = 8
 
 
 _Step = Callable[[ClaimRef], Awaitable["ClaimResult"]]
+_Record = Callable[[str, str, float], None]  # driver, result, seconds
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,7 @@ class Preparer:
         run_hook: HookRunner,
         node_name: str = "",
         concurrency: int = DEFAULT_CONCURRENCY,
+        recorder: Recorder = NO_METRICS,
     ) -> None:
         self.driver = driver
         self._inventory = inventory
@@ -99,6 +104,7 @@ class Preparer:
         self._cdi_dir = cdi_dir
         self._run_hook = run_hook
         self._node_name = node_name
+        self._recorder = recorder
         self._slots = asyncio.Semaphore(concurrency)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # per claim UID, and its users
         self.hooks_run = 0  # hook runs started (tests check idempotency with it)
@@ -109,7 +115,8 @@ class Preparer:
         """Prepare every claim; one entry per distinct claim UID."""
         started = time.monotonic()
         unique = _unique(claims)
-        results = await asyncio.gather(*(self._guarded(self._prepare, c) for c in unique))
+        record = self._recorder.claim_prepare
+        results = await asyncio.gather(*(self._guarded(self._prepare, c, record) for c in unique))
         answer = dict(zip((c.uid for c in unique), results, strict=True))
         failed = sum(1 for r in results if r.error)
         log.info(
@@ -123,38 +130,40 @@ class Preparer:
     async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
         """Unprepare every claim; one entry per distinct claim UID, its error or ""."""
         unique = _unique(claims)
-        results = await asyncio.gather(*(self._guarded(self._unprepare, c) for c in unique))
+        record = self._recorder.claim_unprepare
+        results = await asyncio.gather(*(self._guarded(self._unprepare, c, record) for c in unique))
         return {c.uid: r.error for c, r in zip(unique, results, strict=True)}
 
-    async def _guarded(self, step: _Step, claim: ClaimRef) -> ClaimResult:
-        result = await self._attempt(step, claim)
+    async def _guarded(self, step: _Step, claim: ClaimRef, record: _Record) -> ClaimResult:
+        started = time.monotonic()
+        result, outcome = await self._attempt(step, claim)
+        record(self.driver, outcome, time.monotonic() - started)
         if len(result.error) > MAX_ERROR_CHARS:
             cut = len(result.error) - MAX_ERROR_CHARS
             return ClaimResult(error=f"{result.error[:MAX_ERROR_CHARS]}... ({cut} more characters)")
         return result
 
-    async def _attempt(self, step: _Step, claim: ClaimRef) -> ClaimResult:
+    async def _attempt(self, step: _Step, claim: ClaimRef) -> tuple[ClaimResult, str]:
+        """The claim's entry, and its ``result`` label (``CLAIM_RESULTS``)."""
         where = f"claim {clip(_named(claim), 200)}"
-        if not valid_uid(claim.uid):
-            return ClaimResult(error=f"{where}: UID {clip(claim.uid, 80)} is not a UID")
-        if (
-            not claim.namespace
-            or not claim.name
-            or max(len(claim.namespace), len(claim.name)) > MAX_NAME_CHARS
-        ):
-            return ClaimResult(error=f"{where}: namespace and name must be set and short")
+        invalid = _invalid(claim)
+        if invalid:
+            return ClaimResult(error=f"{where}: {invalid}"), "invalid"
         lock, users = self._locks.get(claim.uid, (asyncio.Lock(), 0))
         self._locks[claim.uid] = lock, users + 1
         try:
             async with self._slots, lock:  # one step at a time per claim: the kubelet retries
-                return await step(claim)
-        except (ClaimError, GenericdpError) as exc:
-            return ClaimResult(error=f"{where}: {exc}")
+                return await step(claim), "ok"
+        except ClaimError as exc:
+            return ClaimResult(error=f"{where}: {exc}"), "claim_failed"
+        except GenericdpError as exc:  # a hook, a template, the CDI spec
+            return ClaimResult(error=f"{where}: {exc}"), allocation_result(exc)
         except OSError as exc:
-            return ClaimResult(error=f"{where}: {describe_error(self._checkpoint.path, exc)}")
+            error = describe_error(self._checkpoint.path, exc)
+            return ClaimResult(error=f"{where}: {error}"), "checkpoint_failed"
         except Exception as exc:  # a bug of ours: this claim fails, the others go on
             log.exception("%s failed", where)
-            return ClaimResult(error=f"{where}: internal error: {clip(str(exc), 200)}")
+            return ClaimResult(error=f"{where}: internal error: {clip(str(exc), 200)}"), "error"
         finally:
             lock, users = self._locks[claim.uid]
             if users == 1:
@@ -312,6 +321,19 @@ class Preparer:
             if unit.id == device.unit:
                 return unit
         return Unit(device.unit, tuple(DeviceNode(h, c) for h, c in device.nodes))
+
+
+def _invalid(claim: ClaimRef) -> str:
+    """What is wrong with the kubelet's reference to ``claim`` ("" when nothing)."""
+    if not valid_uid(claim.uid):
+        return f"UID {clip(claim.uid, 80)} is not a UID"
+    if (
+        not claim.namespace
+        or not claim.name
+        or max(len(claim.namespace), len(claim.name)) > MAX_NAME_CHARS
+    ):
+        return "namespace and name must be set and short"
+    return ""
 
 
 def _named(claim: ClaimRef) -> str:

@@ -14,11 +14,16 @@ conflict, a slice someone else changed) is logged, the slices are listed
 again and the write retried with exponential backoff, until it lands or
 ``close`` is called. At ``start`` the slices a previous instance on this
 node left (listed by ``spec.nodeName`` and ``spec.driver``) are adopted: the
-first write, ``adopt_grace`` seconds later at the earliest, keeps those that
-still match, replaces those that changed and deletes those of resources no
-longer published. A watch of the node's slices notices what others change
-or delete (the kubelet deletes a node's slices when it starts): the pool is
-compared again and rewritten if it differs.
+first write keeps those that still match, replaces those that changed and
+deletes those of resources no longer published. It waits until every
+resource announced with ``expect`` has published or withdrawn (each edge
+announces its resource when it is made, before its first scan can end), and
+at most ``adopt_grace`` seconds after start: so a restart neither deletes
+the slices of a resource whose first scan is a little slower than the others
+nor writes the pool once per resource as their scans end. A watch of the
+node's slices notices what others change or delete (the kubelet deletes a
+node's slices when it starts): the pool is compared again and rewritten if
+it differs.
 """
 
 from __future__ import annotations
@@ -49,7 +54,9 @@ from genericdp.dra.naming import DEFAULT_DRIVER
 log = logging.getLogger(__name__)
 
 COALESCE = 0.05  # seconds a burst of changes is gathered before one write
-ADOPT_GRACE = 0.5  # seconds after start before slices of unpublished resources are deleted
+# The longest the first write waits for an expected resource's first publish: a
+# resource whose first scan fails (retried with backoff) does not hold the others back.
+ADOPT_GRACE = 5.0
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
 FAILURE_LOG_EVERY = 30.0  # seconds between warnings while the API server stays unreachable
 CLOSE_FLUSH = 2.0  # seconds close waits for a pending write
@@ -83,6 +90,10 @@ class SlicePublisher:
         self._started_at = 0.0
         self.writes = 0  # slices created, replaced or deleted (tests and docs count them)
         self._adopted = False
+        self._synced = False  # the first comparison or write is done
+        self._expected: set[str] = set()  # what the first write waits for (``expect``)
+        self._answered: set[str] = set()  # resources that published or withdrew
+        self._all_in = asyncio.Event()  # every expected resource answered
 
     async def start(self) -> None:
         """Start the writer, which first adopts what a previous instance on this node left.
@@ -94,8 +105,21 @@ class SlicePublisher:
         self._started_at = time.monotonic()
         self._task = asyncio.create_task(self._run(), name=f"dra/slices/{self.node}")
         self._watcher = asyncio.create_task(self._watch(), name=f"dra/slices/{self.node}/watch")
-        # Slices of resources that are not published again are deleted after the grace.
+        # Slices of resources that are not published again are deleted at the first write.
         self._changed()
+
+    def expect(self, resource: str) -> None:
+        """``resource`` is served here and will publish or withdraw: the first write
+        waits for it (at most ``adopt_grace`` after start). No effect once written."""
+        if self._adopted or resource in self._answered:
+            return
+        self._expected.add(resource)
+        self._all_in.clear()
+
+    def _answer(self, resource: str) -> None:
+        self._answered.add(resource)
+        if self._expected <= self._answered:
+            self._all_in.set()
 
     async def publish(
         self,
@@ -110,6 +134,7 @@ class SlicePublisher:
         ``attributes``: the definition's own (``dra.attributes``). Raises
         ``slices.SliceError`` when the resource cannot be published at all.
         """
+        self._answer(resource)  # even one that cannot be published: its old slices go
         found = slices.devices(resource, units, unhealthy, driver=self.driver, own=attributes)
         if self._desired.get(resource) == found:
             return
@@ -118,6 +143,7 @@ class SlicePublisher:
 
     async def withdraw(self, resource: str) -> None:
         """``resource`` is no longer served here: its slices go."""
+        self._answer(resource)
         if self._desired.pop(resource, None) is not None:
             self._changed()
 
@@ -153,8 +179,10 @@ class SlicePublisher:
         while True:
             await self._wake.wait()
             self._idle.clear()
-            wait = max(self._coalesce, self._started_at + self._adopt_grace - time.monotonic())
-            await asyncio.sleep(wait)
+            if self._adopted:
+                await asyncio.sleep(self._coalesce)
+            else:
+                await self._takeover_ready()
             self._wake.clear()
             try:
                 await self._sync()
@@ -183,6 +211,22 @@ class SlicePublisher:
             failing_since, delay = None, BACKOFF_FIRST
             if not self._wake.is_set():
                 self._idle.set()
+
+    async def _takeover_ready(self) -> None:
+        """Wait until every expected resource has published or withdrawn, or the grace is over."""
+        left = self._started_at + self._adopt_grace - time.monotonic()
+        if not self._all_in.is_set() and left > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._all_in.wait(), left)
+        late = sorted(self._expected - self._answered)
+        if late:
+            log.info(
+                "writing the ResourceSlices of node %s without waiting longer for %s"
+                " (no first scan within %.1fs of start)",
+                self.node,
+                ", ".join(late),
+                self._adopt_grace,
+            )
 
     async def _watch(self) -> None:
         """Notice changes made by others (the kubelet deletes a node's slices when it starts)."""
@@ -240,6 +284,7 @@ class SlicePublisher:
         held = self._held
         wanted = slices.pool_slices(self._desired, node=self.node, driver=self.driver, generation=0)
         if _same(wanted, held):
+            self._first_sync(0)
             return
         generations = [int(obj["spec"]["pool"].get("generation", 0)) for obj in held.values()]
         self._generation = max([self._generation, *generations]) + 1
@@ -266,6 +311,23 @@ class SlicePublisher:
             self.node,
             self._generation,
             ", ".join(sorted(wanted)) or "none",
+        )
+        self._first_sync(len(outcomes))
+
+    def _first_sync(self, writes: int) -> None:
+        """Say once how long the node's pool took to be right after start (docs/dra.md)."""
+        if self._synced:
+            return
+        self._synced = True
+        devices = sum(len(found) for found in self._desired.values())
+        log.info(
+            "ResourceSlices of node %s up to date %.3fs after start: %d device(s) of %d"
+            " resource(s), %d slice(s) written",
+            self.node,
+            time.monotonic() - self._started_at,
+            devices,
+            len(self._desired),
+            writes,
         )
 
     async def _put(

@@ -34,6 +34,22 @@ ALLOCATION_RESULTS = (
     "error",
 )
 REGISTRATION_RESULTS = ("ok", "error")
+# One claim of a DRA NodePrepareResources or NodeUnprepareResources call: the
+# allocation results, and what only a claim can fail on (``dra/prepare.py``
+# tells them apart): ``invalid`` the kubelet's reference to it (UID, names),
+# ``claim_failed`` its allocation (unreadable, another node's, a device
+# unknown or unhealthy here), ``checkpoint_failed`` writing the checkpoint.
+CLAIM_RESULTS = (
+    "ok",
+    "invalid",
+    "claim_failed",
+    "hook_failed",
+    "render_failed",
+    "refused",
+    "cdi_failed",
+    "checkpoint_failed",
+    "error",
+)
 
 
 class Recorder(Protocol):
@@ -50,6 +66,10 @@ class Recorder(Protocol):
     def kubelet_restart(self) -> None: ...
 
     def config_reload(self, result: str) -> None: ...
+
+    def claim_prepare(self, driver: str, result: str, seconds: float) -> None: ...
+
+    def claim_unprepare(self, driver: str, result: str, seconds: float) -> None: ...
 
 
 class NoMetrics:
@@ -71,6 +91,12 @@ class NoMetrics:
         pass
 
     def config_reload(self, result: str) -> None:
+        pass
+
+    def claim_prepare(self, driver: str, result: str, seconds: float) -> None:
+        pass
+
+    def claim_unprepare(self, driver: str, result: str, seconds: float) -> None:
         pass
 
 

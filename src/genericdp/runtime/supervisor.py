@@ -94,7 +94,9 @@ class Supervisor:
             recorder=self._metrics,
             cleanup_backoff=cleanup_backoff,
             on_status=self._notify,
-            settled_timeout=POD_RESOURCES_TIMEOUT + 1.0,
+            # Only the device-plugin API polls PodResources; nothing else would
+            # ever settle the wait (under DRA it held every first publish 6 s).
+            settled_timeout=POD_RESOURCES_TIMEOUT + 1.0 if device_plugin_api else 0.0,
         )
         self._runners: dict[str, ResourceRunner] = {}
         self._tasks = TaskSet(log)
