@@ -9,9 +9,11 @@ ratchet: the gap to the target is in docs/performance.md, not hidden).
 
 What is measured, and on what:
 
-- memory: a real ``genericdp serve`` process (this Python, ``sys.executable``)
-  against the embedded kubelet with its PodResources socket, its config a
-  ConfigMap-shaped directory: the demo config, and 100 resources after churn
+- memory: a real ``genericdp serve`` process (this Python, ``sys.executable``,
+  run as the image runs it: compiled bytecode, the image's ``PYTHON*`` and
+  ``MALLOC_*`` settings; bench/idle_cpu.py ``daemon_env``) against the
+  embedded kubelet with its PodResources socket, its config a ConfigMap-shaped
+  directory: the demo config, and 100 resources after churn
   (ConfigMap swaps adding and removing a resource, kubelet restarts). ``VmRSS``
   from /proc/<pid>/status once everything is registered again;
 - startup: wall time from exec of ``genericdp serve`` with 100 resources to
@@ -47,7 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # a restarted kubelet's GOAWAYs are expected
 
-from bench.idle_cpu import DEMO, memory_mib, process_cpu_seconds, serve_env  # noqa: E402
+from bench.idle_cpu import DEMO, daemon_env, memory_mib, process_cpu_seconds, serve_env  # noqa: E402
 from bench.scale import Result  # noqa: E402
 from genericdp.config import load_text  # noqa: E402
 from genericdp.kubelet.embedded import AllocationError, EmbeddedKubelet  # noqa: E402
@@ -137,19 +139,6 @@ def cpu_seconds(pid: int) -> float:
     return process_cpu_seconds(pid)
 
 
-@functools.cache
-def bytecode_env() -> dict[str, str]:
-    """The daemon runs from compiled bytecode, as in the image (its build compiles
-    it): the package is compiled once into a cache of the bench's own, not the
-    source tree, whatever PYTHONDONTWRITEBYTECODE says."""
-    prefix = Path(tempfile.gettempdir()) / f"gdp-bench-pycache-{os.getuid()}"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPYCACHEPREFIX"] = str(prefix)
-    package = REPO / "src" / "genericdp"
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(package)], env=env, check=True)
-    return {"PYTHONPYCACHEPREFIX": str(prefix), "PYTHONDONTWRITEBYTECODE": ""}
-
-
 def threads(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/task"))
 
@@ -199,7 +188,7 @@ def imports_cpu(runs: int = 3) -> float:
         "usage = resource.getrusage(resource.RUSAGE_SELF)\n"
         "print(usage.ru_utime + usage.ru_stime)"
     )
-    env = {**os.environ, **bytecode_env()}
+    env = {**os.environ, **daemon_env()}
     samples = [
         float(subprocess.run(
             [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
@@ -253,7 +242,7 @@ class Daemon:
 
     async def start(self) -> asyncio.subprocess.Process:
         env = serve_env(self.plugin_dir.parent)
-        env.update(bytecode_env())
+        env.update(daemon_env())
         env["GENERICDP_DEV_ROOT"] = str(self.host.dev)
         env["GENERICDP_SYS_ROOT"] = str(self.host.sys)
         env["GENERICDP_UDEV_ROOT"] = str(self.host.udev)

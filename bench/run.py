@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench import footprint, scale  # noqa: E402
-from bench.idle_cpu import serve_env  # noqa: E402
+from bench.idle_cpu import daemon_env, serve_env  # noqa: E402
 from genericdp.config import load, load_text  # noqa: E402
 from genericdp.discovery import discover  # noqa: E402
 from genericdp.kubelet.embedded import EmbeddedKubelet  # noqa: E402
@@ -241,7 +241,7 @@ def bench_serve_memory(base: Path, n: int) -> None:
 
     async def main() -> float:
         async with EmbeddedKubelet(plugin_dir) as kubelet:
-            env = serve_env(base)
+            env = serve_env(base) | daemon_env()
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",

@@ -216,6 +216,29 @@ def clipped(message: str, limit: int = MAX_STATUS_CHARS) -> str:
     return f"{message[:limit]}... ({len(message) - limit} more characters)"
 
 
+class _GenericOnly:
+    """A server as the generated ``add_DevicePluginServicer_to_server`` sees it: the
+    methods are served through its generic handler alone.
+
+    Registering them as well (gRPC's "registered methods") makes ``grpc.aio``
+    keep a call requested for every method of every server at all times, each
+    a task with its coroutine and call state: 500 tasks at 100 resources, about
+    17 KiB per resource (docs/performance.md). The generic handler serves the
+    same calls with one request outstanding per server.
+    """
+
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self._server = server
+
+    def add_generic_rpc_handlers(
+        self, handlers: Sequence[grpc.GenericRpcHandler[object, object]]
+    ) -> None:
+        self._server.add_generic_rpc_handlers(handlers)
+
+    def add_registered_method_handlers(self, service: str, handlers: object) -> None:
+        pass  # served by the generic handler above
+
+
 class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     """Serves one resource's ``Backend`` over gRPC."""
 
@@ -223,7 +246,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         self._backend = backend
 
     def add_to(self, server: grpc.aio.Server) -> None:
-        pb_grpc.add_DevicePluginServicer_to_server(self, server)  # type: ignore[no-untyped-call]
+        pb_grpc.add_DevicePluginServicer_to_server(self, _GenericOnly(server))  # type: ignore[no-untyped-call]
 
     async def GetDevicePluginOptions(  # noqa: N802 -- the gRPC method name
         self, request: pb.Empty, context: _Context

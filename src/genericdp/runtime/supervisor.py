@@ -22,6 +22,7 @@ from genericdp.allocation.cdi import remove_stale_specs
 from genericdp.config.model import Config
 from genericdp.hooks import HookRunner
 from genericdp.kubelet.options import KUBELET_SOCKET_NAME
+from genericdp.memtrim import Trimmer
 from genericdp.runtime.context import SETTLE, Discover, ResourceContext
 from genericdp.runtime.devwatch import DevChange, watch_devices
 from genericdp.runtime.edge import EdgeFactory, PluginStatus
@@ -104,6 +105,8 @@ class Supervisor:
         self._lock = asyncio.Lock()
         self._watching = asyncio.Event()
         self._config = Config(resources=())
+        # A reload or a kubelet restart frees memory in the middle of the heaps.
+        self._trimmer = Trimmer()
 
     @property
     def config(self) -> Config:
@@ -183,6 +186,7 @@ class Supervisor:
             results = await asyncio.gather(*(r.stop(timeout=timeout) for r in runners))
             self._config = Config(resources=())
             self._notify()
+            self._trimmer.cancel()
         for names in results:
             stragglers.extend(names)
         log.info("stopped %d resource(s)", len(runners))
@@ -237,6 +241,7 @@ class Supervisor:
     def _notify(self) -> None:
         old, self._changed = self._changed, asyncio.Event()
         old.set()
+        self._trimmer.poke()
 
     # -- hotplug -----------------------------------------------------------------
 
