@@ -193,6 +193,37 @@ def allocate_response_size(allocations: Sequence[ContainerAnswer]) -> int:
     return response.ByteSize()
 
 
+# A field's tag (every field number here is below 16) and a length at its
+# largest varint: the framing of one string or message, at most.
+_FRAME = 1 + 5
+
+
+def _utf8_bytes(text: str) -> int:
+    """Bytes of ``text`` as protobuf encodes it; UnicodeEncodeError (a lone
+    surrogate) as protobuf raises it."""
+    return len(text) if text.isascii() else len(text.encode())
+
+
+def allocate_response_size_bound(allocations: Sequence[ContainerAnswer]) -> int:
+    """At least ``allocate_response_size``, counted without building the message
+    (most answers are far below the limit: only those near it are built)."""
+    total = 0
+    for a in allocations:
+        total += _FRAME
+        for entries in (a.env, a.annotations):
+            for key, value in entries.items():
+                total += 3 * _FRAME + _utf8_bytes(key) + _utf8_bytes(value)
+        for m in a.mounts:
+            total += 3 * _FRAME + 2 + _utf8_bytes(m.container_path) + _utf8_bytes(m.host_path)
+        for d in a.devices:
+            total += 4 * _FRAME
+            total += _utf8_bytes(d.container_path) + _utf8_bytes(d.host_path)
+            total += _utf8_bytes(d.permissions)
+        for name in a.cdi_devices:
+            total += 2 * _FRAME + _utf8_bytes(name)
+    return total
+
+
 def options_message(options: PluginOptions) -> pb.DevicePluginOptions:
     """``options`` as the kubelet receives them (GetDevicePluginOptions and Register)."""
     return pb.DevicePluginOptions(
