@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from jinja2 import nodes
 
@@ -50,9 +50,9 @@ class Lookup:
 Plan = tuple[str | Lookup, ...]
 
 
-@dataclass(frozen=True)
-class Joined:
-    """A resolved ``join``: the items to join (``map``'s results when ``mapped``)."""
+class Joined(NamedTuple):
+    """A resolved ``join``: the items to join (``map``'s results when ``mapped``).
+    A tuple: made at every render, and quicker to make than a dataclass."""
 
     items: Sequence[Any]
     separator: str

@@ -150,7 +150,7 @@ class _Budget:
         items: Iterable[Any]
         if isinstance(value, list | tuple | set | frozenset):
             items = value
-        elif isinstance(value, Mapping):
+        elif type(value) is dict or isinstance(value, Mapping):  # dict first: ABCs are slow
             items = itertools.chain.from_iterable(value.items())
         else:
             return 1  # iterators and Jinja's own objects: measured when consumed
@@ -560,11 +560,18 @@ class TemplateValue:
     """One compiled template source; literal text skips Jinja entirely, and so
     does text with lookups that ``directrender`` can plan (the same output)."""
 
-    def __init__(self, source: str, template: Template | None, plan: Plan | None = None) -> None:
+    def __init__(
+        self,
+        source: str,
+        template: Template | None,
+        plan: Plan | None = None,
+        names: frozenset[str] = frozenset(),
+    ) -> None:
         self.source = source
         self._template = template
         self._literal = _literal_text(source) if template is None else ""
         self._plan = plan
+        self.names = names  # the context names the template reads (none: literal text)
 
     def render(self, context: Mapping[str, Any]) -> str:
         if self._template is None:
@@ -637,17 +644,26 @@ def _compile_one(
         return TemplateValue("", None)
     if _is_literal(source):
         return TemplateValue(source, None)
-    template, plan, found = _compiled(source, tuple(known))
+    compiled, found = _compiled(source, tuple(known))
     problems.extend(TemplateProblem(key, p.message, p.line) for p in found)
-    return TemplateValue(source, template, plan)
+    if compiled is None:
+        return TemplateValue(source, None)
+    return TemplateValue(source, compiled.template, compiled.plan, compiled.names)
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    template: Template
+    plan: Plan | None  # when ``directrender`` can render it
+    names: frozenset[str]  # the context names it reads
 
 
 @functools.lru_cache(maxsize=1024)
 def _compiled(
     source: str, known: tuple[str, ...]
-) -> tuple[Template | None, Plan | None, tuple[TemplateProblem, ...]]:
-    """``source`` compiled for the names ``known``, with its ``directrender``
-    plan if it has one (None with the problems found, keyed ``""``), once.
+) -> tuple[_Compiled | None, tuple[TemplateProblem, ...]]:
+    """``source`` compiled for the names ``known`` (None with the problems found,
+    keyed ``""``), once.
 
     The same template in many resources (a config's usual shape) is compiled
     once and shared: compiling is most of loading a config, and each compiled
@@ -658,16 +674,17 @@ def _compiled(
         tree = _ENV.parse(source)
         found = _static_problems("", tree, known)
         if found:
-            return None, None, tuple(found)
+            return None, tuple(found)
+        names = frozenset(meta.find_undeclared_variables(tree))
         plan = plan_of(tree)  # before _Harden rewrites the tree
         _Harden().visit(tree)
         code = _ENV.compile(tree)
         template = _ENV.template_class.from_code(_ENV, code, _ENV.make_globals(None))
     except TemplateSyntaxError as exc:
-        return None, None, (TemplateProblem("", exc.message or str(exc), exc.lineno),)
+        return None, (TemplateProblem("", exc.message or str(exc), exc.lineno),)
     except RecursionError:  # Jinja's parser and compiler recurse per nesting level
-        return None, None, (TemplateProblem("", "expressions or blocks are nested too deeply"),)
-    return template, plan, ()
+        return None, (TemplateProblem("", "expressions or blocks are nested too deeply"),)
+    return _Compiled(template, plan, names), ()
 
 
 @dataclass(frozen=True)
@@ -689,6 +706,13 @@ class CompiledTemplates:
         self.env = tuple(env)
         self.mounts = tuple(mounts)
         self.annotations = tuple(annotations)
+        values = [
+            *(v for _, v in self.env),
+            *(v for m in self.mounts for v in (m.host_path, m.container_path)),
+            *(v for _, v in self.annotations),
+        ]
+        # Every context name some template reads: only those are built per Allocate.
+        self.names: frozenset[str] = frozenset().union(*(v.names for v in values))
 
     def __repr__(self) -> str:
         return (

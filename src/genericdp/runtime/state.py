@@ -279,15 +279,25 @@ class DeviceState:
         )
 
     def lookup(self, device_ids: Iterable[str]) -> Lookup:
-        """Costs what the request names: only its units' health is looked at."""
-        ids = list(dict.fromkeys(device_ids))
-        known = {d for d in ids if self.known(d)}
-        unit_ids = sorted({unit_id_of(d) for d in known})
+        """Costs what the request names: only its units' health is looked at
+        (one pass, in the request's order; every Allocate makes one or two)."""
+        unknown: list[str] = []
+        unhealthy: list[str] = []
+        found: set[str] = set()
+        for device_id in dict.fromkeys(device_ids):
+            if not self.known(device_id):
+                unknown.append(device_id)
+                continue
+            unit_id = unit_id_of(device_id)
+            found.add(unit_id)
+            if self._out_of_health(unit_id):
+                unhealthy.append(device_id)
+        unit_ids = sorted(found)
         return Lookup(
-            units=tuple(self._units.get(u) or self._gone[u] for u in unit_ids),
-            unknown=tuple(d for d in ids if d not in known),
-            unhealthy=tuple(d for d in ids if d in known and self._out_of_health(unit_id_of(d))),
-            cleaning=tuple(u for u in unit_ids if u in self._cleaning),
+            units=tuple([self._units.get(u) or self._gone[u] for u in unit_ids]),
+            unknown=tuple(unknown),
+            unhealthy=tuple(unhealthy),
+            cleaning=tuple([u for u in unit_ids if u in self._cleaning]),
         )
 
     def _out_of_health(self, unit_id: str) -> bool:
