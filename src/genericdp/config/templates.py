@@ -573,6 +573,11 @@ class TemplateValue:
         self._plan = plan
         self.names = names  # the context names the template reads (none: literal text)
 
+    @property
+    def direct(self) -> bool:
+        """Whether ``render`` may skip Jinja (literal text, or a ``directrender`` plan)."""
+        return self._template is None or self._plan is not None
+
     def render(self, context: Mapping[str, Any]) -> str:
         if self._template is None:
             return self._literal
