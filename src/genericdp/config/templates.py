@@ -616,7 +616,10 @@ def _direct_output(parts: Sequence[Part]) -> str:
             _check_join(part.separator, items)
             chunk = str(_finalize(_built(part.separator.join(map(str, items)))))
         else:
-            chunk = str(_finalize(part[0]))
+            value = part[0]
+            # What _finalize and str() make of text within the cap: the text itself.
+            fits = type(value) is str and len(value) <= MAX_VALUE_CHARS
+            chunk = value if fits else str(_finalize(value))
         size += len(chunk)
         if size > MAX_VALUE_CHARS:
             raise SecurityError(f"output exceeds {MAX_VALUE_CHARS} characters")
