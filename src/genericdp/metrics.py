@@ -80,6 +80,8 @@ class Metrics:
         self._clock = clock
         self._seen: set[str] = set()
         self._drivers: set[str] = set()
+        # (resource, result) -> the children of genericdp_allocations and the duration
+        self._allocation_children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
         if process:  # RSS, CPU and open fds: what a DaemonSet's limits are measured by
             ProcessCollector(registry=self.registry)
             PlatformCollector(registry=self.registry)
@@ -202,9 +204,19 @@ class Metrics:
         self._registrations.labels(resource, "ok" if ok else "error").inc()
 
     def allocation(self, resource: str, result: str, seconds: float) -> None:
-        self._resource(resource)
-        self._allocations.labels(resource, result).inc()
-        self._allocate_seconds.labels(resource).observe(seconds)
+        # The labelled children, looked up once: ``labels()`` checks and locks
+        # at every call, a good part of what recording an Allocate cost.
+        children = self._allocation_children.get((resource, result))
+        if children is None:
+            self._resource(resource)
+            children = (
+                self._allocations.labels(resource, result),
+                self._allocate_seconds.labels(resource),
+            )
+            self._allocation_children[(resource, result)] = children
+        count, duration = children
+        count.inc()
+        duration.observe(seconds)
 
     def hook_run(self, resource: str, hook: str, result: str, seconds: float) -> None:
         self._hooks.labels(resource, hook, result).inc()

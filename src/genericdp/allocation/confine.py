@@ -33,6 +33,7 @@ should keep the template's literal prefix a directory they control.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from genericdp.errors import UnsafeAllocationError, shown
@@ -109,14 +110,21 @@ def _within(path: str, prefix: str) -> bool:
 
 def check_device_path(path: str, *, what: str) -> None:
     """A device node path (host or container): normalised, absolute, under ``/dev``."""
-    if (
+    if not clean_device_path(path):
+        raise UnsafeAllocationError(f"{what}: device path {shown(path)} is not a clean /dev path")
+
+
+@functools.lru_cache(maxsize=4096)
+def clean_device_path(path: str) -> bool:
+    """Whether ``check_device_path`` passes ``path``: a pure function of the
+    text, remembered, since every Allocate checks the same few device paths."""
+    return not (
         _CONTROL.search(path)
         or not path.startswith("/dev/")
         or normalised(path) != path
         or ".." in path.split("/")
         or len(path.encode(errors="surrogateescape")) > MAX_PATH_BYTES
-    ):
-        raise UnsafeAllocationError(f"{what}: device path {shown(path)} is not a clean /dev path")
+    )
 
 
 def check_value(value: str, *, what: str) -> None:

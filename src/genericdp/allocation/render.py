@@ -8,14 +8,21 @@ confined (``genericdp.allocation.confine``) before a container can receive it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, cast
 
 from genericdp.allocation.cdi import qualified_name
-from genericdp.allocation.confine import check_device_path, check_value, confine_path
+from genericdp.allocation.confine import (
+    check_device_path,
+    check_value,
+    clean_device_path,
+    confine_path,
+)
 from genericdp.config.model import ResourceDefinition, frozen_map
 from genericdp.config.templates import (
+    TEMPLATE_NAMES,
     SliceSpent,
     TemplateSyntaxErrors,
     TemplateValue,
@@ -64,6 +71,13 @@ class Allocation:
     cdi_devices: tuple[str, ...] = ()
 
 
+def _plain(mapping: Mapping[str, str]) -> dict[str, str]:
+    """A dict copy (of ``frozen_map``'s proxy: its dict's own copy, five times quicker)."""
+    if isinstance(mapping, MappingProxyType):
+        return cast("dict[str, str]", mapping.copy())
+    return dict(mapping)
+
+
 def _node_context(node: DeviceNode, unit_id: str) -> dict[str, Any]:
     return {
         "path": node.container_path,
@@ -73,8 +87,8 @@ def _node_context(node: DeviceNode, unit_id: str) -> dict[str, Any]:
         "minor": node.minor,
         "subsystem": node.subsystem,
         "numa_node": node.numa_node,
-        "attributes": dict(node.attributes),
-        "properties": dict(node.properties),
+        "attributes": _plain(node.attributes),
+        "properties": _plain(node.properties),
         "unit_id": unit_id,
     }
 
@@ -84,30 +98,44 @@ def _template_context(
     units: Sequence[Unit],
     node_name: str,
     device_ids: Sequence[str],
+    names: Collection[str] = TEMPLATE_NAMES,
 ) -> dict[str, Any]:
-    """Plain dicts, lists and strings: templates never see our dataclasses."""
-    unit_dicts = []
-    devices: dict[str, dict[str, Any]] = {}
-    for unit in units:
-        node_dicts = [_node_context(node, unit.id) for node in unit.nodes]
-        for node_dict in node_dicts:
-            devices.setdefault(node_dict["container_path"], node_dict)
-        unit_dicts.append(
-            {
-                "id": unit.id,
-                "nodes": node_dicts,
-                "numa_node": unit.numa_node,
-                "attributes": dict(unit.attributes),
-                "properties": dict(unit.properties),
-            }
-        )
-    return {
-        "resource": definition.name,
-        "node_name": node_name,
-        "units": unit_dicts,
-        "devices": list(devices.values()),
-        "device_ids": list(device_ids),
-    }
+    """Plain dicts, lists and strings: templates never see our dataclasses.
+
+    Only ``names`` are built (the names the resource's templates read: a
+    template cannot reach any other); a node's dict is one object in both
+    ``units`` and ``devices``.
+    """
+    context: dict[str, Any] = {"resource": definition.name, "node_name": node_name}
+    want_units, want_devices = "units" in names, "devices" in names
+    if want_units or want_devices:
+        unit_dicts = []
+        devices: dict[str, dict[str, Any]] = {}
+        for unit in units:
+            node_dicts = [_node_context(node, unit.id) for node in unit.nodes]
+            for node_dict in node_dicts:
+                devices.setdefault(node_dict["container_path"], node_dict)
+            if want_units:
+                unit_dicts.append(
+                    {
+                        "id": unit.id,
+                        "nodes": node_dicts,
+                        "numa_node": unit.numa_node,
+                        "attributes": _plain(unit.attributes),
+                        "properties": _plain(unit.properties),
+                    }
+                )
+        if want_units:
+            context["units"] = unit_dicts
+        if want_devices:
+            context["devices"] = list(devices.values())
+    if "device_ids" in names:
+        context["device_ids"] = list(device_ids)
+    return context
+
+
+def _unit_named(definition: ResourceDefinition, unit: Unit) -> str:
+    return f"resource {definition.name}: unit {clip(unit.id, 80)}"
 
 
 def _device_specs(definition: ResourceDefinition, units: Sequence[Unit]) -> tuple[DeviceSpec, ...]:
@@ -117,25 +145,30 @@ def _device_specs(definition: ResourceDefinition, units: Sequence[Unit]) -> tupl
     container would silently get one of them."""
     specs: dict[str, DeviceSpec] = {}
     for unit in units:
-        for node in (*unit.nodes, *unit.shared):
-            what = f"resource {definition.name}: unit {clip(unit.id, 80)}"
+        for node in (*unit.nodes, *unit.shared) if unit.shared else unit.nodes:
             known = specs.get(node.container_path)
             if known is not None:
                 if known.host_path != node.host_path:
                     raise UnsafeAllocationError(
-                        f"{what}: {clip(node.host_path)} and {clip(known.host_path)} would both"
-                        f" be {clip(node.container_path)} in the container"
+                        f"{_unit_named(definition, unit)}: {clip(node.host_path)} and"
+                        f" {clip(known.host_path)} would both be {clip(node.container_path)}"
+                        " in the container"
                     )
                 continue
-            check_device_path(node.container_path, what=what)
-            check_device_path(node.host_path, what=what)
+            if not (clean_device_path(node.container_path) and clean_device_path(node.host_path)):
+                what = _unit_named(definition, unit)
+                check_device_path(node.container_path, what=what)
+                check_device_path(node.host_path, what=what)
             specs[node.container_path] = DeviceSpec(
                 node.container_path, node.host_path, node.permissions or definition.permissions
             )
     return tuple(specs.values())
 
 
-def _render(resource: str, key: str, value: TemplateValue, context: Mapping[str, Any]) -> str:
+def _render(
+    resource: str, section: str, name: str, value: TemplateValue, context: Mapping[str, Any]
+) -> str:
+    """``value`` rendered; a failure names ``allocate.<section>.<name>`` (built only then)."""
     try:
         return value.render(context)
     except SliceSpent:
@@ -144,20 +177,31 @@ def _render(resource: str, key: str, value: TemplateValue, context: Mapping[str,
     # TypeError/KeyError/OverflowError/... of the filters and methods it calls.
     except Exception as exc:
         source = value.source if len(value.source) <= 80 else value.source[:77] + "..."
-        raise TemplateRenderError(f"resource {resource}: allocate.{key} {source!r}: {exc}") from exc
+        raise TemplateRenderError(
+            f"resource {resource}: allocate.{section}.{name} {source!r}: {exc}"
+        ) from exc
 
 
 def _render_path(
-    resource: str, key: str, value: TemplateValue, context: Mapping[str, Any], units: str
+    resource: str,
+    section: str,
+    name: str,
+    value: TemplateValue,
+    context: Mapping[str, Any],
+    *,
+    units: str,
 ) -> str:
     """A rendered mount path, normalised and confined to its template (``confine``)."""
-    what = f"resource {resource}: {units}: allocate.{key}"
-    return confine_path(_render(resource, key, value, context), value.source, what=what)
+    what = f"resource {resource}: {units}: allocate.{section}.{name}"
+    return confine_path(_render(resource, section, name, value, context), value.source, what=what)
 
 
-def _render_value(resource: str, key: str, value: TemplateValue, context: Mapping[str, Any]) -> str:
-    rendered = _render(resource, key, value, context)
-    check_value(rendered, what=f"resource {resource}: allocate.{key}")
+def _render_value(
+    resource: str, section: str, name: str, value: TemplateValue, context: Mapping[str, Any]
+) -> str:
+    rendered = _render(resource, section, name, value, context)
+    if "\x00" in rendered:  # check_value's rule, tested here so the message is built only then
+        check_value(rendered, what=f"resource {resource}: allocate.{section}.{name}")
     return rendered
 
 
@@ -201,23 +245,25 @@ def render_allocation(
         except TemplateSyntaxErrors as exc:
             listed = "; ".join(f"allocate.{p.key}: {p.message}" for p in exc.problems)
             raise TemplateRenderError(f"resource {definition.name}: {listed}") from exc
-    context = _template_context(definition, units, node_name, device_ids)
+    context = _template_context(definition, units, node_name, device_ids, templates.names)
     name = definition.name
     with allocation_budget(slice_seconds):
-        env = {k: _render_value(name, f"env.{k}", v, context) for k, v in templates.env}
-        named = _units_named(units)
+        env = {k: _render_value(name, "env", k, v, context) for k, v in templates.env}
+        named = _units_named(units) if templates.mounts else ""
         mounts = tuple(
             Mount(
                 container_path=_render_path(
-                    name, f"mounts[{i}].containerPath", m.container_path, context, named
+                    name, f"mounts[{i}]", "containerPath", m.container_path, context, units=named
                 ),
-                host_path=_render_path(name, f"mounts[{i}].hostPath", m.host_path, context, named),
+                host_path=_render_path(
+                    name, f"mounts[{i}]", "hostPath", m.host_path, context, units=named
+                ),
                 read_only=m.read_only,
             )
             for i, m in enumerate(templates.mounts)
         )
         annotations = {
-            k: _render_value(name, f"annotations.{k}", v, context) for k, v in templates.annotations
+            k: _render_value(name, "annotations", k, v, context) for k, v in templates.annotations
         }
     cdi_devices = (
         tuple(dict.fromkeys(qualified_name(name, u.id) for u in units))

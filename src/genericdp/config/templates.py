@@ -42,6 +42,7 @@ from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.visitor import NodeTransformer
 
+from genericdp.config.directrender import Joined, Part, Plan, plan_of, resolve
 from genericdp.config.model import AllocateSpec
 
 # The names a template sees (docs/config.md "Templates"); nothing else exists.
@@ -149,7 +150,7 @@ class _Budget:
         items: Iterable[Any]
         if isinstance(value, list | tuple | set | frozenset):
             items = value
-        elif isinstance(value, Mapping):
+        elif type(value) is dict or isinstance(value, Mapping):  # dict first: ABCs are slow
             items = itertools.chain.from_iterable(value.items())
         else:
             return 1  # iterators and Jinja's own objects: measured when consumed
@@ -177,16 +178,29 @@ _BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar(
 )
 
 
-@contextlib.contextmanager
-def allocation_budget(slice_seconds: float | None = None) -> Iterator[None]:
+class _BudgetScope:
+    """``with allocation_budget()``: a class rather than ``contextlib``'s
+    generator, which cost more than the plain templates it is around."""
+
+    def __init__(self, slice_seconds: float | None) -> None:
+        self._slice_seconds = slice_seconds
+        self._token: contextvars.Token[_Budget | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _BUDGET.set(_Budget(self._slice_seconds))
+
+    def __exit__(self, *exc_info: object) -> None:
+        assert self._token is not None
+        _BUDGET.reset(self._token)
+
+
+def allocation_budget(
+    slice_seconds: float | None = None,
+) -> contextlib.AbstractContextManager[None]:
     """Every template rendered inside shares one allocation's budget: its loop
     iterations, its work and its wall-clock deadline. With ``slice_seconds``, a
     render that takes longer than that raises SliceSpent."""
-    token = _BUDGET.set(_Budget(slice_seconds))
-    try:
-        yield
-    finally:
-        _BUDGET.reset(token)
+    return _BudgetScope(slice_seconds)
 
 
 def _budget() -> _Budget:
@@ -543,16 +557,39 @@ def _unknown_name_message(name: str, known: Sequence[str] = TEMPLATE_NAMES) -> s
 
 
 class TemplateValue:
-    """One compiled template source; literal text skips Jinja entirely."""
+    """One compiled template source; literal text skips Jinja entirely, and so
+    does text with lookups that ``directrender`` can plan (the same output)."""
 
-    def __init__(self, source: str, template: Template | None) -> None:
+    def __init__(
+        self,
+        source: str,
+        template: Template | None,
+        plan: Plan | None = None,
+        names: frozenset[str] = frozenset(),
+    ) -> None:
         self.source = source
         self._template = template
         self._literal = _literal_text(source) if template is None else ""
+        self._plan = plan
+        self.names = names  # the context names the template reads (none: literal text)
+
+    @property
+    def direct(self) -> bool:
+        """Whether ``render`` may skip Jinja (literal text, or a ``directrender`` plan)."""
+        return self._template is None or self._plan is not None
 
     def render(self, context: Mapping[str, Any]) -> str:
         if self._template is None:
             return self._literal
+        if self._plan is not None:
+            parts = resolve(self._plan, context)
+            if parts is not None:
+                return _direct_output(parts)
+        return self.render_with_jinja(context)
+
+    def render_with_jinja(self, context: Mapping[str, Any]) -> str:
+        """``render`` through Jinja whatever the template (tests compare both ways)."""
+        assert self._template is not None
         size, parts = 0, []
         for chunk in self._template.generate(context):
             size += len(chunk)
@@ -560,6 +597,34 @@ class TemplateValue:
                 raise SecurityError(f"output exceeds {MAX_VALUE_CHARS} characters")
             parts.append(chunk)
         return "".join(parts)
+
+
+def _direct_output(parts: Sequence[Part]) -> str:
+    """What Jinja's compiled code does with resolved parts, the same calls in the
+    same order: each join as the guarded ``map`` and ``join`` filters do it,
+    each value through ``_finalize`` and ``str``, the output's length checked
+    after every chunk as ``render`` does."""
+    size, out = 0, []
+    for part in parts:
+        if isinstance(part, str):
+            chunk = part
+        elif isinstance(part, Joined):
+            items: Any = part.items
+            if part.mapped:
+                items = _built(iter(items))  # the filter's generator, measured as one
+            items = list(items)
+            _check_join(part.separator, items)
+            chunk = str(_finalize(_built(part.separator.join(map(str, items)))))
+        else:
+            value = part[0]
+            # What _finalize and str() make of text within the cap: the text itself.
+            fits = type(value) is str and len(value) <= MAX_VALUE_CHARS
+            chunk = value if fits else str(_finalize(value))
+        size += len(chunk)
+        if size > MAX_VALUE_CHARS:
+            raise SecurityError(f"output exceeds {MAX_VALUE_CHARS} characters")
+        out.append(chunk)
+    return "".join(out)
 
 
 def _is_literal(source: str) -> bool:
@@ -587,15 +652,24 @@ def _compile_one(
         return TemplateValue("", None)
     if _is_literal(source):
         return TemplateValue(source, None)
-    template, found = _compiled(source, tuple(known))
+    compiled, found = _compiled(source, tuple(known))
     problems.extend(TemplateProblem(key, p.message, p.line) for p in found)
-    return TemplateValue(source, template)
+    if compiled is None:
+        return TemplateValue(source, None)
+    return TemplateValue(source, compiled.template, compiled.plan, compiled.names)
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    template: Template
+    plan: Plan | None  # when ``directrender`` can render it
+    names: frozenset[str]  # the context names it reads
 
 
 @functools.lru_cache(maxsize=1024)
 def _compiled(
     source: str, known: tuple[str, ...]
-) -> tuple[Template | None, tuple[TemplateProblem, ...]]:
+) -> tuple[_Compiled | None, tuple[TemplateProblem, ...]]:
     """``source`` compiled for the names ``known`` (None with the problems found,
     keyed ``""``), once.
 
@@ -609,6 +683,8 @@ def _compiled(
         found = _static_problems("", tree, known)
         if found:
             return None, tuple(found)
+        names = frozenset(meta.find_undeclared_variables(tree))
+        plan = plan_of(tree)  # before _Harden rewrites the tree
         _Harden().visit(tree)
         code = _ENV.compile(tree)
         template = _ENV.template_class.from_code(_ENV, code, _ENV.make_globals(None))
@@ -616,7 +692,7 @@ def _compiled(
         return None, (TemplateProblem("", exc.message or str(exc), exc.lineno),)
     except RecursionError:  # Jinja's parser and compiler recurse per nesting level
         return None, (TemplateProblem("", "expressions or blocks are nested too deeply"),)
-    return template, ()
+    return _Compiled(template, plan, names), ()
 
 
 @dataclass(frozen=True)
@@ -638,6 +714,13 @@ class CompiledTemplates:
         self.env = tuple(env)
         self.mounts = tuple(mounts)
         self.annotations = tuple(annotations)
+        values = [
+            *(v for _, v in self.env),
+            *(v for m in self.mounts for v in (m.host_path, m.container_path)),
+            *(v for _, v in self.annotations),
+        ]
+        # Every context name some template reads: only those are built per Allocate.
+        self.names: frozenset[str] = frozenset().union(*(v.names for v in values))
 
     def __repr__(self) -> str:
         return (

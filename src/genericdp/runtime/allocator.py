@@ -144,8 +144,8 @@ class Allocator:
                 await self._cdi.check(definition, self._state, ids)
         for ids in requests:
             for release in self._usage.claim(definition.name, ids):
-                waited = True
-                await self._cleaner.clean_now(release)  # a cleanup the kubelet did not wait for
+                # a cleanup the kubelet did not wait for (none: nothing waited)
+                waited = await self._cleaner.clean_now(release) or waited
         if waited:  # a unit may have gone unhealthy, or its cleanup failed, meanwhile
             lookups = [self.checked(ids) for ids in requests]
         if (init := definition.hooks.init) is not None:

@@ -63,6 +63,7 @@ from genericdp.kubelet.servicer import (
     PluginServer,
     PreferredRequest,
     allocate_response_size,
+    allocate_response_size_bound,
 )
 from genericdp.runtime.allocator import Allocator
 from genericdp.runtime.context import ResourceContext
@@ -492,6 +493,8 @@ class ResourcePlugin:
 
 
 def _fits_a_message(requests: Sequence[tuple[str, ...]], answers: Sequence[Allocation]) -> None:
+    if allocate_response_size_bound(answers) <= MAX_MESSAGE_BYTES:
+        return  # the usual answer: far below, and not worth building twice
     size = allocate_response_size(answers)
     if size > MAX_MESSAGE_BYTES:
         raise UnsafeAllocationError(

@@ -436,15 +436,17 @@ class Cleaner:
         self._state.set_cleaning(unit.id, cleaning=True)
         self._spawn(unit, release.device_ids, retry=True, wait_first=False)
 
-    async def clean_now(self, release: Release) -> None:
+    async def clean_now(self, release: Release) -> bool:
         """Clean a unit before an Allocate goes on (the kubelet already reuses it).
 
         On failure the unit stays in the cleaning set and is retried in the
-        background; the caller's lookup then refuses it.
+        background; the caller's lookup then refuses it. False when there was
+        nothing to run (no hook, the unit gone or already cleaning): then it
+        returned at once, and nothing can have changed meanwhile.
         """
         unit = self._state.units.get(release.unit_id)
         if unit is None or not self.wanted() or self.busy(unit.id):
-            return
+            return False
         self._state.set_cleaning(unit.id, cleaning=True)
         passed = False
         try:
@@ -454,6 +456,7 @@ class Cleaner:
                 self._state.set_cleaning(unit.id, cleaning=False)
             else:
                 self._spawn(unit, release.device_ids, retry=True, wait_first=True)
+        return True
 
     def removed(self, unit: Unit, device_ids: Iterable[str]) -> None:
         """A unit in use vanished (or its resource is going): clean it once."""

@@ -287,15 +287,34 @@ class DeviceState:
         )
 
     def lookup(self, device_ids: Iterable[str]) -> Lookup:
-        unhealthy = self.unhealthy | self._gone.keys()
-        ids = list(dict.fromkeys(device_ids))
-        known = {d for d in ids if self.known(d)}
-        unit_ids = sorted({unit_id_of(d) for d in known})
+        """Costs what the request names: only its units' health is looked at
+        (one pass, in the request's order; every Allocate makes one or two)."""
+        unknown: list[str] = []
+        unhealthy: list[str] = []
+        found: set[str] = set()
+        for device_id in dict.fromkeys(device_ids):
+            if not self.known(device_id):
+                unknown.append(device_id)
+                continue
+            unit_id = unit_id_of(device_id)
+            found.add(unit_id)
+            if self._out_of_health(unit_id):
+                unhealthy.append(device_id)
+        unit_ids = sorted(found)
         return Lookup(
-            units=tuple(self._units.get(u) or self._gone[u] for u in unit_ids),
-            unknown=tuple(d for d in ids if d not in known),
-            unhealthy=tuple(d for d in ids if d in known and unit_id_of(d) in unhealthy),
-            cleaning=tuple(u for u in unit_ids if u in self._cleaning),
+            units=tuple([self._units.get(u) or self._gone[u] for u in unit_ids]),
+            unknown=tuple(unknown),
+            unhealthy=tuple(unhealthy),
+            cleaning=tuple([u for u in unit_ids if u in self._cleaning]),
+        )
+
+    def _out_of_health(self, unit_id: str) -> bool:
+        """``unit_id in self.unhealthy`` or gone, without building either set."""
+        return (
+            unit_id in self._unhealthy
+            or unit_id in self._incomplete
+            or unit_id in self._gone
+            or (self._probed is not None and unit_id in self._units and unit_id not in self._probed)
         )
 
     async def wait_detail(self, detail: int) -> int | None:
