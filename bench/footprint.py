@@ -18,7 +18,8 @@ What is measured, and on what:
   the kubelet seeing all of them registered (imports included), median of
   several starts;
 - idle CPU: the same daemon after the churn, CPU time of all its threads
-  (/proc/<pid>/task/*/schedstat, nanoseconds) over a quiet window;
+  (the process's CPU clock: nanoseconds, ended threads included) over a
+  quiet window;
 - Allocate handling: the servicer's Allocate from request received (parsed)
   to response built, templates, checks and claims included, timed inside a
   daemon run in this process against the embedded kubelet (whose own share,
@@ -46,7 +47,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # a restarted kubelet's GOAWAYs are expected
 
-from bench.idle_cpu import DEMO, memory_mib, serve_env  # noqa: E402
+from bench.idle_cpu import DEMO, memory_mib, process_cpu_seconds, serve_env  # noqa: E402
 from bench.scale import Result  # noqa: E402
 from genericdp.config import load_text  # noqa: E402
 from genericdp.kubelet.embedded import AllocationError, EmbeddedKubelet  # noqa: E402
@@ -131,14 +132,8 @@ def resources_config(n: int, *, first: int = 0) -> str:
 
 
 def cpu_seconds(pid: int) -> float:
-    """CPU time of every live thread of ``pid`` (schedstat: nanoseconds, not ticks)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (OSError, IndexError, ValueError):
-            continue  # a thread that ended meanwhile
-    return total / 1e9
+    """CPU time of every thread ``pid`` ran, ended ones too (nanoseconds, not ticks)."""
+    return process_cpu_seconds(pid)
 
 
 @functools.cache
@@ -166,9 +161,56 @@ def registered(kubelet: EmbeddedKubelet, names: frozenset[str], since: dict[str,
 
 
 @dataclass(frozen=True)
+class Start:
+    """One start of ``serve``: exec to the kubelet seeing every resource registered."""
+
+    wall: float  # seconds
+    cpu: float  # the daemon's CPU seconds by then
+    first_cpu: float  # ... when the kubelet saw its first Register (config loaded, one served)
+
+
+async def timed_start(daemon: Daemon, names: frozenset[str]) -> tuple[Start, int]:
+    """Start ``daemon`` and wait until every resource in ``names`` is registered."""
+    started = time.perf_counter()
+    proc = await daemon.start()
+    await daemon.kubelet.wait_until(
+        lambda k: any(state.registrations for state in k.resources.values()), WAIT
+    )
+    first = cpu_seconds(proc.pid)
+    await daemon.until(names)
+    return Start(time.perf_counter() - started, cpu_seconds(proc.pid), first), proc.pid
+
+
+# What ``serve`` imports before it reads the config (cli, then daemon, its supervisor
+# and the config loader), timed alone: the first part of the startup figure.
+SERVE_IMPORTS = (
+    "genericdp.cli",
+    "genericdp.daemon",
+    "genericdp.runtime.supervisor",
+    "genericdp.config.loader",
+)
+
+
+def imports_cpu(runs: int = 3) -> float:
+    """CPU seconds of a process that starts and imports what ``serve`` imports (median)."""
+    code = (
+        f"import resource\nimport {', '.join(SERVE_IMPORTS)}\n"
+        "usage = resource.getrusage(resource.RUSAGE_SELF)\n"
+        "print(usage.ru_utime + usage.ru_stime)"
+    )
+    env = {**os.environ, **bytecode_env()}
+    samples = [
+        float(subprocess.run(
+            [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
+        ).stdout)
+        for _ in range(runs)
+    ]  # fmt: skip
+    return statistics.median(samples)
+
+
+@dataclass(frozen=True)
 class DaemonFigures:
-    startup: float  # seconds from exec to all registered
-    startup_cpu: float  # the daemon's CPU seconds by then
+    start: Start
     rss: float  # MiB, after the churn
     peak: float  # MiB, VmHWM
     anon: float  # MiB, RssAnon
@@ -233,17 +275,14 @@ class Daemon:
         return {n: s.registrations for n, s in self.kubelet.resources.items()}
 
 
-async def startup_seconds(base: Path, n: int) -> tuple[float, float]:
-    """Exec of ``serve`` with ``n`` resources to the kubelet seeing all registered:
-    (wall seconds, the daemon's CPU seconds by then)."""
+async def startup_seconds(base: Path, n: int) -> Start:
+    """Exec of ``serve`` with ``n`` resources to the kubelet seeing all registered."""
     names = frozenset(f"example.com/r{i}" for i in range(n))
     daemon = Daemon(base, resources_config(n))
     async with daemon.kubelet:
-        started = time.perf_counter()
-        proc = await daemon.start()
         try:
-            await daemon.until(names)
-            return time.perf_counter() - started, cpu_seconds(proc.pid)
+            start, _ = await timed_start(daemon, names)
+            return start
         finally:
             await daemon.stop()
 
@@ -255,25 +294,20 @@ async def daemon_figures(
     names = frozenset(r.name for r in load_text(config_text, "bench.yaml").resources)
     daemon = Daemon(base, config_text)
     async with daemon.kubelet:
-        started = time.perf_counter()
-        proc = await daemon.start()
         try:
-            await daemon.until(names)
-            startup = time.perf_counter() - started
-            startup_cpu = cpu_seconds(proc.pid)
+            start, pid = await timed_start(daemon, names)
             if churn:
                 await churn_daemon(daemon, config_text, names, lengths)
             await asyncio.sleep(2.0)  # what the last step set off settles
-            before, at = cpu_seconds(proc.pid), time.monotonic()
+            before, at = cpu_seconds(pid), time.monotonic()
             await asyncio.sleep(lengths.idle_seconds)
-            idle = (cpu_seconds(proc.pid) - before) / (time.monotonic() - at) * 1000
+            idle = (cpu_seconds(pid) - before) / (time.monotonic() - at) * 1000
             return DaemonFigures(
-                startup=startup,
-                startup_cpu=startup_cpu,
-                rss=memory_mib(proc.pid, "VmRSS"),
-                peak=memory_mib(proc.pid, "VmHWM"),
-                anon=memory_mib(proc.pid, "RssAnon"),
-                threads=threads(proc.pid),
+                start=start,
+                rss=memory_mib(pid, "VmRSS"),
+                peak=memory_mib(pid, "VmHWM"),
+                anon=memory_mib(pid, "RssAnon"),
+                threads=threads(pid),
                 idle_mc=idle,
             )
         finally:
@@ -426,18 +460,25 @@ def run(lengths: Lengths, image_archive: Path | None = None) -> list[Result]:
         )
         results.append(result("RSS of serve, 100 resources after churn", many.rss, RSS_100))
         results.append(result("idle CPU of serve, 100 resources", many.idle_mc, IDLE_CPU))
-        starts = [(many.startup, many.startup_cpu)]
+        starts = [many.start]
         for i in range(lengths.starts - 1):
             starts.append(asyncio.run(startup_seconds(base / f"start{i}", 100)))
         print(
             "  starts, 100 resources (wall/CPU of the daemon): "
-            + ", ".join(f"{wall:.2f}/{cpu:.2f}" for wall, cpu in starts)
+            + ", ".join(f"{s.wall:.2f}/{s.cpu:.2f}" for s in starts)
             + " s"
+        )
+        print(
+            "  startup split, the daemon's CPU (medians): imports"
+            f" {imports_cpu():.2f} s (a process importing what serve imports first),"
+            f" to the kubelet's first Register {statistics.median(s.first_cpu for s in starts):.2f}"
+            f" s (config loaded), to all 100 registered"
+            f" {statistics.median(s.cpu for s in starts):.2f} s"
         )
         results.append(
             result(
                 "startup of serve to 100 resources registered (median)",
-                statistics.median(wall for wall, _ in starts),
+                statistics.median(s.wall for s in starts),
                 STARTUP_100,
             )
         )

@@ -27,11 +27,12 @@ def release(version: str) -> tuple[int, ...]:
 
 
 def lock_pins(path: Path) -> dict[str, str]:
-    """name -> version of every `name==version \\` line, each followed by its hashes."""
+    """name -> version of every `name==version [; marker] \\` line, each followed by its hashes."""
     text = path.read_text()
     pins: dict[str, str] = {}
     for block in re.split(r"\n(?=[a-z0-9])", text):
-        match = re.match(r"([a-z0-9][a-z0-9._-]*)==(\S+) \\\n", block)
+        # ``name==1.0 \`` or, for a pin with an environment marker, ``name==1.0 ; marker \``
+        match = re.match(r"([a-z0-9][a-z0-9._-]*)==(\S+)(?: ;[^\\\n]*)? \\\n", block)
         if match:
             assert "--hash=sha256:" in block, f"{path.name}: {match[1]} has no hash"
             pins[match[1]] = match[2]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Mapping, Set
 from pathlib import Path
 
 import pytest
@@ -162,7 +162,11 @@ class _ScriptedList:
 
 
 def _poller(
-    lister: _ScriptedList, out: list[Release], *, active: bool = True
+    lister: _ScriptedList,
+    out: list[Release],
+    *,
+    active: bool = True,
+    on_observed: Callable[[], None] = lambda: None,
 ) -> tuple[ReleasePoller, UsageTracker]:
     tracker = UsageTracker()
     poller = ReleasePoller(
@@ -171,6 +175,7 @@ def _poller(
         out.extend,
         interval=0.01,
         active=lambda: active,
+        on_observed=on_observed,
         list_pods=lister,
     )
     return poller, tracker
@@ -252,3 +257,57 @@ def test_watch_hears_of_allocations_not_of_lists() -> None:
     tracker.watch(R, None)
     tracker.handed_out(R, ["c"])
     assert len(calls) == 2
+
+
+async def test_poller_unchanged_list_does_no_per_resource_work() -> None:
+    """A List that repeats the last answer while nothing else changed does not reach
+    ``on_observed`` (each resource's device list); anything that may change
+    what a resource lists does: a new answer, a hand-out (until a whole List
+    after it has answered), a claim, a new baseline."""
+    a, b = (_pod("p", "a"),), (_pod("p", "a"), _pod("q", "b"))
+    lister = _ScriptedList(a, a, a, b, b, b, b, b, b, b, b, b)
+    observed: list[int] = []
+    out: list[Release] = []
+    poller, tracker = _poller(lister, out, on_observed=lambda: observed.append(lister.calls))
+
+    async def polls(n: int) -> list[int]:
+        observed.clear()
+        for _ in range(n):
+            assert await poller.poll()
+        return observed
+
+    assert await polls(3) == [1], "the baseline, then two repeats"
+    assert await polls(2) == [4], "a new answer, then a repeat"
+    tracker.handed_out(R, ["c"])
+    assert await polls(3) == [6, 7], "the hand-out: the List after it, and the whole one after"
+    assert tracker.held(R) == {"a", "b"}, "a whole List did not show c"
+    assert tracker.in_use(R) == {"a", "b", "c"}
+    assert tracker.claim(R, ["b"]) == (Release(R, "b", ("b",)),)
+    assert await polls(2) == [9], "after a claim"
+    tracker.forget()
+    assert await polls(2) == [11], "a new baseline"
+    assert out == [], "nothing released meanwhile"
+    assert lister.calls == 12
+
+
+async def test_poller_repeated_lists_keep_releasing_and_dropping_hand_outs() -> None:
+    """With the fast path, what Lists tell still reaches the tracker: a hand-out no
+    List shows leaves ``held`` after a whole List, and a release is dispatched."""
+    a = (_pod("p", "a"),)
+    lister = _ScriptedList((), (), (), a, a, ())
+    out: list[Release] = []
+    poller, tracker = _poller(lister, out)
+    assert await poller.poll()  # baseline: nothing held
+    tracker.handed_out(R, ["a"])
+    assert await poller.poll()  # may have begun before the hand-out
+    assert tracker.held(R) == {"a"}
+    assert await poller.poll()  # began after it: a's holder is not listed (yet)
+    assert tracker.held(R) == set()
+    assert tracker.in_use(R) == {"a"}, "cleanup still waits for a"
+    assert await poller.poll()  # listed now
+    assert await poller.poll()  # repeated
+    assert tracker.held(R) == {"a"}
+    assert out == []
+    assert await poller.poll()
+    assert out == [Release(R, "a", ("a",))]
+    assert tracker.held(R) == set()

@@ -21,6 +21,7 @@ from ruamel.yaml.error import MarkedYAMLError
 from ruamel.yaml.reader import ReaderError
 
 from genericdp.config.yamldepth import flow_too_deep, too_deep_for_parser
+from genericdp.config.yamlfast import plain_scalar, read_fast
 from genericdp.errors import ConfigIssue
 
 Key = str | int
@@ -124,6 +125,17 @@ def parse_yaml(text: str, file: str) -> tuple[Document | None, list[ConfigIssue]
     too_deep = flow_too_deep(text, file)
     if too_deep is not None:
         return None, [too_deep]
+    fast = read_fast(text, max_values=MAX_VALUES, max_text=MAX_TEXT)
+    if fast is None:
+        # Anything the fast path declines, errors included, is read and judged here.
+        return parse_round_trip(text, file)
+    keys = {path: Pos(*at) for path, at in fast.keys.items()}
+    values = {path: Pos(*at) for path, at in fast.values.items()}
+    return Document(file, fast.data, keys, values, tuple(text.splitlines())), []
+
+
+def parse_round_trip(text: str, file: str) -> tuple[Document | None, list[ConfigIssue]]:
+    """``parse_yaml`` with ruamel's round-trip reader alone (flow nesting already checked)."""
     yaml = YAML(typ="rt", pure=True)
     yaml.version = (1, 2)  # "on", "yes" and "no" are strings, not booleans
     try:
@@ -312,21 +324,9 @@ class _Builder:
         return out
 
     def _scalar(self, node: Any, path: KeyPath) -> Any:
-        # ruamel subclasses int, float, str and bool to keep formatting; the
-        # checks downstream want the plain types (a ScalarBoolean is an int!).
-        if node is None or type(node) in (str, int, float, bool):
-            return node
-        if type(node).__name__ == "ScalarBoolean":
-            return bool(node)
         if isinstance(node, TaggedScalar):
             self._check_tag(node, path)
-            return str(node.value)
-        for kind in (str, float, int):
-            if isinstance(node, kind):
-                return kind(node)
-        # Dates, binary data and sets have no JSON form; they stay as they are
-        # and fail the schema's type checks with a message naming what they are.
-        return node
+        return plain_scalar(node)
 
 
 def describe(value: Any) -> str:  # noqa: PLR0911 - one return per kind reads best

@@ -122,6 +122,9 @@ class UsageTracker:
         # means no app container holds it (see ``held``).
         self._lists = 0
         self._handed_at: dict[tuple[str, str], int] = {}
+        # The last List answer taken (``holders_by_device``'s view of it), kept
+        # while nothing but Lists changed what is held: see ``repeats``.
+        self._last_listed: dict[str, dict[str, set[Holder]]] | None = None
         # resource -> called after our Allocate changed what it holds (handed_out, claim)
         self._watchers: dict[str, Callable[[], None]] = {}
         # Set once the first List has answered or failed: resources whose list
@@ -185,6 +188,27 @@ class UsageTracker:
         self._stale.clear()
         self._unit_counts = {}
         self._baseline = False
+        self._last_listed = None
+
+    def repeats(self, pods: Iterable[PodDevices]) -> bool:
+        """Take a List answer if taking it would change nothing; whether it did.
+
+        True when the answer holds what the last one held, nothing but Lists
+        changed what is held since (no hand-out, claim or ``forget``), and no
+        ID our Allocate gave out is still waiting for a whole List to miss it
+        (``held``). Then ``observe`` would find no release and leave every
+        resource's view as it is, so the caller can skip the work that costs
+        per resource (an idle node's every poll). Costs what the answer holds,
+        not what the daemon serves. False: call ``observe``.
+        """
+        if self._last_listed is None:
+            return False
+        if any(n + 1 >= self._lists for n in self._handed_at.values()):
+            return False  # counting this List may drop such an ID from ``held``
+        if holders_by_device(pods) != self._last_listed:
+            return False
+        self._lists += 1  # a List answered, as ``observe`` counts it
+        return True
 
     def observe(self, pods: Iterable[PodDevices]) -> tuple[Release, ...]:
         """Take a List answer; return the units it shows released.
@@ -193,6 +217,7 @@ class UsageTracker:
         not ours to clean.
         """
         listed = holders_by_device(pods)
+        self._last_listed = listed
         # A stale holder that List stopped showing is gone for good (List has
         # no pod UID: a new pod of the same name must not stay ignored).
         self._stale = {(r, d, h) for r, d, h in self._stale if h in listed.get(r, {}).get(d, ())}
@@ -241,6 +266,7 @@ class UsageTracker:
         for unit_id, ids in freed.items():
             held[unit_id] -= len(ids)
         if freed:
+            self._last_listed = None  # holders ignored from now on: the next List is news
             self._changed(resource)
         return tuple(
             Release(resource, unit_id, tuple(sorted(ids)))
@@ -267,14 +293,18 @@ class UsageTracker:
                 held[unit_id_of(device_id)] += 1
             holders.add(HANDED_OUT)
             self._handed_at[(resource, device_id)] = self._lists
+        self._last_listed = None  # the next List confirms the hand-out or not
         self._changed(resource)
 
 
 class ReleasePoller:
     """Polls PodResources List every ``interval`` and hands releases to ``dispatch``.
 
-    ``on_observed`` runs after every answer (what is held shapes the device
-    lists: ``DeviceState.set_in_use``). Only polls while ``active()``. A
+    ``on_observed`` runs after every answer that can change something (what
+    is held shapes the device lists: ``DeviceState.set_in_use``); an answer
+    that repeats the last one while nothing else changed costs the List and
+    one comparison (``UsageTracker.repeats``), nothing per resource. Only
+    polls while ``active()``. A
     failed List changes nothing: it is logged once per outage, and the next
     poll tries again. Nothing is released on a failed List.
     """
@@ -338,6 +368,8 @@ class ReleasePoller:
         if self._failing:
             self._log.info("PodResources %s answers again", self._socket)
             self._failing = False
+        if self._tracker.repeats(pods):
+            return True  # nothing released, nothing any resource lists differently
         first = not self._tracker.has_baseline
         releases = self._tracker.observe(pods)
         if first:

@@ -185,8 +185,16 @@ class DeviceState:
         A unit that is gone now but held stays listed, Unhealthy, until
         ``set_in_use`` no longer shows it held.
         """
+        found = {u.id: u for u in sorted(units, key=lambda u: u.id)}
+        if found == self._units and all(
+            uid not in found and uid in self._held for uid in self._gone
+        ):
+            # A rescan that found what was there: nothing changed, nobody is
+            # woken (every rescan of every resource, once a minute and at each
+            # device event anywhere under /dev).
+            return False
         before = {**self._gone, **self._units}
-        self._units = {u.id: u for u in sorted(units, key=lambda u: u.id)}
+        self._units = found
         self._gone = {
             uid: unit
             for uid, unit in sorted(before.items())
