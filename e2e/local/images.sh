@@ -11,8 +11,9 @@
 # Root; needs what e2e/local/install-deps.sh installs. No registry is used:
 # the pause program is compiled here, busybox comes from Debian's
 # busybox-static, and the genericdp image's base (a stand-in for
-# python:3.11-slim) is Debian 12 + python3 + python3-venv made with
-# mmdebstrap, cached in $IMAGES_CACHE keyed by everything that makes it.
+# python:3.11-slim: debian:bookworm-slim's packages + Debian's python3 and
+# what the official image adds) is made with mmdebstrap, cached in
+# $IMAGES_CACHE keyed by everything that makes it.
 # Environment:
 #   IMAGES_CACHE=/var/cache/genericdp-e2e   the base tarball (delete to refresh)
 #   DEBIAN_MIRROR=http://deb.debian.org/debian
@@ -111,16 +112,32 @@ build_busybox() {
 # The mmdebstrap base tarball: made once per distinct input, then reused.
 base_tarball() {
   local args key tarball partial
-  # shellcheck disable=SC2054 # --include takes a comma-separated list
+  # A stand-in for python:3.11-slim, package for package (docs/performance.md,
+  # "The image", says where it differs: Debian's Python 3.11.2 in /usr instead
+  # of python.org's 3.11.x built in /usr/local):
+  # - debian:bookworm-slim: Priority:required + apt (debuerreotype's minbase),
+  #   /usr merged by the hook as debuerreotype does (no usrmerge, hence no Perl
+  #   beyond perl-base), no manuals, translations or documentation;
+  # - what python:3.11-slim's Dockerfile adds: ca-certificates, netbase,
+  #   tzdata, the libraries its interpreter links (Debian's python3 depends
+  #   on them; libgdbm6 it has besides), pip, setuptools and wheel installed,
+  #   the venv module, and no bytecode (it deletes every .pyc).
+  # --include takes a comma-separated list; the hook's $1 is mmdebstrap's (the root)
+  # shellcheck disable=SC2054,SC2016
   args=(
-    --variant=apt --format=tar --include=python3,python3-venv
-    # Like Debian's -slim images: no manuals, translations or documentation.
+    --variant=minbase --format=tar
+    --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr
+    --include=ca-certificates,netbase,tzdata,python3,python3-venv,python3-pip,libgdbm6
     --dpkgopt='path-exclude=/usr/share/man/*'
     --dpkgopt='path-exclude=/usr/share/info/*'
     --dpkgopt='path-exclude=/usr/share/locale/*'
     --dpkgopt='path-include=/usr/share/locale/locale.alias'
     --dpkgopt='path-exclude=/usr/share/doc/*'
     --dpkgopt='path-include=/usr/share/doc/*/copyright'
+    --dpkgopt='path-exclude=/usr/share/groff/*'
+    --dpkgopt='path-exclude=/usr/share/linda/*'
+    --dpkgopt='path-exclude=/usr/share/lintian/*'
+    --customize-hook='find "$1/usr/lib/python3" "$1/usr/lib/python3.11" -depth -name __pycache__ -exec rm -rf {} +'
     bookworm
   )
   local mirrors=(
@@ -139,7 +156,7 @@ base_tarball() {
   else
     mkdir -p "$IMAGES_CACHE"
     partial=$IMAGES_CACHE/.base-$key.tar.partial
-    log "base: mmdebstrap Debian 12 + python3 + python3-venv (about a minute)"
+    log "base: mmdebstrap Debian 12 slim + python3 (about two minutes)"
     if ! mmdebstrap --quiet "${args[@]}" "$partial" "${mirrors[@]}" >"$WORK/mmdebstrap.log" 2>&1; then
       cat "$WORK/mmdebstrap.log" >&2
       rm -f "$partial"
