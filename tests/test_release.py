@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping, Set
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 from genericdp.errors import KubeletError
 from genericdp.kubelet.podresources import PodDevices
 from genericdp.runtime.release import Release, ReleasePoller, UsageTracker, released_units
+from tests.polling import eventually
 
 R = "example.com/serial"
 S = "example.com/sound"
@@ -311,3 +313,72 @@ async def test_poller_repeated_lists_keep_releasing_and_dropping_hand_outs() -> 
     assert await poller.poll()
     assert out == [Release(R, "a", ("a",))]
     assert tracker.held(R) == set()
+
+
+def test_holds_nothing_follows_lists_and_hand_outs() -> None:
+    """Nothing held: a List answered, showed no holder of any resource, and our
+    Allocate gave nothing out that no List confirmed yet."""
+    tracker = UsageTracker()
+    assert not tracker.holds_nothing(), "no List yet: unknown"
+    tracker.observe([])
+    assert tracker.holds_nothing()
+    tracker.handed_out(R, ["a"])
+    assert not tracker.holds_nothing()
+    tracker.observe([_pod("p", "a")])
+    assert not tracker.holds_nothing()
+    tracker.observe([])
+    assert tracker.holds_nothing()
+    tracker.observe([_pod("gpu", "g0", resource="nvidia.com/gpu")])
+    assert not tracker.holds_nothing(), "another plugin's devices count too"
+    tracker.observe([])
+    assert tracker.holds_nothing()
+
+
+async def test_poller_rests_while_nothing_is_held_and_an_allocate_wakes_it() -> None:
+    """With nothing held the poller makes no List until a hand-out (or its ``rest``),
+    then polls again; while anything is held it polls every interval."""
+    idle_list, busy_list = _ScriptedList(()), _ScriptedList((_pod("p", "a"),))
+    idle_tracker, busy_tracker = UsageTracker(), UsageTracker()
+    pollers = [
+        ReleasePoller(
+            Path("/nonexistent/pod-resources.sock"),
+            tracker,
+            lambda releases: None,
+            interval=0.001,
+            rest=3600.0,
+            list_pods=lister,
+        )
+        for tracker, lister in ((idle_tracker, idle_list), (busy_tracker, busy_list))
+    ]
+    tasks = [asyncio.create_task(p.run()) for p in pollers]
+    try:
+        # The busy poller's 20 Lists take at least 20 intervals: the idle one's
+        # first List answered nothing held, so it made no second.
+        await eventually(lambda: busy_list.calls >= 20 and idle_list.calls >= 1)
+        assert idle_list.calls == 1
+        assert idle_tracker.holds_nothing()
+        idle_tracker.handed_out(R, ["a"])  # an Allocate
+        await eventually(lambda: idle_list.calls >= 3)  # polling while "a" is handed out
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_poller_rest_is_a_safety_net() -> None:
+    """Resting, the poller still lists every ``rest`` seconds (never less than ``interval``)."""
+    lister = _ScriptedList(())
+    poller = ReleasePoller(
+        Path("/nonexistent/pod-resources.sock"),
+        UsageTracker(),
+        lambda releases: None,
+        interval=0.001,
+        rest=0.001,
+        list_pods=lister,
+    )
+    task = asyncio.create_task(poller.run())
+    try:
+        await eventually(lambda: lister.calls >= 5)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -160,8 +160,9 @@ class Settings(DiscoverySettings):
         ge=MIN_INTERVAL,
         le=MAX_INTERVAL,
         allow_inf_nan=False,
-        description="seconds between PodResources List calls: which devices containers hold "
-        "(cleanup hooks, unbounded sharing, units unplugged while in use)",
+        description="seconds between PodResources List calls while any device is held: "
+        "which devices containers hold (cleanup hooks, unbounded sharing, units unplugged "
+        "while in use); none held: one a minute, and one interval after each Allocate",
     )
     hotplug_settle: float = Field(
         0.1,

@@ -130,11 +130,20 @@ class UsageTracker:
         # Set once the first List has answered or failed: resources whose list
         # depends on what is held (gone units, unbounded sharing) register after it.
         self.settled = asyncio.Event()
+        # Set by every hand-out: the poller, resting while nothing is held, wakes.
+        self.handing_out = asyncio.Event()
 
     @property
     def has_baseline(self) -> bool:
         """Whether a List has answered since start (or since ``forget``)."""
         return self._baseline
+
+    def holds_nothing(self) -> bool:
+        """Whether a List answered and nobody holds anything: neither a container
+        List showed (of any resource, ours or not) nor an ID our Allocate gave out."""
+        return self._baseline and not any(
+            holders for devices in self._holders.values() for holders in devices.values()
+        )
 
     def in_use(self, resource: str) -> frozenset[str]:
         return frozenset(d for d, h in self._holders.get(resource, {}).items() if h)
@@ -294,7 +303,12 @@ class UsageTracker:
             holders.add(HANDED_OUT)
             self._handed_at[(resource, device_id)] = self._lists
         self._last_listed = None  # the next List confirms the hand-out or not
+        self.handing_out.set()
         self._changed(resource)
+
+
+# Seconds between Lists while nothing is held (``ReleasePoller``): a safety net only.
+REST = 60.0
 
 
 class ReleasePoller:
@@ -307,6 +321,14 @@ class ReleasePoller:
     polls while ``active()``. A
     failed List changes nothing: it is logged once per outage, and the next
     poll tries again. Nothing is released on a failed List.
+
+    While a List shows nothing held on the node and our Allocate gave nothing
+    out (``UsageTracker.holds_nothing``), the poller rests: only an Allocate
+    can make something held (the kubelet hands a device out through us; after
+    its restart it keeps the assignments it had, which were none), so it waits
+    for the next hand-out, then polls ``interval`` later as usual. One List
+    every ``rest`` seconds all the same, as a safety net. An idle node's poll
+    is mostly gRPC's own threads waking (docs/performance.md).
     """
 
     def __init__(
@@ -320,12 +342,14 @@ class ReleasePoller:
         on_observed: Callable[[], None] = lambda: None,
         list_pods: ListPods | None = None,
         timeout: float = 5.0,
+        rest: float = REST,
         logger: logging.Logger = log,
     ) -> None:
         self._socket = socket
         self._tracker = tracker
         self._dispatch = dispatch
         self._interval = interval
+        self._rest = max(rest, interval)
         self._active = active
         self._on_observed = on_observed
         # One channel for the poller's life (PodResourcesLister), unless told otherwise.
@@ -341,7 +365,10 @@ class ReleasePoller:
         """Poll until cancelled."""
         try:
             while True:
+                self._tracker.handing_out.clear()
                 await self.poll()
+                if self._tracker.holds_nothing() and not self._failing:
+                    await wait_event(self._tracker.handing_out, self._rest)
                 await asyncio.sleep(self._interval)  # polling is the only way to learn
         finally:
             if self._own_lister is not None:
