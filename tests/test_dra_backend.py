@@ -185,7 +185,12 @@ async def test_ready_only_once_every_resource_is_scanned_and_published(base: Pat
             await eventually(
                 lambda: readiness(supervisor.status(), started=True).ok, "ready after the scan"
             )
-            assert publisher.slices[NAME] == (("ttyUSB0",), frozenset())
+            # Published before ready; Healthy once its probe (a shell, run apart
+            # from the scan) has passed: readiness does not wait for probes.
+            assert publisher.slices[NAME][0] == ("ttyUSB0",)
+            await eventually(
+                lambda: publisher.slices[NAME] == (("ttyUSB0",), frozenset()), "probed healthy"
+            )
         finally:
             await supervisor.stop()
             await backend.close()
