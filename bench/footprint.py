@@ -137,11 +137,6 @@ def resources_config(n: int, *, first: int = 0) -> str:
 # -- the real daemon ----------------------------------------------------------------------
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU time of every thread ``pid`` ran, ended ones too (nanoseconds, not ticks)."""
-    return process_cpu_seconds(pid)
-
-
 def threads(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/task"))
 
@@ -169,9 +164,9 @@ async def timed_start(daemon: Daemon, names: frozenset[str]) -> tuple[Start, int
     await daemon.kubelet.wait_until(
         lambda k: any(state.registrations for state in k.resources.values()), WAIT
     )
-    first = cpu_seconds(proc.pid)
+    first = process_cpu_seconds(proc.pid)
     await daemon.until(names)
-    return Start(time.perf_counter() - started, cpu_seconds(proc.pid), first), proc.pid
+    return Start(time.perf_counter() - started, process_cpu_seconds(proc.pid), first), proc.pid
 
 
 # What ``serve`` imports before it reads the config (cli, then daemon, its supervisor
@@ -297,9 +292,9 @@ async def daemon_figures(
             if churn:
                 await churn_daemon(daemon, config_text, names, lengths)
             await asyncio.sleep(2.0)  # what the last step set off settles
-            before, at = cpu_seconds(pid), time.monotonic()
+            before, at = process_cpu_seconds(pid), time.monotonic()
             await asyncio.sleep(lengths.idle_seconds)
-            idle = (cpu_seconds(pid) - before) / (time.monotonic() - at) * 1000
+            idle = (process_cpu_seconds(pid) - before) / (time.monotonic() - at) * 1000
             return DaemonFigures(
                 start=start,
                 rss=memory_mib(pid, "VmRSS"),
