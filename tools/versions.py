@@ -194,11 +194,13 @@ def check_chart(package: Path, version: str) -> list[str]:
         assert handle is not None
         text = handle.read().decode()
     problems = []
-    for copy in COPIES[:2]:
-        found = copy.pattern.findall(text)
+    # helm writes the packaged Chart.yaml anew, quoting as its YAML library
+    # does (Helm 4 leaves appVersion bare): read the values, not the text.
+    for name, key in (("chart version", "version"), ("chart appVersion", "appVersion")):
+        found = re.findall(rf"^{key}: ([\"']?)([^\"'\s]+)\1$", text, re.M)
         got = found[0][1] if len(found) == 1 else None
         if got != version:
-            problems.append(f"{package.name}: {copy.name} {got} (expected {version})")
+            problems.append(f"{package.name}: {name} {got} (expected {version})")
     return problems
 
 
