@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jsonschema import Draft7Validator
+from jsonschema import Draft202012Validator
 from ruamel.yaml import YAML
 
+from genericdp.config import schema as genericdp_schema
+from tests.apiserver import ApiServer
 from tests.npm_tools import helm_binary
-from tools import versions
+from tools import chart_schema, versions
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "deploy" / "helm" / "genericdp"
@@ -47,15 +49,22 @@ def schema() -> dict[str, Any]:
 
 
 def schema_errors(data: dict[str, Any]) -> list[str]:
-    return [e.message for e in Draft7Validator(schema()).iter_errors(data)]
+    """Every message, those under a oneOf's branches too."""
+    pending = list(Draft202012Validator(schema()).iter_errors(data))
+    messages = []
+    while pending:
+        error = pending.pop(0)
+        messages.append(error.message)
+        pending += error.context or []
+    return messages
 
 
 # -- values.schema.json -------------------------------------------------------------------
 
 
 def test_the_schema_is_valid_and_accepts_the_default_values() -> None:
-    """values.schema.json is a draft-07 schema and values.yaml passes it."""
-    Draft7Validator.check_schema(schema())
+    """values.schema.json is a draft 2020-12 schema and values.yaml passes it."""
+    Draft202012Validator.check_schema(schema())
     assert schema_errors(values()) == []
 
 
@@ -86,6 +95,26 @@ BAD_VALUES: dict[str, tuple[dict[str, Any], str]] = {
     "a monitor switch as a string": ({"podMonitor": {"enabled": "yes"}}, "boolean"),
     "a digest that is not sha256": ({"image": {"repository": "r", "digest": "latest"}}, ""),
     "tolerations as a map": ({"tolerations": {"operator": "Exists"}}, "array"),
+    "a misspelt config key": (
+        {"config": {"version": "v1", "resources": [{"name": "a.io/x", "matches": []}]}},
+        "'matches' was unexpected",
+    ),
+    "a resource name without a domain": (
+        {"config": {"version": "v1", "resources": [{"name": "x", "match": [{"glob": "/d"}]}]}},
+        "does not match",
+    ),
+    "a USB ID Helm read as a number": (
+        {
+            "config": {
+                "version": "v1",
+                "resources": [
+                    {"name": "a.io/x", "match": [{"udev": {"attributes": {"idVendor": 259}}}]},
+                ],
+            }
+        },
+        "259 is not of type 'string'",
+    ),
+    "configYaml as a mapping": ({"configYaml": {"version": "v1"}}, "is not of type 'string'"),
 }
 
 
@@ -96,6 +125,29 @@ def test_the_schema_refuses(case: str) -> None:
     errors = schema_errors({**values(), **override})
     assert errors, case
     assert message in "\n".join(errors)
+
+
+def test_the_config_schema_in_the_values_schema_is_the_config_schema() -> None:
+    """values.schema.json's config is exactly `genericdp schema` (python -m tools.chart_schema)."""
+    assert chart_schema.main(["check"]) == 0, "run ./dev chart-schema"
+    embedded = dict(schema()["properties"]["config"])
+    embedded.pop("description")
+    config = {k: v for k, v in genericdp_schema().items() if k not in ("$schema", "description")}
+    assert embedded == config
+
+
+def test_a_stale_values_schema_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """check fails, and write repairs, a values schema whose config lags the config schema."""
+    stale = tmp_path / "values.schema.json"
+    data = schema()
+    del data["properties"]["config"]["$defs"]["udev"]
+    stale.write_text(json.dumps(data, indent=2) + "\n")
+    monkeypatch.setattr(chart_schema, "VALUES_SCHEMA", stale)
+    monkeypatch.setattr(chart_schema, "ROOT", tmp_path)
+    assert chart_schema.main(["check"]) == 1
+    assert chart_schema.main(["write"]) == 0
+    assert chart_schema.main(["check"]) == 0
+    assert json.loads(stale.read_text()) == schema()
 
 
 # -- templates, as text -----------------------------------------------------------------
@@ -311,3 +363,77 @@ def test_the_dra_backend_renders_the_kustomize_components_objects(helm: Path) ->
     assert "DeviceClass" not in [o["kind"] for o in plain]
     plain_pod = next(o for o in plain if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]
     assert plain_pod["automountServiceAccountToken"] is False
+
+
+UNQUOTED_IDS = """\
+config:
+  version: v1
+  resources:
+    - name: example.com/serial
+      match:
+        - udev: {subsystem: tty, attributes: {idVendor: 0403, idProduct: 6001}}
+"""
+AS_TEXT = """\
+config: null
+configYaml: |
+  version: v1
+  resources:
+    - name: example.com/serial
+      match:
+        - udev: {subsystem: tty, attributes: {idVendor: "0403", idProduct: "6001"}}
+"""
+
+
+def helm_run(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm), *args], capture_output=True, text=True, check=False)
+
+
+def test_unquoted_usb_ids_fail_helm_lint_with_their_path(
+    helm: Path, tmp_path: Path, apiserver: ApiServer
+) -> None:
+    """idVendor: 0403 (259 to Helm) fails lint and install --dry-run, naming the value."""
+    values = tmp_path / "values.yaml"
+    values.write_text(UNQUOTED_IDS)
+    lint = helm_run(helm, "lint", str(CHART), "-f", str(values))
+    assert lint.returncode != 0
+    for id_name in ("idVendor", "idProduct"):
+        path = f"resources.0.match.0.udev.attributes.{id_name}"
+        assert path in lint.stdout or "/" + path.replace(".", "/") in lint.stdout, lint.stdout
+    install = helm_run(
+        helm, "install", "gdp", str(CHART), "--dry-run=server", "-f", str(values),
+        "--kubeconfig", str(apiserver.kubeconfig), "--namespace", "default",
+    )  # fmt: skip
+    assert install.returncode != 0
+    assert "idVendor" in install.stderr
+
+
+def test_the_config_as_text_reaches_the_configmap_as_written(helm: Path, tmp_path: Path) -> None:
+    """configYaml is config.yaml byte for byte (quotes kept), lints clean, and names the classes."""
+    values = tmp_path / "values.yaml"
+    values.write_text(AS_TEXT)
+    assert helm_run(helm, "lint", str(CHART), "-f", str(values)).returncode == 0
+    docs = helm_template(helm, CHART, "-f", str(values), "--set", "backend=dra")
+    (configmap,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    written = YAML(typ="safe", pure=True).load(AS_TEXT)["configYaml"]
+    assert configmap["data"] == {"config.yaml": written}
+    classes = [d["spec"]["extendedResourceName"] for d in docs if d["kind"] == "DeviceClass"]
+    assert classes == ["example.com/serial"]
+
+
+def test_no_config_at_all_is_refused_at_render(helm: Path) -> None:
+    """--set config=null with nothing else fails the render instead of an empty ConfigMap."""
+    result = helm_run(helm, "template", "gdp", str(CHART), "--set", "config=null")
+    assert result.returncode != 0
+    assert "no config to serve" in result.stderr
+    only_extra = helm_template(
+        helm, CHART, "--set", "config=null", "--set", "extraConfigFiles.a\\.yaml=version: v1"
+    )
+    (configmap,) = [d for d in only_extra if d["kind"] == "ConfigMap"]
+    assert list(configmap["data"]) == ["a.yaml"]
+
+
+def test_config_yaml_that_is_not_a_mapping_is_refused(helm: Path) -> None:
+    """configYaml that does not parse as a mapping fails the render, saying so."""
+    result = helm_run(helm, "template", "gdp", str(CHART), "--set", "configYaml=[1]")
+    assert result.returncode != 0
+    assert "configYaml is not a YAML mapping" in result.stderr
