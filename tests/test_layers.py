@@ -22,7 +22,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
     for layer in (
         "__main__",
         "cli",
-        "daemon simulate report convert",
+        "daemon simulate report convert configsources",
         "metrics",
         "dra",
         "runtime",

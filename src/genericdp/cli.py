@@ -99,8 +99,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"genericdp {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("validate", help="check config files or directories; exit 1 if invalid")
-    p.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    p = sub.add_parser(
+        "validate",
+        help="check config files or directories; exit 1 if invalid",
+        description="Checks config files and directories (together, as one config), and"
+        " rendered manifests (each ConfigMap's *.yaml/*.yml keys together, as its pod"
+        " reads them) and Helm values files (what the chart writes to its ConfigMap)"
+        " each on their own.",
+    )
+    p.add_argument(
+        "paths", nargs="*", type=Path, metavar="PATH",
+        help="a config file or directory, or a manifest (a file with a top-level kind:)",
+    )  # fmt: skip
+    p.add_argument(
+        "--helm-values",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="FILE",
+        help="a Helm values file for the chart: its configYaml, else config, and"
+        " extraConfigFiles (repeatable)",
+    )
 
     sub.add_parser("schema", help="print the config JSON Schema")
     _add_convert(sub)
@@ -161,12 +180,34 @@ def _print_config_error(exc: ConfigError, out: TextIO) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from genericdp import configsources
     from genericdp.config import load
 
-    config = load(args.paths)
-    print(f"ok: {len(config.resources)} resource(s) in {len(config.files)} file(s)")
-    for r in config.resources:
-        print(f"  {r.name}  ({r.source.file}:{r.source.line})")
+    if not args.paths and not args.helm_values:
+        raise UsageError("validate needs a PATH or --helm-values FILE")
+    manifests = [p for p in args.paths if configsources.looks_like_manifest(p)]
+    plain = [p for p in args.paths if p not in manifests]
+    if plain:
+        try:
+            config = load(plain)
+        except ConfigError:
+            for path in filter(configsources.looks_like_helm_values, plain):
+                print(
+                    f"note: {path} looks like a Helm values file: use --helm-values",
+                    file=sys.stderr,
+                )
+            raise
+        print(f"ok: {len(config.resources)} resource(s) in {len(config.files)} file(s)")
+        for r in config.resources:
+            print(f"  {r.name}  ({r.source.file}:{r.source.line})")
+    groups = [configsources.from_helm_values(p) for p in args.helm_values]
+    for manifest in manifests:
+        groups += configsources.from_manifest(manifest)
+    for group in groups:
+        checked = configsources.check(group)
+        print(f"ok: {len(checked.resources)} resource(s) in {checked.label}")
+        for name, where in checked.resources:
+            print(f"  {name}  ({where})")
     return EXIT_OK
 
 
