@@ -225,6 +225,8 @@ def start() -> ApiServer:
             "--endpoint-reconciler-type=none",
             f"--cert-dir={workdir / 'certs'}",
             "--profiling=false",
+            # As kubeadm and kind run it: the chart's privileged variant is accepted.
+            "--allow-privileged=true",
         ]
         api_log = workdir / "kube-apiserver.log"
         with api_log.open("wb") as log:
