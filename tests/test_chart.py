@@ -437,3 +437,30 @@ def test_config_yaml_that_is_not_a_mapping_is_refused(helm: Path) -> None:
     result = helm_run(helm, "template", "gdp", str(CHART), "--set", "configYaml=[1]")
     assert result.returncode != 0
     assert "configYaml is not a YAML mapping" in result.stderr
+
+
+def test_the_daemonset_stays_on_linux_and_its_tolerations_can_be_narrowed(helm: Path) -> None:
+    """kubernetes.io/os: linux whatever nodeSelector says; a tolerations list replaces the
+    default (every NoSchedule taint and CriticalAddonsOnly, no NoExecute taint)."""
+
+    def pod(*args: str) -> dict[str, Any]:
+        docs = helm_template(helm, CHART, *args)
+        (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+        spec: dict[str, Any] = ds["spec"]["template"]["spec"]
+        return spec
+
+    default = pod()
+    assert default["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert default["tolerations"] == [
+        {"operator": "Exists", "effect": "NoSchedule"},
+        {"key": "CriticalAddonsOnly", "operator": "Exists"},
+    ]
+    chosen = pod(
+        "--set", "nodeSelector.disk=ssd", "--set", "nodeSelector.kubernetes\\.io/os=windows",
+        "--set", "tolerations[0].key=nvidia.com/gpu", "--set", "tolerations[0].operator=Exists",
+        "--set", "tolerations[0].effect=NoSchedule",
+    )  # fmt: skip
+    assert chosen["nodeSelector"] == {"disk": "ssd", "kubernetes.io/os": "linux"}
+    assert chosen["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]

@@ -123,7 +123,10 @@ def assert_daemonset_contract(ds: dict[str, Any], config_map: str) -> None:
     assert not [k for k, _ in walk(ds) if k == "subPath"], "subPath mounts never see updates"
     pod = ds["spec"]["template"]["spec"]
     assert pod["priorityClassName"] == "system-node-critical"
-    assert {"operator": "Exists"} in pod["tolerations"], "must run on every node, tainted or not"
+    # Device nodes are often tainted NoSchedule; the image is Linux only.
+    assert {"operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert {"operator": "Exists"} not in pod["tolerations"], "NoExecute taints must evict it"
+    assert pod["nodeSelector"]["kubernetes.io/os"] == "linux"
     (container,) = pod["containers"]
     volumes = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
