@@ -3,7 +3,7 @@
 # chart with its defaults and with each switch, piped to `kubectl apply
 # --dry-run=server` against the kind cluster the e2e left up (KEEP_CLUSTER=1).
 # The kustomize variants are checked by e2e/checks.sh (server_dry_run) on
-# both ways; helm is not on the local node's machine.
+# both ways; tests/test_chart_apiserver.py checks the Helm ones in ./dev test.
 #   e2e/kind/helm-dry-run.sh
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=kind-lib.sh
