@@ -19,6 +19,8 @@ import grpc
 from genericdp.aio import Backoff
 from genericdp.config import load_text
 from genericdp.config.model import Config, ResourceDefinition
+from genericdp.deviceplugin.backend import DevicePluginBackend
+from genericdp.deviceplugin.usage import UsageTracker
 from genericdp.discovery.model import DeviceNode, Roots, Unit
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
@@ -95,6 +97,12 @@ class Running:
     kubelet: EmbeddedKubelet
     supervisor: Supervisor
     settings: Settings
+    backend: DevicePluginBackend
+
+    @property
+    def usage(self) -> UsageTracker:
+        """Who holds what, as the device-plugin backend tracks it."""
+        return self.backend.usage
 
     async def registered(self, names: Iterable[str], timeout: float = 5.0) -> None:  # noqa: ASYNC109
         """Wait until the kubelet has every named resource connected."""
@@ -134,12 +142,13 @@ async def running(
     settings = settings_for(base, **overrides)
     socket = settings.pod_resources_socket if pod_resources else None
     async with EmbeddedKubelet(settings.plugin_dir, pod_resources_socket=socket) as kubelet:
+        backend = DevicePluginBackend(settings)
         supervisor = Supervisor(
-            settings, discover=discover, metrics=metrics, cleanup_backoff=cleanup_backoff
+            settings, backend, discover=discover, metrics=metrics, cleanup_backoff=cleanup_backoff
         )
         await supervisor.start(cfg)
         try:
-            yield Running(kubelet, supervisor, settings)
+            yield Running(kubelet, supervisor, settings, backend)
         finally:
             stragglers = await supervisor.stop()
             assert stragglers == (), f"tasks did not stop: {stragglers}"

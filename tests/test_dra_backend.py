@@ -73,9 +73,8 @@ async def test_resources_are_served_through_dra(base: Path) -> None:
     claims, publisher = MemoryClaims(), FakePublisher()
     backend = DraBackend(settings, claims=claims, publisher=publisher, run_hook=run_hook)
     discovery = ScriptedDiscovery({NAME: [unit("ttyUSB0"), unit("ttyUSB1")]})
-    supervisor = Supervisor(settings, discover=discovery, run_hook=run_hook, edge=backend.edge)
+    supervisor = Supervisor(settings, backend, discover=discovery, run_hook=run_hook)
     async with EmbeddedDraKubelet(base / "registry") as kubelet:
-        await backend.start()
         await supervisor.start(config(CONFIG))
         try:
             await eventually(lambda: kubelet.registered(DRIVER), "registered")
@@ -164,11 +163,8 @@ async def test_ready_only_once_every_resource_is_scanned_and_published(base: Pat
     publisher = FakePublisher()
     backend = DraBackend(settings, claims=MemoryClaims(), publisher=publisher, run_hook=_no_hook)
     discovery = ScriptedDiscovery({NAME: [unit("ttyUSB0")]}, broken={NAME})
-    supervisor = Supervisor(
-        settings, discover=discovery, edge=backend.edge, device_plugin_api=False
-    )
+    supervisor = Supervisor(settings, backend, discover=discovery)
     async with EmbeddedDraKubelet(base / "registry") as kubelet:
-        await backend.start()
         await supervisor.start(config(CONFIG))
         try:
             await eventually(lambda: kubelet.registered(DRIVER), "registered")
