@@ -14,7 +14,6 @@ import pytest
 
 from genericdp.aio import Backoff
 from genericdp.config.model import Config
-from genericdp.deviceplugin.backend import DevicePluginBackend
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.allocation import AllocationError
 from genericdp.runtime.supervisor import Supervisor
@@ -24,6 +23,7 @@ from tests.runtime_harness import (
     ScriptedDiscovery,
     allocate_request,
     config,
+    device_plugin,
     plugin_stub,
     running,
     settings_for,
@@ -321,7 +321,7 @@ async def test_shutdown_lets_a_running_cleanup_finish(base: Path) -> None:
     async with EmbeddedKubelet(
         settings.plugin_dir, pod_resources_socket=base / "pr.sock"
     ) as kubelet:
-        backend = DevicePluginBackend(settings)
+        backend = device_plugin(settings)
         supervisor = Supervisor(settings, backend, discover=discovery)
         await supervisor.start(hook.config())
         rt = Running(kubelet, supervisor, settings, backend)

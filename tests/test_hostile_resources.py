@@ -22,7 +22,6 @@ from genericdp.allocation.cdi import (
     write_spec,
 )
 from genericdp.config.model import Config
-from genericdp.deviceplugin.backend import DevicePluginBackend
 from genericdp.deviceplugin.sockets import socket_path
 from genericdp.errors import KubeletError
 from genericdp.kubelet.embedded import EmbeddedKubelet
@@ -35,6 +34,7 @@ from tests.runtime_harness import (
     ScriptedDiscovery,
     allocate_request,
     config,
+    device_plugin,
     plugin_stub,
     running,
     settings_for,
@@ -98,7 +98,7 @@ async def test_allocate_answer_over_4_mib_is_refused_and_counted(base: Path) -> 
     metrics = Metrics(process=False)
     discovery = ScriptedDiscovery({BIG: [unit("x0")]})
     async with EmbeddedKubelet(settings.plugin_dir) as kubelet:
-        backend = DevicePluginBackend(settings)
+        backend = device_plugin(settings)
         supervisor = Supervisor(settings, backend, discover=discovery, metrics=metrics)
         await supervisor.start(cfg)
         try:

@@ -20,7 +20,14 @@ from genericdp.kubelet.embedded import EmbeddedKubelet, EventKind
 from genericdp.runtime.supervisor import Supervisor
 from genericdp.settings import Settings
 from tests.polling import eventually
-from tests.runtime_harness import Running, ScriptedDiscovery, config, settings_for, unit
+from tests.runtime_harness import (
+    Running,
+    ScriptedDiscovery,
+    config,
+    device_plugin,
+    settings_for,
+    unit,
+)
 
 KVM = "example.com/kvm"
 SERIAL = "example.com/serial"
@@ -54,7 +61,7 @@ async def _running(
     base: Path, cfg: Config, discovery: ScriptedDiscovery, poll: float = 0.05
 ) -> AsyncIterator[Running]:
     settings = _settings(base, poll)
-    backend = DevicePluginBackend(settings)
+    backend = device_plugin(settings)
     async with (
         EmbeddedKubelet(
             settings.plugin_dir, pod_resources_socket=settings.pod_resources_socket

@@ -42,10 +42,17 @@ class DevicePluginBackend:
     # timeout plus a second.
     settled_timeout = POD_RESOURCES_TIMEOUT + 1.0
 
-    def __init__(self, settings: Settings, *, watch_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        watch_timeout: float = 5.0,
+        usage: UsageTracker | None = None,
+    ) -> None:
+        """``usage``: the tracker the poller feeds (tests pass one that records)."""
         self._settings = settings
         self._watch_timeout = watch_timeout
-        self.usage = UsageTracker()
+        self.usage = usage or UsageTracker()
         self._watching = asyncio.Event()
         self._fleet: Fleet | None = None
 
@@ -62,7 +69,7 @@ class DevicePluginBackend:
         return replicas_of(definition)
 
     def edge(self, parts: ResourceParts) -> ResourcePlugin:
-        return ResourcePlugin(parts)
+        return ResourcePlugin(parts, plugin_dir=self._settings.plugin_dir)
 
     def renews(self, before: ResourceDefinition, after: ResourceDefinition) -> bool:
         return renews(before, after)

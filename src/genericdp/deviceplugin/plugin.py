@@ -42,12 +42,16 @@ class ResourcePlugin:
 
     task = "registration"
 
-    def __init__(self, parts: ResourceParts) -> None:
+    def __init__(self, parts: ResourceParts, *, plugin_dir: Path) -> None:
         self._definition: Callable[[], ResourceDefinition] = parts.definition
         self.state: DeviceState = parts.state
         self._allocator: Allocator = parts.allocator
         self._registrar = Registrar(
-            lambda: self._definition().name, self.options, parts.context, self._start_server
+            lambda: self._definition().name,
+            self.options,
+            parts.context,
+            self._start_server,
+            plugin_dir=plugin_dir,
         )
 
     async def _start_server(self, path: Path) -> PluginServer:

@@ -71,8 +71,9 @@ def _clear(path: Path) -> None:
 class Registrar:
     """Serves one resource's socket and keeps it registered with the kubelet.
 
-    ``serve`` starts the gRPC server on a path; ``resource`` and ``options``
-    are read at each Register (a reload may change them).
+    ``serve`` starts the gRPC server on a path in ``plugin_dir`` (the
+    kubelet's device-plugin directory); ``resource`` and ``options`` are read
+    at each Register (a reload may change them).
     """
 
     def __init__(
@@ -81,12 +82,14 @@ class Registrar:
         options: Callable[[], PluginOptions],
         context: ResourceContext,
         serve: Serve,
+        *,
+        plugin_dir: Path,
     ) -> None:
         self._resource = resource
         self._options = options
         self._start_server = serve
         self._metrics = context.recorder
-        self._plugin_dir = context.plugin_dir
+        self._plugin_dir = plugin_dir
         self._on_status = context.on_status
         self._settle = context.settle
         self._backoff = Backoff()

@@ -115,11 +115,6 @@ class UsageTracker:
             or self._handed_at.get((resource, d), self._lists) + 1 >= self._lists
         )
 
-    def listed(self, resource: str) -> frozenset[str]:
-        """IDs a List showed held (not just handed out by us), for observers."""
-        devices = self._holders.get(resource, {})
-        return frozenset(d for d, h in devices.items() if h - {HANDED_OUT})
-
     def snapshot(self) -> dict[str, frozenset[str]]:
         return {r: ids for r in self._holders if (ids := self.in_use(r))}
 
