@@ -7,7 +7,7 @@ units, a health report repeating itself) does not. How a unit's devices are
 named is the backend's (``DeviceIds``): one device per unit by default, the
 device plugin's replicas ``<unit>::<i>`` (``deviceplugin/replicas.py``).
 
-What containers hold (``set_in_use``, from PodResources and our Allocate)
+What containers hold (``set_in_use``, from the backend's ``Usage``)
 shapes the list in two ways:
 
 - A unit whose nodes vanish while a container holds it stays listed,
