@@ -4,11 +4,10 @@ The daemon opens one ``DraBackend`` (``serving``) and hands it to the
 supervisor (``runtime.backend.Backend``): every resource's runner then feeds
 the driver's inventory and the node's ResourceSlices through its ``DraEdge``.
 A DRA device is a unit (one ID per unit, nothing tracked as held: claims are
-the driver's), and the backend has no daemon-wide task of the runtime's: the
-driver serves its own sockets.
-The API server pieces (the claim source and the slice publisher) come from
-``open_backend``, which is the only place that loads the API client library,
-so the device-plugin backend never does.
+the driver's). Daemon-wide, ``start`` starts the driver, which serves and
+registers its own sockets. The API server pieces (the claim source and the
+slice publisher) come from ``open_api``, which is the only place that loads
+the API client library, so the device-plugin backend never does.
 """
 
 from __future__ import annotations
