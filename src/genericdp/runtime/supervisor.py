@@ -31,7 +31,6 @@ from genericdp.runtime.edge import Edge, PluginStatus
 from genericdp.runtime.reconcile import Plan, plan
 from genericdp.runtime.recorder import NO_METRICS, Recorder, TimedHooks
 from genericdp.runtime.resource import ResourceRunner
-from genericdp.runtime.usage import Usage
 from genericdp.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -103,11 +102,6 @@ class Supervisor:
     @property
     def backend(self) -> Backend:
         return self._backend
-
-    @property
-    def usage(self) -> Usage:
-        """Who holds which device, as far as the backend tells."""
-        return self._backend.usage
 
     @property
     def recorder(self) -> Recorder:
