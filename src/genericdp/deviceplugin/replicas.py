@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import overload
 
 from genericdp.config.model import ResourceDefinition
-from genericdp.deviceplugin.sharing import advertised_indices, replica_index
+from genericdp.deviceplugin.sharing import advertised_indices, canonical_index, replica_index
 from genericdp.discovery.model import Unit
-from genericdp.kubelet.devices import DeviceInfo, unit_id_of
+from genericdp.kubelet.devices import DeviceInfo, index_text, replica_id, unit_id_of
 from genericdp.runtime.state import DeviceState, ListedUnit
 
 
@@ -34,15 +34,10 @@ class Replicas:
         if self.free is not None:
             # Any index: the kubelet may pick a free ID we have just stopped listing.
             return replica_index(device_id) is not None
-        _, sep, index = device_id.partition("::")
         if self.count <= 1:
-            return not sep
-        return (
-            index.isascii()
-            and index.isdigit()
-            and str(int(index)) == index
-            and int(index) < self.count
-        )
+            return index_text(device_id) is None
+        index = canonical_index(device_id)
+        return index is not None and index < self.count
 
     @property
     def follows_use(self) -> bool:
@@ -81,7 +76,7 @@ def device_list(state: DeviceState) -> Sequence[DeviceInfo]:
         return DeviceList(state.listed_units(), naming.count, out)
     # Unbounded: each unit lists what is held plus a few, so the list is short.
     return tuple(
-        DeviceInfo(id=f"{unit.id}::{i}", healthy=unit.id not in out, numa_node=unit.numa_node)
+        DeviceInfo(id=replica_id(unit.id, i), healthy=unit.id not in out, numa_node=unit.numa_node)
         for unit in state.listed_units()
         for i in naming.indices(state.held_ids(unit.id), state.present(unit.id))
     )
@@ -137,5 +132,5 @@ class DeviceList(Sequence[DeviceInfo]):
                 yield self._device(unit, replica)
 
     def _device(self, unit: Unit, replica: int) -> DeviceInfo:
-        device_id = unit.id if self._count == 1 else f"{unit.id}::{replica}"
+        device_id = unit.id if self._count == 1 else replica_id(unit.id, replica)
         return DeviceInfo(id=device_id, healthy=unit.id not in self._out, numa_node=unit.numa_node)
