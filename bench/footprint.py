@@ -350,6 +350,7 @@ async def allocate_handling(
 ) -> tuple[list[float], list[float], list[float]]:
     """(our handling, its CPU time, the kubelet's whole Allocate) in seconds, one
     device per pod. The daemon records metrics, as ``serve`` always does."""
+    from genericdp.deviceplugin.backend import DevicePluginBackend
     from genericdp.kubelet import servicer
     from genericdp.metrics import Metrics
     from genericdp.runtime.supervisor import Supervisor
@@ -385,7 +386,7 @@ async def allocate_handling(
     servicer.DevicePluginServicer.Allocate = timed  # type: ignore[assignment,method-assign]
     try:
         async with EmbeddedKubelet(plugin_dir) as kubelet:
-            supervisor = Supervisor(settings, metrics=Metrics())
+            supervisor = Supervisor(settings, DevicePluginBackend(settings), metrics=Metrics())
             await supervisor.start(config)
             try:
                 await kubelet.wait_until(

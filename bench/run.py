@@ -33,6 +33,7 @@ sys.path.insert(0, str(REPO))
 from bench import footprint, scale  # noqa: E402
 from bench.idle_cpu import daemon_env, serve_env  # noqa: E402
 from genericdp.config import load, load_text  # noqa: E402
+from genericdp.deviceplugin.backend import DevicePluginBackend  # noqa: E402
 from genericdp.discovery import discover  # noqa: E402
 from genericdp.kubelet.embedded import EmbeddedKubelet  # noqa: E402
 from genericdp.runtime.supervisor import Supervisor, all_registered  # noqa: E402
@@ -143,7 +144,7 @@ async def restart_trials(base: Path, n: int, trials: int) -> tuple[list[float], 
         )
 
     async with EmbeddedKubelet(plugin_dir) as kubelet:
-        supervisor = Supervisor(settings)
+        supervisor = Supervisor(settings, DevicePluginBackend(settings))
         start = time.perf_counter()
         await supervisor.start(cfg)
         await kubelet.wait_until(functools.partial(all_connected, gen={}), 30)
@@ -168,7 +169,7 @@ async def allocate_trials(base: Path, trials: int) -> list[float]:
     )
     samples = []
     async with EmbeddedKubelet(plugin_dir) as kubelet:
-        supervisor = Supervisor(settings)
+        supervisor = Supervisor(settings, DevicePluginBackend(settings))
         await supervisor.start(cfg)
         await kubelet.wait_until(
             lambda k: (
@@ -211,7 +212,7 @@ def bench_hotplug(base: Path, trials: int = 20) -> None:
         plugged: list[float] = []
         unplugged: list[float] = []
         async with EmbeddedKubelet(settings.plugin_dir) as kubelet:
-            supervisor = Supervisor(settings)
+            supervisor = Supervisor(settings, DevicePluginBackend(settings))
             await supervisor.start(cfg)
             await kubelet.wait_until(has(0), 30)
             for i in range(trials):
@@ -288,7 +289,7 @@ def bench_reload(base: Path, trials: int = 10) -> None:
         volume.write({"gdp.yaml": resources_config(1)})
         samples = []
         async with EmbeddedKubelet(plugin_dir) as kubelet:
-            supervisor = Supervisor(settings)
+            supervisor = Supervisor(settings, DevicePluginBackend(settings))
             await supervisor.start(load([volume.target]))
             watcher = ConfigWatcher(volume.target, supervisor, settle=settle)
             tasks = TaskSet()

@@ -28,12 +28,14 @@ sys.path.insert(0, str(REPO))
 
 from genericdp.config import load_text  # noqa: E402
 from genericdp.config.model import PreferredAllocation  # noqa: E402
+from genericdp.deviceplugin.backend import DevicePluginBackend  # noqa: E402
+from genericdp.deviceplugin.plugin import ResourcePlugin  # noqa: E402
+from genericdp.deviceplugin.preferred import preferred_allocation  # noqa: E402
+from genericdp.deviceplugin.replicas import Replicas  # noqa: E402
 from genericdp.discovery.model import DeviceNode, Unit  # noqa: E402
 from genericdp.kubelet.devices import replica_ids  # noqa: E402
 from genericdp.kubelet.servicer import list_response  # noqa: E402
 from genericdp.runtime.context import ResourceContext  # noqa: E402
-from genericdp.runtime.plugin import ResourcePlugin  # noqa: E402
-from genericdp.runtime.preferred import preferred_allocation  # noqa: E402
 from genericdp.runtime.resource import ResourceRunner  # noqa: E402
 from genericdp.runtime.state import DeviceState  # noqa: E402
 from genericdp.settings import Settings  # noqa: E402
@@ -94,14 +96,12 @@ def allocate_cases(units: int = 1000, count: int = 1000) -> list[Result]:
     label = f"{units} units x count {count}"
     results = []
     start = time.perf_counter()
-    state = DeviceState(count=count, units=_units(units))
+    state = DeviceState(Replicas(count), units=_units(units))
     results.append(Result(f"{label}: device state", time.perf_counter() - start, 0.5, "s"))
-    context = ResourceContext.of(
-        Settings.model_validate({"plugin_dir": Path("/nonexistent")}),
-        discover=lambda *_: (),
-        run_hook=_no_hook,
-    )
-    plugin = ResourceRunner(definition, context, state=state).edge
+    settings = Settings.model_validate({"plugin_dir": Path("/nonexistent")})
+    context = ResourceContext.of(settings, discover=lambda *_: (), run_hook=_no_hook)
+    backend = DevicePluginBackend(settings)
+    plugin = ResourceRunner(definition, context, backend, state=state).edge
     assert isinstance(plugin, ResourcePlugin)
     rng = random.Random(7)  # noqa: S311 -- which IDs are asked for does not matter
     ids = [f"u{rng.randrange(units):05d}::{rng.randrange(count)}" for _ in range(50)]

@@ -19,10 +19,15 @@ import grpc
 from genericdp.aio import Backoff
 from genericdp.config import load_text
 from genericdp.config.model import Config, ResourceDefinition
+from genericdp.deviceplugin.backend import DevicePluginBackend
+from genericdp.deviceplugin.holders import Holder, holders_by_device
+from genericdp.deviceplugin.usage import UsageTracker
 from genericdp.discovery.model import DeviceNode, Roots, Unit
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.embedded import EmbeddedKubelet
+from genericdp.kubelet.podresources import PodDevices
+from genericdp.runtime.cleanup import Release
 from genericdp.runtime.context import Discover
 from genericdp.runtime.recorder import Recorder
 from genericdp.runtime.supervisor import Supervisor
@@ -90,11 +95,50 @@ def settings_for(base: Path, **overrides: object) -> Settings:
     return Settings(**values)  # type: ignore[arg-type]
 
 
+class ListRecorder(UsageTracker):
+    """A usage tracker that also keeps the last PodResources answer it was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._answer: dict[str, dict[str, set[Holder]]] = {}
+
+    def listed(self, resource: str) -> frozenset[str]:
+        """IDs the last List answer showed held (what the poller has seen)."""
+        return frozenset(d for d, h in self._answer.get(resource, {}).items() if h)
+
+    def repeats(self, pods: Iterable[PodDevices]) -> bool:
+        pods = tuple(pods)
+        self._answer = holders_by_device(pods)
+        return super().repeats(pods)
+
+    def observe(self, pods: Iterable[PodDevices]) -> tuple[Release, ...]:
+        pods = tuple(pods)
+        self._answer = holders_by_device(pods)
+        return super().observe(pods)
+
+
+def device_plugin(settings: Settings) -> DevicePluginBackend:
+    """The device-plugin backend, its usage a ``ListRecorder``."""
+    return DevicePluginBackend(settings, usage=ListRecorder())
+
+
+def recorded(backend: DevicePluginBackend) -> ListRecorder:
+    """The ``ListRecorder`` of a backend from ``device_plugin``."""
+    assert isinstance(backend.usage, ListRecorder), "a backend of device_plugin()"
+    return backend.usage
+
+
 @dataclass
 class Running:
     kubelet: EmbeddedKubelet
     supervisor: Supervisor
     settings: Settings
+    backend: DevicePluginBackend
+
+    @property
+    def usage(self) -> ListRecorder:
+        """Who holds what, as the device-plugin backend tracks it."""
+        return recorded(self.backend)
 
     async def registered(self, names: Iterable[str], timeout: float = 5.0) -> None:  # noqa: ASYNC109
         """Wait until the kubelet has every named resource connected."""
@@ -134,12 +178,13 @@ async def running(
     settings = settings_for(base, **overrides)
     socket = settings.pod_resources_socket if pod_resources else None
     async with EmbeddedKubelet(settings.plugin_dir, pod_resources_socket=socket) as kubelet:
+        backend = device_plugin(settings)
         supervisor = Supervisor(
-            settings, discover=discover, metrics=metrics, cleanup_backoff=cleanup_backoff
+            settings, backend, discover=discover, metrics=metrics, cleanup_backoff=cleanup_backoff
         )
         await supervisor.start(cfg)
         try:
-            yield Running(kubelet, supervisor, settings)
+            yield Running(kubelet, supervisor, settings, backend)
         finally:
             stragglers = await supervisor.stop()
             assert stragglers == (), f"tasks did not stop: {stragglers}"

@@ -23,6 +23,7 @@ from tests.runtime_harness import (
     ScriptedDiscovery,
     allocate_request,
     config,
+    device_plugin,
     plugin_stub,
     running,
     settings_for,
@@ -102,7 +103,7 @@ async def _allocatable(rt: Running, count: int) -> None:
 
 async def _listed(rt: Running, *ids: str) -> None:
     """Wait until the poller has seen these IDs held (and no others)."""
-    await eventually(lambda: rt.supervisor.usage.listed(SERIAL) == set(ids))
+    await eventually(lambda: rt.usage.listed(SERIAL) == set(ids))
 
 
 async def test_release_runs_cleanup_with_the_unit_in_its_environment(base: Path) -> None:
@@ -171,7 +172,7 @@ async def test_shared_unit_is_cleaned_after_its_last_replica(base: Path) -> None
         await rt.kubelet.allocate(SERIAL, 1, pod="q")
         await _listed(rt, "ttyUSB0::0", "ttyUSB0::1")
         rt.kubelet.release("default", "p")
-        await eventually(lambda: len(rt.supervisor.usage.listed(SERIAL)) == 1)
+        await eventually(lambda: len(rt.usage.listed(SERIAL)) == 1)
         assert rt.kubelet.resources[SERIAL].allocatable == 2  # nothing went out of service
         assert hook.lines("runs") == []
         rt.kubelet.release("default", "q")
@@ -215,7 +216,7 @@ async def test_missing_pod_resources_socket_cleans_nothing_and_recovers(
     """Without PodResources nothing is cleaned, one line is logged; it recovers when it appears."""
     hook = Hook(base / "hook")
     discovery = ScriptedDiscovery({SERIAL: [unit("ttyUSB0"), unit("ttyUSB1")]})
-    caplog.set_level(logging.INFO, logger="genericdp.runtime.release")
+    caplog.set_level(logging.INFO, logger="genericdp.deviceplugin.poller")
     async with serving(base, hook.config(), discovery, pod_resources=False) as rt:
         await _allocatable(rt, 2)
         response = await rt.kubelet.allocate(SERIAL, 1, pod="p")
@@ -248,7 +249,7 @@ async def test_unit_shorter_lived_than_a_poll_is_cleaned_before_its_next_allocat
     discovery = ScriptedDiscovery({SERIAL: [unit("ttyUSB0")]})
     async with serving(base, hook.config(), discovery, poll=3600.0) as rt:
         await _allocatable(rt, 1)
-        await eventually(lambda: rt.supervisor.usage.has_baseline)
+        await eventually(lambda: rt.usage.has_baseline)
         await rt.kubelet.allocate(SERIAL, 1, pod="p")
         rt.kubelet.release("default", "p")
         assert hook.lines("runs") == []
@@ -263,7 +264,7 @@ async def test_failed_cleanup_inside_allocate_refuses_the_pod(base: Path) -> Non
     discovery = ScriptedDiscovery({SERIAL: [unit("ttyUSB0")]})
     async with serving(base, hook.config(), discovery, poll=3600.0) as rt:
         await _allocatable(rt, 1)
-        await eventually(lambda: rt.supervisor.usage.has_baseline)
+        await eventually(lambda: rt.usage.has_baseline)
         await rt.kubelet.allocate(SERIAL, 1, pod="p")
         rt.kubelet.release("default", "p")
         hook.flag("fail", on=True)
@@ -320,9 +321,10 @@ async def test_shutdown_lets_a_running_cleanup_finish(base: Path) -> None:
     async with EmbeddedKubelet(
         settings.plugin_dir, pod_resources_socket=base / "pr.sock"
     ) as kubelet:
-        supervisor = Supervisor(settings, discover=discovery)
+        backend = device_plugin(settings)
+        supervisor = Supervisor(settings, backend, discover=discovery)
         await supervisor.start(hook.config())
-        rt = Running(kubelet, supervisor, settings)
+        rt = Running(kubelet, supervisor, settings, backend)
         await _allocatable(rt, 1)
         await kubelet.allocate(SERIAL, 1, pod="p")
         await _listed(rt, "ttyUSB0")

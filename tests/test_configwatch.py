@@ -87,10 +87,12 @@ class RecordingTarget:
     applied: list[Plan] = field(default_factory=list)
     fail: Exception | None = None
 
-    async def apply(self, config: Config) -> Plan:
+    async def apply(self, config: Config, *, if_changed: bool = False) -> Plan:
+        steps = plan(self.config.resources, config.resources)
+        if if_changed and steps.empty:
+            return steps
         if self.fail is not None:
             raise self.fail
-        steps = plan(self.config.resources, config.resources)
         self.config = config
         self.applied.append(steps)
         return steps
@@ -223,7 +225,7 @@ def test_relevant_names(name: str, watched: str | None, expected: bool) -> None:
 def test_result_summary_names_every_step() -> None:
     """The reload log line names what started, stopped, was updated and re-registered."""
     result = ReloadResult(
-        Outcome.APPLIED, started=("a", "b"), stopped=("c",), updated=("d",), reregistered=("e",)
+        Outcome.APPLIED, started=("a", "b"), stopped=("c",), updated=("d",), renewed=("e",)
     )
     assert result.summary == "started a, b, stopped c, updated d, re-registered e"
     assert result.ok

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from genericdp.deviceplugin.backend import DevicePluginBackend
 from genericdp.discovery.model import Unit
 from genericdp.dra.backend import DraBackend, DraSetupError
 from genericdp.dra.claims import AllocatedDevice, ClaimRef
@@ -17,7 +18,7 @@ from genericdp.dra.embedded import DraKubeletError, EmbeddedDraKubelet, resolve_
 from genericdp.dra.memclaims import MemoryClaims
 from genericdp.dra.naming import device_name
 from genericdp.hooks import HookRun
-from genericdp.metrics import readiness
+from genericdp.metrics import Metrics, readiness
 from genericdp.runtime.supervisor import Supervisor
 from tests.polling import eventually
 from tests.runtime_harness import ScriptedDiscovery, config, settings_for, unit
@@ -73,9 +74,8 @@ async def test_resources_are_served_through_dra(base: Path) -> None:
     claims, publisher = MemoryClaims(), FakePublisher()
     backend = DraBackend(settings, claims=claims, publisher=publisher, run_hook=run_hook)
     discovery = ScriptedDiscovery({NAME: [unit("ttyUSB0"), unit("ttyUSB1")]})
-    supervisor = Supervisor(settings, discover=discovery, run_hook=run_hook, edge=backend.edge)
+    supervisor = Supervisor(settings, backend, discover=discovery, run_hook=run_hook)
     async with EmbeddedDraKubelet(base / "registry") as kubelet:
-        await backend.start()
         await supervisor.start(config(CONFIG))
         try:
             await eventually(lambda: kubelet.registered(DRIVER), "registered")
@@ -164,11 +164,8 @@ async def test_ready_only_once_every_resource_is_scanned_and_published(base: Pat
     publisher = FakePublisher()
     backend = DraBackend(settings, claims=MemoryClaims(), publisher=publisher, run_hook=_no_hook)
     discovery = ScriptedDiscovery({NAME: [unit("ttyUSB0")]}, broken={NAME})
-    supervisor = Supervisor(
-        settings, discover=discovery, edge=backend.edge, device_plugin_api=False
-    )
+    supervisor = Supervisor(settings, backend, discover=discovery)
     async with EmbeddedDraKubelet(base / "registry") as kubelet:
-        await backend.start()
         await supervisor.start(config(CONFIG))
         try:
             await eventually(lambda: kubelet.registered(DRIVER), "registered")
@@ -198,3 +195,16 @@ async def test_ready_only_once_every_resource_is_scanned_and_published(base: Pat
 
 async def _no_hook(hook: HookRun) -> None:
     """No hook runs in this test."""
+
+
+async def test_the_kubelet_watch_gauge_is_the_device_plugin_backends_alone(base: Path) -> None:
+    """Under DRA nothing watches the device-plugin directory, so its gauge is not exported;
+    the device-plugin backend exports it (0 until its watch runs)."""
+    settings = settings_for(base, backend="dra", node_name=NODE)
+    dra = DraBackend(settings, claims=MemoryClaims(), publisher=FakePublisher(), run_hook=_no_hook)
+    under_dra, under_device_plugin = Metrics(process=False), Metrics(process=False)
+    under_dra.track(Supervisor(settings, dra))
+    under_device_plugin.track(Supervisor(settings, DevicePluginBackend(settings)))
+    watch = "genericdp_kubelet_watch_up"
+    assert under_dra.registry.get_sample_value(watch) is None
+    assert under_device_plugin.registry.get_sample_value(watch) == 0

@@ -88,13 +88,7 @@ async def test_claims_allocated_in_the_api_server_are_prepared(
         EmbeddedDraKubelet(base / "registry") as kubelet,
         serving(settings, run_hook=run_hook) as dra,
     ):
-        supervisor = Supervisor(
-            settings,
-            discover=discovery,
-            run_hook=run_hook,
-            edge=dra.edge,
-            device_plugin_api=False,
-        )
+        supervisor = Supervisor(settings, dra, discover=discovery, run_hook=run_hook)
         await supervisor.start(config(CONFIG))
         try:
             await eventually(lambda: kubelet.registered(DEFAULT_DRIVER), "registered")
@@ -117,7 +111,7 @@ async def test_claims_allocated_in_the_api_server_are_prepared(
             )
             assert [h.name for h in hooks][:2] == ["init", "cleanup"]
         finally:
-            dra.stopping = True
+            supervisor.shutting_down()
             await supervisor.stop()
     # Stopped: the slices stay for the next instance.
     assert len(slices(apiserver)) == 1
@@ -151,9 +145,7 @@ async def test_slices_are_complete_within_a_second_of_start_and_a_restart_writes
         """Seconds from start to the slices holding every device; slices written."""
         started = time.monotonic()
         async with serving(settings, run_hook=_no_hook) as dra:
-            supervisor = Supervisor(
-                settings, discover=discovery, edge=dra.edge, device_plugin_api=False
-            )
+            supervisor = Supervisor(settings, dra, discover=discovery)
             await supervisor.start(config(STARTUP_CONFIG))
             try:
                 # The publisher's line once the pool is right, written or found so.
@@ -167,7 +159,7 @@ async def test_slices_are_complete_within_a_second_of_start_and_a_restart_writes
                 assert isinstance(dra.publisher, SlicePublisher)
                 return elapsed, dra.publisher.writes
             finally:
-                dra.stopping = True
+                supervisor.shutting_down()
                 await supervisor.stop()
 
     with caplog.at_level(logging.INFO, "genericdp.dra.publisher"):

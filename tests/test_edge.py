@@ -1,22 +1,24 @@
-"""A second backend's edge plugs into the per-resource runner (``runtime/edge.py``).
+"""A backend of its own plugs into the runtime (``runtime/backend.py``, ``runtime/edge.py``).
 
 The runner's discovery, health, hooks, cleanup and state serve an edge that
-is not the device plugin: no socket, no Register, no kubelet.
+is not the device plugin: no socket, no Register, no kubelet. The backend
+here is one class of this test: what a third backend (an NRI plugin, say)
+would write.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterable
 from pathlib import Path
 
+from genericdp.aio import TaskSet
 from genericdp.config.model import ResourceDefinition
 from genericdp.hooks import HookRun
-from genericdp.runtime.allocator import Allocator
-from genericdp.runtime.context import ResourceContext
+from genericdp.runtime.backend import Backend, Fleet, Gauge, ResourceParts
 from genericdp.runtime.edge import Edge, PluginStatus
-from genericdp.runtime.kubeletwatch import DirChange
-from genericdp.runtime.state import DeviceState
+from genericdp.runtime.state import ONE_PER_UNIT, DeviceIds
 from genericdp.runtime.supervisor import Supervisor
+from genericdp.runtime.usage import NoUsage
 from tests.polling import eventually
 from tests.runtime_harness import ScriptedDiscovery, config, settings_for, unit
 
@@ -36,14 +38,8 @@ class PublishingEdge:
 
     task = "publish"
 
-    def __init__(
-        self,
-        definition: Callable[[], ResourceDefinition],
-        state: DeviceState,
-        context: ResourceContext,
-        allocator: Allocator,
-    ) -> None:
-        self.definition, self.state, self.allocator = definition, state, allocator
+    def __init__(self, parts: ResourceParts) -> None:
+        self.definition, self.state, self.allocator = parts.definition, parts.state, parts.allocator
         self.wakes: list[str] = []
         self.published: list[tuple[str, ...]] = []
         self.closed = False
@@ -58,12 +54,12 @@ class PublishingEdge:
     def wake(self, reason: str, *, renew: bool = False) -> None:
         self.wakes.append(reason)
 
-    def plugin_dir_changed(self, change: DirChange) -> None:
-        pass
-
     def status(self) -> PluginStatus:
-        devices, healthy = self.state.counts()
-        return PluginStatus(self.definition().name, None, bool(self.wakes), 0, 0, devices, healthy)
+        units, out = self.state.units_view(), self.state.out
+        healthy = sum(1 for uid in units if uid not in out)
+        return PluginStatus(
+            self.definition().name, None, bool(self.wakes), 0, 0, len(units), healthy
+        )
 
     async def close(self) -> None:
         self.closed = True
@@ -73,8 +69,54 @@ class PublishingEdge:
 EDGES: list[PublishingEdge] = []
 
 
+class HandedOut(NoUsage):
+    """Nobody is seen holding anything, but what the allocator hands out is kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.handed: dict[str, set[str]] = {}
+
+    def handed_out(self, resource: str, device_ids: Iterable[str]) -> None:
+        self.handed.setdefault(resource, set()).update(device_ids)
+
+
+class PublishingBackend:
+    """A whole backend: one edge per resource, no daemon-wide task, no metric of its own."""
+
+    settled_timeout = 0.0
+    where = "a test"
+
+    def __init__(self) -> None:
+        self.usage = HandedOut()
+
+    def device_ids(self, definition: ResourceDefinition) -> DeviceIds:
+        return ONE_PER_UNIT
+
+    def edge(self, parts: ResourceParts) -> PublishingEdge:
+        return PublishingEdge(parts)
+
+    def renews(self, before: ResourceDefinition, after: ResourceDefinition) -> bool:
+        return False
+
+    async def start(self, fleet: Fleet, tasks: TaskSet) -> None:
+        pass
+
+    def started(self, fleet: Fleet, tasks: TaskSet) -> None:
+        pass
+
+    def gauges(self) -> tuple[Gauge, ...]:
+        return ()
+
+    def shutting_down(self) -> None:
+        pass
+
+
 def _is_edge(edge: Edge) -> Edge:  # mypy checks that PublishingEdge meets the protocol
     return edge
+
+
+def _is_backend(backend: Backend) -> Backend:  # and that PublishingBackend meets its own
+    return backend
 
 
 async def test_a_supervisor_runs_another_edge_with_the_same_runner(tmp_path: Path) -> None:
@@ -86,10 +128,11 @@ async def test_a_supervisor_runs_another_edge_with_the_same_runner(tmp_path: Pat
     async def run_hook(hook: HookRun) -> None:
         hooks.append(hook)
 
-    (tmp_path / "dp").mkdir()  # the kubelet's directory, watched as usual
+    (tmp_path / "dp").mkdir()  # the device-plugin directory: nothing is served there
     discovery = ScriptedDiscovery({NAME: [unit("ttyUSB0"), unit("ttyUSB1")]})
+    backend = PublishingBackend()
     supervisor = Supervisor(
-        settings_for(tmp_path), discover=discovery, run_hook=run_hook, edge=PublishingEdge
+        settings_for(tmp_path), _is_backend(backend), discover=discovery, run_hook=run_hook
     )
     await supervisor.start(config(CONFIG))
     try:
@@ -101,7 +144,7 @@ async def test_a_supervisor_runs_another_edge_with_the_same_runner(tmp_path: Pat
         (answer,) = await edge.allocator.allocate([("ttyUSB1",)])
         assert dict(answer.env) == {"SERIAL": "ttyUSB1"}
         assert [(h.name, h.device_ids) for h in hooks] == [("init", ("ttyUSB1",))]
-        assert supervisor.usage.in_use(NAME) == frozenset({"ttyUSB1"})
+        assert backend.usage.handed == {NAME: {"ttyUSB1"}}
         assert not list(tmp_path.joinpath("dp").glob("*.sock"))  # no device plugin served
     finally:
         assert await supervisor.stop() == ()

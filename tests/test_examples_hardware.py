@@ -32,6 +32,7 @@ import pytest
 
 from genericdp.allocation.cdi import spec_path
 from genericdp.config import load
+from genericdp.deviceplugin.backend import DevicePluginBackend
 from genericdp.discovery import discover
 from genericdp.health import HealthMonitor
 from genericdp.kubelet.embedded import EmbeddedKubelet
@@ -96,7 +97,10 @@ async def test_rdma_example_gives_what_the_mellanox_plugin_gives(base: Path) -> 
     rdma_host(base)
     config = load([EXAMPLES / "rdma.yaml"])
     settings = settings_for(base, cdi_dir=base / "cdi")
-    async with EmbeddedKubelet(settings.plugin_dir) as kubelet, Supervisor(settings) as supervisor:
+    async with (
+        EmbeddedKubelet(settings.plugin_dir) as kubelet,
+        Supervisor(settings, DevicePluginBackend(settings)) as supervisor,
+    ):
         await supervisor.start(config)
         await kubelet.wait_until(ready("example.com/rdma", 2), 10)
         snap = kubelet.resources["example.com/rdma"]
@@ -178,7 +182,10 @@ async def test_nvidia_example_gives_what_nvidias_plugin_gives(
     monkeypatch.setenv("PATH", f"{base / 'bin'}:/usr/bin:/bin")
     config = load([EXAMPLES / example])
     settings = settings_for(base, cdi_dir=base / "cdi")
-    async with EmbeddedKubelet(settings.plugin_dir) as kubelet, Supervisor(settings) as supervisor:
+    async with (
+        EmbeddedKubelet(settings.plugin_dir) as kubelet,
+        Supervisor(settings, DevicePluginBackend(settings)) as supervisor,
+    ):
         await supervisor.start(config)
         await kubelet.wait_until(ready("nvidia.com/gpu", 2), 10)
         answers = [await kubelet.allocate("nvidia.com/gpu", 1, pod=f"p{i}") for i in range(2)]

@@ -15,6 +15,7 @@ from genericdp.allocation.cdi import spec_path
 from genericdp.allocation.render import render_allocation
 from genericdp.config import load
 from genericdp.config.model import ResourceDefinition
+from genericdp.deviceplugin.backend import DevicePluginBackend
 from genericdp.discovery import discover
 from genericdp.discovery.model import Unit
 from genericdp.kubelet.devices import replica_ids, unit_id_of
@@ -138,7 +139,10 @@ async def test_example_served_end_to_end(base: Path, path: Path) -> None:
     settings = settings_for(base, cdi_dir=base / "cdi")  # never the host's /var/run/cdi
     found = {d.name: discover(d, host.roots) for d in config.resources}
     assert any(found.values()), f"{path.name} finds nothing on the kitchen-sink host"
-    async with EmbeddedKubelet(settings.plugin_dir) as kubelet, Supervisor(settings) as supervisor:
+    async with (
+        EmbeddedKubelet(settings.plugin_dir) as kubelet,
+        Supervisor(settings, DevicePluginBackend(settings)) as supervisor,
+    ):
         await supervisor.start(config)
         for index, definition in enumerate(config.resources):
             units = found[definition.name]

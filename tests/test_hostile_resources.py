@@ -22,11 +22,11 @@ from genericdp.allocation.cdi import (
     write_spec,
 )
 from genericdp.config.model import Config
+from genericdp.deviceplugin.sockets import socket_path
 from genericdp.errors import KubeletError
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.options import MAX_UNIX_PATH_BYTES
 from genericdp.metrics import Metrics
-from genericdp.runtime.plugin import socket_path
 from genericdp.runtime.supervisor import Supervisor
 from tests.polling import eventually
 from tests.runtime_harness import (
@@ -34,6 +34,7 @@ from tests.runtime_harness import (
     ScriptedDiscovery,
     allocate_request,
     config,
+    device_plugin,
     plugin_stub,
     running,
     settings_for,
@@ -97,10 +98,11 @@ async def test_allocate_answer_over_4_mib_is_refused_and_counted(base: Path) -> 
     metrics = Metrics(process=False)
     discovery = ScriptedDiscovery({BIG: [unit("x0")]})
     async with EmbeddedKubelet(settings.plugin_dir) as kubelet:
-        supervisor = Supervisor(settings, discover=discovery, metrics=metrics)
+        backend = device_plugin(settings)
+        supervisor = Supervisor(settings, backend, discover=discovery, metrics=metrics)
         await supervisor.start(cfg)
         try:
-            rt = Running(kubelet, supervisor, settings)
+            rt = Running(kubelet, supervisor, settings, backend)
             await rt.registered([BIG])
             async with plugin_stub(rt.socket(BIG)) as stub:
                 with pytest.raises(grpc.aio.AioRpcError) as caught:
@@ -129,16 +131,16 @@ async def test_refused_allocate_neither_cleans_nor_forgets_a_live_hold(
     discovery = ScriptedDiscovery({SERIAL: [unit("ttyUSB0"), unit("ttyUSB1")]})
     async with serving(base, hook.config(), discovery, poll=0.05) as rt:
         await rt.until(lambda k: SERIAL in k.resources and k.resources[SERIAL].allocatable == 2)
-        await eventually(lambda: rt.supervisor.usage.has_baseline)
+        await eventually(lambda: rt.usage.has_baseline)
         answer = await rt.kubelet.allocate(SERIAL, 1, pod="p")
         held = answer.container_responses[0].devices[0].host_path.removeprefix("/dev/")
-        await eventually(lambda: rt.supervisor.usage.listed(SERIAL) == {held})
+        await eventually(lambda: rt.usage.listed(SERIAL) == {held})
         async with plugin_stub(rt.socket(SERIAL)) as stub:
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 await stub.Allocate(allocate_request(held, bad))
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert hook.lines("runs") == []
-        assert rt.supervisor.usage.in_use(SERIAL) == {held}
+        assert rt.usage.in_use(SERIAL) == {held}
         rt.kubelet.release("default", "p")  # the real release still cleans, once
         await eventually(lambda: hook.lines("done") == [held])
 

@@ -1,5 +1,9 @@
 """The import rules drawn at the top of docs/architecture.md, checked over src/genericdp.
 
+Imports point down the layers; on top of that (``FORBIDDEN``) ``runtime``
+imports neither the device-plugin protocol (``kubelet``) nor a backend, and
+the two backends (``deviceplugin``, ``dra``) never import each other.
+
 Every import counts: at the top of a module, inside a function and under
 ``if TYPE_CHECKING:``. A new top-level module or package must be placed in
 ``LAYERS`` (and in the drawing) before it can be imported at all.
@@ -16,7 +20,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "genericdp"
 
 # Top to bottom: each may import only what is in a lower layer, never its
 # neighbours on the same layer nor anything above it. ``__init__`` is the
-# package itself (``__version__``).
+# package itself (``__version__``). The two backends share a layer, so
+# neither imports the other; both sit on ``runtime``.
 LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(layer.split())
     for layer in (
@@ -24,7 +29,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "cli",
         "daemon simulate report convert configsources",
         "metrics",
-        "dra",
+        "deviceplugin dra",
         "runtime",
         "kubelet allocation health",
         "hooks",
@@ -36,11 +41,25 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "errors exits k8snames atomicfile protogen memtrim __init__",
     )
 )
+BACKENDS = frozenset({"deviceplugin", "dra"})
 # The shared core that every backend uses, and the device-plugin protocol:
 # neither imports the other, so a second backend needs no gRPC or kubelet type.
 CORE = frozenset({"allocation", "health", "hooks", "execution", "discovery", "reaper", "config"})
 PROTOCOL = frozenset({"kubelet"})
 PROTOCOL_LIBRARIES = ("grpc", "google.protobuf")
+# Imports the layers alone allow but the design does not: the runtime drives a
+# backend it does not know by name, and the device-plugin protocol is the
+# device-plugin backend's (and the commands') alone.
+FORBIDDEN: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("runtime", "kubelet"),
+        ("runtime", "deviceplugin"),
+        ("runtime", "dra"),
+        ("dra", "kubelet"),
+        ("dra", "deviceplugin"),
+        ("deviceplugin", "dra"),
+    }
+)
 
 
 def _module_name(path: Path) -> str:
@@ -69,7 +88,7 @@ def _modules() -> dict[str, set[str]]:
 
 
 def _component(module: str) -> str:
-    """``genericdp.runtime.plugin`` -> ``runtime``; ``genericdp`` -> ``__init__``."""
+    """``genericdp.runtime.state`` -> ``runtime``; ``genericdp`` -> ``__init__``."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
 
@@ -104,6 +123,25 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def violations(modules: dict[str, set[str]]) -> list[str]:
+    """Every import in ``modules`` (module -> modules of ours it imports) against the rules:
+    up or across the layers, one of ``FORBIDDEN``, or between the core and the protocol."""
+    level = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+    wrong: list[str] = []
+    for module, targets in sorted(modules.items()):
+        for target in sorted(targets):
+            source, into = _component(module), _component(target)
+            if source == into:
+                continue
+            if level[into] <= level[source]:
+                wrong.append(f"{module} imports {target}: not below it")
+            if (source, into) in FORBIDDEN:
+                wrong.append(f"{module} imports {target}: {source} never imports {into}")
+            if {source, into} & CORE and {source, into} & PROTOCOL:
+                wrong.append(f"{module} imports {target}: core and protocol stay apart")
+    return wrong
+
+
 def test_every_component_is_placed_in_a_layer() -> None:
     """A new top-level module or package cannot appear without a place in the drawing."""
     placed = set().union(*LAYERS)
@@ -112,29 +150,59 @@ def test_every_component_is_placed_in_a_layer() -> None:
     assert placed - found == set(), "LAYERS names something that no longer exists"
 
 
-def test_imports_point_down_the_layers() -> None:
-    """A component imports only components of lower layers: never a neighbour or one above."""
-    level = {name: i for i, layer in enumerate(LAYERS) for name in layer}
-    wrong = sorted(
-        f"{module} imports {target}"
-        for module, targets in _modules().items()
-        for target in targets
-        if _component(module) != _component(target)
-        and level[_component(target)] <= level[_component(module)]
-    )
-    assert wrong == []
+def test_imports_follow_the_rules() -> None:
+    """Down the layers only; runtime imports neither kubelet nor a backend; the backends
+    import neither each other nor (DRA) the device-plugin protocol; core and protocol apart."""
+    assert violations(_modules()) == []
 
 
-def test_core_and_protocol_never_import_each_other() -> None:
+def test_the_checker_catches_every_kind_of_violation() -> None:
+    """A synthetic module map with one import against each rule: each is reported."""
+    synthetic = {
+        "genericdp.runtime.supervisor": {
+            "genericdp.kubelet.options",  # the runtime knows no protocol...
+            "genericdp.dra.backend",  # ...and no backend (also: upward)
+            "genericdp.runtime.state",  # its own package: fine
+        },
+        "genericdp.deviceplugin.plugin": {
+            "genericdp.dra.edge",  # a backend imports the other (same layer)
+            "genericdp.runtime.allocator",  # a backend on the runtime: fine
+            "genericdp.kubelet.servicer",  # and on its protocol: fine
+        },
+        "genericdp.dra.edge": {"genericdp.kubelet.devices"},  # DRA on the device-plugin protocol
+        "genericdp.discovery.globs": {"genericdp.kubelet.devices"},  # the core on the protocol
+        "genericdp.config.model": {"genericdp.cli"},  # upward
+    }
+    wrong = violations(synthetic)
+    assert wrong == [
+        "genericdp.config.model imports genericdp.cli: not below it",
+        "genericdp.deviceplugin.plugin imports genericdp.dra.edge: not below it",
+        "genericdp.deviceplugin.plugin imports genericdp.dra.edge: deviceplugin never imports dra",
+        "genericdp.discovery.globs imports genericdp.kubelet.devices: not below it",
+        "genericdp.discovery.globs imports genericdp.kubelet.devices: core and protocol stay apart",
+        "genericdp.dra.edge imports genericdp.kubelet.devices: dra never imports kubelet",
+        "genericdp.runtime.supervisor imports genericdp.dra.backend: not below it",
+        "genericdp.runtime.supervisor imports genericdp.dra.backend: runtime never imports dra",
+        "genericdp.runtime.supervisor imports genericdp.kubelet.options:"
+        " runtime never imports kubelet",
+    ]
+
+
+def test_both_backends_stand_on_the_runtime() -> None:
+    """Each backend package imports ``runtime`` (it drives the runner through it)."""
+    modules = _modules()
+    for backend in sorted(BACKENDS):
+        into = {
+            _component(t)
+            for m, targets in modules.items()
+            if _component(m) == backend
+            for t in targets
+        }
+        assert "runtime" in into, backend
+
+
+def test_grpc_stays_out_of_the_core() -> None:
     """Discovery, allocation, health, hooks and config work with no gRPC or kubelet type."""
-    wrong = sorted(
-        f"{module} imports {target}"
-        for module, targets in _modules().items()
-        for target in targets
-        if {_component(module), _component(target)} & CORE
-        and {_component(module), _component(target)} & PROTOCOL
-    )
-    assert wrong == []
     grpc_in_core = sorted(
         f"{_module_name(p)} imports {name}"
         for p in SRC.rglob("*.py")
@@ -143,17 +211,6 @@ def test_core_and_protocol_never_import_each_other() -> None:
         if name.startswith(PROTOCOL_LIBRARIES)
     )
     assert grpc_in_core == []
-
-
-def test_the_two_backends_never_import_each_other() -> None:
-    """The DRA backend and the device-plugin protocol share only the core and ``runtime``."""
-    wrong = sorted(
-        f"{module} imports {target}"
-        for module, targets in _modules().items()
-        for target in targets
-        if {_component(module), _component(target)} == {"dra", "kubelet"}
-    )
-    assert wrong == []
 
 
 def test_no_cycle_between_packages() -> None:

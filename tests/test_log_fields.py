@@ -22,7 +22,14 @@ from genericdp.config.model import Config
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.runtime.supervisor import Supervisor
 from tests.polling import eventually
-from tests.runtime_harness import ScriptedDiscovery, config, settings_for, unit
+from tests.runtime_harness import (
+    ScriptedDiscovery,
+    config,
+    device_plugin,
+    recorded,
+    settings_for,
+    unit,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 SERIAL = "example.com/serial"
@@ -145,8 +152,10 @@ async def test_every_line_about_a_resource_or_unit_carries_them(tmp_path: Path) 
     socket = tmp_path / "pr.sock"
     settings = settings_for(tmp_path, pod_resources_socket=socket, pod_resources_poll_interval=0.05)
     async with EmbeddedKubelet(settings.plugin_dir, pod_resources_socket=socket) as kubelet:
+        backend = device_plugin(settings)
         supervisor = Supervisor(
             settings,
+            backend,
             discover=discovery,
             cleanup_backoff=lambda: Backoff(initial=0.05, maximum=0.1),
         )
@@ -156,7 +165,7 @@ async def test_every_line_about_a_resource_or_unit_carries_them(tmp_path: Path) 
                 lambda k: SERIAL in k.resources and k.resources[SERIAL].allocatable == 2, 10
             )
             await kubelet.allocate(SERIAL, 1, pod="p")
-            await eventually(lambda: len(supervisor.usage.listed(SERIAL)) == 1, "listed")
+            await eventually(lambda: len(recorded(backend).listed(SERIAL)) == 1, "listed")
             kubelet.release("default", "p")
             await eventually(lambda: "cleanup hook for" in stream.getvalue(), "cleanup")
             await eventually(lambda: not flag.exists(), "the first cleanup failed")

@@ -17,6 +17,7 @@ from genericdp.errors import CdiSpecError, HookError, InvalidDevicesError, Templ
 from genericdp.execution import ExecResult
 from genericdp.hooks import HookRun, HookRunError
 from genericdp.metrics import Metrics, liveness, readiness
+from genericdp.runtime.backend import Gauge
 from genericdp.runtime.edge import PluginStatus
 from genericdp.runtime.recorder import (
     CLAIM_RESULTS,
@@ -57,13 +58,17 @@ def status(
 
 @dataclass
 class Source:
-    """A stand-in for the supervisor's ``status()`` and ``watching``."""
+    """A stand-in for the supervisor's ``status()`` and its backend's gauges (the
+    device plugin's kubelet watch)."""
 
     statuses: dict[str, PluginStatus] = field(default_factory=dict)
     watching: bool = True
 
     def status(self) -> Mapping[str, PluginStatus]:
         return self.statuses
+
+    def gauges(self) -> tuple[Gauge, ...]:
+        return (Gauge("genericdp_kubelet_watch_up", "watched", 1 if self.watching else 0),)
 
 
 def value(metrics: Metrics, name: str, **labels: str) -> float | None:

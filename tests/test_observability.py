@@ -18,6 +18,7 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from genericdp.deviceplugin.backend import DevicePluginBackend
 from genericdp.httpserver import HttpServer
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.metrics import Metrics, readiness, routes
@@ -86,7 +87,9 @@ async def observed(base: Path, discovery: ScriptedDiscovery) -> AsyncIterator[Ob
     settings = settings_for(base)
     settings.plugin_dir.mkdir(parents=True)
     metrics = Metrics(process=False)
-    supervisor = Supervisor(settings, discover=discovery, metrics=metrics)
+    supervisor = Supervisor(
+        settings, DevicePluginBackend(settings), discover=discovery, metrics=metrics
+    )
     metrics.track(supervisor)
     started = asyncio.Event()
     server = HttpServer(

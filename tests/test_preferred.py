@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from genericdp.config.model import PreferredAllocation
+from genericdp.deviceplugin.preferred import preferred_allocation
 from genericdp.discovery.model import Unit
 from genericdp.kubelet.devices import replica_ids
-from genericdp.runtime.preferred import preferred_allocation
 
 PACKED = PreferredAllocation.PACKED
 SPREAD = PreferredAllocation.SPREAD

@@ -25,6 +25,7 @@ import grpc
 import pytest
 
 from genericdp.config.model import Config
+from genericdp.deviceplugin.backend import DevicePluginBackend
 from genericdp.errors import RegistrationError
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
@@ -364,7 +365,9 @@ async def test_socket_deleted_during_register_is_served_again_at_its_path(base: 
     pb_grpc.add_RegistrationServicer_to_server(kubelet, server)  # type: ignore[no-untyped-call]
     server.add_insecure_port(f"unix:{settings.plugin_dir / KUBELET_SOCKET_NAME}")
     await server.start()
-    supervisor = Supervisor(settings, discover=ScriptedDiscovery({A: [unit("u0")]}))
+    supervisor = Supervisor(
+        settings, DevicePluginBackend(settings), discover=ScriptedDiscovery({A: [unit("u0")]})
+    )
     try:
         await supervisor.start(_cfg([A]))
         statuses = await supervisor.wait_for(all_registered(), timeout=3)
@@ -398,7 +401,9 @@ async def test_a_kubelet_socket_that_never_answers_costs_a_second_not_the_timeou
         accepted.set()
 
     silent = await asyncio.start_unix_server(hold, path=str(kubelet_sock))
-    supervisor = Supervisor(settings, discover=ScriptedDiscovery({A: [unit("u0")]}))
+    supervisor = Supervisor(
+        settings, DevicePluginBackend(settings), discover=ScriptedDiscovery({A: [unit("u0")]})
+    )
     await supervisor.start(_cfg([A]))
     try:
         async with asyncio.timeout(5):

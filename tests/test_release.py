@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from genericdp.deviceplugin.holders import released_units
+from genericdp.deviceplugin.poller import ReleasePoller
+from genericdp.deviceplugin.usage import UsageTracker
 from genericdp.errors import KubeletError
 from genericdp.kubelet.podresources import PodDevices
-from genericdp.runtime.release import Release, ReleasePoller, UsageTracker, released_units
+from genericdp.runtime.cleanup import Release
 from tests.polling import eventually
 
 R = "example.com/serial"
@@ -191,7 +194,7 @@ async def test_poller_failed_list_changes_nothing_and_logs_once(
     lister = _ScriptedList((_pod("p", "a"),), down, down, down, ())
     out: list[Release] = []
     poller, tracker = _poller(lister, out)
-    caplog.set_level(logging.INFO, logger="genericdp.runtime.release")
+    caplog.set_level(logging.INFO, logger="genericdp.deviceplugin.poller")
     assert await poller.poll()
     for _ in range(3):
         assert not await poller.poll()

@@ -110,7 +110,7 @@ async def test_configmap_swap_updates_in_place(base: Path) -> None:
         assert registrations(rt) == {A: 1, B: 2}
         updated, reregistered = await results.count(2)
     assert updated.updated == (A,)
-    assert reregistered.reregistered == (B,)
+    assert reregistered.renewed == (B,)
 
 
 async def test_invalid_config_keeps_the_old_one_serving(

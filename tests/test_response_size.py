@@ -9,6 +9,7 @@ import pytest
 
 from genericdp.allocation.render import Allocation, DeviceSpec, Mount
 from genericdp.config.model import frozen_map
+from genericdp.deviceplugin.plugin import fits_a_message
 from genericdp.errors import UnsafeAllocationError
 from genericdp.kubelet.servicer import (
     MAX_MESSAGE_BYTES,
@@ -17,7 +18,6 @@ from genericdp.kubelet.servicer import (
     allocate_response_size_bound,
     container_response,
 )
-from genericdp.runtime.plugin import _fits_a_message
 
 ALPHABET = ["a", "/", "-", "é", "€", "𝄞", "\n", ""]  # 1 to 4 bytes in UTF-8, and none
 
@@ -58,10 +58,10 @@ def test_an_answer_near_the_limit_is_measured_exactly() -> None:
     many = Allocation(env=frozen_map({f"K{i:07}": "v" * 20 for i in range(100_000)}))
     assert allocate_response_size_bound([many]) > MAX_MESSAGE_BYTES
     assert allocate_response_size([many]) <= MAX_MESSAGE_BYTES
-    _fits_a_message([("u0",)], [many])  # not refused
+    fits_a_message([("u0",)], [many])  # not refused
     more = Allocation(env=frozen_map({f"K{i:07}": "v" * 20 for i in range(130_000)}))
     with pytest.raises(UnsafeAllocationError, match="over the kubelet's 4194304-byte"):
-        _fits_a_message([("u0",)], [more])
+        fits_a_message([("u0",)], [more])
 
 
 def test_a_lone_surrogate_fails_as_protobuf_fails() -> None:

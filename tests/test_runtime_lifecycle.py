@@ -12,6 +12,7 @@ from pathlib import Path
 import grpc
 
 from genericdp.config.model import Exec, Hooks
+from genericdp.deviceplugin.backend import DevicePluginBackend
 from genericdp.discovery import discover
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
@@ -79,7 +80,7 @@ async def test_apply_reconciles_a_running_config(base: Path) -> None:
         hooked = replace(counted, hooks=Hooks(pre_start=Exec(("/bin/true",), 5.0)))
         new = config("resources:\n- {name: example.com/new, match: [glob: /dev/n*]}\n").resources
         steps = await rt.supervisor.apply(replace(first, resources=(hooked, *new)))
-        assert steps.reregister == (hooked,)
+        assert steps.renew == (hooked,)
         assert [d.name for d in steps.start] == ["example.com/new"]
 
         def reregistered(k: object) -> bool:
@@ -166,7 +167,7 @@ async def test_dropped_stream_leads_to_registration(base: Path) -> None:
     discovery = ScriptedDiscovery({SERIAL: [unit("u0")]})
     cfg = config(f"resources:\n- {{name: {SERIAL}, match: [glob: /dev/u*]}}\n")
     async with dropping_kubelet(settings.plugin_dir, drops=1) as kubelet:
-        supervisor = Supervisor(settings, discover=discovery)
+        supervisor = Supervisor(settings, DevicePluginBackend(settings), discover=discovery)
         try:
             await supervisor.start(cfg)
             await kubelet.wait_registrations(2)

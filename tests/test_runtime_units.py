@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 
 from genericdp.config.model import Config, GlobMatcher, ResourceDefinition
+from genericdp.deviceplugin.backend import DevicePluginBackend
+from genericdp.deviceplugin.kubeletwatch import DirChange, watch_plugin_dir
+from genericdp.deviceplugin.replicas import Replicas, device_list
+from genericdp.deviceplugin.sockets import remove_stale_sockets, socket_name
 from genericdp.discovery.model import Unit
 from genericdp.errors import KubeletError
 from genericdp.kubelet.devices import DeviceInfo
 from genericdp.kubelet.servicer import MAX_MESSAGE_BYTES, list_response
-from genericdp.runtime.kubeletwatch import DirChange, watch_plugin_dir
-from genericdp.runtime.plugin import remove_stale_sockets, socket_name
 from genericdp.runtime.state import DeviceState
 from genericdp.runtime.supervisor import Supervisor
 from tests.runtime_harness import settings_for
@@ -26,10 +28,10 @@ def _unit(uid: str, numa: int | None = None) -> Unit:
 
 def test_state_lists_replicas_with_shared_health() -> None:
     """count makes replica IDs; an unhealthy unit makes all its replicas unhealthy."""
-    state = DeviceState(count=2)
+    state = DeviceState(Replicas(2))
     state.set_units([_unit("b", 1), _unit("a")])
     state.set_unhealthy({"b"})
-    assert state.devices() == (
+    assert tuple(device_list(state)) == (
         DeviceInfo("a::0", True, None),
         DeviceInfo("a::1", True, None),
         DeviceInfo("b::0", False, 1),
@@ -39,17 +41,17 @@ def test_state_lists_replicas_with_shared_health() -> None:
 
 def test_with_probes_expected_units_are_unhealthy_until_probed() -> None:
     """A unit the health monitor has not probed yet is Unhealthy, also for Allocate."""
-    state = DeviceState()
+    state = DeviceState(Replicas())
     state.expect_probes(True)
     state.set_units([_unit("a"), _unit("b")])
-    assert [d.healthy for d in state.devices()] == [False, False]
+    assert [d.healthy for d in device_list(state)] == [False, False]
     assert state.lookup(["a"]).unhealthy == ("a",)
     assert state.set_unhealthy({"b"}, probed={"a", "b"})
-    assert [d.healthy for d in state.devices()] == [True, False]
+    assert [d.healthy for d in device_list(state)] == [True, False]
     state.set_units([_unit("a"), _unit("b"), _unit("c")])  # hotplug: c not probed yet
-    assert [d.healthy for d in state.devices()] == [True, False, False]
+    assert [d.healthy for d in device_list(state)] == [True, False, False]
     assert state.expect_probes(False)  # the probe was removed from the definition
-    assert [d.healthy for d in state.devices()] == [True, True, True]
+    assert [d.healthy for d in device_list(state)] == [True, True, True]
 
 
 def test_state_version_moves_only_on_change() -> None:
@@ -66,7 +68,7 @@ def test_state_version_moves_only_on_change() -> None:
 
 def test_state_lookup_reports_unknown_and_unhealthy() -> None:
     """lookup separates unknown IDs, unhealthy IDs and the units behind the rest."""
-    state = DeviceState(count=2)
+    state = DeviceState(Replicas(2))
     state.set_units([_unit("a"), _unit("b")])
     state.set_unhealthy({"b"})
     found = state.lookup(["b::1", "a::0", "a::1", "zz"])
@@ -162,7 +164,9 @@ async def test_socket_path_too_long_is_a_clear_error(tmp_path: Path) -> None:
     plugin_dir.mkdir()
     settings = settings_for(tmp_path, plugin_dir=plugin_dir)
     definition = ResourceDefinition(name="example.com/serial", match=(GlobMatcher("/dev/x"),))
-    supervisor = Supervisor(settings, discover=lambda d, r: [_unit("x")])
+    supervisor = Supervisor(
+        settings, DevicePluginBackend(settings), discover=lambda d, r: [_unit("x")]
+    )
     try:
         await supervisor.start(Config(resources=(definition,)))
         statuses = await supervisor.wait_for(

@@ -21,14 +21,17 @@ import pytest
 
 from genericdp.config import load_text
 from genericdp.config.model import PreferredAllocation, ResourceDefinition
+from genericdp.deviceplugin.backend import DevicePluginBackend
+from genericdp.deviceplugin.holders import released_units
+from genericdp.deviceplugin.plugin import ResourcePlugin
+from genericdp.deviceplugin.preferred import preferred_allocation
+from genericdp.deviceplugin.replicas import Replicas
+from genericdp.deviceplugin.usage import UsageTracker
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.kubelet.devices import replica_ids, unit_id_of
 from genericdp.kubelet.podresources import PodDevices
 from genericdp.kubelet.servicer import list_response
 from genericdp.runtime.context import ResourceContext
-from genericdp.runtime.plugin import ResourcePlugin
-from genericdp.runtime.preferred import preferred_allocation
-from genericdp.runtime.release import UsageTracker, released_units
 from genericdp.runtime.resource import ResourceRunner
 from genericdp.runtime.state import DeviceState
 from genericdp.settings import Settings
@@ -177,10 +180,9 @@ async def _no_hook(*_args: object, **_kwargs: object) -> None:
 
 def _plugin(definition: ResourceDefinition, state: DeviceState, tmp_path: Path) -> ResourcePlugin:
     """One resource's device-plugin edge over ``state`` (never started)."""
-    context = ResourceContext.of(
-        Settings.model_validate({"plugin_dir": tmp_path}), discover=lambda *_: (), run_hook=_no_hook
-    )
-    plugin = ResourceRunner(definition, context, state=state).edge
+    settings = Settings.model_validate({"plugin_dir": tmp_path})
+    context = ResourceContext.of(settings, discover=lambda *_: (), run_hook=_no_hook)
+    plugin = ResourceRunner(definition, context, DevicePluginBackend(settings), state=state).edge
     assert isinstance(plugin, ResourcePlugin)
     return plugin
 
@@ -192,7 +194,7 @@ async def test_allocate_of_one_id_among_hundreds_of_thousands_is_small(tmp_path:
     units = [
         Unit(id=f"u{i:04d}", nodes=(DeviceNode(f"/dev/x{i}", f"/dev/x{i}"),)) for i in range(300)
     ]
-    state = DeviceState(count=1000, units=units)
+    state = DeviceState(Replicas(1000), units=units)
     plugin = _plugin(definition, state, tmp_path)
     await plugin.allocate([("u0000::0",)])  # warm up imports and caches
     tracemalloc.start()
@@ -216,7 +218,7 @@ def test_a_million_ids_are_not_built_to_change_or_list_them(tmp_path: Path) -> N
     ]
     tracemalloc.start()
     try:
-        state = DeviceState(count=1000, units=units)
+        state = DeviceState(Replicas(1000), units=units)
         plugin = _plugin(definition, state, tmp_path)
         assert state.set_unhealthy({"u0001"})
         assert not state.set_unhealthy({"u0001"})

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from genericdp.config import load_text
 from genericdp.config.model import UNBOUNDED_INDEX_LIMIT
+from genericdp.deviceplugin.replicas import Replicas, counts, device_list
+from genericdp.deviceplugin.sharing import advertised_indices, idle_ids, replica_index, sharing_text
 from genericdp.discovery.model import Unit
 from genericdp.kubelet.devices import DeviceInfo
 from genericdp.report import build_report, report_dict
-from genericdp.runtime.sharing import advertised_indices, idle_ids, replica_index, sharing_text
 from genericdp.runtime.state import DeviceState
 
 
@@ -16,11 +17,11 @@ def _unit(uid: str, numa: int | None = None) -> Unit:
 
 
 def _ids(state: DeviceState) -> list[str]:
-    return [d.id for d in state.devices()]
+    return [d.id for d in device_list(state)]
 
 
 def _healthy(state: DeviceState) -> dict[str, bool]:
-    return {d.id: d.healthy for d in state.devices()}
+    return {d.id: d.healthy for d in device_list(state)}
 
 
 def test_replica_index_reads_only_ids_we_write() -> None:
@@ -43,12 +44,12 @@ def test_advertised_indices_are_the_held_plus_the_lowest_free() -> None:
 
 def test_unbounded_unit_lists_a_few_free_ids_and_follows_what_is_held() -> None:
     """Taking IDs adds new ones, releasing reclaims them; never more than freeIds free."""
-    state = DeviceState(free_ids=3)
+    state = DeviceState(Replicas(free=3))
     state.set_units([_unit("kvm", numa=0)])
-    assert state.devices() == tuple(DeviceInfo(f"kvm::{i}", True, 0) for i in range(3))
+    assert tuple(device_list(state)) == tuple(DeviceInfo(f"kvm::{i}", True, 0) for i in range(3))
     state.set_in_use({"kvm::0", "kvm::1"})
     assert _ids(state) == ["kvm::0", "kvm::1", "kvm::2", "kvm::3", "kvm::4"]
-    assert state.counts() == (5, 5)
+    assert counts(state) == (5, 5)
     version = state.version
     state.set_in_use({"kvm::1"})  # kvm::0 released: it is free again, kvm::4 goes
     assert _ids(state) == ["kvm::0", "kvm::1", "kvm::2", "kvm::3"]
@@ -60,7 +61,7 @@ def test_unbounded_unit_lists_a_few_free_ids_and_follows_what_is_held() -> None:
 
 def test_unbounded_allocate_accepts_any_index_of_a_unit() -> None:
     """An ID just dropped from the list (the kubelet picked it meanwhile) is still ours."""
-    state = DeviceState(free_ids=2)
+    state = DeviceState(Replicas(free=2))
     state.set_units([_unit("fuse")])
     assert state.known("fuse::0")
     assert state.known("fuse::40")
@@ -74,28 +75,28 @@ def test_unbounded_allocate_accepts_any_index_of_a_unit() -> None:
 
 def test_unbounded_health_applies_to_every_id_of_the_unit() -> None:
     """An unhealthy unbounded unit lists its held and free IDs Unhealthy."""
-    state = DeviceState(free_ids=2)
+    state = DeviceState(Replicas(free=2))
     state.set_units([_unit("tun")])
     state.set_in_use({"tun::0"})
     state.set_unhealthy({"tun"})
     assert _healthy(state) == {"tun::0": False, "tun::1": False, "tun::2": False}
-    assert state.counts() == (3, 0)
+    assert counts(state) == (3, 0)
 
 
 def test_switching_between_bounded_and_unbounded_changes_the_list() -> None:
     """A reload from count: 2 to unbounded and back re-lists the IDs."""
-    state = DeviceState(count=2)
+    state = DeviceState(Replicas(2))
     state.set_units([_unit("kvm")])
     assert _ids(state) == ["kvm::0", "kvm::1"]
-    assert state.set_sharing(1, 4)
+    assert state.set_ids(Replicas(1, 4))
     assert _ids(state) == ["kvm::0", "kvm::1", "kvm::2", "kvm::3"]
-    assert state.set_sharing(1, None)
+    assert state.set_ids(Replicas(1))
     assert _ids(state) == ["kvm"]
 
 
 def test_a_held_unit_that_vanishes_stays_listed_unhealthy_until_released() -> None:
     """Gone while held: listed Unhealthy, refused by Allocate; dropped once released."""
-    state = DeviceState()
+    state = DeviceState(Replicas())
     state.set_units([_unit("a"), _unit("b")])
     state.set_in_use({"a"})
     assert state.set_units([_unit("b")])
@@ -103,7 +104,7 @@ def test_a_held_unit_that_vanishes_stays_listed_unhealthy_until_released() -> No
     assert state.gone == {"a"}
     assert "a" not in state.units, "gone units are no longer discovered units"
     assert state.lookup(["a"]).unhealthy == ("a",)
-    assert state.counts() == (2, 1)
+    assert counts(state) == (2, 1)
     assert state.set_in_use(set()) == ("a",)
     assert _healthy(state) == {"b": True}
     assert state.gone == frozenset()
@@ -111,7 +112,7 @@ def test_a_held_unit_that_vanishes_stays_listed_unhealthy_until_released() -> No
 
 def test_an_unheld_unit_that_vanishes_leaves_the_list_at_once() -> None:
     """Nobody holds it: it simply leaves, as before."""
-    state = DeviceState()
+    state = DeviceState(Replicas())
     state.set_units([_unit("a"), _unit("b")])
     state.set_in_use({"b"})
     state.set_units([_unit("b")])
@@ -120,7 +121,7 @@ def test_an_unheld_unit_that_vanishes_leaves_the_list_at_once() -> None:
 
 def test_a_held_unit_that_comes_back_is_healthy_again_under_its_id() -> None:
     """Replugged with the same ID while still held: one entry, Healthy again."""
-    state = DeviceState(count=2)
+    state = DeviceState(Replicas(2))
     state.set_units([_unit("a")])
     state.set_in_use({"a::1"})
     state.set_units([])
@@ -134,7 +135,7 @@ def test_a_held_unit_that_comes_back_is_healthy_again_under_its_id() -> None:
 
 def test_a_vanished_unbounded_unit_lists_only_its_held_ids() -> None:
     """Gone: no free IDs are offered any more, the held ones stay Unhealthy."""
-    state = DeviceState(free_ids=2)
+    state = DeviceState(Replicas(free=2))
     state.set_units([_unit("kvm")])
     state.set_in_use({"kvm::0", "kvm::1"})
     state.set_units([])
@@ -146,7 +147,7 @@ def test_a_vanished_unbounded_unit_lists_only_its_held_ids() -> None:
 def test_held_ids_of_a_unit_never_seen_are_listed_unhealthy() -> None:
     """After a restart, an ID the kubelet's checkpoint holds for a unit now missing
     stays in the list (Unhealthy) until it is released."""
-    state = DeviceState()
+    state = DeviceState(Replicas())
     state.set_units([_unit("b")])
     state.set_in_use({"a"})
     assert _healthy(state) == {"a": False, "b": True}

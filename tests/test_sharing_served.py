@@ -15,11 +15,19 @@ from pathlib import Path
 import pytest
 
 from genericdp.config.model import Config
+from genericdp.deviceplugin.backend import DevicePluginBackend
 from genericdp.kubelet.embedded import EmbeddedKubelet, EventKind
 from genericdp.runtime.supervisor import Supervisor
 from genericdp.settings import Settings
 from tests.polling import eventually
-from tests.runtime_harness import Running, ScriptedDiscovery, config, settings_for, unit
+from tests.runtime_harness import (
+    Running,
+    ScriptedDiscovery,
+    config,
+    device_plugin,
+    settings_for,
+    unit,
+)
 
 KVM = "example.com/kvm"
 SERIAL = "example.com/serial"
@@ -34,9 +42,13 @@ def _settings(base: Path, poll: float = 0.05) -> Settings:
 
 @asynccontextmanager
 async def _daemon(
-    settings: Settings, cfg: Config, discovery: ScriptedDiscovery
+    settings: Settings,
+    cfg: Config,
+    discovery: ScriptedDiscovery,
+    backend: DevicePluginBackend | None = None,
 ) -> AsyncIterator[Supervisor]:
-    supervisor = Supervisor(settings, discover=discovery)
+    backend = backend or DevicePluginBackend(settings)
+    supervisor = Supervisor(settings, backend, discover=discovery)
     await supervisor.start(cfg)
     try:
         yield supervisor
@@ -49,13 +61,14 @@ async def _running(
     base: Path, cfg: Config, discovery: ScriptedDiscovery, poll: float = 0.05
 ) -> AsyncIterator[Running]:
     settings = _settings(base, poll)
+    backend = device_plugin(settings)
     async with (
         EmbeddedKubelet(
             settings.plugin_dir, pod_resources_socket=settings.pod_resources_socket
         ) as kubelet,
-        _daemon(settings, cfg, discovery) as supervisor,
+        _daemon(settings, cfg, discovery, backend) as supervisor,
     ):
-        yield Running(kubelet, supervisor, settings)
+        yield Running(kubelet, supervisor, settings, backend)
 
 
 def _kvm_config() -> Config:
@@ -186,7 +199,7 @@ async def test_unplugged_while_in_use_stays_unhealthy_until_released(
         (held,) = rt.kubelet.resources[SERIAL].allocated
         status = rt.kubelet.allocated_resources_status("default", "reader")
         assert status == {SERIAL: {held: "Healthy"}}
-        await eventually(lambda: rt.supervisor.usage.listed(SERIAL) == {held}, "List shows it")
+        await eventually(lambda: rt.usage.listed(SERIAL) == {held}, "List shows it")
         other = "ttyUSB1" if held == "ttyUSB0" else "ttyUSB0"
         discovery.units[SERIAL] = [unit(other)]
         rt.supervisor.rescan("unplugged")
@@ -219,7 +232,7 @@ async def test_replugged_while_in_use_is_healthy_again_under_the_same_id(
         await rt.registered([SERIAL])
         await rt.until(lambda k: k.resources[SERIAL].allocatable == 1)
         await rt.kubelet.allocate(SERIAL, 1, pod="reader")
-        await eventually(lambda: rt.supervisor.usage.listed(SERIAL) == {"ttyUSB0"})
+        await eventually(lambda: rt.usage.listed(SERIAL) == {"ttyUSB0"})
         discovery.units[SERIAL] = []
         rt.supervisor.rescan("unplugged")
         await rt.until(lambda k: k.resources[SERIAL].devices["ttyUSB0"].health == "Unhealthy")
@@ -234,7 +247,7 @@ async def test_replugged_while_in_use_is_healthy_again_under_the_same_id(
         }
         assert "unit ttyUSB0 is back with the same ID" in caplog.text
         rt.kubelet.release("default", "reader")
-        await eventually(lambda: rt.supervisor.usage.listed(SERIAL) == frozenset())
+        await eventually(lambda: rt.usage.listed(SERIAL) == frozenset())
         assert rt.supervisor.status()[SERIAL].devices == 1, "released and present: still listed"
 
 

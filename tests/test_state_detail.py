@@ -1,5 +1,6 @@
-"""DeviceState's detail version and probe messages (what a DRA edge follows):
-they move without moving the device list's version, which ListAndWatch follows."""
+"""DeviceState's changes of any kind and probe messages (what a DRA edge follows):
+they wake ``next_change`` without moving the device list's version, which
+ListAndWatch follows."""
 
 from __future__ import annotations
 
@@ -11,31 +12,34 @@ from genericdp.runtime.state import DeviceState
 from tests.runtime_harness import unit
 
 
-def test_probe_messages_move_the_detail_not_the_version() -> None:
+def test_probe_messages_are_a_change_but_not_of_the_version() -> None:
+    """A new failure message wakes the change waiters; the same again does not."""
     state = DeviceState(units=[unit("a"), unit("b")])
     state.expect_probes(True)
-    version, detail = state.version, state.detail
+    version, changed = state.version, state.next_change()
     state.note_probe("a", "exited 3: no carrier")
-    assert (state.version, state.detail) == (version, detail + 1)
+    assert changed.is_set()
+    assert state.version == version
     assert dict(state.probe_messages) == {"a": "exited 3: no carrier"}
+    again = state.next_change()
     state.note_probe("a", "exited 3: no carrier")  # the same again: nothing moves
-    assert state.detail == detail + 1
+    assert not again.is_set()
     state.note_probe("a", None)
     assert dict(state.probe_messages) == {}
     assert state.version == version
 
 
-def test_a_first_failed_probe_moves_only_the_detail() -> None:
-    """Unhealthy before (never probed) and after (failed): same list, new detail."""
+def test_a_first_failed_probe_is_a_change_but_not_of_the_version() -> None:
+    """Unhealthy before (never probed) and after (failed): same list, a change all the same."""
     state = DeviceState(units=[unit("a")])
     state.expect_probes(True)
     assert state.unhealthy == {"a"}
     assert state.probed == frozenset()
-    version, detail = state.version, state.detail
+    version, changed = state.version, state.next_change()
     assert not state.set_unhealthy({"a"}, probed={"a"})
     assert state.probed == {"a"}
     assert state.version == version
-    assert state.detail > detail
+    assert changed.is_set()
 
 
 def test_messages_of_units_gone_are_dropped() -> None:
@@ -49,17 +53,17 @@ def test_messages_of_units_gone_are_dropped() -> None:
 
 async def test_a_rescan_that_finds_the_same_units_wakes_nobody() -> None:
     """Equal units again (new objects, as every rescan makes) move neither version
-    nor detail and wake no waiter; a unit that differs in anything does."""
+    and wake no waiter; a unit that differs in anything does."""
     state = DeviceState(units=[unit("a")])
-    version, detail = state.version, state.detail
-    woken = asyncio.create_task(state.wait_detail(detail))
+    version = state.version
+    woken = asyncio.create_task(state.next_change().wait())
     await asyncio.sleep(0)
     assert not state.set_units([unit("a")])
     await asyncio.sleep(0)
     assert not woken.done(), "nothing changed: no ListAndWatch or DRA edge wakes"
-    assert (state.version, state.detail) == (version, detail)
+    assert state.version == version
     assert not state.set_units([replace(unit("a"), attributes=frozen_map({"vendor": "x"}))])
-    assert await woken == detail + 1, "same list, new detail: an attribute changed"
+    assert await woken, "same list, a change all the same: an attribute changed"
     assert state.version == version
 
 

@@ -14,7 +14,8 @@ import logging
 import signal
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Protocol
 
 from genericdp.aio import Backoff, TaskSet
 from genericdp.config.model import Config
@@ -25,7 +26,9 @@ from genericdp.reaper import SUBREAPER
 from genericdp.settings import ListenAddress, Settings
 
 if TYPE_CHECKING:
-    from genericdp.dra.backend import DraBackend
+    from genericdp.hooks import HookRunner
+    from genericdp.runtime.backend import Backend
+    from genericdp.runtime.recorder import Recorder
     from genericdp.runtime.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -35,6 +38,27 @@ _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # slice). asyncio's default is the core count + 4 (up to 32 on a large node),
 # and each thread costs its stack and a malloc arena (docs/performance.md).
 WORKER_THREADS = 2
+
+
+class Serving(Protocol):
+    """Every backend package's ``serving``: its ``Backend``, opened and closed around a run."""
+
+    def __call__(
+        self, settings: Settings, *, run_hook: HookRunner, recorder: Recorder
+    ) -> AbstractAsyncContextManager[Backend]: ...
+
+
+def backend_serving(name: str) -> Serving:
+    """The ``serving`` of the backend named ``name`` (``settings.backend``): the one
+    place backends are chosen. Each is loaded only when chosen: the device-plugin
+    backend never loads DRA or the API client."""
+    if name == "dra":
+        from genericdp.dra.backend import serving as dra
+
+        return dra
+    from genericdp.deviceplugin.backend import serving as device_plugin
+
+    return device_plugin
 
 
 def load_config(settings: Settings) -> Config:
@@ -48,9 +72,9 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
     """Serve every resource of the config until SIGTERM or SIGINT; return the exit code.
 
     ``ready`` is set once the plugins are started (registration goes on in
-    the background: the kubelet may not be up yet). With ``backend`` dra the
-    resources are served by one DRA driver (``genericdp.dra``, loaded only
-    then) rather than one device plugin each.
+    the background: the kubelet may not be up yet). ``settings.backend``
+    chooses who serves the resources (``backend_serving``): one device plugin
+    each, or one DRA driver (``genericdp.dra``, loaded only then).
     """
     from genericdp.runtime.supervisor import Supervisor
 
@@ -60,20 +84,15 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
     )
     metrics = Metrics()
     metrics.config_loaded()
-    if settings.backend != "dra":
-        supervisor = Supervisor(settings, metrics=metrics)
-        return await _serve(settings, config, supervisor, metrics, ready=ready)
-    # Only here: the device-plugin backend never loads DRA or the API client.
-    from genericdp.dra.backend import serving
     from genericdp.hooks import run_hook
     from genericdp.runtime.recorder import TimedHooks
 
-    async with serving(settings, run_hook=TimedHooks(run_hook, metrics), recorder=metrics) as dra:
-        supervisor = Supervisor(settings, metrics=metrics, edge=dra.edge, device_plugin_api=False)
-        where = f"DRA driver {settings.dra_driver_name}, node {settings.node_name}"
-        return await _serve(
-            settings, config, supervisor, metrics, where=where, dra=dra, ready=ready
-        )
+    opened = backend_serving(settings.backend)
+    async with opened(
+        settings, run_hook=TimedHooks(run_hook, metrics), recorder=metrics
+    ) as backend:
+        supervisor = Supervisor(settings, backend, metrics=metrics)
+        return await _serve(settings, config, supervisor, metrics, ready=ready)
 
 
 async def _serve(
@@ -82,8 +101,6 @@ async def _serve(
     supervisor: Supervisor,
     metrics: Metrics,
     *,
-    where: str = "",
-    dra: DraBackend | None = None,
     ready: asyncio.Event | None = None,
 ) -> int:
     from genericdp.runtime.configwatch import start_config_watch
@@ -115,7 +132,7 @@ async def _serve(
             "serving %d resource(s) from %s in %s",
             len(config.resources),
             settings.config,
-            where or settings.plugin_dir,
+            supervisor.backend.where,
         )
         await supervisor.start(config)
         started.set()
@@ -129,8 +146,7 @@ async def _serve(
     finally:
         for sig in _SIGNALS:
             loop.remove_signal_handler(sig)
-        if dra is not None:
-            dra.stopping = True  # the slices stay for the next instance
+        supervisor.shutting_down()  # the DRA slices stay for the next instance
         # No reload may start while the plugins stop.
         stragglers = (*await watches.stop(), *await supervisor.stop(), *await endpoints.stop())
         SUBREAPER.disable()

@@ -41,6 +41,7 @@ from genericdp.httpserver import Response, Route
 from genericdp.runtime.recorder import ALLOCATION_RESULTS, CLAIM_RESULTS, REGISTRATION_RESULTS
 
 if TYPE_CHECKING:
+    from genericdp.runtime.backend import Gauge as BackendGauge
     from genericdp.runtime.edge import PluginStatus
 
 log = logging.getLogger(__name__)
@@ -59,8 +60,9 @@ class StatusSource(Protocol):
 
     def status(self) -> Mapping[str, PluginStatus]: ...
 
-    @property
-    def watching(self) -> bool: ...
+    def gauges(self) -> tuple[BackendGauge, ...]:
+        """The backend's own metrics (the device plugin's kubelet watch)."""
+        ...
 
 
 # -- the Prometheus recorder -------------------------------------------------------------
@@ -275,13 +277,13 @@ class _StatusCollector(Collector):
         self._source = source
 
     def describe(self) -> Iterable[Metric]:
-        return list(self._families())
+        return list(self._families(None, self._source.gauges()))
 
     def collect(self) -> Iterable[Metric]:
-        return list(self._families(self._source.status(), watching=self._source.watching))
+        return list(self._families(self._source.status(), self._source.gauges()))
 
     def _families(
-        self, statuses: Mapping[str, PluginStatus] | None = None, *, watching: bool = False
+        self, statuses: Mapping[str, PluginStatus] | None, gauges: tuple[BackendGauge, ...]
     ) -> Iterator[Metric]:
         devices = GaugeMetricFamily(
             "genericdp_devices",
@@ -299,19 +301,18 @@ class _StatusCollector(Collector):
             "ListAndWatch streams the kubelet holds open.",
             labels=["resource"],
         )
-        watch = GaugeMetricFamily(
-            "genericdp_kubelet_watch_up",
-            "1 while the kubelet's plugin directory is watched (restarts are seen).",
-        )
         for name, s in (statuses or {}).items():
             devices.add_metric([name, "healthy"], s.healthy)
             devices.add_metric([name, "unhealthy"], s.devices - s.healthy)
             units.add_metric([name], s.units)
             registered.add_metric([name], 1 if s.registered else 0)
             streams.add_metric([name], s.streams)
-        if statuses is not None:
-            watch.add_metric([], 1 if watching else 0)
-        yield from (devices, units, registered, streams, watch)
+        yield from (devices, units, registered, streams)
+        for gauge in gauges:
+            family = GaugeMetricFamily(gauge.name, gauge.help)
+            if statuses is not None:
+                family.add_metric([], gauge.value)
+            yield family
 
 
 # -- /healthz and /readyz ------------------------------------------------------------

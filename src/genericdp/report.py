@@ -13,9 +13,9 @@ from typing import Any
 from genericdp.allocation.render import Allocation, render_allocation
 from genericdp.allocation.text import allocation_lines
 from genericdp.config.model import UNBOUNDED, ResourceDefinition
+from genericdp.deviceplugin.sharing import idle_ids, sharing_text
 from genericdp.discovery.model import Unit
 from genericdp.errors import GenericdpError
-from genericdp.runtime.sharing import idle_ids, sharing_text
 
 
 @dataclass(frozen=True)

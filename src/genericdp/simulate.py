@@ -214,6 +214,7 @@ async def simulate(
     out: TextIO | None = None,
 ) -> int:
     """Run the daemon against an embedded kubelet; print what the kubelet sees."""
+    from genericdp.deviceplugin.backend import DevicePluginBackend
     from genericdp.runtime.supervisor import Supervisor
 
     stream = out or sys.stdout
@@ -245,7 +246,7 @@ async def simulate(
             pod_resources_socket=run_settings.pod_resources_socket,
             node_name=run_settings.node_name,
         ) as kubelet:
-            supervisor = Supervisor(run_settings)
+            supervisor = Supervisor(run_settings, DevicePluginBackend(run_settings))
             try:
                 await supervisor.start(config)
                 registered = True

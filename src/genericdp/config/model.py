@@ -220,7 +220,7 @@ class ResourceDefinition:
     group_by: GroupBy = field(default_factory=GroupBy)
     count: int = 1  # 1 with ``unbounded``
     # ``count: unbounded``: any number of containers share a unit; the kubelet
-    # sees ``free_ids`` free IDs per unit at a time (runtime/sharing.py).
+    # sees ``free_ids`` free IDs per unit at a time (deviceplugin/sharing.py).
     unbounded: bool = False
     free_ids: int = DEFAULT_FREE_IDS
     permissions: str = "rw"

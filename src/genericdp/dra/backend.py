@@ -1,11 +1,13 @@
 """``serve --backend dra``: the node's DRA driver, its slices, and one edge per resource.
 
-The daemon builds one ``DraBackend`` and hands ``edge`` to the supervisor as
-its ``EdgeFactory``: every resource's runner then feeds the driver's
-inventory and the node's ResourceSlices instead of serving a device plugin.
-The API server pieces (the claim source and the slice publisher) come from
-``open_backend``, which is the only place that loads the API client library,
-so the device-plugin backend never does.
+The daemon opens one ``DraBackend`` (``serving``) and hands it to the
+supervisor (``runtime.backend.Backend``): every resource's runner then feeds
+the driver's inventory and the node's ResourceSlices through its ``DraEdge``.
+A DRA device is a unit (one ID per unit, nothing tracked as held: claims are
+the driver's). Daemon-wide, ``start`` starts the driver, which serves and
+registers its own sockets. The API server pieces (the claim source and the
+slice publisher) come from ``open_api``, which is the only place that loads
+the API client library, so the device-plugin backend never does.
 """
 
 from __future__ import annotations
@@ -16,16 +18,17 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from genericdp.aio import TaskSet
 from genericdp.config.model import ResourceDefinition
 from genericdp.dra.claims import ClaimSource
 from genericdp.dra.driver import DraDriver, DriverPaths
 from genericdp.dra.edge import DraEdge, Publisher
 from genericdp.errors import GenericdpError
 from genericdp.hooks import HookRunner
-from genericdp.runtime.allocator import Allocator
-from genericdp.runtime.context import ResourceContext
+from genericdp.runtime.backend import Fleet, Gauge, ResourceParts
 from genericdp.runtime.recorder import NO_METRICS, Recorder
-from genericdp.runtime.state import DeviceState
+from genericdp.runtime.state import ONE_PER_UNIT, DeviceIds
+from genericdp.runtime.usage import NoUsage
 from genericdp.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -43,7 +46,9 @@ class ApiPieces:
 
 
 class DraBackend:
-    """The driver and the publisher of one node; ``edge`` makes each resource's edge."""
+    """The driver and the publisher of one node (``runtime.backend.Backend``)."""
+
+    settled_timeout = 0.0  # nothing is tracked as held: nothing to wait for
 
     def __init__(
         self,
@@ -56,6 +61,8 @@ class DraBackend:
         **driver_options: float,
     ) -> None:
         check_settings(settings)
+        self.usage = NoUsage()
+        self._where = f"DRA driver {settings.dra_driver_name}, node {settings.node_name}"
         self.publisher = publisher
         self.stopping = False  # shutting down: edges keep their slices (see DraEdge.close)
         self.driver = DraDriver(
@@ -70,26 +77,39 @@ class DraBackend:
             **driver_options,
         )
 
-    def edge(
-        self,
-        definition: Callable[[], ResourceDefinition],
-        state: DeviceState,
-        context: ResourceContext,
-        allocator: Allocator,
-    ) -> DraEdge:
+    @property
+    def where(self) -> str:
+        return self._where
+
+    def device_ids(self, definition: ResourceDefinition) -> DeviceIds:
+        return ONE_PER_UNIT  # one DRA device per unit: ``count`` does not apply
+
+    def edge(self, parts: ResourceParts) -> DraEdge:
         return DraEdge(
-            definition,
-            state,
-            context,
-            allocator,
+            parts.definition,
+            parts.state,
             inventory=self.driver.inventory,
             publisher=self.publisher,
             registration=self.driver.registration.service,
             stopping=lambda: self.stopping,
         )
 
-    async def start(self) -> None:
+    def renews(self, before: ResourceDefinition, after: ResourceDefinition) -> bool:
+        return False  # the driver learns nothing of a definition at registration
+
+    async def start(self, fleet: Fleet, tasks: TaskSet) -> None:
+        """Start the driver (it serves and registers its own sockets)."""
         await self.driver.start()
+
+    def started(self, fleet: Fleet, tasks: TaskSet) -> None:
+        """Nothing waits for the first apply."""
+
+    def gauges(self) -> tuple[Gauge, ...]:
+        return ()
+
+    def shutting_down(self) -> None:
+        """The daemon stops (not a reload): the slices stay for the next instance."""
+        self.stopping = True
 
     async def close(self) -> None:
         await self.driver.close()
@@ -108,7 +128,8 @@ def check_settings(settings: Settings) -> None:
 async def serving(
     settings: Settings, *, run_hook: HookRunner, recorder: Recorder = NO_METRICS
 ) -> AsyncIterator[DraBackend]:
-    """The started backend over the API server; closed (driver, then API) on exit.
+    """The backend over the API server (its driver starts with the supervisor);
+    closed (driver, then API) on exit.
     ``recorder`` counts and times the prepared and unprepared claims."""
     check_settings(settings)
     api = await open_api(settings)
@@ -120,7 +141,6 @@ async def serving(
             run_hook=run_hook,
             recorder=recorder,
         )
-        await backend.start()
         try:
             yield backend
         finally:

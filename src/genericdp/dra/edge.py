@@ -21,10 +21,7 @@ from genericdp.discovery.model import Unit
 from genericdp.dra.inventory import Inventory
 from genericdp.dra.registration import RegistrationService
 from genericdp.errors import GenericdpError
-from genericdp.runtime.allocator import Allocator
-from genericdp.runtime.context import ResourceContext
 from genericdp.runtime.edge import PluginStatus
-from genericdp.runtime.kubeletwatch import DirChange
 from genericdp.runtime.state import DeviceState
 
 log = logging.getLogger(__name__)
@@ -49,8 +46,6 @@ class DraEdge:
         self,
         definition: Callable[[], ResourceDefinition],
         state: DeviceState,
-        context: ResourceContext,
-        allocator: Allocator,
         *,
         inventory: Inventory,
         publisher: Publisher,
@@ -67,19 +62,17 @@ class DraEdge:
         publisher.expect(definition().name)
         self._woken = asyncio.Event()
         self._last_error: str | None = None
-        self.published = 0  # publish calls made (tests)
         self._handed = False  # the first scan's units went to the inventory and the publisher
 
     async def run(self) -> None:
         """After the first scan, follow the state until it is closed: the inventory
         first (prepare and health read it), then the slices."""
         await self._woken.wait()
-        while True:
-            detail = self.state.detail
+        while not self.state.closed:
+            changed = self.state.next_change()  # before reading: no change is missed
             await self._sync()
             self._handed = True
-            if await self.state.wait_detail(detail) is None:
-                return
+            await changed.wait()
 
     async def _sync(self) -> None:
         definition = self._definition()
@@ -98,7 +91,6 @@ class DraEdge:
         except GenericdpError as exc:
             self._failed(f"cannot publish the ResourceSlice of {definition.name}: {exc}")
         else:
-            self.published += 1
             self._last_error = None
 
     def _health_messages(self, units: Sequence[Unit]) -> Mapping[str, str]:
@@ -112,9 +104,6 @@ class DraEdge:
     def wake(self, reason: str, *, renew: bool = False) -> None:
         """The first scan is done: publish from now on."""
         self._woken.set()
-
-    def plugin_dir_changed(self, change: DirChange) -> None:
-        """The device-plugin directory is not ours under DRA."""
 
     def status(self) -> PluginStatus:
         units = self.state.units_view()

@@ -2,7 +2,7 @@
 
 This is the only place that converts between the DevicePlugin protobuf
 messages and genericdp's own values. The behaviour lives behind ``Backend``
-(implemented by ``genericdp.runtime.plugin``); errors it raises become gRPC
+(implemented by ``genericdp.deviceplugin.plugin``); errors it raises become gRPC
 statuses here, with messages meant for the person reading the pod's events.
 """
 

@@ -1,2 +1,3 @@
-"""The daemon at run time: one device plugin per resource, supervised in one
-asyncio process (plugins, reconcile, kubelet watch, shutdown)."""
+"""The daemon at run time: one runner per resource, supervised in one asyncio
+process (reconcile, watches, cleanup, shutdown), served by a backend it does
+not know by name (``runtime/backend.py``)."""

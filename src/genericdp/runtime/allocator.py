@@ -1,8 +1,8 @@
 """The Allocate side of one resource, whatever asks: check, render, claim, init hooks.
 
-Free of any kubelet protocol: the device-plugin edge (``runtime/plugin.py``)
-calls it from Allocate, GetPreferredAllocation and PreStartContainer, and a
-second backend can call it the same way. It talks to the resource's own
+Free of any kubelet protocol: the device-plugin edge (``deviceplugin/plugin.py``)
+calls it from Allocate and PreStartContainer, and a second backend can call
+it the same way. It talks to the resource's own
 pieces directly (device state, CDI spec, usage and cleanup), never back up to
 the runner.
 """
@@ -22,11 +22,11 @@ from genericdp.discovery.model import Unit
 from genericdp.errors import InvalidDevicesError, clip
 from genericdp.hooks import INIT, PRE_START, HookRun
 from genericdp.runtime.cdisync import CdiSync
+from genericdp.runtime.cleanup import Cleaner
 from genericdp.runtime.context import ResourceContext
-from genericdp.runtime.preferred import preferred_allocation
 from genericdp.runtime.recorder import allocation_result
-from genericdp.runtime.release import Cleaner, UsageTracker
 from genericdp.runtime.state import DeviceState
+from genericdp.runtime.usage import Usage
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +50,9 @@ def _shown(ids: Sequence[str]) -> str:
 
 
 class Allocator:
-    """Allocate, preferred allocation and PreStart of one resource's devices.
+    """Allocate and PreStart of one resource's devices.
 
-    Release tracking (``runtime/release.py``): the kubelet handing IDs out
+    Release tracking (the backend's ``Usage``): the kubelet handing IDs out
     again means their last holder is done (``usage.claim``, whose releases
     the cleaner cleans first); what we hand out is in use (``handed_out``).
     """
@@ -63,7 +63,7 @@ class Allocator:
         state: DeviceState,
         context: ResourceContext,
         *,
-        usage: UsageTracker,
+        usage: Usage,
         cleaner: Cleaner,
         cdi: CdiSync,
     ) -> None:
@@ -73,17 +73,6 @@ class Allocator:
         self._usage = usage
         self._cleaner = cleaner
         self._cdi = cdi
-
-    def preferred(
-        self, available: Sequence[str], must_include: Sequence[str], size: int
-    ) -> tuple[str, ...]:
-        return preferred_allocation(
-            self._definition().preferred_allocation,
-            available=available,
-            must_include=must_include,
-            size=size,
-            units=self._state.units_view(),
-        )
 
     async def allocate(
         self, requests: Sequence[tuple[str, ...]], *, check: AnswerCheck = _no_check
@@ -108,7 +97,7 @@ class Allocator:
         # Everything that can refuse the request without side effects comes
         # first: a refused Allocate (unknown IDs, a path escaping its template,
         # an answer over 4 MiB) must not run cleanup on a unit a live pod holds,
-        # nor make us forget that pod's hold (release.UsageTracker.claim).
+        # nor make us forget that pod's hold (``Usage.claim``).
         definition = self._definition()
         node_name = self._context.node_name
         lookups = [self.checked(ids) for ids in requests]

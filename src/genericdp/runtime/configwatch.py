@@ -17,9 +17,9 @@ What the watch has to survive:
   once. Events that arrive while a reload runs are read afterwards and lead to
   one more reload, so the last state on disk is always the one looked at.
 
-A reload loads in a worker thread, compares with the running config and, if
-any resource differs, hands the new one to ``Supervisor.apply`` (which stops,
-updates and starts only what changed). An invalid config, or one with no
+A reload loads in a worker thread and hands the config to
+``Supervisor.apply``, which plans once against the running config and, if
+any resource differs, stops, updates and starts only what changed. An invalid config, or one with no
 files at all (a ConfigMap being rewritten, a directory emptied), is refused:
 the previous config keeps serving. Every outcome is also reported to
 ``on_result`` (metrics).
@@ -49,7 +49,7 @@ from genericdp.config import load
 from genericdp.config.loader import HIDDEN_PREFIX, SUFFIXES, config_files
 from genericdp.config.model import Config
 from genericdp.errors import ConfigError, ConfigIssue, GenericdpError
-from genericdp.runtime.reconcile import Plan, plan
+from genericdp.runtime.reconcile import Plan
 from genericdp.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -77,10 +77,7 @@ _MASK = _CHANGES | flags.DELETE_SELF | flags.MOVE_SELF | flags.ONLYDIR
 class ReloadTarget(Protocol):
     """What a reload applies to: the supervisor."""
 
-    @property
-    def config(self) -> Config: ...
-
-    async def apply(self, config: Config) -> Plan: ...
+    async def apply(self, config: Config, *, if_changed: bool = False) -> Plan: ...
 
 
 class Outcome(StrEnum):
@@ -101,7 +98,7 @@ class ReloadResult:
     started: tuple[str, ...] = ()
     stopped: tuple[str, ...] = ()
     updated: tuple[str, ...] = ()  # updated in place
-    reregistered: tuple[str, ...] = ()  # updated, and registered again (options changed)
+    renewed: tuple[str, ...] = ()  # updated, and told to the kubelet anew (re-registered)
 
     @property
     def ok(self) -> bool:
@@ -120,7 +117,7 @@ class ReloadResult:
             started=tuple(d.name for d in steps.start),
             stopped=steps.stop,
             updated=tuple(d.name for d in steps.update),
-            reregistered=tuple(d.name for d in steps.reregister),
+            renewed=tuple(d.name for d in steps.renew),
         )
 
     @property
@@ -130,7 +127,7 @@ class ReloadResult:
             ("started", self.started),
             ("stopped", self.stopped),
             ("updated", self.updated),
-            ("re-registered", self.reregistered),
+            ("re-registered", self.renewed),
         ]
         return ", ".join(f"{verb} {', '.join(names)}" for verb, names in parts if names)
 
@@ -291,15 +288,15 @@ class ConfigWatcher:
         except Exception as exc:  # the loader turns bad input into issues; this is a bug
             log.exception("loading %s failed", self.path)
             return ReloadResult(Outcome.REFUSED, issues=(f"{self.path}: {exc}",))
-        if plan(self._target.config.resources, config.resources).empty:
-            return ReloadResult(Outcome.UNCHANGED)
         try:
-            steps = await self._target.apply(config)
+            steps = await self._target.apply(config, if_changed=True)
         except GenericdpError as exc:
             return ReloadResult(Outcome.FAILED, issues=(str(exc),))
         except Exception as exc:
             log.exception("applying the config from %s failed", self.path)
             return ReloadResult(Outcome.FAILED, issues=(f"{type(exc).__name__}: {exc}",))
+        if steps.empty:
+            return ReloadResult(Outcome.UNCHANGED)
         return ReloadResult.applied(steps)
 
     def _log(self, result: ReloadResult) -> None:

@@ -25,7 +25,6 @@ class ResourceContext:
     by the supervisor (``of``) instead of a dozen arguments per constructor. Its
     settings have their defaults in ``Settings`` alone."""
 
-    plugin_dir: Path
     roots: Roots
     discover: Discover
     run_hook: HookRunner
@@ -36,8 +35,8 @@ class ResourceContext:
     recorder: Recorder = NO_METRICS
     cleanup_backoff: Callable[[], Backoff] | None = None
     on_status: Callable[[], None] = lambda: None  # any resource's status changed
-    # The longest a first Register waits for the first PodResources answer
-    # (the supervisor's poller: its List timeout plus a second; 0: no poller).
+    # The longest a first wake waits for the backend's usage to settle
+    # (``Backend.settled_timeout``; 0: nothing to wait for).
     settled_timeout: float = 0.0
 
     @classmethod
@@ -55,7 +54,6 @@ class ResourceContext:
     ) -> ResourceContext:
         """The context of ``settings``, with the runtime's own pieces."""
         return cls(
-            plugin_dir=settings.plugin_dir,
             roots=Roots(dev=settings.dev_root, sys=settings.sys_root, udev=settings.udev_root),
             discover=discover,
             run_hook=run_hook,

@@ -1,29 +1,23 @@
-"""The kubelet-facing edge of one resource, and how a backend plugs one in.
+"""The kubelet-facing edge of one resource: what the runner asks of every backend.
 
 A ``ResourceRunner`` owns what every backend shares: discovery, health,
 hooks, cleanup, the CDI spec, the device state and the ``Allocator``. What
-the kubelet sees of it is its *edge*: the device-plugin edge
-(``runtime/plugin.py``: a socket, Register, ListAndWatch, Allocate) by
-default. The supervisor takes an ``EdgeFactory``, so another backend (DRA)
-gives each runner its own edge and reuses the rest unchanged.
+the kubelet sees of it is its *edge*, made by its backend
+(``runtime/backend.py``): the device plugin's (``deviceplugin/plugin.py``: a
+socket, Register, ListAndWatch, Allocate) or the DRA driver's
+(``dra/edge.py``: the node's inventory and ResourceSlices).
 
 An edge reads the units and their health from the ``DeviceState`` (its
-``version`` changes with them, ``wait_changed`` wakes on a change) and answers
-allocations through the ``Allocator``; it calls nothing back on the runner.
+``version`` changes with them, ``wait_changed`` wakes on a change) and, if
+its backend allocates through it, answers through the ``Allocator``; it
+calls nothing back on the runner.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
-
-from genericdp.config.model import ResourceDefinition
-from genericdp.runtime.allocator import Allocator
-from genericdp.runtime.context import ResourceContext
-from genericdp.runtime.kubeletwatch import DirChange
-from genericdp.runtime.state import DeviceState
 
 
 @dataclass(frozen=True)
@@ -54,11 +48,8 @@ class Edge(Protocol):
 
     def wake(self, reason: str, *, renew: bool = False) -> None:
         """Tell the kubelet (again): the first scan is done, the kubelet restarted, or
-        (``renew``) the definition changed in a way the kubelet must hear anew."""
-        ...
-
-    def plugin_dir_changed(self, change: DirChange) -> None:
-        """Files came or went in the kubelet's plugin directory (the kubelet watch)."""
+        (``renew``) the definition changed in a way the kubelet must hear anew
+        (``Backend.renews``)."""
         ...
 
     def status(self) -> PluginStatus: ...
@@ -66,9 +57,3 @@ class Edge(Protocol):
     async def close(self) -> None:
         """Stop serving the kubelet; called after ``run`` is cancelled."""
         ...
-
-
-EdgeFactory = Callable[
-    [Callable[[], ResourceDefinition], DeviceState, ResourceContext, Allocator], Edge
-]
-"""Makes a runner's edge from its current definition, state, context and allocator."""

@@ -3,11 +3,11 @@
 Named, guarded tasks per resource: ``<name>/discovery`` (first scan,
 then a rescan every ``rescan_interval`` or when the definition changes),
 ``<name>/health`` (when the definition has a probe) and
-``<name>/registration`` (the device-plugin edge's serve-and-Register loop;
-another backend's edge names its own), and one ``<name>/cleanup/<unit>`` per
-unit being cleaned up (``release.Cleaner``). The edge is first woken after
-the first successful scan, so the kubelet never sees a
-transient empty list; a scan that fails is retried with backoff and touches
+``<name>/<edge task>`` (the edge its backend makes: the device plugin's
+serve-and-Register loop ``registration``, the DRA edge's ``dra``), and one
+``<name>/cleanup/<unit>`` per unit being cleaned up (``cleanup.Cleaner``).
+The edge is first woken after the first successful scan, so the kubelet
+never sees a transient empty list; a scan that fails is retried with backoff and touches
 nothing else.
 
 With ``allocate.cdi`` each scan also brings the resource's CDI spec up to
@@ -33,15 +33,14 @@ from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.execution import ExecResult
 from genericdp.health import HealthMonitor
-from genericdp.kubelet.devices import unit_id_of
 from genericdp.runtime.allocator import Allocator
+from genericdp.runtime.backend import Backend, ResourceParts
 from genericdp.runtime.cdisync import CdiSync
+from genericdp.runtime.cleanup import Cleaner, Release
 from genericdp.runtime.context import ResourceContext
-from genericdp.runtime.edge import Edge, EdgeFactory, PluginStatus
-from genericdp.runtime.plugin import ResourcePlugin
+from genericdp.runtime.edge import Edge, PluginStatus
 from genericdp.runtime.recorder import exec_result
-from genericdp.runtime.release import Cleaner, Release, UsageTracker
-from genericdp.runtime.state import DeviceState, free_ids_of
+from genericdp.runtime.state import DeviceState
 
 log = logging.getLogger(__name__)
 
@@ -53,15 +52,15 @@ class ResourceRunner:
         self,
         definition: ResourceDefinition,
         context: ResourceContext,
+        backend: Backend,
         *,
-        usage: UsageTracker | None = None,
-        edge: EdgeFactory = ResourcePlugin,
         state: DeviceState | None = None,
     ) -> None:
         """``state``: start from units known already (benchmarks build large ones)."""
         self._definition = definition
-        self.state = state or DeviceState(count=definition.count, free_ids=free_ids_of(definition))
-        self._usage = usage or UsageTracker()  # the supervisor's, shared by every resource
+        self._backend = backend
+        self.state = state or DeviceState(backend.device_ids(definition))
+        self._usage = backend.usage  # shared by every resource
         self._context = context
         self._cdi = CdiSync(context.cdi_dir)
         self.cleaner = Cleaner(self.state, lambda: self._definition, context)
@@ -73,7 +72,9 @@ class ResourceRunner:
             cleaner=self.cleaner,
             cdi=self._cdi,
         )
-        self.edge: Edge = edge(lambda: self._definition, self.state, context, self.allocator)
+        self.edge: Edge = backend.edge(
+            ResourceParts(lambda: self._definition, self.state, context, self.allocator)
+        )
         self._rescan = asyncio.Event()
         self._discovered = False
         self._tasks = TaskSet(log)
@@ -101,32 +102,32 @@ class ResourceRunner:
         fields = {"resource": self.name}
         self._tasks.spawn(f"{self.name}/{what}", factory, backoff=Backoff(), log_fields=fields)
 
-    def kick(self, reason: str, *, new_socket: bool = False) -> None:
-        """Register again (kubelet restarted...), once the first scan is done."""
+    def kick(self, reason: str, *, renew: bool = False) -> None:
+        """Tell the kubelet again (it restarted...), once the first scan is done."""
         if self._discovered:
-            self.edge.wake(reason, renew=new_socket)
+            self.edge.wake(reason, renew=renew)
 
     def rescan(self) -> None:
         """Run discovery again now (hotplug); requests during a scan merge into one more."""
         self._rescan.set()
 
-    async def update(self, definition: ResourceDefinition, *, reregister: bool) -> None:
-        """Apply a changed definition in place; Register again if its options changed."""
+    async def update(self, definition: ResourceDefinition, *, renew: bool) -> None:
+        """Apply a changed definition in place; ``renew``: tell the kubelet anew."""
         with logsetup.fields(resource=self.name):
-            await self._update(definition, reregister=reregister)
+            await self._update(definition, renew=renew)
 
-    async def _update(self, definition: ResourceDefinition, *, reregister: bool) -> None:
+    async def _update(self, definition: ResourceDefinition, *, renew: bool) -> None:
         old, self._definition = self._definition, definition
-        # The device list follows the new count (or unbounded sharing).
-        self.state.set_sharing(definition.count, free_ids_of(definition))
+        # The device list follows the new naming (the device plugin's count or sharing).
+        self.state.set_ids(self._backend.device_ids(definition))
         self._rescan.set()  # matchers or grouping may have changed
         if old.allocate.cdi and not definition.allocate.cdi:
             await self._cdi.retract(self.name)  # gone when apply returns, not at the next scan
         if old.health != definition.health:
             await self._tasks.cancel(f"{self.name}/health")
             self._start_health()  # a new probe starts over: Unhealthy until probed
-        if reregister:
-            self.kick("options changed", new_socket=True)
+        if renew:
+            self.kick("options changed", renew=True)
 
     async def stop(
         self,
@@ -155,7 +156,7 @@ class ResourceRunner:
         return (*stragglers, *await self.cleaner.stop(timeout))
 
     def released(self, release: Release) -> None:
-        """Nobody holds this unit any more (seen by the PodResources poller)."""
+        """Nobody holds this unit any more (seen by its backend's usage tracking)."""
         with logsetup.fields(resource=self.name, unit=release.unit_id):
             self.cleaner.released(release)
 
@@ -163,7 +164,7 @@ class ResourceRunner:
         # Unbounded: the next free IDs appear with the Allocate, not at the next
         # poll. Bounded: an Allocate (of present units) cannot change the list,
         # and stays O(request).
-        if self.state.unbounded:
+        if self.state.ids.follows_use:
             self.usage_changed()
 
     def usage_changed(self) -> None:
@@ -194,7 +195,7 @@ class ResourceRunner:
         )
 
     def _removed(self, unit: Unit, in_use: frozenset[str]) -> None:
-        held = [d for d in in_use if unit_id_of(d) == unit.id]
+        held = [d for d in in_use if self.state.unit_of(d) == unit.id]
         if held:
             self.cleaner.removed(unit, held)
 

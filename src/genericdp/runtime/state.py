@@ -1,11 +1,13 @@
-"""One resource's device state: its units, replica IDs and health.
+"""One resource's device state: its units, what is held, health and cleanup.
 
-ListAndWatch must send the full list when it changes and only then, so every
-change that alters the list bumps ``version`` and wakes the waiters; a change
-that leaves the list as it was (a rescan finding the same units, a health
-report repeating itself) does not.
+A backend must tell the kubelet the device list when it changes and only
+then, so every change that alters the list bumps ``version`` and wakes the
+waiters; a change that leaves the list as it was (a rescan finding the same
+units, a health report repeating itself) does not. How a unit's devices are
+named is the backend's (``DeviceIds``): one device per unit by default, the
+device plugin's replicas ``<unit>::<i>`` (``deviceplugin/replicas.py``).
 
-What containers hold (``set_in_use``, from PodResources and our Allocate)
+What containers hold (``set_in_use``, from the backend's ``Usage``)
 shapes the list in two ways:
 
 - A unit whose nodes vanish while a container holds it stays listed,
@@ -13,27 +15,67 @@ shapes the list in two ways:
   kubelet shows a listed device's health in the pod's
   ``allocatedResourcesStatus``; an ID that simply disappears reads Healthy
   there). A unit that comes back with the same ID is itself again.
-- ``count: unbounded`` lists the held IDs of each unit plus a few free ones
-  (``runtime/sharing.py``).
+- A naming that follows what is held (the device plugin's ``count:
+  unbounded``: the held IDs of each unit plus a few free ones) changes the
+  list with it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import overload
+from typing import Protocol
 
-from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
-from genericdp.kubelet.devices import DeviceInfo, unit_id_of
-from genericdp.runtime.sharing import advertised_indices, replica_index
+
+# A listed unit as a naming sees it: the unit, its held IDs, whether it is present.
+ListedUnit = tuple[Unit, frozenset[str], bool]
 
 
-def free_ids_of(definition: ResourceDefinition) -> int | None:
-    """``DeviceState``'s ``free_ids``: None for a bounded ``count``."""
-    return definition.free_ids if definition.unbounded else None
+class DeviceIds(Protocol):
+    """How a backend names the devices of a unit (``DeviceState`` asks it)."""
+
+    def unit_of(self, device_id: str) -> str:
+        """The unit an ID names (the ID itself when a unit is one device)."""
+        ...
+
+    def valid(self, device_id: str) -> bool:
+        """Whether the ID is well formed for this naming (its unit aside)."""
+        ...
+
+    @property
+    def follows_use(self) -> bool:
+        """Whether the IDs listed depend on which are held."""
+        ...
+
+    def shape(self, listed: Iterable[ListedUnit]) -> object:
+        """What the listed units' IDs are made of: equal shapes, equal lists.
+
+        ``listed`` is lazy: a naming that does not follow use ignores it."""
+        ...
+
+
+@dataclass(frozen=True)
+class OnePerUnit:
+    """Each unit is one device, named by the unit's ID (the DRA backend's naming)."""
+
+    def unit_of(self, device_id: str) -> str:
+        return device_id
+
+    def valid(self, device_id: str) -> bool:
+        return True
+
+    @property
+    def follows_use(self) -> bool:
+        return False
+
+    def shape(self, listed: Iterable[ListedUnit]) -> object:
+        return None
+
+
+ONE_PER_UNIT = OnePerUnit()
 
 
 @dataclass(frozen=True)
@@ -47,7 +89,7 @@ class Lookup:
 
 
 class DeviceState:
-    """Units, the replica count, the unhealthy and cleaning sets, with a change version.
+    """Units, their naming, the unhealthy and cleaning sets, with a change version.
 
     A unit is advertised Healthy unless the health monitor says otherwise or
     its cleanup is due or running (the kubelet must not pick it meanwhile).
@@ -58,11 +100,8 @@ class DeviceState:
     allocatable, and the reason is ``fault``.
     """
 
-    def __init__(
-        self, *, count: int = 1, units: Iterable[Unit] = (), free_ids: int | None = None
-    ) -> None:
-        self._count = count
-        self._free = free_ids  # None: bounded (``count`` IDs per unit); else unbounded
+    def __init__(self, ids: DeviceIds = ONE_PER_UNIT, *, units: Iterable[Unit] = ()) -> None:
+        self._ids = ids
         self._units: dict[str, Unit] = {u.id: u for u in sorted(units, key=lambda u: u.id)}
         self._held: dict[str, frozenset[str]] = {}  # unit ID -> its device IDs in use
         self._gone: dict[str, Unit] = {}  # vanished while held: listed Unhealthy
@@ -70,14 +109,10 @@ class DeviceState:
         self._incomplete = frozenset(u.id for u in self._units.values() if u.missing)
         self._probed: frozenset[str] | None = None  # None: no probe, nothing to wait for
         self._cleaning: frozenset[str] = frozenset()
-        # The list is built only when asked for (ListAndWatch); whether it
-        # changed is decided on a signature that costs units, not units x count.
+        # Whether the list changed is decided on a signature that costs units,
+        # not units x replicas.
         self._signature = self._sign()
-        self._devices: tuple[DeviceInfo, ...] | None = None
         self._version = 0
-        # Moves on every change, the list's or not (a unit probed for the first time,
-        # a probe's failure message): what a DRA edge follows. ListAndWatch does not.
-        self._detail = 0
         self._messages: dict[str, str] = {}  # unit ID -> why its last probe failed
         self._closed = False
         self._changed = asyncio.Event()
@@ -85,10 +120,6 @@ class DeviceState:
     @property
     def version(self) -> int:
         return self._version
-
-    @property
-    def detail(self) -> int:
-        return self._detail
 
     @property
     def probed(self) -> frozenset[str] | None:
@@ -109,7 +140,15 @@ class DeviceState:
             return
         else:
             self._messages[unit_id] = failure
-        self._touch()
+        self._wake()
+
+    @property
+    def ids(self) -> DeviceIds:
+        """How the units' devices are named."""
+        return self._ids
+
+    def unit_of(self, device_id: str) -> str:
+        return self._ids.unit_of(device_id)
 
     @property
     def closed(self) -> bool:
@@ -148,36 +187,23 @@ class DeviceState:
         return frozenset(self._gone)
 
     @property
-    def unbounded(self) -> bool:
-        return self._free is not None
+    def out(self) -> frozenset[str]:
+        """Units listed Unhealthy: by health, during cleanup, or gone."""
+        return self.unhealthy | self._cleaning | self._gone.keys()
 
-    def devices(self) -> tuple[DeviceInfo, ...]:
-        if self._devices is None:
-            self._devices = tuple(self.device_list())
-        return self._devices
+    def listed_units(self) -> tuple[Unit, ...]:
+        """The units listed, in ID order: the present ones and those gone while held."""
+        if not self._gone:
+            return tuple(self._units.values())
+        return tuple(sorted((*self._units.values(), *self._gone.values()), key=lambda u: u.id))
 
-    def device_list(self) -> Sequence[DeviceInfo]:
-        """The current list as a lazy sequence: ListAndWatch sends what fits in
-        4 MiB, and must not build a million objects to send 175,000."""
-        out = self._out()
-        if self._free is None:
-            return DeviceList(self._listed_units(), self._count, out)
-        # Unbounded: each unit lists what is held plus a few, so the list is short.
-        return tuple(
-            DeviceInfo(id=f"{unit.id}::{i}", healthy=unit.id not in out, numa_node=unit.numa_node)
-            for unit in self._listed_units()
-            for i in self._indices(unit.id)
-        )
+    def held_ids(self, unit_id: str) -> frozenset[str]:
+        """The IDs of ``unit_id`` that containers hold (``set_in_use``)."""
+        return self._held.get(unit_id, frozenset())
 
-    def counts(self) -> tuple[int, int]:
-        """(devices, healthy devices) without building the list."""
-        out = self._out()
-        if self._free is not None:
-            sizes = {u.id: len(self._indices(u.id)) for u in self._listed_units()}
-            return sum(sizes.values()), sum(n for uid, n in sizes.items() if uid not in out)
-        listed = self._units.keys() | self._gone.keys()
-        healthy = sum(1 for uid in listed if uid not in out)
-        return len(listed) * self._count, healthy * self._count
+    def present(self, unit_id: str) -> bool:
+        """Whether the unit was found by the last scan (not only kept while held)."""
+        return unit_id in self._units
 
     def set_units(self, units: Iterable[Unit]) -> bool:
         """Replace the units; True when the device list changed.
@@ -204,13 +230,9 @@ class DeviceState:
         self._messages = {k: v for k, v in self._messages.items() if k in self._units}
         return self._refresh()
 
-    def set_count(self, count: int) -> bool:
-        self._count = count
-        return self._refresh()
-
-    def set_sharing(self, count: int, free_ids: int | None) -> bool:
-        """``count`` IDs per unit, or (``free_ids`` given) unbounded with that many free."""
-        self._count, self._free = count, free_ids
+    def set_ids(self, ids: DeviceIds) -> bool:
+        """Name the units' devices anew (the definition's sharing changed)."""
+        self._ids = ids
         return self._refresh()
 
     def set_in_use(self, device_ids: Iterable[str]) -> tuple[str, ...]:
@@ -223,7 +245,7 @@ class DeviceState:
         """
         held: dict[str, set[str]] = {}
         for device_id in device_ids:
-            held.setdefault(unit_id_of(device_id), set()).add(device_id)
+            held.setdefault(self._ids.unit_of(device_id), set()).add(device_id)
         now = {uid: frozenset(ids) for uid, ids in held.items()}
         unseen = now.keys() - self._units.keys() - self._gone.keys()
         if now == self._held and not unseen and self._gone.keys() <= now.keys():
@@ -266,25 +288,15 @@ class DeviceState:
         return self._refresh()
 
     def known(self, device_id: str) -> bool:
-        """Whether ``device_id`` is one of ours now (``replica_ids`` of a current unit).
+        """Whether ``device_id`` names a device of a current unit.
 
         Parsed, not looked up in the device list: an Allocate costs what the
         kubelet sent, not the million IDs of ``count: 1000`` over 1000 units.
         """
-        unit_id, sep, index = device_id.partition("::")
+        unit_id = self._ids.unit_of(device_id)
         if unit_id not in self._units and unit_id not in self._gone:
             return False
-        if self._free is not None:
-            # Any index: the kubelet may pick a free ID we have just stopped listing.
-            return replica_index(device_id) is not None
-        if self._count <= 1:
-            return not sep
-        return (
-            index.isascii()
-            and index.isdigit()
-            and str(int(index)) == index
-            and int(index) < self._count
-        )
+        return self._ids.valid(device_id)
 
     def lookup(self, device_ids: Iterable[str]) -> Lookup:
         """Costs what the request names: only its units' health is looked at
@@ -296,7 +308,7 @@ class DeviceState:
             if not self.known(device_id):
                 unknown.append(device_id)
                 continue
-            unit_id = unit_id_of(device_id)
+            unit_id = self._ids.unit_of(device_id)
             found.add(unit_id)
             if self._out_of_health(unit_id):
                 unhealthy.append(device_id)
@@ -317,11 +329,11 @@ class DeviceState:
             or (self._probed is not None and unit_id in self._units and unit_id not in self._probed)
         )
 
-    async def wait_detail(self, detail: int) -> int | None:
-        """Wait until ``detail`` differs from this one; None once closed."""
-        while not self._closed and self._detail == detail:
-            await self._changed.wait()
-        return None if self._closed else self._detail
+    def next_change(self) -> asyncio.Event:
+        """An event set at the next change of any kind, the list's or not (a unit
+        probed for the first time, a probe's failure message), and at ``close``:
+        what a DRA edge follows. Taken before reading, so no change is missed."""
+        return self._changed
 
     async def wait_changed(self, version: int) -> int | None:
         """Wait until the version differs from ``version``; None once closed."""
@@ -334,46 +346,25 @@ class DeviceState:
         self._closed = True
         self._wake()
 
-    def _out(self) -> frozenset[str]:
-        """Units listed Unhealthy: by health, during cleanup, or gone."""
-        return self.unhealthy | self._cleaning | self._gone.keys()
-
-    def _listed_units(self) -> tuple[Unit, ...]:
-        if not self._gone:
-            return tuple(self._units.values())
-        return tuple(sorted((*self._units.values(), *self._gone.values()), key=lambda u: u.id))
-
-    def _indices(self, unit_id: str) -> tuple[int, ...]:
-        """Replica indices an unbounded unit lists: held ones, plus free ones while present."""
-        held = (replica_index(d) for d in self._held.get(unit_id, ()))
-        free = self._free if unit_id in self._units and self._free is not None else 0
-        return advertised_indices((i for i in held if i is not None), free)
-
     def _sign(self) -> tuple[object, ...]:
         """What the device list is made of: equal signatures, equal lists."""
         ids = self._units.keys()
-        sharing: object = self._count
-        if self._free is not None:
-            sharing = tuple((u.id, self._indices(u.id)) for u in self._listed_units())
+        listed = ((u, self.held_ids(u.id), u.id in self._units) for u in self.listed_units())
         return (
             tuple((u.id, u.numa_node) for u in self._units.values()),
             tuple(self._gone),
-            sharing,
+            self._ids,
+            self._ids.shape(listed),
             frozenset(self.unhealthy & ids),
             frozenset(self._cleaning & ids),
         )
 
-    def _touch(self) -> None:
-        self._detail += 1
-        self._wake()
-
     def _refresh(self) -> bool:
-        self._detail += 1
         signature = self._sign()
         if signature == self._signature:
             self._wake()  # waiters on the version look and wait again
             return False
-        self._signature, self._devices = signature, None
+        self._signature = signature
         self._version += 1
         self._wake()
         return True
@@ -382,44 +373,3 @@ class DeviceState:
         # A fresh event per change: waiters hold the old one, which stays set.
         old, self._changed = self._changed, asyncio.Event()
         old.set()
-
-
-class DeviceList(Sequence[DeviceInfo]):
-    """The device list of one state version, made one device at a time.
-
-    In unit ID order, each unit's replicas in order (``replica_ids``); a unit
-    is Healthy unless it is in ``out`` (unhealthy or being cleaned up).
-    """
-
-    def __init__(self, units: tuple[Unit, ...], count: int, out: frozenset[str]) -> None:
-        self._units = units
-        self._count = max(count, 1)
-        self._out = out
-
-    def __len__(self) -> int:
-        return len(self._units) * self._count
-
-    @overload
-    def __getitem__(self, index: int) -> DeviceInfo: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[DeviceInfo]: ...
-
-    def __getitem__(self, index: int | slice) -> DeviceInfo | Sequence[DeviceInfo]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        unit = self._units[index // self._count]
-        return self._device(unit, index % self._count)
-
-    def __iter__(self) -> Iterator[DeviceInfo]:
-        for unit in self._units:
-            for replica in range(self._count):
-                yield self._device(unit, replica)
-
-    def _device(self, unit: Unit, replica: int) -> DeviceInfo:
-        device_id = unit.id if self._count == 1 else f"{unit.id}::{replica}"
-        return DeviceInfo(id=device_id, healthy=unit.id not in self._out, numa_node=unit.numa_node)

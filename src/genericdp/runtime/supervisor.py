@@ -1,43 +1,41 @@
 """The supervisor: one ``ResourceRunner`` per resource, reconciled, watched.
 
 ``apply(config)`` is the single entry point for a config, at start and on
-reload: it computes a ``Plan`` (pure, in ``reconcile``) and carries it out,
-stopping removed resources before starting new ones. The kubelet watch wakes
-every plugin when the kubelet restarts. One ``pod-resources`` task polls the
-kubelet's PodResources List and hands released units to their resource for
-cleanup (``release``). ``status()`` and ``wait_for()`` let
-``simulate`` and the tests observe registrations.
+reload: it computes a ``Plan`` (pure, in ``reconcile``) once and carries it
+out, stopping removed resources before starting new ones. The backend
+(``runtime/backend.py``) makes each resource's edge and runs its own
+daemon-wide tasks (the device plugin's kubelet watch and PodResources
+poller), which reach the resources through the supervisor as their
+``Fleet``. ``status()`` and ``wait_for()`` let ``simulate`` and the tests
+observe registrations.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 
 from genericdp import logsetup
-from genericdp.aio import Backoff, TaskSet, wait_event
+from genericdp.aio import Backoff, TaskSet
 from genericdp.allocation.cdi import remove_stale_specs
 from genericdp.config.model import Config
 from genericdp.hooks import HookRunner
-from genericdp.kubelet.options import KUBELET_SOCKET_NAME
 from genericdp.memtrim import Trimmer
+from genericdp.runtime.backend import Backend, Gauge
+from genericdp.runtime.cleanup import Release
 from genericdp.runtime.context import SETTLE, Discover, ResourceContext
 from genericdp.runtime.devwatch import DevChange, watch_devices
-from genericdp.runtime.edge import EdgeFactory, PluginStatus
-from genericdp.runtime.kubeletwatch import DirChange, watch_plugin_dir
-from genericdp.runtime.plugin import ResourcePlugin, remove_stale_sockets
+from genericdp.runtime.edge import Edge, PluginStatus
 from genericdp.runtime.reconcile import Plan, plan
 from genericdp.runtime.recorder import NO_METRICS, Recorder, TimedHooks
-from genericdp.runtime.release import Release, ReleasePoller, UsageTracker
 from genericdp.runtime.resource import ResourceRunner
 from genericdp.settings import Settings
 
 log = logging.getLogger(__name__)
 
 Statuses = Mapping[str, PluginStatus]
-POD_RESOURCES_TIMEOUT = 5.0  # one PodResources List
 
 
 def _default_discover() -> Discover:
@@ -53,34 +51,26 @@ def _default_hook_runner() -> HookRunner:
 
 
 class Supervisor:
-    """Runs the device plugins of a config.
+    """Runs the resources of a config, served by ``backend``.
 
     ``discover`` and ``run_hook`` default to the real ones; tests pass their
     own (a discovery that raises, say) instead of patching. ``metrics`` hears
     of registrations, allocations, hooks, probes and kubelet restarts.
-    ``edge`` makes each resource's kubelet-facing side: the device plugin
-    (``ResourcePlugin``) by default, another backend's otherwise
-    (``runtime/edge.py``).
     """
 
     def __init__(
         self,
         settings: Settings,
+        backend: Backend,
         *,
         discover: Discover | None = None,
         run_hook: HookRunner | None = None,
         settle: float = SETTLE,
         metrics: Recorder | None = None,
         cleanup_backoff: Callable[[], Backoff] | None = None,
-        edge: EdgeFactory = ResourcePlugin,
-        device_plugin_api: bool = True,
     ) -> None:
         self._settings = settings
-        self._edge = edge
-        # False for a backend that has nothing to do with the device-plugin API (DRA):
-        # no kubelet directory to watch, no stale sockets, no PodResources polling.
-        self._device_plugin_api = device_plugin_api
-        self._usage = UsageTracker()
+        self._backend = backend
         self._discover = discover or _default_discover()
         self._run_hook = run_hook or _default_hook_runner()
         self._metrics = metrics or NO_METRICS
@@ -95,15 +85,12 @@ class Supervisor:
             recorder=self._metrics,
             cleanup_backoff=cleanup_backoff,
             on_status=self._notify,
-            # Only the device-plugin API polls PodResources; nothing else would
-            # ever settle the wait (under DRA it held every first publish 6 s).
-            settled_timeout=POD_RESOURCES_TIMEOUT + 1.0 if device_plugin_api else 0.0,
+            settled_timeout=backend.settled_timeout,
         )
         self._runners: dict[str, ResourceRunner] = {}
         self._tasks = TaskSet(log)
         self._changed = asyncio.Event()
         self._lock = asyncio.Lock()
-        self._watching = asyncio.Event()
         self._config = Config(resources=())
         # A reload or a kubelet restart frees memory in the middle of the heaps.
         self._trimmer = Trimmer()
@@ -113,50 +100,38 @@ class Supervisor:
         return self._config
 
     @property
-    def usage(self) -> UsageTracker:
-        """Who holds which device, as far as PodResources and our Allocate tell."""
-        return self._usage
+    def backend(self) -> Backend:
+        return self._backend
+
+    @property
+    def recorder(self) -> Recorder:
+        return self._metrics
 
     # -- lifecycle ---------------------------------------------------------------
 
-    async def start(self, config: Config, *, watch_timeout: float = 5.0) -> Plan:
-        """Clean up stale sockets, watch the kubelet directory, then apply ``config``."""
-        plugin_dir = self._settings.plugin_dir
-        if self._device_plugin_api and plugin_dir.is_dir():
-            for path in remove_stale_sockets(plugin_dir):
-                log.info("removed stale socket %s", path)
+    async def start(self, config: Config) -> Plan:
+        """Tidy what a predecessor left, start the backend's tasks, then apply ``config``."""
         # Specs we wrote for resources that left the config while we were down.
         keep = [d.name for d in config.resources if d.allocate.cdi]
         for path in await asyncio.to_thread(remove_stale_specs, self._settings.cdi_dir, keep):
             log.info("removed stale CDI spec %s", path)
         # Not awaited: once ready it asks every resource to rescan, so nothing is missed.
         self._tasks.spawn("device-watch", self._watch_devices, backoff=Backoff(maximum=10.0))
-        if not self._device_plugin_api:
-            return await self.apply(config)
-        self._tasks.spawn("kubelet-watch", self._watch, backoff=Backoff(maximum=10.0))
-        if not await wait_event(self._watching, watch_timeout):
-            log.warning("not watching %s yet; kubelet restarts may be missed", plugin_dir)
+        await self._backend.start(self, self._tasks)
         steps = await self.apply(config)
-        # After the first apply, so the first poll already knows who wants cleanup.
-        poller = ReleasePoller(
-            self._settings.pod_resources_socket,
-            self._usage,
-            self._released,
-            interval=self._settings.pod_resources_poll_interval,
-            # Every resource: a unit that vanishes while held stays listed until
-            # released, and unbounded sharing follows what is held.
-            active=lambda: bool(self._runners),
-            on_observed=self._usage_changed,
-            timeout=POD_RESOURCES_TIMEOUT,
-        )
-        self._tasks.spawn("pod-resources", poller.run, backoff=Backoff(maximum=10.0))
+        self._backend.started(self, self._tasks)
         return steps
 
-    async def apply(self, config: Config) -> Plan:
-        """Reconcile the running plugins with ``config`` (stop, update, start)."""
+    async def apply(self, config: Config, *, if_changed: bool = False) -> Plan:
+        """Reconcile the running resources with ``config`` (stop, update, renew, start).
+
+        ``if_changed`` (a reload): an empty plan leaves everything as it is,
+        unlogged."""
         async with self._lock:
-            steps = plan(self._config.resources, config.resources)
-            changing = {*steps.stop, *(d.name for d in (*steps.update, *steps.reregister))}
+            steps = plan(self._config.resources, config.resources, self._backend.renews)
+            if if_changed and steps.empty:
+                return steps
+            changing = {*steps.stop, *(d.name for d in (*steps.update, *steps.renew))}
             changing |= {d.name for d in steps.start}
             # A line about one resource carries it as a field, as its own lines do.
             about = {"resource": next(iter(changing))} if len(changing) == 1 else {}
@@ -165,18 +140,20 @@ class Supervisor:
             for name in steps.stop:
                 await self._runners.pop(name).stop(removed=True)
             for definition in steps.update:
-                await self._runners[definition.name].update(definition, reregister=False)
-            for definition in steps.reregister:
-                await self._runners[definition.name].update(definition, reregister=True)
+                await self._runners[definition.name].update(definition, renew=False)
+            for definition in steps.renew:
+                await self._runners[definition.name].update(definition, renew=True)
             for definition in steps.start:
-                runner = ResourceRunner(
-                    definition, self._context, usage=self._usage, edge=self._edge
-                )
+                runner = ResourceRunner(definition, self._context, self._backend)
                 self._runners[definition.name] = runner
                 runner.start()
             self._config = config
             self._notify()
             return steps
+
+    def shutting_down(self) -> None:
+        """The daemon stops (not a reload): its backend keeps what should outlast it."""
+        self._backend.shutting_down()
 
     async def stop(self, *, timeout: float = 5.0) -> tuple[str, ...]:  # noqa: ASYNC109
         """Stop every plugin (streams end, sockets removed); return straggler task names."""
@@ -205,10 +182,9 @@ class Supervisor:
 
     # -- observation -------------------------------------------------------------
 
-    @property
-    def watching(self) -> bool:
-        """Whether the kubelet directory is watched now (kubelet restarts are seen)."""
-        return self._watching.is_set()
+    def gauges(self) -> tuple[Gauge, ...]:
+        """The backend's own metrics."""
+        return self._backend.gauges()
 
     def status(self) -> dict[str, PluginStatus]:
         return {name: r.status() for name, r in sorted(self._runners.items())}
@@ -228,13 +204,25 @@ class Supervisor:
                     return statuses
                 await changed.wait()
 
-    def _released(self, releases: tuple[Release, ...]) -> None:
+    # -- the Fleet the backend's tasks see ---------------------------------------
+
+    def serving(self) -> bool:
+        return bool(self._runners)
+
+    def edges(self) -> Iterator[Edge]:
+        return (runner.edge for runner in self._runners.values())
+
+    def kick(self, reason: str) -> None:
+        for runner in self._runners.values():
+            runner.kick(reason)
+
+    def released(self, releases: Iterable[Release]) -> None:
         for release in releases:
             runner = self._runners.get(release.resource)
             if runner is not None:
                 runner.released(release)
 
-    def _usage_changed(self) -> None:
+    def usage_changed(self) -> None:
         for runner in self._runners.values():
             runner.usage_changed()
 
@@ -262,27 +250,6 @@ class Supervisor:
 
     def _on_dev_change(self, change: DevChange) -> None:
         self.rescan(change.describe())
-
-    # -- the kubelet watch ---------------------------------------------------------
-
-    async def _watch(self) -> None:
-        try:
-            await watch_plugin_dir(
-                self._settings.plugin_dir, self._on_dir_change, on_ready=self._watching.set
-            )
-        finally:
-            self._watching.clear()
-
-    def _on_dir_change(self, change: DirChange) -> None:
-        kubelet_new = KUBELET_SOCKET_NAME in change.created
-        if kubelet_new:
-            self._metrics.kubelet_restart()
-        for runner in self._runners.values():
-            runner.edge.plugin_dir_changed(change)
-            if change.lost:
-                runner.kick("kubelet directory replaced")
-            elif kubelet_new:
-                runner.kick("kubelet.sock created")
 
 
 def all_registered(names: Iterable[str] | None = None) -> Callable[[Statuses], bool]:

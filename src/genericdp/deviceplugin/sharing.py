@@ -15,16 +15,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from genericdp.config.model import UNBOUNDED, UNBOUNDED_INDEX_LIMIT, ResourceDefinition
-from genericdp.kubelet.devices import replica_ids
+from genericdp.kubelet.devices import index_text, replica_id, replica_ids
+
+
+def canonical_index(device_id: str) -> int | None:
+    """``i`` of ``<unit>::<i>`` when written as we write it (plain ASCII decimal); else None."""
+    index = index_text(device_id)
+    if index is None or not (index.isascii() and index.isdigit()) or str(int(index)) != index:
+        return None
+    return int(index)
 
 
 def replica_index(device_id: str) -> int | None:
     """``i`` of ``<unit>::<i>``, written as we write it and below the limit; else None."""
-    _, sep, index = device_id.partition("::")
-    if not sep or not (index.isascii() and index.isdigit()) or str(int(index)) != index:
-        return None
-    value = int(index)
-    return value if value < UNBOUNDED_INDEX_LIMIT else None
+    value = canonical_index(device_id)
+    return value if value is not None and value < UNBOUNDED_INDEX_LIMIT else None
 
 
 def advertised_indices(held: Iterable[int], free: int) -> tuple[int, ...]:
@@ -42,7 +47,7 @@ def advertised_indices(held: Iterable[int], free: int) -> tuple[int, ...]:
 def idle_ids(definition: ResourceDefinition, unit_id: str) -> tuple[str, ...]:
     """A unit's device IDs while nobody holds any (what ``discover`` shows)."""
     if definition.unbounded:
-        return tuple(f"{unit_id}::{i}" for i in advertised_indices((), definition.free_ids))
+        return tuple(replica_id(unit_id, i) for i in advertised_indices((), definition.free_ids))
     return replica_ids(unit_id, definition.count)
 
 

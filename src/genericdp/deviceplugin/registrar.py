@@ -1,4 +1,4 @@
-"""One resource's device plugin: its socket and server, Register, the streams.
+"""One resource's registration with the kubelet: its socket and server, Register, the stream.
 
 The kubelet dials the plugin back while it handles Register, so the server is
 serving before Register is sent. Registration runs in its own loop, woken by
@@ -36,21 +36,14 @@ with nobody behind them):
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import os
-import re
-import secrets
-import socket as socketlib
-import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from genericdp.aio import Backoff, wait_event
-from genericdp.allocation.render import Allocation
-from genericdp.config.model import ResourceDefinition
-from genericdp.errors import KubeletError, RegistrationError, UnsafeAllocationError
-from genericdp.kubelet.devices import DeviceInfo
+from genericdp.deviceplugin.kubeletwatch import DirChange
+from genericdp.deviceplugin.sockets import FileId, file_id, socket_path
+from genericdp.errors import KubeletError, RegistrationError
 from genericdp.kubelet.options import (
     KUBELET_SOCKET_NAME,
     MAX_UNIX_PATH_BYTES,
@@ -58,185 +51,79 @@ from genericdp.kubelet.options import (
     PluginOptions,
 )
 from genericdp.kubelet.registration import register
-from genericdp.kubelet.servicer import (
-    MAX_MESSAGE_BYTES,
-    PluginServer,
-    PreferredRequest,
-    allocate_response_size,
-    allocate_response_size_bound,
-)
-from genericdp.runtime.allocator import Allocator
+from genericdp.kubelet.servicer import PluginServer
 from genericdp.runtime.context import ResourceContext
-from genericdp.runtime.edge import PluginStatus
-from genericdp.runtime.kubeletwatch import DirChange
-from genericdp.runtime.reconcile import plugin_options
-from genericdp.runtime.state import DeviceState
 
 log = logging.getLogger(__name__)
 
-SOCKET_PREFIX = "gdp-"
-_MAX_SLUG = 40
 # The kubelet opens ListAndWatch as soon as Register is accepted (runClient);
 # generous for a loaded node: a stream arriving after we gave up would be
 # taken for another client's, and a second Register would follow.
 STREAM_WAIT = 5.0
 
-FileId = tuple[int, int]  # st_dev, st_ino: one file, not one path (a chmod keeps it)
-
-
-def file_id(path: Path, *, socket_only: bool = False) -> FileId | None:
-    """Identify the file at ``path`` (None when absent, or not a socket if asked)."""
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return None
-    if socket_only and not stat.S_ISSOCK(info.st_mode):
-        return None
-    return info.st_dev, info.st_ino
+Serve = Callable[[Path], Awaitable[PluginServer]]
 
 
 def _clear(path: Path) -> None:
     path.unlink(missing_ok=True)
 
 
-def socket_name(resource: str, token: str | None = None, *, max_bytes: int | None = None) -> str:
-    """``gdp-<slug>-<token>.sock``: unique per start, recognisably ours.
+class Registrar:
+    """Serves one resource's socket and keeps it registered with the kubelet.
 
-    ``max_bytes`` caps the whole name (the socket path must fit the kernel's
-    107 bytes): the slug is cut and a hash of the resource name keeps it
-    unique. Raises KubeletError when not even ``gdp-<hash>-<token>.sock`` fits.
+    ``serve`` starts the gRPC server on a path in ``plugin_dir`` (the
+    kubelet's device-plugin directory); ``resource`` and ``options`` are read
+    at each Register (a reload may change them).
     """
-    token = token or secrets.token_hex(4)
-    slug = re.sub(r"[^A-Za-z0-9.]+", "-", resource).strip("-.") or "resource"
-    digest = hashlib.sha256(resource.encode()).hexdigest()[:8]
-    room = _MAX_SLUG if max_bytes is None else min(_MAX_SLUG, max_bytes - _fixed_bytes(token))
-    if room < len(digest):
-        raise KubeletError(
-            f"a socket name for {resource} needs {_fixed_bytes(token) + len(digest)} bytes"
-            f" but only {max_bytes} are left"
-        )
-    if len(slug) > room:
-        keep = room - len(digest) - 1
-        slug = f"{slug[:keep].rstrip('-.')}-{digest}" if keep > 0 else digest
-    return f"{SOCKET_PREFIX}{slug}-{token}.sock"
-
-
-def _fixed_bytes(token: str) -> int:
-    return len(f"{SOCKET_PREFIX}-{token}.sock")
-
-
-def socket_path(plugin_dir: Path, resource: str, token: str | None = None) -> tuple[Path, bool]:
-    """Where to serve ``resource`` in ``plugin_dir``, and whether the name was shortened.
-
-    The kubelet's directory follows its root directory, and a unix socket path
-    is at most 107 bytes: a long directory leaves less room for the name, so
-    the name gives way (a hash keeps it unique). Raises KubeletError naming the
-    directory when even the shortest name does not fit.
-    """
-    directory = plugin_dir.absolute()
-    left = MAX_UNIX_PATH_BYTES - len(str(directory).encode()) - 1
-    usual = socket_name(resource, token)
-    if len(usual.encode()) <= left:
-        return directory / usual, False
-    try:
-        name = socket_name(resource, usual.rsplit("-", 1)[1].removesuffix(".sock"), max_bytes=left)
-    except KubeletError:
-        raise KubeletError(
-            f"the device-plugin directory {directory} is too long for a unix socket in it"
-            f" (paths are limited to {MAX_UNIX_PATH_BYTES} bytes): use a shorter --plugin-dir"
-        ) from None
-    return directory / name, True
-
-
-def remove_stale_sockets(plugin_dir: Path) -> list[Path]:
-    """Remove our sockets that nothing listens on (left by a killed predecessor).
-
-    A socket that accepts a connection belongs to a live process (say, the old
-    pod of a rolling update) and stays.
-    """
-    removed: list[Path] = []
-    for path in sorted(plugin_dir.glob(f"{SOCKET_PREFIX}*.sock")):
-        with socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM) as probe:
-            probe.settimeout(0.5)
-            try:
-                probe.connect(str(path))
-            except (ConnectionRefusedError, FileNotFoundError):
-                path.unlink(missing_ok=True)
-                removed.append(path)
-            except OSError as exc:
-                log.warning("cannot check socket %s, leaving it: %s", path, exc)
-    return removed
-
-
-class ResourcePlugin:
-    """The device-plugin edge of one resource: its socket and server, Register, the streams.
-
-    The registration side is this class; Allocate, GetPreferredAllocation and
-    PreStartContainer go to the resource's ``Allocator``.
-    """
-
-    task = "registration"
 
     def __init__(
         self,
-        definition: Callable[[], ResourceDefinition],
-        state: DeviceState,
+        resource: Callable[[], str],
+        options: Callable[[], PluginOptions],
         context: ResourceContext,
-        allocator: Allocator,
+        serve: Serve,
+        *,
+        plugin_dir: Path,
     ) -> None:
-        self._definition = definition
-        self.state = state
-        self._context = context
-        self._allocator = allocator
+        self._resource = resource
+        self._options = options
+        self._start_server = serve
         self._metrics = context.recorder
-        self._plugin_dir = context.plugin_dir
+        self._plugin_dir = plugin_dir
         self._on_status = context.on_status
-        self._backoff = Backoff()
         self._settle = context.settle
+        self._backoff = Backoff()
         self._server: PluginServer | None = None
         self._socket_id: FileId | None = None  # the socket file our server bound
         self._socket_lost = asyncio.Event()  # set when it is deleted or replaced
         self._wanted = asyncio.Event()
         self._reasons: list[str] = []
-        self._registered = False
+        self.registered = False
         self._kubelet_id: FileId | None = None  # the kubelet.sock we registered with
-        self._registrations = 0
-        self._streams = 0
+        self.registrations = 0
+        self.streams = 0
         self._next_token = 0
         self._claiming = False  # a Register in flight: its kubelet stream is next
         self._kubelet_stream: int | None = None  # token of the kubelet's open stream
         self._kubelet_streams = 0  # streams attributed to the kubelet, ever
         self._stream_changed = asyncio.Event()
-        self._last_error: str | None = None
+        self.last_error: str | None = None
         self._closing = False
-        self._want_new_socket = False
+        self._renew = False  # the next attempt serves a fresh socket
 
-    # -- the Edge the runner uses ------------------------------------------------
+    @property
+    def resource(self) -> str:
+        return self._resource()
 
     @property
     def socket(self) -> Path | None:
         return self._server.socket if self._server is not None else None
 
-    def status(self) -> PluginStatus:
-        devices, healthy = self.state.counts()
-        return PluginStatus(
-            resource=self.resource,
-            socket=self.socket,
-            registered=self._registered,
-            registrations=self._registrations,
-            streams=self._streams,
-            devices=devices,
-            healthy=healthy,
-            last_error=self._last_error,
-            units=len(self.state.units),
-            fault=self.state.fault,
-        )
-
     def wake(self, reason: str, *, renew: bool = False) -> None:
         """Ask the registration loop to Register (again) unless the one in place is sound;
         ``renew``: on a fresh socket (the options changed)."""
         if renew:
-            self._want_new_socket = True
+            self._renew = True
         self._reasons.append(reason)
         self._wanted.set()
         self._stream_changed.set()  # wakes a wait for the kubelet's stream: kubelet gone?
@@ -270,14 +157,37 @@ class ResourcePlugin:
                 raise
 
     async def close(self, grace: float = 3.0) -> None:
-        """End the streams, stop the server and remove its socket."""
+        """Stop the server and remove its socket."""
         self._closing = True
-        self.state.close()
         server, self._server = self._server, None
         if server is not None:
             await server.stop(grace)
             log.info("%s: stopped serving on %s", self.resource, server.socket)
-        self._registered = False
+        self.registered = False
+        self._on_status()
+
+    # -- the kubelet's stream -------------------------------------------------------
+
+    def stream_opened(self) -> int:
+        self.streams += 1
+        self._next_token += 1
+        token = self._next_token
+        if self._claiming and self._kubelet_stream is None:
+            self._kubelet_stream = token  # the kubelet's, opened for our Register
+            self._kubelet_streams += 1
+            self._stream_changed.set()
+        self._on_status()
+        return token
+
+    def stream_closed(self, token: int, *, by_peer: bool) -> None:
+        self.streams -= 1
+        if token == self._kubelet_stream:
+            self._kubelet_stream = None
+            self.registered = False
+            self._stream_changed.set()
+            if by_peer and not self._closing:
+                log.warning("%s: the kubelet ended ListAndWatch", self.resource)
+                self.wake("kubelet ended ListAndWatch")
         self._on_status()
 
     # -- registration ------------------------------------------------------------
@@ -297,9 +207,9 @@ class ResourcePlugin:
     def _sound(self, kubelet: Path) -> bool:
         """Whether the registration in place needs nothing: same kubelet, its stream, our socket."""
         return (
-            self._registered
+            self.registered
             and self._kubelet_stream is not None
-            and not self._want_new_socket
+            and not self._renew
             and self._socket_intact()
             and self._kubelet_id is not None
             and self._kubelet_id == file_id(kubelet)
@@ -310,7 +220,7 @@ class ResourcePlugin:
         if self._sound(kubelet):
             log.debug("%s: registration in place is sound (%s)", self.resource, reasons)
             return True
-        self._registered = False
+        self.registered = False
         # Whatever stream the kubelet had is not ours to watch any more: a
         # restarted kubelet ended it, or it belongs to a kubelet being replaced.
         self._kubelet_stream = None
@@ -326,16 +236,16 @@ class ResourcePlugin:
         seen = self._kubelet_streams
         try:
             await self._register(kubelet)
-            self._registrations += 1  # accepted; complete once the kubelet's stream is open
+            self.registrations += 1  # accepted; complete once the kubelet's stream is open
             if not await self._kubelet_stream_opened(seen, kubelet):
                 return self._failed("the kubelet accepted Register but has no ListAndWatch open")
         except KubeletError as exc:  # RegistrationError, or our socket could not be served
             return self._failed(str(exc))
         finally:
             self._claiming = False
-        self._registered = True
+        self.registered = True
         self._metrics.registration(self.resource, ok=True)
-        self._last_error = None
+        self.last_error = None
         log.info(
             "%s: registered with the kubelet, endpoint %s (%s)", self.resource, endpoint, reasons
         )
@@ -358,7 +268,7 @@ class ResourcePlugin:
                 kubelet,
                 endpoint=path.name,
                 resource_name=self.resource,
-                options=self.options(),
+                options=self._options(),
                 timeout=REGISTER_TIMEOUT,
                 before_send=check,
             )
@@ -400,9 +310,9 @@ class ResourcePlugin:
         return self._kubelet_stream is not None
 
     def _failed(self, message: str) -> bool:
-        if message != self._last_error:
+        if message != self.last_error:
             log.warning("%s: not registered: %s", self.resource, message)
-        self._last_error = message
+        self.last_error = message
         self._metrics.registration(self.resource, ok=False)
         self._on_status()
         return False
@@ -423,9 +333,9 @@ class ResourcePlugin:
         options change needs a fresh endpoint, and anyone may delete or replace
         the file: a fresh name never collides with what the kubelet knows.
         """
-        if self._server is not None and self._socket_intact() and not self._want_new_socket:
+        if self._server is not None and self._socket_intact() and not self._renew:
             return
-        self._want_new_socket = False
+        self._renew = False
         path, shortened = socket_path(self._plugin_dir, self.resource)
         if shortened:
             log.info(
@@ -441,64 +351,6 @@ class ResourcePlugin:
             # another client's) or being replaced, and the kubelet waits for the new one.
             await server.stop(None)
         _clear(path)  # a file left where our socket was: our name, our file
-        self._server = await PluginServer.start(self, path)
+        self._server = await self._start_server(path)
         self._socket_id = file_id(path, socket_only=True)
         log.info("%s: serving on %s", self.resource, path)
-
-    # -- the Backend the gRPC servicer calls --------------------------------------
-
-    @property
-    def resource(self) -> str:
-        return self._definition().name
-
-    def options(self) -> PluginOptions:
-        return plugin_options(self._definition())
-
-    def devices(self) -> tuple[int, Sequence[DeviceInfo]]:
-        return self.state.version, self.state.device_list()
-
-    async def wait_devices(self, version: int) -> int | None:
-        return await self.state.wait_changed(version)
-
-    def stream_opened(self) -> int:
-        self._streams += 1
-        self._next_token += 1
-        token = self._next_token
-        if self._claiming and self._kubelet_stream is None:
-            self._kubelet_stream = token  # the kubelet's, opened for our Register
-            self._kubelet_streams += 1
-            self._stream_changed.set()
-        self._on_status()
-        return token
-
-    def stream_closed(self, token: int, *, by_peer: bool) -> None:
-        self._streams -= 1
-        if token == self._kubelet_stream:
-            self._kubelet_stream = None
-            self._registered = False
-            self._stream_changed.set()
-            if by_peer and not self._closing:
-                log.warning("%s: the kubelet ended ListAndWatch", self.resource)
-                self.wake("kubelet ended ListAndWatch")
-        self._on_status()
-
-    def preferred(self, requests: Sequence[PreferredRequest]) -> list[tuple[str, ...]]:
-        return [self._allocator.preferred(r.available, r.must_include, r.size) for r in requests]
-
-    async def allocate(self, requests: Sequence[tuple[str, ...]]) -> list[Allocation]:
-        return await self._allocator.allocate(requests, check=_fits_a_message)
-
-    async def pre_start(self, device_ids: tuple[str, ...]) -> None:
-        await self._allocator.pre_start(device_ids)
-
-
-def _fits_a_message(requests: Sequence[tuple[str, ...]], answers: Sequence[Allocation]) -> None:
-    if allocate_response_size_bound(answers) <= MAX_MESSAGE_BYTES:
-        return  # the usual answer: far below, and not worth building twice
-    size = allocate_response_size(answers)
-    if size > MAX_MESSAGE_BYTES:
-        raise UnsafeAllocationError(
-            f"the Allocate answer for {sum(len(ids) for ids in requests)} device(s) would be"
-            f" {size} bytes, over the kubelet's {MAX_MESSAGE_BYTES}-byte message limit:"
-            " make the allocate templates render less"
-        )

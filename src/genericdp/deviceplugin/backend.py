@@ -1,0 +1,147 @@
+"""``serve --backend device-plugin``: one device plugin per resource, as the kubelet knows them.
+
+Daemon-wide, the backend owns the kubelet watch (its device-plugin
+directory: a kubelet restart re-registers every plugin, a socket of ours
+deleted is served again), the sockets a killed predecessor left, and one
+PodResources poller (``poller.py``) whose ``UsageTracker`` is the runtime's
+``Usage``: released units are cleaned, and the device lists follow what is
+held. Per resource, its edge is a ``ResourcePlugin`` (``plugin.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from genericdp.aio import Backoff, TaskSet, wait_event
+from genericdp.config.model import ResourceDefinition
+from genericdp.deviceplugin.kubeletwatch import DirChange, watch_plugin_dir
+from genericdp.deviceplugin.options import renews
+from genericdp.deviceplugin.plugin import ResourcePlugin
+from genericdp.deviceplugin.poller import ReleasePoller
+from genericdp.deviceplugin.replicas import Replicas, replicas_of
+from genericdp.deviceplugin.sockets import remove_stale_sockets
+from genericdp.deviceplugin.usage import UsageTracker
+from genericdp.hooks import HookRunner
+from genericdp.kubelet.options import KUBELET_SOCKET_NAME
+from genericdp.runtime.backend import Fleet, Gauge, ResourceParts
+from genericdp.runtime.recorder import NO_METRICS, Recorder
+from genericdp.settings import Settings
+
+log = logging.getLogger(__name__)
+
+POD_RESOURCES_TIMEOUT = 5.0  # one PodResources List
+
+
+class DevicePluginBackend:
+    """The device-plugin backend of one daemon (``runtime.backend.Backend``)."""
+
+    # The first Register waits for the first PodResources answer: its List
+    # timeout plus a second.
+    settled_timeout = POD_RESOURCES_TIMEOUT + 1.0
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        watch_timeout: float = 5.0,
+        usage: UsageTracker | None = None,
+    ) -> None:
+        """``usage``: the tracker the poller feeds (tests pass one that records)."""
+        self._settings = settings
+        self._watch_timeout = watch_timeout
+        self.usage = usage or UsageTracker()
+        self._watching = asyncio.Event()
+        self._fleet: Fleet | None = None
+
+    @property
+    def where(self) -> str:
+        return str(self._settings.plugin_dir)
+
+    @property
+    def watching(self) -> bool:
+        """Whether the kubelet directory is watched now (kubelet restarts are seen)."""
+        return self._watching.is_set()
+
+    def device_ids(self, definition: ResourceDefinition) -> Replicas:
+        return replicas_of(definition)
+
+    def edge(self, parts: ResourceParts) -> ResourcePlugin:
+        return ResourcePlugin(parts, plugin_dir=self._settings.plugin_dir)
+
+    def renews(self, before: ResourceDefinition, after: ResourceDefinition) -> bool:
+        return renews(before, after)
+
+    def gauges(self) -> tuple[Gauge, ...]:
+        return (
+            Gauge(
+                "genericdp_kubelet_watch_up",
+                "1 while the kubelet's plugin directory is watched (restarts are seen).",
+                1 if self.watching else 0,
+            ),
+        )
+
+    def shutting_down(self) -> None:
+        """Nothing outlasts the daemon but what the kubelet checkpointed."""
+
+    async def start(self, fleet: Fleet, tasks: TaskSet) -> None:
+        """Clean up stale sockets and watch the kubelet directory."""
+        self._fleet = fleet
+        plugin_dir = self._settings.plugin_dir
+        if plugin_dir.is_dir():
+            for path in remove_stale_sockets(plugin_dir):
+                log.info("removed stale socket %s", path)
+        tasks.spawn("kubelet-watch", self._watch, backoff=Backoff(maximum=10.0))
+        if not await wait_event(self._watching, self._watch_timeout):
+            log.warning("not watching %s yet; kubelet restarts may be missed", plugin_dir)
+
+    def started(self, fleet: Fleet, tasks: TaskSet) -> None:
+        """After the first apply, so the first poll already knows who wants cleanup."""
+        poller = ReleasePoller(
+            self._settings.pod_resources_socket,
+            self.usage,
+            fleet.released,
+            interval=self._settings.pod_resources_poll_interval,
+            # Every resource: a unit that vanishes while held stays listed until
+            # released, and unbounded sharing follows what is held.
+            active=fleet.serving,
+            on_observed=fleet.usage_changed,
+            timeout=POD_RESOURCES_TIMEOUT,
+        )
+        tasks.spawn("pod-resources", poller.run, backoff=Backoff(maximum=10.0))
+
+    async def _watch(self) -> None:
+        try:
+            await watch_plugin_dir(
+                self._settings.plugin_dir, self._on_dir_change, on_ready=self._watching.set
+            )
+        finally:
+            self._watching.clear()
+
+    def _on_dir_change(self, change: DirChange) -> None:
+        fleet = self._fleet
+        if fleet is None:
+            return
+        kubelet_new = KUBELET_SOCKET_NAME in change.created
+        if kubelet_new:
+            fleet.recorder.kubelet_restart()
+        for edge in fleet.edges():
+            if isinstance(edge, ResourcePlugin):
+                edge.plugin_dir_changed(change)
+        if change.lost:
+            fleet.kick("kubelet directory replaced")
+        elif kubelet_new:
+            fleet.kick("kubelet.sock created")
+
+
+@asynccontextmanager
+async def serving(
+    settings: Settings,
+    *,
+    run_hook: HookRunner,
+    recorder: Recorder = NO_METRICS,
+) -> AsyncIterator[DevicePluginBackend]:
+    """The backend ``serve`` runs (the signature every backend's ``serving`` has)."""
+    yield DevicePluginBackend(settings)

@@ -1,0 +1,148 @@
+"""One resource's device plugin: the edge the runner drives, the backend the servicer calls.
+
+Its registration with the kubelet (socket, server, Register, the kubelet's
+stream) is the ``Registrar`` (``registrar.py``); ListAndWatch reads the
+device list (``replicas.py``) from the resource's ``DeviceState``; Allocate
+and PreStartContainer go to the resource's ``Allocator``, and
+GetPreferredAllocation to ``preferred.py``. An Allocate answer over the
+kubelet's 4 MiB message limit is refused before anything has a side effect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from genericdp.allocation.render import Allocation
+from genericdp.config.model import ResourceDefinition
+from genericdp.deviceplugin.kubeletwatch import DirChange
+from genericdp.deviceplugin.options import plugin_options
+from genericdp.deviceplugin.preferred import preferred_allocation
+from genericdp.deviceplugin.registrar import Registrar
+from genericdp.deviceplugin.replicas import counts, device_list
+from genericdp.errors import UnsafeAllocationError
+from genericdp.kubelet.devices import DeviceInfo
+from genericdp.kubelet.options import PluginOptions
+from genericdp.kubelet.servicer import (
+    MAX_MESSAGE_BYTES,
+    PluginServer,
+    PreferredRequest,
+    allocate_response_size,
+    allocate_response_size_bound,
+)
+from genericdp.runtime.allocator import Allocator
+from genericdp.runtime.backend import ResourceParts
+from genericdp.runtime.edge import PluginStatus
+from genericdp.runtime.state import DeviceState
+
+
+class ResourcePlugin:
+    """The device-plugin edge of one resource (``runtime.edge.Edge``) and the
+    ``Backend`` of its gRPC servicer (``kubelet/servicer.py``)."""
+
+    task = "registration"
+
+    def __init__(self, parts: ResourceParts, *, plugin_dir: Path) -> None:
+        self._definition: Callable[[], ResourceDefinition] = parts.definition
+        self.state: DeviceState = parts.state
+        self._allocator: Allocator = parts.allocator
+        self._registrar = Registrar(
+            lambda: self._definition().name,
+            self.options,
+            parts.context,
+            self._start_server,
+            plugin_dir=plugin_dir,
+        )
+
+    async def _start_server(self, path: Path) -> PluginServer:
+        return await PluginServer.start(self, path)
+
+    # -- the Edge the runner uses ------------------------------------------------
+
+    @property
+    def socket(self) -> Path | None:
+        return self._registrar.socket
+
+    def status(self) -> PluginStatus:
+        registrar = self._registrar
+        devices, healthy = counts(self.state)
+        return PluginStatus(
+            resource=self.resource,
+            socket=self.socket,
+            registered=registrar.registered,
+            registrations=registrar.registrations,
+            streams=registrar.streams,
+            devices=devices,
+            healthy=healthy,
+            last_error=registrar.last_error,
+            units=len(self.state.units_view()),
+            fault=self.state.fault,
+        )
+
+    def wake(self, reason: str, *, renew: bool = False) -> None:
+        """Register (again) unless the registration in place is sound;
+        ``renew``: on a fresh socket (the options changed)."""
+        self._registrar.wake(reason, renew=renew)
+
+    def plugin_dir_changed(self, change: DirChange) -> None:
+        """Files came or went in the kubelet's directory (the kubelet watch)."""
+        self._registrar.plugin_dir_changed(change)
+
+    async def run(self) -> None:
+        """Serve and Register whenever asked, until cancelled (``close`` stops serving)."""
+        await self._registrar.run()
+
+    async def close(self, grace: float = 3.0) -> None:
+        """End the streams, stop the server and remove its socket."""
+        self.state.close()
+        await self._registrar.close(grace)
+
+    # -- the Backend the gRPC servicer calls --------------------------------------
+
+    @property
+    def resource(self) -> str:
+        return self._definition().name
+
+    def options(self) -> PluginOptions:
+        return plugin_options(self._definition())
+
+    def devices(self) -> tuple[int, Sequence[DeviceInfo]]:
+        return self.state.version, device_list(self.state)
+
+    async def wait_devices(self, version: int) -> int | None:
+        return await self.state.wait_changed(version)
+
+    def stream_opened(self) -> int:
+        return self._registrar.stream_opened()
+
+    def stream_closed(self, token: int, *, by_peer: bool) -> None:
+        self._registrar.stream_closed(token, by_peer=by_peer)
+
+    def preferred(self, requests: Sequence[PreferredRequest]) -> list[tuple[str, ...]]:
+        policy = self._definition().preferred_allocation
+        units = self.state.units_view()
+        return [
+            preferred_allocation(
+                policy, available=r.available, must_include=r.must_include, size=r.size, units=units
+            )
+            for r in requests
+        ]
+
+    async def allocate(self, requests: Sequence[tuple[str, ...]]) -> list[Allocation]:
+        return await self._allocator.allocate(requests, check=fits_a_message)
+
+    async def pre_start(self, device_ids: tuple[str, ...]) -> None:
+        await self._allocator.pre_start(device_ids)
+
+
+def fits_a_message(requests: Sequence[tuple[str, ...]], answers: Sequence[Allocation]) -> None:
+    """Refuse an Allocate whose answer would not fit the kubelet's message limit."""
+    if allocate_response_size_bound(answers) <= MAX_MESSAGE_BYTES:
+        return  # the usual answer: far below, and not worth building twice
+    size = allocate_response_size(answers)
+    if size > MAX_MESSAGE_BYTES:
+        raise UnsafeAllocationError(
+            f"the Allocate answer for {sum(len(ids) for ids in requests)} device(s) would be"
+            f" {size} bytes, over the kubelet's {MAX_MESSAGE_BYTES}-byte message limit:"
+            " make the allocate templates render less"
+        )

@@ -1,0 +1,135 @@
+"""The PodResources poller: one task for the daemon, the kubelet's List diffed for releases."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Set
+from pathlib import Path
+from typing import Protocol
+
+from genericdp.aio import wait_event
+from genericdp.deviceplugin.usage import UsageTracker
+from genericdp.errors import KubeletError
+from genericdp.kubelet.podresources import PodDevices, PodResourcesLister
+from genericdp.runtime.cleanup import Release
+
+log = logging.getLogger(__name__)
+
+
+class ListPods(Protocol):
+    """``list_pod_devices`` (``PodResourcesLister``), or a stand-in with its signature."""
+
+    def __call__(
+        self,
+        socket: Path,
+        *,
+        timeout: float = 5.0,
+    ) -> Awaitable[tuple[PodDevices, ...]]: ...
+
+
+# Seconds between Lists while nothing is held (``ReleasePoller``): a safety net only.
+REST = 60.0
+
+
+class ReleasePoller:
+    """Polls PodResources List every ``interval`` and hands releases to ``dispatch``.
+
+    ``on_observed`` runs after every answer that can change something (what
+    is held shapes the device lists: ``DeviceState.set_in_use``); an answer
+    that repeats the last one while nothing else changed costs the List and
+    one comparison (``UsageTracker.repeats``), nothing per resource. Only
+    polls while ``active()``. A
+    failed List changes nothing: it is logged once per outage, and the next
+    poll tries again. Nothing is released on a failed List.
+
+    While a List shows nothing held on the node and our Allocate gave nothing
+    out (``UsageTracker.holds_nothing``), the poller rests: only an Allocate
+    can make something held (the kubelet hands a device out through us; after
+    its restart it keeps the assignments it had, which were none), so it waits
+    for the next hand-out, then polls ``interval`` later as usual. One List
+    every ``rest`` seconds all the same, as a safety net. An idle node's poll
+    is mostly gRPC's own threads waking (docs/performance.md).
+    """
+
+    def __init__(
+        self,
+        socket: Path,
+        tracker: UsageTracker,
+        dispatch: Callable[[tuple[Release, ...]], None],
+        *,
+        interval: float,
+        active: Callable[[], bool] = lambda: True,
+        on_observed: Callable[[], None] = lambda: None,
+        list_pods: ListPods | None = None,
+        timeout: float = 5.0,
+        rest: float = REST,
+        logger: logging.Logger = log,
+    ) -> None:
+        self._socket = socket
+        self._tracker = tracker
+        self._dispatch = dispatch
+        self._interval = interval
+        self._rest = max(rest, interval)
+        self._active = active
+        self._on_observed = on_observed
+        # One channel for the poller's life (PodResourcesLister), unless told otherwise.
+        self._own_lister: PodResourcesLister | None = None
+        if list_pods is None:
+            list_pods = self._own_lister = PodResourcesLister()
+        self._list: ListPods = list_pods
+        self._timeout = timeout
+        self._log = logger
+        self._failing = False
+
+    async def run(self) -> None:
+        """Poll until cancelled."""
+        try:
+            while True:
+                self._tracker.handing_out.clear()
+                await self.poll()
+                if self._tracker.holds_nothing() and not self._failing:
+                    await wait_event(self._tracker.handing_out, self._rest)
+                await asyncio.sleep(self._interval)  # polling is the only way to learn
+        finally:
+            if self._own_lister is not None:
+                await self._own_lister.close()
+
+    async def poll(self) -> bool:
+        """One List and diff; False when nothing was learnt."""
+        if not self._active():
+            if self._tracker.has_baseline:
+                self._tracker.forget()
+            return False
+        try:
+            pods = await self._list(self._socket, timeout=self._timeout)
+        except KubeletError as exc:
+            if not self._failing:
+                self._log.warning(
+                    "cannot read PodResources, no cleanup and no release of held IDs"
+                    " until it answers: %s",
+                    exc,
+                )
+            self._failing = True
+            self._tracker.settled.set()  # nothing to wait for: register with what we know
+            return False
+        if self._failing:
+            self._log.info("PodResources %s answers again", self._socket)
+            self._failing = False
+        if self._tracker.repeats(pods):
+            return True  # nothing released, nothing any resource lists differently
+        first = not self._tracker.has_baseline
+        releases = self._tracker.observe(pods)
+        if first:
+            self._log.info("PodResources baseline: %s", _describe(self._tracker.snapshot()))
+        if releases:
+            self._dispatch(releases)
+        self._tracker.settled.set()
+        self._on_observed()
+        return True
+
+
+def _describe(in_use: Mapping[str, Set[str]]) -> str:
+    if not in_use:
+        return "no devices in use"
+    return "; ".join(f"{r}: {len(ids)} in use" for r, ids in sorted(in_use.items()))

@@ -1,0 +1,107 @@
+"""Our sockets in the kubelet's device-plugin directory: their names, identity, leftovers.
+
+One socket per resource and per start (``gdp-<slug>-<token>.sock``): a
+fresh name never collides with what the kubelet knows. A socket is known by
+its inode, not its path: a regular file put in its place is not our socket.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import secrets
+import socket as socketlib
+import stat
+from pathlib import Path
+
+from genericdp.errors import KubeletError
+from genericdp.kubelet.options import MAX_UNIX_PATH_BYTES
+
+log = logging.getLogger(__name__)
+
+SOCKET_PREFIX = "gdp-"
+_MAX_SLUG = 40
+
+FileId = tuple[int, int]  # st_dev, st_ino: one file, not one path (a chmod keeps it)
+
+
+def file_id(path: Path, *, socket_only: bool = False) -> FileId | None:
+    """Identify the file at ``path`` (None when absent, or not a socket if asked)."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if socket_only and not stat.S_ISSOCK(info.st_mode):
+        return None
+    return info.st_dev, info.st_ino
+
+
+def socket_name(resource: str, token: str | None = None, *, max_bytes: int | None = None) -> str:
+    """``gdp-<slug>-<token>.sock``: unique per start, recognisably ours.
+
+    ``max_bytes`` caps the whole name (the socket path must fit the kernel's
+    107 bytes): the slug is cut and a hash of the resource name keeps it
+    unique. Raises KubeletError when not even ``gdp-<hash>-<token>.sock`` fits.
+    """
+    token = token or secrets.token_hex(4)
+    slug = re.sub(r"[^A-Za-z0-9.]+", "-", resource).strip("-.") or "resource"
+    digest = hashlib.sha256(resource.encode()).hexdigest()[:8]
+    room = _MAX_SLUG if max_bytes is None else min(_MAX_SLUG, max_bytes - _fixed_bytes(token))
+    if room < len(digest):
+        raise KubeletError(
+            f"a socket name for {resource} needs {_fixed_bytes(token) + len(digest)} bytes"
+            f" but only {max_bytes} are left"
+        )
+    if len(slug) > room:
+        keep = room - len(digest) - 1
+        slug = f"{slug[:keep].rstrip('-.')}-{digest}" if keep > 0 else digest
+    return f"{SOCKET_PREFIX}{slug}-{token}.sock"
+
+
+def _fixed_bytes(token: str) -> int:
+    return len(f"{SOCKET_PREFIX}-{token}.sock")
+
+
+def socket_path(plugin_dir: Path, resource: str, token: str | None = None) -> tuple[Path, bool]:
+    """Where to serve ``resource`` in ``plugin_dir``, and whether the name was shortened.
+
+    The kubelet's directory follows its root directory, and a unix socket path
+    is at most 107 bytes: a long directory leaves less room for the name, so
+    the name gives way (a hash keeps it unique). Raises KubeletError naming the
+    directory when even the shortest name does not fit.
+    """
+    directory = plugin_dir.absolute()
+    left = MAX_UNIX_PATH_BYTES - len(str(directory).encode()) - 1
+    usual = socket_name(resource, token)
+    if len(usual.encode()) <= left:
+        return directory / usual, False
+    try:
+        name = socket_name(resource, usual.rsplit("-", 1)[1].removesuffix(".sock"), max_bytes=left)
+    except KubeletError:
+        raise KubeletError(
+            f"the device-plugin directory {directory} is too long for a unix socket in it"
+            f" (paths are limited to {MAX_UNIX_PATH_BYTES} bytes): use a shorter --plugin-dir"
+        ) from None
+    return directory / name, True
+
+
+def remove_stale_sockets(plugin_dir: Path) -> list[Path]:
+    """Remove our sockets that nothing listens on (left by a killed predecessor).
+
+    A socket that accepts a connection belongs to a live process (say, the old
+    pod of a rolling update) and stays.
+    """
+    removed: list[Path] = []
+    for path in sorted(plugin_dir.glob(f"{SOCKET_PREFIX}*.sock")):
+        with socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM) as probe:
+            probe.settimeout(0.5)
+            try:
+                probe.connect(str(path))
+            except (ConnectionRefusedError, FileNotFoundError):
+                path.unlink(missing_ok=True)
+                removed.append(path)
+            except OSError as exc:
+                log.warning("cannot check socket %s, leaving it: %s", path, exc)
+    return removed

@@ -1,0 +1,237 @@
+"""Release tracking and cleanup: the kubelet never says when a device is free.
+
+The kubelet has no deallocation call. We poll its PodResources ``List`` and
+diff: a unit is *in use* while any of its replica IDs is listed for its
+resource, and *released* when the last one goes. Released units run the
+``cleanup`` hook; while it runs they are advertised Unhealthy (so the kubelet
+does not pick them) and Allocate refuses them.
+
+List alone misses two things, so Allocate tells us too (``UsageTracker.claim``
+and ``handed_out``):
+
+- The kubelet may hand a device out again before our next poll sees it free,
+  and kubelets without kubernetes#132028 (2025) keep listing the devices of
+  ended pods not deleted yet, while their device manager already reuses them. An
+  Allocate for an ID that List still shows held means its holder is done:
+  that holder is ignored from then on, and if that releases the unit its
+  cleanup runs before the Allocate goes on.
+- List shows app containers (and sidecars) only: a device that only a plain
+  init container got is never listed. IDs our Allocate gave out stay in use
+  until List shows a holder for them, or until the kubelet asks for them
+  again (then cleanup runs first). No timer: an init container may run for
+  hours, and cleaning a device under it is worse than cleaning late.
+
+Pieces: ``released_units`` (the pure diff, ``holders.py``), ``UsageTracker``
+(here: the daemon's view of who holds what, the runtime's ``Usage``),
+``ReleasePoller`` (one task for the daemon, ``poller.py``), and the
+runtime's ``Cleaner`` (one per resource: runs the hook, keeps the unit out of
+service until it succeeds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable, Iterable
+
+from genericdp.deviceplugin.holders import HANDED_OUT, Holder, holders_by_device, released_units
+from genericdp.kubelet.devices import unit_id_of
+from genericdp.kubelet.podresources import PodDevices
+from genericdp.runtime.cleanup import Release
+
+
+class UsageTracker:
+    """Who holds which device, from List and from our own Allocate calls."""
+
+    def __init__(self) -> None:
+        self._holders: dict[str, dict[str, set[Holder]]] = {}
+        # (resource, device, holder) the kubelet gave up (it handed the device
+        # out again) but List still shows: a terminated pod not yet deleted.
+        self._stale: set[tuple[str, str, Holder]] = set()
+        # resource -> unit -> held replica IDs, built on demand from _holders
+        # (so an Allocate's claim never scans everything held).
+        self._unit_counts: dict[str, Counter[str]] = {}
+        self._baseline = False
+        # Lists answered so far, and the count when our Allocate gave each ID
+        # out: a List that began after the hand-out and does not show the ID
+        # means no app container holds it (see ``held``).
+        self._lists = 0
+        self._handed_at: dict[tuple[str, str], int] = {}
+        # The last List answer taken (``holders_by_device``'s view of it), kept
+        # while nothing but Lists changed what is held: see ``repeats``.
+        self._last_listed: dict[str, dict[str, set[Holder]]] | None = None
+        # resource -> called after our Allocate changed what it holds (handed_out, claim)
+        self._watchers: dict[str, Callable[[], None]] = {}
+        # Set once the first List has answered or failed: resources whose list
+        # depends on what is held (gone units, unbounded sharing) register after it.
+        self.settled = asyncio.Event()
+        # Set by every hand-out: the poller, resting while nothing is held, wakes.
+        self.handing_out = asyncio.Event()
+
+    @property
+    def has_baseline(self) -> bool:
+        """Whether a List has answered since start (or since ``forget``)."""
+        return self._baseline
+
+    def holds_nothing(self) -> bool:
+        """Whether a List answered and nobody holds anything: neither a container
+        List showed (of any resource, ours or not) nor an ID our Allocate gave out."""
+        return self._baseline and not any(
+            holders for devices in self._holders.values() for holders in devices.values()
+        )
+
+    def in_use(self, resource: str) -> frozenset[str]:
+        return frozenset(d for d, h in self._holders.get(resource, {}).items() if h)
+
+    def watch(self, resource: str, callback: Callable[[], None] | None) -> None:
+        """Call ``callback`` whenever an Allocate changes what ``resource`` holds
+        (None stops); a List's changes reach the poller's ``on_observed``."""
+        if callback is None:
+            self._watchers.pop(resource, None)
+        else:
+            self._watchers[resource] = callback
+
+    def _changed(self, resource: str) -> None:
+        callback = self._watchers.get(resource)
+        if callback is not None:
+            callback()
+
+    def held(self, resource: str) -> frozenset[str]:
+        """IDs some container holds as far as the device list is concerned.
+
+        ``in_use`` keeps an ID our Allocate gave out until List shows it,
+        however long that takes, because cleaning a device under a plain
+        init container is worse than cleaning late. The list of an
+        unbounded unit and the units kept after they vanish need a quicker
+        answer: an ID that a whole List begun after the hand-out did not
+        show (a pod that ended within one poll, an init container) is not
+        held here, so the kubelet never sees more free IDs than configured.
+        """
+        devices = self._holders.get(resource, {})
+        return frozenset(
+            d
+            for d, h in devices.items()
+            if h - {HANDED_OUT}
+            or self._handed_at.get((resource, d), self._lists) + 1 >= self._lists
+        )
+
+    def snapshot(self) -> dict[str, frozenset[str]]:
+        return {r: ids for r in self._holders if (ids := self.in_use(r))}
+
+    def forget(self) -> None:
+        """Drop the List view (nobody needs it now); the next List is a new baseline."""
+        self._holders = {
+            r: {d: {HANDED_OUT} for d, h in devices.items() if HANDED_OUT in h}
+            for r, devices in self._holders.items()
+        }
+        self._stale.clear()
+        self._unit_counts = {}
+        self._baseline = False
+        self._last_listed = None
+
+    def repeats(self, pods: Iterable[PodDevices]) -> bool:
+        """Take a List answer if taking it would change nothing; whether it did.
+
+        True when the answer holds what the last one held, nothing but Lists
+        changed what is held since (no hand-out, claim or ``forget``), and no
+        ID our Allocate gave out is still waiting for a whole List to miss it
+        (``held``). Then ``observe`` would find no release and leave every
+        resource's view as it is, so the caller can skip the work that costs
+        per resource (an idle node's every poll). Costs what the answer holds,
+        not what the daemon serves. False: call ``observe``.
+        """
+        if self._last_listed is None:
+            return False
+        if any(n + 1 >= self._lists for n in self._handed_at.values()):
+            return False  # counting this List may drop such an ID from ``held``
+        if holders_by_device(pods) != self._last_listed:
+            return False
+        self._lists += 1  # a List answered, as ``observe`` counts it
+        return True
+
+    def observe(self, pods: Iterable[PodDevices]) -> tuple[Release, ...]:
+        """Take a List answer; return the units it shows released.
+
+        The first answer is the baseline: what was in use before we looked is
+        not ours to clean.
+        """
+        listed = holders_by_device(pods)
+        self._last_listed = listed
+        # A stale holder that List stopped showing is gone for good (List has
+        # no pod UID: a new pod of the same name must not stay ignored).
+        self._stale = {(r, d, h) for r, d, h in self._stale if h in listed.get(r, {}).get(d, ())}
+        current: dict[str, dict[str, set[Holder]]] = {}
+        for resource, devices in listed.items():
+            for device_id, holders in devices.items():
+                live = {h for h in holders if (resource, device_id, h) not in self._stale}
+                if live:
+                    current.setdefault(resource, {})[device_id] = live
+        for resource, devices in self._holders.items():
+            for device_id, holders in devices.items():
+                confirmed = device_id in current.get(resource, {})
+                if HANDED_OUT in holders and not confirmed:
+                    current.setdefault(resource, {})[device_id] = {HANDED_OUT}
+        previous = self.snapshot()
+        self._holders = current
+        self._unit_counts = {}
+        self._lists += 1
+        self._handed_at = {
+            (r, d): n
+            for (r, d), n in self._handed_at.items()
+            if current.get(r, {}).get(d) == {HANDED_OUT}
+        }
+        if not self._baseline:
+            self._baseline = True
+            return ()
+        return released_units(previous, self.snapshot())
+
+    def claim(self, resource: str, device_ids: Iterable[str]) -> tuple[Release, ...]:
+        """The kubelet is giving these IDs out: whoever held them is done with them.
+
+        Returns the units this releases (their cleanup must run first). Costs
+        what the request names, not what the resource holds: each released
+        unit is checked against its own replicas' holders only.
+        """
+        held = self._held_units(resource)  # before the pops below
+        devices = self._holders.get(resource, {})
+        freed: dict[str, list[str]] = {}
+        for device_id in dict.fromkeys(device_ids):
+            holders = devices.pop(device_id, set())
+            if holders:
+                freed.setdefault(unit_id_of(device_id), []).append(device_id)
+            for holder in holders:
+                if holder != HANDED_OUT:
+                    self._stale.add((resource, device_id, holder))
+        for unit_id, ids in freed.items():
+            held[unit_id] -= len(ids)
+        if freed:
+            self._last_listed = None  # holders ignored from now on: the next List is news
+            self._changed(resource)
+        return tuple(
+            Release(resource, unit_id, tuple(sorted(ids)))
+            for unit_id, ids in sorted(freed.items())
+            if held[unit_id] <= 0
+        )
+
+    def _held_units(self, resource: str) -> Counter[str]:
+        """Unit -> how many of its replica IDs are held (kept in step with ``_holders``)."""
+        counts = self._unit_counts.get(resource)
+        if counts is None:
+            devices = self._holders.get(resource, {})
+            counts = Counter(unit_id_of(d) for d, h in devices.items() if h)
+            self._unit_counts[resource] = counts
+        return counts
+
+    def handed_out(self, resource: str, device_ids: Iterable[str]) -> None:
+        """Our Allocate gave these IDs to a container: in use until List says otherwise."""
+        devices = self._holders.setdefault(resource, {})
+        held = self._held_units(resource)
+        for device_id in device_ids:
+            holders = devices.setdefault(device_id, set())
+            if not holders:
+                held[unit_id_of(device_id)] += 1
+            holders.add(HANDED_OUT)
+            self._handed_at[(resource, device_id)] = self._lists
+        self._last_listed = None  # the next List confirms the hand-out or not
+        self.handing_out.set()
+        self._changed(resource)

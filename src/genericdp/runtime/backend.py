@@ -1,0 +1,128 @@
+"""A backend: how the kubelet is told of the daemon's resources, behind one protocol.
+
+The runtime runs each resource (discovery, health, hooks, cleanup, the CDI
+spec, the device state and the ``Allocator``: ``runtime/resource.py``) and
+does not know which backend serves it. A backend is a package of its own
+(``deviceplugin/``, ``dra/``) with one object meeting ``Backend``: its
+daemon-wide tasks (``start``), one edge per resource (``edge``), how its
+units' devices are named (``device_ids``), who holds them (``usage``), when
+a changed definition must be told to the kubelet anew (``renews``), and its
+own metrics (``gauges``). What status and readiness mean for it is its
+edges' ``status()`` (``runtime/edge.py``): ``registrations`` is what
+``/readyz`` waits for. The daemon chooses the backend (``daemon.py``) and
+hands it to the ``Supervisor``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from genericdp.config.model import ResourceDefinition
+from genericdp.runtime.cleanup import Release
+from genericdp.runtime.context import ResourceContext
+from genericdp.runtime.edge import Edge
+from genericdp.runtime.recorder import Recorder
+from genericdp.runtime.state import DeviceIds, DeviceState
+from genericdp.runtime.usage import Usage
+
+if TYPE_CHECKING:
+    from genericdp.aio import TaskSet
+    from genericdp.runtime.allocator import Allocator
+
+
+@dataclass(frozen=True)
+class ResourceParts:
+    """What a resource's edge may use of it; each backend's edge takes what it needs."""
+
+    definition: Callable[[], ResourceDefinition]  # the current one (a reload swaps it)
+    state: DeviceState
+    context: ResourceContext
+    allocator: Allocator
+
+
+EdgeFactory = Callable[[ResourceParts], Edge]
+"""Makes a runner's edge from its resource's parts."""
+
+
+@dataclass(frozen=True)
+class Gauge:
+    """One of a backend's own metrics, read at scrape time."""
+
+    name: str
+    help: str
+    value: float
+
+
+class Fleet(Protocol):
+    """What a backend's daemon-wide tasks see of the resources: the supervisor."""
+
+    @property
+    def recorder(self) -> Recorder: ...
+
+    def serving(self) -> bool:
+        """Whether any resource runs."""
+        ...
+
+    def edges(self) -> Iterable[Edge]: ...
+
+    def kick(self, reason: str) -> None:
+        """Wake every resource's edge whose first scan is done (the kubelet restarted)."""
+        ...
+
+    def released(self, releases: Iterable[Release]) -> None:
+        """Nobody holds these units any more: their resources clean them."""
+        ...
+
+    def usage_changed(self) -> None:
+        """What containers hold changed: every resource's list follows it."""
+        ...
+
+
+class Backend(Protocol):
+    """What the supervisor needs of a backend."""
+
+    @property
+    def usage(self) -> Usage:
+        """Who holds which device IDs, for every resource (``NoUsage``: nobody)."""
+        ...
+
+    @property
+    def settled_timeout(self) -> float:
+        """How long a resource's first wake waits for ``usage.settled`` (0: not at all)."""
+        ...
+
+    @property
+    def where(self) -> str:
+        """Where it serves, for the daemon's first line."""
+        ...
+
+    def device_ids(self, definition: ResourceDefinition) -> DeviceIds:
+        """How the units of ``definition`` are named as devices."""
+        ...
+
+    def edge(self, parts: ResourceParts) -> Edge:
+        """The edge of one resource (an ``EdgeFactory``)."""
+        ...
+
+    def renews(self, before: ResourceDefinition, after: ResourceDefinition) -> bool:
+        """Whether this change must be told to the kubelet anew (a new socket)."""
+        ...
+
+    async def start(self, fleet: Fleet, tasks: TaskSet) -> None:
+        """Before the first apply: tidy what a predecessor left and spawn the
+        daemon-wide tasks in ``tasks`` (the supervisor stops them)."""
+        ...
+
+    def started(self, fleet: Fleet, tasks: TaskSet) -> None:
+        """After the first apply: tasks that need the resources known."""
+        ...
+
+    def gauges(self) -> tuple[Gauge, ...]:
+        """Its own metrics, now."""
+        ...
+
+    def shutting_down(self) -> None:
+        """The daemon is stopping, not reloading (the DRA slices outlast it)."""
+        ...

@@ -1,0 +1,193 @@
+"""Cleanup: one resource's ``cleanup`` hook, run when a unit is released.
+
+Whoever knows that nobody holds a unit any more (the device plugin's
+PodResources poller, ``deviceplugin/poller.py``, or an Allocate of a unit
+still held, ``Usage.claim``) hands a ``Release`` to the resource's
+``Cleaner``. While its hook runs the unit is advertised Unhealthy (so the
+kubelet does not pick it) and the ``Allocator`` refuses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from genericdp import logsetup
+from genericdp.aio import Backoff, TaskSet, wait_event
+from genericdp.config.model import ResourceDefinition
+from genericdp.discovery.model import Unit
+from genericdp.errors import HookError
+from genericdp.hooks import CLEANUP, HookRun
+from genericdp.runtime.context import ResourceContext
+from genericdp.runtime.state import DeviceState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, order=True)
+class Release:
+    """A unit of ``resource`` that nobody holds any more."""
+
+    resource: str
+    unit_id: str
+    device_ids: tuple[str, ...]  # the replica IDs that were in use, sorted
+
+
+class Cleaner:
+    """Runs one resource's cleanup hook, each unit in its own task.
+
+    A unit is in the state's cleaning set (Unhealthy, refused by Allocate)
+    from the moment its cleanup is due until it succeeds. A failed cleanup is
+    retried with backoff (capped at a minute) for as long as the unit exists:
+    a unit whose cleanup keeps failing stays out of service rather than go to
+    the next pod dirty. Cleanup after a removal runs once (the device may be
+    gone). ``stop`` lets running hooks finish, up to a timeout.
+    """
+
+    def __init__(
+        self,
+        state: DeviceState,
+        definition: Callable[[], ResourceDefinition],
+        context: ResourceContext,
+    ) -> None:
+        self._state = state
+        self._definition = definition
+        self._run_hook = context.run_hook
+        self._node_name = context.node_name
+        self._backoff = context.cleanup_backoff or (lambda: Backoff(initial=1.0, maximum=60.0))
+        self._tasks = TaskSet(log)
+        self._running: dict[str, asyncio.Task[None]] = {}  # for stop to wait on
+        self._stopping = asyncio.Event()
+
+    @property
+    def resource(self) -> str:
+        return self._definition().name
+
+    def wanted(self) -> bool:
+        return self._definition().hooks.cleanup is not None
+
+    def busy(self, unit_id: str) -> bool:
+        """Whether a cleanup of the unit is due or running."""
+        return unit_id in self._state.cleaning
+
+    def released(self, release: Release) -> None:
+        """Start cleaning a released unit (retried until it succeeds)."""
+        unit = self._state.units.get(release.unit_id)
+        if not self.wanted() or self._stopping.is_set() or self.busy(release.unit_id):
+            return  # a cleanup already running covers this release too
+        if unit is None:
+            # Gone from discovery: its removal cleanup ran when it vanished.
+            log.debug("%s: released unit %s is gone", self.resource, release.unit_id)
+            return
+        self._state.set_cleaning(unit.id, cleaning=True)
+        self._spawn(unit, release.device_ids, retry=True, wait_first=False)
+
+    async def clean_now(self, release: Release) -> bool:
+        """Clean a unit before an Allocate goes on (the kubelet already reuses it).
+
+        On failure the unit stays in the cleaning set and is retried in the
+        background; the caller's lookup then refuses it. False when there was
+        nothing to run (no hook, the unit gone or already cleaning): then it
+        returned at once, and nothing can have changed meanwhile.
+        """
+        unit = self._state.units.get(release.unit_id)
+        if unit is None or not self.wanted() or self.busy(unit.id):
+            return False
+        self._state.set_cleaning(unit.id, cleaning=True)
+        passed = False
+        try:
+            passed = await self._attempt(unit, release.device_ids, retry=True)
+        finally:  # also when the Allocate is cancelled: the hook was stopped midway
+            if passed or self._stopping.is_set():
+                self._state.set_cleaning(unit.id, cleaning=False)
+            else:
+                self._spawn(unit, release.device_ids, retry=True, wait_first=True)
+        return True
+
+    def removed(self, unit: Unit, device_ids: Iterable[str]) -> None:
+        """A unit in use vanished (or its resource is going): clean it once."""
+        if not self.wanted() or self.busy(unit.id):
+            return
+        self._state.set_cleaning(unit.id, cleaning=True)  # in case it comes back meanwhile
+        self._spawn(unit, tuple(sorted(device_ids)), retry=False, wait_first=False)
+
+    async def stop(self, timeout: float = 5.0) -> tuple[str, ...]:  # noqa: ASYNC109
+        """No more retries; running hooks get ``timeout`` to finish, then are cancelled."""
+        self._stopping.set()
+        running = [t for t in self._running.values() if not t.done()]
+        self._running.clear()
+        if running:
+            await asyncio.wait(running, timeout=timeout)
+        # A cancelled hook gets SIGTERM, then SIGKILL 2 s later (execution.py).
+        return await self._tasks.stop(timeout=3.0)
+
+    def drain_timeout(self, grace: float) -> float:
+        """How long ``stop`` should wait so a hook can finish on its own timeout."""
+        spec = self._definition().hooks.cleanup
+        return max(grace, spec.timeout + 3.0) if spec is not None else grace
+
+    def _spawn(
+        self, unit: Unit, device_ids: tuple[str, ...], *, retry: bool, wait_first: bool
+    ) -> None:
+        async def clean() -> None:
+            try:
+                await self._clean(unit, device_ids, retry=retry, wait_first=wait_first)
+            finally:
+                self._state.set_cleaning(unit.id, cleaning=False)
+
+        self._running = {u: t for u, t in self._running.items() if not t.done()}
+        self._running[unit.id] = self._tasks.spawn(
+            f"{self.resource}/cleanup/{unit.id}",
+            clean,
+            log_fields={"resource": self.resource, "unit": unit.id},
+        )
+
+    async def _clean(
+        self, unit: Unit, device_ids: tuple[str, ...], *, retry: bool, wait_first: bool
+    ) -> None:
+        backoff = self._backoff()
+        if wait_first and not await self._pause(unit, backoff):
+            return
+        while not await self._attempt(unit, device_ids, retry=retry):
+            if not retry or not await self._pause(unit, backoff):
+                return
+
+    async def _attempt(self, unit: Unit, device_ids: tuple[str, ...], *, retry: bool) -> bool:
+        with logsetup.fields(resource=self.resource, unit=unit.id):
+            return await self._attempt_in(unit, device_ids, retry=retry)
+
+    async def _attempt_in(self, unit: Unit, device_ids: tuple[str, ...], *, retry: bool) -> bool:
+        definition = self._definition()
+        spec = definition.hooks.cleanup
+        if spec is None:
+            return True  # the hook was removed by a reload: nothing to run
+        try:
+            await self._run_hook(
+                HookRun(
+                    CLEANUP,
+                    spec,
+                    resource=definition.name,
+                    units=(unit,),
+                    device_ids=device_ids,
+                    node_name=self._node_name,
+                    logger=log,
+                )
+            )
+        except HookError as exc:
+            what = "out of service until its cleanup passes" if retry else "removed, not retried"
+            log.error("%s: unit %s %s: %s", definition.name, unit.id, what, exc)
+            return False
+        return True
+
+    async def _pause(self, unit: Unit, backoff: Backoff) -> bool:
+        """Wait before the next attempt; False when it should not happen."""
+        delay = backoff.next()
+        log.info("%s: cleanup of unit %s again in %.1fs", self.resource, unit.id, delay)
+        if await wait_event(self._stopping, delay):
+            return False
+        if unit.id not in self._state.units:
+            log.warning("%s: unit %s is gone; its cleanup is not retried", self.resource, unit.id)
+            return False
+        return True
