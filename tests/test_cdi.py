@@ -22,13 +22,14 @@ from genericdp.allocation.cdi import (
     spec_path,
     write_spec,
 )
-from genericdp.allocation.render import render_allocation
+from genericdp.allocation.plan import plan_allocation
 from genericdp.config import load_text
 from genericdp.config.model import AllocateSpec, GlobMatcher, ResourceDefinition
+from genericdp.config.templates import compile_templates
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.errors import CdiSpecError, ConfigError
 from genericdp.kubelet.devices import replica_ids
-from genericdp.kubelet.servicer import container_response
+from genericdp.kubelet.servicer import allocate_response
 
 # As tags.cncf.io/container-device-interface/pkg/parser checks them.
 CDI_VENDOR_OR_CLASS = re.compile(r"[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
@@ -53,12 +54,14 @@ BY_ID = Unit(
 def gpu(
     name: str = "example.com/gpu", *, permissions: str = "rw", cdi: bool = True, count: int = 1
 ) -> ResourceDefinition:
+    allocate = AllocateSpec(cdi=cdi)
     return ResourceDefinition(
         name=name,
         match=(GlobMatcher("/dev/dri/*"),),
         permissions=permissions,
         count=count,
-        allocate=AllocateSpec(cdi=cdi),
+        allocate=allocate,
+        templates=compile_templates(allocate),
     )
 
 
@@ -326,12 +329,12 @@ def test_allocation_carries_one_cdi_name_per_unit_and_still_the_device_specs() -
     """cdi: true adds kind=name per unit (replicas of one unit once) next to every device node."""
     definition = gpu(count=2)
     ids = [*replica_ids(GPU.id, 2), replica_ids(GPU2.id, 2)[1]]
-    allocation = render_allocation(definition, [GPU, GPU2], device_ids=ids)
+    allocation = plan_allocation(definition, [GPU, GPU2], device_ids=ids).receives
     assert allocation.cdi_devices == (
         "example.com/gpu=pci-0000:03:00.0",
         "example.com/gpu=pci-0000:04:00.0",
     )
     assert len(allocation.devices) == 4
-    response = container_response(allocation)
+    (response,) = allocate_response([allocation]).container_responses
     assert [c.name for c in response.cdi_devices] == list(allocation.cdi_devices)
-    assert render_allocation(gpu(cdi=False), [GPU]).cdi_devices == ()
+    assert plan_allocation(gpu(cdi=False), [GPU]).receives.cdi_devices == ()

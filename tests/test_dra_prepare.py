@@ -7,9 +7,9 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from genericdp.allocation.cdi import claim_spec_name
 from genericdp.config.model import HealthCheck, Hooks, MountTemplate
 from genericdp.discovery.model import DeviceNode
-from genericdp.dra.cdispec import spec_name
 from genericdp.dra.checkpoint import PREPARING, Checkpoint
 from genericdp.dra.claims import AllocatedDevice, ClaimError, ClaimRef
 from genericdp.dra.naming import device_name
@@ -50,7 +50,7 @@ async def test_prepare_runs_hooks_writes_the_spec_and_answers_cdi_ids(base: Path
         ("init", SERIAL, ("A0", "A2"), tuple(names)),
         ("preStart", SERIAL, ("A0", "A2"), tuple(names)),
     ]
-    spec = json.loads((s.cdi_dir / spec_name(claim().uid)).read_text())
+    spec = json.loads((s.cdi_dir / claim_spec_name(claim().uid)).read_text())
     assert spec["kind"] == f"{DRIVER}/claim"
     assert spec["containerEdits"]["env"] == [
         "PORTS=/dev/serial/by-id/usb-A0,/dev/serial/by-id/usb-A2"
@@ -97,7 +97,7 @@ async def test_unprepare_runs_cleanup_removes_the_spec_and_forgets(base: Path) -
     await s.preparer.prepare([claim()])
     assert await s.preparer.unprepare([claim()]) == {claim().uid: ""}
     assert s.hooks.names() == ["init", "preStart", "cleanup"]
-    assert not (s.cdi_dir / spec_name(claim().uid)).exists()
+    assert not (s.cdi_dir / claim_spec_name(claim().uid)).exists()
     assert s.checkpoint.get(claim().uid) is None
     # Again, and a claim never seen: success, nothing runs.
     assert await s.preparer.unprepare([claim(), claim(9)]) == {claim().uid: "", claim(9).uid: ""}
@@ -117,7 +117,7 @@ async def test_a_restarted_daemon_answers_and_unprepares_from_the_checkpoint(bas
     assert await t.preparer.unprepare([claim()]) == {claim().uid: ""}
     # The unit is gone: cleanup still gets its nodes as they were at prepare time.
     assert hooks.runs == [("cleanup", SERIAL, ("A0",), (device_name(SERIAL, "A0"),))]
-    assert not (t.cdi_dir / spec_name(claim().uid)).exists()
+    assert not (t.cdi_dir / claim_spec_name(claim().uid)).exists()
 
 
 async def test_a_failed_hook_fails_the_claim_and_unprepare_still_cleans(base: Path) -> None:
@@ -130,7 +130,7 @@ async def test_a_failed_hook_fails_the_claim_and_unprepare_still_cleans(base: Pa
     prepared = s.checkpoint.get(claim().uid)
     assert prepared is not None
     assert prepared.state == PREPARING
-    assert not (s.cdi_dir / spec_name(claim().uid)).exists()
+    assert not (s.cdi_dir / claim_spec_name(claim().uid)).exists()
     # The kubelet retries: the hooks run again, and now they pass.
     hooks.fail.clear()
     assert (await s.preparer.prepare([claim()]))[claim().uid].error == ""
@@ -168,7 +168,7 @@ async def test_each_claim_fails_alone(base: Path) -> None:
     assert len(answer[claim(5).uid].error) < 1000
     assert "is not a UID" in answer[bad_uid.uid].error
     assert s.checkpoint.get(bad_uid.uid) is None
-    assert [p.name for p in s.cdi_dir.iterdir()] == [spec_name(claim(1).uid)]
+    assert [p.name for p in s.cdi_dir.iterdir()] == [claim_spec_name(claim(1).uid)]
 
 
 async def test_unhealthy_devices_and_oversized_claims_are_refused(base: Path) -> None:
@@ -281,7 +281,7 @@ async def test_a_device_named_by_two_requests_is_one_cdi_device(base: Path) -> N
     s.claims.add(claim(), [AllocatedDevice("a", NODE, name), AllocatedDevice("b", NODE, name)])
     result = (await s.preparer.prepare([claim()]))[claim().uid]
     assert [(d.request, d.device) for d in result.devices] == [("a", name), ("b", name)]
-    spec = json.loads((s.cdi_dir / spec_name(claim().uid)).read_text())
+    spec = json.loads((s.cdi_dir / claim_spec_name(claim().uid)).read_text())
     assert len(spec["devices"]) == 1
     assert s.hooks.runs[0][2] == ("A0", "A0")  # unit_env lists it once to the hook
 
@@ -295,7 +295,7 @@ async def test_allocate_devices_nodes_are_in_every_prepared_device(base: Path) -
     s = setup(base, [(d, units)])
     s.claims.add(claim(), allocated(SERIAL, *units))
     assert (await s.preparer.prepare([claim()]))[claim().uid].error == ""
-    spec = json.loads((s.cdi_dir / spec_name(claim().uid)).read_text())
+    spec = json.loads((s.cdi_dir / claim_spec_name(claim().uid)).read_text())
     for device in spec["devices"]:
         assert {"path": "/dev/gdp-ctl", "hostPath": "/dev/gdp-ctl", "permissions": "r"} in device[
             "containerEdits"

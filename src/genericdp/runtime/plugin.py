@@ -45,11 +45,12 @@ import socket as socketlib
 import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from genericdp.aio import Backoff, wait_event
-from genericdp.allocation.render import Allocation
+from genericdp.allocation.plan import Allocation
 from genericdp.config.model import ResourceDefinition
-from genericdp.errors import KubeletError, RegistrationError, UnsafeAllocationError
+from genericdp.errors import KubeletError, RegistrationError
 from genericdp.kubelet.devices import DeviceInfo
 from genericdp.kubelet.options import (
     KUBELET_SOCKET_NAME,
@@ -58,13 +59,7 @@ from genericdp.kubelet.options import (
     PluginOptions,
 )
 from genericdp.kubelet.registration import register
-from genericdp.kubelet.servicer import (
-    MAX_MESSAGE_BYTES,
-    PluginServer,
-    PreferredRequest,
-    allocate_response_size,
-    allocate_response_size_bound,
-)
+from genericdp.kubelet.servicer import PluginServer, PreferredRequest
 from genericdp.runtime.allocator import Allocator
 from genericdp.runtime.context import ResourceContext
 from genericdp.runtime.edge import PluginStatus
@@ -74,6 +69,7 @@ from genericdp.runtime.state import DeviceState
 
 log = logging.getLogger(__name__)
 
+_Answer = TypeVar("_Answer")
 SOCKET_PREFIX = "gdp-"
 _MAX_SLUG = 40
 # The kubelet opens ListAndWatch as soon as Register is accepted (runClient);
@@ -485,20 +481,12 @@ class ResourcePlugin:
     def preferred(self, requests: Sequence[PreferredRequest]) -> list[tuple[str, ...]]:
         return [self._allocator.preferred(r.available, r.must_include, r.size) for r in requests]
 
-    async def allocate(self, requests: Sequence[tuple[str, ...]]) -> list[Allocation]:
-        return await self._allocator.allocate(requests, check=_fits_a_message)
+    async def allocate(
+        self,
+        requests: Sequence[tuple[str, ...]],
+        encode: Callable[[Sequence[Allocation]], _Answer],
+    ) -> _Answer:
+        return await self._allocator.allocate(requests, encode)
 
     async def pre_start(self, device_ids: tuple[str, ...]) -> None:
         await self._allocator.pre_start(device_ids)
-
-
-def _fits_a_message(requests: Sequence[tuple[str, ...]], answers: Sequence[Allocation]) -> None:
-    if allocate_response_size_bound(answers) <= MAX_MESSAGE_BYTES:
-        return  # the usual answer: far below, and not worth building twice
-    size = allocate_response_size(answers)
-    if size > MAX_MESSAGE_BYTES:
-        raise UnsafeAllocationError(
-            f"the Allocate answer for {sum(len(ids) for ids in requests)} device(s) would be"
-            f" {size} bytes, over the kubelet's {MAX_MESSAGE_BYTES}-byte message limit:"
-            " make the allocate templates render less"
-        )
