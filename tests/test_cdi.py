@@ -16,10 +16,16 @@ from genericdp.allocation.cdi import (
     cdi_device_name,
     cdi_kind,
     cdi_spec,
+    claim_kind,
+    claim_spec_name,
+    owner_of,
     qualified_name,
     remove_spec,
+    remove_stale_claim_specs,
+    remove_stale_specs,
     spec_file_name,
     spec_path,
+    write_claim_spec,
     write_spec,
 )
 from genericdp.allocation.plan import plan_allocation
@@ -338,3 +344,26 @@ def test_allocation_carries_one_cdi_name_per_unit_and_still_the_device_specs() -
     (response,) = allocate_response([allocation]).container_responses
     assert [c.name for c in response.cdi_devices] == list(allocation.cdi_devices)
     assert plan_allocation(gpu(cdi=False), [GPU]).receives.cdi_devices == ()
+
+
+def test_stale_specs_of_either_backend_are_ours_alone(tmp_path: Path) -> None:
+    """At start each backend removes its own stale specs and nothing else: not the
+    other backend's, not a foreign or linked file, not a file nested too deep to read."""
+    gpu_spec = write_spec(tmp_path, gpu(), [GPU])
+    gone_spec = write_spec(tmp_path, gpu("example.com/gone"), [GPU])
+    kept_claim = write_claim_spec(tmp_path, "uid-1", {"kind": claim_kind("genericdp.io")})
+    stale_claim = write_claim_spec(tmp_path, "uid-2", {"kind": claim_kind("genericdp.io")})
+    other_driver = write_claim_spec(tmp_path, "uid-3", {"kind": claim_kind("other.io")})
+    foreign = tmp_path / spec_file_name("example.com/foreign")
+    foreign.write_text(json.dumps({"kind": "vendor.com/other"}))
+    deep = tmp_path / spec_file_name("example.com/deep")
+    deep.write_text("[" * 100_000)
+    deep_claim = tmp_path / claim_spec_name("uid-4")
+    deep_claim.write_text("[" * 100_000)
+    linked = tmp_path / spec_file_name("example.com/linked")
+    linked.symlink_to(gone_spec)
+    assert owner_of(deep) is None
+    assert remove_stale_specs(tmp_path, [gpu().name]) == [gone_spec]
+    assert remove_stale_claim_specs(tmp_path, "genericdp.io", ["uid-1"]) == [stale_claim]
+    left = {gpu_spec, kept_claim, other_driver, foreign, deep, deep_claim, linked}
+    assert set(tmp_path.iterdir()) == left
