@@ -119,7 +119,7 @@ async def test_a_restarted_daemon_answers_and_unprepares_from_the_checkpoint(bas
     # A new daemon: new inventory (the unit is gone now), hooks, preparer; same files.
     hooks = RecordedHooks()
     t = setup(base, [(definition(hooks=ALL_HOOKS), [])], hooks=hooks)
-    assert len(t.checkpoint) == 1
+    assert len(list(t.checkpoint)) == 1
     assert await t.preparer.prepare([claim()]) == first
     assert hooks.runs == []
     assert await t.preparer.unprepare([claim()]) == {claim().uid: ""}
@@ -256,7 +256,7 @@ def test_hostile_checkpoints_load_as_empty_or_in_part(base: Path) -> None:
         path.write_bytes(data)
         checkpoint = Checkpoint(path)
         checkpoint.load()
-        assert len(checkpoint) == kept, data[:60]
+        assert len(list(checkpoint)) == kept, data[:60]
 
 
 class ChattySource:

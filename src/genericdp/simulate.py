@@ -169,6 +169,15 @@ async def _allocate(
     return ok
 
 
+def _config(path: Path, settings: Settings) -> Config | None:
+    """The config at ``path``; None, said on stderr, when the device root is no directory."""
+    config = load([path])
+    if not settings.dev_root.is_dir():
+        print(f"error: device root {settings.dev_root} is not a directory", file=sys.stderr)
+        return None
+    return config
+
+
 def _more_events_than(count: int) -> Callable[[EmbeddedKubelet], bool]:
     return lambda kubelet: len(kubelet.events) > count
 
@@ -219,9 +228,8 @@ async def simulate(
     from genericdp.runtime.supervisor import Supervisor
 
     stream = out or sys.stdout
-    config: Config = load([path])
-    if not settings.dev_root.is_dir():
-        print(f"error: device root {settings.dev_root} is not a directory", file=sys.stderr)
+    config = _config(path, settings)
+    if config is None:
         return EXIT_ENVIRONMENT
     names = [r.name for r in config.resources]
     # /tmp, not the CWD: a unix socket path must fit in 107 bytes.
@@ -312,9 +320,8 @@ def simulate_dra(
     from genericdp.dra.slices import devices, pool_slices
 
     stream = out or sys.stdout
-    config: Config = load([path])
-    if not settings.dev_root.is_dir():
-        print(f"error: device root {settings.dev_root} is not a directory", file=sys.stderr)
+    config = _config(path, settings)
+    if config is None:
         return EXIT_ENVIRONMENT
     roots = Roots(dev=settings.dev_root, sys=settings.sys_root, udev=settings.udev_root)
     node = settings.node_name or "simulated-node"

@@ -116,13 +116,9 @@ class Plan:
 
     def hook(self, name: str, *, logger: logging.Logger | None = None) -> HookRun | None:
         """The run of the definition's hook ``name`` for these units; None without one."""
+        units, ids = self.units, self.device_ids
         return HookRun.of(
-            name,
-            self.definition,
-            self.units,
-            self.device_ids,
-            node_name=self.node_name,
-            logger=logger,
+            name, self.definition, units, ids, node_name=self.node_name, logger=logger
         )
 
 
