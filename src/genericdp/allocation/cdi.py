@@ -5,8 +5,8 @@ A CDI-enabled runtime (containerd 1.7+ with ``enable_cdi``, CRI-O) reads spec
 files from ``/var/run/cdi`` and, for every fully qualified name it is handed
 (``<vendor>/<class>=<device>``; the kubelet passes ``cdi_devices`` of the
 Allocate answer through to the CRI since 1.28), applies that device's edits
-to the container. We write one spec per resource, one CDI device per unit,
-whose edits are the unit's device nodes.
+to the container. For the device plugin we write one spec per resource, one
+CDI device per unit, whose edits are the unit's device nodes.
 
 Choices, and why:
 
