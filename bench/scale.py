@@ -34,7 +34,7 @@ from genericdp.deviceplugin.preferred import preferred_allocation  # noqa: E402
 from genericdp.deviceplugin.replicas import Replicas  # noqa: E402
 from genericdp.discovery.model import DeviceNode, Unit  # noqa: E402
 from genericdp.kubelet.devices import replica_ids  # noqa: E402
-from genericdp.kubelet.servicer import list_response  # noqa: E402
+from genericdp.kubelet.servicer import allocate_response, list_response  # noqa: E402
 from genericdp.runtime.context import ResourceContext  # noqa: E402
 from genericdp.runtime.resource import ResourceRunner  # noqa: E402
 from genericdp.runtime.state import DeviceState  # noqa: E402
@@ -110,7 +110,7 @@ def allocate_cases(units: int = 1000, count: int = 1000) -> list[Result]:
         samples = []
         for device_id in ids:
             begin = time.perf_counter()
-            await plugin.allocate([(device_id,)])
+            await plugin.allocate([(device_id,)], allocate_response)
             samples.append(time.perf_counter() - begin)
         return samples
 
@@ -118,7 +118,7 @@ def allocate_cases(units: int = 1000, count: int = 1000) -> list[Result]:
     median_ms = statistics.median(samples) * 1000
     results.append(Result(f"{label}: Allocate of 1 ID (median)", median_ms, 20.0, "ms"))
     tracemalloc.start()
-    asyncio.run(plugin.allocate([(ids[0],)]))
+    asyncio.run(plugin.allocate([(ids[0],)], allocate_response))
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     results.append(Result(f"{label}: Allocate of 1 ID, peak memory", peak / MIB, 1.0, "MiB"))

@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from genericdp.allocation.cdi import device_entry
-from genericdp.allocation.render import DeviceSpec, render_allocation
+from genericdp.allocation.plan import DeviceSpec, plan_allocation
 from genericdp.discovery import discover
 from genericdp.errors import UnsafeAllocationError
 from genericdp.kubelet.embedded import AllocationError
@@ -52,12 +52,12 @@ def test_shared_node_comes_with_every_unit(base: Path) -> None:
             ("/dev/kvm", "/dev/kvm", "r")
         ]
         assert unit.missing == ()
-    answer = render_allocation(definition, [units[0]])
+    answer = plan_allocation(definition, [units[0]]).receives
     assert answer.devices == (
         DeviceSpec("/dev/dri/renderD128", "/dev/dri/renderD128", "rw"),
         DeviceSpec("/dev/kvm", "/dev/kvm", "r"),
     )
-    both = render_allocation(definition, units)
+    both = plan_allocation(definition, units).receives
     assert [d.container_path for d in both.devices].count("/dev/kvm") == 1
 
 
@@ -136,7 +136,7 @@ def test_fixed_container_path_for_a_stick_found_by_serial(base: Path) -> None:
     assert [(n.host_path, n.container_path) for n in unit.nodes] == [
         ("/dev/ttyUSB3", "/dev/ttyZIGBEE")
     ]
-    assert render_allocation(definition, [unit]).devices == (
+    assert plan_allocation(definition, [unit]).receives.devices == (
         DeviceSpec("/dev/ttyZIGBEE", "/dev/ttyUSB3", "rw"),
     )
 
@@ -185,7 +185,7 @@ def test_two_nodes_at_one_container_path_are_refused(base: Path) -> None:
     (definition,) = cfg.resources
     (unit,) = discover(definition, host.roots)
     with pytest.raises(UnsafeAllocationError, match="would both be /dev/ttyFIXED"):
-        render_allocation(definition, [unit])
+        plan_allocation(definition, [unit])
 
 
 async def test_missing_control_node_through_the_kubelet(base: Path) -> None:

@@ -16,19 +16,26 @@ from genericdp.allocation.cdi import (
     cdi_device_name,
     cdi_kind,
     cdi_spec,
+    claim_kind,
+    claim_spec_name,
+    owner_of,
     qualified_name,
     remove_spec,
+    remove_stale_claim_specs,
+    remove_stale_specs,
     spec_file_name,
     spec_path,
+    write_claim_spec,
     write_spec,
 )
-from genericdp.allocation.render import render_allocation
+from genericdp.allocation.plan import plan_allocation
 from genericdp.config import load_text
 from genericdp.config.model import AllocateSpec, GlobMatcher, ResourceDefinition
+from genericdp.config.templates import compile_templates
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.errors import CdiSpecError, ConfigError
 from genericdp.kubelet.devices import replica_ids
-from genericdp.kubelet.servicer import container_response
+from genericdp.kubelet.servicer import allocate_response
 
 # As tags.cncf.io/container-device-interface/pkg/parser checks them.
 CDI_VENDOR_OR_CLASS = re.compile(r"[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
@@ -53,12 +60,14 @@ BY_ID = Unit(
 def gpu(
     name: str = "example.com/gpu", *, permissions: str = "rw", cdi: bool = True, count: int = 1
 ) -> ResourceDefinition:
+    allocate = AllocateSpec(cdi=cdi)
     return ResourceDefinition(
         name=name,
         match=(GlobMatcher("/dev/dri/*"),),
         permissions=permissions,
         count=count,
-        allocate=AllocateSpec(cdi=cdi),
+        allocate=allocate,
+        templates=compile_templates(allocate),
     )
 
 
@@ -326,12 +335,35 @@ def test_allocation_carries_one_cdi_name_per_unit_and_still_the_device_specs() -
     """cdi: true adds kind=name per unit (replicas of one unit once) next to every device node."""
     definition = gpu(count=2)
     ids = [*replica_ids(GPU.id, 2), replica_ids(GPU2.id, 2)[1]]
-    allocation = render_allocation(definition, [GPU, GPU2], device_ids=ids)
+    allocation = plan_allocation(definition, [GPU, GPU2], device_ids=ids).receives
     assert allocation.cdi_devices == (
         "example.com/gpu=pci-0000:03:00.0",
         "example.com/gpu=pci-0000:04:00.0",
     )
     assert len(allocation.devices) == 4
-    response = container_response(allocation)
+    (response,) = allocate_response([allocation]).container_responses
     assert [c.name for c in response.cdi_devices] == list(allocation.cdi_devices)
-    assert render_allocation(gpu(cdi=False), [GPU]).cdi_devices == ()
+    assert plan_allocation(gpu(cdi=False), [GPU]).receives.cdi_devices == ()
+
+
+def test_stale_specs_of_either_backend_are_ours_alone(tmp_path: Path) -> None:
+    """At start each backend removes its own stale specs and nothing else: not the
+    other backend's, not a foreign or linked file, not a file nested too deep to read."""
+    gpu_spec = write_spec(tmp_path, gpu(), [GPU])
+    gone_spec = write_spec(tmp_path, gpu("example.com/gone"), [GPU])
+    kept_claim = write_claim_spec(tmp_path, "uid-1", {"kind": claim_kind("genericdp.io")})
+    stale_claim = write_claim_spec(tmp_path, "uid-2", {"kind": claim_kind("genericdp.io")})
+    other_driver = write_claim_spec(tmp_path, "uid-3", {"kind": claim_kind("other.io")})
+    foreign = tmp_path / spec_file_name("example.com/foreign")
+    foreign.write_text(json.dumps({"kind": "vendor.com/other"}))
+    deep = tmp_path / spec_file_name("example.com/deep")
+    deep.write_text("[" * 100_000)
+    deep_claim = tmp_path / claim_spec_name("uid-4")
+    deep_claim.write_text("[" * 100_000)
+    linked = tmp_path / spec_file_name("example.com/linked")
+    linked.symlink_to(gone_spec)
+    assert owner_of(deep) is None
+    assert remove_stale_specs(tmp_path, [gpu().name]) == [gone_spec]
+    assert remove_stale_claim_specs(tmp_path, "genericdp.io", ["uid-1"]) == [stale_claim]
+    left = {gpu_spec, kept_claim, other_driver, foreign, deep, deep_claim, linked}
+    assert set(tmp_path.iterdir()) == left

@@ -3,17 +3,24 @@ idempotency, the checkpoint across restarts, and hostile claims."""
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
+from genericdp.allocation.cdi import claim_spec_name
+from genericdp.config import load
 from genericdp.config.model import HealthCheck, Hooks, MountTemplate
-from genericdp.discovery.model import DeviceNode
-from genericdp.dra.cdispec import spec_name
+from genericdp.discovery import discover
+from genericdp.discovery.model import DeviceNode, Roots
 from genericdp.dra.checkpoint import PREPARING, Checkpoint
 from genericdp.dra.claims import AllocatedDevice, ClaimError, ClaimRef
 from genericdp.dra.naming import device_name
 from genericdp.dra.prepare import MAX_DEVICES_PER_CLAIM, MAX_ERROR_CHARS, Preparer
+from genericdp.settings import Settings
+from genericdp.simulate import SIMULATED_CLAIM_UID, AllocationRequest, simulate_dra
 from tests.dra_fakes import (
     DRIVER,
     HOOK,
@@ -26,6 +33,7 @@ from tests.dra_fakes import (
     setup,
     unit,
 )
+from tests.fakesys import FakeHost
 
 ALL_HOOKS = Hooks(init=HOOK, pre_start=HOOK, cleanup=HOOK)
 
@@ -50,7 +58,7 @@ async def test_prepare_runs_hooks_writes_the_spec_and_answers_cdi_ids(base: Path
         ("init", SERIAL, ("A0", "A2"), tuple(names)),
         ("preStart", SERIAL, ("A0", "A2"), tuple(names)),
     ]
-    spec = json.loads((s.cdi_dir / spec_name(claim().uid)).read_text())
+    spec = json.loads((s.cdi_dir / claim_spec_name(claim().uid)).read_text())
     assert spec["kind"] == f"{DRIVER}/claim"
     assert spec["containerEdits"]["env"] == [
         "PORTS=/dev/serial/by-id/usb-A0,/dev/serial/by-id/usb-A2"
@@ -97,7 +105,7 @@ async def test_unprepare_runs_cleanup_removes_the_spec_and_forgets(base: Path) -
     await s.preparer.prepare([claim()])
     assert await s.preparer.unprepare([claim()]) == {claim().uid: ""}
     assert s.hooks.names() == ["init", "preStart", "cleanup"]
-    assert not (s.cdi_dir / spec_name(claim().uid)).exists()
+    assert not (s.cdi_dir / claim_spec_name(claim().uid)).exists()
     assert s.checkpoint.get(claim().uid) is None
     # Again, and a claim never seen: success, nothing runs.
     assert await s.preparer.unprepare([claim(), claim(9)]) == {claim().uid: "", claim(9).uid: ""}
@@ -111,13 +119,13 @@ async def test_a_restarted_daemon_answers_and_unprepares_from_the_checkpoint(bas
     # A new daemon: new inventory (the unit is gone now), hooks, preparer; same files.
     hooks = RecordedHooks()
     t = setup(base, [(definition(hooks=ALL_HOOKS), [])], hooks=hooks)
-    assert len(t.checkpoint) == 1
+    assert len(list(t.checkpoint)) == 1
     assert await t.preparer.prepare([claim()]) == first
     assert hooks.runs == []
     assert await t.preparer.unprepare([claim()]) == {claim().uid: ""}
     # The unit is gone: cleanup still gets its nodes as they were at prepare time.
     assert hooks.runs == [("cleanup", SERIAL, ("A0",), (device_name(SERIAL, "A0"),))]
-    assert not (t.cdi_dir / spec_name(claim().uid)).exists()
+    assert not (t.cdi_dir / claim_spec_name(claim().uid)).exists()
 
 
 async def test_a_failed_hook_fails_the_claim_and_unprepare_still_cleans(base: Path) -> None:
@@ -130,7 +138,7 @@ async def test_a_failed_hook_fails_the_claim_and_unprepare_still_cleans(base: Pa
     prepared = s.checkpoint.get(claim().uid)
     assert prepared is not None
     assert prepared.state == PREPARING
-    assert not (s.cdi_dir / spec_name(claim().uid)).exists()
+    assert not (s.cdi_dir / claim_spec_name(claim().uid)).exists()
     # The kubelet retries: the hooks run again, and now they pass.
     hooks.fail.clear()
     assert (await s.preparer.prepare([claim()]))[claim().uid].error == ""
@@ -168,7 +176,7 @@ async def test_each_claim_fails_alone(base: Path) -> None:
     assert len(answer[claim(5).uid].error) < 1000
     assert "is not a UID" in answer[bad_uid.uid].error
     assert s.checkpoint.get(bad_uid.uid) is None
-    assert [p.name for p in s.cdi_dir.iterdir()] == [spec_name(claim(1).uid)]
+    assert [p.name for p in s.cdi_dir.iterdir()] == [claim_spec_name(claim(1).uid)]
 
 
 async def test_unhealthy_devices_and_oversized_claims_are_refused(base: Path) -> None:
@@ -248,7 +256,7 @@ def test_hostile_checkpoints_load_as_empty_or_in_part(base: Path) -> None:
         path.write_bytes(data)
         checkpoint = Checkpoint(path)
         checkpoint.load()
-        assert len(checkpoint) == kept, data[:60]
+        assert len(list(checkpoint)) == kept, data[:60]
 
 
 class ChattySource:
@@ -281,7 +289,7 @@ async def test_a_device_named_by_two_requests_is_one_cdi_device(base: Path) -> N
     s.claims.add(claim(), [AllocatedDevice("a", NODE, name), AllocatedDevice("b", NODE, name)])
     result = (await s.preparer.prepare([claim()]))[claim().uid]
     assert [(d.request, d.device) for d in result.devices] == [("a", name), ("b", name)]
-    spec = json.loads((s.cdi_dir / spec_name(claim().uid)).read_text())
+    spec = json.loads((s.cdi_dir / claim_spec_name(claim().uid)).read_text())
     assert len(spec["devices"]) == 1
     assert s.hooks.runs[0][2] == ("A0", "A0")  # unit_env lists it once to the hook
 
@@ -295,8 +303,74 @@ async def test_allocate_devices_nodes_are_in_every_prepared_device(base: Path) -
     s = setup(base, [(d, units)])
     s.claims.add(claim(), allocated(SERIAL, *units))
     assert (await s.preparer.prepare([claim()]))[claim().uid].error == ""
-    spec = json.loads((s.cdi_dir / spec_name(claim().uid)).read_text())
+    spec = json.loads((s.cdi_dir / claim_spec_name(claim().uid)).read_text())
     for device in spec["devices"]:
         assert {"path": "/dev/gdp-ctl", "hostPath": "/dev/gdp-ctl", "permissions": "r"} in device[
             "containerEdits"
         ]["deviceNodes"]
+
+
+async def test_two_nodes_at_one_container_path_are_refused(base: Path) -> None:
+    """A claim whose devices would put two host nodes at one container path fails
+    (as Allocate does): the container would silently get only one of them."""
+    fixed = DeviceNode("/dev/ttyUSB0", "/dev/serial0")
+    other = DeviceNode("/dev/ttyUSB1", "/dev/serial0")
+    units = [replace(unit(0), nodes=(fixed,)), replace(unit(1), nodes=(other,))]
+    s = setup(base, [(definition(hooks=ALL_HOOKS), units)])
+    s.claims.add(claim(), allocated(SERIAL, *units))
+    result = (await s.preparer.prepare([claim()]))[claim().uid]
+    assert "would both be /dev/serial0 in the container" in result.error
+    assert s.hooks.runs == []
+    assert s.checkpoint.get(claim().uid) is None
+    assert not (s.cdi_dir / claim_spec_name(claim().uid)).exists()
+
+
+SIMULATED = """\
+version: v1
+resources:
+  - name: example.com/serial
+    match: [{glob: /dev/ttyUSB*}]
+    allocate:
+      env: {PORTS: "{{ device_ids | join(',') }}"}
+      mounts: [{hostPath: /run/serial, containerPath: /run/serial, readOnly: true}]
+      annotations: {example.com/note: "{{ units | length }}"}
+"""
+
+
+async def test_simulate_shows_the_spec_and_ids_prepare_makes(
+    base: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``simulate --backend dra`` prints the CDI spec and IDs prepare writes and
+    answers for the same claim, and both say that annotations are not passed."""
+    host = FakeHost(base / "host")
+    for n in range(3):
+        host.add_plain(f"/dev/ttyUSB{n}")
+    path = base / "c.yaml"
+    path.write_text(SIMULATED)
+    settings = Settings.model_validate(
+        {"dev_root": host.dev, "sys_root": host.sys, "udev_root": host.udev, "node_name": NODE}
+    )
+    out = io.StringIO()
+    requests = [AllocationRequest(SERIAL, 2)]
+    assert simulate_dra(path, settings, driver=DRIVER, requests=requests, out=out) == 0
+    shown = out.getvalue()
+    warning = f"resource {SERIAL}: allocate.annotations (example.com/note) are not passed under DRA"
+    assert f"warning: {warning}" in shown
+    spec_text = shown.split("and writes this CDI spec", 1)[1].split(":\n", 1)[1]
+    shown_spec = json.loads(spec_text)
+
+    (d,) = load([path]).resources
+    units = discover(d, Roots(dev=host.dev, sys=host.sys, udev=host.udev))
+    first = sorted(units, key=lambda u: device_name(SERIAL, u.id))[:2]
+    s = setup(base, [(d, units)])
+    ref = ClaimRef("default", "simulated", SIMULATED_CLAIM_UID)
+    s.claims.add(ref, allocated(SERIAL, *first))
+    result = (await s.preparer.prepare([ref]))[ref.uid]
+    assert result.error == ""
+    assert json.loads((s.cdi_dir / claim_spec_name(ref.uid)).read_text()) == shown_spec
+    ids = ", ".join(i for dev in result.devices for i in dev.cdi_ids)
+    assert f"prepare answers the CDI devices {ids}\n" in shown
+    assert warning in caplog.text
+    assert shown_spec["containerEdits"]["env"] == [
+        "PORTS=" + ",".join(device_name(SERIAL, u.id) for u in first)
+    ]

@@ -141,7 +141,7 @@ async def test_a_supervisor_runs_another_edge_with_the_same_runner(tmp_path: Pat
         await eventually(lambda: ("ttyUSB0", "ttyUSB1") in edge.published, "units published")
         assert edge.wakes == ["start"]
         assert supervisor.status()[NAME].devices == 2
-        (answer,) = await edge.allocator.allocate([("ttyUSB1",)])
+        (answer,) = await edge.allocator.allocate([("ttyUSB1",)], tuple)
         assert dict(answer.env) == {"SERIAL": "ttyUSB1"}
         assert [(h.name, h.device_ids) for h in hooks] == [("init", ("ttyUSB1",))]
         assert backend.usage.handed == {NAME: {"ttyUSB1"}}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from genericdp.allocation.cdi import cdi_spec
-from genericdp.allocation.render import Allocation, DeviceSpec, render_allocation
+from genericdp.allocation.plan import Allocation, DeviceSpec, plan_allocation
 from genericdp.config import load
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery import discover
@@ -47,7 +47,7 @@ def same(*paths: str) -> list[tuple[str, str]]:
 def allocate(example: str, name: str, units: Sequence[Unit], node_name: str = "n1") -> Allocation:
     d = definition(example, name)
     ids = [replica_ids(u.id, d.count)[0] for u in units]
-    return render_allocation(d, units, node_name=node_name, device_ids=ids)
+    return plan_allocation(d, units, node_name=node_name, device_ids=ids).receives
 
 
 def by_id(units: Sequence[Unit], unit_id: str) -> Unit:
@@ -529,7 +529,7 @@ def test_shared_render_node_has_eight_shares_per_gpu(host: FakeHost) -> None:
     ids = [i for u in units for i in replica_ids(u.id, d.count)]
     assert len(set(ids)) == 16
     unit = units[0]
-    allocation = render_allocation(d, [unit], device_ids=[f"{unit.id}::5"])
+    allocation = plan_allocation(d, [unit], device_ids=[f"{unit.id}::5"]).receives
     assert allocation.devices == (
         DeviceSpec(unit.nodes[0].container_path, unit.nodes[0].host_path, "rw"),
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from genericdp.allocation.cdi import spec_path
-from genericdp.allocation.render import render_allocation
+from genericdp.allocation.plan import plan_allocation
 from genericdp.config import load
 from genericdp.config.model import ResourceDefinition
 from genericdp.deviceplugin.backend import DevicePluginBackend
@@ -20,7 +20,7 @@ from genericdp.discovery import discover
 from genericdp.discovery.model import Unit
 from genericdp.kubelet.devices import replica_ids, unit_id_of
 from genericdp.kubelet.embedded import EmbeddedKubelet
-from genericdp.kubelet.servicer import container_response
+from genericdp.kubelet.servicer import allocate_response
 from genericdp.runtime.supervisor import Supervisor
 from tests.fakesys import FakeHost
 from tests.runtime_harness import settings_for
@@ -117,10 +117,10 @@ async def _check_resource(
     response = await kubelet.allocate(name, 1, pod=pod)
     (given,) = [p.device_ids for p in kubelet.pod_devices() if p.pod == pod]
     assert len(given) == 1
-    expected = render_allocation(
+    expected = plan_allocation(
         definition, _units_of(units, given), node_name="node-1", device_ids=given
-    )
-    assert list(response.container_responses) == [container_response(expected)]
+    ).receives
+    assert response == allocate_response([expected])
     assert response.container_responses[0].devices, "a unit always gives device nodes"
     cdi_names = [c.name for c in response.container_responses[0].cdi_devices]
     assert bool(cdi_names) is definition.allocate.cdi

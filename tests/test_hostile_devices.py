@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from genericdp.allocation.confine import confine_path
-from genericdp.allocation.render import render_allocation
+from genericdp.allocation.plan import plan_allocation
 from genericdp.config.model import GlobMatcher, UdevMatcher
 from genericdp.discovery import find_nodes
 from genericdp.discovery.model import DeviceNode, Unit
@@ -247,4 +247,4 @@ def test_device_paths_outside_dev_are_refused(host_path: str, container_path: st
     ).resources[0]
     unit = Unit(id="u", nodes=(DeviceNode(host_path=host_path, container_path=container_path),))
     with pytest.raises(UnsafeAllocationError, match=r"example\.com/serial: unit u: device"):
-        render_allocation(definition, [unit])
+        plan_allocation(definition, [unit])

@@ -1,4 +1,4 @@
-"""render_allocation and compile_templates: context, devices, errors, fast path."""
+"""plan_allocation and compile_templates: context, devices, errors, fast path."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from genericdp.allocation.render import Allocation, DeviceSpec, Mount, render_allocation
+from genericdp.allocation.plan import Allocation, DeviceSpec, Mount, plan_allocation
 from genericdp.config.model import (
     AllocateSpec,
     GlobMatcher,
@@ -71,9 +71,9 @@ def render_env(
     node_name: str = "",
     device_ids: Sequence[str] = (),
 ) -> str:
-    allocation = render_allocation(
+    allocation = plan_allocation(
         definition({"V": template}), units, node_name=node_name, device_ids=device_ids
-    )
+    ).receives
     return allocation.env["V"]
 
 
@@ -122,7 +122,7 @@ def test_resource_node_name_and_device_ids_are_passed_through() -> None:
 
 def test_devices_are_every_node_in_unit_then_node_order() -> None:
     """DeviceSpecs list every node of every unit in order, with the definition's permissions."""
-    allocation = render_allocation(definition(permissions="r"), [GPU, DONGLE])
+    allocation = plan_allocation(definition(permissions="r"), [GPU, DONGLE]).receives
     assert allocation.devices == (
         DeviceSpec("/dev/dri/card0", "/dev/dri/card0", "r"),
         DeviceSpec("/dev/dri/renderD128", "/dev/dri/renderD128", "r"),
@@ -133,10 +133,10 @@ def test_devices_are_every_node_in_unit_then_node_order() -> None:
 def test_devices_are_deduplicated_by_container_path() -> None:
     """A node reached through two units is given (and templated) once."""
     twin = Unit("again", (TTY1, TTY0))
-    allocation = render_allocation(
+    allocation = plan_allocation(
         definition({"P": "{{ devices | map(attribute='unit_id') | join(',') }}"}),
         [DONGLE, PLAIN, twin],
-    )
+    ).receives
     assert [d.container_path for d in allocation.devices] == [
         "/dev/serial/by-id/usb-FTDI_A1",
         "/dev/ttyUSB1",
@@ -153,7 +153,7 @@ def test_mounts_and_annotations_are_rendered() -> None:
         ],
         annotations={"example.com/units": "{{ units | map(attribute='id') | join(',') }}"},
     )
-    allocation = render_allocation(d, [DONGLE, PLAIN], node_name="n1")
+    allocation = plan_allocation(d, [DONGLE, PLAIN], node_name="n1").receives
     assert allocation.mounts == (
         Mount("/run/dongle", "/run/ftdi-A1", read_only=True),
         Mount("/data/n1", "/var/lib/x", read_only=False),
@@ -167,8 +167,8 @@ def test_rendering_is_deterministic() -> None:
         {"B": "{{ units[0].attributes | dictsort | map('join', '=') | join(';') }}", "A": "x"},
         annotations={"k": "{{ devices | map(attribute='minor') | join(',') }}"},
     )
-    first = render_allocation(d, [DONGLE, GPU], node_name="n")
-    second = render_allocation(d, [DONGLE, GPU], node_name="n")
+    first = plan_allocation(d, [DONGLE, GPU], node_name="n").receives
+    second = plan_allocation(d, [DONGLE, GPU], node_name="n").receives
     assert first == second
     assert list(first.env) == ["A", "B"]
     assert first.env["B"] == "idProduct=6001;idVendor=0403"
@@ -179,29 +179,24 @@ def test_a_render_past_its_slice_is_given_up_then_done_in_full() -> None:
     render error; the same render without a slice gives the allocation."""
     d = definition({"A": "{{ devices | map(attribute='minor') | join(',') }}", "B": "x"})
     with pytest.raises(SliceSpent):
-        render_allocation(d, [DONGLE, GPU], node_name="n", slice_seconds=-1.0)
-    within = render_allocation(d, [DONGLE, GPU], node_name="n", slice_seconds=60.0)
-    assert within == render_allocation(d, [DONGLE, GPU], node_name="n")
+        plan_allocation(d, [DONGLE, GPU], node_name="n", slice_seconds=-1.0)
+    within = plan_allocation(d, [DONGLE, GPU], node_name="n", slice_seconds=60.0).receives
+    assert within == plan_allocation(d, [DONGLE, GPU], node_name="n").receives
     assert within.env["A"] == "0,0,128"
 
 
 def test_no_units_gives_empty_devices_and_renders() -> None:
     """An allocation of nothing renders over empty lists rather than failing."""
-    allocation = render_allocation(definition({"N": "{{ devices | length }}"}), [])
+    allocation = plan_allocation(definition({"N": "{{ devices | length }}"}), []).receives
     assert allocation == Allocation(env=frozen_map({"N": "0"}))
 
 
-def test_uncompiled_definition_is_compiled_on_demand() -> None:
-    """A definition built without ``templates`` still renders its ``allocate``."""
+def test_an_uncompiled_definition_is_refused_clearly() -> None:
+    """Templates compile at load only: a definition built without them is an error
+    naming the resource, not a render that compiles them on the Allocate path."""
     d = definition({"V": "{{ units | length }}"}, precompile=False)
-    assert render_allocation(d, [DONGLE]).env["V"] == "1"
-
-
-def test_uncompiled_bad_template_is_a_render_error() -> None:
-    """An uncompiled definition with a bad template fails as TemplateRenderError."""
-    d = definition({"V": "{{ devcies }}"}, precompile=False)
-    with pytest.raises(TemplateRenderError, match=r"allocate\.env\.V: unknown name 'devcies'"):
-        render_allocation(d, [DONGLE])
+    with pytest.raises(TemplateRenderError, match="templates were not compiled"):
+        plan_allocation(d, [DONGLE])
 
 
 def test_none_renders_empty() -> None:
@@ -229,7 +224,7 @@ def test_relative_rendered_mount_path_is_refused() -> None:
     """A mount path that renders relative is refused with the key and the value."""
     d = definition(mounts=[MountTemplate("{{ units[0].id }}", "/x")])
     with pytest.raises(UnsafeAllocationError, match=r"mounts\[0\]\.hostPath rendered 'ftdi-A1'"):
-        render_allocation(d, [DONGLE])
+        plan_allocation(d, [DONGLE])
 
 
 def test_literal_values_skip_jinja() -> None:

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from genericdp.allocation.render import render_allocation
+from genericdp.allocation.plan import plan_allocation
 from genericdp.config.model import AllocateSpec, GlobMatcher, ResourceDefinition, frozen_map
 from genericdp.config.templates import MAX_RENDER_SECONDS, TemplateSyntaxErrors, compile_templates
 from genericdp.discovery.model import DeviceNode, Unit
@@ -23,7 +23,7 @@ def render(source: str) -> str:
         allocate=allocate,
         templates=compile_templates(allocate),
     )
-    return render_allocation(definition, [UNIT]).env["V"]
+    return plan_allocation(definition, [UNIT]).receives.env["V"]
 
 
 def refused(source: str) -> str:

@@ -1,5 +1,5 @@
-"""The Allocate answer's size bound (kubelet/servicer.py): never below the real size,
-so an answer over the kubelet's message limit is always measured and refused."""
+"""The Allocate answer (kubelet/servicer.py): every field encoded, and an answer over
+the kubelet's message limit refused by its real size."""
 
 from __future__ import annotations
 
@@ -7,17 +7,10 @@ import random
 
 import pytest
 
-from genericdp.allocation.render import Allocation, DeviceSpec, Mount
+from genericdp.allocation.plan import Allocation, DeviceSpec, Mount
 from genericdp.config.model import frozen_map
-from genericdp.deviceplugin.plugin import fits_a_message
 from genericdp.errors import UnsafeAllocationError
-from genericdp.kubelet.servicer import (
-    MAX_MESSAGE_BYTES,
-    allocate_response,
-    allocate_response_size,
-    allocate_response_size_bound,
-    container_response,
-)
+from genericdp.kubelet.servicer import MAX_MESSAGE_BYTES, allocate_response
 
 ALPHABET = ["a", "/", "-", "é", "€", "𝄞", "\n", ""]  # 1 to 4 bytes in UTF-8, and none
 
@@ -45,33 +38,33 @@ def allocation(rng: random.Random, longest: int) -> Allocation:
 
 
 @pytest.mark.parametrize("longest", [0, 3, 200, 70_000])
-def test_the_bound_is_never_below_the_size(longest: int) -> None:
-    """Random answers of every shape, ASCII or not, empty or long."""
+def test_every_answer_is_encoded_whole(longest: int) -> None:
+    """Random answers of every shape, ASCII or not, empty or long: one container
+    response each, with every field."""
     rng = random.Random(longest)  # noqa: S311 -- reproducible test input
     for _ in range(200 if longest < 70_000 else 10):
         answers = [allocation(rng, longest) for _ in range(rng.randint(0, 3))]
-        assert allocate_response_size_bound(answers) >= allocate_response_size(answers)
+        response = allocate_response(answers)
+        assert len(response.container_responses) == len(answers)
+        for answer, container in zip(answers, response.container_responses, strict=True):
+            assert dict(container.envs) == dict(answer.env)
+            assert [d.host_path for d in container.devices] == [d.host_path for d in answer.devices]
+            assert [c.name for c in container.cdi_devices] == list(answer.cdi_devices)
 
 
 def test_an_answer_near_the_limit_is_measured_exactly() -> None:
-    """Over the limit by the bound, under it in fact: such an answer is served."""
+    """Just under the limit is served; just over it is refused, naming the limit."""
     many = Allocation(env=frozen_map({f"K{i:07}": "v" * 20 for i in range(100_000)}))
-    assert allocate_response_size_bound([many]) > MAX_MESSAGE_BYTES
-    assert allocate_response_size([many]) <= MAX_MESSAGE_BYTES
-    fits_a_message([("u0",)], [many])  # not refused
+    assert allocate_response([many]).ByteSize() <= MAX_MESSAGE_BYTES  # not refused
     more = Allocation(env=frozen_map({f"K{i:07}": "v" * 20 for i in range(130_000)}))
     with pytest.raises(UnsafeAllocationError, match="over the kubelet's 4194304-byte"):
-        fits_a_message([("u0",)], [more])
+        allocate_response([more])
 
 
 def test_a_lone_surrogate_fails_as_protobuf_fails() -> None:
-    """Text protobuf cannot encode raises the same error from the bound, before any claim."""
-    answer = Allocation(env=frozen_map({"K": "\udcff"}))
-    with pytest.raises(UnicodeEncodeError) as bound:
-        allocate_response_size_bound([answer])
-    with pytest.raises(UnicodeEncodeError) as built:
-        allocate_response_size([answer])
-    assert str(bound.value) == str(built.value)
+    """Text protobuf cannot encode fails the encoding (before the allocator commits)."""
+    with pytest.raises(UnicodeEncodeError):
+        allocate_response([Allocation(env=frozen_map({"K": "\udcff"}))])
 
 
 def test_the_response_holds_every_field() -> None:
@@ -86,7 +79,6 @@ def test_the_response_holds_every_field() -> None:
     response = allocate_response([answer, Allocation()])
     assert len(response.container_responses) == 2
     first = response.container_responses[0]
-    assert first == container_response(answer)
     assert dict(first.envs) == {"A": "1"}
     assert dict(first.annotations) == {"x": "y"}
     assert [(m.container_path, m.host_path, m.read_only) for m in first.mounts] == [

@@ -30,7 +30,7 @@ from genericdp.deviceplugin.usage import UsageTracker
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.kubelet.devices import replica_ids, unit_id_of
 from genericdp.kubelet.podresources import PodDevices
-from genericdp.kubelet.servicer import list_response
+from genericdp.kubelet.servicer import allocate_response, list_response
 from genericdp.runtime.context import ResourceContext
 from genericdp.runtime.resource import ResourceRunner
 from genericdp.runtime.state import DeviceState
@@ -196,10 +196,10 @@ async def test_allocate_of_one_id_among_hundreds_of_thousands_is_small(tmp_path:
     ]
     state = DeviceState(Replicas(1000), units=units)
     plugin = _plugin(definition, state, tmp_path)
-    await plugin.allocate([("u0000::0",)])  # warm up imports and caches
+    await plugin.allocate([("u0000::0",)], allocate_response)  # warm up imports and caches
     tracemalloc.start()
     try:
-        await plugin.allocate([("u0123::999",)])
+        await plugin.allocate([("u0123::999",)], allocate_response)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

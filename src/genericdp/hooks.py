@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from genericdp import logsetup
-from genericdp.config.model import Exec
+from genericdp.config.model import Exec, ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.errors import HookError
 from genericdp.execution import ExecResult, run_exec
@@ -42,6 +42,34 @@ class HookRun:
     device_ids: Sequence[str] = ()
     node_name: str = ""
     logger: logging.Logger | None = None  # the resource's, so its lines say which
+
+    @classmethod
+    def of(
+        cls,
+        name: str,
+        definition: ResourceDefinition,
+        units: Sequence[Unit],
+        device_ids: Sequence[str] = (),
+        *,
+        node_name: str = "",
+        logger: logging.Logger | None = None,
+    ) -> HookRun | None:
+        """The run of ``definition``'s hook ``name`` (``INIT``, ``PRE_START``,
+        ``CLEANUP``) for ``units``; None when the definition has no such hook.
+        Every backend makes its runs here, so every hook sees the same variables."""
+        hooks = definition.hooks
+        spec = {INIT: hooks.init, PRE_START: hooks.pre_start, CLEANUP: hooks.cleanup}[name]
+        if spec is None:
+            return None
+        return cls(
+            name,
+            spec,
+            definition.name,
+            units,
+            device_ids,
+            node_name=node_name,
+            logger=logger,
+        )
 
 
 class HookRunner(Protocol):

@@ -10,8 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from genericdp.allocation.render import Allocation, render_allocation
-from genericdp.allocation.text import allocation_lines
+from genericdp.allocation.plan import Allocation, plan_allocation
 from genericdp.config.model import UNBOUNDED, ResourceDefinition
 from genericdp.deviceplugin.sharing import idle_ids, sharing_text
 from genericdp.discovery.model import Unit
@@ -44,34 +43,17 @@ def build_report(
     if units and error is None:
         try:
             first = units[0]
-            example = render_allocation(
-                definition,
-                [first],
-                node_name=node_name,
-                device_ids=idle_ids(definition, first.id)[:1],
-            )
+            example = plan_allocation(
+                definition, [first], idle_ids(definition, first.id)[:1], node_name=node_name
+            ).receives
         except GenericdpError as exc:
             error = f"allocation of {first.id} would fail: {exc}"
     return ResourceReport(definition, tuple(units), example, error)
 
 
 def _allocation_dict(allocation: Allocation) -> dict[str, Any]:
-    return {
-        "devices": [
-            {
-                "containerPath": d.container_path,
-                "hostPath": d.host_path,
-                "permissions": d.permissions,
-            }
-            for d in allocation.devices
-        ],
-        "mounts": [
-            {"containerPath": m.container_path, "hostPath": m.host_path, "readOnly": m.read_only}
-            for m in allocation.mounts
-        ],
-        "env": dict(allocation.env),
-        "annotations": dict(allocation.annotations),
-    }
+    # discover writes no CDI spec, and has never listed the CDI names.
+    return {k: v for k, v in allocation.as_dict().items() if k != "cdiDevices"}
 
 
 def report_dict(report: ResourceReport) -> dict[str, Any]:
@@ -143,6 +125,6 @@ def to_text(reports: Sequence[ResourceReport]) -> str:
         if r.example is not None:
             out.append(f"  one unit ({r.units[0].id}) gives a container:")
             # discover has never listed the CDI names (nor has its JSON).
-            out.extend(allocation_lines(dataclasses.replace(r.example, cdi_devices=())))
+            out.extend(dataclasses.replace(r.example, cdi_devices=()).lines())
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"

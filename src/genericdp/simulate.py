@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import sys
 import tempfile
@@ -21,11 +22,12 @@ from typing import TYPE_CHECKING, TextIO
 
 from ruamel.yaml import YAML
 
-from genericdp.allocation.cdi import spec_path
-from genericdp.allocation.render import Allocation, DeviceSpec, Mount
-from genericdp.allocation.text import allocation_lines
+from genericdp.allocation.cdi import claim_device_id, spec_path
+from genericdp.allocation.devices import DeviceSpec
+from genericdp.allocation.plan import Allocation, Mount
 from genericdp.config import load
-from genericdp.config.model import Config, frozen_map
+from genericdp.config.model import Config, ResourceDefinition, frozen_map
+from genericdp.discovery.model import Unit
 from genericdp.errors import GenericdpError
 from genericdp.exits import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_OK
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
@@ -137,7 +139,7 @@ def _received(container: pb.ContainerAllocateResponse) -> Allocation:
 def _describe_response(response: pb.AllocateResponse) -> list[str]:
     lines: list[str] = []
     for container in response.container_responses:
-        lines.extend(allocation_lines(_received(container)))
+        lines.extend(_received(container).lines())
     return lines or ["    (nothing)"]
 
 
@@ -165,6 +167,15 @@ async def _allocate(
         for line in _describe_response(response):
             print(line, file=out)
     return ok
+
+
+def _config(path: Path, settings: Settings) -> Config | None:
+    """The config at ``path``; None, said on stderr, when the device root is no directory."""
+    config = load([path])
+    if not settings.dev_root.is_dir():
+        print(f"error: device root {settings.dev_root} is not a directory", file=sys.stderr)
+        return None
+    return config
 
 
 def _more_events_than(count: int) -> Callable[[EmbeddedKubelet], bool]:
@@ -218,9 +229,8 @@ async def simulate(
     from genericdp.runtime.supervisor import Supervisor
 
     stream = out or sys.stdout
-    config: Config = load([path])
-    if not settings.dev_root.is_dir():
-        print(f"error: device root {settings.dev_root} is not a directory", file=sys.stderr)
+    config = _config(path, settings)
+    if config is None:
         return EXIT_ENVIRONMENT
     names = [r.name for r in config.resources]
     # /tmp, not the CWD: a unix socket path must fit in 107 bytes.
@@ -286,6 +296,10 @@ async def simulate(
                 await supervisor.stop()
 
 
+# The UID of the claim ``simulate --backend dra`` prepares (it names its CDI devices).
+SIMULATED_CLAIM_UID = "00000000-0000-0000-0000-000000000001"
+
+
 def simulate_dra(
     path: Path,
     settings: Settings,
@@ -295,21 +309,20 @@ def simulate_dra(
     out: TextIO | None = None,
 ) -> int:
     """``simulate --backend dra``: the ResourceSlices this node would publish for ``path``,
-    and what a claim for N units of a resource would get at prepare. No cluster, no kubelet.
+    and what a claim for N units of a resource would get at prepare: the CDI
+    spec prepare writes and the IDs it answers, made as prepare makes them
+    (``allocation.plan``, ``dra/cdispec.py``). No cluster, no kubelet.
 
     Every unit counts as healthy (no probe runs); the devices a claim gets are
     the first N by name, as the scheduler may pick any.
     """
-    from genericdp.allocation.render import render_allocation
     from genericdp.discovery import discover
     from genericdp.discovery.model import Roots
-    from genericdp.dra.naming import device_name
     from genericdp.dra.slices import devices, pool_slices
 
     stream = out or sys.stdout
-    config: Config = load([path])
-    if not settings.dev_root.is_dir():
-        print(f"error: device root {settings.dev_root} is not a directory", file=sys.stderr)
+    config = _config(path, settings)
+    if config is None:
         return EXIT_ENVIRONMENT
     roots = Roots(dev=settings.dev_root, sys=settings.sys_root, udev=settings.udev_root)
     node = settings.node_name or "simulated-node"
@@ -342,25 +355,43 @@ def simulate_dra(
             print(f"  refused: unknown resource (served: {known})", file=stream)
             ok = False
             continue
-        resource = request.resource
-        by_name = sorted(units[resource], key=lambda u: device_name(resource, u.id))
-        if len(by_name) < request.count:
-            print(f"  unsatisfiable: {len(by_name)} device(s) published", file=stream)
-            ok = False
-            continue
-        chosen = by_name[: request.count]
-        print(
-            "  allocated devices: "
-            + ", ".join(f"{node}/{device_name(request.resource, u.id)}" for u in chosen),
-            file=stream,
+        lines, claimed = _prepared_claim(
+            definition, units[request.resource], request.count, node, driver
         )
-        try:
-            allocation = render_allocation(definition, chosen, node_name=node)
-        except GenericdpError as exc:
-            print(f"  prepare fails: {exc}", file=stream)
-            ok = False
-            continue
-        print("  prepare gives the container (through the claim's CDI spec):", file=stream)
-        for line in allocation_lines(allocation):
+        for line in lines:
             print(line, file=stream)
+        ok = ok and claimed
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def _prepared_claim(
+    definition: ResourceDefinition, units: Sequence[Unit], count: int, node: str, driver: str
+) -> tuple[list[str], bool]:
+    """What prepare would do with a claim for the first ``count`` of ``units`` by
+    device name: the lines saying so, and whether it would succeed."""
+    from genericdp.allocation.plan import plan_allocation
+    from genericdp.dra.cdispec import claim_spec, undelivered
+    from genericdp.dra.naming import device_name
+
+    resource = definition.name
+    by_name = sorted(units, key=lambda u: device_name(resource, u.id))
+    if len(by_name) < count:
+        return [f"  unsatisfiable: {len(by_name)} device(s) published"], False
+    chosen = by_name[:count]
+    names = [device_name(resource, u.id) for u in chosen]
+    lines = ["  allocated devices: " + ", ".join(f"{node}/{n}" for n in names)]
+    try:
+        plan = plan_allocation(definition, chosen, names, node_name=node)
+    except GenericdpError as exc:
+        return [*lines, f"  prepare fails: {exc}"], False
+    uid = SIMULATED_CLAIM_UID
+    lines.append(
+        "  prepare answers the CDI devices "
+        + ", ".join(claim_device_id(driver, uid, n) for n in names)
+    )
+    if warning := undelivered(plan):
+        lines.append(f"  warning: {warning}")
+    lines.append(f"  and writes this CDI spec (claim UID {uid}):")
+    spec = json.dumps(claim_spec(driver, uid, [plan]), indent=2)
+    lines.extend(f"    {line}" for line in spec.splitlines())
+    return lines, True

@@ -1,11 +1,12 @@
-"""CDI (Container Device Interface) specs for resources with ``allocate.cdi``.
+"""CDI (Container Device Interface) spec files, for both backends: one per
+resource with ``allocate.cdi`` (device plugin) and one per prepared DRA claim.
 
 A CDI-enabled runtime (containerd 1.7+ with ``enable_cdi``, CRI-O) reads spec
 files from ``/var/run/cdi`` and, for every fully qualified name it is handed
 (``<vendor>/<class>=<device>``; the kubelet passes ``cdi_devices`` of the
 Allocate answer through to the CRI since 1.28), applies that device's edits
-to the container. We write one spec per resource, one CDI device per unit,
-whose edits are the unit's device nodes.
+to the container. For the device plugin we write one spec per resource, one
+CDI device per unit, whose edits are the unit's device nodes.
 
 Choices, and why:
 
@@ -34,6 +35,13 @@ Choices, and why:
 - Files are replaced atomically (a temporary file in the same directory, then
   ``os.replace``) and the temporary name does not end in ``.json``, so a
   runtime rescanning the directory never reads half a spec.
+
+A DRA claim's spec (its content is ``dra/cdispec.py``'s) is
+``gdp-claim-<claim UID>.json``, of kind ``<driver>/claim``: one per claim,
+so unprepare removes exactly it, and neither backend ever takes the other's
+files for its own. Whose a file is, is read from the file in one way for
+both (``_kind_of``: a regular file, not a link, of sane size, holding JSON
+with a ``kind``).
 """
 
 from __future__ import annotations
@@ -43,16 +51,19 @@ import hashlib
 import json
 import re
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from genericdp.allocation.devices import DeviceSpec, device_nodes
 from genericdp.atomicfile import reason, write_atomically
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.errors import CdiSpecError
 
 SPEC_PREFIX = "genericdp-"
+CLAIM_SPEC_PREFIX = "gdp-claim-"
+CLAIM_CLASS = "claim"
 _KIND_ESCAPE = "gdp-"
 _MAX_SPEC_BYTES = 64 * 1024 * 1024  # far above any spec we write; a bigger file is not ours
 MIN_VERSION = "0.5.0"  # deviceNodes[].hostPath
@@ -109,6 +120,25 @@ def qualified_name(resource: str, unit_id: str) -> str:
     return f"{cdi_kind(resource)}={cdi_device_name(unit_id)}"
 
 
+def claim_kind(driver: str) -> str:
+    """The kind of a DRA driver's claim specs: ``<driver>/claim``, made valid as ``cdi_kind``."""
+    return cdi_kind(f"{driver}/{CLAIM_CLASS}")
+
+
+def claim_spec_name(uid: str) -> str:
+    return f"{CLAIM_SPEC_PREFIX}{uid}.json"
+
+
+def claim_device_name(uid: str, device: str) -> str:
+    """The CDI device of one device of a claim: unique among all specs of the kind."""
+    return cdi_device_name(f"{uid}-{device}")
+
+
+def claim_device_id(driver: str, uid: str, device: str) -> str:
+    """The fully qualified CDI ID prepare returns for one device of a claim."""
+    return f"{claim_kind(driver)}={claim_device_name(uid, device)}"
+
+
 def cdi_version(kind: str) -> str:
     """The lowest spec version that allows what ``cdi_spec`` writes for ``kind``."""
     device_class = kind.partition("/")[2]
@@ -143,23 +173,27 @@ def _legacy_file_name(resource: str) -> str:
 # Content (pure)
 
 
-def device_entry(definition: ResourceDefinition, unit: Unit) -> dict[str, Any]:
-    """One CDI device: the unit's nodes, then its ``allocate.devices`` nodes
-    (``Unit.shared``), each once, in that order."""
-    nodes: dict[str, dict[str, str]] = {}
-    for node in (*unit.nodes, *unit.shared):
-        nodes.setdefault(
-            node.container_path,
-            {
-                "path": node.container_path,
-                "hostPath": node.host_path,
-                "permissions": node.permissions or definition.permissions,
-            },
-        )
+def device_node_entry(spec: DeviceSpec) -> dict[str, str]:
+    """A ``deviceNodes`` entry: ``path`` in the container, ``hostPath``, ``permissions``."""
     return {
-        "name": cdi_device_name(unit.id),
-        "containerEdits": {"deviceNodes": list(nodes.values())},
+        "path": spec.container_path,
+        "hostPath": spec.host_path,
+        "permissions": spec.permissions,
     }
+
+
+def cdi_device(name: str, nodes: Iterable[DeviceSpec]) -> dict[str, Any]:
+    """One CDI device, named ``name``, whose edits are ``nodes``."""
+    return {
+        "name": name,
+        "containerEdits": {"deviceNodes": [device_node_entry(n) for n in nodes]},
+    }
+
+
+def device_entry(definition: ResourceDefinition, unit: Unit) -> dict[str, Any]:
+    """One unit's CDI device: its nodes, then its ``allocate.devices`` nodes
+    (``Unit.shared``), each once, in that order (``devices.device_nodes``)."""
+    return cdi_device(cdi_device_name(unit.id), device_nodes(definition, unit, checked=False))
 
 
 def cdi_spec(definition: ResourceDefinition, units: Iterable[Unit]) -> dict[str, Any]:
@@ -191,35 +225,32 @@ def write_spec(cdi_dir: Path, definition: ResourceDefinition, units: Iterable[Un
 def remove_spec(cdi_dir: Path, resource: str) -> Path | None:
     """Remove the resource's spec; the path if there was one. Raises CdiSpecError."""
     path = spec_path(cdi_dir, resource)
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise CdiSpecError(f"cannot remove CDI spec {path}: {reason(exc)}") from exc
-    return path
+    return path if _remove(path) else None
+
+
+def write_claim_spec(cdi_dir: Path, uid: str, spec: Mapping[str, Any]) -> Path:
+    """Write a claim's spec atomically; raises CdiSpecError saying why not."""
+    return _write(cdi_dir / claim_spec_name(uid), spec)
+
+
+def remove_claim_spec(cdi_dir: Path, uid: str) -> bool:
+    """Remove a claim's spec; whether there was one. Raises CdiSpecError."""
+    return _remove(cdi_dir / claim_spec_name(uid))
 
 
 def owner_of(path: Path) -> str | None:
     """The resource a spec file in the CDI directory was written for by genericdp, or None.
 
-    Ours means: a regular file (not a link) named with our prefix, holding a
-    JSON spec whose ``kind`` maps back (``resource_of_kind``) to a resource
-    whose spec file has exactly this name (``spec_file_name``, or the name
-    earlier versions used). Anything else in the directory belongs to
-    someone else and is never touched.
+    Ours means: a file of ours (``_kind_of``) named with our prefix, whose
+    ``kind`` maps back (``resource_of_kind``) to a resource whose spec file
+    has exactly this name (``spec_file_name``, or the name earlier versions
+    used). Anything else in the directory belongs to someone else and is
+    never touched.
     """
     if not path.name.startswith(SPEC_PREFIX) or path.suffix != ".json":
         return None
-    try:
-        info = path.lstat()
-        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_SPEC_BYTES:
-            return None
-        spec = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    kind = spec.get("kind") if isinstance(spec, dict) else None
-    if not isinstance(kind, str) or "/" not in kind:
+    kind = _kind_of(path)
+    if kind is None or "/" not in kind:
         return None
     resource = resource_of_kind(kind)
     if path.name in (spec_file_name(resource), _legacy_file_name(resource)):
@@ -234,18 +265,46 @@ def remove_stale_specs(cdi_dir: Path, keep: Iterable[str]) -> list[Path]:
     that cannot be removed is left (and retried at the next start).
     """
     wanted = {spec_file_name(name) for name in keep}
+    return _remove_stale(cdi_dir, SPEC_PREFIX, wanted, lambda path: owner_of(path) is not None)
+
+
+def remove_stale_claim_specs(cdi_dir: Path, driver: str, keep: Iterable[str]) -> list[Path]:
+    """Remove the claim specs of ``driver`` whose claim UID is not in ``keep`` (the
+    daemon was down when it should have removed them). Never raises."""
+    wanted = {claim_spec_name(uid) for uid in keep}
+    kind = claim_kind(driver)
+    return _remove_stale(cdi_dir, CLAIM_SPEC_PREFIX, wanted, lambda path: _kind_of(path) == kind)
+
+
+def _remove_stale(
+    cdi_dir: Path, prefix: str, wanted: Collection[str], ours: Callable[[Path], bool]
+) -> list[Path]:
     removed: list[Path] = []
     try:
-        paths = sorted(cdi_dir.glob(f"{SPEC_PREFIX}*.json"))
+        paths = sorted(cdi_dir.glob(f"{prefix}*.json"))
     except OSError:
         return removed
     for path in paths:
-        if path.name in wanted or owner_of(path) is None:
+        if path.name in wanted or not ours(path):
             continue
         with contextlib.suppress(OSError):
             path.unlink()
             removed.append(path)
     return removed
+
+
+def _kind_of(path: Path) -> str | None:
+    """The ``kind`` of the spec at ``path`` if it can be ours: a regular file (not a
+    link) of at most ``_MAX_SPEC_BYTES`` holding a JSON object; None otherwise."""
+    try:
+        info = path.lstat()
+        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_SPEC_BYTES:
+            return None
+        spec = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    kind = spec.get("kind") if isinstance(spec, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def _write(path: Path, spec: Mapping[str, Any]) -> Path:
@@ -255,6 +314,16 @@ def _write(path: Path, spec: Mapping[str, Any]) -> Path:
     except OSError as exc:
         raise CdiSpecError(f"cannot write CDI spec {path}: {reason(exc)}") from exc
     return path
+
+
+def _remove(path: Path) -> bool:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise CdiSpecError(f"cannot remove CDI spec {path}: {reason(exc)}") from exc
+    return True
 
 
 # --------------------------------------------------------------------------

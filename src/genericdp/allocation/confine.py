@@ -3,7 +3,7 @@
 Templates see attributes and udev properties that whoever made the device
 wrote (a USB product string, a serial number): a product string
 ``../../../../etc`` rendered into ``hostPath: /run/foo/{{ ... }}`` must not
-mount the host's ``/etc``. So every path that leaves ``render_allocation``
+mount the host's ``/etc``. So every path that leaves ``plan_allocation``
 is checked here, and an allocation that breaks a rule is refused, never
 repaired: a path we quietly changed would give the container something the
 config author did not write.

@@ -3,37 +3,33 @@
 Its registration with the kubelet (socket, server, Register, the kubelet's
 stream) is the ``Registrar`` (``registrar.py``); ListAndWatch reads the
 device list (``replicas.py``) from the resource's ``DeviceState``; Allocate
-and PreStartContainer go to the resource's ``Allocator``, and
-GetPreferredAllocation to ``preferred.py``. An Allocate answer over the
-kubelet's 4 MiB message limit is refused before anything has a side effect.
+and PreStartContainer go to the resource's ``Allocator`` (with the servicer's
+encoder, which refuses an answer over the kubelet's 4 MiB message limit before
+anything has a side effect), and GetPreferredAllocation to ``preferred.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
-from genericdp.allocation.render import Allocation
+from genericdp.allocation.plan import Allocation
 from genericdp.config.model import ResourceDefinition
 from genericdp.deviceplugin.kubeletwatch import DirChange
 from genericdp.deviceplugin.options import plugin_options
 from genericdp.deviceplugin.preferred import preferred_allocation
 from genericdp.deviceplugin.registrar import Registrar
 from genericdp.deviceplugin.replicas import counts, device_list
-from genericdp.errors import UnsafeAllocationError
 from genericdp.kubelet.devices import DeviceInfo
 from genericdp.kubelet.options import PluginOptions
-from genericdp.kubelet.servicer import (
-    MAX_MESSAGE_BYTES,
-    PluginServer,
-    PreferredRequest,
-    allocate_response_size,
-    allocate_response_size_bound,
-)
+from genericdp.kubelet.servicer import PluginServer, PreferredRequest
 from genericdp.runtime.allocator import Allocator
 from genericdp.runtime.backend import ResourceParts
 from genericdp.runtime.edge import PluginStatus
 from genericdp.runtime.state import DeviceState
+
+_Answer = TypeVar("_Answer")
 
 
 class ResourcePlugin:
@@ -128,21 +124,12 @@ class ResourcePlugin:
             for r in requests
         ]
 
-    async def allocate(self, requests: Sequence[tuple[str, ...]]) -> list[Allocation]:
-        return await self._allocator.allocate(requests, check=fits_a_message)
+    async def allocate(
+        self,
+        requests: Sequence[tuple[str, ...]],
+        encode: Callable[[Sequence[Allocation]], _Answer],
+    ) -> _Answer:
+        return await self._allocator.allocate(requests, encode)
 
     async def pre_start(self, device_ids: tuple[str, ...]) -> None:
         await self._allocator.pre_start(device_ids)
-
-
-def fits_a_message(requests: Sequence[tuple[str, ...]], answers: Sequence[Allocation]) -> None:
-    """Refuse an Allocate whose answer would not fit the kubelet's message limit."""
-    if allocate_response_size_bound(answers) <= MAX_MESSAGE_BYTES:
-        return  # the usual answer: far below, and not worth building twice
-    size = allocate_response_size(answers)
-    if size > MAX_MESSAGE_BYTES:
-        raise UnsafeAllocationError(
-            f"the Allocate answer for {sum(len(ids) for ids in requests)} device(s) would be"
-            f" {size} bytes, over the kubelet's {MAX_MESSAGE_BYTES}-byte message limit:"
-            " make the allocate templates render less"
-        )

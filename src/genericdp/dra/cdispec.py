@@ -1,87 +1,48 @@
-"""One CDI spec per prepared claim: its devices' nodes, and the rendered env and mounts.
+"""What a prepared claim gives its containers: its plans as one CDI spec (pure).
 
 Under DRA the runtime gets a claim's devices only through CDI: the kubelet
 hands the CDI device IDs prepare returned to the runtime (containerd 1.7+
 with CDI, CRI-O), which applies the edits of those devices, and of their
-spec, to each container using the claim.
+spec, to each container using the claim. This is the DRA backend's encoder
+of ``allocation.plan``'s plans, as ``kubelet/servicer.py`` is the device
+plugin's; the file itself (name, kind, writing, stale specs) is
+``allocation/cdi.py``'s.
 
-- ``kind`` is ``<driver>/claim`` (``genericdp.io/claim``), made valid for CDI
-  as ``allocation.cdi.cdi_kind`` does for resources.
-- The file is ``gdp-claim-<claim UID>.json``: one per claim, so unprepare
-  removes exactly it, and nothing of the device-plugin backend's
-  (``genericdp-*.json``) is ever touched or mistaken for ours.
 - One CDI device per allocated device, named ``<claim UID>-<device name>``
   (unique among all specs of the kind, as CDI requires), holding the unit's
-  device nodes (``path``, ``hostPath``, the definition's ``permissions``).
-- The env and mounts rendered from the ``allocate`` templates (over all the
-  claim's units of a resource) are the spec's own ``containerEdits``, which
-  the runtime applies once when any device of the spec is injected.
+  device nodes (``Plan.nodes``: ``path``, ``hostPath``, ``permissions``).
+- The env and mounts of the claim's plans (one per resource, rendered over
+  all the claim's units of it) are the spec's own ``containerEdits``, which
+  the runtime applies once when any device of the spec is injected; a
+  variable set by two resources keeps the first one's value.
+- Annotations cannot be passed (the DRA API has no per-container
+  annotations): ``undelivered`` says so, and prepare and ``simulate`` warn
+  with its words.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import logging
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
-from genericdp.allocation.cdi import cdi_device_name, cdi_kind, cdi_version
-from genericdp.allocation.render import Mount
-from genericdp.atomicfile import reason, write_atomically
-from genericdp.errors import CdiSpecError
-
-log = logging.getLogger(__name__)
-
-SPEC_PREFIX = "gdp-claim-"
-CLASS = "claim"
-_MAX_SPEC_BYTES = 64 * 1024 * 1024
-_FILE_MODE = 0o644  # runtimes read it as another user, maybe
+from genericdp.allocation.cdi import cdi_device, cdi_version, claim_device_name, claim_kind
+from genericdp.allocation.plan import Mount, Plan
 
 
-@dataclass(frozen=True)
-class SpecDevice:
-    """One device of a claim's spec: its name in the pool and its nodes."""
-
-    device: str
-    nodes: Sequence[tuple[str, str, str]]  # container path, host path, permissions
-
-
-def claim_kind(driver: str) -> str:
-    return cdi_kind(f"{driver}/{CLASS}")
-
-
-def spec_name(uid: str) -> str:
-    return f"{SPEC_PREFIX}{uid}.json"
-
-
-def device_id(driver: str, uid: str, device: str) -> str:
-    """The fully qualified CDI ID prepare returns for one device of a claim."""
-    return f"{claim_kind(driver)}={cdi_device_name(f'{uid}-{device}')}"
-
-
-def claim_spec(
-    driver: str,
-    uid: str,
-    devices: Iterable[SpecDevice],
-    env: Mapping[str, str],
-    mounts: Iterable[Mount],
-) -> dict[str, Any]:
+def claim_spec(driver: str, uid: str, plans: Sequence[Plan]) -> dict[str, Any]:
+    """The CDI spec of claim ``uid``: one device per device the plans name
+    (``Plan.device_ids``, the DRA device names), sorted by name."""
     kind = claim_kind(driver)
-    entries = []
-    for device in devices:
-        nodes = {
-            container: {"path": container, "hostPath": host, "permissions": permissions}
-            for container, host, permissions in device.nodes
-        }
-        entries.append(
-            {
-                "name": cdi_device_name(f"{uid}-{device.device}"),
-                "containerEdits": {"deviceNodes": list(nodes.values())},
-            }
-        )
+    devices: dict[str, dict[str, Any]] = {}
+    env: dict[str, str] = {}
+    mounts: list[Mount] = []
+    for plan in plans:
+        for device, nodes in zip(plan.device_ids, plan.nodes, strict=True):
+            # One CDI device per device, even when two requests name the same one.
+            devices.setdefault(device, cdi_device(claim_device_name(uid, device), nodes))
+        for key, value in plan.receives.env.items():
+            env.setdefault(key, value)
+        mounts.extend(m for m in plan.receives.mounts if m not in mounts)
     edits: dict[str, Any] = {}
     if env:
         edits["env"] = [f"{key}={value}" for key, value in env.items()]
@@ -98,58 +59,17 @@ def claim_spec(
     spec: dict[str, Any] = {"cdiVersion": cdi_version(kind), "kind": kind}
     if edits:
         spec["containerEdits"] = edits
-    spec["devices"] = sorted(entries, key=lambda d: str(d["name"]))
+    spec["devices"] = sorted(devices.values(), key=lambda d: str(d["name"]))
     return spec
 
 
-def write_claim_spec(cdi_dir: Path, uid: str, spec: Mapping[str, Any]) -> Path:
-    """Write the claim's spec atomically; raises CdiSpecError saying why not."""
-    path = cdi_dir / spec_name(uid)
-    data = (json.dumps(spec, indent=2) + "\n").encode()
-    try:
-        write_atomically(path, data, mode=_FILE_MODE)
-    except OSError as exc:
-        raise CdiSpecError(f"cannot write CDI spec {path}: {reason(exc)}") from exc
-    return path
-
-
-def remove_claim_spec(cdi_dir: Path, uid: str) -> bool:
-    """Remove the claim's spec; whether there was one. Raises CdiSpecError."""
-    path = cdi_dir / spec_name(uid)
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        raise CdiSpecError(f"cannot remove CDI spec {path}: {reason(exc)}") from exc
-    return True
-
-
-def remove_stale_claim_specs(cdi_dir: Path, driver: str, keep: Iterable[str]) -> list[Path]:
-    """Remove our claim specs (kind of this driver) whose claim is not in ``keep``
-    (the daemon was down when it should have removed them). Never raises."""
-    wanted = {spec_name(uid) for uid in keep}
-    kind = claim_kind(driver)
-    removed: list[Path] = []
-    try:
-        paths = sorted(cdi_dir.glob(f"{SPEC_PREFIX}*.json"))
-    except OSError:
-        return removed
-    for path in paths:
-        if path.name in wanted or _kind_of(path) != kind:
-            continue
-        with contextlib.suppress(OSError):
-            path.unlink()
-            removed.append(path)
-    return removed
-
-
-def _kind_of(path: Path) -> str | None:
-    try:
-        if not path.is_file() or path.is_symlink() or path.stat().st_size > _MAX_SPEC_BYTES:
-            return None
-        spec = json.loads(path.read_bytes())
-    except (OSError, ValueError, RecursionError):
-        return None
-    kind = spec.get("kind") if isinstance(spec, dict) else None
-    return kind if isinstance(kind, str) else None
+def undelivered(plan: Plan) -> str:
+    """What ``plan`` holds that a claim's CDI spec cannot pass on ("" when nothing)."""
+    annotations = plan.receives.annotations
+    if not annotations:
+        return ""
+    keys = ", ".join(sorted(annotations))
+    return (
+        f"resource {plan.definition.name}: allocate.annotations ({keys}) are not passed"
+        " under DRA: the DRA API has no per-container annotations"
+    )

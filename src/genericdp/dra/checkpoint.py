@@ -74,9 +74,6 @@ class Checkpoint:
         self._changes = 0  # changes made in memory, counted
         self._written = 0  # how many of them the file on disk has
 
-    def __len__(self) -> int:
-        return len(self._claims)
-
     def __iter__(self) -> Iterator[PreparedClaim]:
         return iter(tuple(self._claims.values()))
 

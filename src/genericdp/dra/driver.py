@@ -24,7 +24,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from genericdp.dra.cdispec import remove_stale_claim_specs
+from genericdp.allocation.cdi import remove_stale_claim_specs
 from genericdp.dra.checkpoint import FILE_NAME, Checkpoint
 from genericdp.dra.claims import ClaimSource
 from genericdp.dra.inventory import Inventory

@@ -2,10 +2,11 @@
 
 Prepare, for each claim of a batch: read our driver's results in the claim's
 allocation (``ClaimSource``), find each device among this node's current
-units (``Inventory``), render the ``allocate`` templates, record the claim
-as ``preparing`` in the checkpoint, run the ``init`` then ``preStart``
-hooks, write the claim's CDI spec, record it as ``prepared``, and answer
-with one CDI device ID per device. The kubelet retries, and calls again
+units (``Inventory``), plan what its containers receive
+(``allocation.plan``, one plan per resource of the claim), record the claim
+as ``preparing`` in the checkpoint, commit the plans (the ``init`` then
+``preStart`` hooks, and the claim's CDI spec: ``dra/cdispec.py``), record it
+as ``prepared``, and answer with one CDI device ID per device. The kubelet retries, and calls again
 after its own restart: a claim already prepared gets the same answer,
 without running anything again.
 
@@ -30,18 +31,16 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from genericdp.allocation.confine import check_device_path
-from genericdp.allocation.render import Mount, render_allocation
-from genericdp.config.model import ResourceDefinition
-from genericdp.discovery.model import DeviceNode, Unit
-from genericdp.dra.cdispec import (
-    SpecDevice,
-    claim_spec,
-    device_id,
+from genericdp.allocation.cdi import (
+    claim_device_id,
+    claim_spec_name,
     remove_claim_spec,
-    spec_name,
     write_claim_spec,
 )
+from genericdp.allocation.plan import Plan, plan_allocation
+from genericdp.allocation.render import rendered_soon
+from genericdp.discovery.model import DeviceNode, Unit
+from genericdp.dra.cdispec import claim_spec, undelivered
 from genericdp.dra.checkpoint import (
     PREPARED,
     PREPARING,
@@ -107,7 +106,6 @@ class Preparer:
         self._recorder = recorder
         self._slots = asyncio.Semaphore(concurrency)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # per claim UID, and its users
-        self.hooks_run = 0  # hook runs started (tests check idempotency with it)
 
     # -- batches -----------------------------------------------------------------
 
@@ -194,45 +192,22 @@ class Preparer:
         groups: dict[str, list[tuple[AllocatedDevice, Located]]] = defaultdict(list)
         for alloc, located in found:
             groups[located.resource].append((alloc, located))
-        rendered = await asyncio.to_thread(self._render, groups)
+        plans, _ = await rendered_soon(lambda slice_seconds: self._plan(groups, slice_seconds))
         devices = tuple(
-            _prepared(alloc, located, (device_id(self.driver, claim.uid, alloc.device),))
+            _prepared(alloc, located, (claim_device_id(self.driver, claim.uid, alloc.device),))
             for alloc, located in found
         )
         await self._checkpoint.put(PreparedClaim(claim, PREPARING, devices))
-        for resource, members in groups.items():
-            definition = members[0][1].definition
-            units = [located.unit for _, located in members]
-            names = [alloc.device for alloc, _ in members]
-            for name, hook in (
-                (INIT, definition.hooks.init),
-                (PRE_START, definition.hooks.pre_start),
-            ):
-                if hook is not None:
-                    self.hooks_run += 1
-                    await self._run_hook(
-                        HookRun(
-                            name,
-                            hook,
-                            resource=resource,
-                            units=units,
-                            device_ids=names,
-                            node_name=self._node_name,
-                            logger=log,
-                        )
-                    )
-        env, mounts, nodes = rendered
-        spec = claim_spec(
-            self.driver,
-            claim.uid,
-            # One CDI device per device, even when two requests name the same one.
-            (SpecDevice(name, device_nodes) for name, device_nodes in nodes.items()),
-            env,
-            mounts,
-        )
+        for plan in plans:
+            for name in (INIT, PRE_START):
+                if (run := plan.hook(name, logger=log)) is not None:
+                    await self._run_hook(run)
+            if warning := undelivered(plan):
+                log.warning("claim %s: %s", _named(claim), warning)
+        spec = claim_spec(self.driver, claim.uid, plans)
         await asyncio.to_thread(write_claim_spec, self._cdi_dir, claim.uid, spec)
         await self._checkpoint.put(
-            PreparedClaim(claim, PREPARED, devices, spec=spec_name(claim.uid))
+            PreparedClaim(claim, PREPARED, devices, spec=claim_spec_name(claim.uid))
         )
         log.info(
             "prepared claim %s (UID %s): %s",
@@ -258,26 +233,22 @@ class Preparer:
             )
         return located
 
-    def _render(
-        self, groups: Mapping[str, Sequence[tuple[AllocatedDevice, Located]]]
-    ) -> tuple[dict[str, str], list[Mount], dict[str, list[tuple[str, str, str]]]]:
-        """The claim's env and mounts (every resource's, in order) and each device's nodes."""
-        env: dict[str, str] = {}
-        mounts: list[Mount] = []
-        nodes: dict[str, list[tuple[str, str, str]]] = {}
-        for resource, members in groups.items():
-            definition = members[0][1].definition
-            units = [located.unit for _, located in members]
-            names = [alloc.device for alloc, _ in members]
-            allocation = render_allocation(
-                definition, units, node_name=self._node_name, device_ids=names
+    def _plan(
+        self,
+        groups: Mapping[str, Sequence[tuple[AllocatedDevice, Located]]],
+        slice_seconds: float | None,
+    ) -> list[Plan]:
+        """One plan per resource of the claim, over all its units of that resource."""
+        return [
+            plan_allocation(
+                members[0][1].definition,
+                [located.unit for _, located in members],
+                [alloc.device for alloc, _ in members],
+                node_name=self._node_name,
+                slice_seconds=slice_seconds,
             )
-            for key, value in allocation.env.items():
-                env.setdefault(key, value)
-            mounts.extend(m for m in allocation.mounts if m not in mounts)
-            for alloc, located in members:
-                nodes[alloc.device] = _nodes(definition, located.unit, resource)
-        return env, mounts, nodes
+            for members in groups.values()
+        ]
 
     async def _unprepare(self, claim: ClaimRef) -> ClaimResult:
         known = self._checkpoint.get(claim.uid)
@@ -296,20 +267,16 @@ class Preparer:
                     resource,
                 )
                 continue
-            if definition.hooks.cleanup is None:
-                continue
-            self.hooks_run += 1
-            await self._run_hook(
-                HookRun(
-                    CLEANUP,
-                    definition.hooks.cleanup,
-                    resource=resource,
-                    units=[self._unit(resource, d) for d in devices],
-                    device_ids=[d.device for d in devices],
-                    node_name=self._node_name,
-                    logger=log,
-                )
+            run = HookRun.of(
+                CLEANUP,
+                definition,
+                [self._unit(resource, d) for d in devices],
+                [d.device for d in devices],
+                node_name=self._node_name,
+                logger=log,
             )
+            if run is not None:
+                await self._run_hook(run)
         await asyncio.to_thread(remove_claim_spec, self._cdi_dir, claim.uid)
         await self._checkpoint.remove(claim.uid)
         log.info("unprepared claim %s (UID %s)", _named(known.claim), claim.uid)
@@ -345,19 +312,6 @@ def _unique(claims: Sequence[ClaimRef]) -> list[ClaimRef]:
     for claim in claims:
         seen.setdefault(claim.uid, claim)
     return list(seen.values())
-
-
-def _nodes(definition: ResourceDefinition, unit: Unit, resource: str) -> list[tuple[str, str, str]]:
-    out: dict[str, tuple[str, str, str]] = {}
-    what = f"resource {resource}: unit {clip(unit.id, 80)}"
-    for node in (*unit.nodes, *unit.shared):  # shared: the resource's allocate.devices
-        if node.container_path in out:
-            continue
-        check_device_path(node.container_path, what=what)
-        check_device_path(node.host_path, what=what)
-        permissions = node.permissions or definition.permissions
-        out[node.container_path] = (node.container_path, node.host_path, permissions)
-    return list(out.values())
 
 
 def _prepared(alloc: AllocatedDevice, located: Located, cdi_ids: tuple[str, ...]) -> PreparedDevice:

@@ -9,10 +9,10 @@ statuses here, with messages meant for the person reading the pod's events.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn, Protocol
+from typing import NoReturn, Protocol, TypeVar
 
 import grpc
 
@@ -32,6 +32,7 @@ from genericdp.kubelet.options import HEALTHY, UNHEALTHY, PluginOptions, unix_ad
 
 log = logging.getLogger(__name__)
 
+_Answer = TypeVar("_Answer")
 _Context = grpc.aio.ServicerContext[object, object]
 
 # gRPC's default maximum message size, which the kubelet keeps for its
@@ -53,7 +54,7 @@ class PreferredRequest:
 
 
 class DeviceNodeSpec(Protocol):
-    """A device node a container receives (``allocation.render.DeviceSpec``)."""
+    """A device node a container receives (``allocation.devices.DeviceSpec``)."""
 
     @property
     def container_path(self) -> str: ...
@@ -66,7 +67,7 @@ class DeviceNodeSpec(Protocol):
 
 
 class MountSpec(Protocol):
-    """A host path mounted into a container (``allocation.render.Mount``)."""
+    """A host path mounted into a container (``allocation.plan.Mount``)."""
 
     @property
     def container_path(self) -> str: ...
@@ -79,7 +80,7 @@ class MountSpec(Protocol):
 
 
 class ContainerAnswer(Protocol):
-    """What one container receives (``allocation.render.Allocation``): the
+    """What one container receives (``allocation.plan.Allocation``): the
     protocol needs these fields only, so this module never imports rendering."""
 
     @property
@@ -114,7 +115,14 @@ class Backend(Protocol):
         """Wait for a version other than ``version``; None when the plugin stops."""
         ...
 
-    async def allocate(self, requests: Sequence[tuple[str, ...]]) -> Sequence[ContainerAnswer]: ...
+    async def allocate(
+        self,
+        requests: Sequence[tuple[str, ...]],
+        encode: Callable[[Sequence[ContainerAnswer]], _Answer],
+    ) -> _Answer:
+        """Plan the containers' allocations, ``encode`` the answer, then commit them
+        (claims, init hooks): whatever ``encode`` refuses has had no side effect."""
+        ...
 
     def preferred(self, requests: Sequence[PreferredRequest]) -> list[tuple[str, ...]]: ...
 
@@ -169,9 +177,23 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def container_response(allocation: ContainerAnswer) -> pb.ContainerAllocateResponse:
-    response = pb.ContainerAllocateResponse()
-    _fill(response, allocation)
+def allocate_response(allocations: Sequence[ContainerAnswer]) -> pb.AllocateResponse:
+    """The AllocateResponse of ``allocations``, one container response each, in order:
+    built once, and refused (UnsafeAllocationError) when it exceeds the kubelet's 4 MiB.
+
+    The allocator calls this before it commits anything, so a refused answer
+    runs no cleanup and forgets no hold.
+    """
+    response = pb.AllocateResponse()
+    for allocation in allocations:
+        _fill(response.container_responses.add(), allocation)
+    size = response.ByteSize()
+    if size > MAX_MESSAGE_BYTES:
+        raise UnsafeAllocationError(
+            f"the Allocate answer for {len(allocations)} container(s) would be {size} bytes,"
+            f" over the kubelet's {MAX_MESSAGE_BYTES}-byte message limit:"
+            " make the allocate templates render less"
+        )
     return response
 
 
@@ -194,50 +216,6 @@ def _fill(response: pb.ContainerAllocateResponse, allocation: ContainerAnswer) -
         )
     for name in allocation.cdi_devices:
         response.cdi_devices.add(name=name)
-
-
-def allocate_response(allocations: Sequence[ContainerAnswer]) -> pb.AllocateResponse:
-    """The AllocateResponse of ``allocations``, one container response each, in order."""
-    response = pb.AllocateResponse()
-    for allocation in allocations:
-        _fill(response.container_responses.add(), allocation)
-    return response
-
-
-def allocate_response_size(allocations: Sequence[ContainerAnswer]) -> int:
-    """Bytes of the AllocateResponse these allocations make (checked against 4 MiB)."""
-    return allocate_response(allocations).ByteSize()
-
-
-# A field's tag (every field number here is below 16) and a length at its
-# largest varint: the framing of one string or message, at most.
-_FRAME = 1 + 5
-
-
-def _utf8_bytes(text: str) -> int:
-    """Bytes of ``text`` as protobuf encodes it; UnicodeEncodeError (a lone
-    surrogate) as protobuf raises it."""
-    return len(text) if text.isascii() else len(text.encode())
-
-
-def allocate_response_size_bound(allocations: Sequence[ContainerAnswer]) -> int:
-    """At least ``allocate_response_size``, counted without building the message
-    (most answers are far below the limit: only those near it are built)."""
-    total = 0
-    for a in allocations:
-        total += _FRAME
-        for entries in (a.env, a.annotations):
-            for key, value in entries.items():
-                total += 3 * _FRAME + _utf8_bytes(key) + _utf8_bytes(value)
-        for m in a.mounts:
-            total += 3 * _FRAME + 2 + _utf8_bytes(m.container_path) + _utf8_bytes(m.host_path)
-        for d in a.devices:
-            total += 4 * _FRAME
-            total += _utf8_bytes(d.container_path) + _utf8_bytes(d.host_path)
-            total += _utf8_bytes(d.permissions)
-        for name in a.cdi_devices:
-            total += 2 * _FRAME + _utf8_bytes(name)
-    return total
 
 
 def options_message(options: PluginOptions) -> pb.DevicePluginOptions:
@@ -342,10 +320,9 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     ) -> pb.AllocateResponse:
         requests = [tuple(r.devices_ids) for r in request.container_requests]
         try:
-            allocations = await self._backend.allocate(requests)
+            return await self._backend.allocate(requests, allocate_response)
         except GenericdpError as exc:
             await self._abort(context, "Allocate", exc)
-        return allocate_response(allocations)
 
     async def PreStartContainer(  # noqa: N802 -- the gRPC method name
         self, request: pb.PreStartContainerRequest, context: _Context

@@ -1,23 +1,24 @@
-"""The Allocate side of one resource, whatever asks: check, render, claim, init hooks.
+"""The Allocate side of one resource: plan, encode, commit; preStart.
 
 Free of any kubelet protocol: the device-plugin edge (``deviceplugin/plugin.py``)
-calls it from Allocate and PreStartContainer, and a second backend can call
-it the same way. It talks to the resource's own
-pieces directly (device state, CDI spec, usage and cleanup), never back up to
-the runner.
+calls it from Allocate and PreStartContainer, with
+the encoder of its answer (``kubelet/servicer.py``'s, which also refuses an
+answer the kubelet cannot take). It talks to the resource's own pieces
+directly (device state, CDI spec, usage and cleanup), never back up to the
+runner.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from genericdp import logsetup
-from genericdp.allocation.render import INLINE_RENDER_SECONDS, Allocation, render_allocation
-from genericdp.config.model import Exec, ResourceDefinition
-from genericdp.config.templates import SliceSpent
+from genericdp.allocation.plan import Allocation, Plan, plan_allocation
+from genericdp.allocation.render import rendered_soon
+from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.errors import InvalidDevicesError, clip
 from genericdp.hooks import INIT, PRE_START, HookRun
@@ -33,13 +34,7 @@ log = logging.getLogger(__name__)
 _MAX_IDS_SHOWN = 5
 _MAX_ID_CHARS = 80  # our IDs are at most 63
 
-# Checks the rendered answers before anything has a side effect (the
-# device-plugin edge refuses an answer over the kubelet's message limit).
-AnswerCheck = Callable[[Sequence[tuple[str, ...]], Sequence[Allocation]], None]
-
-
-def _no_check(_requests: Sequence[tuple[str, ...]], _answers: Sequence[Allocation]) -> None:
-    return None
+_Answer = TypeVar("_Answer")
 
 
 def _shown(ids: Sequence[str]) -> str:
@@ -75,74 +70,75 @@ class Allocator:
         self._cdi = cdi
 
     async def allocate(
-        self, requests: Sequence[tuple[str, ...]], *, check: AnswerCheck = _no_check
-    ) -> list[Allocation]:
-        """Check every container's IDs first, then run init hooks and render."""
+        self,
+        requests: Sequence[tuple[str, ...]],
+        encode: Callable[[Sequence[Allocation]], _Answer],
+    ) -> _Answer:
+        """Plan every container's allocation, ``encode`` the answer, then commit.
+
+        Everything that can refuse the request comes before the commit: a
+        refused Allocate (unknown IDs, a path escaping its template, an answer
+        ``encode`` refuses) must not run cleanup on a unit a live pod holds,
+        nor make us forget that pod's hold (``Usage.claim``).
+        """
         started = time.monotonic()
         error: BaseException | None = None
+        definition = self._definition()
         try:
-            with logsetup.fields(resource=self._definition().name):
-                return await self._allocate(requests, check)
+            with logsetup.fields(resource=definition.name):
+                plans, waited = await self._plan(definition, requests)
+                answer = encode([plan.receives for plan in plans])
+                await self._commit(definition, plans, waited=waited)
+                return answer
         except BaseException as exc:
             error = exc
             raise
         finally:
             elapsed = time.monotonic() - started
-            name = self._definition().name
-            self._context.recorder.allocation(name, allocation_result(error), elapsed)
+            self._context.recorder.allocation(definition.name, allocation_result(error), elapsed)
 
-    async def _allocate(
-        self, requests: Sequence[tuple[str, ...]], check: AnswerCheck
-    ) -> list[Allocation]:
-        # Everything that can refuse the request without side effects comes
-        # first: a refused Allocate (unknown IDs, a path escaping its template,
-        # an answer over 4 MiB) must not run cleanup on a unit a live pod holds,
-        # nor make us forget that pod's hold (``Usage.claim``).
-        definition = self._definition()
+    async def _plan(
+        self, definition: ResourceDefinition, requests: Sequence[tuple[str, ...]]
+    ) -> tuple[list[Plan], bool]:
+        """One plan per container, its units looked up once; whether it was
+        rendered off the loop (the units may have changed meanwhile)."""
         node_name = self._context.node_name
         lookups = [self.checked(ids) for ids in requests]
 
-        def render(slice_seconds: float | None) -> list[Allocation]:
+        def plan(slice_seconds: float | None) -> list[Plan]:
             return [
-                render_allocation(
-                    definition,
-                    units,
-                    node_name=node_name,
-                    device_ids=ids,
-                    slice_seconds=slice_seconds,
+                plan_allocation(
+                    definition, units, ids, node_name=node_name, slice_seconds=slice_seconds
                 )
                 for ids, units in zip(requests, lookups, strict=True)
             ]
 
-        # On the loop for a short slice: most templates take far less, and the
-        # hop to a worker thread and back was most of an Allocate's time. Past
-        # the slice, off the loop: a template may work up to its time budget
-        # (render.py), and registration, health and every other resource must
-        # not wait.
-        waited = False  # whether anything could change the units from here on
-        try:
-            allocations = render(INLINE_RENDER_SECONDS)
-        except SliceSpent:
-            waited = True
-            allocations = await asyncio.to_thread(render, None)
-        check(requests, allocations)
+        return await rendered_soon(plan)
+
+    async def _commit(
+        self, definition: ResourceDefinition, plans: Sequence[Plan], *, waited: bool
+    ) -> None:
+        """Take the claims (cleanups the kubelet did not wait for first), run the init hooks."""
         # The CDI check may refuse the Allocate: before any claim, which cleans.
         if definition.allocate.cdi:
             waited = True
-            for ids in requests:
-                await self._cdi.check(definition, self._state, ids)
-        for ids in requests:
-            for release in self._usage.claim(definition.name, ids):
+            for plan in plans:
+                await self._cdi.check(definition, plan.units, self._current_units)
+        for plan in plans:
+            for release in self._usage.claim(definition.name, plan.device_ids):
                 # a cleanup the kubelet did not wait for (none: nothing waited)
                 waited = await self._cleaner.clean_now(release) or waited
         if waited:  # a unit may have gone unhealthy, or its cleanup failed, meanwhile
-            lookups = [self.checked(ids) for ids in requests]
-        if (init := definition.hooks.init) is not None:
-            for ids, units in zip(requests, lookups, strict=True):
-                await self._hook(INIT, init, definition.name, units, ids)
-        for ids in requests:
-            self._usage.handed_out(definition.name, ids)
-        return allocations
+            for plan in plans:
+                self.checked(plan.device_ids)
+        for plan in plans:
+            if (run := plan.hook(INIT, logger=log)) is not None:
+                await self._context.run_hook(run)
+        for plan in plans:
+            self._usage.handed_out(definition.name, plan.device_ids)
+
+    def _current_units(self) -> tuple[Unit, ...]:
+        return tuple(self._state.units_view().values())
 
     async def pre_start(self, device_ids: tuple[str, ...]) -> None:
         definition = self._definition()
@@ -151,15 +147,10 @@ class Allocator:
 
     async def _pre_start(self, definition: ResourceDefinition, device_ids: tuple[str, ...]) -> None:
         units = self.checked(device_ids, require_healthy=False)
-        if (spec := definition.hooks.pre_start) is not None:
-            await self._hook(PRE_START, spec, definition.name, units, device_ids)
-
-    async def _hook(
-        self, name: str, spec: Exec, resource: str, units: Sequence[Unit], ids: Sequence[str]
-    ) -> None:
         node_name = self._context.node_name
-        run = HookRun(name, spec, resource, units, ids, node_name=node_name, logger=log)
-        await self._context.run_hook(run)
+        run = HookRun.of(PRE_START, definition, units, device_ids, node_name=node_name, logger=log)
+        if run is not None:
+            await self._context.run_hook(run)
 
     def checked(self, ids: Sequence[str], *, require_healthy: bool = True) -> tuple[Unit, ...]:
         """The units of ``ids``; InvalidDevicesError naming unknown, cleaning or unhealthy IDs."""

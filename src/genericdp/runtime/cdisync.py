@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from genericdp.allocation.cdi import SpecPublisher, qualified_name
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.errors import CdiSpecError
-from genericdp.runtime.state import DeviceState
 
 log = logging.getLogger(__name__)
 
@@ -65,14 +64,17 @@ class CdiSync:
             log.info("%s: removed CDI spec %s", name, removed)
 
     async def check(
-        self, definition: ResourceDefinition, state: DeviceState, device_ids: tuple[str, ...]
+        self,
+        definition: ResourceDefinition,
+        units: Sequence[Unit],
+        current: Callable[[], Sequence[Unit]],
     ) -> None:
-        """Refuse units whose CDI name would not resolve, after one more write attempt."""
-        units = state.lookup(device_ids).units  # unknown IDs: the allocator says so
+        """Refuse ``units`` when their CDI names would not resolve, after one more
+        write attempt of the spec for every ``current`` unit."""
         if not self._cdi.unpublished(definition, units):
             return
         # A scan's write failed (or the units changed a moment ago): try again now.
-        await self.sync(definition, tuple(state.units.values()))
+        await self.sync(definition, current())
         missing = self._cdi.unpublished(definition, units)
         if missing:
             names = ", ".join(qualified_name(definition.name, u) for u in missing)

@@ -160,21 +160,13 @@ class Cleaner:
 
     async def _attempt_in(self, unit: Unit, device_ids: tuple[str, ...], *, retry: bool) -> bool:
         definition = self._definition()
-        spec = definition.hooks.cleanup
-        if spec is None:
+        run = HookRun.of(
+            CLEANUP, definition, (unit,), device_ids, node_name=self._node_name, logger=log
+        )
+        if run is None:
             return True  # the hook was removed by a reload: nothing to run
         try:
-            await self._run_hook(
-                HookRun(
-                    CLEANUP,
-                    spec,
-                    resource=definition.name,
-                    units=(unit,),
-                    device_ids=device_ids,
-                    node_name=self._node_name,
-                    logger=log,
-                )
-            )
+            await self._run_hook(run)
         except HookError as exc:
             what = "out of service until its cleanup passes" if retry else "removed, not retried"
             log.error("%s: unit %s %s: %s", definition.name, unit.id, what, exc)

@@ -1,0 +1,85 @@
+"""The device nodes a unit gives a container: the one place they are listed.
+
+Every backend hands them over from here: the device plugin's Allocate answer
+(``DeviceSpec``), the CDI spec of a resource with ``allocate.cdi`` and the
+CDI spec of a DRA claim (``allocation.cdi.device_node_entry``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from genericdp.allocation.confine import check_device_path, clean_device_path
+from genericdp.config.model import ResourceDefinition
+from genericdp.discovery.model import Unit
+from genericdp.errors import UnsafeAllocationError, clip
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """A device node a container receives (kubelet ``DeviceSpec``, a CDI ``deviceNodes`` entry)."""
+
+    container_path: str
+    host_path: str
+    permissions: str
+
+
+def unit_named(resource: str, unit: Unit) -> str:
+    return f"resource {resource}: unit {clip(unit.id, 80)}"
+
+
+def device_nodes(
+    definition: ResourceDefinition, unit: Unit, *, checked: bool = True
+) -> tuple[DeviceSpec, ...]:
+    """The unit's nodes, then its ``allocate.devices`` nodes (``Unit.shared``), once
+    per container path, with the definition's permissions unless the node has its own.
+
+    ``checked``: paths must be clean ``/dev`` paths, and two different host
+    nodes at one container path (a fixed ``containerPath`` matching two nodes)
+    are refused with UnsafeAllocationError: the container would silently get
+    one of them. Unchecked (a spec listing every unit), the first one stays.
+    """
+    specs: dict[str, DeviceSpec] = {}
+    for node in (*unit.nodes, *unit.shared) if unit.shared else unit.nodes:
+        known = specs.get(node.container_path)
+        if known is not None:
+            if checked and known.host_path != node.host_path:
+                raise _conflict(definition.name, unit, node.host_path, known)
+            continue
+        if checked and not (
+            clean_device_path(node.container_path) and clean_device_path(node.host_path)
+        ):
+            what = unit_named(definition.name, unit)
+            check_device_path(node.container_path, what=what)
+            check_device_path(node.host_path, what=what)
+        specs[node.container_path] = DeviceSpec(
+            node.container_path, node.host_path, node.permissions or definition.permissions
+        )
+    return tuple(specs.values())
+
+
+def merged(
+    resource: str, units: tuple[Unit, ...], nodes: tuple[tuple[DeviceSpec, ...], ...]
+) -> tuple[DeviceSpec, ...]:
+    """The nodes of several units (``device_nodes`` of each), once per container path;
+    two different host nodes at one container path are refused, as within a unit."""
+    if len(nodes) == 1:
+        return nodes[0]
+    specs: dict[str, DeviceSpec] = {}
+    for unit, specs_of_unit in zip(units, nodes, strict=True):
+        for spec in specs_of_unit:
+            known = specs.get(spec.container_path)
+            if known is None:
+                specs[spec.container_path] = spec
+            elif known.host_path != spec.host_path:
+                raise _conflict(resource, unit, spec.host_path, known)
+    return tuple(specs.values())
+
+
+def _conflict(
+    resource: str, unit: Unit, host_path: str, known: DeviceSpec
+) -> UnsafeAllocationError:
+    return UnsafeAllocationError(
+        f"{unit_named(resource, unit)}: {clip(host_path)} and {clip(known.host_path)}"
+        f" would both be {clip(known.container_path)} in the container"
+    )
