@@ -17,10 +17,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from genericdp.config.convert import allocate_spec, compile_allocate, resource_definition
-from genericdp.config.model import CONFIG_VERSION, AllocateSpec, Config, ResourceDefinition
+from genericdp.config.convert import compile_allocate
 from genericdp.config.schema import schema_issues
 from genericdp.config.semantic import duplicate_names, resources_of, semantic_issues
+from genericdp.config.v1.allocate import AllocateSpec, allocate_spec
+from genericdp.config.v1.resource import (
+    CONFIG_VERSION,
+    Config,
+    ResourceDefinition,
+    resource_definition,
+)
 from genericdp.config.yamlpos import Document, KeyPath, describe, parse_yaml
 from genericdp.errors import ConfigError, ConfigIssue
 

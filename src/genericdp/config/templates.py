@@ -43,7 +43,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.visitor import NodeTransformer
 
 from genericdp.config.directrender import Joined, Part, Plan, plan_of, resolve
-from genericdp.config.model import AllocateSpec
+from genericdp.config.v1.allocate import AllocateSpec
 
 # The names a template sees (docs/config.md "Templates"); nothing else exists.
 TEMPLATE_NAMES = ("resource", "node_name", "units", "devices", "device_ids")
