@@ -11,10 +11,11 @@ dataclasses, its converter), ``yamlpos`` (YAML with positions, alias expansion
 bounded), ``yamldepth`` (nesting checked before and after parsing), ``schema``
 and ``messages`` (the assembled JSON Schema and its errors in words),
 ``semantic`` (rules beyond the schema), ``regex`` (user patterns, matched by
-RE2), ``templates`` and ``convert`` (templates compiled at load, problems
-located), ``loader`` (files, limits, order of work), ``durations`` and
-``names`` (small shared rules), ``model`` (the result, by the names the rest of
-the tree imports).
+RE2), ``templates`` and ``convert`` (templates checked and compiled at load,
+problems located), ``sandbox`` (where templates render, and its limits),
+``templatevalues`` (compiled templates as values), ``loader`` (files, limits,
+order of work), ``durations`` and ``names`` (small shared rules), ``model``
+(the result, by the names the rest of the tree imports).
 """
 
 from __future__ import annotations
