@@ -19,7 +19,7 @@ ever handle our own types::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 
@@ -90,6 +90,11 @@ class RegistrationError(KubeletError):
     """The kubelet refused our Register call, or did not answer it."""
 
 
+# --------------------------------------------------------------------------
+# What errors and logs say about values: the one home of every clipper and of
+# "a, b and 3 more". Peer- and device-supplied strings reach messages; a 1 MB
+# device ID must not become a 1 MB log line or gRPC status.
+
 MAX_SHOWN = 120  # characters of a hostile value quoted in an error
 
 
@@ -108,3 +113,34 @@ def shown(value: str, limit: int = MAX_SHOWN) -> str:
 def clip(value: str, limit: int = MAX_SHOWN) -> str:
     """``value`` as it is when short and printable, else ``shown(value, limit)``."""
     return value if len(value) <= limit and value.isprintable() else shown(value, limit)
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, saying how many were left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def ellipsized(text: str, limit: int, mark: str = "…") -> str:
+    """``text`` when at most ``limit`` characters, else its start and ``mark``, ``limit`` in all."""
+    return text if len(text) <= limit else text[: limit - len(mark)] + mark
+
+
+def cut_middle(text: str, limit: int) -> str:
+    """``text`` when at most ``limit`` characters, else its two ends around how much is left
+    out (the end of a message often says what to do)."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]} …[{len(text) - 2 * half} characters]… {text[-half:]}"
+
+
+def first_of(
+    items: Sequence[str], limit: int, *, empty: str = "", show: Callable[[str], str] = str
+) -> str:
+    """``a, b, c and 4 more``: the first ``limit`` items (each through ``show``), then how
+    many more there are; ``empty`` when there are none."""
+    listed = ", ".join(show(item) for item in items[:limit]) or empty
+    more = len(items) - limit
+    return listed + (f" and {more} more" if more > 0 else "")

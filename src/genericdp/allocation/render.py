@@ -30,7 +30,13 @@ from genericdp.config.templates import (
     compile_templates,
 )
 from genericdp.discovery.model import DeviceNode, Unit
-from genericdp.errors import TemplateRenderError, UnsafeAllocationError, clip
+from genericdp.errors import (
+    TemplateRenderError,
+    UnsafeAllocationError,
+    clip,
+    ellipsized,
+    first_of,
+)
 
 # What a render may take on the event loop before it is done again in a worker
 # thread: the templates of most allocations take well under a millisecond, and
@@ -176,7 +182,7 @@ def _render(
     # The boundary for everything a template can raise: Jinja's errors, and the
     # TypeError/KeyError/OverflowError/... of the filters and methods it calls.
     except Exception as exc:
-        source = value.source if len(value.source) <= 80 else value.source[:77] + "..."
+        source = ellipsized(value.source, 80, "...")
         raise TemplateRenderError(
             f"resource {resource}: allocate.{section}.{name} {source!r}: {exc}"
         ) from exc
@@ -208,8 +214,7 @@ def _render_value(
 def _units_named(units: Sequence[Unit]) -> str:
     """``unit X`` / ``units X, Y and 3 more`` for messages (IDs are at most 63 characters)."""
     ids = [u.id for u in units]
-    more = f" and {len(ids) - 3} more" if len(ids) > 3 else ""
-    return ("unit " if len(ids) == 1 else "units ") + (", ".join(ids[:3]) or "none") + more
+    return ("unit " if len(ids) == 1 else "units ") + first_of(ids, 3, empty="none")
 
 
 def render_allocation(

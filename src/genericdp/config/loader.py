@@ -28,7 +28,7 @@ from genericdp.config.v1.resource import (
     resource_definition,
 )
 from genericdp.config.yamlpos import Document, KeyPath, describe, parse_yaml
-from genericdp.errors import ConfigError, ConfigIssue
+from genericdp.errors import ConfigError, ConfigIssue, cut_middle, ellipsized
 
 if TYPE_CHECKING:
     from genericdp.config.templates import CompiledTemplates
@@ -266,12 +266,8 @@ def _capped(issues: list[ConfigIssue]) -> list[ConfigIssue]:
 def _shortened(issue: ConfigIssue) -> ConfigIssue:
     if len(issue.message) <= MAX_MESSAGE_CHARS and len(issue.path) <= MAX_MESSAGE_CHARS:
         return issue
-    half = MAX_MESSAGE_CHARS // 2
-    message, path = issue.message, issue.path
-    if len(message) > MAX_MESSAGE_CHARS:
-        message = f"{message[:half]} …[{len(message) - 2 * half} characters]… {message[-half:]}"
-    if len(path) > MAX_MESSAGE_CHARS:
-        path = path[:MAX_MESSAGE_CHARS] + "…"
+    message = cut_middle(issue.message, MAX_MESSAGE_CHARS)
+    path = ellipsized(issue.path, MAX_MESSAGE_CHARS + 1)
     return replace(issue, message=message, path=path)
 
 

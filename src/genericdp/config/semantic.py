@@ -19,7 +19,7 @@ from genericdp.config.v1.health import DEFAULT_HEALTH_INTERVAL, DEFAULT_HEALTH_T
 from genericdp.config.v1.hooks import DEFAULT_HOOK_TIMEOUT, HOOK_NAMES
 from genericdp.config.v1.resource import UNBOUNDED
 from genericdp.config.yamlpos import Document, KeyPath
-from genericdp.errors import ConfigIssue
+from genericdp.errors import ConfigIssue, ellipsized
 
 # Bounds of every duration, in seconds. Probes run per unit: more often than
 # once a second each is a fork storm on a node with many units. A timeout under
@@ -284,7 +284,7 @@ def _duration(
         message = f"{key} {text} is shorter than {shown}: {_TOO_SHORT[key]}"
         return None, [doc.issue(path, message)]
     if value > MAX_DURATION:
-        shown = text if len(text) <= 40 else text[:40] + "…"
+        shown = ellipsized(text, 41)
         return None, [doc.issue(path, f"{key} {shown} is longer than the maximum of 24h")]
     seconds[path] = value
     return value, []

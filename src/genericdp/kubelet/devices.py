@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from genericdp.replicaids import replica_id, split_replica_id
+
 
 @dataclass(frozen=True, slots=True)  # slots: there may be a million of them
 class DeviceInfo:
@@ -22,9 +24,9 @@ def replica_ids(unit_id: str, count: int) -> tuple[str, ...]:
     """The kubelet device IDs of a unit shared by ``count`` containers."""
     if count <= 1:
         return (unit_id,)
-    return tuple(f"{unit_id}::{i}" for i in range(count))
+    return tuple(replica_id(unit_id, i) for i in range(count))
 
 
 def unit_id_of(device_id: str) -> str:
     """The unit ID behind a kubelet device ID (inverse of ``replica_ids``)."""
-    return device_id.split("::", 1)[0]
+    return split_replica_id(device_id)[0]

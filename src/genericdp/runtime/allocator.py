@@ -19,7 +19,7 @@ from genericdp.allocation.render import INLINE_RENDER_SECONDS, Allocation, rende
 from genericdp.config.model import Exec, ResourceDefinition
 from genericdp.config.templates import SliceSpent
 from genericdp.discovery.model import Unit
-from genericdp.errors import InvalidDevicesError, clip
+from genericdp.errors import InvalidDevicesError, clip, first_of
 from genericdp.hooks import INIT, PRE_START, HookRun
 from genericdp.runtime.cdisync import CdiSync
 from genericdp.runtime.context import ResourceContext
@@ -44,9 +44,7 @@ def _no_check(_requests: Sequence[tuple[str, ...]], _answers: Sequence[Allocatio
 
 def _shown(ids: Sequence[str]) -> str:
     """A few IDs for a message; each is cut short (the peer chose them, maybe 1 MB long)."""
-    more = len(ids) - _MAX_IDS_SHOWN
-    listed = ", ".join(clip(i, _MAX_ID_CHARS) for i in ids[:_MAX_IDS_SHOWN])
-    return listed + (f" and {more} more" if more > 0 else "")
+    return first_of(ids, _MAX_IDS_SHOWN, show=lambda i: clip(i, _MAX_ID_CHARS))
 
 
 class Allocator:

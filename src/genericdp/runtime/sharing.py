@@ -16,11 +16,12 @@ from collections.abc import Iterable
 
 from genericdp.config.model import UNBOUNDED, UNBOUNDED_INDEX_LIMIT, ResourceDefinition
 from genericdp.kubelet.devices import replica_ids
+from genericdp.replicaids import replica_id, split_replica_id
 
 
 def replica_index(device_id: str) -> int | None:
     """``i`` of ``<unit>::<i>``, written as we write it and below the limit; else None."""
-    _, sep, index = device_id.partition("::")
+    _, sep, index = split_replica_id(device_id)
     if not sep or not (index.isascii() and index.isdigit()) or str(int(index)) != index:
         return None
     value = int(index)
@@ -42,7 +43,7 @@ def advertised_indices(held: Iterable[int], free: int) -> tuple[int, ...]:
 def idle_ids(definition: ResourceDefinition, unit_id: str) -> tuple[str, ...]:
     """A unit's device IDs while nobody holds any (what ``discover`` shows)."""
     if definition.unbounded:
-        return tuple(f"{unit_id}::{i}" for i in advertised_indices((), definition.free_ids))
+        return tuple(replica_id(unit_id, i) for i in advertised_indices((), definition.free_ids))
     return replica_ids(unit_id, definition.count)
 
 

@@ -28,6 +28,7 @@ from typing import overload
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.kubelet.devices import DeviceInfo, unit_id_of
+from genericdp.replicaids import replica_id, split_replica_id
 from genericdp.runtime.sharing import advertised_indices, replica_index
 
 
@@ -164,7 +165,9 @@ class DeviceState:
             return DeviceList(self._listed_units(), self._count, out)
         # Unbounded: each unit lists what is held plus a few, so the list is short.
         return tuple(
-            DeviceInfo(id=f"{unit.id}::{i}", healthy=unit.id not in out, numa_node=unit.numa_node)
+            DeviceInfo(
+                id=replica_id(unit.id, i), healthy=unit.id not in out, numa_node=unit.numa_node
+            )
             for unit in self._listed_units()
             for i in self._indices(unit.id)
         )
@@ -271,7 +274,7 @@ class DeviceState:
         Parsed, not looked up in the device list: an Allocate costs what the
         kubelet sent, not the million IDs of ``count: 1000`` over 1000 units.
         """
-        unit_id, sep, index = device_id.partition("::")
+        unit_id, sep, index = split_replica_id(device_id)
         if unit_id not in self._units and unit_id not in self._gone:
             return False
         if self._free is not None:
@@ -421,5 +424,5 @@ class DeviceList(Sequence[DeviceInfo]):
                 yield self._device(unit, replica)
 
     def _device(self, unit: Unit, replica: int) -> DeviceInfo:
-        device_id = unit.id if self._count == 1 else f"{unit.id}::{replica}"
+        device_id = unit.id if self._count == 1 else replica_id(unit.id, replica)
         return DeviceInfo(id=device_id, healthy=unit.id not in self._out, numa_node=unit.numa_node)
