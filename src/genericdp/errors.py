@@ -5,16 +5,28 @@ at one boundary each, with ``raise ... from exc``, so callers and the CLI only
 ever handle our own types::
 
     GenericdpError
-     ├── ConfigError          a config file is unreadable or invalid; carries every issue
-     ├── TemplateRenderError  a compiled template failed while rendering an allocation
+     ├── ConfigError            a config file is unreadable or invalid; carries every issue
+     ├── TemplateRenderError    a compiled template failed while rendering an allocation
      ├── UnsafeAllocationError  an answer that must not reach the kubelet (a rendered
-     │                        path escaping its template, an answer over 4 MiB)
-     ├── DiscoveryError       a device root (dev, sys, udev) cannot be read at all
-     ├── InvalidDevicesError  a kubelet request named unknown, unhealthy or busy device IDs
-     ├── CdiSpecError         a resource's CDI spec cannot be written or removed
-     ├── HookError            an init/preStart/cleanup hook failed or timed out
-     └── KubeletError         talking to the kubelet failed
-          └── RegistrationError  the kubelet refused or did not answer Register
+     │                          path escaping its template, an answer over 4 MiB)
+     ├── DiscoveryError         a device root (dev, sys, udev) cannot be read at all
+     ├── InvalidDevicesError    a kubelet request named unknown, unhealthy or busy device IDs
+     ├── CdiSpecError           a resource's CDI spec cannot be written or removed
+     ├── HookError              an init/preStart/cleanup hook failed or timed out
+     │    └── HookRunError      (hooks) the same, with the command's result
+     ├── KubeletError           talking to the kubelet failed
+     │    ├── RegistrationError  the kubelet refused or did not answer Register
+     │    ├── EndpointError     (kubelet.embedded) the embedded kubelet cannot dial a plugin
+     │    └── AllocationError   (kubelet.embedded) it cannot give a container its devices
+     ├── ListenError            (httpserver) the HTTP endpoints cannot listen on their address
+     ├── SimulateUsageError     (simulate) a malformed ``--allocate`` value
+     ├── DraSetupError          (dra) the DRA backend cannot start with these settings
+     ├── ApiSetupError          (dra.kubeapi) no way to reach the API server
+     ├── SliceError             (dra.slices) a resource that cannot be published as DRA devices
+     └── ClaimError             (dra.claims) what is wrong with which claim
+
+Classes outside this module say where they live; tests/test_error_tree.py
+checks that the drawing holds every subclass, each under its parent.
 """
 
 from __future__ import annotations
