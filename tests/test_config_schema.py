@@ -12,6 +12,7 @@ from jsonschema import Draft202012Validator
 
 from genericdp.config import load_text, schema, schema_text
 from genericdp.config.model import GlobMatcher, ResourceDefinition
+from genericdp.config.v1 import SECTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = ROOT / "schemas" / "config-v1.schema.json"
@@ -44,8 +45,19 @@ def test_schema_is_a_valid_draft_2020_12_schema() -> None:
 def test_published_schema_is_the_packaged_file() -> None:
     """schemas/config-v1.schema.json is the very file the package ships."""
     assert PUBLISHED.resolve() == PACKAGED.resolve()
-    assert PUBLISHED.read_text(encoding="utf-8") == schema_text()
+
+
+def test_the_shipped_schema_is_generated_from_the_sections() -> None:
+    """The checked-in schema file is what the sections in config/v1/ build: run
+    ``./dev schema`` after changing one."""
+    assert PACKAGED.read_text(encoding="utf-8") == schema_text(), "stale: run ./dev schema"
     assert json.loads(schema_text()) == schema()
+
+
+def test_each_definition_has_one_section() -> None:
+    """No two sections of config/v1/ define the same $defs name (one would hide the other)."""
+    names = [name for section in SECTIONS for name in section.DEFS]
+    assert len(names) == len(set(names)) == len(schema()["$defs"])
 
 
 def test_schema_returns_a_fresh_copy() -> None:

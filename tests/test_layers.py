@@ -38,7 +38,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "settings httpserver",
         "aio",
         "logsetup",
-        "errors exits k8snames atomicfile protogen memtrim __init__",
+        "errors exits k8snames replicaids atomicfile protogen memtrim __init__",
     )
 )
 BACKENDS = frozenset({"deviceplugin", "dra"})

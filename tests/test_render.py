@@ -231,8 +231,8 @@ def test_literal_values_skip_jinja() -> None:
     """Values without template markup are returned as written, never rendered."""
     compiled = compile_templates(AllocateSpec(env=frozen_map({"A": "plain", "B": "{{ 1 }}"})))
     literal, templated = (value for _, value in compiled.env)
-    assert literal._template is None
-    assert templated._template is not None
+    assert literal.template is None
+    assert templated.template is not None
 
 
 @pytest.mark.parametrize(

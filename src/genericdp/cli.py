@@ -270,11 +270,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from genericdp import logsetup
 
     settings = Settings(**_overrides(args))
-    if settings.backend == "dra" and not settings.node_name:
-        raise UsageError(
-            "backend dra needs the node's name (--node-name or GENERICDP_NODE_NAME, from the"
-            " downward API): it names the node's device pool"
-        )
+    if settings.backend == "dra" and (problem := settings.dra_problem()):
+        raise UsageError(problem)
     logsetup.configure(settings.log_level, settings.log_format)
     from genericdp.daemon import serve
 

@@ -5,21 +5,33 @@ at one boundary each, with ``raise ... from exc``, so callers and the CLI only
 ever handle our own types::
 
     GenericdpError
-     ├── ConfigError          a config file is unreadable or invalid; carries every issue
-     ├── TemplateRenderError  a compiled template failed while rendering an allocation
+     ├── ConfigError            a config file is unreadable or invalid; carries every issue
+     ├── TemplateRenderError    a compiled template failed while rendering an allocation
      ├── UnsafeAllocationError  an answer that must not reach the kubelet (a rendered
-     │                        path escaping its template, an answer over 4 MiB)
-     ├── DiscoveryError       a device root (dev, sys, udev) cannot be read at all
-     ├── InvalidDevicesError  a kubelet request named unknown, unhealthy or busy device IDs
-     ├── CdiSpecError         a resource's CDI spec cannot be written or removed
-     ├── HookError            an init/preStart/cleanup hook failed or timed out
-     └── KubeletError         talking to the kubelet failed
-          └── RegistrationError  the kubelet refused or did not answer Register
+     │                          path escaping its template, an answer over 4 MiB)
+     ├── DiscoveryError         a device root (dev, sys, udev) cannot be read at all
+     ├── InvalidDevicesError    a kubelet request named unknown, unhealthy or busy device IDs
+     ├── CdiSpecError           a resource's CDI spec cannot be written or removed
+     ├── HookError              an init/preStart/cleanup hook failed or timed out
+     │    └── HookRunError      (hooks) the same, with the command's result
+     ├── KubeletError           talking to the kubelet failed
+     │    ├── RegistrationError  the kubelet refused or did not answer Register
+     │    ├── EndpointError     (kubelet.embedded) the embedded kubelet cannot dial a plugin
+     │    └── AllocationError   (kubelet.embedded) it cannot give a container its devices
+     ├── ListenError            (httpserver) the HTTP endpoints cannot listen on their address
+     ├── SimulateUsageError     (simulate) a malformed ``--allocate`` value
+     ├── DraSetupError          (dra) the DRA backend cannot start with these settings
+     ├── ApiSetupError          (dra.kubeapi) no way to reach the API server
+     ├── SliceError             (dra.slices) a resource that cannot be published as DRA devices
+     └── ClaimError             (dra.claims) what is wrong with which claim
+
+Classes outside this module say where they live; tests/test_error_tree.py
+checks that the drawing holds every subclass, each under its parent.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 
@@ -90,6 +102,11 @@ class RegistrationError(KubeletError):
     """The kubelet refused our Register call, or did not answer it."""
 
 
+# --------------------------------------------------------------------------
+# What errors and logs say about values: the one home of every clipper and of
+# "a, b and 3 more". Peer- and device-supplied strings reach messages; a 1 MB
+# device ID must not become a 1 MB log line or gRPC status.
+
 MAX_SHOWN = 120  # characters of a hostile value quoted in an error
 
 
@@ -108,3 +125,34 @@ def shown(value: str, limit: int = MAX_SHOWN) -> str:
 def clip(value: str, limit: int = MAX_SHOWN) -> str:
     """``value`` as it is when short and printable, else ``shown(value, limit)``."""
     return value if len(value) <= limit and value.isprintable() else shown(value, limit)
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, saying how many were left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def ellipsized(text: str, limit: int, mark: str = "…") -> str:
+    """``text`` when at most ``limit`` characters, else its start and ``mark``, ``limit`` in all."""
+    return text if len(text) <= limit else text[: limit - len(mark)] + mark
+
+
+def cut_middle(text: str, limit: int) -> str:
+    """``text`` when at most ``limit`` characters, else its two ends around how much is left
+    out (the end of a message often says what to do)."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]} …[{len(text) - 2 * half} characters]… {text[-half:]}"
+
+
+def first_of(
+    items: Sequence[str], limit: int, *, empty: str = "", show: Callable[[str], str] = str
+) -> str:
+    """``a, b, c and 4 more``: the first ``limit`` items (each through ``show``), then how
+    many more there are; ``empty`` when there are none."""
+    listed = ", ".join(show(item) for item in items[:limit]) or empty
+    more = len(items) - limit
+    return listed + (f" and {more} more" if more > 0 else "")

@@ -17,7 +17,7 @@ from typing import Protocol
 from genericdp import logsetup
 from genericdp.config.model import Exec, ResourceDefinition
 from genericdp.discovery.model import Unit
-from genericdp.errors import HookError
+from genericdp.errors import HookError, first_of
 from genericdp.execution import ExecResult, run_exec
 
 # The names the daemon passes as ``name``/``hook`` (GENERICDP_HOOK); config spelling.
@@ -165,9 +165,7 @@ def _ids_text(ids: Sequence[str]) -> str:
         return "(no units)"
     if len(ids) == 1:
         return f"unit {ids[0]}"
-    shown = ", ".join(ids[:_MAX_IDS_IN_MESSAGE])
-    more = len(ids) - _MAX_IDS_IN_MESSAGE
-    return f"units {shown}" + (f" and {more} more" if more > 0 else "")
+    return f"units {first_of(ids, _MAX_IDS_IN_MESSAGE)}"
 
 
 def _unique_units(units: Sequence[Unit]) -> list[Unit]:

@@ -199,6 +199,16 @@ class Settings(DiscoverySettings):
         parse_listen_address(value)
         return value.strip()
 
+    def dra_problem(self) -> str | None:
+        """Why the DRA backend cannot run with these settings, or None (the one check,
+        for ``serve`` and for the backend itself)."""
+        if not self.node_name:
+            return (
+                "backend dra needs the node's name (--node-name or GENERICDP_NODE_NAME, from"
+                " the downward API): it names the node's device pool"
+            )
+        return None
+
     @property
     def metrics_listen(self) -> ListenAddress | None:
         """The parsed ``metrics_address``; None when the endpoints are off."""

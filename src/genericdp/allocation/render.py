@@ -19,7 +19,7 @@ from genericdp.allocation.confine import check_value, confine_path
 from genericdp.config.model import ResourceDefinition
 from genericdp.config.templates import TEMPLATE_NAMES, SliceSpent, TemplateValue
 from genericdp.discovery.model import DeviceNode, Unit
-from genericdp.errors import TemplateRenderError
+from genericdp.errors import TemplateRenderError, ellipsized, first_of
 
 # What a render may take on the event loop before it is done again in a worker
 # thread: the templates of most allocations take well under a millisecond, and
@@ -119,7 +119,7 @@ def _render(
     # The boundary for everything a template can raise: Jinja's errors, and the
     # TypeError/KeyError/OverflowError/... of the filters and methods it calls.
     except Exception as exc:
-        source = value.source if len(value.source) <= 80 else value.source[:77] + "..."
+        source = ellipsized(value.source, 80, "...")
         raise TemplateRenderError(
             f"resource {resource}: allocate.{section}.{name} {source!r}: {exc}"
         ) from exc
@@ -151,5 +151,4 @@ def render_value(
 def units_named(units: Sequence[Unit]) -> str:
     """``unit X`` / ``units X, Y and 3 more`` for messages (IDs are at most 63 characters)."""
     ids = [u.id for u in units]
-    more = f" and {len(ids) - 3} more" if len(ids) > 3 else ""
-    return ("unit " if len(ids) == 1 else "units ") + (", ".join(ids[:3]) or "none") + more
+    return ("unit " if len(ids) == 1 else "units ") + first_of(ids, 3, empty="none")

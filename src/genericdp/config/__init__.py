@@ -6,12 +6,16 @@
     parse_duration(text)        "1m30s" -> 90.0, or ValueError
     validate_resource_name(n)   None if the kubelet would accept n, else the reason
 
-Modules: ``yamlpos`` (YAML with positions, alias expansion bounded),
-``yamldepth`` (nesting checked before and after parsing), ``schema`` and
-``messages`` (JSON Schema and its errors in words), ``semantic`` (rules beyond
-the schema), ``regex`` (user patterns, matched by RE2), ``convert`` (plain
-data -> model), ``loader`` (files, limits, order of work), ``durations`` and
-``names`` (small shared rules), ``model`` (the result).
+Modules: ``v1`` (one module per config section: its schema fragment, its
+dataclasses, its converter), ``yamlpos`` (YAML with positions, alias expansion
+bounded), ``yamldepth`` (nesting checked before and after parsing), ``schema``
+and ``messages`` (the assembled JSON Schema and its errors in words),
+``semantic`` (rules beyond the schema), ``regex`` (user patterns, matched by
+RE2), ``templates`` and ``convert`` (templates checked and compiled at load,
+problems located), ``sandbox`` (where templates render, and its limits),
+``templatevalues`` (compiled templates as values), ``loader`` (files, limits,
+order of work), ``durations`` and ``names`` (small shared rules), ``model``
+(the result, by the names the rest of the tree imports).
 """
 
 from __future__ import annotations

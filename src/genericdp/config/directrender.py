@@ -15,7 +15,7 @@ The output must be exactly Jinja's, errors included, so the work is split:
   attribute (the sandbox prefers the attribute), a value of another type.
   Jinja then renders the template as always, and raises its own errors;
 - what has effects (the budget's work and time, the size checks) is done by
-  ``genericdp.config.templates`` with the very functions the sandboxed
+  ``genericdp.config.sandbox`` with the very functions the sandboxed
   filters call, in the order they call them.
 
 Anything outside this small grammar (conditions, loops, other filters,

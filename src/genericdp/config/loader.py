@@ -17,12 +17,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from genericdp.config.convert import allocate_spec, compile_allocate, resource_definition
-from genericdp.config.model import CONFIG_VERSION, AllocateSpec, Config, ResourceDefinition
+from genericdp.config.convert import compile_allocate
 from genericdp.config.schema import schema_issues
 from genericdp.config.semantic import duplicate_names, resources_of, semantic_issues
+from genericdp.config.v1.allocate import AllocateSpec, allocate_spec
+from genericdp.config.v1.resource import (
+    CONFIG_VERSION,
+    Config,
+    ResourceDefinition,
+    resource_definition,
+)
 from genericdp.config.yamlpos import Document, KeyPath, describe, parse_yaml
-from genericdp.errors import ConfigError, ConfigIssue
+from genericdp.errors import ConfigError, ConfigIssue, cut_middle, ellipsized
 
 if TYPE_CHECKING:
     from genericdp.config.templates import CompiledTemplates
@@ -260,12 +266,8 @@ def _capped(issues: list[ConfigIssue]) -> list[ConfigIssue]:
 def _shortened(issue: ConfigIssue) -> ConfigIssue:
     if len(issue.message) <= MAX_MESSAGE_CHARS and len(issue.path) <= MAX_MESSAGE_CHARS:
         return issue
-    half = MAX_MESSAGE_CHARS // 2
-    message, path = issue.message, issue.path
-    if len(message) > MAX_MESSAGE_CHARS:
-        message = f"{message[:half]} …[{len(message) - 2 * half} characters]… {message[-half:]}"
-    if len(path) > MAX_MESSAGE_CHARS:
-        path = path[:MAX_MESSAGE_CHARS] + "…"
+    message = cut_middle(issue.message, MAX_MESSAGE_CHARS)
+    path = ellipsized(issue.path, MAX_MESSAGE_CHARS + 1)
     return replace(issue, message=message, path=path)
 
 

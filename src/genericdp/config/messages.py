@@ -17,6 +17,8 @@ from jsonschema.exceptions import ValidationError
 
 from genericdp.config.durations import HINT as DURATION_HINT
 from genericdp.config.names import validate_resource_name
+from genericdp.config.v1.dra import DRA_RESERVED_ATTRIBUTES
+from genericdp.config.v1.resource import MAX_COUNT
 from genericdp.config.yamlpos import Document, KeyPath, describe
 from genericdp.errors import ConfigIssue
 
@@ -67,10 +69,6 @@ def unknown_key(key: str, allowed: Sequence[str]) -> str:
     """The message for an unknown key: the allowed keys and the closest one, if any."""
     message = f"unknown key {key!r} (allowed: {', '.join(allowed)})"
     return message + _suggest(key, allowed)
-
-
-# The attributes every DRA device carries (genericdp.dra.slices); the schema refuses them.
-DRA_RESERVED_ATTRIBUTES = ("resource", "unitID", "healthy", "nodes")
 
 
 def _suggest(word: str, choices: Sequence[str]) -> str:
@@ -171,7 +169,9 @@ def _explain_choice(error: ValidationError, doc: Document, path: KeyPath) -> lis
     """For a failed oneOf, report the one form the user evidently meant, if any."""
     instance, branches, _ = _parts(error)
     if path and path[-1] == "count" and not _fits({"type": "integer"}, instance):
-        message = f"must be a whole number from 1 to 1000, or unbounded; not {describe(instance)}"
+        message = (
+            f"must be a whole number from 1 to {MAX_COUNT}, or unbounded; not {describe(instance)}"
+        )
         return [doc.issue(path, message)]
     meant = [i for i, b in enumerate(branches) if _fits(b, instance)]
     if len(meant) == 1:

@@ -1,30 +1,32 @@
-"""The packaged JSON Schema (draft 2020-12) and validation of a document with it."""
+"""The JSON Schema (draft 2020-12), assembled from the sections in ``config/v1/``,
+and validation of a document with it."""
 
 from __future__ import annotations
 
-import json
 from functools import cache
-from importlib import resources
 from typing import Any
 
 from jsonschema import Draft202012Validator
 
 from genericdp.config.messages import explain
+from genericdp.config.v1 import build_schema, render_schema
 from genericdp.config.yamlpos import Document
 from genericdp.errors import ConfigIssue
 
+# The schema's rendering, packaged beside this module for editors and
+# published as schemas/config-v1.schema.json (a link to it); ./dev schema writes it.
 SCHEMA_FILE = "config-v1.schema.json"
 
 
+@cache
 def schema_text() -> str:
-    """The schema exactly as shipped (what ``genericdp schema`` prints)."""
-    return resources.files("genericdp.config").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
+    """The schema as JSON text (what ``genericdp schema`` prints and SCHEMA_FILE holds)."""
+    return render_schema(build_schema())
 
 
 def schema() -> dict[str, Any]:
     """A fresh copy of the schema as a dict (callers may modify it)."""
-    loaded: dict[str, Any] = json.loads(schema_text())
-    return loaded
+    return build_schema()
 
 
 @cache

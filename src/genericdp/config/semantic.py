@@ -12,17 +12,14 @@ from typing import Any
 
 from genericdp.config.devpaths import container_path_problem, glob_problem
 from genericdp.config.durations import parse_duration
-from genericdp.config.model import UNBOUNDED
 from genericdp.config.names import validate_resource_name
 from genericdp.config.regex import compile_regex
 from genericdp.config.templates import TemplateSyntaxErrors, compile_node_template
+from genericdp.config.v1.health import DEFAULT_HEALTH_INTERVAL, DEFAULT_HEALTH_TIMEOUT
+from genericdp.config.v1.hooks import DEFAULT_HOOK_TIMEOUT, HOOK_NAMES
+from genericdp.config.v1.resource import UNBOUNDED
 from genericdp.config.yamlpos import Document, KeyPath
-from genericdp.errors import ConfigIssue
-
-DEFAULT_HEALTH_INTERVAL = "10s"
-DEFAULT_HEALTH_TIMEOUT = "3s"
-DEFAULT_HOOK_TIMEOUT = "10s"
-HOOK_NAMES = ("init", "preStart", "cleanup")
+from genericdp.errors import ConfigIssue, ellipsized
 
 # Bounds of every duration, in seconds. Probes run per unit: more often than
 # once a second each is a fork storm on a node with many units. A timeout under
@@ -287,7 +284,7 @@ def _duration(
         message = f"{key} {text} is shorter than {shown}: {_TOO_SHORT[key]}"
         return None, [doc.issue(path, message)]
     if value > MAX_DURATION:
-        shown = text if len(text) <= 40 else text[:40] + "…"
+        shown = ellipsized(text, 41)
         return None, [doc.issue(path, f"{key} {shown} is longer than the maximum of 24h")]
     seconds[path] = value
     return value, []

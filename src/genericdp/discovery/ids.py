@@ -23,6 +23,7 @@ from genericdp.discovery.grouping import Group, sys_device
 from genericdp.discovery.model import MAX_ID_LENGTH
 from genericdp.discovery.nodes import located_from_device
 from genericdp.discovery.sysfs import SysDevice, read_udev_properties
+from genericdp.replicaids import SEPARATOR, replica_id
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
 _HASH_LENGTH = 8
@@ -50,7 +51,7 @@ def assign_ids(
                 for index, value in zip(members, values, strict=True):
                     if value:
                         ids[index] += f"-{value}"
-    limit = MAX_ID_LENGTH - (len(f"::{count - 1}") if count > 1 else 0)
+    limit = MAX_ID_LENGTH - (len(replica_id("", count - 1)) if count > 1 else 0)
     final = [shorten(sanitize(unit_id), limit) for unit_id in ids]
     for members in _collisions(final):  # only if all qualifiers failed (or hashes collided)
         for n, index in enumerate(members[1:], start=2):
@@ -155,8 +156,8 @@ def _collisions(ids: Sequence[str]) -> list[list[int]]:
 def sanitize(text: str) -> str:
     """Only ``[A-Za-z0-9_.:-]``, no ``::`` (it separates replicas) and no trailing ``:``."""
     cleaned = _UNSAFE.sub("_", text)
-    while "::" in cleaned:
-        cleaned = cleaned.replace("::", ":_")
+    while SEPARATOR in cleaned:
+        cleaned = cleaned.replace(SEPARATOR, ":_")
     return cleaned.rstrip(":") or "unit"
 
 

@@ -117,11 +117,8 @@ class DraBackend:
 
 def check_settings(settings: Settings) -> None:
     """Raise DraSetupError when the DRA backend cannot run with ``settings``."""
-    if not settings.node_name:
-        raise DraSetupError(
-            "backend dra needs the node's name (GENERICDP_NODE_NAME, --node-name): it names"
-            " the node's device pool"
-        )
+    if problem := settings.dra_problem():
+        raise DraSetupError(problem)
 
 
 @asynccontextmanager

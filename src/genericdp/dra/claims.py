@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from genericdp.errors import GenericdpError
+
 
 @dataclass(frozen=True)
 class ClaimRef:
@@ -25,7 +27,7 @@ class AllocatedDevice:
     device: str
 
 
-class ClaimError(Exception):
+class ClaimError(GenericdpError):
     """What is wrong with which claim (gone, another UID, not allocated, unreadable)."""
 
 

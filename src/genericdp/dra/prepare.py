@@ -52,7 +52,7 @@ from genericdp.dra.checkpoint import (
 )
 from genericdp.dra.claims import AllocatedDevice, ClaimError, ClaimRef, ClaimSource
 from genericdp.dra.inventory import Inventory, Located
-from genericdp.errors import GenericdpError, clip
+from genericdp.errors import GenericdpError, clip, cut, first_of
 from genericdp.hooks import CLEANUP, INIT, PRE_START, HookRun, HookRunner
 from genericdp.runtime.recorder import NO_METRICS, Recorder, allocation_result
 
@@ -137,8 +137,7 @@ class Preparer:
         result, outcome = await self._attempt(step, claim)
         record(self.driver, outcome, time.monotonic() - started)
         if len(result.error) > MAX_ERROR_CHARS:
-            cut = len(result.error) - MAX_ERROR_CHARS
-            return ClaimResult(error=f"{result.error[:MAX_ERROR_CHARS]}... ({cut} more characters)")
+            return ClaimResult(error=cut(result.error, MAX_ERROR_CHARS))
         return result
 
     async def _attempt(self, step: _Step, claim: ClaimRef) -> tuple[ClaimResult, str]:
@@ -327,6 +326,4 @@ def _prepared(alloc: AllocatedDevice, located: Located, cdi_ids: tuple[str, ...]
 
 
 def _names(names: Iterable[str]) -> str:
-    listed = list(names)
-    more = f" and {len(listed) - 5} more" if len(listed) > 5 else ""
-    return (", ".join(listed[:5]) or "no devices") + more
+    return first_of(list(names), 5, empty="no devices")

@@ -2,12 +2,14 @@
 
 No gRPC here: the device-plugin backend and the reports work with these IDs
 too. A unit shared by ``count`` containers is ``count`` kubelet devices
-``<unit>::<i>``; this module is the one home of that format.
+``<unit>::<i>`` (the format's one home is ``genericdp.replicaids``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from genericdp.replicaids import replica_id, split_replica_id
 
 
 @dataclass(frozen=True, slots=True)  # slots: there may be a million of them
@@ -19,12 +21,7 @@ class DeviceInfo:
     numa_node: int | None = None
 
 
-_SEPARATOR = "::"
-
-
-def replica_id(unit_id: str, index: int) -> str:
-    """The kubelet device ID of replica ``index`` of a unit: ``<unit>::<index>``."""
-    return f"{unit_id}{_SEPARATOR}{index}"
+__all__ = ["DeviceInfo", "index_text", "replica_id", "replica_ids", "unit_id_of"]
 
 
 def replica_ids(unit_id: str, count: int) -> tuple[str, ...]:
@@ -36,10 +33,10 @@ def replica_ids(unit_id: str, count: int) -> tuple[str, ...]:
 
 def unit_id_of(device_id: str) -> str:
     """The unit ID behind a kubelet device ID (inverse of ``replica_ids``)."""
-    return device_id.split(_SEPARATOR, 1)[0]
+    return split_replica_id(device_id)[0]
 
 
 def index_text(device_id: str) -> str | None:
     """What follows ``<unit>::`` in a kubelet device ID, as sent; None without it."""
-    _, sep, index = device_id.partition(_SEPARATOR)
+    _, sep, index = split_replica_id(device_id)
     return index if sep else None

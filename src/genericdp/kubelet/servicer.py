@@ -24,6 +24,7 @@ from genericdp.errors import (
     KubeletError,
     TemplateRenderError,
     UnsafeAllocationError,
+    cut,
 )
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
@@ -234,13 +235,6 @@ def options_of(message: pb.DevicePluginOptions) -> PluginOptions:
     )
 
 
-def clipped(message: str, limit: int = MAX_STATUS_CHARS) -> str:
-    """``message`` cut to ``limit`` characters, saying how much was left out."""
-    if len(message) <= limit:
-        return message
-    return f"{message[:limit]}... ({len(message) - limit} more characters)"
-
-
 class _GenericOnly:
     """A server as the generated ``add_DevicePluginServicer_to_server`` sees it: the
     methods are served through its generic handler alone.
@@ -335,7 +329,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
 
     async def _abort(self, context: _Context, call: str, exc: GenericdpError) -> NoReturn:
         code = _status_of(exc)
-        message = clipped(f"{self._backend.resource}: {exc}")
+        message = cut(f"{self._backend.resource}: {exc}", MAX_STATUS_CHARS)
         log.warning("%s rejected (%s): %s", call, code.name, message)
         await context.abort(code, message)
 

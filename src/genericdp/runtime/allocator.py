@@ -20,7 +20,7 @@ from genericdp.allocation.plan import Allocation, Plan, plan_allocation
 from genericdp.allocation.render import rendered_soon
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
-from genericdp.errors import InvalidDevicesError, clip
+from genericdp.errors import InvalidDevicesError, clip, first_of
 from genericdp.hooks import INIT, PRE_START, HookRun
 from genericdp.runtime.cdisync import CdiSync
 from genericdp.runtime.cleanup import Cleaner
@@ -39,9 +39,7 @@ _Answer = TypeVar("_Answer")
 
 def _shown(ids: Sequence[str]) -> str:
     """A few IDs for a message; each is cut short (the peer chose them, maybe 1 MB long)."""
-    more = len(ids) - _MAX_IDS_SHOWN
-    listed = ", ".join(clip(i, _MAX_ID_CHARS) for i in ids[:_MAX_IDS_SHOWN])
-    return listed + (f" and {more} more" if more > 0 else "")
+    return first_of(ids, _MAX_IDS_SHOWN, show=lambda i: clip(i, _MAX_ID_CHARS))
 
 
 class Allocator:

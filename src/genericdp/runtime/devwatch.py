@@ -39,7 +39,7 @@ from typing import Any, Protocol
 from inotify_simple import flags
 
 from genericdp.aio import inotify_events, wait_event
-from genericdp.errors import DiscoveryError
+from genericdp.errors import DiscoveryError, first_of
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +101,7 @@ class DevChange:
             return "device events lost; rescanning everything"
         if self.late:
             return "late udev data"
-        names = sorted(self.paths)
-        more = f" and {len(names) - limit} more" if len(names) > limit else ""
-        return "device change: " + ", ".join(names[:limit]) + more
+        return "device change: " + first_of(sorted(self.paths), limit)
 
 
 def skipped(relative: str, skip: Iterable[str] = SKIP) -> bool:

@@ -31,6 +31,7 @@ from genericdp import logsetup
 from genericdp.aio import Backoff, TaskSet, wait_event
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
+from genericdp.errors import first_of
 from genericdp.execution import ExecResult
 from genericdp.health import HealthMonitor
 from genericdp.runtime.allocator import Allocator
@@ -293,6 +294,4 @@ def probe_failure(result: ExecResult) -> str:
 
 
 def _ids(units: Sequence[Unit], limit: int = 8) -> str:
-    ids = sorted(u.id for u in units)
-    more = f" and {len(ids) - limit} more" if len(ids) > limit else ""
-    return (", ".join(ids[:limit]) or "none") + more
+    return first_of(sorted(u.id for u in units), limit, empty="none")

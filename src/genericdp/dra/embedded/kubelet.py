@@ -56,6 +56,7 @@ from genericdp.dra.api import drahealth_v1alpha1_pb2_grpc as health_grpc
 from genericdp.dra.api import pluginregistration_pb2 as reg_pb
 from genericdp.dra.api import pluginregistration_pb2_grpc as reg_grpc
 from genericdp.dra.claims import ClaimRef
+from genericdp.errors import ellipsized
 
 log = logging.getLogger(__name__)
 
@@ -325,9 +326,7 @@ class EmbeddedDraKubelet:
         }
         for device in response.devices:
             key = (device.device.pool_name, device.device.device_name)
-            message = device.message
-            if len(message) > 1024:
-                message = message[:1021] + "..."
+            message = ellipsized(device.message, 1024, "...")
             cache[key] = DeviceHealth(names.get(device.health, "Unknown"), message, now)
         self._changed.set()
 

@@ -1,0 +1,88 @@
+"""``dra``: what only the DRA backend reads (attributes for each device's ResourceSlice entry)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+# The attributes every DRA device carries (genericdp.dra.slices); a config may not set them.
+DRA_RESERVED_ATTRIBUTES = ("resource", "unitID", "healthy", "nodes")
+_INT64 = 2**63
+
+DEFS: dict[str, Any] = {
+    "dra": {
+        "description": (
+            "Used by the DRA backend only (docs/dra.md); the device-plugin backend ignores it."
+        ),
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "attributes": {
+                "description": (
+                    "Attributes every device of this resource carries in its ResourceSlice,"
+                    " beside those discovery finds (and over them), in the driver's domain: a"
+                    ' CEL selector reads device.attributes["<driver>"].<name>. A string, an'
+                    " integer, a boolean, or {version: <semver>}."
+                ),
+                "type": "object",
+                "maxProperties": 21,
+                "propertyNames": {
+                    "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,31}$",
+                    "not": {"enum": list(DRA_RESERVED_ATTRIBUTES)},
+                },
+                "additionalProperties": {
+                    "oneOf": [
+                        {"type": "string", "maxLength": 64},
+                        {"type": "integer", "minimum": -_INT64, "maximum": _INT64 - 1},
+                        {"type": "boolean"},
+                        {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "required": ["version"],
+                            "properties": {
+                                "version": {
+                                    "description": (
+                                        "A semantic version (semver 2.0), e.g. 1.2.3; CEL"
+                                        " compares it as a version."
+                                    ),
+                                    "type": "string",
+                                    "maxLength": 64,
+                                    "pattern": (
+                                        r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
+                                        r"(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$"
+                                    ),
+                                }
+                            },
+                        },
+                    ]
+                },
+            }
+        },
+    }
+}
+
+
+@dataclass(frozen=True)
+class Version:
+    """A ``{version: 1.2.3}`` attribute value (semver 2.0)."""
+
+    version: str
+
+
+AttributeValue = str | int | bool | Version
+
+
+@dataclass(frozen=True)
+class DraSpec:
+    """What only the DRA backend uses: attributes for every device of the resource."""
+
+    attributes: Mapping[str, AttributeValue] = field(default_factory=lambda: MappingProxyType({}))
+
+
+def dra_spec(raw: dict[str, Any]) -> DraSpec:
+    attributes: dict[str, AttributeValue] = {}
+    for name, value in sorted(raw.get("attributes", {}).items()):
+        attributes[name] = Version(str(value["version"])) if isinstance(value, dict) else value
+    return DraSpec(attributes=MappingProxyType(attributes))

@@ -1,0 +1,21 @@
+"""A unit's kubelet device IDs: ``<unit>::<i>`` for each container that may share it.
+
+The one home of the format: discovery keeps room for the suffix in every unit
+ID (and never lets the separator into one), the device-plugin backend lists
+these IDs and reads the unit and index back from what the kubelet sends.
+"""
+
+from __future__ import annotations
+
+SEPARATOR = "::"
+
+
+def replica_id(unit_id: str, index: int) -> str:
+    """The kubelet device ID of replica ``index`` of a shared unit."""
+    return f"{unit_id}{SEPARATOR}{index}"
+
+
+def split_replica_id(device_id: str) -> tuple[str, str, str]:
+    """``(unit, separator, index)`` as ``str.partition`` gives them: the separator is
+    empty for the ID of an unshared unit, and the index is text, not yet checked."""
+    return device_id.partition(SEPARATOR)
