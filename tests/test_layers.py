@@ -30,7 +30,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "hooks",
         "execution discovery",
         "reaper config",
-        "settings httpserver",
+        "settings httpserver unixgrpc",
         "aio",
         "logsetup",
         "errors exits k8snames atomicfile protogen memtrim __init__",

@@ -11,13 +11,13 @@ from genericdp.allocation.render import Allocation, DeviceSpec, Mount
 from genericdp.config.model import frozen_map
 from genericdp.errors import UnsafeAllocationError
 from genericdp.kubelet.servicer import (
-    MAX_MESSAGE_BYTES,
     allocate_response,
     allocate_response_size,
     allocate_response_size_bound,
     container_response,
 )
 from genericdp.runtime.plugin import _fits_a_message
+from genericdp.unixgrpc import MAX_MESSAGE_BYTES
 
 ALPHABET = ["a", "/", "-", "é", "€", "𝄞", "\n", ""]  # 1 to 4 bytes in UTF-8, and none
 

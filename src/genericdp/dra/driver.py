@@ -33,7 +33,6 @@ from genericdp.dra.registration import (
     RegistrationServer,
     RegistrationService,
     registration_socket,
-    socket_id,
 )
 from genericdp.dra.service import HEARTBEAT, SERVICES, DraServer
 from genericdp.errors import GenericdpError
@@ -94,7 +93,6 @@ class DraDriver:
         self._heartbeat = heartbeat
         self._guard_interval = guard_interval
         self._server: DraServer | None = None
-        self._dra_id: tuple[int, int] | None = None
         self._guard: asyncio.Task[None] | None = None
 
     @property
@@ -139,13 +137,12 @@ class DraDriver:
         self._server = await DraServer.start(
             self.preparer, self.inventory, self.dra_socket, heartbeat=self._heartbeat
         )
-        self._dra_id = socket_id(self.dra_socket)
 
     async def _keep_sockets(self) -> None:
         while True:
             await asyncio.sleep(self._guard_interval)
             try:
-                if socket_id(self.dra_socket) != self._dra_id:
+                if self._server is None or not self._server.intact():
                     log.warning("the DRA socket %s was removed: serving it again", self.dra_socket)
                     await self._serve_dra()
                 if not self.registration.intact():

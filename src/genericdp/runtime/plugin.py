@@ -38,11 +38,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
 import re
 import secrets
 import socket as socketlib
-import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -51,19 +49,13 @@ from genericdp.allocation.render import Allocation
 from genericdp.config.model import ResourceDefinition
 from genericdp.errors import KubeletError, RegistrationError, UnsafeAllocationError
 from genericdp.kubelet.devices import DeviceInfo
-from genericdp.kubelet.options import (
-    KUBELET_SOCKET_NAME,
-    MAX_UNIX_PATH_BYTES,
-    REGISTER_TIMEOUT,
-    PluginOptions,
-)
+from genericdp.kubelet.options import KUBELET_SOCKET_NAME, REGISTER_TIMEOUT, PluginOptions
 from genericdp.kubelet.registration import register
 from genericdp.kubelet.servicer import (
-    MAX_MESSAGE_BYTES,
-    PluginServer,
     PreferredRequest,
     allocate_response_size,
     allocate_response_size_bound,
+    serve_plugin,
 )
 from genericdp.runtime.allocator import Allocator
 from genericdp.runtime.context import ResourceContext
@@ -71,6 +63,13 @@ from genericdp.runtime.edge import PluginStatus
 from genericdp.runtime.kubeletwatch import DirChange
 from genericdp.runtime.reconcile import plugin_options
 from genericdp.runtime.state import DeviceState
+from genericdp.unixgrpc import (
+    MAX_MESSAGE_BYTES,
+    MAX_UNIX_PATH_BYTES,
+    FileId,
+    UnixServer,
+    file_id,
+)
 
 log = logging.getLogger(__name__)
 
@@ -80,23 +79,6 @@ _MAX_SLUG = 40
 # generous for a loaded node: a stream arriving after we gave up would be
 # taken for another client's, and a second Register would follow.
 STREAM_WAIT = 5.0
-
-FileId = tuple[int, int]  # st_dev, st_ino: one file, not one path (a chmod keeps it)
-
-
-def file_id(path: Path, *, socket_only: bool = False) -> FileId | None:
-    """Identify the file at ``path`` (None when absent, or not a socket if asked)."""
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return None
-    if socket_only and not stat.S_ISSOCK(info.st_mode):
-        return None
-    return info.st_dev, info.st_ino
-
-
-def _clear(path: Path) -> None:
-    path.unlink(missing_ok=True)
 
 
 def socket_name(resource: str, token: str | None = None, *, max_bytes: int | None = None) -> str:
@@ -193,8 +175,7 @@ class ResourcePlugin:
         self._on_status = context.on_status
         self._backoff = Backoff()
         self._settle = context.settle
-        self._server: PluginServer | None = None
-        self._socket_id: FileId | None = None  # the socket file our server bound
+        self._server: UnixServer | None = None
         self._socket_lost = asyncio.Event()  # set when it is deleted or replaced
         self._wanted = asyncio.Event()
         self._reasons: list[str] = []
@@ -409,12 +390,7 @@ class ResourcePlugin:
 
     def _socket_intact(self) -> bool:
         """Whether the socket our server bound is still at its path (same file, a socket)."""
-        server = self._server
-        return (
-            server is not None
-            and self._socket_id is not None
-            and file_id(server.socket, socket_only=True) == self._socket_id
-        )
+        return self._server is not None and self._server.intact()
 
     async def _ensure_serving(self) -> None:
         """Serve on a fresh socket unless the current one is still in place.
@@ -435,14 +411,12 @@ class ResourcePlugin:
 
     async def _serve(self, path: Path) -> None:
         """Stop the current server (if any) and serve on ``path``, replacing what is there."""
-        server, self._server, self._socket_id = self._server, None, None
+        server, self._server = self._server, None
         if server is not None:
             # At once: its socket is gone (its streams are a dead kubelet's or
             # another client's) or being replaced, and the kubelet waits for the new one.
             await server.stop(None)
-        _clear(path)  # a file left where our socket was: our name, our file
-        self._server = await PluginServer.start(self, path)
-        self._socket_id = file_id(path, socket_only=True)
+        self._server = await serve_plugin(self, path)  # a file left at our name is cleared
         log.info("%s: serving on %s", self.resource, path)
 
     # -- the Backend the gRPC servicer calls --------------------------------------
