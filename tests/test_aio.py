@@ -155,3 +155,19 @@ async def test_wait_event_times_out_fires_and_stays_cancellable() -> None:
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
+
+
+async def test_a_guarded_task_that_returns_is_logged_unless_finishable(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A spawned loop that falls out is a warning naming it; a finishable one ends quietly."""
+
+    async def returns() -> None:
+        return
+
+    tasks = TaskSet(logging.getLogger("test"))
+    await tasks.spawn("loop", returns, backoff=Backoff(initial=0.001, maximum=0.001))
+    await tasks.spawn("one-job", returns, finishable=True)
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert [r.getMessage() for r in warned] == ["task loop ended unexpectedly"]
+    assert tasks.names == ()

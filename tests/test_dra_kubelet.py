@@ -4,6 +4,7 @@ unprepare over gRPC, retries, health streams, lost sockets, restarts."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -226,17 +227,29 @@ async def test_health_streams_each_device_with_the_probe_message(base: Path) -> 
 async def test_removed_sockets_are_served_again_and_the_kubelet_registers_again(
     base: Path,
 ) -> None:
+    """Deleted or replaced by a file, each socket is served again (seen by inotify)."""
     claims = MemoryClaims({claim(): allocated(SERIAL, unit(0))})
-    async with (
-        EmbeddedDraKubelet(base / "registry") as kubelet,
-        driver(base, claims, guard_interval=0.05) as d,
-    ):
+    async with EmbeddedDraKubelet(base / "registry") as kubelet, driver(base, claims) as d:
         await eventually(lambda: kubelet.registered(DRIVER), "registered")
         d.registration.socket.unlink()
         await eventually(lambda: DRIVER in kubelet.events.deregistered, "deregistered")
         await eventually(lambda: kubelet.events.registered.count(DRIVER) == 2, "again")
         d.dra_socket.unlink()
-        await eventually(d.dra_socket.exists, "DRA socket back")
+        await eventually(d.dra_socket.is_socket, "DRA socket back")
+        assert len(await kubelet.prepare_pod(DRIVER, [claim()])) == 1
+        d.dra_socket.unlink()
+        d.dra_socket.write_text("not a socket")
+        await eventually(d.dra_socket.is_socket, "DRA socket back in place of a file")
+        assert len(await kubelet.prepare_pod(DRIVER, [claim()])) == 1
+
+
+async def test_a_removed_plugin_directory_is_made_and_served_again(base: Path) -> None:
+    """The DRA socket's directory removed (its watch lost): made again, the socket served."""
+    claims = MemoryClaims({claim(): allocated(SERIAL, unit(0))})
+    async with EmbeddedDraKubelet(base / "registry") as kubelet, driver(base, claims) as d:
+        await eventually(lambda: kubelet.registered(DRIVER), "registered")
+        await asyncio.to_thread(shutil.rmtree, d.dra_socket.parent)
+        await eventually(d.dra_socket.is_socket, "DRA socket back in a new directory")
         assert len(await kubelet.prepare_pod(DRIVER, [claim()])) == 1
 
 

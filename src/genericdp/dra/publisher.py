@@ -29,14 +29,13 @@ it differs.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import random
 import time
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
+from genericdp.aio import Backoff, TaskSet, wait_event
 from genericdp.config.model import AttributeValue
 from genericdp.discovery.model import Unit
 from genericdp.dra import slices
@@ -85,8 +84,8 @@ class SlicePublisher:
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
-        self._task: asyncio.Task[None] | None = None
-        self._watcher: asyncio.Task[None] | None = None
+        self._tasks = TaskSet(log)
+        self._started = False
         self._started_at = 0.0
         self.writes = 0  # slices created, replaced or deleted (tests and docs count them)
         self._adopted = False
@@ -100,11 +99,12 @@ class SlicePublisher:
 
         Returns at once: an unreachable API server delays nothing but the writes.
         """
-        if self._task is not None:
+        if self._started:
             return
+        self._started = True
         self._started_at = time.monotonic()
-        self._task = asyncio.create_task(self._run(), name=f"dra/slices/{self.node}")
-        self._watcher = asyncio.create_task(self._watch(), name=f"dra/slices/{self.node}/watch")
+        self._tasks.spawn(f"dra/slices/{self.node}", self._run)
+        self._tasks.spawn(f"dra/slices/{self.node}/watch", self._watch)
         # Slices of resources that are not published again are deleted at the first write.
         self._changed()
 
@@ -149,31 +149,23 @@ class SlicePublisher:
 
     async def flush(self, timeout: float = CLOSE_FLUSH) -> bool:  # noqa: ASYNC109 - a bounded wait
         """Wait until what was published is written; False when ``timeout`` passed first."""
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
+        return await wait_event(self._idle, timeout)
 
     async def close(self) -> None:
         """Write what is pending (for at most ``CLOSE_FLUSH`` s) and stop; the slices stay."""
-        if self._task is None:
+        if not self._started:
             return
         if not await self.flush():
             log.warning("stopping with ResourceSlice changes of node %s unwritten", self.node)
-        for task in (self._task, self._watcher):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        self._task = self._watcher = None
+        await self._tasks.stop()
+        self._started = False
 
     def _changed(self) -> None:
         self._idle.clear()
         self._wake.set()
 
     async def _run(self) -> None:
-        delay = BACKOFF_FIRST
+        backoff = Backoff(initial=BACKOFF_FIRST, maximum=BACKOFF_MAX)
         failing_since: float | None = None
         last_warning = 0.0
         while True:
@@ -188,6 +180,7 @@ class SlicePublisher:
                 await self._sync()
             except Exception as err:  # the daemon keeps serving; retried below
                 self._held = None  # list again before the next try
+                delay = backoff.next()
                 now = time.monotonic()
                 if failing_since is None or now - last_warning >= FAILURE_LOG_EVERY:
                     log.warning(
@@ -199,8 +192,7 @@ class SlicePublisher:
                     last_warning = now
                 failing_since = failing_since or now
                 self._wake.set()
-                await asyncio.sleep(delay * random.uniform(0.8, 1.2))  # noqa: S311 - jitter
-                delay = min(delay * 2, BACKOFF_MAX)
+                await asyncio.sleep(delay)
                 continue
             if failing_since is not None:
                 log.info(
@@ -208,7 +200,8 @@ class SlicePublisher:
                     self.node,
                     time.monotonic() - failing_since,
                 )
-            failing_since, delay = None, BACKOFF_FIRST
+            failing_since = None
+            backoff.reset()
             if not self._wake.is_set():
                 self._idle.set()
 
@@ -216,8 +209,7 @@ class SlicePublisher:
         """Wait until every expected resource has published or withdrawn, or the grace is over."""
         left = self._started_at + self._adopt_grace - time.monotonic()
         if not self._all_in.is_set() and left > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._all_in.wait(), left)
+            await wait_event(self._all_in, left)
         late = sorted(self._expected - self._answered)
         if late:
             log.info(
@@ -230,13 +222,13 @@ class SlicePublisher:
 
     async def _watch(self) -> None:
         """Notice changes made by others (the kubelet deletes a node's slices when it starts)."""
-        delay = BACKOFF_FIRST
+        backoff = Backoff(initial=BACKOFF_FIRST, maximum=BACKOFF_MAX)
         while True:
             try:
                 async for kind, obj in watch_slices(
                     self._client, node=self.node, driver=self.driver
                 ):
-                    delay = BACKOFF_FIRST
+                    backoff.reset()
                     self._observed(kind, obj)
             except Exception as err:  # watched again below
                 log.debug(
@@ -245,8 +237,7 @@ class SlicePublisher:
             # Events may have been missed: compare everything again.
             self._held = None
             self._changed()
-            await asyncio.sleep(delay * random.uniform(0.8, 1.2))  # noqa: S311 - jitter
-            delay = min(delay * 2, BACKOFF_MAX)
+            await asyncio.sleep(backoff.next())
 
     def _observed(self, kind: str, obj: dict[str, Any]) -> None:
         held = self._held

@@ -50,6 +50,7 @@ from typing import Any
 
 import grpc
 
+from genericdp.aio import TaskSet
 from genericdp.dra.api import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
 from genericdp.dra.api import drahealth_v1alpha1_pb2 as health_pb
 from genericdp.dra.api import drahealth_v1alpha1_pb2_grpc as health_grpc
@@ -90,7 +91,11 @@ class Plugin:
     service: str  # the chosen one
     socket: str  # its registration socket
     channel: grpc.aio.Channel
-    health_task: asyncio.Task[None] | None = None
+
+    @property
+    def health_task(self) -> str:
+        """The name of its health stream's task (endpoints are unique per driver)."""
+        return f"dra-kubelet/health/{self.driver}@{self.endpoint}"
 
 
 @dataclass
@@ -131,7 +136,7 @@ class EmbeddedDraKubelet:
         self._retry: dict[str, tuple[int, float]] = {}  # socket path -> (attempts, next try)
         self._health: dict[str, dict[tuple[str, str], DeviceHealth]] = {}
         self._prepared: dict[str, tuple[PreparedDevice, ...]] = {}  # claim UID -> devices
-        self._watch: asyncio.Task[None] | None = None
+        self._tasks = TaskSet(log)
         self._changed = asyncio.Event()
 
     async def __aenter__(self) -> EmbeddedDraKubelet:
@@ -143,13 +148,10 @@ class EmbeddedDraKubelet:
 
     async def start(self) -> None:
         self.registry_dir.mkdir(parents=True, exist_ok=True)
-        self._watch = asyncio.create_task(self._watch_dir(), name="dra-kubelet/watch")
+        self._tasks.spawn("dra-kubelet/watch", self._watch_dir)
 
     async def stop(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
+        await self._tasks.stop()
         for driver in list(self._plugins):
             for plugin in list(self._plugins[driver]):
                 await self._drop(plugin)
@@ -247,7 +249,7 @@ class EmbeddedDraKubelet:
             plugin = Plugin(info.name, endpoint, service, socket, _channel(endpoint))
             self._plugins.setdefault(info.name, []).append(plugin)
             if self.health_enabled:
-                plugin.health_task = asyncio.create_task(self._health_loop(plugin))
+                self._tasks.spawn(plugin.health_task, lambda: self._health_loop(plugin))
             await stub.NotifyRegistrationStatus(
                 reg_pb.RegistrationStatus(plugin_registered=True), timeout=NOTIFY_TIMEOUT
             )
@@ -293,10 +295,7 @@ class EmbeddedDraKubelet:
             plugins.remove(plugin)
         if not plugins:
             self._plugins.pop(plugin.driver, None)
-        if plugin.health_task is not None:
-            plugin.health_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await plugin.health_task
+        await self._tasks.cancel(plugin.health_task)
         await plugin.channel.close(None)
 
     # -- health --------------------------------------------------------------------
