@@ -14,11 +14,11 @@ from genericdp.discovery.model import Unit
 from genericdp.dra.backend import DraBackend, DraSetupError
 from genericdp.dra.claims import AllocatedDevice, ClaimRef
 from genericdp.dra.embedded import DraKubeletError, EmbeddedDraKubelet, resolve_cdi
-from genericdp.dra.memclaims import MemoryClaims
 from genericdp.dra.naming import device_name
 from genericdp.hooks import HookRun
 from genericdp.metrics import readiness
 from genericdp.runtime.supervisor import Supervisor
+from tests.dra_fakes import MemoryClaims
 from tests.polling import eventually
 from tests.runtime_harness import ScriptedDiscovery, config, settings_for, unit
 

@@ -16,7 +16,6 @@ from genericdp.config.model import HealthCheck, Hooks
 from genericdp.dra.claims import ClaimRef
 from genericdp.dra.driver import DraDriver, DriverPaths
 from genericdp.dra.embedded import DraKubeletError, EmbeddedDraKubelet, resolve_cdi
-from genericdp.dra.memclaims import MemoryClaims
 from genericdp.dra.naming import device_name
 from genericdp.dra.service import SERVICES
 from genericdp.hooks import HookRunner, run_hook
@@ -27,6 +26,7 @@ from tests.dra_fakes import (
     HOOK,
     NODE,
     SERIAL,
+    MemoryClaims,
     RecordedHooks,
     allocated,
     claim,

@@ -24,6 +24,10 @@ nor writes the pool once per resource as their scans end. A watch of the
 node's slices notices what others change or delete (the kubelet deletes a
 node's slices when it starts): the pool is compared again and rewritten if
 it differs.
+
+The API server is reached through a ``SliceStore``: the node's slices of
+the driver, five verbs, our own errors (``kubeapi.ApiSlices`` is the real
+one; the tests have one in memory).
 """
 
 from __future__ import annotations
@@ -31,24 +35,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Any
+from typing import Any, Protocol
 
 from genericdp.aio import Backoff, TaskSet, wait_event
 from genericdp.config.model import AttributeValue
 from genericdp.discovery.model import Unit
 from genericdp.dra import slices
-from genericdp.dra.kubeapi import (
-    RESOURCE_SLICE,
-    ApiError,
-    AsyncClient,
-    as_slice,
-    list_slices,
-    status_code,
-    watch_slices,
-)
-from genericdp.dra.naming import DEFAULT_DRIVER
+from genericdp.errors import GenericdpError
 
 log = logging.getLogger(__name__)
 
@@ -61,21 +56,53 @@ FAILURE_LOG_EVERY = 30.0  # seconds between warnings while the API server stays 
 CLOSE_FLUSH = 2.0  # seconds close waits for a pending write
 
 
+class SliceStore(Protocol):
+    """Where the ResourceSlices of one node and driver are kept (the API server).
+
+    Failures are ``GenericdpError`` when the server answered (a conflict, a
+    refusal), any other exception when it could not be reached.
+    """
+
+    @property
+    def node(self) -> str: ...
+
+    @property
+    def driver(self) -> str: ...
+
+    async def list(self) -> dict[str, dict[str, Any]]:
+        """``{name: slice}``: every slice of the node and driver."""
+        ...
+
+    def watch(self) -> AsyncIterable[tuple[str, dict[str, Any]]]:
+        """``(ADDED|MODIFIED|DELETED, slice)`` as they happen, until it fails or ends."""
+        ...
+
+    async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create ``obj``; what the server holds now."""
+        ...
+
+    async def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Replace the slice at ``obj``'s ``resourceVersion``; what the server holds now."""
+        ...
+
+    async def delete(self, name: str) -> None:
+        """Delete slice ``name``; one already gone is no error."""
+        ...
+
+
 class SlicePublisher:
     """The ResourceSlices of one node's pool, written by one task."""
 
     def __init__(
         self,
-        client: AsyncClient,
+        store: SliceStore,
         *,
-        node: str,
-        driver: str = DEFAULT_DRIVER,
         coalesce: float = COALESCE,
         adopt_grace: float = ADOPT_GRACE,
     ) -> None:
-        self._client = client
-        self.node = node
-        self.driver = driver
+        self._store = store
+        self.node = store.node
+        self.driver = store.driver
         self._coalesce = coalesce
         self._adopt_grace = adopt_grace
         self._desired: dict[str, list[dict[str, Any]]] = {}
@@ -225,9 +252,7 @@ class SlicePublisher:
         backoff = Backoff(initial=BACKOFF_FIRST, maximum=BACKOFF_MAX)
         while True:
             try:
-                async for kind, obj in watch_slices(
-                    self._client, node=self.node, driver=self.driver
-                ):
+                async for kind, obj in self._store.watch():
                     backoff.reset()
                     self._observed(kind, obj)
             except Exception as err:  # watched again below
@@ -258,12 +283,9 @@ class SlicePublisher:
         self._held = None
         self._changed()
 
-    async def _list(self) -> dict[str, dict[str, Any]]:
-        return await list_slices(self._client, node=self.node, driver=self.driver)
-
     async def _sync(self) -> None:
         if self._held is None:
-            self._held = await self._list()
+            self._held = await self._store.list()
             if not self._adopted and self._held:
                 log.info(
                     "adopting %d ResourceSlice(s) of node %s: %s",
@@ -325,16 +347,12 @@ class SlicePublisher:
         self, name: str, obj: dict[str, Any], old: dict[str, Any] | None
     ) -> tuple[str, dict[str, Any]]:
         if old is None:
-            return name, dict(await self._client.create(as_slice(obj)))
+            return name, await self._store.create(obj)
         obj["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
-        return name, dict(await self._client.replace(as_slice(obj)))
+        return name, await self._store.replace(obj)
 
     async def _delete(self, name: str) -> tuple[str, None]:
-        try:
-            await self._client.delete(RESOURCE_SLICE, name)
-        except ApiError as err:
-            if status_code(err) != 404:
-                raise
+        await self._store.delete(name)
         return name, None
 
 
@@ -351,6 +369,6 @@ def _same(wanted: dict[str, dict[str, Any]], held: dict[str, dict[str, Any]]) ->
 
 
 def _describe(err: Exception) -> str:
-    if isinstance(err, ApiError):
-        return f"API server answered {status_code(err)}: {err.status.message}"
+    if isinstance(err, GenericdpError):
+        return str(err)
     return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
