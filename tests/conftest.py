@@ -13,8 +13,7 @@ from tests.apiserver import ApiServer
 from tests.apiserver import missing as apiserver_missing
 from tests.apiserver import start as start_apiserver
 from tests.kubelet_fakes import short_tmp_dir
-
-LEAK_GRACE = 1.0  # seconds for tasks cancelled as the test ended to finish
+from tests.leaks import reap_leaked
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -33,15 +32,7 @@ async def no_leaked_tasks() -> AsyncIterator[None]:
     """
     before = asyncio.all_tasks()
     yield
-    current = asyncio.current_task()
-    left = {t for t in asyncio.all_tasks() - before if t is not current and not t.done()}
-    if left:
-        await asyncio.wait(left, timeout=LEAK_GRACE)
-    leaked = sorted(t.get_name() for t in left if not t.done())
-    for task in left:
-        task.cancel()
-    await asyncio.gather(*left, return_exceptions=True)
-    if leaked:
+    if leaked := await reap_leaked(before):
         pytest.fail(f"the test left asyncio tasks running: {', '.join(leaked)}")
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from genericdp.aio import Backoff, TaskSet, inotify_events, wait_event
 from genericdp.errors import KubeletError
+from tests.leaks import reap_leaked
 
 
 async def test_run_logs_a_failure_and_names_may_repeat(caplog: pytest.LogCaptureFixture) -> None:
@@ -171,3 +172,15 @@ async def test_a_guarded_task_that_returns_is_logged_unless_finishable(
     warned = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert [r.getMessage() for r in warned] == ["task loop ended unexpectedly"]
     assert tasks.names == ()
+
+
+async def test_the_leak_check_names_a_forgotten_task_and_spares_finishing_ones() -> None:
+    """What ``no_leaked_tasks`` fails on: a task still running, not one that is ending."""
+    before = asyncio.all_tasks()
+    forgotten = asyncio.create_task(asyncio.Event().wait(), name="forgotten")
+    ending = asyncio.create_task(asyncio.sleep(0), name="ending")
+    assert await reap_leaked(before, grace=0.2) == ["forgotten"]
+    assert forgotten.cancelled()
+    assert ending.done()
+    assert not ending.cancelled()
+    assert await reap_leaked(before, grace=0.2) == []
