@@ -130,8 +130,11 @@ class SlicePublisher:
             return
         self._started = True
         self._started_at = time.monotonic()
-        self._tasks.spawn(f"dra/slices/{self.node}", self._run)
-        self._tasks.spawn(f"dra/slices/{self.node}/watch", self._watch)
+        # Both loops handle the API server's failures themselves; a bug of
+        # ours is logged by the guard and the loop started again.
+        for name, loop in ((self.node, self._run), (f"{self.node}/watch", self._watch)):
+            restart = Backoff(initial=BACKOFF_FIRST, maximum=BACKOFF_MAX)
+            self._tasks.spawn(f"dra/slices/{name}", loop, backoff=restart)
         # Slices of resources that are not published again are deleted at the first write.
         self._changed()
 
