@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from genericdp.aio import Backoff, TaskSet, inotify_events, wait_event
+from genericdp.aio import Backoff, Changes, TaskSet, inotify_events, wait_event
 from genericdp.errors import KubeletError
 from tests.leaks import reap_leaked
 
@@ -184,3 +184,17 @@ async def test_the_leak_check_names_a_forgotten_task_and_spares_finishing_ones()
     assert ending.done()
     assert not ending.cancelled()
     assert await reap_leaked(before, grace=0.2) == []
+
+
+async def test_changes_wake_every_waiter_on_its_own_condition() -> None:
+    """Each change wakes all waiters; each returns once its own condition holds."""
+    changes, state = Changes(), {"n": 0}
+    first = asyncio.create_task(changes.until(lambda: state["n"] >= 1, 10))
+    second = asyncio.create_task(changes.until(lambda: state["n"] >= 2, 10))
+    await asyncio.sleep(0)  # both waiting
+    for n in (1, 2):
+        state["n"] = n
+        changes.notify()
+    assert await first
+    assert await second
+    assert not await changes.until(lambda: state["n"] >= 3, 0.01)

@@ -231,6 +231,18 @@ async def test_health_streams_each_device_with_the_probe_message(base: Path) -> 
         assert kubelet.count(HEALTH_STREAM) == streams
 
 
+async def prepare_and_unprepare(kubelet: EmbeddedDraKubelet) -> int:
+    """A pod's claim prepared and released after the DRA socket was lost; its devices.
+
+    The kubelet's channel, which failed while the socket was gone, reconnects
+    after gRPC's backoff (1 s, then 1.6 s...); the pod worker keeps retrying
+    meanwhile (here for up to about 6 s).
+    """
+    ids = await kubelet.prepare_pod(DRIVER, [claim()], attempts=8)
+    await kubelet.unprepare(DRIVER, [claim()])
+    return len(ids)
+
+
 async def test_removed_sockets_are_served_again_and_the_kubelet_registers_again(
     base: Path,
 ) -> None:
@@ -243,11 +255,11 @@ async def test_removed_sockets_are_served_again_and_the_kubelet_registers_again(
         await kubelet.wait_until(lambda k: k.count(REGISTERED, DRIVER) == 2)
         d.dra_socket.unlink()
         await eventually(d.dra_socket.is_socket, "DRA socket back")
-        assert len(await kubelet.prepare_pod(DRIVER, [claim()])) == 1
+        assert await prepare_and_unprepare(kubelet) == 1
         d.dra_socket.unlink()
         d.dra_socket.write_text("not a socket")
         await eventually(d.dra_socket.is_socket, "DRA socket back in place of a file")
-        assert len(await kubelet.prepare_pod(DRIVER, [claim()])) == 1
+        assert await prepare_and_unprepare(kubelet) == 1
 
 
 async def test_a_removed_plugin_directory_is_made_and_served_again(base: Path) -> None:
@@ -257,7 +269,7 @@ async def test_a_removed_plugin_directory_is_made_and_served_again(base: Path) -
         await kubelet.wait_until(lambda k: k.registered(DRIVER))
         await asyncio.to_thread(shutil.rmtree, d.dra_socket.parent)
         await eventually(d.dra_socket.is_socket, "DRA socket back in a new directory")
-        assert len(await kubelet.prepare_pod(DRIVER, [claim()])) == 1
+        assert await prepare_and_unprepare(kubelet) == 1
 
 
 @pytest.mark.parametrize("real_hooks", [False, True], ids=["recorded-hooks", "true-hooks"])

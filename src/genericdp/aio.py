@@ -11,6 +11,7 @@
   cancellation plus a bounded wait that names the stragglers.
 - ``Backoff``: exponential, with jitter.
 - ``wait_event``: an event with a timeout that never swallows a cancel.
+- ``Changes``: "something changed", for any number of waiters on a condition.
 - ``inotify_events``: one non-blocking inotify instance read from the loop.
 """
 
@@ -192,6 +193,32 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:  # no
     except TimeoutError:
         return False
     return True
+
+
+class Changes:
+    """A signal that state changed, for waiters that each wait for a condition of their own.
+
+    ``notify`` wakes every waiter and arms a fresh event for the next change,
+    so a waiter never misses one: it checks its condition again after each.
+    """
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def until(self, condition: Callable[[], bool], timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait until ``condition()`` holds, checked at every change; False after ``timeout``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not condition():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            await wait_event(self._event, remaining)
+        return True
 
 
 @asynccontextmanager

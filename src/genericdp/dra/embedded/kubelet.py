@@ -54,7 +54,7 @@ from typing import Any
 import grpc
 from inotify_simple import flags
 
-from genericdp.aio import TaskSet, inotify_events, wait_event
+from genericdp.aio import Changes, TaskSet, inotify_events, wait_event
 from genericdp.dra.api import drahealth_v1alpha1_pb2 as health_pb
 from genericdp.dra.api import drahealth_v1alpha1_pb2_grpc as health_grpc
 from genericdp.dra.api import pluginregistration_pb2 as reg_pb
@@ -112,7 +112,7 @@ class EmbeddedDraKubelet:
         self._health: dict[str, dict[tuple[str, str], DeviceHealth]] = {}
         self._prepared: dict[str, tuple[PreparedDevice, ...]] = {}  # claim UID -> devices
         self._tasks = TaskSet(log)
-        self._changed = asyncio.Event()
+        self._changes = Changes()
 
     async def __aenter__(self) -> EmbeddedDraKubelet:
         await self.start()
@@ -179,26 +179,16 @@ class EmbeddedDraKubelet:
 
         Raises TimeoutError describing the current state when it does not hold in time.
         """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while not predicate(self):
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise TimeoutError(
-                    f"embedded DRA kubelet: condition not met within {timeout}s\n{self.describe()}"
-                )
-            await wait_event(self._changed, remaining)
+        if not await self._changes.until(lambda: predicate(self), timeout):
+            raise TimeoutError(
+                f"embedded DRA kubelet: condition not met within {timeout}s\n{self.describe()}"
+            )
 
     def _record(self, kind: DraEventKind, driver: str, detail: str) -> None:
         event = DraEvent(kind=kind, driver=driver, detail=detail, at=self._clock())
         self._events.append(event)
         log.info("embedded DRA kubelet: %s", event)
-        self._wake()
-
-    def _wake(self) -> None:
-        """Wake every waiter, then arm a fresh event for the next change."""
-        self._changed.set()
-        self._changed = asyncio.Event()
+        self._changes.notify()
 
     # -- the plugin watcher ------------------------------------------------------
 
@@ -351,7 +341,7 @@ class EmbeddedDraKubelet:
                 ended = f"failed: {exc.code().name}"
             finally:
                 self._health.pop(plugin.driver, None)  # clearDriver on stream exit
-                self._wake()
+                self._changes.notify()
             self._record(DraEventKind.HEALTH_ENDED, plugin.driver, ended)
             await asyncio.sleep(self._health_retry)
 
@@ -368,7 +358,7 @@ class EmbeddedDraKubelet:
             if len(message) > 1024:
                 message = message[:1021] + "..."
             cache[key] = DeviceHealth(names.get(device.health, "Unknown"), message, now)
-        self._wake()  # a report is no event: heartbeats would fill the log
+        self._changes.notify()  # a report is no event: heartbeats would fill the log
 
     # -- prepare / unprepare -------------------------------------------------------
 
