@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -12,6 +13,27 @@ from tests.apiserver import ApiServer
 from tests.apiserver import missing as apiserver_missing
 from tests.apiserver import start as start_apiserver
 from tests.kubelet_fakes import short_tmp_dir
+from tests.leaks import reap_leaked
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every async test checks for leaked tasks, set up first and so torn down last."""
+    for item in items:
+        if isinstance(item, pytest.Function) and asyncio.iscoroutinefunction(item.obj):
+            item.fixturenames.insert(0, "no_leaked_tasks")
+
+
+@pytest.fixture
+async def no_leaked_tasks() -> AsyncIterator[None]:
+    """Fail a test that leaves asyncio tasks running after it and its fixtures ended.
+
+    A leaked task outlives what it works on: it fails later in someone else's
+    test, or hides a shutdown that does not stop what it started.
+    """
+    before = asyncio.all_tasks()
+    yield
+    if leaked := await reap_leaked(before):
+        pytest.fail(f"the test left asyncio tasks running: {', '.join(leaked)}")
 
 
 @pytest.fixture

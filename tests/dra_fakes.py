@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+import copy
+import itertools
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from genericdp.config.model import (
     AllocateSpec,
@@ -19,9 +23,9 @@ from genericdp.config.model import (
 from genericdp.config.templates import compile_templates
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.dra.checkpoint import Checkpoint
-from genericdp.dra.claims import AllocatedDevice, ClaimRef
+from genericdp.dra.claims import AllocatedDevice, ClaimError, ClaimRef
 from genericdp.dra.inventory import Inventory
-from genericdp.dra.memclaims import MemoryClaims
+from genericdp.dra.kubeapi import ApiRequestError
 from genericdp.dra.naming import device_name
 from genericdp.dra.prepare import Preparer
 from genericdp.errors import HookError
@@ -31,6 +35,36 @@ NODE = "node-a"
 DRIVER = "genericdp.io"
 SERIAL = "example.com/serial"
 HOOK = Exec(("/bin/true",), 5.0)
+
+
+class MemoryClaims:
+    """Claims allocated by ``add``; a claim never added, or removed, is gone, as it is
+    for the API server."""
+
+    def __init__(self, claims: Mapping[ClaimRef, Iterable[AllocatedDevice]] | None = None) -> None:
+        self._claims: dict[str, tuple[ClaimRef, tuple[AllocatedDevice, ...]]] = {}
+        self.calls = 0
+        for ref, devices in (claims or {}).items():
+            self.add(ref, devices)
+
+    def add(self, claim: ClaimRef, devices: Iterable[AllocatedDevice]) -> None:
+        self._claims[claim.uid] = (claim, tuple(devices))
+
+    def remove(self, claim: ClaimRef) -> None:
+        self._claims.pop(claim.uid, None)
+
+    async def allocated_devices(self, claim: ClaimRef) -> tuple[AllocatedDevice, ...]:
+        self.calls += 1
+        held = self._claims.get(claim.uid)
+        if held is None:
+            raise ClaimError(f"claim {claim.namespace}/{claim.name} (UID {claim.uid}) not found")
+        ref, devices = held
+        if (ref.namespace, ref.name) != (claim.namespace, claim.name):
+            raise ClaimError(
+                f"claim {claim.namespace}/{claim.name} has UID {claim.uid},"
+                f" which belongs to claim {ref.namespace}/{ref.name}"
+            )
+        return devices
 
 
 def unit(n: int) -> Unit:
@@ -117,3 +151,127 @@ def setup(
         node_name=NODE,
     )
     return Setup(inventory, claims, checkpoint, hooks, preparer, cdi_dir)
+
+
+class MemorySlices:
+    """A ``SliceStore`` in memory that answers as the API server does for one node's slices.
+
+    Every write gets a new ``resourceVersion``; creating a name that exists or
+    replacing at a stale version is a 409, replacing a missing slice a 404; a
+    watch first reports every slice held (``ADDED``), then each change, by
+    the publisher or by ``someone_*``. ``failures`` are raised by the next
+    calls, one each, in order. ``changed`` is notified on every change.
+    """
+
+    def __init__(self, node: str = NODE, driver: str = DRIVER) -> None:
+        self.node = node
+        self.driver = driver
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.failures: list[Exception] = []
+        self.writes = 0  # creates, replaces and deletes that landed
+        self.lists = 0
+        self.changed = asyncio.Condition()
+        self._versions = itertools.count(1)
+        self._watches: list[asyncio.Queue[tuple[str, dict[str, Any]] | None]] = []
+
+    # -- the SliceStore ------------------------------------------------------------
+
+    async def list(self) -> dict[str, dict[str, Any]]:
+        self._fail()
+        self.lists += 1
+        return copy.deepcopy(self.objects)
+
+    async def watch(self) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        self._fail()
+        queue: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue()
+        for obj in self.objects.values():
+            queue.put_nowait(("ADDED", copy.deepcopy(obj)))
+        self._watches.append(queue)
+        try:
+            while (event := await queue.get()) is not None:
+                yield event
+        finally:
+            self._watches.remove(queue)
+        raise ConnectionError("the watch was closed by the server")
+
+    async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self._fail()
+        name = obj["metadata"]["name"]
+        if name in self.objects:
+            raise ApiRequestError(f"creating ResourceSlice {name}", 409, "already exists")
+        return await self._store("ADDED", obj)
+
+    async def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self._fail()
+        name = obj["metadata"]["name"]
+        held = self.objects.get(name)
+        what = f"replacing ResourceSlice {name}"
+        if held is None:
+            raise ApiRequestError(what, 404, "not found")
+        if obj["metadata"].get("resourceVersion") != held["metadata"]["resourceVersion"]:
+            raise ApiRequestError(what, 409, "the object has been modified")
+        return await self._store("MODIFIED", obj)
+
+    async def delete(self, name: str) -> None:
+        self._fail()
+        if name in self.objects:
+            self.writes += 1
+            await self._notify("DELETED", self.objects.pop(name))
+
+    # -- what tests do and look at --------------------------------------------------
+
+    async def someone_deletes(self, name: str, *, quietly: bool = False) -> None:
+        """Another client deletes slice ``name`` (``quietly``: no watch event reaches us)."""
+        gone = self.objects.pop(name)
+        if not quietly:
+            await self._notify("DELETED", gone)
+
+    async def someone_changes(self, name: str, change: Callable[[dict[str, Any]], None]) -> None:
+        """Another client edits slice ``name`` (a new resourceVersion, a watch event)."""
+        obj = copy.deepcopy(self.objects[name])
+        change(obj)
+        await self._store("MODIFIED", obj, ours=False)
+
+    def end_watches(self) -> None:
+        """The API server closes every watch (a restart, a timeout)."""
+        for queue in self._watches:
+            queue.put_nowait(None)
+
+    async def until(
+        self,
+        check: Callable[[dict[str, dict[str, Any]]], bool],
+        timeout: float = 10.0,  # noqa: ASYNC109 -- a bound on a test wait
+    ) -> None:
+        """Wait until ``check(objects)`` holds (checked at every change); fail after ``timeout``."""
+        try:
+            async with asyncio.timeout(timeout), self.changed:
+                await self.changed.wait_for(lambda: check(self.objects))
+        except TimeoutError:
+            raise AssertionError(f"still not true after {timeout}s: {self.objects}") from None
+
+    def devices(self) -> dict[str, dict[str, Any]]:
+        return {d["name"]: d for obj in self.objects.values() for d in obj["spec"]["devices"]}
+
+    def generations(self) -> set[int]:
+        return {int(obj["spec"]["pool"]["generation"]) for obj in self.objects.values()}
+
+    # -- inside -----------------------------------------------------------------------
+
+    def _fail(self) -> None:
+        if self.failures:
+            raise self.failures.pop(0)
+
+    async def _store(self, kind: str, obj: dict[str, Any], *, ours: bool = True) -> dict[str, Any]:
+        stored = copy.deepcopy(obj)
+        stored["metadata"]["resourceVersion"] = str(next(self._versions))
+        self.objects[stored["metadata"]["name"]] = stored
+        if ours:
+            self.writes += 1
+        await self._notify(kind, stored)
+        return copy.deepcopy(stored)
+
+    async def _notify(self, kind: str, obj: dict[str, Any]) -> None:
+        for queue in self._watches:
+            queue.put_nowait((kind, copy.deepcopy(obj)))
+        async with self.changed:
+            self.changed.notify_all()

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from genericdp.aio import Backoff, TaskSet, inotify_events, wait_event
+from genericdp.aio import Backoff, Changes, TaskSet, inotify_events, wait_event
 from genericdp.errors import KubeletError
+from tests.leaks import reap_leaked
 
 
 async def test_run_logs_a_failure_and_names_may_repeat(caplog: pytest.LogCaptureFixture) -> None:
@@ -155,3 +156,45 @@ async def test_wait_event_times_out_fires_and_stays_cancellable() -> None:
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
+
+
+async def test_a_guarded_task_that_returns_is_logged_unless_finishable(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A spawned loop that falls out is a warning naming it; a finishable one ends quietly."""
+
+    async def returns() -> None:
+        return
+
+    tasks = TaskSet(logging.getLogger("test"))
+    await tasks.spawn("loop", returns, backoff=Backoff(initial=0.001, maximum=0.001))
+    await tasks.spawn("one-job", returns, finishable=True)
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert [r.getMessage() for r in warned] == ["task loop ended unexpectedly"]
+    assert tasks.names == ()
+
+
+async def test_the_leak_check_names_a_forgotten_task_and_spares_finishing_ones() -> None:
+    """What ``no_leaked_tasks`` fails on: a task still running, not one that is ending."""
+    before = asyncio.all_tasks()
+    forgotten = asyncio.create_task(asyncio.Event().wait(), name="forgotten")
+    ending = asyncio.create_task(asyncio.sleep(0), name="ending")
+    assert await reap_leaked(before, grace=0.2) == ["forgotten"]
+    assert forgotten.cancelled()
+    assert ending.done()
+    assert not ending.cancelled()
+    assert await reap_leaked(before, grace=0.2) == []
+
+
+async def test_changes_wake_every_waiter_on_its_own_condition() -> None:
+    """Each change wakes all waiters; each returns once its own condition holds."""
+    changes, state = Changes(), {"n": 0}
+    first = asyncio.create_task(changes.until(lambda: state["n"] >= 1, 10))
+    second = asyncio.create_task(changes.until(lambda: state["n"] >= 2, 10))
+    await asyncio.sleep(0)  # both waiting
+    for n in (1, 2):
+        state["n"] = n
+        changes.notify()
+    assert await first
+    assert await second
+    assert not await changes.until(lambda: state["n"] >= 3, 0.01)

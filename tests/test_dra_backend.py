@@ -4,7 +4,8 @@ the probes' health and prepares claims of discovered units."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence, Set
+import asyncio
+from collections.abc import Callable, Sequence, Set
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,12 +15,12 @@ from genericdp.deviceplugin.backend import DevicePluginBackend
 from genericdp.discovery.model import Unit
 from genericdp.dra.backend import DraBackend, DraSetupError
 from genericdp.dra.claims import AllocatedDevice, ClaimRef
-from genericdp.dra.embedded import DraKubeletError, EmbeddedDraKubelet, resolve_cdi
-from genericdp.dra.memclaims import MemoryClaims
+from genericdp.dra.embedded import DraEventKind, DraKubeletError, EmbeddedDraKubelet, resolve_cdi
 from genericdp.dra.naming import device_name
 from genericdp.hooks import HookRun
 from genericdp.metrics import Metrics, readiness
 from genericdp.runtime.supervisor import Supervisor
+from tests.dra_fakes import MemoryClaims
 from tests.polling import eventually
 from tests.runtime_harness import ScriptedDiscovery, config, settings_for, unit
 
@@ -47,16 +48,28 @@ class FakePublisher:
         self.slices: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
         self.withdrawn: list[str] = []
         self.expected: list[str] = []
+        self._changed = asyncio.Condition()
+
+    async def until(self, check: Callable[[FakePublisher], bool]) -> None:
+        """Wait until ``check(self)`` holds, checked at each publish (10 s at most)."""
+        async with asyncio.timeout(10), self._changed:
+            await self._changed.wait_for(lambda: check(self))
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
 
     def expect(self, resource: str) -> None:
         self.expected.append(resource)
 
     async def publish(self, resource: str, units: Sequence[Unit], unhealthy: Set[str]) -> None:
         self.slices[resource] = (tuple(u.id for u in units), frozenset(unhealthy))
+        await self._notify()
 
     async def withdraw(self, resource: str) -> None:
         self.slices.pop(resource, None)
         self.withdrawn.append(resource)
+        await self._notify()
 
 
 async def test_resources_are_served_through_dra(base: Path) -> None:
@@ -78,25 +91,16 @@ async def test_resources_are_served_through_dra(base: Path) -> None:
     async with EmbeddedDraKubelet(base / "registry") as kubelet:
         await supervisor.start(config(CONFIG))
         try:
-            await eventually(lambda: kubelet.registered(DRIVER), "registered")
+            await kubelet.wait_until(lambda k: k.registered(DRIVER))
             usb0, usb1 = device_name(NAME, "ttyUSB0"), device_name(NAME, "ttyUSB1")
-            await eventually(
-                lambda: (
-                    kubelet.device_health(DRIVER)
-                    == {
-                        (NODE, usb0): ("Healthy", ""),
-                        (NODE, usb1): ("Unhealthy", "exited 3: no carrier"),
-                    }
-                ),
-                "the probes' verdicts in the health stream",
-            )
-            await eventually(
-                lambda: (
-                    publisher.slices.get(NAME) == (("ttyUSB0", "ttyUSB1"), frozenset({"ttyUSB1"}))
-                ),
-                "the slice",
-            )
-            await eventually(lambda: supervisor.status()[NAME].registered, "status")
+            verdicts = {
+                (NODE, usb0): ("Healthy", ""),
+                (NODE, usb1): ("Unhealthy", "exited 3: no carrier"),
+            }
+            await kubelet.wait_until(lambda k: k.device_health(DRIVER) == verdicts)
+            published = (("ttyUSB0", "ttyUSB1"), frozenset({"ttyUSB1"}))
+            await publisher.until(lambda p: p.slices.get(NAME) == published)
+            await supervisor.wait_for(lambda statuses: statuses[NAME].registered)
             assert supervisor.status()[NAME].devices == 2
             ref = ClaimRef("default", "pod-serial", "11111111-2222-3333-4444-555555555555")
             claims.add(ref, [AllocatedDevice("serial", NODE, usb0)])
@@ -114,26 +118,16 @@ async def test_resources_are_served_through_dra(base: Path) -> None:
             # Hotplug: a new unit reaches the slice and the health stream.
             discovery.units[NAME] = [unit("ttyUSB0"), unit("ttyUSB1"), unit("ttyUSB2")]
             supervisor.rescan("hotplug")
-            await eventually(
-                lambda: publisher.slices.get(NAME, ((),))[0] == ("ttyUSB0", "ttyUSB1", "ttyUSB2"),
-                "the new unit in the slice",
-            )
+            three = ("ttyUSB0", "ttyUSB1", "ttyUSB2")
+            await publisher.until(lambda p: p.slices.get(NAME, ((),))[0] == three)
             usb2 = (NODE, device_name(NAME, "ttyUSB2"))
-            await eventually(
-                lambda: kubelet.device_health(DRIVER).get(usb2) == ("Healthy", ""),
-                "the new unit probed and streamed",
-            )
+            await kubelet.wait_until(lambda k: k.device_health(DRIVER).get(usb2) == ("Healthy", ""))
             # A required allocate.devices node goes missing: Unhealthy, saying which.
             incomplete = replace(unit("ttyUSB2"), missing=("/dev/gdp-ctl",))
             discovery.units[NAME] = [unit("ttyUSB0"), unit("ttyUSB1"), incomplete]
             supervisor.rescan("unplug of a control node")
-            await eventually(
-                lambda: (
-                    kubelet.device_health(DRIVER).get(usb2)
-                    == ("Unhealthy", "required device node(s) missing: /dev/gdp-ctl")
-                ),
-                "the missing node in the health stream",
-            )
+            missing = ("Unhealthy", "required device node(s) missing: /dev/gdp-ctl")
+            await kubelet.wait_until(lambda k: k.device_health(DRIVER).get(usb2) == missing)
             await kubelet.unprepare(DRIVER, [ref])
             assert [h.name for h in hooks] == ["init", "cleanup"]
         finally:
@@ -168,10 +162,9 @@ async def test_ready_only_once_every_resource_is_scanned_and_published(base: Pat
     async with EmbeddedDraKubelet(base / "registry") as kubelet:
         await supervisor.start(config(CONFIG))
         try:
-            await eventually(lambda: kubelet.registered(DRIVER), "registered")
-            await eventually(
-                lambda: backend.driver.registration.service.registrations > 0, "told so"
-            )
+            await kubelet.wait_until(lambda k: k.registered(DRIVER))
+            await kubelet.wait_until(lambda k: k.count(DraEventKind.REGISTERED, DRIVER) > 0)
+            assert backend.driver.registration.service.registrations > 0, "told so"
             await discovery.wait_calls(NAME, 1)  # its first scan failed
             verdict = readiness(supervisor.status(), started=True)
             assert not verdict.ok
@@ -179,15 +172,14 @@ async def test_ready_only_once_every_resource_is_scanned_and_published(base: Pat
             assert NAME not in publisher.slices
             discovery.broken.clear()
             supervisor.rescan("the device is back")
+            # Polled: a DRA resource's first publish signals no status change.
             await eventually(
                 lambda: readiness(supervisor.status(), started=True).ok, "ready after the scan"
             )
             # Published before ready; Healthy once its probe (a shell, run apart
             # from the scan) has passed: readiness does not wait for probes.
             assert publisher.slices[NAME][0] == ("ttyUSB0",)
-            await eventually(
-                lambda: publisher.slices[NAME] == (("ttyUSB0",), frozenset()), "probed healthy"
-            )
+            await publisher.until(lambda p: p.slices[NAME] == (("ttyUSB0",), frozenset()))
         finally:
             await supervisor.stop()
             await backend.close()

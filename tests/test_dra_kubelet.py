@@ -4,6 +4,7 @@ unprepare over gRPC, retries, health streams, lost sockets, restarts."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,8 +15,8 @@ import pytest
 from genericdp.config.model import HealthCheck, Hooks
 from genericdp.dra.claims import ClaimRef
 from genericdp.dra.driver import DraDriver, DriverPaths
-from genericdp.dra.embedded import DraKubeletError, EmbeddedDraKubelet, resolve_cdi
-from genericdp.dra.memclaims import MemoryClaims
+from genericdp.dra.embedded import DraEventKind, DraKubeletError, EmbeddedDraKubelet, resolve_cdi
+from genericdp.dra.embedded.kubelet import HEALTH_TIMEOUT
 from genericdp.dra.naming import device_name
 from genericdp.dra.service import SERVICES
 from genericdp.hooks import HookRunner, run_hook
@@ -26,6 +27,7 @@ from tests.dra_fakes import (
     HOOK,
     NODE,
     SERIAL,
+    MemoryClaims,
     RecordedHooks,
     allocated,
     claim,
@@ -33,6 +35,13 @@ from tests.dra_fakes import (
     unit,
 )
 from tests.polling import eventually
+
+REGISTERED, REFUSED, DEREGISTERED = (
+    DraEventKind.REGISTERED,
+    DraEventKind.REFUSED,
+    DraEventKind.DEREGISTERED,
+)
+PREPARE, HEALTH_STREAM = DraEventKind.PREPARE, DraEventKind.HEALTH_STREAM
 
 ALL_HOOKS = Hooks(init=HOOK, pre_start=HOOK, cleanup=HOOK)
 
@@ -74,8 +83,8 @@ async def test_registration_handshake_and_a_pod_gets_its_devices(base: Path) -> 
         EmbeddedDraKubelet(base / "registry") as kubelet,
         driver(base, claims, hooks) as d,
     ):
-        await eventually(lambda: kubelet.registered(DRIVER), "registered")
-        await eventually(lambda: d.registration.service.registered, "told it is registered")
+        await kubelet.wait_until(lambda k: k.count(REGISTERED, DRIVER) == 1)
+        assert d.registration.service.registered, "told it is registered"
         assert kubelet.chosen_service(DRIVER) == "v1.DRAPlugin"
         assert d.registration.socket == base / "registry" / f"{DRIVER}-reg.sock"
         assert d.dra_socket == base / "plugins" / DRIVER / "dra.sock"
@@ -112,7 +121,7 @@ async def test_prepare_and_unprepare_are_counted_by_result_and_timed_per_claim(
         EmbeddedDraKubelet(base / "registry") as kubelet,
         driver(base, claims, hooks, recorder=metrics),
     ):
-        await eventually(lambda: kubelet.registered(DRIVER), "registered")
+        await kubelet.wait_until(lambda k: k.registered(DRIVER))
         assert prepares("ok") is None  # nothing before the first claim
         await kubelet.prepare_pod(DRIVER, [claim(1)])
         with pytest.raises(DraKubeletError, match="is not on this node"):
@@ -140,7 +149,7 @@ async def test_a_kubelet_with_only_v1beta1_uses_it(base: Path) -> None:
         EmbeddedDraKubelet(base / "registry", services=["v1beta1.DRAPlugin"]) as kubelet,
         driver(base, claims),
     ):
-        await eventually(lambda: kubelet.registered(DRIVER), "registered")
+        await kubelet.wait_until(lambda k: k.registered(DRIVER))
         assert kubelet.chosen_service(DRIVER) == "v1beta1.DRAPlugin"
         assert len(await kubelet.prepare_pod(DRIVER, [claim()])) == 1
 
@@ -152,30 +161,30 @@ async def test_a_kubelet_that_knows_none_of_our_services_refuses_and_says_why(
         EmbeddedDraKubelet(base / "registry", services=["v2.DRAPlugin"]) as kubelet,
         driver(base, MemoryClaims()) as d,
     ):
-        await eventually(lambda: d.registration.service.last_error is not None, "refused")
+        await kubelet.wait_until(lambda k: k.count(REFUSED, DRIVER) == 1)
         assert not kubelet.registered(DRIVER)
         message = d.registration.service.last_error or ""
         assert "none of services supported by the plugin" in message
         for service in SERVICES:
             assert service in message
         # The kubelet tries again while the socket stays (0.5 s later, then 1 s, ...).
-        await eventually(lambda: len(kubelet.events.refused) >= 2, "GetInfo again")
+        await kubelet.wait_until(lambda k: k.count(REFUSED, DRIVER) >= 2)
 
 
 async def test_prepare_is_retried_until_the_claim_can_be_prepared(base: Path) -> None:
     claims = MemoryClaims()  # not allocated yet: the first syncs fail
     hooks = RecordedHooks()
     async with EmbeddedDraKubelet(base / "registry") as kubelet, driver(base, claims, hooks):
-        await eventually(lambda: kubelet.registered(DRIVER), "registered")
+        await kubelet.wait_until(lambda k: k.registered(DRIVER))
         with pytest.raises(DraKubeletError, match=r"claim-1 .* not found"):
             await kubelet.prepare(DRIVER, [claim()])
         claims.add(claim(), allocated(SERIAL, unit(0)))
         assert len(await kubelet.prepare_pod(DRIVER, [claim()])) == 1
-        calls = kubelet.events.prepare_calls
+        calls = kubelet.count(PREPARE)
         # The kubelet does not ask again for a prepared claim; a new kubelet
         # (restarted, its checkpoint lost) does, and gets the same answer.
         await kubelet.prepare_pod(DRIVER, [claim()])
-        assert kubelet.events.prepare_calls == calls
+        assert kubelet.count(PREPARE) == calls
     async with EmbeddedDraKubelet(base / "registry2") as other:
         d2 = DraDriver(
             driver=DRIVER,
@@ -187,7 +196,7 @@ async def test_prepare_is_retried_until_the_claim_can_be_prepared(base: Path) ->
         d2.inventory.set_resource(definition(hooks=ALL_HOOKS), [unit(0)])
         await d2.start()
         try:
-            await eventually(lambda: other.registered(DRIVER), "registered again")
+            await other.wait_until(lambda k: k.registered(DRIVER))
             runs = len(hooks.runs)
             assert len(await other.prepare_pod(DRIVER, [claim()])) == 1
             assert len(hooks.runs) == runs  # from the checkpoint: no hook again
@@ -198,46 +207,69 @@ async def test_prepare_is_retried_until_the_claim_can_be_prepared(base: Path) ->
 
 
 async def test_health_streams_each_device_with_the_probe_message(base: Path) -> None:
+    """Every device with its probe's message; heartbeats keep them fresh on the kubelet's
+    clock (30 s without a report reads Unknown), on the stream first opened."""
     claims = MemoryClaims()
+    now = [1000.0]
     async with (
-        EmbeddedDraKubelet(base / "registry") as kubelet,
+        EmbeddedDraKubelet(base / "registry", clock=lambda: now[0]) as kubelet,
         driver(base, claims, heartbeat=0.2) as d,
     ):
         d.inventory.set_resource(definition(health=HealthCheck(HOOK)), [unit(0), unit(1)])
-        await eventually(lambda: len(kubelet.device_health(DRIVER)) == 2, "both devices")
+        await kubelet.wait_until(lambda k: len(k.device_health(DRIVER)) == 2)
         a0, a1 = (NODE, device_name(SERIAL, "A0")), (NODE, device_name(SERIAL, "A1"))
         assert kubelet.device_health(DRIVER)[a0] == ("Unknown", "not probed yet")
         d.inventory.set_health(SERIAL, {"A1"}, {"A0", "A1"}, {"A1": "exit 3: no carrier"})
-        await eventually(
-            lambda: (
-                kubelet.device_health(DRIVER)
-                == {a0: ("Healthy", ""), a1: ("Unhealthy", "exit 3: no carrier")}
-            ),
-            "the probes' verdicts",
-        )
+        verdicts = {a0: ("Healthy", ""), a1: ("Unhealthy", "exit 3: no carrier")}
+        await kubelet.wait_until(lambda k: k.device_health(DRIVER) == verdicts)
         assert d.server is not None
         assert d.server.health.streams == 1
-        # Heartbeats keep coming with no change: the kubelet's 30 s timeout never fires.
-        streams = kubelet.events.health_streams
-        await asyncio.sleep(0.5)
-        assert kubelet.events.health_streams == streams
+        streams = kubelet.count(HEALTH_STREAM)
+        now[0] += HEALTH_TIMEOUT + 1
+        assert kubelet.device_health(DRIVER)[a0] == ("Unknown", ""), "no report for 30 s"
+        await kubelet.wait_until(lambda k: k.device_health(DRIVER) == verdicts)  # a heartbeat
+        assert kubelet.count(HEALTH_STREAM) == streams
+
+
+async def prepare_and_unprepare(kubelet: EmbeddedDraKubelet) -> int:
+    """A pod's claim prepared and released after the DRA socket was lost; its devices.
+
+    The kubelet's channel, which failed while the socket was gone, reconnects
+    after gRPC's backoff (1 s, then 1.6 s...); the pod worker keeps retrying
+    meanwhile (here for up to about 6 s).
+    """
+    ids = await kubelet.prepare_pod(DRIVER, [claim()], attempts=8)
+    await kubelet.unprepare(DRIVER, [claim()])
+    return len(ids)
 
 
 async def test_removed_sockets_are_served_again_and_the_kubelet_registers_again(
     base: Path,
 ) -> None:
+    """Deleted or replaced by a file, each socket is served again (seen by inotify)."""
     claims = MemoryClaims({claim(): allocated(SERIAL, unit(0))})
-    async with (
-        EmbeddedDraKubelet(base / "registry") as kubelet,
-        driver(base, claims, guard_interval=0.05) as d,
-    ):
-        await eventually(lambda: kubelet.registered(DRIVER), "registered")
+    async with EmbeddedDraKubelet(base / "registry") as kubelet, driver(base, claims) as d:
+        await kubelet.wait_until(lambda k: k.registered(DRIVER))
         d.registration.socket.unlink()
-        await eventually(lambda: DRIVER in kubelet.events.deregistered, "deregistered")
-        await eventually(lambda: kubelet.events.registered.count(DRIVER) == 2, "again")
+        await kubelet.wait_until(lambda k: k.count(DEREGISTERED, DRIVER) == 1)
+        await kubelet.wait_until(lambda k: k.count(REGISTERED, DRIVER) == 2)
         d.dra_socket.unlink()
-        await eventually(d.dra_socket.exists, "DRA socket back")
-        assert len(await kubelet.prepare_pod(DRIVER, [claim()])) == 1
+        await eventually(d.dra_socket.is_socket, "DRA socket back")
+        assert await prepare_and_unprepare(kubelet) == 1
+        d.dra_socket.unlink()
+        d.dra_socket.write_text("not a socket")
+        await eventually(d.dra_socket.is_socket, "DRA socket back in place of a file")
+        assert await prepare_and_unprepare(kubelet) == 1
+
+
+async def test_a_removed_plugin_directory_is_made_and_served_again(base: Path) -> None:
+    """The DRA socket's directory removed (its watch lost): made again, the socket served."""
+    claims = MemoryClaims({claim(): allocated(SERIAL, unit(0))})
+    async with EmbeddedDraKubelet(base / "registry") as kubelet, driver(base, claims) as d:
+        await kubelet.wait_until(lambda k: k.registered(DRIVER))
+        await asyncio.to_thread(shutil.rmtree, d.dra_socket.parent)
+        await eventually(d.dra_socket.is_socket, "DRA socket back in a new directory")
+        assert await prepare_and_unprepare(kubelet) == 1
 
 
 @pytest.mark.parametrize("real_hooks", [False, True], ids=["recorded-hooks", "true-hooks"])
@@ -247,7 +279,7 @@ async def test_prepare_latency_through_the_kubelet(base: Path, real_hooks: bool)
     claims = MemoryClaims()
     hooks = run_hook if real_hooks else RecordedHooks()
     async with EmbeddedDraKubelet(base / "registry") as kubelet, driver(base, claims, hooks):
-        await eventually(lambda: kubelet.registered(DRIVER), "registered")
+        await kubelet.wait_until(lambda k: k.registered(DRIVER))
         times = []
         for n in range(20):
             ref = ClaimRef("ns", f"c{n}", f"uid-{n:04d}")
@@ -259,3 +291,13 @@ async def test_prepare_latency_through_the_kubelet(base: Path, real_hooks: bool)
         times.sort()
         print(f"\nprepare: median {times[10] * 1000:.1f} ms, max {times[-1] * 1000:.1f} ms")
         assert times[10] < 2.0
+
+
+async def test_a_wait_that_times_out_says_what_the_kubelet_saw(base: Path) -> None:
+    """``wait_until`` fails with the kubelet's state and its last events, in words."""
+    now = [42.0]
+    async with EmbeddedDraKubelet(base / "registry", clock=lambda: now[0]) as kubelet:
+        with pytest.raises(TimeoutError, match="plugins: none") as failed:
+            await kubelet.wait_until(lambda k: k.registered(DRIVER), timeout=0.05)
+    assert f"42.000 started -: watching {base / 'registry'}" in str(failed.value)
+    assert [e.kind for e in kubelet.events] == [DraEventKind.STARTED, DraEventKind.STOPPED]

@@ -73,7 +73,7 @@ async def test_publish_writes_one_slice_with_typed_attributes(
     client: kubeapi.AsyncClient, node_name: str
 ) -> None:
     """The devices land in one slice of the node's pool, with the attributes CEL reads."""
-    publisher = SlicePublisher(client, node=node_name, adopt_grace=0)
+    publisher = SlicePublisher(kubeapi.ApiSlices(client, node=node_name), adopt_grace=0)
     await publisher.start()
     await publisher.publish(RESOURCE, [unit("a", numa=1, serial="A1B2"), unit("b")], set())
     assert await publisher.flush()
@@ -96,7 +96,7 @@ async def test_only_changes_are_written_and_bursts_coalesce(
     client: kubeapi.AsyncClient, node_name: str
 ) -> None:
     """The same units again write nothing; ten changes in a row become one write."""
-    publisher = SlicePublisher(client, node=node_name, adopt_grace=0)
+    publisher = SlicePublisher(kubeapi.ApiSlices(client, node=node_name), adopt_grace=0)
     await publisher.start()
     units = [unit("a"), unit("b")]
     await publisher.publish(RESOURCE, units, set())
@@ -119,7 +119,7 @@ async def test_unhealthy_devices_stay_listed_with_a_taint_and_healthy_false(
     client: kubeapi.AsyncClient, node_name: str
 ) -> None:
     """The 1.36 API server keeps device taints: an unhealthy unit is NoSchedule, not gone."""
-    publisher = SlicePublisher(client, node=node_name, adopt_grace=0)
+    publisher = SlicePublisher(kubeapi.ApiSlices(client, node=node_name), adopt_grace=0)
     await publisher.start()
     await publisher.publish(RESOURCE, [unit("a"), unit("b")], {"b"})
     assert await publisher.flush()
@@ -144,7 +144,7 @@ async def test_many_units_split_into_slices_of_one_generation(
     client: kubeapi.AsyncClient, node_name: str
 ) -> None:
     """More units than a slice may hold: several slices, one pool, one generation, all counted."""
-    publisher = SlicePublisher(client, node=node_name, adopt_grace=0)
+    publisher = SlicePublisher(kubeapi.ApiSlices(client, node=node_name), adopt_grace=0)
     await publisher.start()
     many = [unit(f"u{i:03}") for i in range(MAX_DEVICES_PER_SLICE * 2 + 1)]
     await publisher.publish(RESOURCE, many, {"u000"})
@@ -171,7 +171,7 @@ async def test_many_units_split_into_slices_of_one_generation(
 async def test_withdraw_deletes_the_resources_slices(
     client: kubeapi.AsyncClient, node_name: str
 ) -> None:
-    publisher = SlicePublisher(client, node=node_name, adopt_grace=0)
+    publisher = SlicePublisher(kubeapi.ApiSlices(client, node=node_name), adopt_grace=0)
     await publisher.start()
     await publisher.publish(RESOURCE, [unit("a")], set())
     await publisher.publish("example.com/other", [unit("x")], set())
@@ -188,7 +188,7 @@ async def test_a_new_instance_takes_over_without_rewriting_and_removes_the_rest(
     client: kubeapi.AsyncClient, node_name: str
 ) -> None:
     """A restart publishing the same units writes nothing; an unserved resource goes."""
-    first = SlicePublisher(client, node=node_name, adopt_grace=0)
+    first = SlicePublisher(kubeapi.ApiSlices(client, node=node_name), adopt_grace=0)
     await first.start()
     await first.publish(RESOURCE, [unit("a")], set())
     await first.publish("example.com/gone", [unit("g")], set())
@@ -196,7 +196,7 @@ async def test_a_new_instance_takes_over_without_rewriting_and_removes_the_rest(
     await first.close()
     kept = await held(client, node_name)
 
-    second = SlicePublisher(client, node=node_name, adopt_grace=0.3)
+    second = SlicePublisher(kubeapi.ApiSlices(client, node=node_name), adopt_grace=0.3)
     await second.start()
     await second.publish(RESOURCE, [unit("a")], set())
     assert await second.flush()
@@ -205,7 +205,7 @@ async def test_a_new_instance_takes_over_without_rewriting_and_removes_the_rest(
     assert second.writes == 2  # the kept slice with the new count, the gone one deleted
     await second.close()
 
-    third = SlicePublisher(client, node=node_name, adopt_grace=0.3)
+    third = SlicePublisher(kubeapi.ApiSlices(client, node=node_name), adopt_grace=0.3)
     await third.start()
     await third.publish(RESOURCE, [unit("a")], set())
     assert await third.flush()
@@ -222,7 +222,7 @@ async def test_the_takeover_waits_for_every_expected_resource(
     client: kubeapi.AsyncClient, node_name: str
 ) -> None:
     """A resource slower to scan keeps its slice (never deleted and made again); one write."""
-    first = SlicePublisher(client, node=node_name, adopt_grace=0)
+    first = SlicePublisher(kubeapi.ApiSlices(client, node=node_name), adopt_grace=0)
     await first.start()
     for name in ("example.com/a", "example.com/b", "example.com/gone"):
         await first.publish(name, [unit("u")], set())
@@ -230,7 +230,7 @@ async def test_the_takeover_waits_for_every_expected_resource(
     await first.close()
     before = await held(client, node_name)
 
-    second = SlicePublisher(client, node=node_name, adopt_grace=60)
+    second = SlicePublisher(kubeapi.ApiSlices(client, node=node_name), adopt_grace=60)
     second.expect("example.com/a")
     second.expect("example.com/b")
     await second.start()
@@ -253,14 +253,14 @@ async def test_a_resource_that_never_publishes_holds_the_takeover_only_for_the_g
     client: kubeapi.AsyncClient, node_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """After ``adopt_grace`` the first write goes ahead, and says which resource it gave up on."""
-    first = SlicePublisher(client, node=node_name, adopt_grace=0)
+    first = SlicePublisher(kubeapi.ApiSlices(client, node=node_name), adopt_grace=0)
     await first.start()
     await first.publish("example.com/a", [unit("u")], set())
     await first.publish("example.com/stuck", [unit("u")], set())
     assert await first.flush()
     await first.close()
 
-    second = SlicePublisher(client, node=node_name, adopt_grace=0.3)
+    second = SlicePublisher(kubeapi.ApiSlices(client, node=node_name), adopt_grace=0.3)
     second.expect("example.com/a")
     second.expect("example.com/stuck")
     with caplog.at_level(logging.INFO, "genericdp.dra.publisher"):
@@ -276,7 +276,7 @@ async def test_someone_elses_edit_is_a_conflict_that_is_retried(
     client: kubeapi.AsyncClient, node_name: str, apiserver: ApiServer
 ) -> None:
     """A slice changed behind the publisher's back: the replace conflicts; it lists and wins."""
-    publisher = SlicePublisher(client, node=node_name, adopt_grace=0)
+    publisher = SlicePublisher(kubeapi.ApiSlices(client, node=node_name), adopt_grace=0)
     await publisher.start()
     await publisher.publish(RESOURCE, [unit("a")], set())
     assert await publisher.flush()
@@ -295,7 +295,7 @@ async def test_slice_update_latency_is_under_a_second(
     client: kubeapi.AsyncClient, node_name: str
 ) -> None:
     """From publish to the change readable from the API server (docs/dra.md quotes the numbers)."""
-    publisher = SlicePublisher(client, node=node_name, adopt_grace=0)
+    publisher = SlicePublisher(kubeapi.ApiSlices(client, node=node_name), adopt_grace=0)
     await publisher.start()
     await publisher.publish(RESOURCE, [unit("a")], set())
     assert await publisher.flush()
@@ -325,7 +325,7 @@ async def test_an_unreachable_api_server_is_logged_and_retried_never_raised(
         apiserver.kubeconfig.read_text().replace(apiserver.url, f"https://127.0.0.1:{free_port()}")
     )
     api = kubeapi.connect(dead)
-    publisher = SlicePublisher(api, node="nowhere", adopt_grace=0)
+    publisher = SlicePublisher(kubeapi.ApiSlices(api, node="nowhere"), adopt_grace=0)
     with caplog.at_level(logging.WARNING, "genericdp.dra.publisher"):
         await publisher.start()
         await publisher.publish(RESOURCE, [unit("a")], set())
@@ -342,7 +342,7 @@ async def test_slices_deleted_by_someone_else_come_back(
     client: kubeapi.AsyncClient, node_name: str, apiserver: ApiServer
 ) -> None:
     """The kubelet deletes a node's slices when it starts: the watch notices, and rewrites."""
-    publisher = SlicePublisher(client, node=node_name, adopt_grace=0)
+    publisher = SlicePublisher(kubeapi.ApiSlices(client, node=node_name), adopt_grace=0)
     await publisher.start()
     await publisher.publish(RESOURCE, [unit("a")], set())
     assert await publisher.flush()
@@ -359,7 +359,7 @@ async def test_slices_deleted_by_someone_else_come_back(
 async def test_a_tampered_slice_is_put_back_and_a_relabelled_one_is_left_alone(
     client: kubeapi.AsyncClient, node_name: str, apiserver: ApiServer
 ) -> None:
-    publisher = SlicePublisher(client, node=node_name, adopt_grace=0)
+    publisher = SlicePublisher(kubeapi.ApiSlices(client, node=node_name), adopt_grace=0)
     await publisher.start()
     await publisher.publish(RESOURCE, [unit("a")], set())
     assert await publisher.flush()

@@ -91,7 +91,7 @@ async def test_claims_allocated_in_the_api_server_are_prepared(
         supervisor = Supervisor(settings, dra, discover=discovery, run_hook=run_hook)
         await supervisor.start(config(CONFIG))
         try:
-            await eventually(lambda: kubelet.registered(DEFAULT_DRIVER), "registered")
+            await kubelet.wait_until(lambda k: k.registered(DEFAULT_DRIVER))
             await eventually(
                 lambda: device_names(apiserver) == {usb0, device_name(NAME, "ttyUSB1")},
                 "the slice in the API server",

@@ -25,9 +25,9 @@ from genericdp.config.model import Config
 from genericdp.deviceplugin.sockets import socket_path
 from genericdp.errors import KubeletError
 from genericdp.kubelet.embedded import EmbeddedKubelet
-from genericdp.kubelet.options import MAX_UNIX_PATH_BYTES
 from genericdp.metrics import Metrics
 from genericdp.runtime.supervisor import Supervisor
+from genericdp.unixgrpc import MAX_UNIX_PATH_BYTES
 from tests.polling import eventually
 from tests.runtime_harness import (
     Running,

@@ -35,7 +35,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "hooks",
         "execution discovery",
         "reaper config",
-        "settings httpserver",
+        "settings httpserver unixgrpc",
         "aio",
         "logsetup",
         "errors exits k8snames replicaids atomicfile protogen memtrim __init__",

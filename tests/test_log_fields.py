@@ -54,7 +54,7 @@ async def _log_from_a_task(fmt: str) -> list[str]:
         log.info("example.com/a: unit u1: cleaned")
 
     fields = {"resource": "example.com/a", "unit": "u1"}
-    await tasks.spawn("example.com/a/cleanup/u1", work, log_fields=fields)
+    await tasks.spawn("example.com/a/cleanup/u1", work, log_fields=fields, finishable=True)
     log.info("outside any resource")
     await tasks.stop()
     return stream.getvalue().splitlines()

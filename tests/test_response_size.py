@@ -10,7 +10,8 @@ import pytest
 from genericdp.allocation.plan import Allocation, DeviceSpec, Mount
 from genericdp.config.model import frozen_map
 from genericdp.errors import UnsafeAllocationError
-from genericdp.kubelet.servicer import MAX_MESSAGE_BYTES, allocate_response
+from genericdp.kubelet.servicer import allocate_response
+from genericdp.unixgrpc import MAX_MESSAGE_BYTES
 
 ALPHABET = ["a", "/", "-", "é", "€", "𝄞", "\n", ""]  # 1 to 4 bytes in UTF-8, and none
 

@@ -16,9 +16,10 @@ from genericdp.deviceplugin.sockets import remove_stale_sockets, socket_name
 from genericdp.discovery.model import Unit
 from genericdp.errors import KubeletError
 from genericdp.kubelet.devices import DeviceInfo
-from genericdp.kubelet.servicer import MAX_MESSAGE_BYTES, list_response
+from genericdp.kubelet.servicer import list_response
 from genericdp.runtime.state import DeviceState
 from genericdp.runtime.supervisor import Supervisor
+from genericdp.unixgrpc import MAX_MESSAGE_BYTES
 from tests.runtime_harness import settings_for
 
 

@@ -3,11 +3,15 @@
 - ``TaskSet``: named tasks that are tracked, guarded and cancelled together.
   ``spawn`` runs a long-lived coroutine whose failure is logged with its
   name and, given a ``Backoff``, restarted after a growing delay; it never
-  takes its neighbours down. ``run`` starts a one-shot coroutine whose
-  failure is logged, never lost. Shutdown is cancellation plus a bounded
-  wait that names the stragglers.
+  takes its neighbours down. A spawned task is meant to run until it is
+  cancelled: one that returns is logged as ended unexpectedly (a loop that
+  fell out silently is a resource that stopped working), unless it was
+  spawned ``finishable`` (kopf's ``aiotasks.guard``). ``run`` starts a
+  one-shot coroutine whose failure is logged, never lost. Shutdown is
+  cancellation plus a bounded wait that names the stragglers.
 - ``Backoff``: exponential, with jitter.
 - ``wait_event``: an event with a timeout that never swallows a cancel.
+- ``Changes``: "something changed", for any number of waiters on a condition.
 - ``inotify_events``: one non-blocking inotify instance read from the loop.
 """
 
@@ -77,14 +81,19 @@ class TaskSet:
         *,
         backoff: Backoff | None = None,
         log_fields: Mapping[str, str] | None = None,
+        finishable: bool = False,
     ) -> asyncio.Task[None]:
         """Run ``factory()`` as task ``name``; with ``backoff``, restart it after failures.
-        Its log lines (JSON) carry ``log_fields`` (``resource``, ``unit``)."""
+
+        Its log lines (JSON) carry ``log_fields`` (``resource``, ``unit``).
+        Unless ``finishable``, its returning is logged as a warning.
+        """
         old = self._guarded.get(name)
         if old is not None and not old.done():
             raise RuntimeError(f"task {name} is already running")
         context = logsetup.context_with(**log_fields) if log_fields else None
-        task = asyncio.create_task(self._guard(name, factory, backoff), name=name, context=context)
+        guard = self._guard(name, factory, backoff, finishable=finishable)
+        task = asyncio.create_task(guard, name=name, context=context)
         self._guarded[name] = task
         self._track(task)
         return task
@@ -143,6 +152,8 @@ class TaskSet:
         name: str,
         factory: Callable[[], Coroutine[Any, Any, None]],
         backoff: Backoff | None,
+        *,
+        finishable: bool,
     ) -> None:
         loop = asyncio.get_running_loop()
         while True:
@@ -157,6 +168,8 @@ class TaskSet:
             except Exception:
                 self._log.exception("task %s failed", name)
             else:
+                if not finishable:
+                    self._log.warning("task %s ended unexpectedly", name)
                 return
             if backoff is None:
                 return
@@ -180,6 +193,32 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:  # no
     except TimeoutError:
         return False
     return True
+
+
+class Changes:
+    """A signal that state changed, for waiters that each wait for a condition of their own.
+
+    ``notify`` wakes every waiter and arms a fresh event for the next change,
+    so a waiter never misses one: it checks its condition again after each.
+    """
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def until(self, condition: Callable[[], bool], timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait until ``condition()`` holds, checked at every change; False after ``timeout``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not condition():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            await wait_event(self._event, remaining)
+        return True
 
 
 @asynccontextmanager

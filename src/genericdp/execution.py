@@ -164,7 +164,8 @@ class _Tail(asyncio.Protocol):
     async def finished(self, grace: float) -> None:
         """Wait for EOF, but not for a writer that escaped our process group."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._done), grace)
+            async with asyncio.timeout(grace):  # not wait_for: see aio.wait_event
+                await asyncio.shield(self._done)
 
     def text(self) -> tuple[str, bool]:
         text = self._buffer.decode("utf-8", "replace")
@@ -259,7 +260,8 @@ async def _stop_firmly(proc: asyncio.subprocess.Process, grace: float, run_id: s
     except asyncio.CancelledError:
         _signal_all(proc, run_id, signal.SIGKILL, {})
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(proc.wait(), _REAP_WAIT)
+            async with asyncio.timeout(_REAP_WAIT):
+                await proc.wait()
         if proc.returncode is not None:  # else reaping could steal the leader's status
             _reap_group(proc.pid)
         raise

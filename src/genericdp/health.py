@@ -221,7 +221,8 @@ class HealthMonitor:
         )
         results: list[ExecResult | None]
         try:
-            results = list(await asyncio.wait_for(asyncio.shield(reading), probe.timeout))
+            async with asyncio.timeout(probe.timeout):  # not wait_for: see aio.wait_event
+                results = list(await asyncio.shield(reading))
         except TimeoutError:
             elapsed = time.monotonic() - started
             timed_out = ExecResult(argv, None, True, "read timed out", elapsed, None)

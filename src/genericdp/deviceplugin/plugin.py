@@ -23,11 +23,12 @@ from genericdp.deviceplugin.registrar import Registrar
 from genericdp.deviceplugin.replicas import counts, device_list
 from genericdp.kubelet.devices import DeviceInfo
 from genericdp.kubelet.options import PluginOptions
-from genericdp.kubelet.servicer import PluginServer, PreferredRequest
+from genericdp.kubelet.servicer import PreferredRequest, serve_plugin
 from genericdp.runtime.allocator import Allocator
 from genericdp.runtime.backend import ResourceParts
 from genericdp.runtime.edge import PluginStatus
 from genericdp.runtime.state import DeviceState
+from genericdp.unixgrpc import UnixServer
 
 _Answer = TypeVar("_Answer")
 
@@ -50,8 +51,8 @@ class ResourcePlugin:
             plugin_dir=plugin_dir,
         )
 
-    async def _start_server(self, path: Path) -> PluginServer:
-        return await PluginServer.start(self, path)
+    async def _start_server(self, path: Path) -> UnixServer:
+        return await serve_plugin(self, path)
 
     # -- the Edge the runner uses ------------------------------------------------
 

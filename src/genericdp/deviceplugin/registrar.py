@@ -42,17 +42,12 @@ from pathlib import Path
 
 from genericdp.aio import Backoff, wait_event
 from genericdp.deviceplugin.kubeletwatch import DirChange
-from genericdp.deviceplugin.sockets import FileId, file_id, socket_path
+from genericdp.deviceplugin.sockets import socket_path
 from genericdp.errors import KubeletError, RegistrationError
-from genericdp.kubelet.options import (
-    KUBELET_SOCKET_NAME,
-    MAX_UNIX_PATH_BYTES,
-    REGISTER_TIMEOUT,
-    PluginOptions,
-)
+from genericdp.kubelet.options import KUBELET_SOCKET_NAME, REGISTER_TIMEOUT, PluginOptions
 from genericdp.kubelet.registration import register
-from genericdp.kubelet.servicer import PluginServer
 from genericdp.runtime.context import ResourceContext
+from genericdp.unixgrpc import MAX_UNIX_PATH_BYTES, FileId, UnixServer, file_id
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +56,7 @@ log = logging.getLogger(__name__)
 # taken for another client's, and a second Register would follow.
 STREAM_WAIT = 5.0
 
-Serve = Callable[[Path], Awaitable[PluginServer]]
-
-
-def _clear(path: Path) -> None:
-    path.unlink(missing_ok=True)
+Serve = Callable[[Path], Awaitable[UnixServer]]
 
 
 class Registrar:
@@ -93,8 +84,7 @@ class Registrar:
         self._on_status = context.on_status
         self._settle = context.settle
         self._backoff = Backoff()
-        self._server: PluginServer | None = None
-        self._socket_id: FileId | None = None  # the socket file our server bound
+        self._server: UnixServer | None = None
         self._socket_lost = asyncio.Event()  # set when it is deleted or replaced
         self._wanted = asyncio.Event()
         self._reasons: list[str] = []
@@ -319,12 +309,7 @@ class Registrar:
 
     def _socket_intact(self) -> bool:
         """Whether the socket our server bound is still at its path (same file, a socket)."""
-        server = self._server
-        return (
-            server is not None
-            and self._socket_id is not None
-            and file_id(server.socket, socket_only=True) == self._socket_id
-        )
+        return self._server is not None and self._server.intact()
 
     async def _ensure_serving(self) -> None:
         """Serve on a fresh socket unless the current one is still in place.
@@ -345,12 +330,10 @@ class Registrar:
 
     async def _serve(self, path: Path) -> None:
         """Stop the current server (if any) and serve on ``path``, replacing what is there."""
-        server, self._server, self._socket_id = self._server, None, None
+        server, self._server = self._server, None
         if server is not None:
             # At once: its socket is gone (its streams are a dead kubelet's or
             # another client's) or being replaced, and the kubelet waits for the new one.
             await server.stop(None)
-        _clear(path)  # a file left where our socket was: our name, our file
-        self._server = await self._start_server(path)
-        self._socket_id = file_id(path, socket_only=True)
+        self._server = await self._start_server(path)  # a file left at our name is cleared
         log.info("%s: serving on %s", self.resource, path)

@@ -2,41 +2,26 @@
 
 One socket per resource and per start (``gdp-<slug>-<token>.sock``): a
 fresh name never collides with what the kubelet knows. A socket is known by
-its inode, not its path: a regular file put in its place is not our socket.
+its inode, not its path (``unixgrpc.file_id``): a regular file put in its
+place is not our socket.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import re
 import secrets
 import socket as socketlib
-import stat
 from pathlib import Path
 
 from genericdp.errors import KubeletError
-from genericdp.kubelet.options import MAX_UNIX_PATH_BYTES
+from genericdp.unixgrpc import MAX_UNIX_PATH_BYTES
 
 log = logging.getLogger(__name__)
 
 SOCKET_PREFIX = "gdp-"
 _MAX_SLUG = 40
-
-FileId = tuple[int, int]  # st_dev, st_ino: one file, not one path (a chmod keeps it)
-
-
-def file_id(path: Path, *, socket_only: bool = False) -> FileId | None:
-    """Identify the file at ``path`` (None when absent, or not a socket if asked)."""
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return None
-    if socket_only and not stat.S_ISSOCK(info.st_mode):
-        return None
-    return info.st_dev, info.st_ino
-
 
 def socket_name(resource: str, token: str | None = None, *, max_bytes: int | None = None) -> str:
     """``gdp-<slug>-<token>.sock``: unique per start, recognisably ours.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from genericdp.dra.claims import AllocatedDevice, ClaimError, ClaimRef
-from genericdp.dra.kubeapi import RESOURCE_CLAIM, ApiError, AsyncClient, status_code
+from genericdp.dra.kubeapi import ApiRequestError, AsyncClient, get_claim
 from genericdp.dra.naming import DEFAULT_DRIVER
 
 
@@ -25,15 +25,11 @@ class ApiClaimSource:
     async def allocated_devices(self, claim: ClaimRef) -> tuple[AllocatedDevice, ...]:
         where = f"ResourceClaim {claim.namespace}/{claim.name}"
         try:
-            obj: dict[str, Any] = dict(
-                await self._client.get(RESOURCE_CLAIM, claim.name, namespace=claim.namespace)
-            )
-        except ApiError as err:
-            if status_code(err) == 404:
+            obj: dict[str, Any] = await get_claim(self._client, claim.namespace, claim.name)
+        except ApiRequestError as err:
+            if err.code == 404:
                 raise ClaimError(f"{where}: not found (deleted?)") from err
-            raise ClaimError(
-                f"{where}: the API server answered {status_code(err)}: {err.status.message}"
-            ) from err
+            raise ClaimError(str(err)) from err
         except Exception as err:  # connection, TLS, timeout: the kubelet retries
             raise ClaimError(f"{where}: cannot read it: {type(err).__name__}: {err}") from err
         uid = (obj.get("metadata") or {}).get("uid")

@@ -150,12 +150,12 @@ async def open_api(settings: Settings) -> ApiPieces:
     """The claim source and the slice publisher over the API server: the only place
     the API client library is loaded (the device-plugin backend never comes here)."""
     from genericdp.dra.apiclaims import ApiClaimSource
-    from genericdp.dra.kubeapi import connect
+    from genericdp.dra.kubeapi import ApiSlices, connect
     from genericdp.dra.publisher import SlicePublisher
 
     client = connect(Path(settings.kubeconfig) if settings.kubeconfig else None)
     node, driver = settings.node_name, settings.dra_driver_name
-    publisher = SlicePublisher(client, node=node, driver=driver)
+    publisher = SlicePublisher(ApiSlices(client, node=node, driver=driver))
     await publisher.start()
 
     async def close() -> None:

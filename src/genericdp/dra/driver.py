@@ -11,19 +11,21 @@ lays it out, which the kubelet expects of no one but which admins know:
 - ``<plugins dir>/<driver>/dra.sock``: the DRA services (``service.py``);
 - ``<plugins dir>/<driver>/checkpoint.json``: prepared claims (``checkpoint.py``).
 
-Both sockets are watched (``guard_interval``) and served again when deleted
-or replaced: the kubelet's plugin watcher registers the driver again when it
-sees the new registration socket.
+Both sockets' directories are watched with inotify and a socket deleted or
+replaced is served again at once: the kubelet's plugin watcher registers the
+driver again when it sees the new registration socket.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from inotify_simple import flags
+
+from genericdp.aio import Backoff, TaskSet, inotify_events
 from genericdp.allocation.cdi import remove_stale_claim_specs
 from genericdp.dra.checkpoint import FILE_NAME, Checkpoint
 from genericdp.dra.claims import ClaimSource
@@ -33,17 +35,20 @@ from genericdp.dra.registration import (
     RegistrationServer,
     RegistrationService,
     registration_socket,
-    socket_id,
 )
 from genericdp.dra.service import HEARTBEAT, SERVICES, DraServer
-from genericdp.errors import GenericdpError
+from genericdp.errors import KubeletError
 from genericdp.hooks import HookRunner
 from genericdp.runtime.recorder import NO_METRICS, Recorder
 
 log = logging.getLogger(__name__)
 
 DRA_SOCKET = "dra.sock"
-GUARD_INTERVAL = 1.0  # seconds between checks that both sockets are still ours
+# What can take a socket away: a file deleted, moved or created over it, or
+# the directory itself gone (then the watch is set up again).
+_CHANGES = flags.CREATE | flags.DELETE | flags.MOVED_TO | flags.MOVED_FROM
+_LOST = flags.DELETE_SELF | flags.MOVE_SELF | flags.IGNORED | flags.Q_OVERFLOW
+_MASK = _CHANGES | flags.DELETE_SELF | flags.MOVE_SELF | flags.ONLYDIR
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,6 @@ class DraDriver:
         claims: ClaimSource,
         run_hook: HookRunner,
         heartbeat: float = HEARTBEAT,
-        guard_interval: float = GUARD_INTERVAL,
         recorder: Recorder = NO_METRICS,
     ) -> None:
         self.driver = driver
@@ -92,10 +96,8 @@ class DraDriver:
             registration_socket(paths.registry_dir, driver),
         )
         self._heartbeat = heartbeat
-        self._guard_interval = guard_interval
         self._server: DraServer | None = None
-        self._dra_id: tuple[int, int] | None = None
-        self._guard: asyncio.Task[None] | None = None
+        self._tasks = TaskSet(log)
 
     @property
     def server(self) -> DraServer | None:
@@ -121,13 +123,10 @@ class DraDriver:
             self.registration.socket,
             self.dra_socket,
         )
-        self._guard = asyncio.create_task(self._keep_sockets(), name=f"dra/{self.driver}/sockets")
+        self._tasks.spawn(f"dra/{self.driver}/sockets", self._keep_sockets, backoff=Backoff())
 
     async def close(self) -> None:
-        if self._guard is not None:
-            self._guard.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._guard
+        await self._tasks.stop()
         await self.registration.stop()
         if self._server is not None:
             await self._server.stop()
@@ -139,20 +138,48 @@ class DraDriver:
         self._server = await DraServer.start(
             self.preparer, self.inventory, self.dra_socket, heartbeat=self._heartbeat
         )
-        self._dra_id = socket_id(self.dra_socket)
 
     async def _keep_sockets(self) -> None:
-        while True:
-            await asyncio.sleep(self._guard_interval)
-            try:
-                if socket_id(self.dra_socket) != self._dra_id:
-                    log.warning("the DRA socket %s was removed: serving it again", self.dra_socket)
-                    await self._serve_dra()
-                if not self.registration.intact():
-                    log.warning(
-                        "the registration socket %s was removed: serving it again",
-                        self.registration.socket,
+        """Serve a socket again whenever it is deleted or replaced, until cancelled.
+
+        Raises KubeletError when a directory cannot be watched, goes away, or
+        a socket cannot be served again: the task's guard logs it and starts
+        over with backoff, which serves what is missing first.
+        """
+        directories = sorted({self.dra_socket.parent, self.registration.socket.parent})
+        await asyncio.to_thread(_make_dirs, directories)  # removed ones come back, as on start
+        async with inotify_events(lambda exc: KubeletError(f"cannot start inotify: {exc}")) as (
+            inotify,
+            readable,
+        ):
+            for directory in directories:
+                try:
+                    inotify.add_watch(directory, _MASK)
+                except OSError as exc:
+                    raise KubeletError(f"cannot watch {directory}: {exc.strerror}") from exc
+            while True:
+                # After the watches are set: a loss just before them is seen here.
+                await self._repair()
+                await readable.wait()
+                readable.clear()
+                if any(event.mask & _LOST for event in inotify.read(timeout=0)):
+                    raise KubeletError(
+                        f"{' or '.join(map(str, directories))} was removed or replaced;"
+                        " watching again"
                     )
-                    await self.registration.start()
-            except GenericdpError as exc:
-                log.error("DRA driver %s: %s (retrying)", self.driver, exc)
+
+    async def _repair(self) -> None:
+        if self._server is None or not self._server.intact():
+            log.warning("the DRA socket %s was removed: serving it again", self.dra_socket)
+            await self._serve_dra()
+        if not self.registration.intact():
+            log.warning(
+                "the registration socket %s was removed: serving it again",
+                self.registration.socket,
+            )
+            await self.registration.start()
+
+
+def _make_dirs(directories: list[Path]) -> None:
+    for directory in directories:
+        directory.mkdir(parents=True, exist_ok=True)

@@ -24,32 +24,26 @@ nor writes the pool once per resource as their scans end. A watch of the
 node's slices notices what others change or delete (the kubelet deletes a
 node's slices when it starts): the pool is compared again and rewritten if
 it differs.
+
+The API server is reached through a ``SliceStore``: the node's slices of
+the driver, five verbs, our own errors (``kubeapi.ApiSlices`` is the real
+one; the tests have one in memory).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Any
+from typing import Any, Protocol
 
+from genericdp.aio import Backoff, TaskSet, wait_event
 from genericdp.config.model import AttributeValue
 from genericdp.discovery.model import Unit
 from genericdp.dra import slices
-from genericdp.dra.kubeapi import (
-    RESOURCE_SLICE,
-    ApiError,
-    AsyncClient,
-    as_slice,
-    list_slices,
-    status_code,
-    watch_slices,
-)
-from genericdp.dra.naming import DEFAULT_DRIVER
+from genericdp.errors import GenericdpError
 
 log = logging.getLogger(__name__)
 
@@ -62,21 +56,53 @@ FAILURE_LOG_EVERY = 30.0  # seconds between warnings while the API server stays 
 CLOSE_FLUSH = 2.0  # seconds close waits for a pending write
 
 
+class SliceStore(Protocol):
+    """Where the ResourceSlices of one node and driver are kept (the API server).
+
+    Failures are ``GenericdpError`` when the server answered (a conflict, a
+    refusal), any other exception when it could not be reached.
+    """
+
+    @property
+    def node(self) -> str: ...
+
+    @property
+    def driver(self) -> str: ...
+
+    async def list(self) -> dict[str, dict[str, Any]]:
+        """``{name: slice}``: every slice of the node and driver."""
+        ...
+
+    def watch(self) -> AsyncIterable[tuple[str, dict[str, Any]]]:
+        """``(ADDED|MODIFIED|DELETED, slice)`` as they happen, until it fails or ends."""
+        ...
+
+    async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create ``obj``; what the server holds now."""
+        ...
+
+    async def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Replace the slice at ``obj``'s ``resourceVersion``; what the server holds now."""
+        ...
+
+    async def delete(self, name: str) -> None:
+        """Delete slice ``name``; one already gone is no error."""
+        ...
+
+
 class SlicePublisher:
     """The ResourceSlices of one node's pool, written by one task."""
 
     def __init__(
         self,
-        client: AsyncClient,
+        store: SliceStore,
         *,
-        node: str,
-        driver: str = DEFAULT_DRIVER,
         coalesce: float = COALESCE,
         adopt_grace: float = ADOPT_GRACE,
     ) -> None:
-        self._client = client
-        self.node = node
-        self.driver = driver
+        self._store = store
+        self.node = store.node
+        self.driver = store.driver
         self._coalesce = coalesce
         self._adopt_grace = adopt_grace
         self._desired: dict[str, list[dict[str, Any]]] = {}
@@ -85,8 +111,8 @@ class SlicePublisher:
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
-        self._task: asyncio.Task[None] | None = None
-        self._watcher: asyncio.Task[None] | None = None
+        self._tasks = TaskSet(log)
+        self._started = False
         self._started_at = 0.0
         self.writes = 0  # slices created, replaced or deleted (tests and docs count them)
         self._adopted = False
@@ -100,11 +126,15 @@ class SlicePublisher:
 
         Returns at once: an unreachable API server delays nothing but the writes.
         """
-        if self._task is not None:
+        if self._started:
             return
+        self._started = True
         self._started_at = time.monotonic()
-        self._task = asyncio.create_task(self._run(), name=f"dra/slices/{self.node}")
-        self._watcher = asyncio.create_task(self._watch(), name=f"dra/slices/{self.node}/watch")
+        # Both loops handle the API server's failures themselves; a bug of
+        # ours is logged by the guard and the loop started again.
+        for name, loop in ((self.node, self._run), (f"{self.node}/watch", self._watch)):
+            restart = Backoff(initial=BACKOFF_FIRST, maximum=BACKOFF_MAX)
+            self._tasks.spawn(f"dra/slices/{name}", loop, backoff=restart)
         # Slices of resources that are not published again are deleted at the first write.
         self._changed()
 
@@ -149,31 +179,23 @@ class SlicePublisher:
 
     async def flush(self, timeout: float = CLOSE_FLUSH) -> bool:  # noqa: ASYNC109 - a bounded wait
         """Wait until what was published is written; False when ``timeout`` passed first."""
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
+        return await wait_event(self._idle, timeout)
 
     async def close(self) -> None:
         """Write what is pending (for at most ``CLOSE_FLUSH`` s) and stop; the slices stay."""
-        if self._task is None:
+        if not self._started:
             return
         if not await self.flush():
             log.warning("stopping with ResourceSlice changes of node %s unwritten", self.node)
-        for task in (self._task, self._watcher):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        self._task = self._watcher = None
+        await self._tasks.stop()
+        self._started = False
 
     def _changed(self) -> None:
         self._idle.clear()
         self._wake.set()
 
     async def _run(self) -> None:
-        delay = BACKOFF_FIRST
+        backoff = Backoff(initial=BACKOFF_FIRST, maximum=BACKOFF_MAX)
         failing_since: float | None = None
         last_warning = 0.0
         while True:
@@ -188,6 +210,7 @@ class SlicePublisher:
                 await self._sync()
             except Exception as err:  # the daemon keeps serving; retried below
                 self._held = None  # list again before the next try
+                delay = backoff.next()
                 now = time.monotonic()
                 if failing_since is None or now - last_warning >= FAILURE_LOG_EVERY:
                     log.warning(
@@ -199,8 +222,7 @@ class SlicePublisher:
                     last_warning = now
                 failing_since = failing_since or now
                 self._wake.set()
-                await asyncio.sleep(delay * random.uniform(0.8, 1.2))  # noqa: S311 - jitter
-                delay = min(delay * 2, BACKOFF_MAX)
+                await asyncio.sleep(delay)
                 continue
             if failing_since is not None:
                 log.info(
@@ -208,7 +230,8 @@ class SlicePublisher:
                     self.node,
                     time.monotonic() - failing_since,
                 )
-            failing_since, delay = None, BACKOFF_FIRST
+            failing_since = None
+            backoff.reset()
             if not self._wake.is_set():
                 self._idle.set()
 
@@ -216,8 +239,7 @@ class SlicePublisher:
         """Wait until every expected resource has published or withdrawn, or the grace is over."""
         left = self._started_at + self._adopt_grace - time.monotonic()
         if not self._all_in.is_set() and left > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._all_in.wait(), left)
+            await wait_event(self._all_in, left)
         late = sorted(self._expected - self._answered)
         if late:
             log.info(
@@ -230,13 +252,11 @@ class SlicePublisher:
 
     async def _watch(self) -> None:
         """Notice changes made by others (the kubelet deletes a node's slices when it starts)."""
-        delay = BACKOFF_FIRST
+        backoff = Backoff(initial=BACKOFF_FIRST, maximum=BACKOFF_MAX)
         while True:
             try:
-                async for kind, obj in watch_slices(
-                    self._client, node=self.node, driver=self.driver
-                ):
-                    delay = BACKOFF_FIRST
+                async for kind, obj in self._store.watch():
+                    backoff.reset()
                     self._observed(kind, obj)
             except Exception as err:  # watched again below
                 log.debug(
@@ -245,8 +265,7 @@ class SlicePublisher:
             # Events may have been missed: compare everything again.
             self._held = None
             self._changed()
-            await asyncio.sleep(delay * random.uniform(0.8, 1.2))  # noqa: S311 - jitter
-            delay = min(delay * 2, BACKOFF_MAX)
+            await asyncio.sleep(backoff.next())
 
     def _observed(self, kind: str, obj: dict[str, Any]) -> None:
         held = self._held
@@ -267,12 +286,9 @@ class SlicePublisher:
         self._held = None
         self._changed()
 
-    async def _list(self) -> dict[str, dict[str, Any]]:
-        return await list_slices(self._client, node=self.node, driver=self.driver)
-
     async def _sync(self) -> None:
         if self._held is None:
-            self._held = await self._list()
+            self._held = await self._store.list()
             if not self._adopted and self._held:
                 log.info(
                     "adopting %d ResourceSlice(s) of node %s: %s",
@@ -334,16 +350,12 @@ class SlicePublisher:
         self, name: str, obj: dict[str, Any], old: dict[str, Any] | None
     ) -> tuple[str, dict[str, Any]]:
         if old is None:
-            return name, dict(await self._client.create(as_slice(obj)))
+            return name, await self._store.create(obj)
         obj["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
-        return name, dict(await self._client.replace(as_slice(obj)))
+        return name, await self._store.replace(obj)
 
     async def _delete(self, name: str) -> tuple[str, None]:
-        try:
-            await self._client.delete(RESOURCE_SLICE, name)
-        except ApiError as err:
-            if status_code(err) != 404:
-                raise
+        await self._store.delete(name)
         return name, None
 
 
@@ -360,6 +372,6 @@ def _same(wanted: dict[str, dict[str, Any]], held: dict[str, dict[str, Any]]) ->
 
 
 def _describe(err: Exception) -> str:
-    if isinstance(err, ApiError):
-        return f"API server answered {status_code(err)}: {err.status.message}"
+    if isinstance(err, GenericdpError):
+        return str(err)
     return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__

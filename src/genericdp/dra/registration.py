@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,26 +25,16 @@ import grpc
 
 from genericdp.dra.api import pluginregistration_pb2 as reg_pb
 from genericdp.dra.api import pluginregistration_pb2_grpc as reg_grpc
-from genericdp.errors import KubeletError, clip
+from genericdp.errors import clip
+from genericdp.unixgrpc import UnixServer, serve
 
 log = logging.getLogger(__name__)
 
 PLUGIN_TYPE = "DRAPlugin"
 
-FileId = tuple[int, int]
-
 
 def registration_socket(registry_dir: Path, driver: str) -> Path:
     return registry_dir / f"{driver}-reg.sock"
-
-
-def socket_id(path: Path) -> FileId | None:
-    """The socket at ``path`` (device, inode); None when absent or not a socket."""
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return None
-    return (info.st_dev, info.st_ino) if stat.S_ISSOCK(info.st_mode) else None
 
 
 class RegistrationService(reg_grpc.RegistrationServicer):
@@ -90,40 +78,30 @@ class RegistrationServer:
     def __init__(self, service: RegistrationService, socket: Path) -> None:
         self.service = service
         self.socket = socket
-        self._server: grpc.aio.Server | None = None
-        self._id: FileId | None = None
+        self._server: UnixServer | None = None
 
     async def start(self) -> None:
         """Serve (replacing a stale file); raises KubeletError when it cannot bind."""
         await self._stop_server()
-        await asyncio.to_thread(_prepare, self.socket)
-        server = grpc.aio.server()
-        reg_grpc.add_RegistrationServicer_to_server(self.service, server)  # type: ignore[no-untyped-call]
-        try:
-            port = server.add_insecure_port(f"unix:{self.socket.absolute()}")
-        except RuntimeError as exc:
-            raise KubeletError(f"cannot serve plugin registration on {self.socket}: {exc}") from exc
-        if port == 0:
-            raise KubeletError(f"cannot serve plugin registration on {self.socket}")
-        await server.start()
-        self._server, self._id = server, socket_id(self.socket)
+        self._server = await serve(
+            self.socket,
+            lambda server: reg_grpc.add_RegistrationServicer_to_server(self.service, server),  # type: ignore[no-untyped-call]
+            what="plugin registration",
+            make_dir=True,
+        )
 
     def intact(self) -> bool:
         """Whether the socket we bound is still there (not deleted, not replaced)."""
-        return self._id is not None and socket_id(self.socket) == self._id
+        return self._server is not None and self._server.intact()
 
     async def stop(self) -> None:
         """Remove the socket first (the kubelet deregisters us), then stop serving."""
-        if self.intact():
-            self.socket.unlink(missing_ok=True)
+        if self._server is not None:
+            self._server.remove()
         await self._stop_server()
 
     async def _stop_server(self) -> None:
-        server, self._server, self._id = self._server, None, None
+        # Only our own socket goes: the one at this fixed name may be a newer instance's.
+        server, self._server = self._server, None
         if server is not None:
-            await server.stop(0.5)
-
-
-def _prepare(socket: Path) -> None:
-    socket.parent.mkdir(parents=True, exist_ok=True)
-    socket.unlink(missing_ok=True)
+            await server.stop(0.5, only_ours=True)

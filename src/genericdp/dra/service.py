@@ -34,7 +34,7 @@ from genericdp.dra.api import drahealth_v1alpha1_pb2_grpc as health_grpc
 from genericdp.dra.claims import ClaimRef
 from genericdp.dra.inventory import Health, Inventory
 from genericdp.dra.prepare import ClaimResult, Preparer
-from genericdp.errors import KubeletError
+from genericdp.unixgrpc import UnixServer, serve
 
 log = logging.getLogger(__name__)
 
@@ -48,25 +48,12 @@ HEALTH_V1ALPHA1 = "v1alpha1.DRAResourceHealth"
 SERVICES = (DRA_V1, DRA_V1BETA1, HEALTH_V1ALPHA1)
 HEARTBEAT = 10.0  # seconds between full health reports when nothing changes
 MAX_HEALTH_MESSAGE = 1024  # the kubelet cuts longer messages
-MAX_UNIX_PATH_BYTES = 107
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # gRPC's default, which the kubelet keeps
 
 _HEALTH = {
     Health.UNKNOWN: health_pb.UNKNOWN,
     Health.HEALTHY: health_pb.HEALTHY,
     Health.UNHEALTHY: health_pb.UNHEALTHY,
 }
-
-
-def unix_address(socket: Path) -> str:
-    """``unix:/abs/path``; raises KubeletError when the path is too long for a socket."""
-    path = socket.absolute()
-    if len(str(path).encode()) > MAX_UNIX_PATH_BYTES:
-        raise KubeletError(
-            f"socket path {path} is longer than the {MAX_UNIX_PATH_BYTES} bytes a unix socket"
-            " allows: use a shorter kubelet plugin directory"
-        )
-    return f"unix:{path}"
 
 
 def _claims(request: Any) -> list[ClaimRef]:
@@ -165,17 +152,12 @@ class HealthService(health_grpc.DRAResourceHealthServicer):
             log.info("the DRA health stream ended")
 
 
-def _prepare_socket_path(socket: Path) -> None:
-    socket.parent.mkdir(parents=True, exist_ok=True)
-    socket.unlink(missing_ok=True)  # a stale socket of a predecessor: bind would fail
-
-
 class DraServer:
     """The driver's gRPC server on its DRA socket."""
 
-    def __init__(self, server: grpc.aio.Server, socket: Path, health: HealthService) -> None:
+    def __init__(self, server: UnixServer, health: HealthService) -> None:
         self._server = server
-        self.socket = socket
+        self.socket = server.socket
         self.health = health
 
     @classmethod
@@ -189,31 +171,23 @@ class DraServer:
         services: Sequence[str] = SERVICES,
     ) -> DraServer:
         """Serve on ``socket`` (replacing a stale file); raises KubeletError when it cannot."""
-        address = unix_address(socket)
-        await asyncio.to_thread(_prepare_socket_path, socket)
-        server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ]
-        )
         health = HealthService(inventory, heartbeat=heartbeat)
         v1, v1beta1 = DraPluginV1(preparer), DraPluginV1beta1(preparer)
-        if DRA_V1 in services:
-            dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(v1, server)  # type: ignore[no-untyped-call]
-        if DRA_V1BETA1 in services:
-            dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(v1beta1, server)  # type: ignore[no-untyped-call]
-        if HEALTH_V1ALPHA1 in services:
-            health_grpc.add_DRAResourceHealthServicer_to_server(health, server)  # type: ignore[no-untyped-call]
-        try:
-            port = server.add_insecure_port(address)
-        except RuntimeError as exc:
-            raise KubeletError(f"cannot serve DRA on {socket}: {exc}") from exc
-        if port == 0:
-            raise KubeletError(f"cannot serve DRA on {socket}")
-        await server.start()
-        return cls(server, socket, health)
+
+        def add_services(server: grpc.aio.Server) -> None:
+            if DRA_V1 in services:
+                dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(v1, server)  # type: ignore[no-untyped-call]
+            if DRA_V1BETA1 in services:
+                dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(v1beta1, server)  # type: ignore[no-untyped-call]
+            if HEALTH_V1ALPHA1 in services:
+                health_grpc.add_DRAResourceHealthServicer_to_server(health, server)  # type: ignore[no-untyped-call]
+
+        server = await serve(socket, add_services, what="DRA", make_dir=True)
+        return cls(server, health)
+
+    def intact(self) -> bool:
+        """Whether the socket we bound is still there (not deleted, not replaced)."""
+        return self._server.intact()
 
     async def stop(self, grace: float | None = 1.0) -> None:
         await self._server.stop(grace)
-        self.socket.unlink(missing_ok=True)

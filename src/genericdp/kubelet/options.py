@@ -6,9 +6,6 @@ Kept free of gRPC imports so the runtime can name options without pulling in stu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-
-from genericdp.errors import KubeletError
 
 API_VERSION = "v1beta1"
 KUBELET_SOCKET_NAME = "kubelet.sock"
@@ -23,9 +20,6 @@ KUBELET_DIAL_TIMEOUT = 10.0
 # replace) a Register the kubelet is still working on.
 REGISTER_TIMEOUT = KUBELET_DIAL_TIMEOUT + 5.0
 
-# sockaddr_un.sun_path is 108 bytes on Linux, one of which is the terminating NUL.
-MAX_UNIX_PATH_BYTES = 107
-
 
 @dataclass(frozen=True)
 class PluginOptions:
@@ -33,19 +27,3 @@ class PluginOptions:
 
     pre_start_required: bool = False
     get_preferred_allocation_available: bool = False
-
-
-def unix_address(socket: Path) -> str:
-    """Return the gRPC target ``unix:/abs/path`` for ``socket``.
-
-    Raises KubeletError when the path cannot be a unix socket address: gRPC would
-    otherwise fail later with an obscure message (or silently truncate).
-    """
-    path = socket.absolute()
-    size = len(str(path).encode())
-    if size > MAX_UNIX_PATH_BYTES:
-        raise KubeletError(
-            f"unix socket path {path} is {size} bytes long; the limit is "
-            f"{MAX_UNIX_PATH_BYTES} bytes: use a shorter directory"
-        )
-    return f"unix:{path}"

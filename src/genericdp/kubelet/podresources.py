@@ -14,7 +14,7 @@ import grpc
 from genericdp.errors import KubeletError, clip
 from genericdp.kubelet.api import podresources_pb2 as pr
 from genericdp.kubelet.api import podresources_pb2_grpc as pr_grpc
-from genericdp.kubelet.options import unix_address
+from genericdp.unixgrpc import unix_address
 
 # The kubelet's List answer covers every pod on the node; allow more than gRPC's 4 MiB.
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024

@@ -19,8 +19,9 @@ import grpc
 from genericdp.errors import KubeletError, RegistrationError
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
-from genericdp.kubelet.options import API_VERSION, REGISTER_TIMEOUT, PluginOptions, unix_address
+from genericdp.kubelet.options import API_VERSION, REGISTER_TIMEOUT, PluginOptions
 from genericdp.kubelet.servicer import options_message
+from genericdp.unixgrpc import unix_address
 
 _READY = grpc.ChannelConnectivity.READY
 _FAILED = (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN)

@@ -21,7 +21,6 @@ from genericdp.errors import (
     GenericdpError,
     HookError,
     InvalidDevicesError,
-    KubeletError,
     TemplateRenderError,
     UnsafeAllocationError,
     cut,
@@ -29,16 +28,14 @@ from genericdp.errors import (
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.devices import DeviceInfo
-from genericdp.kubelet.options import HEALTHY, UNHEALTHY, PluginOptions, unix_address
+from genericdp.kubelet.options import HEALTHY, UNHEALTHY, PluginOptions
+from genericdp.unixgrpc import MAX_MESSAGE_BYTES, UnixServer, serve
 
 log = logging.getLogger(__name__)
 
 _Answer = TypeVar("_Answer")
 _Context = grpc.aio.ServicerContext[object, object]
 
-# gRPC's default maximum message size, which the kubelet keeps for its
-# ListAndWatch stream and for the Allocate answers it receives.
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 # A status message is sent as an HTTP/2 header (8 KiB by default, for every
 # header) and ends up in the pod's events: a peer's 1 MB device ID must not
 # come back in it, nor in a log line.
@@ -344,29 +341,6 @@ def _status_of(exc: GenericdpError) -> grpc.StatusCode:
     return grpc.StatusCode.UNKNOWN
 
 
-class PluginServer:
-    """A started ``grpc.aio`` server for one backend on one unix socket."""
-
-    def __init__(self, server: grpc.aio.Server, socket: Path) -> None:
-        self._server = server
-        self.socket = socket
-
-    @classmethod
-    async def start(cls, backend: Backend, socket: Path) -> PluginServer:
-        """Serve ``backend`` on ``socket``; raises KubeletError when it cannot bind."""
-        address = unix_address(socket)
-        server = grpc.aio.server()
-        DevicePluginServicer(backend).add_to(server)
-        try:
-            port = server.add_insecure_port(address)
-        except RuntimeError as exc:
-            raise KubeletError(f"cannot serve {backend.resource} on {socket}: {exc}") from exc
-        if port == 0:
-            raise KubeletError(f"cannot serve {backend.resource} on {socket}")
-        await server.start()
-        return cls(server, socket)
-
-    async def stop(self, grace: float | None) -> None:
-        """Stop serving; calls still running after ``grace`` seconds are cancelled."""
-        await self._server.stop(grace)
-        self.socket.unlink(missing_ok=True)  # gRPC removes it too, but not when it was replaced
+async def serve_plugin(backend: Backend, socket: Path) -> UnixServer:
+    """Serve ``backend`` on ``socket``; raises KubeletError when it cannot bind."""
+    return await serve(socket, DevicePluginServicer(backend).add_to, what=backend.resource)

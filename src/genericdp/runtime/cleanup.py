@@ -142,6 +142,7 @@ class Cleaner:
             f"{self.resource}/cleanup/{unit.id}",
             clean,
             log_fields={"resource": self.resource, "unit": unit.id},
+            finishable=True,
         )
 
     async def _clean(

@@ -29,8 +29,12 @@ Used by the tests. It follows the 1.34-1.36 kubelet:
   worker tries again later (``prepare_pod`` retries with backoff, as pod
   syncs do). Unprepare: one call for the claims whose last pod is gone.
 
-Known differences: the directory is polled (every 50 ms) rather than read
-through inotify; pods are not real (``prepare_pod`` stands for admission,
+What happened is kept in a typed event log (``events``, stamped with an
+injected ``clock``); tests wait for a state with ``wait_until``, woken by
+each event and health report, never by polling. The registry directory is
+read through inotify, as the kubelet's fsnotify does.
+
+Known differences: pods are not real (``prepare_pod`` stands for admission,
 ``unprepare_pod`` for the end of the last pod using the claims); no
 ResourceSlice wiping, which needs the API server.
 """
@@ -43,20 +47,30 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import grpc
+from inotify_simple import flags
 
-from genericdp.dra.api import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
+from genericdp.aio import Changes, TaskSet, inotify_events, wait_event
 from genericdp.dra.api import drahealth_v1alpha1_pb2 as health_pb
 from genericdp.dra.api import drahealth_v1alpha1_pb2_grpc as health_grpc
 from genericdp.dra.api import pluginregistration_pb2 as reg_pb
 from genericdp.dra.api import pluginregistration_pb2_grpc as reg_grpc
 from genericdp.dra.claims import ClaimRef
 from genericdp.errors import ellipsized
+from genericdp.dra.embedded.calls import node_prepare, node_unprepare
+from genericdp.dra.embedded.state import (
+    DeviceHealth,
+    DraEvent,
+    DraEventKind,
+    DraKubeletError,
+    Plugin,
+    PreparedDevice,
+    describe,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,48 +81,11 @@ NOTIFY_TIMEOUT = 5.0
 CALL_TIMEOUT = 45.0
 HEALTH_RETRY = 5.0
 HEALTH_TIMEOUT = 30.0
-POLL = 0.05
 RETRY_FIRST = 0.5  # a failed registration is tried again after 0.5 s, 1 s, 2 s, ...
 RETRY_CAP = 122.0  # goroutinemap's maximum (2 min 2 s)
-
-
-class DraKubeletError(Exception):
-    """What the kubelet would report in the pod's events."""
-
-
-@dataclass(frozen=True)
-class PreparedDevice:
-    requests: tuple[str, ...]
-    pool: str
-    device: str
-    cdi_ids: tuple[str, ...]
-
-
-@dataclass
-class Plugin:
-    driver: str
-    endpoint: str
-    service: str  # the chosen one
-    socket: str  # its registration socket
-    channel: grpc.aio.Channel
-    health_task: asyncio.Task[None] | None = None
-
-
-@dataclass
-class DeviceHealth:
-    health: str
-    message: str
-    seen: float  # the kubelet's clock
-
-
-@dataclass
-class Events:
-    registered: list[str] = field(default_factory=list)  # driver names, in order
-    refused: list[str] = field(default_factory=list)  # the kubelet's messages
-    deregistered: list[str] = field(default_factory=list)
-    prepare_calls: int = 0
-    unprepare_calls: int = 0
-    health_streams: int = 0
+# What the plugin watcher reacts to: a socket (or a directory) created,
+# removed or moved in or out; fsnotify hands the kubelet the same.
+_WATCH = flags.CREATE | flags.DELETE | flags.MOVED_TO | flags.MOVED_FROM | flags.ONLYDIR
 
 
 class EmbeddedDraKubelet:
@@ -121,19 +98,22 @@ class EmbeddedDraKubelet:
         services: Sequence[str] = KUBELET_SERVICES,
         health: bool = True,
         health_retry: float = HEALTH_RETRY,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.registry_dir = registry_dir
         self.services = tuple(services)
         self.health_enabled = health
         self._health_retry = health_retry
-        self.events = Events()
+        self._clock = clock
+        self._events: list[DraEvent] = []
         self._plugins: dict[str, list[Plugin]] = {}
         self._sockets: dict[str, tuple[int, int]] = {}  # socket path -> (inode, ctime)
-        self._retry: dict[str, tuple[int, float]] = {}  # socket path -> (attempts, next try)
+        # socket path -> (attempts, next try on the loop's clock: the wait is real)
+        self._retry: dict[str, tuple[int, float]] = {}
         self._health: dict[str, dict[tuple[str, str], DeviceHealth]] = {}
         self._prepared: dict[str, tuple[PreparedDevice, ...]] = {}  # claim UID -> devices
-        self._watch: asyncio.Task[None] | None = None
-        self._changed = asyncio.Event()
+        self._tasks = TaskSet(log)
+        self._changes = Changes()
 
     async def __aenter__(self) -> EmbeddedDraKubelet:
         await self.start()
@@ -144,17 +124,18 @@ class EmbeddedDraKubelet:
 
     async def start(self) -> None:
         self.registry_dir.mkdir(parents=True, exist_ok=True)
-        self._watch = asyncio.create_task(self._watch_dir(), name="dra-kubelet/watch")
+        ready = asyncio.Event()
+        self._tasks.spawn("dra-kubelet/watch", lambda: self._watch_dir(ready))
+        await ready.wait()  # watching: a socket created from now on is seen
+        self._record(DraEventKind.STARTED, "", f"watching {self.registry_dir}")
 
     async def stop(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
+        await self._tasks.stop()
         for driver in list(self._plugins):
             for plugin in list(self._plugins[driver]):
                 await self._drop(plugin)
         self._sockets.clear()
+        self._record(DraEventKind.STOPPED, "", "stopped")
 
     # -- what tests look at ------------------------------------------------------
 
@@ -167,7 +148,7 @@ class EmbeddedDraKubelet:
 
     def device_health(self, driver: str) -> dict[tuple[str, str], tuple[str, str]]:
         """(pool, device) -> (health, message) as the kubelet reads them (timeouts applied)."""
-        now = time.monotonic()
+        now = self._clock()
         return {
             key: (h.health, h.message) if now - h.seen <= HEALTH_TIMEOUT else ("Unknown", "")
             for key, h in self._health.get(driver, {}).items()
@@ -176,46 +157,95 @@ class EmbeddedDraKubelet:
     def prepared(self, uid: str) -> tuple[PreparedDevice, ...] | None:
         return self._prepared.get(uid)
 
-    async def wait_changed(self) -> None:
-        self._changed.clear()
-        await self._changed.wait()
+    @property
+    def events(self) -> tuple[DraEvent, ...]:
+        """The event log, oldest first."""
+        return tuple(self._events)
+
+    def count(self, kind: DraEventKind, driver: str | None = None) -> int:
+        """How many events of ``kind`` (of ``driver``, if given) the log holds."""
+        return sum(1 for e in self._events if e.kind is kind and driver in (None, e.driver))
+
+    def describe(self) -> str:
+        """The state in words, for timeouts and logs."""
+        plugins = [p for plugins in self._plugins.values() for p in plugins]
+        return describe(plugins, self._prepared, self._events)
+
+    async def wait_until(
+        self,
+        predicate: Callable[[EmbeddedDraKubelet], bool],
+        timeout: float = 10.0,  # noqa: ASYNC109 -- the whole wait, re-armed on every change
+    ) -> None:
+        """Return once ``predicate(self)`` holds, checked again at every event and report.
+
+        Raises TimeoutError describing the current state when it does not hold in time.
+        """
+        if not await self._changes.until(lambda: predicate(self), timeout):
+            raise TimeoutError(
+                f"embedded DRA kubelet: condition not met within {timeout}s\n{self.describe()}"
+            )
+
+    def _record(self, kind: DraEventKind, driver: str, detail: str) -> None:
+        event = DraEvent(kind=kind, driver=driver, detail=detail, at=self._clock())
+        self._events.append(event)
+        log.info("embedded DRA kubelet: %s", event)
+        self._changes.notify()
 
     # -- the plugin watcher ------------------------------------------------------
 
-    async def _watch_dir(self) -> None:
-        while True:
+    async def _watch_dir(self, ready: asyncio.Event) -> None:
+        """Walk the directory, then again at each change or when a retry is due."""
+        async with inotify_events(lambda exc: DraKubeletError(f"no inotify: {exc}")) as (
+            inotify,
+            readable,
+        ):
+            inotify.add_watch(self.registry_dir, _WATCH)
+            ready.set()
+            while True:
+                directories = await self._sync_dir()
+                for directory in directories:  # new subdirectories: watched too
+                    with contextlib.suppress(OSError):
+                        inotify.add_watch(directory, _WATCH)
+                due = min((at for _, at in self._retry.values()), default=None)
+                wait = None if due is None else max(0.0, due - asyncio.get_running_loop().time())
+                if await wait_event(readable, wait):
+                    readable.clear()
+                    inotify.read(timeout=0)
+
+    async def _sync_dir(self) -> list[str]:
+        """Register what appeared or is due a retry, deregister what went; the subdirectories."""
+        try:
+            found, directories = await asyncio.to_thread(_sockets, self.registry_dir)
+        except OSError as exc:
+            log.warning("cannot read %s: %s", self.registry_dir, exc)
+            found, directories = {}, []
+        for path in set(self._sockets) - set(found):
+            del self._sockets[path]
+            await self._deregister(path)
+        now = asyncio.get_running_loop().time()
+        for path, ident in found.items():
+            retry = self._retry.get(path)
+            if self._sockets.get(path) != ident:
+                if path in self._sockets:
+                    await self._deregister(path)
+                self._sockets[path] = ident
+                retry = self._retry[path] = (0, now)
+            if retry is None or retry[1] > now:
+                continue
             try:
-                found = await asyncio.to_thread(_sockets, self.registry_dir)
-            except OSError as exc:
-                log.warning("cannot read %s: %s", self.registry_dir, exc)
-                found = {}
-            for path in set(self._sockets) - set(found):
-                del self._sockets[path]
-                await self._deregister(path)
-            now = time.monotonic()
-            for path, ident in found.items():
-                retry = self._retry.get(path)
-                if self._sockets.get(path) != ident:
-                    if path in self._sockets:
-                        await self._deregister(path)
-                    self._sockets[path] = ident
-                    retry = self._retry[path] = (0, now)
-                if retry is None or retry[1] > now:
-                    continue
-                try:
-                    done = await self._register(path)
-                except Exception as exc:
-                    log.info("RegisterPlugin error at %s: %s", path, exc)
-                    done = False
-                if done:
-                    del self._retry[path]
-                else:  # goroutinemap's exponential backoff, while the socket stays
-                    attempt = retry[0] + 1
-                    delay = min(RETRY_FIRST * 2 ** (attempt - 1), RETRY_CAP)
-                    self._retry[path] = (attempt, now + delay)
-            for path in set(self._retry) - set(found):
+                done = await self._register(path)
+            except Exception as exc:
+                log.info("RegisterPlugin error at %s: %s", path, exc)
+                done = False
+            if done:
                 del self._retry[path]
-            await asyncio.sleep(POLL)
+            else:  # goroutinemap's exponential backoff, while the socket stays
+                attempt = retry[0] + 1
+                delay = min(RETRY_FIRST * 2 ** (attempt - 1), RETRY_CAP)
+                self._retry[path] = (attempt, now + delay)
+        for path in set(self._retry) - set(found):
+            del self._retry[path]
+        return directories
 
     async def _register(self, socket: str) -> bool:
         """One RegisterPlugin operation; False when it failed (it is retried)."""
@@ -229,6 +259,7 @@ class EmbeddedDraKubelet:
             if info.type != "DRAPlugin":
                 await self._refuse(
                     stub,
+                    info.name,
                     f"RegisterPlugin error -- no handler registered for plugin type: {info.type}"
                     f" at socket {socket}",
                 )
@@ -242,18 +273,19 @@ class EmbeddedDraKubelet:
                     )
             except DraKubeletError as exc:
                 await self._refuse(
-                    stub, f"RegisterPlugin error -- plugin validation failed with err: {exc}"
+                    stub,
+                    info.name,
+                    f"RegisterPlugin error -- plugin validation failed with err: {exc}",
                 )
                 return False
             plugin = Plugin(info.name, endpoint, service, socket, _channel(endpoint))
             self._plugins.setdefault(info.name, []).append(plugin)
             if self.health_enabled:
-                plugin.health_task = asyncio.create_task(self._health_loop(plugin))
+                self._tasks.spawn(plugin.health_task, lambda: self._health_loop(plugin))
             await stub.NotifyRegistrationStatus(
                 reg_pb.RegistrationStatus(plugin_registered=True), timeout=NOTIFY_TIMEOUT
             )
-            self.events.registered.append(info.name)
-            self._changed.set()
+            self._record(DraEventKind.REGISTERED, info.name, f"{service} at {endpoint}")
             return True
 
     def _validate(self, driver: str, endpoint: str, offered: list[str]) -> str:
@@ -271,22 +303,20 @@ class EmbeddedDraKubelet:
             f" plugin ({offered}) are supported by the kubelet ({list(self.services)})"
         )
 
-    async def _refuse(self, stub: Any, message: str) -> None:
-        self.events.refused.append(message)
-        self._changed.set()
+    async def _refuse(self, stub: Any, driver: str, message: str) -> None:
         with contextlib.suppress(grpc.RpcError):
             await stub.NotifyRegistrationStatus(
                 reg_pb.RegistrationStatus(plugin_registered=False, error=message),
                 timeout=NOTIFY_TIMEOUT,
             )
+        self._record(DraEventKind.REFUSED, driver, message)  # once the plugin was told
 
     async def _deregister(self, socket: str) -> None:
         for plugins in list(self._plugins.values()):
             for plugin in list(plugins):
                 if plugin.socket == socket:
                     await self._drop(plugin)
-                    self.events.deregistered.append(plugin.driver)
-                    self._changed.set()
+                    self._record(DraEventKind.DEREGISTERED, plugin.driver, f"{socket} gone")
 
     async def _drop(self, plugin: Plugin) -> None:
         plugins = self._plugins.get(plugin.driver, [])
@@ -294,10 +324,7 @@ class EmbeddedDraKubelet:
             plugins.remove(plugin)
         if not plugins:
             self._plugins.pop(plugin.driver, None)
-        if plugin.health_task is not None:
-            plugin.health_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await plugin.health_task
+        await self._tasks.cancel(plugin.health_task)
         await plugin.channel.close(None)
 
     # -- health --------------------------------------------------------------------
@@ -307,19 +334,21 @@ class EmbeddedDraKubelet:
         while True:
             try:
                 stream = stub.NodeWatchResources(health_pb.NodeWatchResourcesRequest())
-                self.events.health_streams += 1
+                self._record(DraEventKind.HEALTH_STREAM, plugin.driver, plugin.endpoint)
                 async for response in stream:
                     self._health_report(plugin.driver, response)
+                ended = "ended by the plugin"
             except grpc.RpcError as exc:
-                log.info("WatchResources health stream of %s ended: %s", plugin.driver, exc)
+                ended = f"failed: {exc.code().name}"
             finally:
                 self._health.pop(plugin.driver, None)  # clearDriver on stream exit
-                self._changed.set()
+                self._changes.notify()
+            self._record(DraEventKind.HEALTH_ENDED, plugin.driver, ended)
             await asyncio.sleep(self._health_retry)
 
     def _health_report(self, driver: str, response: health_pb.NodeWatchResourcesResponse) -> None:
         cache = self._health.setdefault(driver, {})
-        now = time.monotonic()
+        now = self._clock()
         names = {
             health_pb.HEALTHY: "Healthy",
             health_pb.UNHEALTHY: "Unhealthy",
@@ -328,7 +357,7 @@ class EmbeddedDraKubelet:
             key = (device.device.pool_name, device.device.device_name)
             message = ellipsized(device.message, 1024, "...")
             cache[key] = DeviceHealth(names.get(device.health, "Unknown"), message, now)
-        self._changed.set()
+        self._changes.notify()  # a report is no event: heartbeats would fill the log
 
     # -- prepare / unprepare -------------------------------------------------------
 
@@ -338,47 +367,14 @@ class EmbeddedDraKubelet:
             raise DraKubeletError(f"DRA driver {driver} is not registered")
         return plugins[-1]
 
-    def _stub(self, plugin: Plugin) -> tuple[Any, Any]:
-        if plugin.service == "v1.DRAPlugin":
-            return dra_v1_pb2_grpc.DRAPluginStub(plugin.channel), dra_v1_pb2  # type: ignore[no-untyped-call]
-        return dra_v1beta1_pb2_grpc.DRAPluginStub(plugin.channel), dra_v1beta1_pb2  # type: ignore[no-untyped-call]
-
     async def prepare(self, driver: str, claims: Sequence[ClaimRef]) -> None:
         """One pod sync: NodePrepareResources for the claims not prepared yet."""
         todo = [c for c in claims if c.uid not in self._prepared]
         if not todo:
             return
         plugin = self._plugin(driver)
-        stub, pb = self._stub(plugin)
-        self.events.prepare_calls += 1
-        request = pb.NodePrepareResourcesRequest(
-            claims=[pb.Claim(namespace=c.namespace, name=c.name, uid=c.uid) for c in todo]
-        )
-        try:
-            response = await stub.NodePrepareResources(request, timeout=CALL_TIMEOUT)
-        except grpc.RpcError as exc:
-            raise DraKubeletError(f"NodePrepareResources failed: {exc.details()}") from exc
-        asked = {c.uid: c for c in todo}
-        for uid, result in response.claims.items():
-            claim = asked.get(uid)
-            if claim is None:
-                raise DraKubeletError(
-                    f"NodePrepareResources returned result for unknown claim UID {uid}"
-                )
-            if result.error:
-                raise DraKubeletError(
-                    f"NodePrepareResources failed for claim {claim.namespace}/{claim.name}:"
-                    f" {result.error}"
-                )
-            self._prepared[uid] = tuple(
-                PreparedDevice(
-                    tuple(d.request_names), d.pool_name, d.device_name, tuple(d.cdi_device_ids)
-                )
-                for d in result.devices
-            )
-        missing = len(todo) - len(response.claims)
-        if missing:
-            raise DraKubeletError(f"NodePrepareResources left out {missing} claims")
+        self._record(DraEventKind.PREPARE, driver, ", ".join(c.uid for c in todo))
+        self._prepared.update(await node_prepare(plugin, todo, CALL_TIMEOUT))
 
     async def prepare_pod(
         self,
@@ -402,35 +398,23 @@ class EmbeddedDraKubelet:
     async def unprepare(self, driver: str, claims: Sequence[ClaimRef]) -> None:
         """NodeUnprepareResources for the claims; they are forgotten once it succeeds."""
         plugin = self._plugin(driver)
-        stub, pb = self._stub(plugin)
-        self.events.unprepare_calls += 1
-        request = pb.NodeUnprepareResourcesRequest(
-            claims=[pb.Claim(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
-        )
-        try:
-            response = await stub.NodeUnprepareResources(request, timeout=CALL_TIMEOUT)
-        except grpc.RpcError as exc:
-            raise DraKubeletError(f"NodeUnprepareResources failed: {exc.details()}") from exc
-        for uid, result in response.claims.items():
-            if result.error:
-                raise DraKubeletError(
-                    f"NodeUnprepareResources failed for claim {uid}: {result.error}"
-                )
+        self._record(DraEventKind.UNPREPARE, driver, ", ".join(c.uid for c in claims))
+        for uid in await node_unprepare(plugin, claims, CALL_TIMEOUT):
             self._prepared.pop(uid, None)
-        missing = len(claims) - len(response.claims)
-        if missing:
-            raise DraKubeletError(f"NodeUnprepareResources skipped {missing} ResourceClaims")
 
 
 def _channel(endpoint: str) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(f"unix:{endpoint}")
 
 
-def _sockets(directory: Path) -> dict[str, tuple[int, int]]:
-    """Unix sockets under ``directory`` (recursively), not starting with ``.``."""
+def _sockets(directory: Path) -> tuple[dict[str, tuple[int, int]], list[str]]:
+    """Unix sockets under ``directory`` (recursively) and its subdirectories, none
+    starting with ``.``."""
     found: dict[str, tuple[int, int]] = {}
+    directories: list[str] = []
     for root, dirs, files in os.walk(directory):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
+        directories.extend(os.path.join(root, d) for d in dirs)
         for name in files:
             if name.startswith("."):
                 continue
@@ -441,4 +425,4 @@ def _sockets(directory: Path) -> dict[str, tuple[int, int]]:
                 continue
             if stat.S_ISSOCK(info.st_mode):
                 found[path] = (info.st_ino, info.st_ctime_ns)
-    return found
+    return found, directories

@@ -20,15 +20,14 @@ from genericdp.aio import TaskSet
 from genericdp.errors import KubeletError
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
-from genericdp.kubelet.options import KUBELET_DIAL_TIMEOUT, PluginOptions, unix_address
+from genericdp.kubelet.options import KUBELET_DIAL_TIMEOUT, PluginOptions
 from genericdp.kubelet.servicer import options_of
+from genericdp.unixgrpc import MAX_MESSAGE_BYTES, unix_address
 
 log = logging.getLogger(__name__)
 
 DIAL_TIMEOUT = KUBELET_DIAL_TIMEOUT
 PRE_START_TIMEOUT = 30.0  # pluginapi.KubeletPreStartContainerRPCTimeoutInSecs
-# The kubelet's gRPC client keeps grpc-go's default receive limit.
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 
 class EndpointError(KubeletError):

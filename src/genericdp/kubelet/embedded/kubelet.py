@@ -111,8 +111,9 @@ from genericdp.kubelet.embedded.state import (
     ResourceState,
     describe,
 )
-from genericdp.kubelet.options import API_VERSION, HEALTHY, KUBELET_SOCKET_NAME, unix_address
+from genericdp.kubelet.options import API_VERSION, HEALTHY, KUBELET_SOCKET_NAME
 from genericdp.kubelet.podresources import PodDevices
+from genericdp.unixgrpc import unix_address
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,86 @@
+"""The embedded DRA kubelet's prepare and unprepare calls, and how it reads their answers.
+
+As pkg/kubelet/cm/dra/manager.go does: a claim's error, a result for a UID
+that was not asked, or claims left out fail the whole call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+
+from genericdp.dra.api import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
+from genericdp.dra.claims import ClaimRef
+from genericdp.dra.embedded.state import DraKubeletError, Plugin, PreparedDevice
+
+
+def _stub(plugin: Plugin) -> tuple[Any, Any]:
+    if plugin.service == "v1.DRAPlugin":
+        return dra_v1_pb2_grpc.DRAPluginStub(plugin.channel), dra_v1_pb2  # type: ignore[no-untyped-call]
+    return dra_v1beta1_pb2_grpc.DRAPluginStub(plugin.channel), dra_v1beta1_pb2  # type: ignore[no-untyped-call]
+
+
+def _claims(pb: Any, claims: Sequence[ClaimRef]) -> list[Any]:
+    return [pb.Claim(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
+
+
+async def node_prepare(
+    plugin: Plugin,
+    claims: Sequence[ClaimRef],
+    timeout: float,  # noqa: ASYNC109 -- the call's gRPC deadline
+) -> dict[str, tuple[PreparedDevice, ...]]:
+    """NodePrepareResources for ``claims``: each claim's UID and devices."""
+    stub, pb = _stub(plugin)
+    request = pb.NodePrepareResourcesRequest(claims=_claims(pb, claims))
+    try:
+        response = await stub.NodePrepareResources(request, timeout=timeout)
+    except grpc.RpcError as exc:
+        raise DraKubeletError(f"NodePrepareResources failed: {exc.details()}") from exc
+    asked = {c.uid: c for c in claims}
+    prepared: dict[str, tuple[PreparedDevice, ...]] = {}
+    for uid, result in response.claims.items():
+        claim = asked.get(uid)
+        if claim is None:
+            raise DraKubeletError(
+                f"NodePrepareResources returned result for unknown claim UID {uid}"
+            )
+        if result.error:
+            raise DraKubeletError(
+                f"NodePrepareResources failed for claim {claim.namespace}/{claim.name}:"
+                f" {result.error}"
+            )
+        prepared[uid] = tuple(
+            PreparedDevice(
+                tuple(d.request_names), d.pool_name, d.device_name, tuple(d.cdi_device_ids)
+            )
+            for d in result.devices
+        )
+    missing = len(claims) - len(response.claims)
+    if missing:
+        raise DraKubeletError(f"NodePrepareResources left out {missing} claims")
+    return prepared
+
+
+async def node_unprepare(
+    plugin: Plugin,
+    claims: Sequence[ClaimRef],
+    timeout: float,  # noqa: ASYNC109 -- the call's gRPC deadline
+) -> list[str]:
+    """NodeUnprepareResources for ``claims``: the UIDs unprepared."""
+    stub, pb = _stub(plugin)
+    request = pb.NodeUnprepareResourcesRequest(claims=_claims(pb, claims))
+    try:
+        response = await stub.NodeUnprepareResources(request, timeout=timeout)
+    except grpc.RpcError as exc:
+        raise DraKubeletError(f"NodeUnprepareResources failed: {exc.details()}") from exc
+    done = []
+    for uid, result in response.claims.items():
+        if result.error:
+            raise DraKubeletError(f"NodeUnprepareResources failed for claim {uid}: {result.error}")
+        done.append(uid)
+    missing = len(claims) - len(response.claims)
+    if missing:
+        raise DraKubeletError(f"NodeUnprepareResources skipped {missing} ResourceClaims")
+    return done

@@ -1,0 +1,219 @@
+"""SlicePublisher's logic over an in-memory SliceStore: no API server needed.
+
+The same publisher, with the real API server behind it, is tested in
+tests/test_dra_publisher.py; here each rule is tested alone, failures and
+other writers included, on any machine.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from genericdp.discovery.model import DeviceNode, Unit
+from genericdp.dra import slices
+from genericdp.dra.kubeapi import ApiRequestError
+from genericdp.dra.naming import device_name
+from genericdp.dra.publisher import SlicePublisher
+from tests.dra_fakes import DRIVER, NODE, MemorySlices
+
+SERIAL, AUDIO = "example.com/serial", "example.com/audio"
+
+
+def unit(uid: str) -> Unit:
+    return Unit(uid, (DeviceNode(f"/dev/{uid}", f"/dev/{uid}", 188, 0, "tty"),))
+
+
+@pytest.fixture
+def store() -> MemorySlices:
+    return MemorySlices()
+
+
+@pytest.fixture
+async def publisher(store: MemorySlices) -> AsyncIterator[SlicePublisher]:
+    publisher = SlicePublisher(store, adopt_grace=0)
+    await publisher.start()
+    yield publisher
+    await publisher.close()
+
+
+def left_behind(devices: dict[str, list[Unit]], generation: int) -> dict[str, dict[str, Any]]:
+    """The slices a previous instance on this node wrote, as the server holds them."""
+    wanted = {r: slices.devices(r, units, set(), driver=DRIVER) for r, units in devices.items()}
+    made = slices.pool_slices(wanted, node=NODE, driver=DRIVER, generation=generation)
+    for n, obj in enumerate(made.values()):
+        obj["metadata"]["resourceVersion"] = f"old-{n}"
+    return made
+
+
+async def test_one_write_per_change_and_none_when_nothing_changed(
+    store: MemorySlices, publisher: SlicePublisher
+) -> None:
+    """A publish lands as one slice; the same publish again writes nothing."""
+    await publisher.publish(SERIAL, [unit("a"), unit("b")], set())
+    assert await publisher.flush()
+    assert store.writes == 1
+    assert set(store.devices()) == {device_name(SERIAL, "a"), device_name(SERIAL, "b")}
+    await publisher.publish(SERIAL, [unit("a"), unit("b")], set())
+    assert await publisher.flush()
+    assert store.writes == 1
+    await publisher.publish(SERIAL, [unit("a"), unit("b")], {"b"})
+    assert await publisher.flush()
+    assert store.writes == 2
+    assert store.devices()[device_name(SERIAL, "b")]["attributes"]["healthy"] == {"bool": False}
+
+
+async def test_a_burst_is_one_generation(store: MemorySlices, publisher: SlicePublisher) -> None:
+    """Changes to several resources at once become one pool write, of one generation."""
+    await publisher.publish(SERIAL, [unit("a")], set())
+    await publisher.publish(AUDIO, [unit("c")], set())
+    assert await publisher.flush()
+    assert store.writes == 2  # one slice per resource
+    assert store.generations() == {1}
+    await publisher.publish(SERIAL, [unit("a"), unit("b")], set())
+    assert await publisher.flush()
+    assert store.generations() == {2}, "the whole pool moves to the new generation"
+
+
+async def test_adoption_keeps_what_matches_and_deletes_what_is_no_longer_served(
+    store: MemorySlices,
+) -> None:
+    """A restart writes nothing for slices that still match, and deletes the rest."""
+    store.objects.update(left_behind({SERIAL: [unit("a")], AUDIO: [unit("c")]}, generation=3))
+    publisher = SlicePublisher(store, adopt_grace=60)
+    publisher.expect(SERIAL)
+    await publisher.start()
+    await publisher.publish(SERIAL, [unit("a")], set())
+    assert await publisher.flush()
+    assert set(store.devices()) == {device_name(SERIAL, "a")}
+    assert store.writes == 2, "the kept slice at the new generation, the gone one deleted"
+    assert store.generations() == {4}
+    await publisher.close()
+
+    again = SlicePublisher(store, adopt_grace=60)
+    again.expect(SERIAL)
+    await again.start()
+    await again.publish(SERIAL, [unit("a")], set())
+    assert await again.flush()
+    assert store.writes == 2, "all matched: nothing written"
+    await again.close()
+
+
+async def test_the_first_write_waits_for_every_expected_resource(store: MemorySlices) -> None:
+    """With two resources expected, the first write holds both: no slice of either is lost."""
+    store.objects.update(left_behind({SERIAL: [unit("a")], AUDIO: [unit("c")]}, generation=1))
+    publisher = SlicePublisher(store, adopt_grace=60)
+    publisher.expect(SERIAL)
+    publisher.expect(AUDIO)
+    await publisher.start()
+    await publisher.publish(SERIAL, [unit("a"), unit("b")], set())
+    # The writer has the loop for a while (a bounded wait for what must not happen).
+    assert not await publisher.flush(timeout=0.2)
+    assert store.lists == 0, "nothing listed or written before every resource answered"
+    await publisher.publish(AUDIO, [unit("c")], set())
+    assert await publisher.flush()
+    assert set(store.devices()) == {
+        device_name(SERIAL, "a"),
+        device_name(SERIAL, "b"),
+        device_name(AUDIO, "c"),
+    }
+    assert store.generations() == {2}
+    await publisher.close()
+
+
+async def test_withdraw_deletes_the_resources_slices(
+    store: MemorySlices, publisher: SlicePublisher
+) -> None:
+    """A resource withdrawn leaves the pool; the others stay."""
+    await publisher.publish(SERIAL, [unit("a")], set())
+    await publisher.publish(AUDIO, [unit("c")], set())
+    assert await publisher.flush()
+    await publisher.withdraw(AUDIO)
+    assert await publisher.flush()
+    assert set(store.devices()) == {device_name(SERIAL, "a")}
+
+
+async def test_failures_are_retried_with_one_warning_and_a_recovery_line(
+    store: MemorySlices, publisher: SlicePublisher, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An unreachable server, then a refusal: logged once, retried until the write lands."""
+    store.failures = [
+        ConnectionError("connection refused"),
+        ApiRequestError("listing the ResourceSlices of node node-a", 503, "unavailable"),
+    ]
+    with caplog.at_level(logging.INFO, "genericdp.dra.publisher"):
+        await publisher.publish(SERIAL, [unit("a")], set())
+        assert await publisher.flush(timeout=10)
+    assert set(store.devices()) == {device_name(SERIAL, "a")}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "could not write the ResourceSlices of node node-a" in warnings[0]
+    assert "ConnectionError: connection refused" in warnings[0]
+    assert any("written again after" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_conflict_lists_again_and_writes_over_the_new_version(
+    store: MemorySlices, publisher: SlicePublisher
+) -> None:
+    """Someone else's write between ours (a 409 on replace): listed again, then replaced."""
+    await publisher.publish(SERIAL, [unit("a")], set())
+    assert await publisher.flush()
+    (name,) = store.objects
+    store.objects[name]["metadata"]["resourceVersion"] = "bumped-behind-our-back"
+    await publisher.publish(SERIAL, [unit("a"), unit("b")], set())
+    assert await publisher.flush(timeout=10)
+    assert set(store.devices()) == {device_name(SERIAL, "a"), device_name(SERIAL, "b")}
+    assert store.lists >= 2
+
+
+async def test_a_slice_deleted_by_someone_else_is_written_again(
+    store: MemorySlices, publisher: SlicePublisher
+) -> None:
+    """The kubelet deletes a node's slices when it starts: the watch sees it; rewritten."""
+    await publisher.publish(SERIAL, [unit("a")], set())
+    assert await publisher.flush()
+    (name,) = store.objects
+    await store.someone_deletes(name)
+    await store.until(lambda objects: name in objects)
+    assert set(store.devices()) == {device_name(SERIAL, "a")}
+
+
+async def test_a_tampered_slice_is_put_back(store: MemorySlices, publisher: SlicePublisher) -> None:
+    """A device added by someone else goes again; our own writes cost no extra write."""
+    await publisher.publish(SERIAL, [unit("a")], set())
+    assert await publisher.flush()
+    (name,) = store.objects
+    writes = store.writes
+
+    def intrude(obj: dict[str, Any]) -> None:
+        obj["spec"]["devices"].append({"name": "intruder"})
+
+    await store.someone_changes(name, intrude)
+    await store.until(lambda objects: "intruder" not in str(objects))
+    assert await publisher.flush()
+    assert store.writes == writes + 1
+    assert set(store.devices()) == {device_name(SERIAL, "a")}
+
+
+async def test_a_watch_that_ends_compares_everything_again(
+    store: MemorySlices, publisher: SlicePublisher
+) -> None:
+    """Events missed while the watch was down (a quiet delete) are caught by the relist."""
+    await publisher.publish(SERIAL, [unit("a")], set())
+    assert await publisher.flush()
+    (name,) = store.objects
+    await store.someone_deletes(name, quietly=True)
+    store.end_watches()
+    await store.until(lambda objects: name in objects)
+
+
+async def test_close_writes_what_is_pending_then_stops(store: MemorySlices) -> None:
+    """A publish just before close still lands; afterwards nothing runs (no leaked task)."""
+    publisher = SlicePublisher(store, adopt_grace=0, coalesce=0.2)
+    await publisher.start()
+    await publisher.publish(SERIAL, [unit("a")], set())
+    await publisher.close()
+    assert set(store.devices()) == {device_name(SERIAL, "a")}
