@@ -22,6 +22,7 @@ ever handle our own types::
      ├── SimulateUsageError     (simulate) a malformed ``--allocate`` value
      ├── DraSetupError          (dra) the DRA backend cannot start with these settings
      ├── ApiSetupError          (dra.kubeapi) no way to reach the API server
+     ├── ApiRequestError        (dra.kubeapi) the API server refused or failed a request
      ├── SliceError             (dra.slices) a resource that cannot be published as DRA devices
      └── ClaimError             (dra.claims) what is wrong with which claim
 

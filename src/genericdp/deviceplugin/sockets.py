@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 SOCKET_PREFIX = "gdp-"
 _MAX_SLUG = 40
 
+
 def socket_name(resource: str, token: str | None = None, *, max_bytes: int | None = None) -> str:
     """``gdp-<slug>-<token>.sock``: unique per start, recognisably ours.
 

@@ -60,7 +60,6 @@ from genericdp.dra.api import drahealth_v1alpha1_pb2_grpc as health_grpc
 from genericdp.dra.api import pluginregistration_pb2 as reg_pb
 from genericdp.dra.api import pluginregistration_pb2_grpc as reg_grpc
 from genericdp.dra.claims import ClaimRef
-from genericdp.errors import ellipsized
 from genericdp.dra.embedded.calls import node_prepare, node_unprepare
 from genericdp.dra.embedded.state import (
     DeviceHealth,
@@ -71,6 +70,7 @@ from genericdp.dra.embedded.state import (
     PreparedDevice,
     describe,
 )
+from genericdp.errors import ellipsized
 
 log = logging.getLogger(__name__)
 
