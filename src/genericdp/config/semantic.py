@@ -7,6 +7,7 @@ expected type is skipped here because the schema has already said so.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -44,6 +45,7 @@ def semantic_issues(doc: Document, seconds: dict[KeyPath, float]) -> list[Config
     for path, resource in resources_of(doc):
         issues += _name(doc, path, resource)
         issues += _globs(doc, path, resource)
+        issues += _udev_subsystems(doc, path, resource)
         issues += _container_paths(doc, path, resource)
         issues += _group_by(doc, path, resource)
         issues += _sharing(doc, path, resource)
@@ -105,6 +107,27 @@ def _globs(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[Confi
         problem = glob_problem(pattern, what="path")
         if problem is not None:
             issues.append(doc.issue((*path, "allocate", "devices", index, "path"), problem))
+    return issues
+
+
+_SUBSYSTEM = re.compile(r"[A-Za-z0-9_:-][A-Za-z0-9_.:-]*")
+
+
+def _udev_subsystems(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[ConfigIssue]:
+    """A udev ``subsystem`` is one directory name of /sys/class or /sys/bus: discovery
+    lists that directory, so a '/' or '..' would have it read elsewhere."""
+    issues = []
+    match = resource.get("match")
+    for index, item in enumerate(match if isinstance(match, list) else ()):
+        udev = item.get("udev") if isinstance(item, dict) else None
+        subsystem = udev.get("subsystem") if isinstance(udev, dict) else None
+        if isinstance(subsystem, str) and subsystem and not _SUBSYSTEM.fullmatch(subsystem):
+            shown = subsystem if len(subsystem) <= 40 else subsystem[:40] + "…"
+            message = (
+                f"subsystem {shown!r} must be one name (letters, digits, '_', '-', ':', '.';"
+                " not starting with '.'), as under /sys/class, e.g. tty"
+            )
+            issues.append(doc.issue((*path, "match", index, "udev", "subsystem"), message))
     return issues
 
 
@@ -306,12 +329,18 @@ def _mounts(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[Conf
             # A value starting with a template is only known after rendering.
             if not value.startswith(("/", "{{", "{%")):
                 issues.append(doc.issue(where, f"{key} {value!r} must be an absolute path"))
-            elif ".." in _literal_components(value):
+            elif ".." in (components := _literal_components(value)):
                 message = f"{key} {value!r} must not contain '..': a mount names its path directly"
                 issues.append(doc.issue(where, message))
+            elif all(part in ("", ".") for part in components):
+                issues.append(doc.issue(where, f"{key} {value!r} {_ROOT_MOUNT[key]}"))
     return issues
 
 
+_ROOT_MOUNT = {
+    "hostPath": "is the node's whole filesystem: mount the directory the device needs",
+    "containerPath": "would cover the container's whole filesystem: name a directory in it",
+}
 _CLOSING = {"{": "}}", "%": "%}", "#": "#}"}
 
 
