@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
 import os
 from collections import Counter
@@ -19,7 +20,7 @@ from genericdp.discovery import discover
 from genericdp.errors import ConfigError
 from genericdp.exits import EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from tests.fakesys import FakeHost
-from tests.squat_reference import Node, squat_units
+from tests.squat_reference import Node, _go_match, squat_units
 
 DATA = Path(__file__).parent / "data" / "squat"
 
@@ -229,6 +230,28 @@ def test_go_globs_become_genericdp_globs() -> None:
     assert go_glob("/dev/tty[^S]*") == "/dev/tty[!S]*"
     assert go_glob(r"/dev/odd\*name") == "/dev/odd[*]name"
     assert go_glob("/dev/**/x") == "/dev/*/x"
+
+
+@pytest.mark.parametrize(
+    "pattern", ["tty[!0]", "tty[!]", "x[!-#]", "x[^!0]", "x[^0]*", "[a-c!]?", "x[!0-9]"]
+)
+def test_go_classes_match_what_go_matches(pattern: str) -> None:
+    """Go's [!0] is the characters ! and 0 (Go negates with ^): the glob matches as Go does."""
+    names = ["tty0", "tty1", "tty!", "x!", "x0", "x#", 'x"', "x5", "xa", "b1", "!z", "x", "x00"]
+    names += [n.replace("tty", "x") for n in names]
+    converted = go_glob("/dev/" + pattern).removeprefix("/dev/")
+    for name in names:
+        assert fnmatch.fnmatchcase(name, converted) == _go_match(pattern, name), (name, converted)
+
+
+def test_a_bang_class_is_converted_as_squat_reads_it_and_noted(host: FakeHost) -> None:
+    """/dev/ttyS[!0] serves ttyS! and ttyS0 as squat does, not ttyS1, and says why."""
+    host.add_plain("/dev/ttyS1", minor=65)
+    result = convert_squat(['{"name": "bang", "groups": [{"paths": [{"path": "/dev/ttyS[!0]"}]}]}'])
+    served = _genericdp_units(result.text, host)["squat.ai/bang"]
+    assert {h for unit in _hosts(served) for h in unit} == {"/dev/ttyS0"}
+    assert any("not a negation" in str(n) and "[0!]" in str(n) for n in result.notes), result.notes
+    assert "not a negation" in result.text  # the NOTE comment in the YAML
 
 
 def test_group_keys_tell_groups_apart_or_give_up() -> None:

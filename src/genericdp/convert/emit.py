@@ -81,7 +81,8 @@ def go_glob(pattern: str) -> str:
     """A Go ``path.Match`` pattern as a genericdp glob (fnmatch).
 
     Go escapes with ``\\`` and negates a class with ``^``; fnmatch has no
-    escapes (``[*]`` is a literal star) and negates with ``!``. A component
+    escapes (``[*]`` is a literal star) and negates with ``!``, so Go's
+    ``[!0]`` (the characters ``!`` and ``0``) is written ``[0!]``. A component
     ``**`` is one name in Go but any depth in genericdp, so it becomes ``*``.
     A trailing ``/`` goes: Go's glob names the same directory without it.
     """
@@ -96,13 +97,61 @@ def go_glob(pattern: str) -> str:
             out.append(f"[{nxt}]" if nxt in "*?[" else nxt)
             i += 2
             continue
-        if char == "[" and pattern[i + 1 : i + 2] == "^":
-            out.append("[!")
-            i += 2
+        if char == "[" and pattern.find("]", i + 2) > 0:
+            text, i = _go_class(pattern, i)
+            out.append(text)
             continue
         out.append(char)
         i += 1
     return "/".join("*" if part == "**" else part for part in "".join(out).split("/"))
+
+
+def go_bang_class(pattern: str) -> bool:
+    """Whether a class of ``pattern`` starts with ``!``: a negation in fnmatch and in
+    shells, but the character ``!`` itself in Go, which is what squat reads."""
+    i = 0
+    while i < len(pattern):
+        if pattern[i] == "\\":
+            i += 2
+            continue
+        if pattern.startswith("[!", i):
+            return True
+        i += 1
+    return False
+
+
+def _go_class(pattern: str, start: int) -> tuple[str, int]:
+    """The Go class at ``pattern[start] == "["`` as an fnmatch class; the index after it."""
+    i = start + 1
+    negated = pattern[i : i + 1] == "^"
+    i += negated
+    items: list[tuple[str, str]] = []  # (lo, hi) character ranges, a single character lo == hi
+    while i < len(pattern) and (pattern[i] != "]" or not items):
+        lo, i = _class_char(pattern, i)
+        hi = lo
+        if pattern[i : i + 1] == "-" and pattern[i + 1 : i + 2] not in ("", "]"):
+            hi, i = _class_char(pattern, i + 1)
+        items.append((lo, hi))
+    i += 1  # the "]"
+    # fnmatch reads "!" first as a negation and "]" first as a member: order the
+    # members so that neither is misread ("-" last, a member in its own right).
+    split: list[tuple[str, str]] = []
+    for lo, hi in items:
+        if lo == "!" and hi > "!":
+            split += [("!", "!"), ('"', hi)]
+        else:
+            split.append((lo, hi))
+    if not negated and all(item == ("!", "!") for item in split):
+        return "!", i
+    ordered = sorted(split, key=lambda item: (item[0] != "]", item == ("!", "!"), item[0] == "-"))
+    body = "".join(lo if lo == hi else f"{lo}-{hi}" for lo, hi in ordered)
+    return f"[{'!' if negated else ''}{body}]", i
+
+
+def _class_char(pattern: str, i: int) -> tuple[str, int]:
+    if pattern[i] == "\\" and i + 1 < len(pattern):
+        return pattern[i + 1], i + 2
+    return pattern[i], i + 1
 
 
 def fnmatch_literal(text: str) -> str:
@@ -206,6 +255,13 @@ class _Builder:
             return False
         if p.read_only:
             self.note(p.where, "readOnly applies to Mount paths only; squat ignores it here too")
+        if go_bang_class(p.path):
+            self.note(
+                p.where,
+                f"{p.path!r}: in Go (and so in squat) a class starting with '!' holds '!'"
+                f" itself, not a negation: converted as squat reads it, {pattern!r}; Go and"
+                " genericdp's negation is written [^...] in squat",
+            )
         return True
 
     def _mount(self, p: SquatPath) -> None:
