@@ -314,6 +314,43 @@ def test_bad_flags_say_which_flag_where_and_what(device: str, expected: str) -> 
     ]
 
 
+@pytest.mark.parametrize(
+    ("device", "expected"),
+    [
+        (
+            '{"name": "ab", "groups": !foo [{"paths": [{"path": "/dev/a"}]}]}',
+            "--device #1:1:26: groups: the YAML tag !foo is not supported here",
+        ),
+        (
+            '{"name": "ab", "groups": !!omap [{"paths": [{"path": "/dev/a"}]}]}',
+            "--device #1:1:26: groups: must be a list of groups, not a mapping",
+        ),
+        (
+            '{"name": "ab", "groups": [{"count": 1' + "0" * 5000 + "}]}",
+            "--device #1:1:37: groups[0].count: a number of 5001 digits is far too large",
+        ),
+        (
+            '{"name": "ab", "groups": [{"count": 0x' + "f" * 4000 + "}]}",
+            "--device #1:1:37: groups[0].count: a number of 16000 bits is far too large",
+        ),
+        (
+            '{"name": "ab", "groups": [{"count": !!int abc}]}',
+            "--device #1:1:37: groups[0].count: !!int 'abc' is not a valid int",
+        ),
+        ('{"name": "ab", !!pairs [{a: 1}]: 1}', "--device #1:1:16: a key must be a string"),
+    ],
+)
+def test_yaml_tags_and_huge_numbers_are_refused_where_they_are(
+    device: str, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Tagged collections, unreadable tagged scalars and numbers of thousands of digits
+    are refused at --device #N:line:column with their key, never a traceback."""
+    assert main(["convert", "--device", device]) == EXIT_INVALID
+    err = capsys.readouterr().err
+    assert f"error: {expected}" in err, err
+    assert "Traceback" not in err
+
+
 def test_the_flag_number_counts_every_device_flag() -> None:
     """The second of two --device flags is "--device #2"."""
     with pytest.raises(ConfigError) as caught:

@@ -153,7 +153,7 @@ def parse_round_trip(text: str, file: str) -> tuple[Document | None, list[Config
         char = exc.character if isinstance(exc.character, int) else ord(exc.character)
         message = f"YAML syntax error: the control character U+{char:04X} is not allowed"
         return None, [ConfigIssue(file, line, column, "", message)]
-    except (ValueError, TypeError, KeyError, OverflowError) as exc:
+    except (ValueError, TypeError, KeyError, OverflowError, AttributeError) as exc:
         # A scalar its tag (given or implied) cannot hold: ``!!int abc``, a number of
         # thousands of digits (int() refuses them), ``!!bool maybe``.
         return None, [_unconstructable(text, file, exc)]
@@ -177,6 +177,13 @@ def _unconstructable(text: str, file: str, exc: Exception) -> ConfigIssue:
     while stack:
         node, path = stack.pop()
         if isinstance(node, MappingNode):
+            for key, _value in node.value:
+                pos = Pos(key.start_mark.line + 1, key.start_mark.column + 1)
+                if not isinstance(key, ScalarNode):  # ruamel fails on a tagged one
+                    return located(file, pos, path, "a key must be a string, not a collection")
+                problem = _scalar_problem(key)
+                if problem is not None:
+                    return located(file, pos, path, f"key {problem}")
             for key, value in reversed(node.value):
                 stack.append((value, (*path, str(key.value))))
         elif isinstance(node, SequenceNode):
@@ -338,7 +345,7 @@ class _Builder:
             self._issue(path, f"the YAML tag {text} is not supported here")
 
     def _mapping(self, node: dict[Any, Any], path: KeyPath) -> dict[str, Any]:
-        # An ordered map (``!!omap``) is a CommentedMap without positions of its own.
+        # A tagged collection (``!!omap``, ``!foo [1]``) has no positions of its own.
         lc = (node.lc.data if isinstance(node, CommentedMap) else None) or {}
         out: dict[str, Any] = {}
         for raw_key, raw_value in node.items():
@@ -357,7 +364,7 @@ class _Builder:
         return out
 
     def _sequence(self, node: list[Any], path: KeyPath) -> list[Any]:
-        lc = node.lc.data if isinstance(node, CommentedSeq) else {}
+        lc = (node.lc.data if isinstance(node, CommentedSeq) else None) or {}
         out: list[Any] = []
         for index, item in enumerate(node):
             where = (*path, index)
@@ -386,7 +393,8 @@ def describe(value: Any) -> str:  # noqa: PLR0911 - one return per kind reads be
     if isinstance(value, bool):
         return f"the boolean {str(value).lower()}"
     if isinstance(value, int | float):
-        return f"the number {value}"
+        shown = str(value)
+        return f"the number {shown if len(shown) <= 40 else f'{shown[:20]}… ({len(shown)} digits)'}"
     if isinstance(value, str):
         return f"the string {value!r}"
     if isinstance(value, dict):
