@@ -5,6 +5,8 @@ from __future__ import annotations
 import fnmatch
 import itertools
 import os
+import re
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -259,6 +261,22 @@ def test_group_keys_tell_groups_apart_or_give_up() -> None:
     regex = group_regex([["/dev/a1", "/dev/b1"], ["/dev/a2", "/dev/b2"]])
     assert regex == "(1|2)"
     assert group_regex([["/dev/a", "/dev/b"], ["/dev/a", "/dev/c"]]) is None
+
+
+def test_group_keys_of_long_paths_are_found_in_linear_time() -> None:
+    """2,000-character paths (a hostile config) get their keys in well under a second."""
+    # What the groups share is long, what tells them apart short: every length is tried.
+    long = "ab" * 1000
+    groups = [[f"/dev/{long}-{i}", f"/dev/-{i}{long}"] for i in range(3)]
+    started = time.monotonic()
+    regex = group_regex(groups)
+    assert time.monotonic() - started < 2.0
+    assert regex is not None
+    for i, paths in enumerate(groups):
+        for path in paths:
+            found = re.search(regex, path)
+            assert found is not None
+            assert found[1] == f"-{i}"
 
 
 def test_groups_genericdp_cannot_group_are_flagged_not_equivalent() -> None:
