@@ -20,7 +20,7 @@ from genericdp.convert import convert_squat
 from genericdp.convert.emit import go_glob, group_regex, matcher_container_paths
 from genericdp.discovery import discover
 from genericdp.errors import ConfigError
-from genericdp.exits import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from genericdp.exits import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from tests.fakesys import FakeHost
 from tests.squat_reference import Node, _go_match, squat_units
 
@@ -445,6 +445,29 @@ def test_cli_prints_yaml_on_stdout_and_differences_on_stderr(
     target = tmp_path / "out.yaml"
     assert main(["convert", "--device", device, "-o", str(target)]) == EXIT_OK
     assert load_text(target.read_text()).resources[0].name == "squat.ai/serial"
+
+
+def test_cli_exits_4_when_part_of_squats_config_is_not_converted(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The YAML is still written, but a device path genericdp cannot serve makes it exit 4."""
+    device = (
+        '{"name": "part", "groups": [{"paths": [{"path": "/dev/ttyUSB*"}]},'
+        ' {"paths": [{"path": "/sys/class/drm"}]}]}'
+    )
+    target = tmp_path / "out.yaml"
+    assert main(["convert", "--device", device, "-o", str(target)]) == EXIT_FAILED
+    assert load_text(target.read_text()).resources[0].name == "squat.ai/part"
+    err = capsys.readouterr().err
+    assert "NOT CONVERTED: device path '/sys/class/drm'" in err
+    assert err.rstrip().endswith(
+        "error: 2 part(s) of squat's config NOT CONVERTED: the config serves less than"
+        " squat does (see the warnings)"
+    )
+    with pytest.raises(SystemExit):
+        main(["convert", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "Exits 0 when everything converted, 1 on invalid input, and 4 when" in shown
 
 
 def test_cli_exit_codes_for_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
