@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
 import os
+import re
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -17,9 +20,9 @@ from genericdp.convert import convert_squat
 from genericdp.convert.emit import go_glob, group_regex, matcher_container_paths
 from genericdp.discovery import discover
 from genericdp.errors import ConfigError
-from genericdp.exits import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from genericdp.exits import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from tests.fakesys import FakeHost
-from tests.squat_reference import Node, squat_units
+from tests.squat_reference import Node, _go_match, squat_units
 
 DATA = Path(__file__).parent / "data" / "squat"
 
@@ -231,11 +234,49 @@ def test_go_globs_become_genericdp_globs() -> None:
     assert go_glob("/dev/**/x") == "/dev/*/x"
 
 
+@pytest.mark.parametrize(
+    "pattern", ["tty[!0]", "tty[!]", "x[!-#]", "x[^!0]", "x[^0]*", "[a-c!]?", "x[!0-9]"]
+)
+def test_go_classes_match_what_go_matches(pattern: str) -> None:
+    """Go's [!0] is the characters ! and 0 (Go negates with ^): the glob matches as Go does."""
+    names = ["tty0", "tty1", "tty!", "x!", "x0", "x#", 'x"', "x5", "xa", "b1", "!z", "x", "x00"]
+    names += [n.replace("tty", "x") for n in names]
+    converted = go_glob("/dev/" + pattern).removeprefix("/dev/")
+    for name in names:
+        assert fnmatch.fnmatchcase(name, converted) == _go_match(pattern, name), (name, converted)
+
+
+def test_a_bang_class_is_converted_as_squat_reads_it_and_noted(host: FakeHost) -> None:
+    """/dev/ttyS[!0] serves ttyS! and ttyS0 as squat does, not ttyS1, and says why."""
+    host.add_plain("/dev/ttyS1", minor=65)
+    result = convert_squat(['{"name": "bang", "groups": [{"paths": [{"path": "/dev/ttyS[!0]"}]}]}'])
+    served = _genericdp_units(result.text, host)["squat.ai/bang"]
+    assert {h for unit in _hosts(served) for h in unit} == {"/dev/ttyS0"}
+    assert any("not a negation" in str(n) and "[0!]" in str(n) for n in result.notes), result.notes
+    assert "not a negation" in result.text  # the NOTE comment in the YAML
+
+
 def test_group_keys_tell_groups_apart_or_give_up() -> None:
     """The derived pathRegex gives each group one key; with no distinguishing key, None."""
     regex = group_regex([["/dev/a1", "/dev/b1"], ["/dev/a2", "/dev/b2"]])
     assert regex == "(1|2)"
     assert group_regex([["/dev/a", "/dev/b"], ["/dev/a", "/dev/c"]]) is None
+
+
+def test_group_keys_of_long_paths_are_found_in_linear_time() -> None:
+    """2,000-character paths (a hostile config) get their keys in well under a second."""
+    # What the groups share is long, what tells them apart short: every length is tried.
+    long = "ab" * 1000
+    groups = [[f"/dev/{long}-{i}", f"/dev/-{i}{long}"] for i in range(3)]
+    started = time.monotonic()
+    regex = group_regex(groups)
+    assert time.monotonic() - started < 2.0
+    assert regex is not None
+    for i, paths in enumerate(groups):
+        for path in paths:
+            found = re.search(regex, path)
+            assert found is not None
+            assert found[1] == f"-{i}"
 
 
 def test_groups_genericdp_cannot_group_are_flagged_not_equivalent() -> None:
@@ -289,6 +330,43 @@ def test_bad_flags_say_which_flag_where_and_what(device: str, expected: str) -> 
     assert any(str(i).startswith(expected) or expected in str(i) for i in caught.value.issues), [
         str(i) for i in caught.value.issues
     ]
+
+
+@pytest.mark.parametrize(
+    ("device", "expected"),
+    [
+        (
+            '{"name": "ab", "groups": !foo [{"paths": [{"path": "/dev/a"}]}]}',
+            "--device #1:1:26: groups: the YAML tag !foo is not supported here",
+        ),
+        (
+            '{"name": "ab", "groups": !!omap [{"paths": [{"path": "/dev/a"}]}]}',
+            "--device #1:1:26: groups: must be a list of groups, not a mapping",
+        ),
+        (
+            '{"name": "ab", "groups": [{"count": 1' + "0" * 5000 + "}]}",
+            "--device #1:1:37: groups[0].count: a number of 5001 digits is far too large",
+        ),
+        (
+            '{"name": "ab", "groups": [{"count": 0x' + "f" * 4000 + "}]}",
+            "--device #1:1:37: groups[0].count: a number of 16000 bits is far too large",
+        ),
+        (
+            '{"name": "ab", "groups": [{"count": !!int abc}]}',
+            "--device #1:1:37: groups[0].count: !!int 'abc' is not a valid int",
+        ),
+        ('{"name": "ab", !!pairs [{a: 1}]: 1}', "--device #1:1:16: a key must be a string"),
+    ],
+)
+def test_yaml_tags_and_huge_numbers_are_refused_where_they_are(
+    device: str, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Tagged collections, unreadable tagged scalars and numbers of thousands of digits
+    are refused at --device #N:line:column with their key, never a traceback."""
+    assert main(["convert", "--device", device]) == EXIT_INVALID
+    err = capsys.readouterr().err
+    assert f"error: {expected}" in err, err
+    assert "Traceback" not in err
 
 
 def test_the_flag_number_counts_every_device_flag() -> None:
@@ -367,6 +445,29 @@ def test_cli_prints_yaml_on_stdout_and_differences_on_stderr(
     target = tmp_path / "out.yaml"
     assert main(["convert", "--device", device, "-o", str(target)]) == EXIT_OK
     assert load_text(target.read_text()).resources[0].name == "squat.ai/serial"
+
+
+def test_cli_exits_4_when_part_of_squats_config_is_not_converted(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The YAML is still written, but a device path genericdp cannot serve makes it exit 4."""
+    device = (
+        '{"name": "part", "groups": [{"paths": [{"path": "/dev/ttyUSB*"}]},'
+        ' {"paths": [{"path": "/sys/class/drm"}]}]}'
+    )
+    target = tmp_path / "out.yaml"
+    assert main(["convert", "--device", device, "-o", str(target)]) == EXIT_FAILED
+    assert load_text(target.read_text()).resources[0].name == "squat.ai/part"
+    err = capsys.readouterr().err
+    assert "NOT CONVERTED: device path '/sys/class/drm'" in err
+    assert err.rstrip().endswith(
+        "error: 2 part(s) of squat's config NOT CONVERTED: the config serves less than"
+        " squat does (see the warnings)"
+    )
+    with pytest.raises(SystemExit):
+        main(["convert", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "Exits 0 when everything converted, 1 on invalid input, and 4 when" in shown
 
 
 def test_cli_exit_codes_for_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

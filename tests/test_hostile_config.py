@@ -22,6 +22,7 @@ import pytest
 
 from genericdp.config import load, load_text
 from genericdp.config.loader import MAX_FILE_BYTES, MAX_ISSUES_PER_FILE
+from genericdp.config.semantic import MAX_RESOURCES
 from genericdp.config.yamldepth import MAX_COMMENT_CHARS
 from genericdp.config.yamlpos import parse_round_trip
 from genericdp.errors import ConfigError, ConfigIssue
@@ -227,19 +228,45 @@ def test_long_template_is_refused_before_it_is_compiled(tmp_path: Path) -> None:
 
 
 def test_issues_per_file_are_capped_with_a_count(tmp_path: Path) -> None:
-    """A file with 1000 problems reports the first 100 and counts the other 900, located."""
+    """A file with 400 problems reports the first 100 and counts the other 300, located."""
     path = tmp_path / "many.yaml"
     path.write_text(
         "version: v1\nresources:\n"
         + "".join(
-            f"- {{name: example.com/r{i}, match: [glob: /dev/x], bad: 1}}\n" for i in range(1000)
+            f"- {{name: example.com/r{i}, match: [glob: /dev/x], bad: 1}}\n" for i in range(400)
         )
     )
     issues = issues_of(path)
     assert len(issues) == MAX_ISSUES_PER_FILE + 1
     summary = issues[-1]
-    assert summary.message.startswith("… and 900 more problem(s) in this file")
+    assert summary.message.startswith("… and 300 more problem(s) in this file")
     assert summary.line == MAX_ISSUES_PER_FILE + 3
+
+
+def test_more_resources_than_the_memory_limit_holds_are_refused_with_the_number(
+    tmp_path: Path,
+) -> None:
+    """6,000 valid resources (300 KB) served at 360 MiB, over the DaemonSet's 256 MiB:
+    refused at the first resource over the limit, across files, with both numbers."""
+    for part in range(2):
+        (tmp_path / f"part{part}.yaml").write_text(
+            "version: v1\nresources:\n"
+            + "".join(
+                f"- {{name: example.com/r{part}-{i}, match: [glob: /dev/x]}}\n"
+                for i in range(MAX_RESOURCES // 2 + part)
+            )
+        )
+    (issue,) = issues_of(tmp_path)
+    assert (issue.file, issue.line) == (str(tmp_path / "part1.yaml"), MAX_RESOURCES // 2 + 3)
+    assert f"defines {MAX_RESOURCES + 1} resources, more than the {MAX_RESOURCES}" in str(issue)
+    (tmp_path / "part1.yaml").write_text(
+        "version: v1\nresources:\n"
+        + "".join(
+            f"- {{name: example.com/r1-{i}, match: [glob: /dev/x]}}\n"
+            for i in range(MAX_RESOURCES // 2)
+        )
+    )
+    assert len(load([tmp_path]).resources) == MAX_RESOURCES  # the limit itself is valid
 
 
 def test_validation_time_is_linear_in_the_number_of_problems() -> None:

@@ -65,6 +65,10 @@ SETPGID = (
     "import os, signal, time; os.setpgid(0, 0); signal.signal(signal.SIGTERM, signal.SIG_IGN); "
     'open(os.environ["P"], "a").write(f"{os.getpid()}\\n"); time.sleep(600)'
 )
+SLOW_TO_DIE = (
+    'import os, time; ballast = b"x" * (1 << 30); '
+    'open(os.environ["P"], "a").write(f"{os.getpid()}\\n"); time.sleep(600)'
+)
 # Wait (as the leader) until the escaped process has written its pid.
 WAIT_FOR_PID = 'while [ ! -s "$P" ]; do sleep 0.01; done'
 ESCAPES = {
@@ -142,6 +146,19 @@ def test_an_escapee_without_run_id_waits_only_for_the_hooks_running_with_it(
     assert report["outcomes"] == ["exited 0", "timed out"], report
     assert report["alive"] == [], report
     assert report["zombies"] == [], report
+
+
+def test_an_escapee_slow_to_die_is_dead_when_the_hook_returns(
+    tmp_path: Path, escaped: list[int]
+) -> None:
+    """An orphan without run ID whose exit takes a while (a large address space to
+    free) is waited for: a SIGKILL sent is not a process gone."""
+    slow = f"(setsid env -i P=\"$P\" {sys.executable} -c '{SLOW_TO_DIE}' &); {WAIT_FOR_PID}"
+    report = drive(tmp_path, [slow], timeout=30)
+    escaped.extend(report["pids"])
+    assert report["outcomes"] == ["exited 0"], report
+    assert report["pids"], report
+    assert report["alive"] == [], report
 
 
 def test_without_the_subreaper_an_orphan_escapes(tmp_path: Path, escaped: list[int]) -> None:

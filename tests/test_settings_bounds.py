@@ -56,3 +56,46 @@ def test_infinite_settle_in_environment_exits_2(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "GENERICDP_RELOAD_SETTLE" in result.stderr
     assert "finite number, not 'inf'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("256.1.1.1:80", "'256.1.1.1' is not an IPv4 address"),
+        ("1.2.3:80", "'1.2.3' is not an IPv4 address"),
+        ("-bad-.example:80", "'-bad-.example' is not a host name or address"),
+        ("a..b:80", "'a..b' is not a host name or address"),
+        ("under_score:80", "'under_score' is not a host name or address"),
+    ],
+)
+def test_metrics_address_with_an_impossible_host_exits_2(
+    tmp_path: Path, address: str, reason: str
+) -> None:
+    """`--metrics-address 256.1.1.1:80` exits 2 naming the flag, the variable and the value."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(GOOD)
+    roots = [f"--{name}={tmp_path / name}" for name in ("plugin-dir", "cdi-dir")]
+    result = run("serve", "--config", str(cfg), *roots, f"--metrics-address={address}")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(
+        "error: setting metrics_address (flag --metrics-address or GENERICDP_METRICS_ADDRESS):"
+    ), result.stderr
+    assert reason in result.stderr
+    assert repr(address) in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        ":9090",
+        "0.0.0.0:9090",
+        "127.0.0.1:0",
+        "[::1]:9090",
+        "localhost:80",
+        "node-1.example.com:8080",
+    ],
+)
+def test_metrics_addresses_that_can_be_listened_on_are_accepted(address: str) -> None:
+    """Host names, IPv4 and bracketed IPv6 addresses, and an empty host, all parse."""
+    assert Settings(metrics_address=address).metrics_listen is not None  # type: ignore[call-arg]

@@ -23,6 +23,7 @@ from genericdp.dra.naming import DEFAULT_DRIVER
 from genericdp.errors import ConfigError, DiscoveryError, GenericdpError
 from genericdp.exits import (
     EXIT_ENVIRONMENT,
+    EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_INVALID,
     EXIT_OK,
@@ -72,7 +73,8 @@ def _add_convert(sub: Any) -> None:
         help="print the genericdp config equivalent to a squat/generic-device-plugin config",
         description="Reads squat/generic-device-plugin's --device flags and/or its --config"
         " file and prints genericdp config v1 YAML; differences are NOTE comments and"
-        " warnings on stderr.",
+        " warnings on stderr. Exits 0 when everything converted, 1 on invalid input,"
+        " and 4 when the YAML is written but part of squat's config is NOT CONVERTED.",
     )
     p.add_argument(
         "--device",
@@ -238,6 +240,13 @@ def cmd_convert(args: argparse.Namespace) -> int:
         args.output.write_text(result.text)
     else:
         sys.stdout.write(result.text)
+    if result.not_converted:
+        print(
+            f"error: {len(result.not_converted)} part(s) of squat's config NOT CONVERTED:"
+            " the config serves less than squat does (see the warnings)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     return EXIT_OK
 
 

@@ -5,7 +5,8 @@ For people and for CI:
   1    the config is invalid (every problem is printed, with file:line:column)
   2    usage error: bad flags or bad GENERICDP_* settings
   3    the environment is unusable (a device root or socket directory is missing)
-  4    simulate: a resource did not register, or an allocation was refused
+  4    simulate: a resource did not register, or an allocation was refused;
+       convert: the config is written, but part of squat's is NOT CONVERTED
   130  interrupted (Ctrl-C) where no command catches it: serve and simulate
        stop cleanly on SIGINT and SIGTERM, and exit 0
 """

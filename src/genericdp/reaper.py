@@ -14,9 +14,10 @@ is then, at any moment,
   exec), or that lost it (``env -i``) and appeared while the command ran.
 
 ``execution`` signals all of that together with the process group when a
-command exits, times out or is cancelled. Orphans that could belong to several
-commands running at once are stopped when the last of those ends: later than
-their own command's timeout at worst, but never left running.
+command exits, times out or is cancelled, and waits until it is gone. Orphans
+that could belong to several commands running at once are stopped when the
+last of those ends: later than their own command's timeout at worst, but
+never left running.
 
 Zombies of orphans are reaped here (on SIGCHLD), but only pids that asyncio's
 child watcher does not own: every command's own process is registered while it
@@ -209,21 +210,44 @@ class Subreaper:
         self._leaders.add(pid)
 
     def family(self, run_id: str, leader: int | None) -> set[int]:
-        """The live processes a run started: ``leader``'s tree (None: reaped) and its orphans."""
+        """The live processes a run started: ``leader``'s tree (None: reaped), its orphans
+        with its run ID, and orphans without one that no other running command may own.
+
+        Those last are found here, while the command is being stopped, and not only
+        when it has ended: what ``execution`` signals it also waits for, so a
+        process signalled is gone (not merely sent SIGKILL) when the command returns.
+        """
         if leader is None and not self.enabled:
             return set()  # the usual case without subreaper: nothing to look for
         table = process_table(self._proc)
         roots = set() if leader is None else {leader}
         if self.enabled:
             me = os.getpid()
+            self._adopt_strays(table, me)
             for info in table.values():
                 ours = info.ppid == me and info.alive and info.pid not in self._leaders
                 if ours and run_id_of(info.pid, self._proc) == run_id:
                     roots.add(info.pid)
+            for (pid, start), owners in self._strays.items():
+                stray = table.get(pid)
+                mine = owners <= {run_id} and pid not in self._leaders
+                if mine and stray is not None and stray.start == start:
+                    roots.add(pid)
         return {p for p in descendants(table, roots) if table[p].alive}
 
+    def _adopt_strays(self, table: dict[int, ProcInfo], me: int) -> None:
+        """Note orphans without run ID seen for the first time, with the runs that may own
+        them: they appeared since the last look, so a run running now started them."""
+        for info in table.values():
+            key = (info.pid, info.start)
+            if info.ppid != me or not info.alive or info.pid in self._leaders:
+                continue
+            if key not in self._strays and run_id_of(info.pid, self._proc) is None:
+                self._strays[key] = set(self._runs)
+
     def end_run(self, run_id: str, leader: int | None) -> None:
-        """The run is over: stop orphans that only it could own.
+        """The run is over: stop orphans that only it could own (``execution`` has
+        already stopped and waited for those it found; this catches the rest).
 
         ``leader`` is the command's pid once asyncio has reaped it (None when it
         never started, or is not reaped yet: then it stays ours to leave alone).
@@ -234,15 +258,7 @@ class Subreaper:
             self._runs.discard(run_id)
             return
         table = process_table(self._proc)
-        me = os.getpid()
-        for info in table.values():
-            key = (info.pid, info.start)
-            if info.ppid != me or not info.alive or info.pid in self._leaders:
-                continue
-            if key not in self._strays and run_id_of(info.pid, self._proc) is None:
-                # Seen for the first time: it appeared since the last run ended, so it
-                # belongs to this run or to one running now.
-                self._strays[key] = set(self._runs)
+        self._adopt_strays(table, os.getpid())
         self._runs.discard(run_id)
         for key, owners in list(self._strays.items()):
             owners.discard(run_id)

@@ -25,6 +25,10 @@ DEFAULT_DRA_DRIVER = "genericdp.io"
 _DRIVER_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 MAX_DRIVER_NAME = 63
 _MAX_PORT = 65535
+# A DNS host name (RFC 1123 labels), as getaddrinfo can resolve it to listen on.
+_HOST_NAME = re.compile(
+    r"(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*\.?"
+)
 
 # Bounds of the timing settings, in seconds. 0 makes a loop that never sleeps
 # (``--rescan-interval 0`` was a 100 % CPU busy loop) and infinity or NaN a
@@ -67,7 +71,12 @@ def parse_listen_address(text: str) -> ListenAddress | None:
             raise ValueError(f"{host!r} in brackets is not an IPv6 address") from None
     elif ":" in host:
         raise ValueError(f"IPv6 addresses go in brackets, as in [::1]:9090, not {text!r}")
-    elif any(c.isspace() or c in "/[]" for c in host):
+    elif host and all(part.isdigit() for part in host.split(".")):
+        try:
+            ipaddress.IPv4Address(host)  # 256.1.1.1 or 1.2.3 would be looked up as a name
+        except ValueError:
+            raise ValueError(f"{host!r} is not an IPv4 address") from None
+    elif host and not _HOST_NAME.fullmatch(host):
         raise ValueError(f"{host!r} is not a host name or address")
     if not port_text.isdigit() or int(port_text) > _MAX_PORT:
         raise ValueError(f"port {port_text!r} is not a number from 0 to {_MAX_PORT}")

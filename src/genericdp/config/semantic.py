@@ -7,6 +7,7 @@ expected type is skipped here because the schema has already said so.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -41,6 +42,7 @@ def semantic_issues(doc: Document, seconds: dict[KeyPath, float]) -> list[Config
     for path, resource in resources_of(doc):
         issues += _name(doc, path, resource)
         issues += _globs(doc, path, resource)
+        issues += _udev_subsystems(doc, path, resource)
         issues += _container_paths(doc, path, resource)
         issues += _group_by(doc, path, resource)
         issues += _sharing(doc, path, resource)
@@ -57,6 +59,30 @@ def resources_of(doc: Document) -> Iterator[tuple[KeyPath, dict[str, Any]]]:
     for index, resource in enumerate(resources if isinstance(resources, list) else ()):
         if isinstance(resource, dict):
             yield ("resources", index), resource
+
+
+# What the DaemonSet's memory limit (256 MiB) holds, from measurement: the daemon
+# starts at about 65 MiB and each registered resource costs about 0.19 MiB (peak RSS
+# of `simulate`: 65 MiB for one resource, 83 for 100, 141 for 400). 400 resources
+# are about 140 MiB; a reload to another config of that size briefly holds both
+# (about 215 MiB), which still fits. 6,000 resources were over 360 MiB.
+MAX_RESOURCES = 400
+
+
+def too_many_resources(docs: Sequence[Document]) -> list[ConfigIssue]:
+    """More resources, across all files, than the daemon's memory limit holds: said at
+    the first one over the limit, with the number."""
+    found = [(doc, path) for doc in docs for path, _resource in resources_of(doc)]
+    if len(found) <= MAX_RESOURCES:
+        return []
+    doc, path = found[MAX_RESOURCES]
+    message = (
+        f"the config defines {len(found)} resources, more than the {MAX_RESOURCES} the"
+        f" daemon's memory limit (256 MiB) can serve; this is resource {MAX_RESOURCES + 1}."
+        " Split the nodes across configs (one DaemonSet per node group), or serve related"
+        " devices as one resource"
+    )
+    return [doc.issue(path, message)]
 
 
 def duplicate_names(docs: Sequence[Document]) -> list[ConfigIssue]:
@@ -102,6 +128,27 @@ def _globs(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[Confi
         problem = glob_problem(pattern, what="path")
         if problem is not None:
             issues.append(doc.issue((*path, "allocate", "devices", index, "path"), problem))
+    return issues
+
+
+_SUBSYSTEM = re.compile(r"[A-Za-z0-9_:-][A-Za-z0-9_.:-]*")
+
+
+def _udev_subsystems(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[ConfigIssue]:
+    """A udev ``subsystem`` is one directory name of /sys/class or /sys/bus: discovery
+    lists that directory, so a '/' or '..' would have it read elsewhere."""
+    issues = []
+    match = resource.get("match")
+    for index, item in enumerate(match if isinstance(match, list) else ()):
+        udev = item.get("udev") if isinstance(item, dict) else None
+        subsystem = udev.get("subsystem") if isinstance(udev, dict) else None
+        if isinstance(subsystem, str) and subsystem and not _SUBSYSTEM.fullmatch(subsystem):
+            shown = subsystem if len(subsystem) <= 40 else subsystem[:40] + "…"
+            message = (
+                f"subsystem {shown!r} must be one name (letters, digits, '_', '-', ':', '.';"
+                " not starting with '.'), as under /sys/class, e.g. tty"
+            )
+            issues.append(doc.issue((*path, "match", index, "udev", "subsystem"), message))
     return issues
 
 
@@ -303,12 +350,18 @@ def _mounts(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[Conf
             # A value starting with a template is only known after rendering.
             if not value.startswith(("/", "{{", "{%")):
                 issues.append(doc.issue(where, f"{key} {value!r} must be an absolute path"))
-            elif ".." in _literal_components(value):
+            elif ".." in (components := _literal_components(value)):
                 message = f"{key} {value!r} must not contain '..': a mount names its path directly"
                 issues.append(doc.issue(where, message))
+            elif all(part in ("", ".") for part in components):
+                issues.append(doc.issue(where, f"{key} {value!r} {_ROOT_MOUNT[key]}"))
     return issues
 
 
+_ROOT_MOUNT = {
+    "hostPath": "is the node's whole filesystem: mount the directory the device needs",
+    "containerPath": "would cover the container's whole filesystem: name a directory in it",
+}
 _CLOSING = {"{": "}}", "%": "%}", "#": "#}"}
 
 

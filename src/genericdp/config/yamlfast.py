@@ -60,6 +60,7 @@ Line = int
 Column = int
 Where = tuple[Line, Column]  # 1-based
 KeyPath = tuple[str | int, ...]
+_MAX_BITS = 3 * 4300  # larger ints have too many digits for str() (sys.int_info)
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,10 @@ class _Reader:
         if text == _NULL:
             return None
         node = ScalarNode(tag, raw, event.start_mark, event.end_mark, style=event.style)
-        return plain_scalar(self._construct(node))
+        value = plain_scalar(self._construct(node))
+        if isinstance(value, int) and value.bit_length() > _MAX_BITS:
+            raise _Declined  # the round-trip reader says where, and why
+        return value
 
     def _spend(self, text: int) -> None:
         """Counted as the round-trip reader counts; at its limits, it takes over."""

@@ -18,6 +18,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
 from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import MarkedYAMLError
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
 
 from genericdp.config.yamldepth import flow_too_deep, too_deep_for_parser
@@ -43,6 +44,8 @@ MAX_TEXT = 4 * 1024 * 1024  # characters of keys and strings, with aliases expan
 # Values copied through aliases: sharing a health check or hooks between a few
 # hundred resources stays far below; a bomb trips it after a few milliseconds.
 MAX_ALIASED_VALUES = 20_000
+_MAX_DIGITS = 4300  # Python's int() refuses longer decimal strings (sys.int_info)
+_MAX_BITS = 3 * _MAX_DIGITS  # a number of fewer bits has fewer digits: str() can print it
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,10 @@ def parse_round_trip(text: str, file: str) -> tuple[Document | None, list[Config
         char = exc.character if isinstance(exc.character, int) else ord(exc.character)
         message = f"YAML syntax error: the control character U+{char:04X} is not allowed"
         return None, [ConfigIssue(file, line, column, "", message)]
+    except (ValueError, TypeError, KeyError, OverflowError, AttributeError) as exc:
+        # A scalar its tag (given or implied) cannot hold: ``!!int abc``, a number of
+        # thousands of digits (int() refuses them), ``!!bool maybe``.
+        return None, [_unconstructable(text, file, exc)]
     builder = _Builder(file)
     if isinstance(node, CommentedMap):
         builder.values[()] = Pos(node.lc.line + 1, node.lc.col + 1)
@@ -159,6 +166,49 @@ def parse_round_trip(text: str, file: str) -> tuple[Document | None, list[Config
         return None, [*builder.issues, exc.issue]
     doc = Document(file, data, builder.keys, builder.values, tuple(text.splitlines()))
     return doc, builder.issues
+
+
+def _unconstructable(text: str, file: str, exc: Exception) -> ConfigIssue:
+    """Which scalar ruamel could not turn into a value, found in the node tree
+    (composed, not constructed) by constructing each scalar alone."""
+    yaml = YAML(typ="rt", pure=True)
+    yaml.version = (1, 2)
+    stack: list[tuple[Node, KeyPath]] = [(yaml.compose(text), ())]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, MappingNode):
+            for key, _value in node.value:
+                pos = Pos(key.start_mark.line + 1, key.start_mark.column + 1)
+                if not isinstance(key, ScalarNode):  # ruamel fails on a tagged one
+                    return located(file, pos, path, "a key must be a string, not a collection")
+                problem = _scalar_problem(key)
+                if problem is not None:
+                    return located(file, pos, path, f"key {problem}")
+            for key, value in reversed(node.value):
+                stack.append((value, (*path, str(key.value))))
+        elif isinstance(node, SequenceNode):
+            stack += reversed([(item, (*path, i)) for i, item in enumerate(node.value)])
+        elif isinstance(node, ScalarNode):
+            problem = _scalar_problem(node)
+            if problem is not None:
+                pos = Pos(node.start_mark.line + 1, node.start_mark.column + 1)
+                return located(file, pos, path, problem)
+    return ConfigIssue(file, None, None, "", f"a YAML value cannot be read: {exc}")
+
+
+def _scalar_problem(node: ScalarNode) -> str | None:
+    digits = sum(c.isdigit() for c in node.value)
+    if node.tag == _STANDARD_TAG + "int" and digits > _MAX_DIGITS:
+        return f"a number of {digits} digits is far too large for any setting"
+    try:
+        YAML(typ="rt", pure=True).constructor.construct_object(node, deep=True)
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:
+        tag = str(node.tag).replace(_STANDARD_TAG, "!!")
+        shown = node.value if len(node.value) <= 40 else node.value[:40] + "…"
+        return f"{tag} {shown!r} is not a valid {tag.lstrip('!')} ({exc})"
+    except MarkedYAMLError:
+        return None
+    return None
 
 
 def _syntax_issue(exc: MarkedYAMLError, file: str) -> ConfigIssue:
@@ -295,7 +345,8 @@ class _Builder:
             self._issue(path, f"the YAML tag {text} is not supported here")
 
     def _mapping(self, node: dict[Any, Any], path: KeyPath) -> dict[str, Any]:
-        lc = node.lc.data if isinstance(node, CommentedMap) else {}
+        # A tagged collection (``!!omap``, ``!foo [1]``) has no positions of its own.
+        lc = (node.lc.data if isinstance(node, CommentedMap) else None) or {}
         out: dict[str, Any] = {}
         for raw_key, raw_value in node.items():
             key = raw_key if isinstance(raw_key, str) else str(raw_key)
@@ -313,7 +364,7 @@ class _Builder:
         return out
 
     def _sequence(self, node: list[Any], path: KeyPath) -> list[Any]:
-        lc = node.lc.data if isinstance(node, CommentedSeq) else {}
+        lc = (node.lc.data if isinstance(node, CommentedSeq) else None) or {}
         out: list[Any] = []
         for index, item in enumerate(node):
             where = (*path, index)
@@ -326,7 +377,13 @@ class _Builder:
     def _scalar(self, node: Any, path: KeyPath) -> Any:
         if isinstance(node, TaggedScalar):
             self._check_tag(node, path)
-        return plain_scalar(node)
+        value = plain_scalar(node)
+        # A hexadecimal number is read whatever its length, but printing it in a
+        # message would fail (str() of an int is bounded like int() of a string).
+        if isinstance(value, int) and value.bit_length() > _MAX_BITS:
+            message = f"a number of {value.bit_length()} bits is far too large for any setting"
+            raise _TooLarge(self._located(path, message))
+        return value
 
 
 def describe(value: Any) -> str:  # noqa: PLR0911 - one return per kind reads best
@@ -336,7 +393,8 @@ def describe(value: Any) -> str:  # noqa: PLR0911 - one return per kind reads be
     if isinstance(value, bool):
         return f"the boolean {str(value).lower()}"
     if isinstance(value, int | float):
-        return f"the number {value}"
+        shown = str(value)
+        return f"the number {shown if len(shown) <= 40 else f'{shown[:20]}… ({len(shown)} digits)'}"
     if isinstance(value, str):
         return f"the string {value!r}"
     if isinstance(value, dict):

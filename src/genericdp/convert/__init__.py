@@ -40,6 +40,11 @@ class Conversion:
     notes: tuple[Note, ...]
     resources: int
 
+    @property
+    def not_converted(self) -> tuple[Note, ...]:
+        """What squat serves that the text does not: the config is written, but less."""
+        return tuple(n for n in self.notes if n.text.startswith("NOT CONVERTED"))
+
 
 def convert_squat(
     devices: Sequence[str] = (),

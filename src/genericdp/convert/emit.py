@@ -81,7 +81,8 @@ def go_glob(pattern: str) -> str:
     """A Go ``path.Match`` pattern as a genericdp glob (fnmatch).
 
     Go escapes with ``\\`` and negates a class with ``^``; fnmatch has no
-    escapes (``[*]`` is a literal star) and negates with ``!``. A component
+    escapes (``[*]`` is a literal star) and negates with ``!``, so Go's
+    ``[!0]`` (the characters ``!`` and ``0``) is written ``[0!]``. A component
     ``**`` is one name in Go but any depth in genericdp, so it becomes ``*``.
     A trailing ``/`` goes: Go's glob names the same directory without it.
     """
@@ -96,13 +97,61 @@ def go_glob(pattern: str) -> str:
             out.append(f"[{nxt}]" if nxt in "*?[" else nxt)
             i += 2
             continue
-        if char == "[" and pattern[i + 1 : i + 2] == "^":
-            out.append("[!")
-            i += 2
+        if char == "[" and pattern.find("]", i + 2) > 0:
+            text, i = _go_class(pattern, i)
+            out.append(text)
             continue
         out.append(char)
         i += 1
     return "/".join("*" if part == "**" else part for part in "".join(out).split("/"))
+
+
+def go_bang_class(pattern: str) -> bool:
+    """Whether a class of ``pattern`` starts with ``!``: a negation in fnmatch and in
+    shells, but the character ``!`` itself in Go, which is what squat reads."""
+    i = 0
+    while i < len(pattern):
+        if pattern[i] == "\\":
+            i += 2
+            continue
+        if pattern.startswith("[!", i):
+            return True
+        i += 1
+    return False
+
+
+def _go_class(pattern: str, start: int) -> tuple[str, int]:
+    """The Go class at ``pattern[start] == "["`` as an fnmatch class; the index after it."""
+    i = start + 1
+    negated = pattern[i : i + 1] == "^"
+    i += negated
+    items: list[tuple[str, str]] = []  # (lo, hi) character ranges, a single character lo == hi
+    while i < len(pattern) and (pattern[i] != "]" or not items):
+        lo, i = _class_char(pattern, i)
+        hi = lo
+        if pattern[i : i + 1] == "-" and pattern[i + 1 : i + 2] not in ("", "]"):
+            hi, i = _class_char(pattern, i + 1)
+        items.append((lo, hi))
+    i += 1  # the "]"
+    # fnmatch reads "!" first as a negation and "]" first as a member: order the
+    # members so that neither is misread ("-" last, a member in its own right).
+    split: list[tuple[str, str]] = []
+    for lo, hi in items:
+        if lo == "!" and hi > "!":
+            split += [("!", "!"), ('"', hi)]
+        else:
+            split.append((lo, hi))
+    if not negated and all(item == ("!", "!") for item in split):
+        return "!", i
+    ordered = sorted(split, key=lambda item: (item[0] != "]", item == ("!", "!"), item[0] == "-"))
+    body = "".join(lo if lo == hi else f"{lo}-{hi}" for lo, hi in ordered)
+    return f"[{'!' if negated else ''}{body}]", i
+
+
+def _class_char(pattern: str, i: int) -> tuple[str, int]:
+    if pattern[i] == "\\" and i + 1 < len(pattern):
+        return pattern[i + 1], i + 2
+    return pattern[i], i + 1
 
 
 def fnmatch_literal(text: str) -> str:
@@ -206,6 +255,13 @@ class _Builder:
             return False
         if p.read_only:
             self.note(p.where, "readOnly applies to Mount paths only; squat ignores it here too")
+        if go_bang_class(p.path):
+            self.note(
+                p.where,
+                f"{p.path!r}: in Go (and so in squat) a class starting with '!' holds '!'"
+                f" itself, not a negation: converted as squat reads it, {pattern!r}; Go and"
+                " genericdp's negation is written [^...] in squat",
+            )
         return True
 
     def _mount(self, p: SquatPath) -> None:
@@ -427,10 +483,87 @@ def group_regex(groups: Sequence[Sequence[str]]) -> str | None:
 
 
 def _distinct_common(paths: Sequence[str], others: Sequence[str]) -> str | None:
-    first = paths[0]
-    for length in range(len(first), 0, -1):
-        for start in range(len(first) - length + 1):
-            candidate = first[start : start + length]
-            if all(candidate in p for p in paths) and not any(candidate in o for o in others):
-                return candidate
-    return None
+    """The longest substring of every one of ``paths`` found in none of ``others``
+    (the leftmost in ``paths[0]`` of those as long), or None.
+
+    A suffix automaton of ``paths[0]`` tells, for each of its states, how long a
+    substring of that state each other path holds: linear in the total length
+    (trying every substring against every path was cubic: a path of 2,000
+    characters took minutes).
+    """
+    sam = _Automaton(paths[0])
+    common = list(sam.length)
+    for path in paths[1:]:
+        common = [min(c, m) for c, m in zip(common, sam.matched(path), strict=True)]
+    seen = [0] * len(sam.length)
+    for other in others:
+        seen = [max(s, m) for s, m in zip(seen, sam.matched(other), strict=True)]
+    best: tuple[int, int] | None = None  # (-length, start)
+    for state in range(1, len(sam.length)):
+        length = common[state]
+        if length > max(sam.length[sam.link[state]], seen[state]):
+            key = (-length, sam.first_end[state] - length + 1)
+            best = key if best is None or key < best else best
+    if best is None:
+        return None
+    start = best[1]
+    return paths[0][start : start - best[0]]
+
+
+class _Automaton:
+    """The suffix automaton of one string: a state per class of substrings that end
+    at the same positions (``length``: the longest; ``link``: the suffix link)."""
+
+    def __init__(self, text: str) -> None:
+        self.length = [0]
+        self.link = [-1]
+        self.next: list[dict[str, int]] = [{}]
+        self.first_end = [-1]  # where the state's substrings first end in ``text``
+        last = 0
+        for index, char in enumerate(text):
+            current = self._add(self.length[last] + 1, index)
+            state = last
+            while state != -1 and char not in self.next[state]:
+                self.next[state][char] = current
+                state = self.link[state]
+            if state == -1:
+                self.link[current] = 0
+            else:
+                target = self.next[state][char]
+                if self.length[state] + 1 == self.length[target]:
+                    self.link[current] = target
+                else:
+                    clone = self._add(self.length[state] + 1, self.first_end[target])
+                    self.next[clone] = dict(self.next[target])
+                    self.link[clone] = self.link[target]
+                    while state != -1 and self.next[state].get(char) == target:
+                        self.next[state][char] = clone
+                        state = self.link[state]
+                    self.link[target] = self.link[current] = clone
+            last = current
+        self._by_length = sorted(range(len(self.length)), key=self.length.__getitem__)
+
+    def _add(self, length: int, first_end: int) -> int:
+        self.length.append(length)
+        self.link.append(-1)
+        self.next.append({})
+        self.first_end.append(first_end)
+        return len(self.length) - 1
+
+    def matched(self, other: str) -> list[int]:
+        """Per state, the length of the longest of its substrings found in ``other``."""
+        best = [0] * len(self.length)
+        state = length = 0
+        for char in other:
+            while state and char not in self.next[state]:
+                state = self.link[state]
+                length = self.length[state]
+            if char in self.next[state]:
+                state = self.next[state][char]
+                length += 1
+            best[state] = max(best[state], length)
+        for state in reversed(self._by_length):  # longest first: a suffix is found too
+            parent = self.link[state]
+            if best[state] and parent > 0:
+                best[parent] = self.length[parent]
+        return best

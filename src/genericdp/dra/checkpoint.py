@@ -7,9 +7,13 @@ once its CDI spec is written, so a daemon killed half way still runs the
 cleanup hook when the kubelet unprepares the claim.
 
 The file is ours but lives on the host: whatever it holds is checked as
-hostile input. A file that cannot be read or parsed is logged and treated
-as empty; an entry that does not have the expected shape is logged and
-dropped, and the others are kept.
+hostile input, and what cannot be used is never lost. A file that cannot be
+used (not a regular file, too large, too many values, not JSON, another
+version) is moved aside to ``checkpoint.json.unusable-<UTC time>``, never
+overwritten, and the checkpoint is then *incomplete*: start-up removes no
+claim spec, since the file may have listed it (so too while a file set aside
+is still there). An entry that does not have the expected shape is logged and
+dropped, the others are kept, and its UID is *unaccounted*: its spec stays.
 """
 
 from __future__ import annotations
@@ -17,7 +21,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
+import stat
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,7 +40,12 @@ FILE_NAME = "checkpoint.json"
 VERSION = 1
 PREPARING = "preparing"
 PREPARED = "prepared"
-MAX_BYTES = 64 * 1024 * 1024  # far above what any node prepares; a bigger file is not ours
+# Far above what any node prepares (a claim is a few hundred bytes, some 30 values);
+# a bigger file is not ours. Values are bounded before parsing: json.loads of 64 MiB
+# of tiny entries peaked at 1.6 GiB; 400,000 values stay under about 60 MiB.
+MAX_BYTES = 16 * 1024 * 1024
+MAX_VALUES = 400_000
+UNUSABLE = ".unusable-"  # checkpoint.json.unusable-<time>: a file set aside
 # Kubernetes UIDs are RFC 4122 UUIDs; anything else a kubelet sent is refused,
 # and the UID names a file, so it must never hold "/" or start with ".".
 _UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
@@ -73,6 +85,9 @@ class Checkpoint:
         self._lock = asyncio.Lock()
         self._changes = 0  # changes made in memory, counted
         self._written = 0  # how many of them the file on disk has
+        # False when a file could not be used: it may list claims we do not know.
+        self.complete = True
+        self.unaccounted: set[str] = set()  # UIDs of entries dropped as unusable
 
     def __iter__(self) -> Iterator[PreparedClaim]:
         return iter(tuple(self._claims.values()))
@@ -81,51 +96,84 @@ class Checkpoint:
         return self._claims.get(uid)
 
     def load(self) -> None:
-        """Read the file; never raises (what cannot be used is logged and left out)."""
+        """Read the file; never raises (what cannot be used is logged and kept aside)."""
         self._claims = {}
-        try:
-            with self.path.open("rb") as file:
-                data = file.read(MAX_BYTES + 1)
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            log.error("DRA checkpoint %s cannot be read, starting empty: %s", self.path, exc)
-            return
-        if len(data) > MAX_BYTES:
-            log.error("DRA checkpoint %s is over %d bytes, starting empty", self.path, MAX_BYTES)
-            return
-        try:
-            doc = json.loads(data)
-        except (ValueError, RecursionError) as exc:
-            log.error("DRA checkpoint %s is not JSON, starting empty: %s", self.path, exc)
-            return
-        if not isinstance(doc, dict) or doc.get("version") != VERSION:
-            version = doc.get("version") if isinstance(doc, dict) else None
-            log.error(
-                "DRA checkpoint %s has no version-%d content (version %s), starting empty",
+        self.unaccounted = set()
+        self.complete = True
+        data, problem = self._read()
+        doc: Any = None
+        if problem is None and data is not None:
+            doc, problem = _decode(data)
+        if problem is not None:
+            self._set_aside(problem)
+        elif doc is not None:
+            self._take(doc["claims"])
+        aside = sorted(self.path.parent.glob(self.path.name + UNUSABLE + "*"))
+        if aside:
+            self.complete = False
+            log.warning(
+                "DRA checkpoint %s: %s set aside as unusable; claim CDI specs it does not"
+                " list are kept until it is removed",
                 self.path,
-                VERSION,
-                clip(repr(version), 40),
+                ", ".join(clip(str(p), 200) for p in aside[:3]),
+            )
+        if self._claims:
+            log.info("DRA checkpoint %s: %d claim(s) prepared", self.path, len(self._claims))
+
+    def _read(self) -> tuple[bytes | None, str | None]:
+        """The file's bytes (None: there is none), or why it cannot be used."""
+        try:
+            return _read_regular(self.path), None
+        except FileNotFoundError:
+            return None, None
+        except _Unusable as exc:
+            return None, str(exc)
+        except OSError as exc:
+            return None, f"cannot be read: {reason(exc)}"
+
+    def _set_aside(self, problem: str) -> None:
+        """Keep an unusable file under a name of its own; ours is written anew."""
+        self.complete = False
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        aside = self.path.with_name(f"{self.path.name}{UNUSABLE}{stamp}")
+        for n in range(1, 1000):
+            if not os.path.lexists(aside):
+                break
+            aside = self.path.with_name(f"{self.path.name}{UNUSABLE}{stamp}-{n}")
+        try:
+            os.rename(self.path, aside)
+        except OSError as exc:
+            log.error(
+                "DRA checkpoint %s %s, and cannot be set aside (%s): starting without it",
+                self.path,
+                problem,
+                reason(exc),
             )
             return
-        claims = doc.get("claims")
-        if not isinstance(claims, dict):
-            log.error("DRA checkpoint %s: 'claims' is not a mapping, starting empty", self.path)
-            return
+        log.error(
+            "DRA checkpoint %s %s: kept as %s, starting without it; no claim CDI spec is"
+            " removed at start while it is there",
+            self.path,
+            problem,
+            aside,
+        )
+
+    def _take(self, claims: dict[Any, Any]) -> None:
         for uid, entry in claims.items():
             try:
                 prepared = _parse(uid, entry)
             except (TypeError, ValueError, KeyError) as exc:
                 log.error(
-                    "DRA checkpoint %s: claim %s dropped, its entry is unusable: %s",
+                    "DRA checkpoint %s: claim %s dropped, its entry is unusable (its CDI"
+                    " spec is kept): %s",
                     self.path,
                     clip(str(uid), 80),
                     clip(str(exc), 200),
                 )
+                if isinstance(uid, str) and valid_uid(uid):
+                    self.unaccounted.add(uid)
                 continue
             self._claims[uid] = prepared
-        if self._claims:
-            log.info("DRA checkpoint %s: %d claim(s) prepared", self.path, len(self._claims))
 
     async def put(self, prepared: PreparedClaim) -> None:
         """Record a claim and write the file; raises OSError (the entry is then not kept)."""
@@ -173,6 +221,43 @@ class Checkpoint:
             "claims": {uid: _dump(p) for uid, p in sorted(self._claims.items())},
         }
         return (json.dumps(doc, indent=1) + "\n").encode()
+
+
+class _Unusable(Exception):  # noqa: N818 - internal signal, never leaves this module
+    """Why a checkpoint file cannot be used."""
+
+
+def _read_regular(path: Path) -> bytes:
+    """A regular file's bytes, at most MAX_BYTES. A FIFO, device or directory is never
+    opened for reading: a FIFO would block the driver's start forever."""
+    if not stat.S_ISREG(path.lstat().st_mode):
+        raise _Unusable("is not a regular file")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):  # replaced since lstat
+            raise _Unusable("is not a regular file")
+        data = file.read(MAX_BYTES + 1) if info.st_size <= MAX_BYTES else b""
+    if info.st_size > MAX_BYTES or len(data) > MAX_BYTES:
+        raise _Unusable(f"is over {MAX_BYTES} bytes")
+    return data
+
+
+def _decode(data: bytes) -> tuple[Any, str | None]:
+    """The document, or why it is not one of ours (values counted before parsing)."""
+    values = sum(data.count(c) for c in (b",", b":", b"[", b"{"))
+    if values > MAX_VALUES:
+        return None, f"holds over {MAX_VALUES} JSON values"
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        return None, f"is not JSON ({clip(str(exc), 200)})"
+    if not isinstance(doc, dict) or doc.get("version") != VERSION:
+        version = doc.get("version") if isinstance(doc, dict) else None
+        return None, f"is not version {VERSION} (version {clip(repr(version), 40)})"
+    if not isinstance(doc.get("claims"), dict):
+        return None, "has no 'claims' mapping"
+    return doc, None
 
 
 def describe_error(path: Path, exc: OSError) -> str:

@@ -109,10 +109,12 @@ class DraDriver:
         Raises GenericdpError (KubeletError) when a socket cannot be served.
         """
         await asyncio.to_thread(self.checkpoint.load)
-        kept = [p.claim.uid for p in self.checkpoint]
-        removed = await asyncio.to_thread(
-            remove_stale_claim_specs, self.paths.cdi_dir, self.driver, kept
-        )
+        kept = [*(p.claim.uid for p in self.checkpoint), *self.checkpoint.unaccounted]
+        removed: list[Path] = []
+        if self.checkpoint.complete:  # else an unusable file may list claims still in use
+            removed = await asyncio.to_thread(
+                remove_stale_claim_specs, self.paths.cdi_dir, self.driver, kept
+            )
         for path in removed:
             log.info("removed the CDI spec %s of a claim no longer prepared", path)
         await self._serve_dra()
