@@ -18,11 +18,24 @@ from genericdp.allocation.plan import plan_allocation
 from genericdp.config import load_text
 from genericdp.config.model import NodeOwnership
 from genericdp.discovery import discover
+from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.dra.cdispec import claim_spec
-from genericdp.dra.embedded import CreatedNode, created_nodes
+from genericdp.dra.driver import DraDriver, DriverPaths
+from genericdp.dra.embedded import (
+    CreatedNode,
+    DraEventKind,
+    EmbeddedDraKubelet,
+    created_nodes,
+    resolve_cdi,
+)
 from genericdp.errors import ConfigError, ConfigIssue
+from genericdp.kubelet.embedded import EmbeddedKubelet
+from tests.dra_fakes import DRIVER, NODE, MemoryClaims, RecordedHooks, allocated, claim
+from tests.dra_fakes import SERIAL as DRA_SERIAL
+from tests.dra_fakes import definition as dra_definition
+from tests.dra_fakes import unit as dra_unit
 from tests.fakesys import FakeHost, can_mknod
-from tests.runtime_harness import config
+from tests.runtime_harness import config, running
 
 SERIAL = "resources:\n- name: example.com/serial\n  match:\n    - glob: /dev/ttyUSB*\n"
 AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="changing owners and users needs root")
@@ -242,3 +255,53 @@ def test_unknown_and_empty_device_node_settings_are_refused() -> None:
     (empty,) = caught.value.issues
     assert "mode, uid, gid" in empty.message
     assert (empty.line, empty.path) == (6, "resources[0].allocate.deviceNodes")
+
+
+def _one_serial(kubelet: EmbeddedKubelet) -> bool:
+    known = kubelet.resources.get("example.com/serial")
+    return known is not None and known.capacity == 1
+
+
+async def test_device_plugin_cdi_mode_serves_the_configured_group(tmp_path: Path) -> None:
+    """Through the supervisor and the embedded kubelet: the names in the Allocate
+    answer resolve to nodes the runtime creates 0660 in group 44, owned as on the host."""
+    host = _host(tmp_path)
+    text = SERIAL + '  allocate:\n    cdi: true\n    deviceNodes: {gid: 44, mode: "0660"}\n'
+    cdi_dir = tmp_path / "cdi"
+    async with running(tmp_path, config(text), discover=discover, cdi_dir=cdi_dir) as rt:
+        await rt.until(_one_serial)
+        response = await rt.kubelet.allocate("example.com/serial", 1, pod="p1")
+        (container,) = response.container_responses
+        ids = [c.name for c in container.cdi_devices]
+        edits = resolve_cdi(cdi_dir, ids)
+    host_uid = os.lstat(host.node("/dev/ttyUSB0")).st_uid
+    assert created_nodes(edits["deviceNodes"], uid=1000, gid=1000) == (
+        CreatedNode("/dev/ttyUSB0", "/dev/ttyUSB0", 0o660, host_uid, 44),
+    )
+
+
+async def test_dra_prepare_serves_the_host_mode_and_owner(tmp_path: Path) -> None:
+    """Through the DRA driver and the embedded DRA kubelet: the prepared claim's node
+    is created with the host node's mode and owner, not 0666 for the container's user."""
+    node = DeviceNode("/dev/ttyUSB1", "/dev/ttyUSB1", mode=0o600, uid=0, gid=5)
+    claims = MemoryClaims()
+    claims.add(claim(), allocated(DRA_SERIAL, dra_unit(1)))
+    d = DraDriver(
+        driver=DRIVER,
+        node_name=NODE,
+        paths=DriverPaths(tmp_path / "registry", tmp_path / "plugins", tmp_path / "cdi"),
+        claims=claims,
+        run_hook=RecordedHooks(),
+    )
+    d.inventory.set_resource(dra_definition(), [Unit("A1", (node,))])
+    async with EmbeddedDraKubelet(tmp_path / "registry") as kubelet:
+        await d.start()
+        try:
+            await kubelet.wait_until(lambda k: k.count(DraEventKind.REGISTERED, DRIVER) == 1)
+            ids = await kubelet.prepare_pod(DRIVER, [claim()])
+            edits = resolve_cdi(tmp_path / "cdi", ids)
+        finally:
+            await d.close()
+    assert created_nodes(edits["deviceNodes"], uid=1000, gid=1000) == (
+        CreatedNode("/dev/ttyUSB1", "/dev/ttyUSB1", 0o600, 0, 5),
+    )
