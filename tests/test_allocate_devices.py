@@ -5,6 +5,7 @@ when a required node is missing, and the whole path through the embedded kubelet
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import grpc
@@ -53,7 +54,7 @@ def test_shared_node_comes_with_every_unit(base: Path) -> None:
         ]
         assert unit.missing == ()
     answer = plan_allocation(definition, [units[0]]).receives
-    assert answer.devices == (
+    assert _specs(answer.devices) == (
         DeviceSpec("/dev/dri/renderD128", "/dev/dri/renderD128", "rw"),
         DeviceSpec("/dev/kvm", "/dev/kvm", "r"),
     )
@@ -112,13 +113,32 @@ def test_missing_required_node_is_named_optional_is_left_out(base: Path) -> None
 
 
 def test_cdi_edits_carry_the_shared_nodes(base: Path) -> None:
-    """A unit's CDI device lists its own nodes, then the shared ones, with their permissions."""
+    """A unit's CDI device lists its own nodes, then the shared ones, with their
+    permissions and each host node's mode and owner."""
     host = _host(base)
+    host.node("/dev/dri/renderD128").chmod(0o660)
+    os.chown(host.node("/dev/dri/renderD128"), 0, 44)
+    host.node("/dev/kvm").chmod(0o600)
     (definition,) = config(_gpu_config("      - {path: /dev/kvm, permissions: rwm}\n")).resources
     unit = discover(definition, host.roots)[0]
+    uid = os.getuid()
     assert device_entry(definition, unit)["containerEdits"]["deviceNodes"] == [
-        {"path": "/dev/dri/renderD128", "hostPath": "/dev/dri/renderD128", "permissions": "rw"},
-        {"path": "/dev/kvm", "hostPath": "/dev/kvm", "permissions": "rwm"},
+        {
+            "path": "/dev/dri/renderD128",
+            "hostPath": "/dev/dri/renderD128",
+            "permissions": "rw",
+            "fileMode": 0o660,
+            "uid": 0,
+            "gid": 44,
+        },
+        {
+            "path": "/dev/kvm",
+            "hostPath": "/dev/kvm",
+            "permissions": "rwm",
+            "fileMode": 0o600,
+            "uid": uid,
+            "gid": os.getgid(),
+        },
     ]
 
 
@@ -136,7 +156,7 @@ def test_fixed_container_path_for_a_stick_found_by_serial(base: Path) -> None:
     assert [(n.host_path, n.container_path) for n in unit.nodes] == [
         ("/dev/ttyUSB3", "/dev/ttyZIGBEE")
     ]
-    assert plan_allocation(definition, [unit]).receives.devices == (
+    assert _specs(plan_allocation(definition, [unit]).receives.devices) == (
         DeviceSpec("/dev/ttyZIGBEE", "/dev/ttyUSB3", "rw"),
     )
 
@@ -229,3 +249,8 @@ def test_discover_report_says_what_is_missing(base: Path) -> None:
     as_json = report_dict(report)
     assert as_json["missingDevices"] == ["/dev/nvidiactl"]
     assert {u["health"] for u in as_json["units"]} == {"unhealthy"}
+
+
+def _specs(devices: tuple[DeviceSpec, ...]) -> tuple[DeviceSpec, ...]:
+    """The paths and permissions of ``devices`` (their mode and owner are the fake tree's)."""
+    return tuple(DeviceSpec(d.container_path, d.host_path, d.permissions) for d in devices)

@@ -141,7 +141,7 @@ def test_demo_null_is_shared_by_four(host: FakeHost) -> None:
     assert definition("demo.yaml", "example.com/null").count == 4
     assert replica_ids(units[0].id, 4) == ("null::0", "null::1", "null::2", "null::3")
     allocation = allocate("demo.yaml", "example.com/null", units)
-    assert allocation.devices == (DeviceSpec("/dev/null", "/dev/null", "rw"),)
+    assert paths_of(allocation.devices) == (DeviceSpec("/dev/null", "/dev/null", "rw"),)
     assert dict(allocation.env) == {"DEMO_NULL": "/dev/null", "DEMO_NULL_DEVICE_IDS": "null::0"}
 
 
@@ -178,7 +178,7 @@ def test_fuse_is_shared(host: FakeHost) -> None:
     assert shape(units) == {"fuse": same("/dev/fuse")}
     assert definition("fuse.yaml", "example.com/fuse").unbounded
     allocation = allocate("fuse.yaml", "example.com/fuse", units)
-    assert allocation.devices == (DeviceSpec("/dev/fuse", "/dev/fuse", "rw"),)
+    assert paths_of(allocation.devices) == (DeviceSpec("/dev/fuse", "/dev/fuse", "rw"),)
     assert dict(allocation.env) == {"FUSE_DEVICE": "/dev/fuse"}
 
 
@@ -190,7 +190,7 @@ def test_tun_is_shared(host: FakeHost) -> None:
     assert [[n.host_path for n in u.nodes] for u in units] == [["/dev/net/tun"]]
     assert definition("tun.yaml", "example.com/tun").unbounded
     allocation = allocate("tun.yaml", "example.com/tun", units)
-    assert allocation.devices == (DeviceSpec("/dev/net/tun", "/dev/net/tun", "rw"),)
+    assert paths_of(allocation.devices) == (DeviceSpec("/dev/net/tun", "/dev/net/tun", "rw"),)
     assert dict(allocation.env) == {"TUN_DEVICE": "/dev/net/tun"}
 
 
@@ -224,7 +224,7 @@ def test_kvm_tun_fuse_share_each_node_without_a_count(host: FakeHost) -> None:
         units = found(host, "kvm-tun-fuse.yaml", name)
         assert [[n.host_path for n in u.nodes] for u in units] == [[path]]
         allocation = allocate("kvm-tun-fuse.yaml", name, units)
-        assert allocation.devices == (DeviceSpec(path, path, "rw"),)
+        assert paths_of(allocation.devices) == (DeviceSpec(path, path, "rw"),)
         assert dict(allocation.env) == {variable: path}
     assert definition("kvm-tun-fuse.yaml", "example.com/fuse").free_ids == 8
     assert definition("kvm-tun-fuse.yaml", "example.com/tun").free_ids == 4
@@ -286,7 +286,7 @@ def test_ftdi_allocation_lists_every_port_of_the_dongle(host: FakeHost) -> None:
     add_ftdi_and_decoys(host)
     units = found(host, "usb-serial-ftdi.yaml", "example.com/ftdi")
     allocation = allocate("usb-serial-ftdi.yaml", "example.com/ftdi", [by_id(units, "usb-FT4X")])
-    assert allocation.devices == (
+    assert paths_of(allocation.devices) == (
         DeviceSpec("/dev/ttyUSB2", "/dev/ttyUSB2", "rw"),
         DeviceSpec("/dev/ttyUSB3", "/dev/ttyUSB3", "rw"),
     )
@@ -325,7 +325,7 @@ def test_serial_by_id_uses_the_link_as_container_path(host: FakeHost) -> None:
     ftdi = next(u for u in units if u.nodes[0].host_path == "/dev/ttyUSB0")
     allocation = allocate("serial-by-id.yaml", "example.com/serial-by-id", [ftdi])
     link = "/dev/serial/by-id/usb-FTDI_FT232R_USB_UART_A1-if00-port0"
-    assert allocation.devices == (DeviceSpec(link, "/dev/ttyUSB0", "rw"),)
+    assert paths_of(allocation.devices) == (DeviceSpec(link, "/dev/ttyUSB0", "rw"),)
     assert dict(allocation.env) == {"SERIAL_PORT": link, "SERIAL_PORTS": link}
 
 
@@ -371,7 +371,7 @@ def test_zigbee_finds_the_sonoff_stick_only(host: FakeHost) -> None:
     units = found(host, "zigbee-zwave.yaml", "example.com/zigbee")
     assert shape(units) == {"usb-c0ffee": same("/dev/ttyUSB0")}
     allocation = allocate("zigbee-zwave.yaml", "example.com/zigbee", units)
-    assert allocation.devices == (DeviceSpec("/dev/ttyUSB0", "/dev/ttyUSB0", "rw"),)
+    assert paths_of(allocation.devices) == (DeviceSpec("/dev/ttyUSB0", "/dev/ttyUSB0", "rw"),)
     assert dict(allocation.env) == {"ZIGBEE_DEVICE": "/dev/ttyUSB0", "ZIGBEE_SERIAL": "c0ffee"}
 
 
@@ -382,7 +382,7 @@ def test_usb_zigbee_pins_the_stick_by_serial_at_a_fixed_path(host: FakeHost) -> 
     units = found(host, "usb-zigbee.yaml", "example.com/zigbee-stick")
     assert shape(units) == {"usb-c0ffee": [("/dev/ttyUSB0", "/dev/ttyZIGBEE")]}
     allocation = allocate("usb-zigbee.yaml", "example.com/zigbee-stick", units)
-    assert allocation.devices == (DeviceSpec("/dev/ttyZIGBEE", "/dev/ttyUSB0", "rw"),)
+    assert paths_of(allocation.devices) == (DeviceSpec("/dev/ttyZIGBEE", "/dev/ttyUSB0", "rw"),)
     assert dict(allocation.env) == {"ZIGBEE_SERIAL": "c0ffee"}
     host.remove("/dev/ttyUSB0")
     host.add_usb_serial(
@@ -530,10 +530,15 @@ def test_shared_render_node_has_eight_shares_per_gpu(host: FakeHost) -> None:
     assert len(set(ids)) == 16
     unit = units[0]
     allocation = plan_allocation(d, [unit], device_ids=[f"{unit.id}::5"]).receives
-    assert allocation.devices == (
+    assert paths_of(allocation.devices) == (
         DeviceSpec(unit.nodes[0].container_path, unit.nodes[0].host_path, "rw"),
     )
     assert dict(allocation.env) == {
         "RENDER_NODE": unit.nodes[0].container_path,
         "SHARE_IDS": f"{unit.id}::5",
     }
+
+
+def paths_of(devices: tuple[DeviceSpec, ...]) -> tuple[DeviceSpec, ...]:
+    """``devices`` without their mode and owner (those of the fake tree's files)."""
+    return tuple(DeviceSpec(d.container_path, d.host_path, d.permissions) for d in devices)

@@ -28,6 +28,14 @@ Choices, and why:
   ``type``/``major``/``minor``: the runtime reads those from ``hostPath``
   when it creates the container, which stays right when a node is recreated
   with new numbers between our scan and the container's start.
+- They also carry ``fileMode``, ``uid`` and ``gid`` (``DeviceSpec``: the
+  host node's, or ``allocate.deviceNodes``'s), because the runtime does not
+  read those from ``hostPath``: without them runc creates the node
+  ``0666`` and CDI gives it to the container's user and group, so a
+  ``crw-------`` host node would be open to everyone in the container.
+  ``fileMode`` is a JSON number (Go's ``os.FileMode``: the permission bits),
+  ``uid``/``gid`` are uint32; all three exist since CDI 0.3.0, so they need
+  no newer ``cdiVersion``.
 - ``cdiVersion`` is the lowest that allows what we write, so older runtimes
   accept the file: 0.5.0 (``hostPath`` in device nodes), 0.6.0 when the class
   contains a dot. Nothing else (env, mounts, annotations) goes in the spec:
@@ -173,13 +181,21 @@ def _legacy_file_name(resource: str) -> str:
 # Content (pure)
 
 
-def device_node_entry(spec: DeviceSpec) -> dict[str, str]:
-    """A ``deviceNodes`` entry: ``path`` in the container, ``hostPath``, ``permissions``."""
-    return {
+def device_node_entry(spec: DeviceSpec) -> dict[str, str | int]:
+    """A ``deviceNodes`` entry: ``path`` in the container, ``hostPath``, ``permissions``,
+    and ``fileMode``, ``uid``, ``gid`` where known."""
+    entry: dict[str, str | int] = {
         "path": spec.container_path,
         "hostPath": spec.host_path,
         "permissions": spec.permissions,
     }
+    if spec.file_mode is not None:
+        entry["fileMode"] = spec.file_mode
+    if spec.uid is not None:
+        entry["uid"] = spec.uid
+    if spec.gid is not None:
+        entry["gid"] = spec.gid
+    return entry
 
 
 def cdi_device(name: str, nodes: Iterable[DeviceSpec]) -> dict[str, Any]:

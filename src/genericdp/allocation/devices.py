@@ -17,11 +17,21 @@ from genericdp.errors import UnsafeAllocationError, clip
 
 @dataclass(frozen=True)
 class DeviceSpec:
-    """A device node a container receives (kubelet ``DeviceSpec``, a CDI ``deviceNodes`` entry)."""
+    """A device node a container receives (kubelet ``DeviceSpec``, a CDI ``deviceNodes`` entry).
+
+    ``file_mode`` (permission bits), ``uid`` and ``gid`` are what the node in
+    the container gets: the host node's unless ``allocate.deviceNodes`` says
+    otherwise; None where discovery could not read them. Only CDI carries
+    them: the kubelet's ``DeviceSpec`` has no such fields (the runtime copies
+    the host node's mode and owner instead).
+    """
 
     container_path: str
     host_path: str
     permissions: str
+    file_mode: int | None = None
+    uid: int | None = None
+    gid: int | None = None
 
 
 def unit_named(resource: str, unit: Unit) -> str:
@@ -32,7 +42,8 @@ def device_nodes(
     definition: ResourceDefinition, unit: Unit, *, checked: bool = True
 ) -> tuple[DeviceSpec, ...]:
     """The unit's nodes, then its ``allocate.devices`` nodes (``Unit.shared``), once
-    per container path, with the definition's permissions unless the node has its own.
+    per container path, with the definition's permissions unless the node has its own,
+    and the host node's mode and owner where ``allocate.deviceNodes`` gives none.
 
     ``checked``: paths must be clean ``/dev`` paths, and two different host
     nodes at one container path (a fixed ``containerPath`` matching two nodes)
@@ -40,6 +51,7 @@ def device_nodes(
     one of them. Unchecked (a spec listing every unit), the first one stays.
     """
     specs: dict[str, DeviceSpec] = {}
+    wanted = definition.allocate.device_nodes
     for node in (*unit.nodes, *unit.shared) if unit.shared else unit.nodes:
         known = specs.get(node.container_path)
         if known is not None:
@@ -53,7 +65,12 @@ def device_nodes(
             check_device_path(node.container_path, what=what)
             check_device_path(node.host_path, what=what)
         specs[node.container_path] = DeviceSpec(
-            node.container_path, node.host_path, node.permissions or definition.permissions
+            node.container_path,
+            node.host_path,
+            node.permissions or definition.permissions,
+            file_mode=node.mode if wanted.mode is None else wanted.mode,
+            uid=node.uid if wanted.uid is None else wanted.uid,
+            gid=node.gid if wanted.gid is None else wanted.gid,
         )
     return tuple(specs.values())
 

@@ -158,6 +158,11 @@ def _pattern_message(last: object, instance: str) -> str:
         return validate_resource_name(instance) or f"{instance!r} is not a valid resource name"
     if last in _DURATION_KEYS:
         return f"{instance!r} is not a duration: {DURATION_HINT}"
+    if last == "mode":
+        return (
+            f"{instance!r} is not a file mode: three octal digits of permission bits,"
+            ' e.g. "0660" (no setuid, setgid or sticky bit)'
+        )
     if last == "permissions":
         return f"{instance!r} is not valid: use one or more of r, w, m, each at most once, e.g. rw"
     if last == "version":

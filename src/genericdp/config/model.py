@@ -10,7 +10,7 @@ lives with its section's schema fragment and converter in ``config/v1/``.
 
 from __future__ import annotations
 
-from genericdp.config.v1.allocate import AllocateSpec, ExtraDevice, MountTemplate
+from genericdp.config.v1.allocate import AllocateSpec, ExtraDevice, MountTemplate, NodeOwnership
 from genericdp.config.v1.common import Exec, frozen_map
 from genericdp.config.v1.dra import AttributeValue, DraSpec, Version
 from genericdp.config.v1.grouping import GroupBy
@@ -45,6 +45,7 @@ __all__ = [
     "Hooks",
     "Matcher",
     "MountTemplate",
+    "NodeOwnership",
     "PreferredAllocation",
     "ResourceDefinition",
     "Source",

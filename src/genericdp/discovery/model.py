@@ -35,6 +35,13 @@ class DeviceNode:
     numa_node: int | None = None
     # Device cgroup permissions of an ``allocate.devices`` node; None: the resource's.
     permissions: str | None = None
+    # The host node's permission bits (``st_mode & 0o777``) and owner, as the
+    # scan found them: a container's node keeps them unless the config says
+    # otherwise (``allocate.deviceNodes``). A chmod or chown on the host makes
+    # the node, and so its unit, compare unequal: the CDI spec follows.
+    mode: int | None = None
+    uid: int | None = None
+    gid: int | None = None
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """From a path under the dev root to a ``DeviceNode``: its sysfs device, udev data, NUMA node.
 
 A ``Scan`` lives for one discovery pass: it remembers what it already read
-(the kernel-name index below) so one pass reads each file once, and it is
-thrown away afterwards so a rescan sees the host as it is now.
+(the kernel-name index below, and each node's ``lstat``) so one pass reads
+each file once, and it is thrown away afterwards so a rescan sees the host as
+it is now. The one ``lstat`` that tells a device node from anything else also
+gives its numbers, mode and owner: describing a node costs no further call.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from genericdp.config.model import frozen_map
 from genericdp.discovery.model import DeviceNode, Roots
@@ -35,6 +36,18 @@ class Scan:
     roots: Roots
     _by_devname: dict[str, Located] | None = field(default=None, repr=False)
     _nodes: list[Located] | None = field(default=None, repr=False)
+    _stats: dict[str, os.stat_result] = field(default_factory=dict, repr=False)
+
+    def _lstat(self, relative: str) -> os.stat_result | None:
+        """``lstat`` of ``<dev>/<relative>``, once per pass (None: it is not there)."""
+        info = self._stats.get(relative)
+        if info is None:
+            try:
+                info = os.lstat(self.roots.dev / relative)
+            except OSError:
+                return None
+            self._stats[relative] = info
+        return info
 
     def locate(self, relative: str) -> Located | None:
         """The sysfs device of the node ``<dev>/<relative>``, if sysfs knows it.
@@ -43,9 +56,13 @@ class Scan:
         Nodes that are not device files (test trees, or a /dev the kernel did
         not populate) are found by kernel name: the ``DEVNAME`` in uevent.
         """
-        try:
-            info = os.stat(self.roots.dev / relative)
-        except OSError:
+        info = self._lstat(relative)
+        if info is not None and stat.S_ISLNK(info.st_mode):
+            try:
+                info = os.stat(self.roots.dev / relative)
+            except OSError:
+                return None
+        if info is None:
             return None
         if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode):
             kind = "c" if stat.S_ISCHR(info.st_mode) else "b"
@@ -68,10 +85,10 @@ class Scan:
         where sysfs names a device node of exactly that path (its ``DEVNAME``),
         which no unprivileged user can arrange.
         """
-        try:
-            mode = os.lstat(self.roots.dev / relative).st_mode  # a link is not a node
-        except OSError:
+        info = self._lstat(relative)  # a link is not a node
+        if info is None:
             return False
+        mode = info.st_mode
         if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
             return True
         return stat.S_ISREG(mode) and relative in self._devname_index()
@@ -86,13 +103,20 @@ class Scan:
         host_path = f"/dev/{host_relative}"
         if located is None:
             located = self.locate(host_relative)
+        info = self._lstat(host_relative)
+        mode = info.st_mode & 0o777 if info is not None else None
+        uid = info.st_uid if info is not None else None
+        gid = info.st_gid if info is not None else None
         if located is None:
-            devnum = _node_devnum(self.roots.dev / host_relative)
+            devnum = _devnum(info)
             return DeviceNode(
                 host_path=host_path,
                 container_path=container_path,
                 major=devnum[0] if devnum else None,
                 minor=devnum[1] if devnum else None,
+                mode=mode,
+                uid=uid,
+                gid=gid,
             )
         device = located.device
         properties = read_udev_properties(self.roots.udev, located.kind, located.devnum)
@@ -106,6 +130,9 @@ class Scan:
             attributes=frozen_map(device.attributes()),
             properties=frozen_map(properties),
             numa_node=device.numa_node(),
+            mode=mode,
+            uid=uid,
+            gid=gid,
         )
 
     def _devname_index(self) -> dict[str, Located]:
@@ -139,13 +166,9 @@ class Scan:
         return found
 
 
-def _node_devnum(path: Path) -> tuple[int, int] | None:
+def _devnum(info: os.stat_result | None) -> tuple[int, int] | None:
     """(major, minor) of a real device node without sysfs, None for anything else."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode):
+    if info is not None and (stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)):
         return os.major(info.st_rdev), os.minor(info.st_rdev)
     return None
 

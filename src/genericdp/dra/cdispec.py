@@ -10,7 +10,9 @@ plugin's; the file itself (name, kind, writing, stale specs) is
 
 - One CDI device per allocated device, named ``<claim UID>-<device name>``
   (unique among all specs of the kind, as CDI requires), holding the unit's
-  device nodes (``Plan.nodes``: ``path``, ``hostPath``, ``permissions``).
+  device nodes (``Plan.nodes``: ``path``, ``hostPath``, ``permissions``,
+  and ``fileMode``, ``uid``, ``gid``: the host node's or
+  ``allocate.deviceNodes``'s, since DRA has no other way to pass them).
 - The env and mounts of the claim's plans (one per resource, rendered over
   all the claim's units of it) are the spec's own ``containerEdits``, which
   the runtime applies once when any device of the spec is injected; a

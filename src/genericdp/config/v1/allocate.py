@@ -9,6 +9,12 @@ from typing import Any
 
 from genericdp.config.v1.common import canonical_permissions, frozen_map
 
+# Three octal digits, a leading 0 allowed: permission bits only (no setuid,
+# setgid or sticky bit, which a device node has no use for).
+MODE_PATTERN = "^0?[0-7]{3}$"
+# uid_t and gid_t are 32 bits; 2^32-1 is (uid_t)-1, "leave unchanged" to chown.
+MAX_ID = 2**32 - 2
+
 DEFS: dict[str, Any] = {
     "allocate": {
         "description": (
@@ -47,6 +53,7 @@ DEFS: dict[str, Any] = {
                 "type": "boolean",
                 "default": False,
             },
+            "deviceNodes": {"$ref": "#/$defs/deviceNodes"},
             "devices": {
                 "description": (
                     "Device nodes given with every allocation besides the unit's own (control"
@@ -57,6 +64,41 @@ DEFS: dict[str, Any] = {
                 ),
                 "type": "array",
                 "items": {"$ref": "#/$defs/extraDevice"},
+            },
+        },
+    },
+    "deviceNodes": {
+        "description": (
+            "The mode and owner of every device node a container receives through CDI"
+            " (allocate.cdi, and always under DRA): each field given replaces the host"
+            " node's, the others keep the host node's. For non-root consumers, e.g."
+            ' {gid: 44, mode: "0660"} with the pod in group 44 (supplementalGroups). The'
+            " device-plugin API cannot pass them: without CDI the runtime copies the host"
+            " node's mode and owner."
+        ),
+        "type": "object",
+        "additionalProperties": False,
+        "minProperties": 1,
+        "properties": {
+            "mode": {
+                "description": (
+                    'Permission bits as an octal string, e.g. "0660"; no setuid, setgid or'
+                    " sticky bit."
+                ),
+                "type": "string",
+                "pattern": MODE_PATTERN,
+            },
+            "uid": {
+                "description": "Owner of the node in the container (a numeric user ID).",
+                "type": "integer",
+                "minimum": 0,
+                "maximum": MAX_ID,
+            },
+            "gid": {
+                "description": "Group of the node in the container (a numeric group ID).",
+                "type": "integer",
+                "minimum": 0,
+                "maximum": MAX_ID,
             },
         },
     },
@@ -138,6 +180,17 @@ class ExtraDevice:
 
 
 @dataclass(frozen=True)
+class NodeOwnership:
+    """The mode and owner a container's device nodes get (``allocate.deviceNodes``);
+    None keeps the host node's. CDI carries them (``fileMode``, ``uid``, ``gid``);
+    the device-plugin API's ``DeviceSpec`` cannot."""
+
+    mode: int | None = None  # permission bits, 0o000..0o777
+    uid: int | None = None
+    gid: int | None = None
+
+
+@dataclass(frozen=True)
 class AllocateSpec:
     """What a container receives, as template sources."""
 
@@ -146,6 +199,15 @@ class AllocateSpec:
     annotations: Mapping[str, str] = field(default_factory=frozen_map)
     cdi: bool = False  # also publish a CDI spec and return CDI names (allocation.cdi)
     devices: tuple[ExtraDevice, ...] = ()
+    device_nodes: NodeOwnership = field(default_factory=NodeOwnership)
+
+
+def node_ownership(raw: dict[str, Any]) -> NodeOwnership:
+    """``allocate.deviceNodes`` as checked by the schema: ``mode`` read as octal."""
+    mode = raw.get("mode")
+    return NodeOwnership(
+        mode=int(mode, 8) if mode is not None else None, uid=raw.get("uid"), gid=raw.get("gid")
+    )
 
 
 def allocate_spec(raw: dict[str, Any], *, permissions: object = "rw") -> AllocateSpec:
@@ -171,4 +233,5 @@ def allocate_spec(raw: dict[str, Any], *, permissions: object = "rw") -> Allocat
         annotations=frozen_map(raw.get("annotations")),
         cdi=bool(raw.get("cdi", False)),
         devices=devices,
+        device_nodes=node_ownership(raw.get("deviceNodes", {})),
     )
