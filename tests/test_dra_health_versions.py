@@ -10,7 +10,7 @@ from pathlib import Path
 
 from genericdp.config.model import HealthCheck
 from genericdp.dra.driver import DraDriver, DriverPaths
-from genericdp.dra.embedded import DraEventKind, EmbeddedDraKubelet
+from genericdp.dra.embedded import KUBELET_1_36_HEALTH, DraEventKind, EmbeddedDraKubelet
 from genericdp.dra.naming import device_name
 from genericdp.dra.registration import RegistrationServer, RegistrationService, registration_socket
 from genericdp.dra.service import (
@@ -33,7 +33,6 @@ from tests.dra_fakes import (
 )
 
 A0, A1 = (NODE, device_name(SERIAL, "A0")), (NODE, device_name(SERIAL, "A1"))
-KUBELET_1_36 = ("v1alpha1.DRAResourceHealth",)  # healthServicesSupportedByKubelet before 1.37
 
 
 def make_driver(base: Path) -> DraDriver:
@@ -63,14 +62,17 @@ async def serving(base: Path) -> AsyncIterator[DraDriver]:
 
 
 @asynccontextmanager
-async def older_driver(base: Path, services: Sequence[str]) -> AsyncIterator[DraServer]:
-    """A driver that serves and advertises only ``services`` (one built before v1, say)."""
+async def older_driver(
+    base: Path, services: Sequence[str], advertised: Sequence[str] | None = None
+) -> AsyncIterator[DraServer]:
+    """A driver that serves only ``services`` (one built before v1, say) and advertises
+    ``advertised`` (the same by default)."""
     d = make_driver(base)
     server = await DraServer.start(
         d.preparer, d.inventory, d.dra_socket, heartbeat=0.2, services=services
     )
     registration = RegistrationServer(
-        RegistrationService(DRIVER, d.dra_socket, services),
+        RegistrationService(DRIVER, d.dra_socket, services if advertised is None else advertised),
         registration_socket(base / "registry", DRIVER),
     )
     await registration.start()
@@ -84,7 +86,7 @@ async def older_driver(base: Path, services: Sequence[str]) -> AsyncIterator[Dra
 VERDICTS = {A0: ("Healthy", ""), A1: ("Unhealthy", "health probe exited 3: no carrier")}
 
 
-async def test_we_advertise_both_health_versions_newest_first() -> None:
+def test_we_advertise_both_health_versions_newest_first() -> None:
     """The registration lists v1 before v1alpha1, after the DRA services."""
     assert SERVICES.index(HEALTH_V1) < SERVICES.index(HEALTH_V1ALPHA1)
     assert SERVICES[:2] == (DRA_V1, "v1beta1.DRAPlugin")
@@ -102,7 +104,9 @@ async def test_a_1_37_kubelet_watches_health_over_v1(base: Path) -> None:
 async def test_a_1_36_kubelet_watches_the_same_health_over_v1alpha1(base: Path) -> None:
     """A kubelet that knows only v1alpha1 gets the same devices, states and messages."""
     async with (
-        EmbeddedDraKubelet(base / "registry", health_services=KUBELET_1_36) as kubelet,
+        EmbeddedDraKubelet(
+            base / "registry", health_services=KUBELET_1_36_HEALTH, health_announced=False
+        ) as kubelet,
         serving(base) as d,
     ):
         await kubelet.wait_until(lambda k: k.device_health(DRIVER) == VERDICTS)
@@ -134,6 +138,18 @@ async def test_a_driver_advertising_no_health_service_is_not_watched(base: Path)
         assert kubelet.health_service(DRIVER) is None
         assert kubelet.count(DraEventKind.HEALTH_STREAM) == 0
         assert server.health.opened == {}
+
+
+async def test_a_1_36_kubelet_opens_v1alpha1_even_unannounced(base: Path) -> None:
+    """As seen on 1.36.2: the v1alpha1 stream is opened whatever supported_versions says."""
+    async with (
+        EmbeddedDraKubelet(
+            base / "registry", health_services=KUBELET_1_36_HEALTH, health_announced=False
+        ) as kubelet,
+        older_driver(base, (DRA_V1, HEALTH_V1ALPHA1), advertised=(DRA_V1,)) as server,
+    ):
+        await kubelet.wait_until(lambda k: k.device_health(DRIVER) == VERDICTS)
+        assert server.health.opened == {HEALTH_V1ALPHA1: 1}
 
 
 async def test_a_long_reason_is_clipped_to_what_the_kubelet_keeps(base: Path) -> None:

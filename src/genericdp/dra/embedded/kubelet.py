@@ -21,11 +21,14 @@ Used by the tests. It follows the 1.34-1.37 kubelet:
 - Health (the ResourceHealthStatus gate): for each registered plugin that
   advertises a health service the kubelet knows (``pickHealthService``: the
   first of ``health_services`` found in ``supported_versions``; 1.37 knows
-  ``v1.DRAResourceHealth`` then ``v1alpha1.DRAResourceHealth``, 1.34-1.36
-  only the second), ``NodeWatchResources`` of that version on its endpoint;
-  none advertised, no stream. It is reopened every 5 s after it ends or
-  fails (``wait.UntilWithContext``), except after UNIMPLEMENTED (the driver
-  declines health: the kubelet stops watching); each report is stamped with the
+  ``v1.DRAResourceHealth`` then ``v1alpha1.DRAResourceHealth``),
+  ``NodeWatchResources`` of that version on its endpoint; none advertised,
+  no stream. The 1.36 kubelet (``KUBELET_1_36_HEALTH``,
+  ``health_announced=False``) knows only v1alpha1 and opens it right after
+  registration whatever ``supported_versions`` says (seen on 1.36.2). It is
+  reopened every 5 s after it ends or fails (``wait.UntilWithContext``),
+  except after UNIMPLEMENTED on 1.37 (the driver declines health: the kubelet
+  stops watching); each report is stamped with the
   kubelet's clock, a device not reported for 30 s reads Unknown
   (healthinfo.go), and the driver's entries are dropped when its stream ends.
 - Prepare (pkg/kubelet/cm/dra/manager.go): only claims not prepared yet are
@@ -86,6 +89,7 @@ log = logging.getLogger(__name__)
 KUBELET_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")  # servicesSupportedByKubelet
 # healthServicesSupportedByKubelet of 1.37, most recent first (1.36: only v1alpha1).
 KUBELET_HEALTH_SERVICES = ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
+KUBELET_1_36_HEALTH = ("v1alpha1.DRAResourceHealth",)
 _HEALTH_API: dict[str, tuple[Any, Any]] = {
     "v1.DRAResourceHealth": (drahealth_v1_pb2, drahealth_v1_pb2_grpc),
     "v1alpha1.DRAResourceHealth": (drahealth_v1alpha1_pb2, drahealth_v1alpha1_pb2_grpc),
@@ -113,6 +117,7 @@ class EmbeddedDraKubelet:
         services: Sequence[str] = KUBELET_SERVICES,
         health: bool = True,
         health_services: Sequence[str] = KUBELET_HEALTH_SERVICES,
+        health_announced: bool = True,
         health_retry: float = HEALTH_RETRY,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -120,6 +125,7 @@ class EmbeddedDraKubelet:
         self.services = tuple(services)
         self.health_enabled = health
         self.health_services = tuple(health_services)
+        self.health_announced = health_announced  # False: opened whether advertised or not
         self._health_retry = health_retry
         self._clock = clock
         self._events: list[DraEvent] = []
@@ -301,7 +307,8 @@ class EmbeddedDraKubelet:
                 )
                 return False
             offered = list(info.supported_versions)
-            health = next((h for h in self.health_services if h in offered), None)
+            known = [h for h in self.health_services if h in offered or not self.health_announced]
+            health = known[0] if known else None
             plugin = Plugin(info.name, endpoint, service, socket, _channel(endpoint), health)
             self._plugins.setdefault(info.name, []).append(plugin)
             if self.health_enabled and health is not None:
