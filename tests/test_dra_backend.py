@@ -95,7 +95,7 @@ async def test_resources_are_served_through_dra(base: Path) -> None:
             usb0, usb1 = device_name(NAME, "ttyUSB0"), device_name(NAME, "ttyUSB1")
             verdicts = {
                 (NODE, usb0): ("Healthy", ""),
-                (NODE, usb1): ("Unhealthy", "exited 3: no carrier"),
+                (NODE, usb1): ("Unhealthy", "health probe exited 3: no carrier"),
             }
             await kubelet.wait_until(lambda k: k.device_health(DRIVER) == verdicts)
             published = (("ttyUSB0", "ttyUSB1"), frozenset({"ttyUSB1"}))

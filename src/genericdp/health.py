@@ -318,6 +318,35 @@ class HealthMonitor:
         self._reported = unhealthy, probed
 
 
+REASON_TAIL = 800  # characters of a probe's output a reason keeps (its end says most)
+
+
+def failure_reason(check: HealthCheck, result: ExecResult) -> str:
+    """Why a probe of ``check`` failed, in words a pod's status can show.
+
+    ``health probe exited 3: <output's tail>``, ``health probe timed out
+    after 3s``, ``health probe could not start: ...``, ``health probe was
+    killed by signal 9 (SIGKILL)``; for a sysfs probe what was read:
+    ``sysfs operstate: devices/.../operstate is 'down', not 'up'``. The tail
+    is the last ``REASON_TAIL`` characters of the output, lines joined by
+    `` | ``; the DRA health stream clips the whole to 1024.
+    """
+    if check.sysfs is not None:
+        how = f"sysfs {check.sysfs.attribute}: {result.output.strip() or 'nothing read'}"
+        return f"{how} (after {check.sysfs.timeout:g}s)" if result.timed_out else how
+    if result.error is not None:
+        return f"health probe could not start: {result.error}"
+    how = f"timed out after {check.timeout:g}s" if result.timed_out else result.describe()
+    tail = _tail(result.output)
+    return f"health probe {how}: {tail}" if tail else f"health probe {how}"
+
+
+def _tail(output: str) -> str:
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    joined = " | ".join(lines)
+    return joined if len(joined) <= REASON_TAIL else "..." + joined[-(REASON_TAIL - 3) :]
+
+
 def _output_block(result: ExecResult | None) -> str:
     if result is None or not result.output.strip():
         return ""

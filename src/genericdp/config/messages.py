@@ -17,7 +17,7 @@ from jsonschema.exceptions import ValidationError
 
 from genericdp.config.durations import HINT as DURATION_HINT
 from genericdp.config.names import validate_resource_name
-from genericdp.config.v1.dra import DRA_RESERVED_ATTRIBUTES
+from genericdp.config.v1.dra import DRA_RESERVED_ATTRIBUTES, STANDARD_ATTRIBUTES
 from genericdp.config.v1.resource import MAX_COUNT
 from genericdp.config.yamlpos import Document, KeyPath, describe
 from genericdp.errors import ConfigIssue
@@ -92,6 +92,11 @@ def _bad_key(path: KeyPath, key: str) -> str:
         if key in DRA_RESERVED_ATTRIBUTES:
             listed = ", ".join(DRA_RESERVED_ATTRIBUTES)
             return f"{key!r} is set by genericdp itself ({listed}); choose another name"
+        if key in STANDARD_ATTRIBUTES:
+            return (
+                f"{key!r} is a Kubernetes standard attribute that genericdp sets from sysfs"
+                " where it is known; choose another name"
+            )
         return (
             f"{key!r} is not a valid attribute name: a C identifier (letters, digits, '_',"
             " not starting with a digit) of at most 32 characters"

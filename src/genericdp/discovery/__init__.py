@@ -32,6 +32,7 @@ from genericdp.discovery.grouping import Group, group_nodes
 from genericdp.discovery.ids import assign_ids, properties_of
 from genericdp.discovery.model import DeviceNode, Roots, Unit
 from genericdp.discovery.nodes import Scan
+from genericdp.discovery.pci import pci_place
 from genericdp.discovery.udev import match_udev
 from genericdp.errors import DiscoveryError, clip
 
@@ -168,6 +169,9 @@ def _unit(unit_id: str, group: Group, roots: Roots) -> Unit:
     if group.parent is not None:
         attributes = frozen_map(group.parent.attributes())
         properties = frozen_map(properties_of(group.parent, roots.udev))
+    places = {pci_place(roots.sys, node.sysfs_path) for node in group.nodes}
+    buses = {place.bus_id for place in places}
+    pcie_roots = {place.pcie_root for place in places}
     return Unit(
         id=unit_id,
         nodes=group.nodes,
@@ -175,4 +179,6 @@ def _unit(unit_id: str, group: Group, roots: Roots) -> Unit:
         parent=group.parent.path if group.parent is not None else None,
         attributes=attributes,
         properties=properties,
+        pci_bus_id=buses.pop() if len(buses) == 1 else None,
+        pcie_root=pcie_roots.pop() if len(pcie_roots) == 1 else None,
     )

@@ -64,6 +64,10 @@ class Unit:
     properties: Mapping[str, str] = field(default_factory=frozen_map)
     shared: tuple[DeviceNode, ...] = ()
     missing: tuple[str, ...] = ()
+    # The PCI function every node is (``0000:3b:00.0``) and the PCIe root
+    # every node sits under (``pci0000:00``), when sysfs says so (discovery/pci.py).
+    pci_bus_id: str | None = None
+    pcie_root: str | None = None
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,10 @@ The kubelet's plugin watcher (pkg/kubelet/pluginmanager) watches
 ``/var/lib/kubelet/plugins_registry`` with inotify (and walks it at start);
 for each new socket not starting with ``.`` it dials it, calls ``GetInfo``
 (1 s deadline), hands type ``DRAPlugin`` to the DRA manager, which checks
-``supported_versions`` (the first the kubelet knows is chosen:
-``v1.DRAPlugin`` on 1.34+, ``v1beta1.DRAPlugin`` before) and dials
+``supported_versions`` (the first DRA service the kubelet knows is chosen:
+``v1.DRAPlugin`` on 1.34+, ``v1beta1.DRAPlugin`` before; for health the
+first it knows of ``v1.DRAResourceHealth`` and ``v1alpha1.DRAResourceHealth``,
+so both are listed: 1.37 watches only an advertised one) and dials
 ``endpoint`` for the DRA services, then calls ``NotifyRegistrationStatus``
 with the verdict. A removed socket deregisters the driver; a new one
 registers it again. So the socket is named for the driver

@@ -3,14 +3,20 @@
 - ``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`` and its ``v1beta1`` twin (same
   messages, kept for 1.32/1.33 kubelets): NodePrepareResources and
   NodeUnprepareResources, answered by ``prepare.Preparer``.
-- ``v1alpha1.DRAResourceHealth``: NodeWatchResources, a stream of every
-  device's health from ``inventory.Inventory``. The kubelet stamps each
+- ``v1.DRAResourceHealth`` and its ``v1alpha1`` twin (same messages; 1.34
+  to 1.36 kubelets know only v1alpha1, 1.37 to 1.39 prefer v1 and fall back
+  to v1alpha1): NodeWatchResources, a stream of every device's health from
+  ``inventory.Inventory``, the same whichever version the kubelet opens. A
+  kubelet opens the stream only for a version it finds among the
+  registration's ``supported_versions``, so both are listed there. Each
+  device's message (at most ``MAX_HEALTH_MESSAGE`` characters) says why it is
+  not Healthy: the probe's failure, or the unit's state. The kubelet stamps each
   report with its own clock and turns a device Unknown when it has not
   heard of it for 30 s (``DefaultHealthTimeout`` in
   pkg/kubelet/cm/dra/healthinfo.go), so the whole list is sent at once,
   again on every change, and at least every ``HEARTBEAT`` seconds.
 
-All three share one ``grpc.aio`` server on one unix socket
+All four share one ``grpc.aio`` server on one unix socket
 (``/var/lib/kubelet/plugins/<driver>/dra.sock``), as the kubelet dials one
 endpoint for all of them.
 """
@@ -28,12 +34,20 @@ from typing import Any
 
 import grpc
 
-from genericdp.dra.api import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
-from genericdp.dra.api import drahealth_v1alpha1_pb2 as health_pb
-from genericdp.dra.api import drahealth_v1alpha1_pb2_grpc as health_grpc
+from genericdp.dra.api import (
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2,
+    dra_v1beta1_pb2_grpc,
+    drahealth_v1_pb2,
+    drahealth_v1_pb2_grpc,
+    drahealth_v1alpha1_pb2,
+    drahealth_v1alpha1_pb2_grpc,
+)
 from genericdp.dra.claims import ClaimRef
 from genericdp.dra.inventory import Health, Inventory
 from genericdp.dra.prepare import ClaimResult, Preparer
+from genericdp.errors import ellipsized
 from genericdp.unixgrpc import UnixServer, serve
 
 log = logging.getLogger(__name__)
@@ -44,16 +58,15 @@ _Context = grpc.aio.ServicerContext[Any, Any]
 # pkg/kubelet/cm/dra/plugin), newest first: it takes the first it knows.
 DRA_V1 = "v1.DRAPlugin"
 DRA_V1BETA1 = "v1beta1.DRAPlugin"
+HEALTH_V1 = "v1.DRAResourceHealth"
 HEALTH_V1ALPHA1 = "v1alpha1.DRAResourceHealth"
-SERVICES = (DRA_V1, DRA_V1BETA1, HEALTH_V1ALPHA1)
+SERVICES = (DRA_V1, DRA_V1BETA1, HEALTH_V1, HEALTH_V1ALPHA1)
 HEARTBEAT = 10.0  # seconds between full health reports when nothing changes
-MAX_HEALTH_MESSAGE = 1024  # the kubelet cuts longer messages
+MAX_HEALTH_MESSAGE = 1024  # the kubelet cuts longer messages to 1021 characters and "..."
 
-_HEALTH = {
-    Health.UNKNOWN: health_pb.UNKNOWN,
-    Health.HEALTHY: health_pb.HEALTHY,
-    Health.UNHEALTHY: health_pb.UNHEALTHY,
-}
+# The health status enum's numbers are the same in both versions (UNKNOWN 0,
+# HEALTHY 1, UNHEALTHY 2); each version's module builds its own messages.
+_HEALTH = {Health.UNKNOWN: 0, Health.HEALTHY: 1, Health.UNHEALTHY: 2}
 
 
 def _claims(request: Any) -> list[ClaimRef]:
@@ -112,44 +125,77 @@ class DraPluginV1beta1(_DraPlugin, dra_v1beta1_pb2_grpc.DRAPluginServicer):
         super().__init__(preparer, dra_v1beta1_pb2)
 
 
-class HealthService(health_grpc.DRAResourceHealthServicer):
-    """NodeWatchResources: the inventory's health, whole, on change and every heartbeat."""
+class HealthService:
+    """NodeWatchResources: the inventory's health, whole, on change and every heartbeat.
+
+    One stream logic for both API versions (``servicer``): they differ only in
+    the module their messages come from.
+    """
 
     def __init__(self, inventory: Inventory, *, heartbeat: float = HEARTBEAT) -> None:
         self._inventory = inventory
         self._heartbeat = heartbeat
-        self.streams = 0  # open now
+        self.streams = 0  # open now, either version
+        self.opened: dict[str, int] = {}  # service -> streams opened since start
 
-    def report(self) -> health_pb.NodeWatchResourcesResponse:
+    def report(self, module: ModuleType = drahealth_v1_pb2) -> Any:
+        """Every device's health now, as ``module``'s NodeWatchResourcesResponse."""
         now = int(time.time())
         pool = self._inventory.pool
-        return health_pb.NodeWatchResourcesResponse(
+        return module.NodeWatchResourcesResponse(
             devices=[
-                health_pb.DeviceHealth(
-                    device=health_pb.DeviceIdentifier(pool_name=pool, device_name=d.device),
+                module.DeviceHealth(
+                    device=module.DeviceIdentifier(pool_name=pool, device_name=d.device),
                     health=_HEALTH[d.health],
                     last_updated_time=int(d.updated) or now,
-                    message=d.message[:MAX_HEALTH_MESSAGE],
+                    message=ellipsized(d.message, MAX_HEALTH_MESSAGE, "..."),
                 )
                 for d in self._inventory.health()
             ]
         )
 
-    async def NodeWatchResources(  # noqa: N802 -- the gRPC method name
-        self, request: health_pb.NodeWatchResourcesRequest, context: _Context
-    ) -> AsyncIterator[health_pb.NodeWatchResourcesResponse]:
+    async def watch(self, service: str, module: ModuleType) -> AsyncIterator[Any]:
         self.streams += 1
-        log.info("the kubelet opened the DRA health stream")
+        self.opened[service] = self.opened.get(service, 0) + 1
+        log.info("the kubelet opened the DRA health stream (%s)", service)
         try:
             version = self._inventory.version
             while True:
-                yield self.report()
+                yield self.report(module)
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self._heartbeat):
                         version = await self._inventory.wait_changed(version)
         finally:
             self.streams -= 1
-            log.info("the DRA health stream ended")
+            log.info("the DRA health stream (%s) ended", service)
+
+    def servicer(self, service: str) -> Any:
+        """The gRPC servicer of ``service`` (``HEALTH_V1`` or ``HEALTH_V1ALPHA1``)."""
+        return _HealthV1(self) if service == HEALTH_V1 else _HealthV1alpha1(self)
+
+
+class _HealthV1(drahealth_v1_pb2_grpc.DRAResourceHealthServicer):
+    def __init__(self, health: HealthService) -> None:
+        self._health = health
+
+    async def NodeWatchResources(  # noqa: N802 -- the gRPC method name
+        self, request: drahealth_v1_pb2.NodeWatchResourcesRequest, context: _Context
+    ) -> AsyncIterator[drahealth_v1_pb2.NodeWatchResourcesResponse]:
+        # An async generator function itself: grpc.aio streams only from one.
+        async for response in self._health.watch(HEALTH_V1, drahealth_v1_pb2):
+            yield response
+
+
+class _HealthV1alpha1(drahealth_v1alpha1_pb2_grpc.DRAResourceHealthServicer):
+    def __init__(self, health: HealthService) -> None:
+        self._health = health
+
+    async def NodeWatchResources(  # noqa: N802 -- the gRPC method name
+        self, request: drahealth_v1alpha1_pb2.NodeWatchResourcesRequest, context: _Context
+    ) -> AsyncIterator[drahealth_v1alpha1_pb2.NodeWatchResourcesResponse]:
+        # An async generator function itself: grpc.aio streams only from one.
+        async for response in self._health.watch(HEALTH_V1ALPHA1, drahealth_v1alpha1_pb2):
+            yield response
 
 
 class DraServer:
@@ -179,8 +225,14 @@ class DraServer:
                 dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(v1, server)  # type: ignore[no-untyped-call]
             if DRA_V1BETA1 in services:
                 dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(v1beta1, server)  # type: ignore[no-untyped-call]
+            if HEALTH_V1 in services:
+                drahealth_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(  # type: ignore[no-untyped-call]
+                    health.servicer(HEALTH_V1), server
+                )
             if HEALTH_V1ALPHA1 in services:
-                health_grpc.add_DRAResourceHealthServicer_to_server(health, server)  # type: ignore[no-untyped-call]
+                drahealth_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(  # type: ignore[no-untyped-call]
+                    health.servicer(HEALTH_V1ALPHA1), server
+                )
 
         server = await serve(socket, add_services, what="DRA", make_dir=True)
         return cls(server, health)

@@ -6,10 +6,15 @@ go into slices of their own, at most ``MAX_DEVICES_PER_SLICE`` devices each
 ``device_name(resource, unit.id)``, with typed attributes in the driver's
 domain, so a CEL selector reads them as ``device.attributes["<driver>"].serial``.
 
+Beside them, the Kubernetes standard attributes ``resource.kubernetes.io/
+numaNode``, ``pciBusID`` and ``pcieRoot`` where sysfs knows them
+(``standard_attributes``).
+
 The API server's limits (resource.k8s.io/v1 validation, checked against the
-1.36 server in tests/test_dra_slices_api.py): at most 128 devices per slice,
+1.36 server in tests/test_dra_standard_attributes.py): at most 128 devices per slice,
 64 when any device has taints; at most 32 attributes and capacities per
-device; attribute names are C identifiers of at most 32 characters; string
+device; attribute names are C identifiers of at most 32 characters (with an
+optional DNS-subdomain domain: ``resource.kubernetes.io/numaNode``); string
 and version values at most 64 bytes, versions semver 2.0. A value discovery
 found that does not fit is left out (it would make the whole slice invalid).
 """
@@ -23,6 +28,7 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from genericdp.config.model import AttributeValue, Version
+from genericdp.config.v1.dra import STANDARD_ATTRIBUTES
 from genericdp.discovery.model import Unit
 from genericdp.dra.naming import device_name
 from genericdp.errors import GenericdpError
@@ -35,6 +41,9 @@ MAX_ATTRIBUTES = 32
 MAX_VALUE_BYTES = 64
 SLICE_NAME_MAX = 253
 UNHEALTHY_TAINT_KEY = "unhealthy"  # qualified with the driver: <driver>/unhealthy
+# The Kubernetes standard attributes (k8s.io/dynamic-resource-allocation/deviceattribute).
+STANDARD_NUMA_NODE, STANDARD_PCI_BUS_ID, STANDARD_PCIE_ROOT = STANDARD_ATTRIBUTES
+MAX_NUMA_NODES = 1024  # the helpers' maxNUMANodes (the kernel's maximum)
 
 _PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 _NOT_SUBDOMAIN = re.compile(r"[^a-z0-9.-]+")
@@ -87,6 +96,25 @@ def discovered_attributes(unit: Unit) -> dict[str, Attribute]:
     return {name: value for name, value in found.items() if value is not None}
 
 
+def standard_attributes(unit: Unit) -> dict[str, Attribute]:
+    """The Kubernetes standard attributes of ``unit`` that sysfs knows (none made up).
+
+    As the ``deviceattribute`` helpers publish them: ``numaNode`` a scalar int
+    of a real node (0 to 1023: -1, "no affinity", is never published, it would
+    match every other device without one), ``pciBusID`` of a unit that is a
+    PCI function, ``pcieRoot`` of one under a PCI function (discovery/pci.py).
+    """
+    found: dict[str, Attribute] = {}
+    if unit.numa_node is not None and 0 <= unit.numa_node < MAX_NUMA_NODES:
+        found[STANDARD_NUMA_NODE] = {"int": unit.numa_node}
+    if unit.pci_bus_id is not None:
+        found[STANDARD_PCI_BUS_ID] = {"string": unit.pci_bus_id}
+    root = _string(unit.pcie_root)
+    if root is not None:
+        found[STANDARD_PCIE_ROOT] = root
+    return found
+
+
 def typed(value: AttributeValue) -> Attribute | None:
     """A config attribute value as the API's typed value (None when it cannot be one)."""
     if isinstance(value, Version):
@@ -109,14 +137,16 @@ def device(
     """One device of a slice: ``unit`` of ``resource``; unhealthy ones carry a NoSchedule taint.
 
     ``own`` are the definition's attributes (``dra.attributes``): they win
-    over discovered ones, never over ``resource``, ``unitID``, ``healthy``
-    and ``nodes`` (the schema refuses those names).
+    over discovered ones, never over ``resource``, ``unitID``, ``healthy``,
+    ``nodes`` and the standard ``resource.kubernetes.io/`` ones (the schema
+    refuses those names).
     """
     attributes: dict[str, Attribute] = {
         "resource": {"string": resource},
         "unitID": {"string": unit.id},
         "healthy": {"bool": healthy},
         "nodes": {"int": len(unit.nodes)},
+        **standard_attributes(unit),
     }
     found = discovered_attributes(unit)
     for name, given in (own or {}).items():

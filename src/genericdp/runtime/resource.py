@@ -33,7 +33,7 @@ from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.errors import first_of
 from genericdp.execution import ExecResult
-from genericdp.health import HealthMonitor
+from genericdp.health import HealthMonitor, failure_reason
 from genericdp.runtime.allocator import Allocator
 from genericdp.runtime.backend import Backend, ResourceParts
 from genericdp.runtime.cdisync import CdiSync
@@ -220,7 +220,9 @@ class ResourceRunner:
 
     def _probed(self, unit_id: str, result: ExecResult) -> None:
         self._context.recorder.health_probe(self.name, exec_result(result), result.duration)
-        self.state.note_probe(unit_id, None if result.ok else probe_failure(result))
+        check = self._definition.health
+        failure = None if result.ok or check is None else failure_reason(check, result)
+        self.state.note_probe(unit_id, failure)
 
     def _health_changed(self, unhealthy: frozenset[str]) -> None:
         probed = self._monitor.probed if self._monitor is not None else ()
@@ -284,13 +286,6 @@ class ResourceRunner:
                 timeout,
             )
         self.usage_changed()
-
-
-def probe_failure(result: ExecResult) -> str:
-    """How a probe failed, for the DRA health stream: ``exited 3: <last line>``."""
-    how = result.describe()
-    last = result.last_line()
-    return f"{how}: {last}" if last and result.error is None else how
 
 
 def _ids(units: Sequence[Unit], limit: int = 8) -> str:

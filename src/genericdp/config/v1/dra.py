@@ -9,6 +9,19 @@ from typing import Any
 
 # The attributes every DRA device carries (genericdp.dra.slices); a config may not set them.
 DRA_RESERVED_ATTRIBUTES = ("resource", "unitID", "healthy", "nodes")
+# The Kubernetes standard attributes genericdp sets from sysfs; not a config's either.
+STANDARD_ATTRIBUTES = (
+    "resource.kubernetes.io/numaNode",
+    "resource.kubernetes.io/pciBusID",
+    "resource.kubernetes.io/pcieRoot",
+)
+# What discovery may add in the driver's domain (genericdp.dra.slices.discovered_attributes).
+DISCOVERED_ATTRIBUTES = 7
+# A device holds at most 32 attributes and capacities (resource.k8s.io/v1 validation):
+# what is left for a config after genericdp's own.
+MAX_CONFIG_ATTRIBUTES = (
+    32 - len(DRA_RESERVED_ATTRIBUTES) - len(STANDARD_ATTRIBUTES) - DISCOVERED_ATTRIBUTES
+)
 _INT64 = 2**63
 
 DEFS: dict[str, Any] = {
@@ -27,10 +40,10 @@ DEFS: dict[str, Any] = {
                     " integer, a boolean, or {version: <semver>}."
                 ),
                 "type": "object",
-                "maxProperties": 21,
+                "maxProperties": MAX_CONFIG_ATTRIBUTES,
                 "propertyNames": {
                     "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,31}$",
-                    "not": {"enum": list(DRA_RESERVED_ATTRIBUTES)},
+                    "not": {"enum": [*DRA_RESERVED_ATTRIBUTES, *STANDARD_ATTRIBUTES]},
                 },
                 "additionalProperties": {
                     "oneOf": [

@@ -17,6 +17,7 @@ PROTOS = (
     "pluginregistration.proto",
     "dra_v1.proto",
     "dra_v1beta1.proto",
+    "drahealth_v1.proto",
     "drahealth_v1alpha1.proto",
 )
 

@@ -1,6 +1,6 @@
 """An in-process model of the kubelet's DRA side, as far as a DRA driver can tell.
 
-Used by the tests. It follows the 1.34-1.36 kubelet:
+Used by the tests. It follows the 1.34-1.37 kubelet:
 
 - Plugin watcher (pkg/kubelet/pluginmanager: pluginwatcher/plugin_watcher.go,
   operationexecutor/operation_generator.go): the registry directory is walked
@@ -18,9 +18,17 @@ Used by the tests. It follows the 1.34-1.36 kubelet:
   1.34+); none is an error, sent back through ``NotifyRegistrationStatus``
   with the kubelet's wording. An endpoint already registered for the driver
   is refused. Calls have a 45 s deadline.
-- Health (the ResourceHealthStatus gate): for each registered plugin,
-  ``NodeWatchResources`` on its endpoint, reopened every 5 s after it ends
-  or fails (``wait.UntilWithContext``); each report is stamped with the
+- Health (the ResourceHealthStatus gate): for each registered plugin that
+  advertises a health service the kubelet knows (``pickHealthService``: the
+  first of ``health_services`` found in ``supported_versions``; 1.37 knows
+  ``v1.DRAResourceHealth`` then ``v1alpha1.DRAResourceHealth``),
+  ``NodeWatchResources`` of that version on its endpoint; none advertised,
+  no stream. The 1.36 kubelet (``KUBELET_1_36_HEALTH``,
+  ``health_announced=False``) knows only v1alpha1 and opens it right after
+  registration whatever ``supported_versions`` says (seen on 1.36.2). It is
+  reopened every 5 s after it ends or fails (``wait.UntilWithContext``),
+  except after UNIMPLEMENTED on 1.37 (the driver declines health: the kubelet
+  stops watching); each report is stamped with the
   kubelet's clock, a device not reported for 30 s reads Unknown
   (healthinfo.go), and the driver's entries are dropped when its stream ends.
 - Prepare (pkg/kubelet/cm/dra/manager.go): only claims not prepared yet are
@@ -55,8 +63,12 @@ import grpc
 from inotify_simple import flags
 
 from genericdp.aio import Changes, TaskSet, inotify_events, wait_event
-from genericdp.dra.api import drahealth_v1alpha1_pb2 as health_pb
-from genericdp.dra.api import drahealth_v1alpha1_pb2_grpc as health_grpc
+from genericdp.dra.api import (
+    drahealth_v1_pb2,
+    drahealth_v1_pb2_grpc,
+    drahealth_v1alpha1_pb2,
+    drahealth_v1alpha1_pb2_grpc,
+)
 from genericdp.dra.api import pluginregistration_pb2 as reg_pb
 from genericdp.dra.api import pluginregistration_pb2_grpc as reg_grpc
 from genericdp.dra.claims import ClaimRef
@@ -75,6 +87,13 @@ from genericdp.errors import ellipsized
 log = logging.getLogger(__name__)
 
 KUBELET_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")  # servicesSupportedByKubelet
+# healthServicesSupportedByKubelet of 1.37, most recent first (1.36: only v1alpha1).
+KUBELET_HEALTH_SERVICES = ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
+KUBELET_1_36_HEALTH = ("v1alpha1.DRAResourceHealth",)
+_HEALTH_API: dict[str, tuple[Any, Any]] = {
+    "v1.DRAResourceHealth": (drahealth_v1_pb2, drahealth_v1_pb2_grpc),
+    "v1alpha1.DRAResourceHealth": (drahealth_v1alpha1_pb2, drahealth_v1alpha1_pb2_grpc),
+}
 DIAL_TIMEOUT = 10.0
 GET_INFO_TIMEOUT = 1.0
 NOTIFY_TIMEOUT = 5.0
@@ -97,12 +116,16 @@ class EmbeddedDraKubelet:
         *,
         services: Sequence[str] = KUBELET_SERVICES,
         health: bool = True,
+        health_services: Sequence[str] = KUBELET_HEALTH_SERVICES,
+        health_announced: bool = True,
         health_retry: float = HEALTH_RETRY,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.registry_dir = registry_dir
         self.services = tuple(services)
         self.health_enabled = health
+        self.health_services = tuple(health_services)
+        self.health_announced = health_announced  # False: opened whether advertised or not
         self._health_retry = health_retry
         self._clock = clock
         self._events: list[DraEvent] = []
@@ -145,6 +168,11 @@ class EmbeddedDraKubelet:
     def chosen_service(self, driver: str) -> str | None:
         plugins = self._plugins.get(driver)
         return plugins[-1].service if plugins else None
+
+    def health_service(self, driver: str) -> str | None:
+        """The health version the kubelet watches the driver's newest plugin with, if any."""
+        plugins = self._plugins.get(driver)
+        return plugins[-1].health_service if plugins else None
 
     def device_health(self, driver: str) -> dict[tuple[str, str], tuple[str, str]]:
         """(pool, device) -> (health, message) as the kubelet reads them (timeouts applied)."""
@@ -278,10 +306,15 @@ class EmbeddedDraKubelet:
                     f"RegisterPlugin error -- plugin validation failed with err: {exc}",
                 )
                 return False
-            plugin = Plugin(info.name, endpoint, service, socket, _channel(endpoint))
+            offered = list(info.supported_versions)
+            known = [h for h in self.health_services if h in offered or not self.health_announced]
+            health = known[0] if known else None
+            plugin = Plugin(info.name, endpoint, service, socket, _channel(endpoint), health)
             self._plugins.setdefault(info.name, []).append(plugin)
-            if self.health_enabled:
-                self._tasks.spawn(plugin.health_task, lambda: self._health_loop(plugin))
+            if self.health_enabled and health is not None:
+                self._tasks.spawn(
+                    plugin.health_task, lambda: self._health_loop(plugin), finishable=True
+                )
             await stub.NotifyRegistrationStatus(
                 reg_pb.RegistrationStatus(plugin_registered=True), timeout=NOTIFY_TIMEOUT
             )
@@ -330,29 +363,33 @@ class EmbeddedDraKubelet:
     # -- health --------------------------------------------------------------------
 
     async def _health_loop(self, plugin: Plugin) -> None:
-        stub = health_grpc.DRAResourceHealthStub(plugin.channel)  # type: ignore[no-untyped-call]
+        assert plugin.health_service is not None  # no loop without a chosen version
+        pb, pb_grpc = _HEALTH_API[plugin.health_service]
+        stub = pb_grpc.DRAResourceHealthStub(plugin.channel)
+        where = f"{plugin.endpoint} ({plugin.health_service})"
         while True:
+            declined = False
             try:
-                stream = stub.NodeWatchResources(health_pb.NodeWatchResourcesRequest())
-                self._record(DraEventKind.HEALTH_STREAM, plugin.driver, plugin.endpoint)
+                stream = stub.NodeWatchResources(pb.NodeWatchResourcesRequest())
+                self._record(DraEventKind.HEALTH_STREAM, plugin.driver, where)
                 async for response in stream:
                     self._health_report(plugin.driver, response)
                 ended = "ended by the plugin"
             except grpc.RpcError as exc:
                 ended = f"failed: {exc.code().name}"
+                declined = exc.code() is grpc.StatusCode.UNIMPLEMENTED
             finally:
                 self._health.pop(plugin.driver, None)  # clearDriver on stream exit
                 self._changes.notify()
             self._record(DraEventKind.HEALTH_ENDED, plugin.driver, ended)
+            if declined:  # the driver declines health reporting: not watched again
+                return
             await asyncio.sleep(self._health_retry)
 
-    def _health_report(self, driver: str, response: health_pb.NodeWatchResourcesResponse) -> None:
+    def _health_report(self, driver: str, response: Any) -> None:
         cache = self._health.setdefault(driver, {})
         now = self._clock()
-        names = {
-            health_pb.HEALTHY: "Healthy",
-            health_pb.UNHEALTHY: "Unhealthy",
-        }
+        names = {1: "Healthy", 2: "Unhealthy"}  # HealthStatus, the same in v1 and v1alpha1
         for device in response.devices:
             key = (device.device.pool_name, device.device.device_name)
             message = ellipsized(device.message, 1024, "...")

@@ -60,6 +60,7 @@ class Plugin:
     service: str  # the chosen one
     socket: str  # its registration socket
     channel: grpc.aio.Channel
+    health_service: str | None = None  # the chosen health version; None: no health stream
 
     @property
     def health_task(self) -> str:
@@ -76,7 +77,10 @@ class DeviceHealth:
 
 def describe(plugins: Iterable[Plugin], prepared: Iterable[str], events: Iterable[DraEvent]) -> str:
     """Human summary of the state, for timeouts and logs."""
-    registered = [f"{p.driver} at {p.endpoint} ({p.service})" for p in plugins]
+    registered = [
+        f"{p.driver} at {p.endpoint} ({p.service}, health: {p.health_service or 'none'})"
+        for p in plugins
+    ]
     lines = [f"plugins: {', '.join(registered) or 'none'}"]
     lines.append(f"prepared claims: {', '.join(sorted(prepared)) or 'none'}")
     recent = list(events)[-10:]

@@ -1,0 +1,100 @@
+"""Where a unit sits on the PCI tree, as the Kubernetes ``deviceattribute`` helpers read it.
+
+The DRA standard attributes ``resource.kubernetes.io/pciBusID`` and
+``resource.kubernetes.io/pcieRoot`` (k8s.io/dynamic-resource-allocation/
+deviceattribute, ``GetPCIBusIDAttribute`` and ``GetPCIeRootAttributeByPCIBusID``)
+are computed here the same way:
+
+- a PCI bus ID is the extended BDF ``<domain>:<bus>:<device>.<function>`` in
+  lower-case hex (``0000:3b:00.0``), nothing else;
+- the PCIe root of a bus ID is read from the link ``<sys>/bus/pci/devices/<id>``:
+  its target, resolved against the link's directory, must start with
+  ``<sys>/devices/pci`` and end with the bus ID; the root is the first
+  component after ``<sys>/devices/`` (``pci0000:00``). Anything else: no root.
+
+Which bus ID: a unit's device *is* a PCI function when the nearest bus device
+at or above its node (class directories such as ``drm/`` or ``net/`` and
+class devices are skipped) is on the ``pci`` bus: a GPU's ``card0``, an HCA's
+``uverbs0``, a sound card's ``controlC0``. A USB dongle's nearest bus device is
+on ``usb`` (or ``usb-serial``): it has no PCI bus ID of its own, but its PCIe
+root is that of the PCI function above it (its host controller), which is
+what topology alignment needs. Every read tolerates a vanished entry.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from genericdp.discovery.sysfs import SysDevice
+
+# The helpers' bdfRegexp (verifyPCIBDFFormat).
+_BDF = re.compile(r"^([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-9a-f]{1})$")
+
+
+@dataclass(frozen=True)
+class PciPlace:
+    """A node's place on the PCI tree: its own bus ID (None unless it is a PCI
+    function) and the PCIe root of the nearest PCI function at or above it."""
+
+    bus_id: str | None = None
+    pcie_root: str | None = None
+
+
+def is_bus_id(text: str) -> bool:
+    return _BDF.match(text) is not None
+
+
+def pcie_root(sys_root: Path, bus_id: str) -> str | None:
+    """The PCIe root complex (``pci<domain>:<bus>``) of PCI function ``bus_id``, or None."""
+    if not is_bus_id(bus_id):
+        return None
+    link = sys_root / "bus" / "pci" / "devices" / bus_id
+    try:
+        target = os.readlink(link)
+    except OSError:
+        return None
+    resolved = os.path.normpath(os.path.join(link.parent, target))  # filepath.Join cleans
+    devices = os.path.join(os.path.normpath(sys_root), "devices")
+    if (
+        not resolved.startswith(os.path.join(devices, "pci"))
+        or os.path.basename(resolved) != bus_id
+    ):
+        return None
+    return resolved.removeprefix(devices + "/").split("/", 1)[0]
+
+
+def pci_place(sys_root: Path, sysfs_path: str | None) -> PciPlace:
+    """Where the device at ``sysfs_path`` (relative to ``sys_root``) sits on the PCI tree."""
+    if not sysfs_path:
+        return PciPlace()
+    bus_id: str | None = None
+    own_decided = False
+    nearest_pci: str | None = None
+    for device in SysDevice(sys_root, sysfs_path).ancestors():
+        bus = _bus_of(device)
+        if bus is None:
+            continue  # a class device, or a directory the kernel gave no subsystem
+        if bus == "pci" and is_bus_id(device.name):
+            nearest_pci = device.name
+            if not own_decided:
+                bus_id = device.name
+            break
+        own_decided = True  # the nearest bus device is not PCI: no bus ID of its own
+    if nearest_pci is None:
+        return PciPlace()
+    return PciPlace(bus_id=bus_id, pcie_root=pcie_root(sys_root, nearest_pci))
+
+
+def _bus_of(device: SysDevice) -> str | None:
+    """The bus a device is on (``subsystem`` links into ``bus/<name>``); None for a class."""
+    try:
+        target = os.readlink(device.directory / "subsystem")
+    except OSError:
+        return None
+    parts = target.rstrip("/").split("/")
+    if len(parts) >= 2 and parts[-2] == "bus":
+        return parts[-1]
+    return None
