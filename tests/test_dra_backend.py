@@ -17,6 +17,7 @@ from genericdp.dra.backend import DraBackend, DraSetupError
 from genericdp.dra.claims import AllocatedDevice, ClaimRef
 from genericdp.dra.embedded import DraEventKind, DraKubeletError, EmbeddedDraKubelet, resolve_cdi
 from genericdp.dra.naming import device_name
+from genericdp.dra.slices import DEFAULT_OPTIONS, DeviceOptions
 from genericdp.hooks import HookRun
 from genericdp.metrics import Metrics, readiness
 from genericdp.runtime.supervisor import Supervisor
@@ -46,6 +47,7 @@ class FakePublisher:
 
     def __init__(self) -> None:
         self.slices: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
+        self.options: dict[str, DeviceOptions] = {}
         self.withdrawn: list[str] = []
         self.expected: list[str] = []
         self._changed = asyncio.Condition()
@@ -62,8 +64,16 @@ class FakePublisher:
     def expect(self, resource: str) -> None:
         self.expected.append(resource)
 
-    async def publish(self, resource: str, units: Sequence[Unit], unhealthy: Set[str]) -> None:
+    async def publish(
+        self,
+        resource: str,
+        units: Sequence[Unit],
+        unhealthy: Set[str],
+        *,
+        options: DeviceOptions = DEFAULT_OPTIONS,
+    ) -> None:
         self.slices[resource] = (tuple(u.id for u in units), frozenset(unhealthy))
+        self.options[resource] = options
         await self._notify()
 
     async def withdraw(self, resource: str) -> None:

@@ -158,14 +158,18 @@ class SlicePublisher:
         unhealthy: AbstractSet[str],
         *,
         attributes: Mapping[str, AttributeValue] | None = None,
+        options: slices.DeviceOptions = slices.DEFAULT_OPTIONS,
     ) -> None:
         """``resource`` serves ``units`` now (``unhealthy``: unit IDs); written within a second.
 
-        ``attributes``: the definition's own (``dra.attributes``). Raises
+        ``attributes``: the definition's own (``dra.attributes``, else those of
+        ``options``: sharing and the taint's effect, ``slices.DeviceOptions``). Raises
         ``slices.SliceError`` when the resource cannot be published at all.
         """
         self._answer(resource)  # even one that cannot be published: its old slices go
-        found = slices.devices(resource, units, unhealthy, driver=self.driver, own=attributes)
+        found = slices.devices(
+            resource, units, unhealthy, driver=self.driver, own=attributes, options=options
+        )
         if self._desired.get(resource) == found:
             return
         self._desired[resource] = found

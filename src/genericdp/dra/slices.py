@@ -20,9 +20,12 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
-from genericdp.config.model import AttributeValue, Version
+from genericdp.config.model import AttributeValue, ResourceDefinition, Version
+from genericdp.config.v1.dra import DEFAULT_TAINT_EFFECT
 from genericdp.discovery.model import Unit
 from genericdp.dra.naming import device_name
 from genericdp.errors import GenericdpError
@@ -35,6 +38,9 @@ MAX_ATTRIBUTES = 32
 MAX_VALUE_BYTES = 64
 SLICE_NAME_MAX = 253
 UNHEALTHY_TAINT_KEY = "unhealthy"  # qualified with the driver: <driver>/unhealthy
+# The capacity a shared device (``count: N``) offers, in the driver's domain: N
+# shares, of which each allocation consumes one unless its request asks for more.
+SHARES_CAPACITY = "shares"
 
 _PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 _NOT_SUBDOMAIN = re.compile(r"[^a-z0-9.-]+")
@@ -85,6 +91,66 @@ def discovered_attributes(unit: Unit) -> dict[str, Attribute]:
         "numaNode": None if unit.numa_node is None else {"int": unit.numa_node},
     }
     return {name: value for name, value in found.items() if value is not None}
+
+
+@dataclass(frozen=True)
+class DeviceOptions:
+    """How the devices of one resource are published, from its definition.
+
+    ``shares``: how many allocations a device takes at once (``count``), None
+    for any number (``count: unbounded``); ``sharing`` False publishes every
+    device for one allocation at a time (an API server without consumable
+    capacity, docs/dra.md). ``taint_effect``: of an unhealthy device's taint.
+    """
+
+    attributes: Mapping[str, AttributeValue] = field(default_factory=lambda: MappingProxyType({}))
+    shares: int | None = 1
+    taint_effect: str = DEFAULT_TAINT_EFFECT
+    sharing: bool = True
+
+    @classmethod
+    def of(cls, definition: ResourceDefinition) -> DeviceOptions:
+        return cls(
+            attributes=definition.dra.attributes,
+            shares=None if definition.unbounded else definition.count,
+            taint_effect=definition.dra.taint_effect,
+        )
+
+    @property
+    def multiple(self) -> bool:
+        """Whether a device may be allocated to several claims at once."""
+        return self.sharing and self.shares != 1
+
+
+DEFAULT_OPTIONS = DeviceOptions()
+
+
+def shaped(entry: dict[str, Any], options: DeviceOptions) -> dict[str, Any]:
+    """``entry`` shared as ``options`` say (KEP-5075), its taint with their effect.
+
+    ``count: N``: ``allowMultipleAllocations`` and a capacity of N shares whose
+    request policy makes an allocation that asks for nothing consume one (the
+    claims the scheduler makes for ``limits`` ask for nothing: one share per
+    unit of the limit, as one replica ID per unit under the device plugin).
+    ``count: unbounded``: ``allowMultipleAllocations`` and no capacity, so
+    nothing limits how many claims share the device.
+    """
+    if options.multiple:
+        entry["allowMultipleAllocations"] = True
+        if options.shares is not None:
+            shares = str(options.shares)
+            entry["capacity"] = {
+                SHARES_CAPACITY: {
+                    "value": shares,
+                    "requestPolicy": {
+                        "default": "1",
+                        "validRange": {"min": "1", "max": shares, "step": "1"},
+                    },
+                }
+            }
+    for taint in entry.get("taints") or ():
+        taint["effect"] = options.taint_effect
+    return entry
 
 
 def typed(value: AttributeValue) -> Attribute | None:
@@ -152,11 +218,14 @@ def devices(
     *,
     driver: str,
     own: Mapping[str, AttributeValue] | None = None,
+    options: DeviceOptions = DEFAULT_OPTIONS,
 ) -> list[dict[str, Any]]:
     """The devices of ``resource``, ordered by name (two units never share one)."""
     check_resource(resource)
+    own = own if own is not None else options.attributes
     made = [
-        device(resource, u, healthy=u.id not in unhealthy, driver=driver, own=own) for u in units
+        shaped(device(resource, u, healthy=u.id not in unhealthy, driver=driver, own=own), options)
+        for u in units
     ]
     made.sort(key=lambda entry: str(entry["name"]))
     return made
