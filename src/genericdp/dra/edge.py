@@ -25,7 +25,7 @@ from genericdp.discovery.model import Unit
 from genericdp.dra.inventory import Inventory
 from genericdp.dra.registration import RegistrationService
 from genericdp.dra.slices import DeviceOptions
-from genericdp.errors import GenericdpError, cut, first_of
+from genericdp.errors import GenericdpError, ellipsized, first_of
 from genericdp.runtime.edge import PluginStatus
 from genericdp.runtime.state import DeviceState
 
@@ -169,4 +169,4 @@ def gone_message(unit: Unit) -> str:
     """What the health stream says of a unit unplugged while a claim holds it."""
     paths = [node.host_path for node in unit.nodes]
     found = first_of(paths, 16, empty="not found since the daemon started")
-    return cut(f"device nodes gone: {found}", MAX_MESSAGE)
+    return ellipsized(f"device nodes gone: {found}", MAX_MESSAGE)
