@@ -153,6 +153,31 @@ def shaped(entry: dict[str, Any], options: DeviceOptions) -> dict[str, Any]:
     return entry
 
 
+def sharing_dropped(wanted: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
+    """Whether the server dropped the sharing of a device of slice spec ``wanted`` in
+    what it stored (``written``): an API server whose DRAConsumableCapacity gate is
+    off (off by default before 1.36) drops fields it does not serve."""
+    kept = {d.get("name"): d for d in written.get("devices") or []}
+    return any(
+        d.get("allowMultipleAllocations")
+        and not kept.get(d.get("name"), {}).get("allowMultipleAllocations")
+        for d in wanted.get("devices") or []
+    )
+
+
+def unshared(found: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``found`` devices as an API server without consumable capacity stores them."""
+    out = []
+    for entry in found:
+        item = {k: v for k, v in entry.items() if k != "allowMultipleAllocations"}
+        capacity = dict(item.pop("capacity", None) or {})
+        capacity.pop(SHARES_CAPACITY, None)
+        if capacity:
+            item["capacity"] = capacity
+        out.append(item)
+    return out
+
+
 def typed(value: AttributeValue) -> Attribute | None:
     """A config attribute value as the API's typed value (None when it cannot be one)."""
     if isinstance(value, Version):
