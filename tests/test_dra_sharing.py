@@ -112,10 +112,10 @@ async def test_claims_sharing_a_unit_each_init_and_the_last_cleans(base: Path) -
 
 
 async def test_a_claim_with_several_shares_of_one_device_prepares_it_once(base: Path) -> None:
-    """The scheduler may give one claim the same shared device twice (limits: 2)."""
+    """Two requests of one claim may each get a share of the same device."""
     s = setup(base, [(definition(hooks=Hooks(init=HOOK)), [unit(0)])])
     name = device_name(SERIAL, "A0")
-    s.claims.add(claim(), [AllocatedDevice("req", NODE, name), AllocatedDevice("req", NODE, name)])
+    s.claims.add(claim(), [AllocatedDevice("a", NODE, name), AllocatedDevice("b", NODE, name)])
     result = (await s.preparer.prepare([claim()]))[claim().uid]
     assert result.error == ""
     assert s.hooks.runs == [("init", SERIAL, ("A0",), (name,))]

@@ -254,7 +254,7 @@ class Preparer:
         slice_seconds: float | None,
     ) -> list[Plan]:
         """One plan per resource of the claim, over all its units of that resource (a
-        shared device the claim holds several shares of is one unit)."""
+        shared device that several of its requests name is one unit)."""
         plans = []
         for members in groups.values():
             distinct = {alloc.device: located for alloc, located in members}
