@@ -17,6 +17,7 @@ from genericdp.dra.backend import DraBackend, DraSetupError
 from genericdp.dra.claims import AllocatedDevice, ClaimRef
 from genericdp.dra.embedded import DraEventKind, DraKubeletError, EmbeddedDraKubelet, resolve_cdi
 from genericdp.dra.naming import device_name
+from genericdp.dra.slices import DEFAULT_OPTIONS, DeviceOptions
 from genericdp.hooks import HookRun
 from genericdp.metrics import Metrics, readiness
 from genericdp.runtime.supervisor import Supervisor
@@ -46,6 +47,7 @@ class FakePublisher:
 
     def __init__(self) -> None:
         self.slices: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
+        self.options: dict[str, DeviceOptions] = {}
         self.withdrawn: list[str] = []
         self.expected: list[str] = []
         self._changed = asyncio.Condition()
@@ -62,8 +64,16 @@ class FakePublisher:
     def expect(self, resource: str) -> None:
         self.expected.append(resource)
 
-    async def publish(self, resource: str, units: Sequence[Unit], unhealthy: Set[str]) -> None:
+    async def publish(
+        self,
+        resource: str,
+        units: Sequence[Unit],
+        unhealthy: Set[str],
+        *,
+        options: DeviceOptions = DEFAULT_OPTIONS,
+    ) -> None:
         self.slices[resource] = (tuple(u.id for u in units), frozenset(unhealthy))
+        self.options[resource] = options
         await self._notify()
 
     async def withdraw(self, resource: str) -> None:
@@ -200,3 +210,79 @@ async def test_the_kubelet_watch_gauge_is_the_device_plugin_backends_alone(base:
     watch = "genericdp_kubelet_watch_up"
     assert under_dra.registry.get_sample_value(watch) is None
     assert under_device_plugin.registry.get_sample_value(watch) == 0
+
+
+SHARED_CONFIG = f"""resources:
+- name: {NAME}
+  match: [glob: /dev/ttyUSB*]
+  count: 2
+  dra: {{taintEffect: NoExecute}}
+  hooks:
+    cleanup: {{exec: [/bin/true]}}
+"""
+
+
+async def test_a_unit_unplugged_under_claims_stays_tainted_until_their_unprepare(
+    base: Path,
+) -> None:
+    """Unplug while in use, as under the device plugin: the unit stays in the slice,
+    tainted with the resource's effect and streamed Unhealthy saying its nodes are
+    gone, to both claims that share it; it leaves once the last claim is unprepared
+    (cleanup runs then, once), and a replug with the same ID is Healthy again."""
+    hooks: list[HookRun] = []
+
+    async def run_hook(hook: HookRun) -> None:
+        hooks.append(hook)
+
+    settings = settings_for(
+        base,
+        backend="dra",
+        dra_registration_dir=base / "registry",
+        dra_plugins_dir=base / "plugins",
+    )
+    claims, publisher = MemoryClaims(), FakePublisher()
+    backend = DraBackend(settings, claims=claims, publisher=publisher, run_hook=run_hook)
+    discovery = ScriptedDiscovery({NAME: [unit("ttyUSB0")]})
+    supervisor = Supervisor(settings, backend, discover=discovery, run_hook=run_hook)
+    usb0 = device_name(NAME, "ttyUSB0")
+    async with EmbeddedDraKubelet(base / "registry") as kubelet:
+        await supervisor.start(config(SHARED_CONFIG))
+        try:
+            await kubelet.wait_until(lambda k: k.registered(DRIVER))
+            await publisher.until(lambda p: p.slices.get(NAME) == (("ttyUSB0",), frozenset()))
+            options = publisher.options[NAME]
+            assert (options.shares, options.taint_effect) == (2, "NoExecute")
+            refs = [
+                ClaimRef("default", f"pod-{n}", f"11111111-2222-3333-4444-55555555555{n}")
+                for n in (1, 2)
+            ]
+            for ref in refs:
+                claims.add(ref, [AllocatedDevice("serial", NODE, usb0)])
+            await kubelet.prepare_pod(DRIVER, refs)
+            assert kubelet.claims_of(NODE, usb0) == tuple(sorted(r.uid for r in refs))
+            discovery.units[NAME] = []
+            supervisor.rescan("unplug")
+            await publisher.until(
+                lambda p: p.slices.get(NAME) == (("ttyUSB0",), frozenset({"ttyUSB0"}))
+            )
+            gone = ("Unhealthy", "device nodes gone: /dev/ttyUSB0")
+            await kubelet.wait_until(
+                lambda k: all(k.claim_health(DRIVER, r.uid) == {usb0: gone} for r in refs)
+            )
+            await kubelet.unprepare(DRIVER, refs[:1])
+            assert not hooks, "cleanup waits for the unit's last claim"
+            assert publisher.slices[NAME] == (("ttyUSB0",), frozenset({"ttyUSB0"}))
+            await kubelet.unprepare(DRIVER, refs[1:])
+            await publisher.until(lambda p: p.slices.get(NAME) == ((), frozenset()))
+            assert [
+                (h.name, tuple(n.host_path for u in h.units for n in u.nodes)) for h in hooks
+            ] == [("cleanup", ("/dev/ttyUSB0",))]
+            assert backend.driver.inventory.locate(usb0) is None  # nor in the health stream
+            discovery.units[NAME] = [unit("ttyUSB0")]
+            supervisor.rescan("replug")
+            await publisher.until(lambda p: p.slices.get(NAME) == (("ttyUSB0",), frozenset()))
+            healthy = ("Healthy", "no health check configured")
+            await kubelet.wait_until(lambda k: k.device_health(DRIVER).get((NODE, usb0)) == healthy)
+        finally:
+            await supervisor.stop()
+            await backend.close()

@@ -231,6 +231,40 @@ async def test_health_streams_each_device_with_the_probe_message(base: Path) -> 
         assert kubelet.count(HEALTH_STREAM) == streams
 
 
+async def test_several_claims_naming_one_device_are_each_prepared_and_each_see_its_health(
+    base: Path,
+) -> None:
+    """Multiple allocations (KEP-5075): two claims, one shared device; each claim its
+    own CDI devices, both pods' status follows the device, cleanup once at the last."""
+    claims = MemoryClaims()
+    shared = [claim(1), claim(2)]
+    for ref in shared:
+        claims.add(ref, allocated(SERIAL, unit(0)))
+    hooks = RecordedHooks()
+    async with (
+        EmbeddedDraKubelet(base / "registry") as kubelet,
+        driver(base, claims, hooks, heartbeat=0.2) as d,
+    ):
+        d.inventory.set_resource(definition(hooks=ALL_HOOKS, health=HealthCheck(HOOK)), [unit(0)])
+        d.inventory.set_health(SERIAL, set(), {"A0"}, {})
+        await kubelet.wait_until(lambda k: k.registered(DRIVER))
+        ids = await kubelet.prepare_pod(DRIVER, shared)
+        assert len(set(ids)) == 2, "one CDI device per claim"
+        a0 = device_name(SERIAL, "A0")
+        assert kubelet.claims_of(NODE, a0) == tuple(sorted(c.uid for c in shared))
+        d.inventory.set_health(SERIAL, {"A0"}, {"A0"}, {"A0": "exited 1: gone quiet"})
+        bad = {a0: ("Unhealthy", "exited 1: gone quiet")}
+        await kubelet.wait_until(
+            lambda k: all(k.claim_health(DRIVER, c.uid) == bad for c in shared)
+        )
+        await kubelet.unprepare(DRIVER, shared[:1])
+        assert kubelet.claims_of(NODE, a0) == (shared[1].uid,)
+        assert "cleanup" not in hooks.names()
+        await kubelet.unprepare(DRIVER, shared[1:])
+        assert hooks.names().count("cleanup") == 1
+        assert kubelet.claims_of(NODE, a0) == ()
+
+
 async def prepare_and_unprepare(kubelet: EmbeddedDraKubelet) -> int:
     """A pod's claim prepared and released after the DRA socket was lost; its devices.
 

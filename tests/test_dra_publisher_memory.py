@@ -7,6 +7,7 @@ other writers included, on any machine.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -217,3 +218,46 @@ async def test_close_writes_what_is_pending_then_stops(store: MemorySlices) -> N
     await publisher.publish(SERIAL, [unit("a")], set())
     await publisher.close()
     assert set(store.devices()) == {device_name(SERIAL, "a")}
+
+
+class NoConsumableCapacity(MemorySlices):
+    """An API server whose DRAConsumableCapacity gate is off: it drops the fields."""
+
+    async def _store(self, kind: str, obj: dict[str, Any], *, ours: bool = True) -> dict[str, Any]:
+        kept = copy.deepcopy(obj)
+        kept["spec"]["devices"] = slices.unshared(kept["spec"].get("devices") or [])
+        return await super()._store(kind, kept, ours=ours)
+
+
+async def test_sharing_the_server_drops_is_said_once_and_costs_no_rewrites(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Gate off: a warning at the first write, then shared devices are published as the
+    server keeps them, so later changes write once each and a restart writes nothing."""
+    store = NoConsumableCapacity()
+    publisher = SlicePublisher(store, adopt_grace=0)
+    await publisher.start()
+    shared = slices.DeviceOptions(shares=3)
+    try:
+        with caplog.at_level(logging.WARNING):
+            await publisher.publish(SERIAL, [unit("a")], set(), options=shared)
+            assert await publisher.flush()
+        assert [r.message for r in caplog.records if "DRAConsumableCapacity" in r.message]
+        assert "allowMultipleAllocations" not in store.devices()[device_name(SERIAL, "a")]
+        writes = store.writes
+        await publisher.publish(SERIAL, [unit("a"), unit("b")], set(), options=shared)
+        assert await publisher.flush()
+        assert store.writes == writes + 1
+    finally:
+        await publisher.close()
+    again = SlicePublisher(store, adopt_grace=0)
+    await again.start()
+    try:
+        await again.publish(SERIAL, [unit("a"), unit("b")], set(), options=shared)
+        assert await again.flush()
+        assert store.writes == writes + 2  # once, to learn that the server drops it
+        await again.publish(SERIAL, [unit("b"), unit("a")], set(), options=shared)
+        assert await again.flush()
+        assert store.writes == writes + 2
+    finally:
+        await again.close()

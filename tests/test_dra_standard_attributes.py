@@ -16,6 +16,7 @@ import pytest
 from genericdp.config import load_text
 from genericdp.config.model import GlobMatcher, GroupBy, Matcher, ResourceDefinition
 from genericdp.config.v1.dra import (
+    DEVICE_CAPACITIES,
     DISCOVERED_ATTRIBUTES,
     DRA_RESERVED_ATTRIBUTES,
     MAX_CONFIG_ATTRIBUTES,
@@ -25,7 +26,14 @@ from genericdp.discovery import discover
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.discovery.pci import pci_place, pcie_root
 from genericdp.dra.naming import DEFAULT_DRIVER
-from genericdp.dra.slices import MAX_ATTRIBUTES, device, discovered_attributes, pool_slices
+from genericdp.dra.slices import (
+    MAX_ATTRIBUTES,
+    DeviceOptions,
+    device,
+    discovered_attributes,
+    pool_slices,
+    shaped,
+)
 from genericdp.errors import ConfigError
 from tests.apiserver import ApiServer
 from tests.fakesys import FakeHost
@@ -105,8 +113,14 @@ def test_a_unit_across_two_functions_has_no_single_bus_id(host: FakeHost) -> Non
 
 
 def test_the_attribute_budget_fits_the_api_limit() -> None:
-    """genericdp's own, the standard and the discovered attributes leave a config the rest of 32."""
-    mine = len(DRA_RESERVED_ATTRIBUTES) + len(STANDARD_ATTRIBUTES) + DISCOVERED_ATTRIBUTES
+    """genericdp's own, the standard and the discovered attributes and the shares capacity
+    leave a config the rest of 32."""
+    mine = (
+        len(DRA_RESERVED_ATTRIBUTES)
+        + len(STANDARD_ATTRIBUTES)
+        + DISCOVERED_ATTRIBUTES
+        + DEVICE_CAPACITIES
+    )
     assert mine + MAX_CONFIG_ATTRIBUTES == MAX_ATTRIBUTES
     everything = Unit(
         "u",
@@ -140,8 +154,8 @@ def _config(attributes: Mapping[str, object]) -> str:
 
 
 def test_the_api_server_accepts_standard_attributes_at_the_limit(apiserver: ApiServer) -> None:
-    """A device with every standard, reserved, discovered and config attribute (32) is valid;
-    one more is refused, so the limit tested is the server's."""
+    """A shared device with every standard, reserved, discovered and config attribute and
+    its shares capacity (32) is valid; one more is refused, so the limit tested is the server's."""
     node = f"node-std-{next(_nodes)}-{int(time.time() * 1000) % 100000}"
     full = Unit(
         "u0",
@@ -153,8 +167,11 @@ def test_the_api_server_accepts_standard_attributes_at_the_limit(apiserver: ApiS
         pcie_root="pci0000:00",
     )
     own = {f"a{i}": i for i in range(MAX_CONFIG_ATTRIBUTES)}
-    made = device("example.com/x", full, healthy=True, driver=DEFAULT_DRIVER, own=own)
-    assert len(made["attributes"]) == MAX_ATTRIBUTES
+    made = shaped(
+        device("example.com/x", full, healthy=True, driver=DEFAULT_DRIVER, own=own),
+        DeviceOptions(shares=3),
+    )
+    assert len(made["attributes"]) + len(made["capacity"]) == MAX_ATTRIBUTES
     assert set(STANDARD_ATTRIBUTES) <= set(made["attributes"])
     (obj,) = pool_slices(
         {"example.com/x": [made]}, node=node, driver=DEFAULT_DRIVER, generation=1

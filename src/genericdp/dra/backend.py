@@ -3,9 +3,11 @@
 The daemon opens one ``DraBackend`` (``serving``) and hands it to the
 supervisor (``runtime.backend.Backend``): every resource's runner then feeds
 the driver's inventory and the node's ResourceSlices through its ``DraEdge``.
-A DRA device is a unit (one ID per unit, nothing tracked as held: claims are
-the driver's). Daemon-wide, ``start`` starts the driver, which serves and
-registers its own sockets. The API server pieces (the claim source and the
+A DRA device is a unit (one ID per unit); a unit is held while a claim
+naming it is in the driver's checkpoint (``DraUsage``), so a unit unplugged
+under a claim stays listed, Unhealthy, until the claim is unprepared.
+Daemon-wide, ``start`` starts the driver, which serves and registers its
+own sockets. The API server pieces (the claim source and the
 slice publisher) come from ``open_api``, which is the only place that loads
 the API client library, so the device-plugin backend never does.
 """
@@ -23,12 +25,12 @@ from genericdp.config.model import ResourceDefinition
 from genericdp.dra.claims import ClaimSource
 from genericdp.dra.driver import DraDriver, DriverPaths
 from genericdp.dra.edge import DraEdge, Publisher
+from genericdp.dra.usage import DraUsage
 from genericdp.errors import GenericdpError
 from genericdp.hooks import HookRunner
 from genericdp.runtime.backend import Fleet, Gauge, ResourceParts
 from genericdp.runtime.recorder import NO_METRICS, Recorder
 from genericdp.runtime.state import ONE_PER_UNIT, DeviceIds
-from genericdp.runtime.usage import NoUsage
 from genericdp.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -48,7 +50,7 @@ class ApiPieces:
 class DraBackend:
     """The driver and the publisher of one node (``runtime.backend.Backend``)."""
 
-    settled_timeout = 0.0  # nothing is tracked as held: nothing to wait for
+    settled_timeout = 0.0  # what is held is the checkpoint, loaded before any resource starts
 
     def __init__(
         self,
@@ -61,7 +63,6 @@ class DraBackend:
         **driver_options: float,
     ) -> None:
         check_settings(settings)
-        self.usage = NoUsage()
         self._where = f"DRA driver {settings.dra_driver_name}, node {settings.node_name}"
         self.publisher = publisher
         self.stopping = False  # shutting down: edges keep their slices (see DraEdge.close)
@@ -76,13 +77,15 @@ class DraBackend:
             recorder=recorder,
             **driver_options,
         )
+        self.usage = DraUsage(self.driver.checkpoint)
+        self.driver.preparer.on_change = self.usage.changed
 
     @property
     def where(self) -> str:
         return self._where
 
     def device_ids(self, definition: ResourceDefinition) -> DeviceIds:
-        return ONE_PER_UNIT  # one DRA device per unit: ``count`` does not apply
+        return ONE_PER_UNIT  # one DRA device per unit; ``count`` is its shares (slices.py)
 
     def edge(self, parts: ResourceParts) -> DraEdge:
         return DraEdge(
@@ -98,8 +101,11 @@ class DraBackend:
         return False  # the driver learns nothing of a definition at registration
 
     async def start(self, fleet: Fleet, tasks: TaskSet) -> None:
-        """Start the driver (it serves and registers its own sockets)."""
+        """Start the driver (it serves and registers its own sockets); from then on
+        every resource's list follows what the claims in its checkpoint hold."""
         await self.driver.start()
+        self.usage.listen(fleet.usage_changed)
+        self.usage.settled.set()
 
     def started(self, fleet: Fleet, tasks: TaskSet) -> None:
         """Nothing waits for the first apply."""

@@ -4,7 +4,11 @@ The runner (``runtime/resource.py``) owns discovery, health and the device
 state; this edge, its kubelet-facing side under DRA, follows the state:
 on every change it hands the units and their health to the node's
 ``Inventory`` (what prepare and the health stream read) and to the
-``SlicePublisher`` (the node's ResourceSlices). Prepare does not go through
+``SlicePublisher`` (the node's ResourceSlices). A unit whose nodes vanish
+while a prepared claim holds it (``DraUsage``, the runtime's ``gone``)
+stays in both, Unhealthy ("device nodes gone: ..."), and tainted in the
+slice, until the claim is unprepared, as the device plugin keeps such a
+unit listed until its pod is gone. Prepare does not go through
 the runner's ``Allocator``: a claim is prepared by the driver
 (``prepare.py``) for all its devices at once, with one CDI spec per claim.
 """
@@ -20,11 +24,14 @@ from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.dra.inventory import Inventory
 from genericdp.dra.registration import RegistrationService
-from genericdp.errors import GenericdpError
+from genericdp.dra.slices import DeviceOptions
+from genericdp.errors import GenericdpError, ellipsized, first_of
 from genericdp.runtime.edge import PluginStatus
 from genericdp.runtime.state import DeviceState
 
 log = logging.getLogger(__name__)
+
+MAX_MESSAGE = 1024  # what the kubelet passes on to the pod's allocatedResourcesStatus
 
 
 class Publisher(Protocol):
@@ -32,7 +39,14 @@ class Publisher(Protocol):
 
     def expect(self, resource: str) -> None: ...
 
-    async def publish(self, resource: str, units: Sequence[Unit], unhealthy: Set[str]) -> None: ...
+    async def publish(
+        self,
+        resource: str,
+        units: Sequence[Unit],
+        unhealthy: Set[str],
+        *,
+        options: DeviceOptions = ...,
+    ) -> None: ...
 
     async def withdraw(self, resource: str) -> None: ...
 
@@ -76,28 +90,34 @@ class DraEdge:
 
     async def _sync(self) -> None:
         definition = self._definition()
-        units = tuple(self.state.units.values())
-        unhealthy = self.state.unhealthy
+        units = self.state.listed_units()  # with those gone while a claim holds them
+        gone = self.state.gone
+        unhealthy = self.state.unhealthy | gone
         self._inventory.set_resource(definition, units)
         probed = self.state.probed
         self._inventory.set_health(
             definition.name,
             unhealthy,
-            probed if probed is not None else {u.id for u in units},
-            self._health_messages(units),
+            (probed if probed is not None else {u.id for u in units}) | gone,
+            self._health_messages(units, gone),
         )
         try:
-            await self._publisher.publish(definition.name, units, unhealthy)
+            await self._publisher.publish(
+                definition.name, units, unhealthy, options=DeviceOptions.of(definition)
+            )
         except GenericdpError as exc:
             self._failed(f"cannot publish the ResourceSlice of {definition.name}: {exc}")
         else:
             self._last_error = None
 
-    def _health_messages(self, units: Sequence[Unit]) -> Mapping[str, str]:
-        """Why each unit is Unhealthy: its probe's failure, else its missing required nodes."""
+    def _health_messages(self, units: Sequence[Unit], gone: Set[str]) -> Mapping[str, str]:
+        """Why each unit is Unhealthy: its nodes gone, its probe's failure, else its
+        missing required nodes."""
         messages = dict(self.state.probe_messages)
         for unit in units:
-            if unit.missing and unit.id not in messages:
+            if unit.id in gone:
+                messages[unit.id] = gone_message(unit)
+            elif unit.missing and unit.id not in messages:
                 messages[unit.id] = "required device node(s) missing: " + ", ".join(unit.missing)
         return messages
 
@@ -117,7 +137,7 @@ class DraEdge:
             # slices (written at once, docs/dra.md), not only the registration.
             registrations=self._registration.registrations if self._handed else 0,
             streams=0,
-            devices=len(units),  # one DRA device per unit: ``count`` does not apply
+            devices=len(units),  # one DRA device per unit, shared by claims under ``count``
             healthy=sum(1 for uid in units if uid not in out),
             last_error=self._last_error or self._registration.last_error,
             units=len(units),
@@ -143,3 +163,10 @@ class DraEdge:
         if message != self._last_error:
             log.error("%s", message)
         self._last_error = message
+
+
+def gone_message(unit: Unit) -> str:
+    """What the health stream says of a unit unplugged while a claim holds it."""
+    paths = [node.host_path for node in unit.nodes]
+    found = first_of(paths, 16, empty="not found since the daemon started")
+    return ellipsized(f"device nodes gone: {found}", MAX_MESSAGE)

@@ -140,7 +140,10 @@ class Inventory:
         for name, (resource, unit_id) in sorted(self._names.items()):
             held = self._resources[resource]
             messages = held.messages or {}
-            if not held.probed:
+            if unit_id in held.unhealthy and (unit_id in messages or not held.probed):
+                # Unplugged while held, or a required node missing: whatever a probe says.
+                state, message = Health.UNHEALTHY, messages.get(unit_id) or "unhealthy"
+            elif not held.probed:
                 state, message = Health.HEALTHY, "no health check configured"
             elif unit_id not in held.seen:
                 state, message = Health.UNKNOWN, "not probed yet"
@@ -183,6 +186,6 @@ class Inventory:
 
 
 def _healthy(held: _Resource, unit_id: str) -> bool:
-    if not held.probed:
-        return True
-    return unit_id in held.seen and unit_id not in held.unhealthy
+    if unit_id in held.unhealthy:
+        return False
+    return not held.probed or unit_id in held.seen

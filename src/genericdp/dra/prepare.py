@@ -14,6 +14,16 @@ Unprepare runs the ``cleanup`` hook on the claim's units, removes its CDI
 spec and forgets it. A claim we never prepared (or already unprepared) is
 a success: that is what the kubelet needs to hear to move on.
 
+Shared devices (``count``, KEP-5075's ``allowMultipleAllocations``): several
+claims may name one unit, each with its own checkpoint entry and CDI spec.
+As under the device plugin, where ``init`` runs at every Allocate and
+``cleanup`` once the unit's last holder is gone, ``init`` and ``preStart``
+run at each claim's prepare and ``cleanup`` at the unprepare of the unit's
+last claim (on the units no other recorded claim names). The hooks and
+checkpoint changes of claims sharing a unit take turns (a lock per unit),
+so a prepare never runs ``init`` during that unit's ``cleanup`` and two
+claims unprepared at once still clean their unit once.
+
 A problem with one claim is that claim's error in the answer, never the
 whole call's, and never a crash: the claim comes from the API server and
 its names from whoever wrote the pod. Each claim's outcome and time go to
@@ -27,7 +37,8 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,6 +117,9 @@ class Preparer:
         self._recorder = recorder
         self._slots = asyncio.Semaphore(concurrency)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # per claim UID, and its users
+        self._unit_locks: dict[tuple[str, str], asyncio.Lock] = {}  # per (resource, unit)
+        # Called after each change of the recorded claims (what they hold: ``DraUsage``).
+        self.on_change: Callable[[], None] = lambda: None
 
     # -- batches -----------------------------------------------------------------
 
@@ -196,18 +210,20 @@ class Preparer:
             _prepared(alloc, located, (claim_device_id(self.driver, claim.uid, alloc.device),))
             for alloc, located in found
         )
-        await self._checkpoint.put(PreparedClaim(claim, PREPARING, devices))
-        for plan in plans:
-            for name in (INIT, PRE_START):
-                if (run := plan.hook(name, logger=log)) is not None:
-                    await self._run_hook(run)
-            if warning := undelivered(plan):
-                log.warning("claim %s: %s", _named(claim), warning)
-        spec = claim_spec(self.driver, claim.uid, plans)
-        await asyncio.to_thread(write_claim_spec, self._cdi_dir, claim.uid, spec)
-        await self._checkpoint.put(
-            PreparedClaim(claim, PREPARED, devices, spec=claim_spec_name(claim.uid))
-        )
+        async with self._units_locked((d.resource, d.unit) for d in devices):
+            await self._checkpoint.put(PreparedClaim(claim, PREPARING, devices))
+            self.on_change()
+            for plan in plans:
+                for name in (INIT, PRE_START):
+                    if (run := plan.hook(name, logger=log)) is not None:
+                        await self._run_hook(run)
+                if warning := undelivered(plan):
+                    log.warning("claim %s: %s", _named(claim), warning)
+            spec = claim_spec(self.driver, claim.uid, plans)
+            await asyncio.to_thread(write_claim_spec, self._cdi_dir, claim.uid, spec)
+            await self._checkpoint.put(
+                PreparedClaim(claim, PREPARED, devices, spec=claim_spec_name(claim.uid))
+            )
         log.info(
             "prepared claim %s (UID %s): %s",
             _named(claim),
@@ -237,26 +253,56 @@ class Preparer:
         groups: Mapping[str, Sequence[tuple[AllocatedDevice, Located]]],
         slice_seconds: float | None,
     ) -> list[Plan]:
-        """One plan per resource of the claim, over all its units of that resource."""
-        return [
-            plan_allocation(
-                members[0][1].definition,
-                [located.unit for _, located in members],
-                [alloc.device for alloc, _ in members],
-                node_name=self._node_name,
-                slice_seconds=slice_seconds,
+        """One plan per resource of the claim, over all its units of that resource (a
+        shared device that several of its requests name is one unit)."""
+        plans = []
+        for members in groups.values():
+            distinct = {alloc.device: located for alloc, located in members}
+            plans.append(
+                plan_allocation(
+                    members[0][1].definition,
+                    [located.unit for located in distinct.values()],
+                    list(distinct),
+                    node_name=self._node_name,
+                    slice_seconds=slice_seconds,
+                )
             )
-            for members in groups.values()
-        ]
+        return plans
 
     async def _unprepare(self, claim: ClaimRef) -> ClaimResult:
         known = self._checkpoint.get(claim.uid)
         if known is None:
             return ClaimResult()  # never prepared here, or unprepared already
-        by_resource: dict[str, list[PreparedDevice]] = defaultdict(list)
+        async with self._units_locked((d.resource, d.unit) for d in known.devices):
+            await self._cleanup(known)
+            await asyncio.to_thread(remove_claim_spec, self._cdi_dir, claim.uid)
+            await self._checkpoint.remove(claim.uid)
+            self.on_change()
+        log.info("unprepared claim %s (UID %s)", _named(known.claim), claim.uid)
+        return ClaimResult()
+
+    async def _cleanup(self, known: PreparedClaim) -> None:
+        """Run ``cleanup`` on the claim's units that no other recorded claim names."""
+        shared = {
+            (d.resource, d.unit)
+            for other in self._checkpoint
+            if other.claim.uid != known.claim.uid
+            for d in other.devices
+        }
+        by_resource: dict[str, dict[str, PreparedDevice]] = defaultdict(dict)
         for device in known.devices:
-            by_resource[device.resource].append(device)
-        for resource, devices in by_resource.items():
+            if (device.resource, device.unit) in shared:
+                log.info(
+                    "unprepare claim %s: %s unit %s is still prepared for another claim,"
+                    " its cleanup waits for the last one",
+                    _named(known.claim),
+                    device.resource,
+                    device.unit,
+                )
+                continue
+            by_resource[device.resource].setdefault(device.device, device)
+        for resource, named in by_resource.items():
+            devices = list(named.values())
             definition = self._inventory.definition(resource)
             if definition is None:
                 log.warning(
@@ -276,15 +322,19 @@ class Preparer:
             )
             if run is not None:
                 await self._run_hook(run)
-        await asyncio.to_thread(remove_claim_spec, self._cdi_dir, claim.uid)
-        await self._checkpoint.remove(claim.uid)
-        log.info("unprepared claim %s (UID %s)", _named(known.claim), claim.uid)
-        return ClaimResult()
+
+    @asynccontextmanager
+    async def _units_locked(self, keys: Iterable[tuple[str, str]]) -> AsyncIterator[None]:
+        """Hold the locks of these units, taken in one order (no two claims deadlock)."""
+        async with AsyncExitStack() as stack:
+            for key in sorted(set(keys)):
+                await stack.enter_async_context(self._unit_locks.setdefault(key, asyncio.Lock()))
+            yield
 
     def _unit(self, resource: str, device: PreparedDevice) -> Unit:
         """The unit as it is now, or as it was at prepare when it is gone."""
         for unit in self._inventory.units(resource):
-            if unit.id == device.unit:
+            if unit.id == device.unit and unit.nodes:  # none: gone before the daemon saw it
                 return unit
         return Unit(device.unit, tuple(DeviceNode(h, c) for h, c in device.nodes))
 

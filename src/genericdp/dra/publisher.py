@@ -37,6 +37,7 @@ import logging
 import time
 from collections.abc import AsyncIterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from dataclasses import replace
 from typing import Any, Protocol
 
 from genericdp.aio import Backoff, TaskSet, wait_event
@@ -108,6 +109,7 @@ class SlicePublisher:
         self._desired: dict[str, list[dict[str, Any]]] = {}
         self._held: dict[str, dict[str, Any]] | None = None  # slice name -> what the server holds
         self._generation = 0
+        self._sharing = True  # until the API server drops allowMultipleAllocations
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -158,14 +160,20 @@ class SlicePublisher:
         unhealthy: AbstractSet[str],
         *,
         attributes: Mapping[str, AttributeValue] | None = None,
+        options: slices.DeviceOptions = slices.DEFAULT_OPTIONS,
     ) -> None:
         """``resource`` serves ``units`` now (``unhealthy``: unit IDs); written within a second.
 
-        ``attributes``: the definition's own (``dra.attributes``). Raises
+        ``attributes``: the definition's own (``dra.attributes``, else those of
+        ``options``: sharing and the taint's effect, ``slices.DeviceOptions``). Raises
         ``slices.SliceError`` when the resource cannot be published at all.
         """
         self._answer(resource)  # even one that cannot be published: its old slices go
-        found = slices.devices(resource, units, unhealthy, driver=self.driver, own=attributes)
+        if not self._sharing:
+            options = replace(options, sharing=False)
+        found = slices.devices(
+            resource, units, unhealthy, driver=self.driver, own=attributes, options=options
+        )
         if self._desired.get(resource) == found:
             return
         self._desired[resource] = found
@@ -321,6 +329,7 @@ class SlicePublisher:
                 held.pop(name, None)
             else:
                 held[name] = written
+                self._check_sharing(wanted[name], written)
             self.writes += 1
         log.debug(
             "ResourceSlices of node %s at generation %d: %s",
@@ -329,6 +338,20 @@ class SlicePublisher:
             ", ".join(sorted(wanted)) or "none",
         )
         self._first_sync(len(outcomes))
+
+    def _check_sharing(self, wanted: dict[str, Any], written: dict[str, Any]) -> None:
+        """Publish shared devices as exclusive ones from now on if the server dropped
+        their sharing (docs/dra.md, Sharing): said once, at the first write."""
+        if not self._sharing or not slices.sharing_dropped(wanted["spec"], written["spec"]):
+            return
+        self._sharing = False
+        self._desired = {r: slices.unshared(found) for r, found in self._desired.items()}
+        log.warning(
+            "the API server dropped allowMultipleAllocations from the ResourceSlices of node %s"
+            " (its DRAConsumableCapacity feature gate is off): devices of resources with count"
+            " are published for one claim at a time, pods share one only by sharing a claim",
+            self.node,
+        )
 
     def _first_sync(self, writes: int) -> None:
         """Say once how long the node's pool took to be right after start (docs/dra.md)."""

@@ -25,10 +25,12 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
-from genericdp.config.model import AttributeValue, Version
-from genericdp.config.v1.dra import STANDARD_ATTRIBUTES
+from genericdp.config.model import AttributeValue, ResourceDefinition, Version
+from genericdp.config.v1.dra import DEFAULT_TAINT_EFFECT, STANDARD_ATTRIBUTES
 from genericdp.discovery.model import Unit
 from genericdp.dra.naming import device_name
 from genericdp.errors import GenericdpError
@@ -44,6 +46,9 @@ UNHEALTHY_TAINT_KEY = "unhealthy"  # qualified with the driver: <driver>/unhealt
 # The Kubernetes standard attributes (k8s.io/dynamic-resource-allocation/deviceattribute).
 STANDARD_NUMA_NODE, STANDARD_PCI_BUS_ID, STANDARD_PCIE_ROOT = STANDARD_ATTRIBUTES
 MAX_NUMA_NODES = 1024  # the helpers' maxNUMANodes (the kernel's maximum)
+# The capacity a shared device (``count: N``) offers, in the driver's domain: N
+# shares, of which each allocation consumes one unless its request asks for more.
+SHARES_CAPACITY = "shares"
 
 _PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 _NOT_SUBDOMAIN = re.compile(r"[^a-z0-9.-]+")
@@ -115,6 +120,91 @@ def standard_attributes(unit: Unit) -> dict[str, Attribute]:
     return found
 
 
+@dataclass(frozen=True)
+class DeviceOptions:
+    """How the devices of one resource are published, from its definition.
+
+    ``shares``: how many allocations a device takes at once (``count``), None
+    for any number (``count: unbounded``); ``sharing`` False publishes every
+    device for one allocation at a time (an API server without consumable
+    capacity, docs/dra.md). ``taint_effect``: of an unhealthy device's taint.
+    """
+
+    attributes: Mapping[str, AttributeValue] = field(default_factory=lambda: MappingProxyType({}))
+    shares: int | None = 1
+    taint_effect: str = DEFAULT_TAINT_EFFECT
+    sharing: bool = True
+
+    @classmethod
+    def of(cls, definition: ResourceDefinition) -> DeviceOptions:
+        return cls(
+            attributes=definition.dra.attributes,
+            shares=None if definition.unbounded else definition.count,
+            taint_effect=definition.dra.taint_effect,
+        )
+
+    @property
+    def multiple(self) -> bool:
+        """Whether a device may be allocated to several claims at once."""
+        return self.sharing and self.shares != 1
+
+
+DEFAULT_OPTIONS = DeviceOptions()
+
+
+def shaped(entry: dict[str, Any], options: DeviceOptions) -> dict[str, Any]:
+    """``entry`` shared as ``options`` say (KEP-5075), its taint with their effect.
+
+    ``count: N``: ``allowMultipleAllocations`` and a capacity of N shares whose
+    request policy makes an allocation that asks for nothing consume one (the
+    claims the scheduler makes for ``limits`` ask for nothing: one share per
+    unit of the limit, as one replica ID per unit under the device plugin).
+    ``count: unbounded``: ``allowMultipleAllocations`` and no capacity, so
+    nothing limits how many claims share the device.
+    """
+    if options.multiple:
+        entry["allowMultipleAllocations"] = True
+        if options.shares is not None:
+            shares = str(options.shares)
+            entry["capacity"] = {
+                SHARES_CAPACITY: {
+                    "value": shares,
+                    "requestPolicy": {
+                        "default": "1",
+                        "validRange": {"min": "1", "max": shares, "step": "1"},
+                    },
+                }
+            }
+    for taint in entry.get("taints") or ():
+        taint["effect"] = options.taint_effect
+    return entry
+
+
+def sharing_dropped(wanted: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
+    """Whether the server dropped the sharing of a device of slice spec ``wanted`` in
+    what it stored (``written``): an API server whose DRAConsumableCapacity gate is
+    off (off by default before 1.36) drops fields it does not serve."""
+    kept = {d.get("name"): d for d in written.get("devices") or []}
+    return any(
+        d.get("allowMultipleAllocations")
+        and not kept.get(d.get("name"), {}).get("allowMultipleAllocations")
+        for d in wanted.get("devices") or []
+    )
+
+
+def unshared(found: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``found`` devices as an API server without consumable capacity stores them."""
+    out = []
+    for entry in found:
+        item = {k: v for k, v in entry.items() if k != "allowMultipleAllocations"}
+        capacity = dict(item.pop("capacity", None) or {})
+        capacity.pop(SHARES_CAPACITY, None)
+        if capacity:
+            item["capacity"] = capacity
+        out.append(item)
+    return out
+
+
 def typed(value: AttributeValue) -> Attribute | None:
     """A config attribute value as the API's typed value (None when it cannot be one)."""
     if isinstance(value, Version):
@@ -182,11 +272,14 @@ def devices(
     *,
     driver: str,
     own: Mapping[str, AttributeValue] | None = None,
+    options: DeviceOptions = DEFAULT_OPTIONS,
 ) -> list[dict[str, Any]]:
     """The devices of ``resource``, ordered by name (two units never share one)."""
     check_resource(resource)
+    own = own if own is not None else options.attributes
     made = [
-        device(resource, u, healthy=u.id not in unhealthy, driver=driver, own=own) for u in units
+        shaped(device(resource, u, healthy=u.id not in unhealthy, driver=driver, own=own), options)
+        for u in units
     ]
     made.sort(key=lambda entry: str(entry["name"]))
     return made

@@ -1,4 +1,4 @@
-"""``dra``: what only the DRA backend reads (attributes for each device's ResourceSlice entry)."""
+"""``dra``: what only the DRA backend reads (each device's attributes, its taint's effect)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,20 @@ STANDARD_ATTRIBUTES = (
 )
 # What discovery may add in the driver's domain (genericdp.dra.slices.discovered_attributes).
 DISCOVERED_ATTRIBUTES = 7
+# The capacities a device may carry: ``shares`` of a shared device (genericdp.dra.slices).
+DEVICE_CAPACITIES = 1
 # A device holds at most 32 attributes and capacities (resource.k8s.io/v1 validation):
 # what is left for a config after genericdp's own.
 MAX_CONFIG_ATTRIBUTES = (
-    32 - len(DRA_RESERVED_ATTRIBUTES) - len(STANDARD_ATTRIBUTES) - DISCOVERED_ATTRIBUTES
+    32
+    - len(DRA_RESERVED_ATTRIBUTES)
+    - len(STANDARD_ATTRIBUTES)
+    - DISCOVERED_ATTRIBUTES
+    - DEVICE_CAPACITIES
 )
+# The effects of a device taint (resource.k8s.io/v1 DeviceTaint.effect).
+TAINT_EFFECTS = ("None", "NoSchedule", "NoExecute")
+DEFAULT_TAINT_EFFECT = "NoSchedule"
 _INT64 = 2**63
 
 DEFS: dict[str, Any] = {
@@ -71,7 +80,17 @@ DEFS: dict[str, Any] = {
                         },
                     ]
                 },
-            }
+            },
+            "taintEffect": {
+                "description": (
+                    "The effect of the taint an unhealthy or unplugged device carries in its"
+                    " ResourceSlice (<driver>/unhealthy). NoSchedule: no new allocations, claims"
+                    " that hold it keep it. NoExecute: pods that use it are also evicted."
+                    " None: the taint only informs (docs/dra.md, Unhealthy devices)."
+                ),
+                "enum": list(TAINT_EFFECTS),
+                "default": DEFAULT_TAINT_EFFECT,
+            },
         },
     }
 }
@@ -89,13 +108,18 @@ AttributeValue = str | int | bool | Version
 
 @dataclass(frozen=True)
 class DraSpec:
-    """What only the DRA backend uses: attributes for every device of the resource."""
+    """What only the DRA backend uses: attributes for every device of the resource, and the
+    effect of the taint an unhealthy or unplugged device carries."""
 
     attributes: Mapping[str, AttributeValue] = field(default_factory=lambda: MappingProxyType({}))
+    taint_effect: str = DEFAULT_TAINT_EFFECT
 
 
 def dra_spec(raw: dict[str, Any]) -> DraSpec:
     attributes: dict[str, AttributeValue] = {}
     for name, value in sorted(raw.get("attributes", {}).items()):
         attributes[name] = Version(str(value["version"])) if isinstance(value, dict) else value
-    return DraSpec(attributes=MappingProxyType(attributes))
+    return DraSpec(
+        attributes=MappingProxyType(attributes),
+        taint_effect=str(raw.get("taintEffect", DEFAULT_TAINT_EFFECT)),
+    )

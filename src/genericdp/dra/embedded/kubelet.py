@@ -36,6 +36,11 @@ Used by the tests. It follows the 1.34-1.37 kubelet:
   not asked, or claims left out fail the whole pod's preparation, and the pod
   worker tries again later (``prepare_pod`` retries with backoff, as pod
   syncs do). Unprepare: one call for the claims whose last pod is gone.
+- Multiple allocations (KEP-5075, DRAConsumableCapacity on in 1.36): several
+  claims may name the same device, and one claim the same device more than
+  once; the kubelet keeps each claim's devices apart (its claim info cache
+  is per claim) and every pod of every claim naming a device shows that
+  device's health in its ``allocatedResourcesStatus`` (``claim_health``).
 
 What happened is kept in a typed event log (``events``, stamped with an
 injected ``clock``); tests wait for a state with ``wait_until``, woken by
@@ -184,6 +189,25 @@ class EmbeddedDraKubelet:
 
     def prepared(self, uid: str) -> tuple[PreparedDevice, ...] | None:
         return self._prepared.get(uid)
+
+    def claims_of(self, pool: str, device: str) -> tuple[str, ...]:
+        """The UIDs of the prepared claims naming ``device`` of ``pool``, sorted."""
+        return tuple(
+            sorted(
+                uid
+                for uid, devices in self._prepared.items()
+                if any((d.pool, d.device) == (pool, device) for d in devices)
+            )
+        )
+
+    def claim_health(self, driver: str, uid: str) -> dict[str, tuple[str, str]]:
+        """device -> (health, message) as a pod of claim ``uid`` shows them in its
+        ``allocatedResourcesStatus``: a device not reported reads Unknown."""
+        health = self.device_health(driver)
+        return {
+            d.device: health.get((d.pool, d.device), ("Unknown", ""))
+            for d in self._prepared.get(uid, ())
+        }
 
     @property
     def events(self) -> tuple[DraEvent, ...]:

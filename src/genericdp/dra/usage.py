@@ -1,0 +1,61 @@
+"""What prepared claims hold, as the runtime's ``Usage``: the DRA side of "held".
+
+Under the device plugin a unit is held while PodResources lists it; under
+DRA it is held while a claim naming it is in the driver's checkpoint
+(``preparing`` or ``prepared``), from NodePrepareResources until
+NodeUnprepareResources. The runtime's device state reads ``held`` to keep a
+unit whose nodes vanish listed Unhealthy until its last claim is unprepared
+(``runtime/state.py``), exactly as under the device plugin.
+
+``in_use`` is always empty: the ``cleanup`` hook of a prepared unit runs at
+unprepare (``prepare.py``), when its last claim goes, never through the
+runtime's cleaner, so a unit unplugged under a claim or a resource removed
+from the config does not run it a second time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+
+from genericdp.dra.checkpoint import Checkpoint
+from genericdp.runtime.cleanup import Release
+
+
+class DraUsage:
+    """The units each resource's prepared claims hold, read from the checkpoint."""
+
+    def __init__(self, checkpoint: Checkpoint) -> None:
+        self._checkpoint = checkpoint
+        # Set once the checkpoint is loaded (the driver's start): before it,
+        # a unit gone while the daemon was down would look free.
+        self.settled = asyncio.Event()
+        self._listener: Callable[[], None] = lambda: None
+
+    def listen(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` whenever what the claims hold changes (every resource's list)."""
+        self._listener = callback
+
+    def changed(self) -> None:
+        """A claim was recorded or forgotten: the device lists follow."""
+        self._listener()
+
+    def held(self, resource: str) -> frozenset[str]:
+        return frozenset(
+            device.unit
+            for claim in self._checkpoint
+            for device in claim.devices
+            if device.resource == resource
+        )
+
+    def in_use(self, resource: str) -> frozenset[str]:
+        return frozenset()  # cleanup runs at unprepare, not through the runtime
+
+    def watch(self, resource: str, callback: Callable[[], None] | None) -> None:
+        return None  # changes reach every resource through ``listen``
+
+    def claim(self, resource: str, device_ids: Iterable[str]) -> tuple[Release, ...]:
+        return ()  # no Allocate under DRA
+
+    def handed_out(self, resource: str, device_ids: Iterable[str]) -> None:
+        return None
