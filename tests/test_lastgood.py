@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -43,7 +44,10 @@ def test_a_kept_config_reads_back_as_it_was_applied(tmp_path: Path) -> None:
     reading = LastGood(tmp_path / "state").read()
     assert reading.problem is None
     assert reading.kept is not None
-    assert [r.name for r in reading.kept.config.resources] == ["example.com/null", "example.com/zero"]
+    assert [r.name for r in reading.kept.config.resources] == [
+        "example.com/null",
+        "example.com/zero",
+    ]
     assert [s.text for s in reading.kept.sources] == [GOOD, OTHER]
     assert reading.kept.when == "2025-12-01 22:30:00 UTC"
 
@@ -82,22 +86,26 @@ def _consistently_invalid(store: LastGood) -> None:
     """Digests recomputed, so only the loader can tell."""
     doc = json.loads(store.path.read_text())
     text = GOOD.replace("example.com/null", "null")
-    doc["files"][0].update(text=text, sha256=__import__("hashlib").sha256(text.encode()).hexdigest())
+    doc["files"][0].update(text=text, sha256=hashlib.sha256(text.encode()).hexdigest())
     doc["sha256"] = digest_of([Source(doc["files"][0]["path"], text)])
     store.path.write_text(json.dumps(doc))
 
 
+def _garble(store: LastGood) -> None:
+    store.path.write_bytes(b'{"kind": "genericdp.io/last-good-config", \xff')
+
+
 REFUSALS = {
-    "garbled": (lambda s: s.path.write_bytes(b'{"kind": "genericdp.io/last-good-config", \xff'), "is not the JSON genericdp writes"),
+    "garbled": (_garble, "is not the JSON genericdp writes"),
     "not ours": (lambda s: s.path.write_text('{"kind": "something"}'), "is not a kept config"),
     "another format": (lambda s: rewrite(s, {"format": 2}), "has format 2, not 1"),
     "no files": (lambda s: rewrite(s, {"files": []}), "files must be a list"),
     "a bad time": (lambda s: rewrite(s, {"applied": "yesterday"}), "applied must be a Unix time"),
-    "a text changed": (_tampered_text, "files[0] (/etc/genericdp/0.yaml): its sha256 does not match"),
-    "the digest changed": (lambda s: rewrite(s, {"sha256": "0" * 64}), "its sha256 does not match its files"),
+    "a text changed": (_tampered_text, "files[0] (/etc/genericdp/0.yaml): its sha256 does not"),
+    "the digest changed": (lambda s: rewrite(s, {"sha256": "0" * 64}), "does not match its files"),
     "an invalid config": (_consistently_invalid, "the kept config is invalid: "),
     "too large": (lambda s: s.path.write_bytes(b" " * (MAX_STATE_BYTES + 1)), "is larger than"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", sorted(REFUSALS))

@@ -56,12 +56,14 @@ class Serving:
 
 
 @asynccontextmanager
-async def serving(base: Path, volume: ConfigMapVolume, state: Path) -> AsyncIterator[Serving]:
+async def serving(
+    base: Path, volume: ConfigMapVolume, state: Path, run: str = "serve"
+) -> AsyncIterator[Serving]:
     """``genericdp serve`` on ``volume`` keeping its state in ``state``; SIGTERM at the end,
     which must exit 0 with no traceback."""
     host = FakeHost(base / "host")
     host.add_plain("/dev/null")
-    log = base / f"serve-{len(list(base.glob('serve-*.log')))}.log"
+    log = base / f"{run}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
     argv = [
         "-m", "genericdp", "serve",
@@ -120,7 +122,7 @@ async def test_a_restart_with_a_broken_config_serves_the_last_good_until_fixed(
     volume.write({"gdp.yaml": GOOD})
     state = base / "state"
     async with EmbeddedKubelet(base / "dp") as kubelet:
-        async with serving(base, volume, state):
+        async with serving(base, volume, state, "first"):
             await kubelet.wait_until(lambda k: allocatable(k, 2), timeout=20)
         volume.write({"gdp.yaml": BROKEN})
         async with serving(base, volume, state) as daemon:
@@ -155,17 +157,19 @@ async def test_a_broken_config_and_nothing_kept_serves_nothing_and_stays_up(base
     """(d) No last good config: nothing registers, /healthz OK, /readyz 503 saying why."""
     volume = ConfigMapVolume(base / "cm")
     volume.write({"gdp.yaml": BROKEN})
-    async with EmbeddedKubelet(base / "dp") as kubelet:
-        async with serving(base, volume, base / "state") as daemon:
-            body = (await daemon.until_ready(False)).body.decode()
-            assert "serving nothing (no last good config: none kept in" in body
-            assert BROKEN_AT in body
-            assert (await get(daemon.port, "/healthz")).status == 200
-            assert await daemon.metric("genericdp_config_source", source="none") == 1
-            assert "config refused at start, serving nothing" in daemon.log.read_text()
-            assert daemon.proc.returncode is None
-            assert not kubelet.resources
-            assert not (base / "state" / STATE_FILE).exists()
+    async with (
+        EmbeddedKubelet(base / "dp") as kubelet,
+        serving(base, volume, base / "state") as daemon,
+    ):
+        body = (await daemon.until_ready(False)).body.decode()
+        assert "serving nothing (no last good config: none kept in" in body
+        assert BROKEN_AT in body
+        assert (await get(daemon.port, "/healthz")).status == 200
+        assert await daemon.metric("genericdp_config_source", source="none") == 1
+        assert "config refused at start, serving nothing" in daemon.log.read_text()
+        assert daemon.proc.returncode is None
+        assert not kubelet.resources
+        assert not (base / "state" / STATE_FILE).exists()
 
 
 async def test_a_tampered_state_file_is_refused_and_nothing_served(base: Path) -> None:
@@ -195,8 +199,10 @@ async def test_a_state_directory_that_cannot_be_written_only_warns(base: Path) -
     volume = ConfigMapVolume(base / "cm")
     volume.write({"gdp.yaml": GOOD})
     (base / "state").write_text("not a directory")
-    async with EmbeddedKubelet(base / "dp") as kubelet:
-        async with serving(base, volume, base / "state") as daemon:
-            await kubelet.wait_until(lambda k: allocatable(k, 2), timeout=20)
-            await daemon.until_ready(True)
-            await wait_for_log(daemon.log, "cannot keep the applied config in")
+    async with (
+        EmbeddedKubelet(base / "dp") as kubelet,
+        serving(base, volume, base / "state") as daemon,
+    ):
+        await kubelet.wait_until(lambda k: allocatable(k, 2), timeout=20)
+        await daemon.until_ready(True)
+        await wait_for_log(daemon.log, "cannot keep the applied config in")

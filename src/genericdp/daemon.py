@@ -213,7 +213,9 @@ async def _serve(
 
     try:
         config = start.config
-        where = settings.config if start.problem is None else start.source.replace("_", " ")
+        where = {"config": str(settings.config), "none": "no config"}.get(
+            start.source, f"the last good config ({store.path if store else ''})"
+        )
         log.info(
             "serving %d resource(s) from %s in %s",
             len(config.resources),
