@@ -90,6 +90,7 @@ def serve_env(base: Path) -> dict[str, str]:
     env["GENERICDP_CDI_DIR"] = str(base / "cdi")
     env["GENERICDP_DRA_REGISTRATION_DIR"] = str(base / "plugins_registry")
     env["GENERICDP_DRA_PLUGINS_DIR"] = str(base / "plugins")
+    env["GENERICDP_STATE_DIR"] = str(base / "state")
     return env
 
 

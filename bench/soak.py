@@ -169,6 +169,7 @@ class Soak:
             GENERICDP_SYS_ROOT=str(self.host.sys),
             GENERICDP_UDEV_ROOT=str(self.host.udev),
             GENERICDP_CDI_DIR=str(self.base / "cdi"),
+            GENERICDP_STATE_DIR=str(self.base / "state"),
             GENERICDP_NODE_NAME="soak-node",
             GENERICDP_METRICS_ADDRESS=f"127.0.0.1:{self.port}",
             GENERICDP_RELOAD_SETTLE="0.01",

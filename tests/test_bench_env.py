@@ -13,10 +13,11 @@ def test_every_node_path_setting_points_into_the_bench_directory(tmp_path: Path)
     node_paths = [
         name
         for name, field in Settings.model_fields.items()
-        if isinstance(field.default, Path) and str(field.default).startswith(("/var/", "/run/cdi"))
+        if str(field.default).startswith(("/var/", "/run/cdi"))
     ]
     assert "cdi_dir" in node_paths
     assert "pod_resources_socket" in node_paths
+    assert "state_dir" in node_paths
     for name in node_paths:
         value = env.get(f"GENERICDP_{name.upper()}")
         assert value is not None, name

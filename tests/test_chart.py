@@ -349,6 +349,12 @@ def test_the_dra_backend_renders_the_kustomize_components_objects(helm: Path) ->
     pod = next(o for o in objs if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is True
     assert {"name": "GENERICDP_BACKEND", "value": "dra"} in pod["containers"][0]["env"]
+    # The last good config is kept on the node for the DRA backend too.
+    assert {"name": "GENERICDP_STATE_DIR", "value": "/var/lib/genericdp"} in pod["containers"][0][
+        "env"
+    ]
+    state = next(v for v in pod["volumes"] if v["name"] == "state")
+    assert state["hostPath"] == {"path": "/var/lib/genericdp", "type": "DirectoryOrCreate"}
     policy = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicy")
     assert policy["spec"]["matchConditions"][0]["expression"] == (
         'request.userInfo.username == "system:serviceaccount:devices:gdp-genericdp"'

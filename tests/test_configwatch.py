@@ -24,6 +24,7 @@ import pytest
 from genericdp.aio import Backoff, TaskSet
 from genericdp.config import load
 from genericdp.config.model import Config
+from genericdp.lastgood import LastGood
 from genericdp.runtime.configwatch import (
     ConfigWatcher,
     Outcome,
@@ -477,3 +478,48 @@ def test_subpath_hint(tmp: Path) -> None:
     link = tmp / "link.yaml"
     link.symlink_to(config)
     assert subpath_hint(link, mountinfo) is None
+
+
+# -- after serve started on an invalid config -------------------------------------------
+
+
+async def test_a_config_fixed_before_the_watch_is_armed_is_reported_though_unchanged(
+    tmp: Path,
+) -> None:
+    """Refused at start, then fixed to what is served: the check on arming reports it (the
+    daemon turns ready), though nothing changes; a still-refused one is not said twice."""
+    config = tmp / "gdp.yaml"
+    config.write_text(resources("a"))
+    target = start(config)  # serving "a", as the last good config
+    results = Results()
+    watcher = ConfigWatcher(config, target, on_result=results, refused=("at start",))
+    assert (await watcher.reload(quiet=True)).outcome is Outcome.UNCHANGED
+    assert [r.outcome for r in results.items] == [Outcome.UNCHANGED]
+    assert target.applied == []
+    assert (await watcher.reload(quiet=True)).outcome is Outcome.UNCHANGED
+    assert len(results.items) == 1, "once reported, unchanged is quiet again"
+
+    config.write_text("version: v1\nresources: {}\n")
+    refused = await ConfigWatcher(config, target, on_result=results).reload()
+    again = ConfigWatcher(config, target, on_result=results, refused=refused.issues)
+    assert (await again.reload(quiet=True)).outcome is Outcome.REFUSED
+    assert len(results.items) == 2, "the refusal serve reported is not reported again"
+
+
+async def test_each_config_applied_or_unchanged_is_kept(tmp: Path) -> None:
+    """The watch keeps what it applies in the state directory, and never a refused config."""
+    config = tmp / "gdp.yaml"
+    config.write_text(resources("a"))
+    store = LastGood(tmp / "state")
+    watcher = ConfigWatcher(config, start(config), store=store)
+    await watcher.reload()
+    kept = LastGood(tmp / "state").read().kept
+    assert kept is not None
+    assert [s.text for s in kept.sources] == [resources("a")]
+    config.write_text(resources("a", "b"))
+    assert (await watcher.reload()).outcome is Outcome.APPLIED
+    config.write_text(resources("a", "b").replace("example.com/b", "b"))
+    assert (await watcher.reload()).outcome is Outcome.REFUSED
+    kept = LastGood(tmp / "state").read().kept
+    assert kept is not None
+    assert names(kept.config) == ["a", "b"]

@@ -76,6 +76,9 @@ def test_the_component_makes_the_daemonset_a_dra_driver(tmp_path: Path) -> None:
     assert {"name": "GENERICDP_BACKEND", "value": "dra"} in container["env"]
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     assert {"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins"} <= mounts
+    # The last good config is kept for the DRA backend too.
+    assert "/var/lib/genericdp" in mounts
+    assert {"name": "GENERICDP_STATE_DIR", "value": "/var/lib/genericdp"} in container["env"]
     binding = next(o for o in objs if o["kind"] == "ClusterRoleBinding")
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "genericdp", "namespace": "gdp-dra"}

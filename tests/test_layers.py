@@ -32,7 +32,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "deviceplugin dra",
         "runtime",
         "kubelet allocation health",
-        "hooks",
+        "hooks lastgood",
         "execution discovery",
         "reaper config",
         "settings httpserver unixgrpc",

@@ -203,6 +203,7 @@ def serve_argv(base: Path) -> list[str]:
         sys.executable, "-m", "genericdp", "serve",
         "--config", str(cfg),
         "--plugin-dir", str(base / "dp"),
+        "--state-dir", str(base / "state"),
         *host.root_flags(),
     ]  # fmt: skip
 

@@ -68,6 +68,7 @@ HOST_MOUNTS = {  # mountPath in the container -> (hostPath, readOnly)
     # The database only: /run/udev/control takes commands from any uid 0.
     "/run/udev/data": ("/run/udev/data", True),
     "/var/run/cdi": ("/var/run/cdi", False),  # CDI specs we write for the runtime
+    "/var/lib/genericdp": ("/var/lib/genericdp", False),  # the last good config, node-local
 }
 # Host trees the container must not see: terminals (the device cgroup allows c 136:*)
 # and shared memory, hidden under /dev by empty read-only directories.
@@ -148,6 +149,9 @@ def assert_daemonset_contract(ds: dict[str, Any], config_map: str) -> None:
     assert_host_is_read_only_below(volumes, container["volumeMounts"])
     # Nodes whose runtime has no CDI have no /var/run/cdi: Directory would keep the pod off them.
     assert volumes[mounts["/var/run/cdi"]["name"]]["hostPath"]["type"] == "DirectoryOrCreate"
+    # A first start on a node creates the state directory; serve reads and writes it there.
+    assert volumes[mounts["/var/lib/genericdp"]["name"]]["hostPath"]["type"] == "DirectoryOrCreate"
+    assert env["GENERICDP_STATE_DIR"]["value"] == "/var/lib/genericdp"
     assert env["GENERICDP_PLUGIN_DIR"]["value"] == "/var/lib/kubelet/device-plugins"
     assert (
         env["GENERICDP_POD_RESOURCES_SOCKET"]["value"]
@@ -295,6 +299,17 @@ BREAKAGES = {
     "a CDI directory that must already exist": lambda ds: _volume(ds, "cdi")["hostPath"].update(
         type="Directory"
     ),
+    "no state directory (an invalid config at start serves nothing)": lambda ds: _container(ds)[
+        "volumeMounts"
+    ].remove(
+        next(m for m in _container(ds)["volumeMounts"] if m["mountPath"] == "/var/lib/genericdp")
+    ),
+    "a state directory that must already exist": lambda ds: _volume(ds, "state")["hostPath"].update(
+        type="Directory"
+    ),
+    "the state kept in the container (lost at restart)": lambda ds: next(
+        e for e in _container(ds)["env"] if e["name"] == "GENERICDP_STATE_DIR"
+    ).update(value="/tmp/state"),
     "a writable /sys/devices": lambda ds: next(
         m for m in _container(ds)["volumeMounts"] if m["mountPath"] == "/sys/devices"
     ).update(readOnly=False),

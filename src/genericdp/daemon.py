@@ -5,6 +5,11 @@ running get a short grace), removes our sockets and returns 0; tasks that do
 not stop in time are named in the log rather than blocking the exit.
 ``/metrics``, ``/healthz`` and ``/readyz`` are served on ``metrics_address``
 from the same loop (``genericdp.metrics``, ``serve_endpoints``).
+
+An invalid config at start does not stop it: a crash loop would be rolled out
+to every node. It serves the last good config kept in the state directory
+(``genericdp.lastgood``), or nothing, not ready until the config is fixed,
+and watches the config as always.
 """
 
 from __future__ import annotations
@@ -15,19 +20,24 @@ import signal
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from genericdp.aio import Backoff, TaskSet
+from genericdp.config.loader import Source, load_sources
 from genericdp.config.model import Config
+from genericdp.errors import ConfigError
 from genericdp.exits import EXIT_OK
 from genericdp.httpserver import run_http_server
-from genericdp.metrics import Metrics, Verdict, readiness, routes
+from genericdp.lastgood import LastGood, Reading
+from genericdp.metrics import Metrics, Verdict, readiness, routes, with_config_problem
 from genericdp.reaper import SUBREAPER
 from genericdp.settings import ListenAddress, Settings
 
 if TYPE_CHECKING:
     from genericdp.hooks import HookRunner
     from genericdp.runtime.backend import Backend
+    from genericdp.runtime.configwatch import ReloadResult
     from genericdp.runtime.recorder import Recorder
     from genericdp.runtime.supervisor import Supervisor
 
@@ -38,6 +48,8 @@ _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # slice). asyncio's default is the core count + 4 (up to 32 on a large node),
 # and each thread costs its stack and a malloc arena (docs/performance.md).
 WORKER_THREADS = 2
+# Issues of an invalid config shown in /readyz (the log has them all).
+READYZ_ISSUES = 10
 
 
 class Serving(Protocol):
@@ -61,11 +73,66 @@ def backend_serving(name: str) -> Serving:
     return device_plugin
 
 
-def load_config(settings: Settings) -> Config:
-    """The config at ``settings.config``; raises ConfigError (the CLI reports it)."""
-    from genericdp.config import load
+@dataclass
+class StartingConfig:
+    """What ``serve`` starts with: the config, or what stands in for an invalid one."""
 
-    return load([settings.config])
+    config: Config
+    sources: tuple[Source, ...] = ()  # what to keep once applied: the config's own files
+    refused: tuple[str, ...] = ()  # the config's issues, when it was invalid
+    source: str = "config"  # what is served (metrics.CONFIG_SOURCES)
+    problem: str | None = None  # why not ready, until the config is fixed
+
+    def still_invalid(self, issues: tuple[str, ...]) -> None:
+        """A reload refused the config again: /readyz shows its new issues."""
+        if self.problem is not None:
+            head = self.problem.splitlines()[0]
+            self.problem = _problem_text(head, issues)
+
+
+def starting_config(settings: Settings, store: LastGood | None) -> StartingConfig:
+    """The config at ``settings.config``; when it is invalid, the last good one kept in
+    ``store`` (or none), with the problems logged."""
+    try:
+        config, sources = load_sources([settings.config])
+    except ConfigError as exc:
+        refused = tuple(str(i) for i in exc.issues)
+    else:
+        return StartingConfig(config, sources)
+    reading = store.read() if store is not None else Reading()
+    if reading.problem is not None:
+        log.error("the last good config is refused: %s", reading.problem)
+    issues = "; ".join(refused)
+    if reading.kept is not None and store is not None:
+        kept = reading.kept
+        log.error(
+            "config refused at start, serving the last good config (applied %s, kept in %s)"
+            " until it is fixed: %s",
+            kept.when, store.path, issues,
+        )  # fmt: skip
+        head = (
+            f"the config at {settings.config} is invalid; serving the last good config,"
+            f" applied {kept.when}"
+        )
+        return StartingConfig(kept.config, (), refused, "last_good", _problem_text(head, refused))
+    if store is None:
+        why = "GENERICDP_STATE_DIR is empty: none is kept"
+    elif reading.problem is not None:
+        why = "the one kept is refused"
+    else:
+        why = f"none kept in {store.directory}"
+    log.error("config refused at start, serving nothing until it is fixed (%s): %s", why, issues)
+    head = (
+        f"the config at {settings.config} is invalid; serving nothing (no last good config: {why})"
+    )
+    return StartingConfig(Config(()), (), refused, "none", _problem_text(head, refused))
+
+
+def _problem_text(head: str, issues: tuple[str, ...]) -> str:
+    lines = [head, *issues[:READYZ_ISSUES]]
+    if len(issues) > READYZ_ISSUES:
+        lines.append(f"... and {len(issues) - READYZ_ISSUES} more problem(s): see the log")
+    return "\n".join(lines)
 
 
 async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> int:
@@ -78,12 +145,16 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
     """
     from genericdp.runtime.supervisor import Supervisor
 
-    config = load_config(settings)
+    store = LastGood(settings.state_path) if settings.state_path is not None else None
+    start = starting_config(settings, store)
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(max_workers=WORKER_THREADS, thread_name_prefix="genericdp")
     )
     metrics = Metrics()
-    metrics.config_loaded()
+    if start.problem is None:
+        metrics.config_loaded()
+    else:
+        metrics.config_refused_at_start(start.source)
     from genericdp.hooks import run_hook
     from genericdp.runtime.recorder import TimedHooks
 
@@ -92,14 +163,15 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
         settings, run_hook=TimedHooks(run_hook, metrics), recorder=metrics
     ) as backend:
         supervisor = Supervisor(settings, backend, metrics=metrics)
-        return await _serve(settings, config, supervisor, metrics, ready=ready)
+        return await _serve(settings, start, supervisor, metrics, store, ready=ready)
 
 
 async def _serve(
     settings: Settings,
-    config: Config,
+    start: StartingConfig,
     supervisor: Supervisor,
     metrics: Metrics,
+    store: LastGood | None,
     *,
     ready: asyncio.Event | None = None,
 ) -> int:
@@ -125,19 +197,37 @@ async def _serve(
         endpoints,
         settings.metrics_listen,
         metrics,
-        lambda: readiness(supervisor.status(), started=started.is_set()),
+        lambda: with_config_problem(
+            readiness(supervisor.status(), started=started.is_set()), start.problem
+        ),
     )
+
+    def on_result(result: ReloadResult) -> None:
+        metrics.config_reload(result.outcome)
+        if result.ok and start.problem is not None:
+            start.problem = None
+            metrics.config_source("config")
+            log.info("the config at %s is valid again and served", settings.config)
+        elif not result.ok:
+            start.still_invalid(result.issues)
+
     try:
+        config = start.config
+        where = {"config": str(settings.config), "none": "no config"}.get(
+            start.source, f"the last good config ({store.path if store else ''})"
+        )
         log.info(
             "serving %d resource(s) from %s in %s",
             len(config.resources),
-            settings.config,
+            where,
             supervisor.backend.where,
         )
-        await supervisor.start(config)
+        await supervisor.start(config, tidy=start.source != "none")
         started.set()
+        if store is not None and start.sources:
+            await asyncio.to_thread(store.keep, start.sources)
         start_config_watch(  # hot reload
-            watches, settings, supervisor, on_result=lambda r: metrics.config_reload(r.outcome)
+            watches, settings, supervisor, on_result=on_result, store=store, refused=start.refused
         )
         if ready is not None:
             ready.set()

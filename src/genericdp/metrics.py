@@ -53,6 +53,9 @@ DURATION_BUCKETS = (0.005, 0.025, 0.1, 0.25, 1, 2.5, 10, 30)
 
 RELOAD_RESULTS = ("applied", "unchanged", "refused", "failed")
 RELOAD_SUCCESS = frozenset({"applied", "unchanged"})
+# What ``serve`` serves: the config it loaded, the last good one kept on the
+# node (the config was invalid at start), or nothing (and none was kept).
+CONFIG_SOURCES = ("config", "last_good", "none")
 
 
 class StatusSource(Protocol):
@@ -150,6 +153,13 @@ class Metrics:
             "When the config was last loaded or reloaded successfully (Unix time).",
             registry=r,
         )
+        self._config_source = Gauge(
+            "genericdp_config_source",
+            "1 for what is served: the config (config), the last good config kept on the"
+            " node because the config was invalid at start (last_good), or nothing (none).",
+            ["source"],
+            registry=r,
+        )
         self._kubelet_restarts = Counter(
             "genericdp_kubelet_restarts_seen",
             "Kubelet restarts seen (a new kubelet.sock in the plugin directory).",
@@ -198,6 +208,17 @@ class Metrics:
         """The config was loaded at start (not a reload: not counted as one)."""
         self._reload_ok.set(1)
         self._reload_time.set(self._clock())
+        self.config_source("config")
+
+    def config_refused_at_start(self, source: str) -> None:
+        """The config was invalid at start; ``source`` (``last_good``, ``none``) is served."""
+        self._reload_ok.set(0)
+        self.config_source(source)
+
+    def config_source(self, source: str) -> None:
+        """What is served now: one of ``CONFIG_SOURCES``."""
+        for each in CONFIG_SOURCES:
+            self._config_source.labels(each).set(1 if each == source else 0)
 
     # -- Recorder ----------------------------------------------------------------
 
@@ -360,6 +381,15 @@ def readiness(statuses: Mapping[str, PluginStatus], *, started: bool) -> Verdict
     lines = [f"not ready: {len(waiting)} of {len(statuses)} resource(s) never registered"]
     lines += [f"{n}: {s.last_error or 'not registered yet'}" for n, s in waiting.items()]
     return Verdict(ok=False, text="\n".join([*lines, *faults]))
+
+
+def with_config_problem(verdict: Verdict, problem: str | None) -> Verdict:
+    """``verdict``, not ready while ``problem`` (the config was invalid at start and
+    has not been fixed since) holds: the rollout stops at the first node."""
+    if problem is None:
+        return verdict
+    rest = verdict.text.removeprefix("ready: ")
+    return Verdict(ok=False, text=f"not ready: {problem}\n{rest}")
 
 
 def routes(metrics: Metrics, ready: Callable[[], Verdict]) -> dict[str, Route]:

@@ -19,6 +19,7 @@ DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 DEFAULT_DRA_REGISTRATION_DIR = Path("/var/lib/kubelet/plugins_registry")
 DEFAULT_DRA_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
+DEFAULT_STATE_DIR = "/var/lib/genericdp"
 # dra/naming.py DEFAULT_DRIVER: settings sits below dra and cannot import it.
 DEFAULT_DRA_DRIVER = "genericdp.io"
 # A DRA driver name: a DNS subdomain of at most 63 characters (ResourceSlice spec.driver).
@@ -84,8 +85,8 @@ def parse_listen_address(text: str) -> ListenAddress | None:
 
 
 # Settings that are not flags of ``simulate``: it replaces the first four with
-# temporary ones (it never touches the host's kubelet or CDI directories), and
-# serves no HTTP endpoints.
+# temporary ones (it never touches the host's kubelet or CDI directories),
+# serves no HTTP endpoints and keeps no state.
 # ``simulate`` has its own ``--backend`` (what to simulate, not how to serve),
 # and never talks to an API server.
 SIMULATE_SKIPS = frozenset(
@@ -99,6 +100,7 @@ SIMULATE_SKIPS = frozenset(
         "dra_plugins_dir",
         "kubeconfig",
         "backend",
+        "state_dir",
     }
 )
 
@@ -148,6 +150,11 @@ class Settings(DiscoverySettings):
         DEFAULT_POD_RESOURCES_SOCKET, description="kubelet PodResources socket"
     )
     cdi_dir: Path = Field(Path("/var/run/cdi"), description="where CDI specs are written")
+    state_dir: str = Field(
+        DEFAULT_STATE_DIR,
+        description="where the last config applied is kept, served when the pod starts with an"
+        " invalid one (an absolute path on the node; empty: nothing kept)",
+    )
     kubeconfig: str = Field(
         "",
         description="kubeconfig file for the API server (DRA backend); "
@@ -202,6 +209,13 @@ class Settings(DiscoverySettings):
             )
         return value
 
+    @field_validator("state_dir")
+    @classmethod
+    def _check_state_dir(cls, value: str) -> str:
+        if value and not Path(value).is_absolute():
+            raise ValueError(f"{value[:80]!r} is not an absolute path (empty turns it off)")
+        return value
+
     @field_validator("metrics_address")
     @classmethod
     def _check_metrics_address(cls, value: str) -> str:
@@ -217,6 +231,11 @@ class Settings(DiscoverySettings):
                 " the downward API): it names the node's device pool"
             )
         return None
+
+    @property
+    def state_path(self) -> Path | None:
+        """The state directory; None when nothing is kept."""
+        return Path(self.state_dir) if self.state_dir else None
 
     @property
     def metrics_listen(self) -> ListenAddress | None:

@@ -52,6 +52,14 @@ MAX_MESSAGE_CHARS = 400
 _ALLOCATE_OF = re.compile(r"resources\[(\d+)\]\.allocate(?:$|[.\[])")
 
 
+@dataclass(frozen=True)
+class Source:
+    """One config file's name (as messages give it) and its text."""
+
+    file: str
+    text: str
+
+
 @dataclass
 class _Checked:
     """One file after checking: its document (if parsed), issues, compiled templates."""
@@ -66,17 +74,33 @@ class _Checked:
 
 def load(paths: Sequence[Path | str]) -> Config:
     """Load files and directories (a directory: its ``*.yaml``/``*.yml``, sorted)."""
+    return load_sources(paths)[0]
+
+
+def load_sources(paths: Sequence[Path | str]) -> tuple[Config, tuple[Source, ...]]:
+    """``load``, and the text of each file exactly as it was checked (what
+    ``serve`` keeps as the last good config: no second read that could differ)."""
     checked: list[_Checked] = []
+    sources: list[Source] = []
     for path in (Path(p) for p in paths):
         files, problems = config_files(path)
         checked += [_Checked(str(path), issues=[p]) for p in problems]
-        checked += [_check(str(f), *_read(f)) for f in files]
-    return _finish(checked)
+        for f in files:
+            text, problem = _read(f)
+            if text is not None:
+                sources.append(Source(str(f), text))
+            checked.append(_check(str(f), text, problem))
+    return _finish(checked), tuple(sources)
 
 
 def load_text(text: str, filename: str = "<string>") -> Config:
     """Load one config from a string; ``filename`` is used in messages."""
     return _finish([_check(filename, text, None)])
+
+
+def load_texts(sources: Sequence[Source]) -> Config:
+    """Load several files given as text, checked together as one directory's files are."""
+    return _finish([_check(s.file, s.text, None) for s in sources])
 
 
 def config_files(path: Path) -> tuple[list[Path], list[ConfigIssue]]:

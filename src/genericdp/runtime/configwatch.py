@@ -22,7 +22,8 @@ A reload loads in a worker thread and hands the config to
 any resource differs, stops, updates and starts only what changed. An invalid config, or one with no
 files at all (a ConfigMap being rewritten, a directory emptied), is refused:
 the previous config keeps serving. Every outcome is also reported to
-``on_result`` (metrics).
+``on_result`` (metrics). A config applied (or found unchanged) is kept in the
+state directory (``genericdp.lastgood``) for the next start.
 
 A ConfigMap key mounted with ``subPath`` is a bind mount of one file and is
 never updated by the kubelet; ``subpath_hint`` says so when the config looks
@@ -45,10 +46,10 @@ from typing import Protocol, TypeVar, cast
 from inotify_simple import INotify, flags
 
 from genericdp.aio import Backoff, TaskSet, inotify_events, wait_event
-from genericdp.config import load
-from genericdp.config.loader import HIDDEN_PREFIX, SUFFIXES, config_files
+from genericdp.config.loader import HIDDEN_PREFIX, SUFFIXES, Source, config_files, load_sources
 from genericdp.config.model import Config
 from genericdp.errors import ConfigError, ConfigIssue, GenericdpError
+from genericdp.lastgood import LastGood
 from genericdp.runtime.reconcile import Plan
 from genericdp.settings import Settings
 
@@ -213,8 +214,9 @@ async def in_daemon_thread(func: Callable[[], T]) -> T:
     return await future
 
 
-def _read_config(path: Path) -> Config:
-    """Load ``path``; a path with no config files at all raises ConfigError saying so."""
+def _read_config(path: Path) -> tuple[Config, tuple[Source, ...]]:
+    """Load ``path`` (and the texts loaded); a path with no config files at all raises
+    ConfigError saying so."""
     log.debug("loading the config from %s", path)  # from the loading thread
     _, problems = config_files(path)
     if problems:
@@ -231,7 +233,7 @@ def _read_config(path: Path) -> Config:
                 for p in problems
             ]
         )
-    return load([path])
+    return load_sources([path])
 
 
 class ConfigWatcher:
@@ -241,7 +243,9 @@ class ConfigWatcher:
     backoff: it raises ConfigError when the directory to watch is missing or
     cannot be watched, and the guard starts it again). Each time the watch is
     armed the config is checked once more, so a change made while nothing
-    watched is not lost; that check is silent when nothing changed.
+    watched is not lost; that check is silent when nothing changed since the
+    last result reported (``refused``: the issues ``serve`` reported at start).
+    Each config applied or found unchanged is kept in ``store``.
     """
 
     def __init__(
@@ -251,6 +255,8 @@ class ConfigWatcher:
         *,
         settle: float = 0.2,
         on_result: Callable[[ReloadResult], None] | None = None,
+        store: LastGood | None = None,
+        refused: tuple[str, ...] = (),
     ) -> None:
         self.path = path
         self._target = target
@@ -258,6 +264,8 @@ class ConfigWatcher:
         # A file rewritten without pause must still be reloaded now and then.
         self._max_delay = max(settle * 10, 1.0)
         self._on_result = on_result
+        self._store = store
+        self._reported = refused  # the issues of the last refusal reported, () once ok
         # Set once the watch is armed and the config on disk was checked; any later
         # change is seen. Cleared when the watch stops.
         self.ready = asyncio.Event()
@@ -270,8 +278,10 @@ class ConfigWatcher:
         ``quiet``: report nothing when nothing changed (the check on arming).
         """
         result = await self._reload()
-        if quiet and result.outcome is Outcome.UNCHANGED:
+        same = result.ok if not self._reported else result.issues == self._reported
+        if quiet and same and result.outcome in (Outcome.UNCHANGED, Outcome.REFUSED):
             return result
+        self._reported = result.issues if result.outcome is Outcome.REFUSED else ()
         self._log(result)
         if self._on_result is not None:
             try:
@@ -282,7 +292,7 @@ class ConfigWatcher:
 
     async def _reload(self) -> ReloadResult:
         try:
-            config = await in_daemon_thread(functools.partial(_read_config, self.path))
+            config, sources = await in_daemon_thread(functools.partial(_read_config, self.path))
         except ConfigError as exc:
             return ReloadResult(Outcome.REFUSED, issues=tuple(str(i) for i in exc.issues))
         except Exception as exc:  # the loader turns bad input into issues; this is a bug
@@ -295,6 +305,8 @@ class ConfigWatcher:
         except Exception as exc:
             log.exception("applying the config from %s failed", self.path)
             return ReloadResult(Outcome.FAILED, issues=(f"{type(exc).__name__}: {exc}",))
+        if self._store is not None:
+            await asyncio.to_thread(self._store.keep, sources)
         if steps.empty:
             return ReloadResult(Outcome.UNCHANGED)
         return ReloadResult.applied(steps)
@@ -379,13 +391,20 @@ def start_config_watch(
     target: ReloadTarget,
     *,
     on_result: Callable[[ReloadResult], None] | None = None,
+    store: LastGood | None = None,
+    refused: tuple[str, ...] = (),
 ) -> ConfigWatcher:
     """Spawn the ``config-watch`` task (restarted with backoff when the watch is lost)."""
     hint = subpath_hint(settings.config)
     if hint is not None:
         log.warning("%s", hint)
     watcher = ConfigWatcher(
-        settings.config, target, settle=settings.reload_settle, on_result=on_result
+        settings.config,
+        target,
+        settle=settings.reload_settle,
+        on_result=on_result,
+        store=store,
+        refused=refused,
     )
     tasks.spawn("config-watch", watcher.run, backoff=Backoff(maximum=10.0))
     return watcher

@@ -109,11 +109,19 @@ class Supervisor:
 
     # -- lifecycle ---------------------------------------------------------------
 
-    async def start(self, config: Config) -> Plan:
-        """Tidy what a predecessor left, start the backend's tasks, then apply ``config``."""
+    async def start(self, config: Config, *, tidy: bool = True) -> Plan:
+        """Tidy what a predecessor left, start the backend's tasks, then apply ``config``.
+
+        ``tidy`` False (``serve`` with nothing to serve until its config is
+        fixed) keeps every CDI spec: the config that wrote them may come back."""
         # Specs we wrote for resources that left the config while we were down.
         keep = [d.name for d in config.resources if d.allocate.cdi]
-        for path in await asyncio.to_thread(remove_stale_specs, self._settings.cdi_dir, keep):
+        removed = (
+            await asyncio.to_thread(remove_stale_specs, self._settings.cdi_dir, keep)
+            if tidy
+            else []
+        )
+        for path in removed:
             log.info("removed stale CDI spec %s", path)
         # Not awaited: once ready it asks every resource to rescan, so nothing is missed.
         self._tasks.spawn("device-watch", self._watch_devices, backoff=Backoff(maximum=10.0))
