@@ -23,6 +23,7 @@ from genericdp.config.model import ResourceDefinition
 from genericdp.dra.claims import ClaimSource
 from genericdp.dra.driver import DraDriver, DriverPaths
 from genericdp.dra.edge import DraEdge, Publisher
+from genericdp.dra.nodelock import node_lock
 from genericdp.errors import GenericdpError
 from genericdp.hooks import HookRunner
 from genericdp.runtime.backend import Fleet, Gauge, ResourceParts
@@ -126,24 +127,28 @@ async def serving(
     settings: Settings, *, run_hook: HookRunner, recorder: Recorder = NO_METRICS
 ) -> AsyncIterator[DraBackend]:
     """The backend over the API server (its driver starts with the supervisor);
-    closed (driver, then API) on exit.
+    closed (driver, then API) on exit. Waits first for any other instance of the
+    driver on this node to exit (``nodelock.py``).
     ``recorder`` counts and times the prepared and unprepared claims."""
     check_settings(settings)
-    api = await open_api(settings)
-    try:
-        backend = DraBackend(
-            settings,
-            claims=api.claims,
-            publisher=api.publisher,
-            run_hook=run_hook,
-            recorder=recorder,
-        )
+    # Before the publisher starts: a second instance on the node must not
+    # publish (or delete) slices, nor touch the checkpoint, while the first serves.
+    async with node_lock(settings.dra_plugins_dir / settings.dra_driver_name):
+        api = await open_api(settings)
         try:
-            yield backend
+            backend = DraBackend(
+                settings,
+                claims=api.claims,
+                publisher=api.publisher,
+                run_hook=run_hook,
+                recorder=recorder,
+            )
+            try:
+                yield backend
+            finally:
+                await backend.close()
         finally:
-            await backend.close()
-    finally:
-        await api.close()
+            await api.close()
 
 
 async def open_api(settings: Settings) -> ApiPieces:
