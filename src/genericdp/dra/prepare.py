@@ -204,9 +204,9 @@ class Preparer:
             if warning := undelivered(plan):
                 log.warning("claim %s: %s", _named(claim), warning)
         spec = claim_spec(self.driver, claim.uid, plans)
-        await asyncio.to_thread(write_claim_spec, self._cdi_dir, claim.uid, spec)
+        await asyncio.to_thread(write_claim_spec, self._cdi_dir, self.driver, claim.uid, spec)
         await self._checkpoint.put(
-            PreparedClaim(claim, PREPARED, devices, spec=claim_spec_name(claim.uid))
+            PreparedClaim(claim, PREPARED, devices, spec=claim_spec_name(self.driver, claim.uid))
         )
         log.info(
             "prepared claim %s (UID %s): %s",
@@ -276,7 +276,7 @@ class Preparer:
             )
             if run is not None:
                 await self._run_hook(run)
-        await asyncio.to_thread(remove_claim_spec, self._cdi_dir, claim.uid)
+        await asyncio.to_thread(remove_claim_spec, self._cdi_dir, self.driver, claim.uid)
         await self._checkpoint.remove(claim.uid)
         log.info("unprepared claim %s (UID %s)", _named(known.claim), claim.uid)
         return ClaimResult()
