@@ -182,6 +182,8 @@ class Preparer:
         if known is not None and known.state == PREPARED:
             return ClaimResult(known.devices)
         allocated = await self._claims.allocated_devices(claim)
+        if not allocated:
+            raise ClaimError(f"its allocation holds no device of driver {self.driver}")
         if len(allocated) > MAX_DEVICES_PER_CLAIM:
             raise ClaimError(
                 f"its allocation lists {len(allocated)} devices for driver {self.driver},"
