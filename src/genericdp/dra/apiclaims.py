@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from genericdp.dra.claims import AllocatedDevice, ClaimError, ClaimRef
 from genericdp.dra.kubeapi import ApiRequestError, AsyncClient, get_claim
 from genericdp.dra.naming import DEFAULT_DRIVER
+
+# The whole read, however the server answers: a server trickling its answer a
+# byte at a time never trips the client's per-read timeout, and the kubelet's
+# own call gives up long before this.
+READ_DEADLINE = 10.0
 
 
 class ApiClaimSource:
@@ -19,15 +25,28 @@ class ApiClaimSource:
     were allocated.
     """
 
-    def __init__(self, client: AsyncClient, *, node: str, driver: str = DEFAULT_DRIVER) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        node: str,
+        driver: str = DEFAULT_DRIVER,
+        deadline: float = READ_DEADLINE,
+    ) -> None:
         self._client = client
         self.node = node
         self.driver = driver
+        self._deadline = deadline
 
     async def allocated_devices(self, claim: ClaimRef) -> tuple[AllocatedDevice, ...]:
         where = f"ResourceClaim {claim.namespace}/{claim.name}"
         try:
-            obj: dict[str, Any] = await get_claim(self._client, claim.namespace, claim.name)
+            async with asyncio.timeout(self._deadline):
+                obj: dict[str, Any] = await get_claim(self._client, claim.namespace, claim.name)
+        except TimeoutError as err:
+            raise ClaimError(
+                f"{where}: the API server did not answer within {self._deadline:g}s"
+            ) from err
         except ApiRequestError as err:
             if err.code == 404:
                 raise ClaimError(f"{where}: not found (deleted?)") from err

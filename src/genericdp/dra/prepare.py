@@ -149,7 +149,7 @@ class Preparer:
         lock, users = self._locks.get(claim.uid, (asyncio.Lock(), 0))
         self._locks[claim.uid] = lock, users + 1
         try:
-            async with self._slots, lock:  # one step at a time per claim: the kubelet retries
+            async with lock:  # one step at a time per claim: the kubelet retries
                 return await step(claim), "ok"
         except ClaimError as exc:
             return ClaimResult(error=f"{where}: {exc}"), "claim_failed"
@@ -180,7 +180,9 @@ class Preparer:
                 f"its UID is that of claim {_named(known.claim)}, prepared here already"
             )
         if known is not None and known.state == PREPARED:
-            return ClaimResult(known.devices)
+            return ClaimResult(known.devices)  # no read, no slot: answered at once
+        # The read is outside the slots (it has a deadline of its own): slow API
+        # server reads never hold back claims that need none.
         allocated = await self._claims.allocated_devices(claim)
         if not allocated:
             raise ClaimError(f"its allocation holds no device of driver {self.driver}")
@@ -193,6 +195,16 @@ class Preparer:
         groups: dict[str, list[tuple[AllocatedDevice, Located]]] = defaultdict(list)
         for alloc, located in found:
             groups[located.resource].append((alloc, located))
+        async with self._slots:
+            return await self._commit(claim, found, groups)
+
+    async def _commit(
+        self,
+        claim: ClaimRef,
+        found: Sequence[tuple[AllocatedDevice, Located]],
+        groups: Mapping[str, Sequence[tuple[AllocatedDevice, Located]]],
+    ) -> ClaimResult:
+        """Record, run the hooks, write the spec: what a slot bounds."""
         plans, _ = await rendered_soon(lambda slice_seconds: self._plan(groups, slice_seconds))
         devices = tuple(
             _prepared(alloc, located, (claim_device_id(self.driver, claim.uid, alloc.device),))
@@ -255,6 +267,10 @@ class Preparer:
         known = self._checkpoint.get(claim.uid)
         if known is None:
             return ClaimResult()  # never prepared here, or unprepared already
+        async with self._slots:
+            return await self._clean(claim, known)
+
+    async def _clean(self, claim: ClaimRef, known: PreparedClaim) -> ClaimResult:
         by_resource: dict[str, list[PreparedDevice]] = defaultdict(list)
         for device in known.devices:
             by_resource[device.resource].append(device)
