@@ -217,3 +217,29 @@ async def test_close_writes_what_is_pending_then_stops(store: MemorySlices) -> N
     await publisher.publish(SERIAL, [unit("a")], set())
     await publisher.close()
     assert set(store.devices()) == {device_name(SERIAL, "a")}
+
+
+async def test_a_slice_name_taken_by_someone_else_is_an_error_not_a_retry_loop(
+    store: MemorySlices, publisher: SlicePublisher, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A slice of another node or driver holding our derived name: its resource's slice
+    is left out, the rest of the pool is written once and complete, the name is
+    reported, and nothing is rewritten while the name stays taken."""
+    taken = slices.slice_name(NODE, DRIVER, SERIAL, 0)
+    store.foreign.add(taken)
+    await publisher.publish(SERIAL, [unit("a")], set())
+    await publisher.publish(AUDIO, [unit("c")], set())
+    assert await publisher.flush(timeout=5), "the publisher keeps rewriting the pool"
+    assert set(store.devices()) == {device_name(AUDIO, "c")}
+    assert publisher.taken == (taken,)
+    (audio,) = store.objects.values()
+    assert audio["spec"]["pool"]["resourceSliceCount"] == 1
+    assert any(
+        f"ResourceSlice {taken} exists but is not a slice of node {NODE}" in r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.ERROR
+    )
+    writes = store.writes
+    await publisher.publish(AUDIO, [unit("c"), unit("d")], set())
+    assert await publisher.flush(timeout=5)
+    assert store.writes == writes + 1  # the change alone, the taken name not tried again

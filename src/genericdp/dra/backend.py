@@ -24,6 +24,7 @@ from genericdp.dra.claims import ClaimSource
 from genericdp.dra.driver import DraDriver, DriverPaths
 from genericdp.dra.edge import DraEdge, Publisher
 from genericdp.dra.nodelock import node_lock
+from genericdp.dra.publisher import SlicePublisher
 from genericdp.errors import GenericdpError
 from genericdp.hooks import HookRunner
 from genericdp.runtime.backend import Fleet, Gauge, ResourceParts
@@ -106,7 +107,15 @@ class DraBackend:
         """Nothing waits for the first apply."""
 
     def gauges(self) -> tuple[Gauge, ...]:
-        return ()
+        taken = self.publisher.taken if isinstance(self.publisher, SlicePublisher) else ()
+        return (
+            Gauge(
+                "genericdp_dra_slice_names_taken",
+                "ResourceSlice names of this node held by a slice of another node or driver"
+                " (their devices are not published).",
+                len(taken),
+            ),
+        )
 
     def shutting_down(self) -> None:
         """The daemon stops (not a reload): the slices stay for the next instance."""
@@ -156,7 +165,6 @@ async def open_api(settings: Settings) -> ApiPieces:
     the API client library is loaded (the device-plugin backend never comes here)."""
     from genericdp.dra.apiclaims import ApiClaimSource
     from genericdp.dra.kubeapi import ApiSlices, connect
-    from genericdp.dra.publisher import SlicePublisher
 
     client = connect(Path(settings.kubeconfig) if settings.kubeconfig else None)
     node, driver = settings.node_name, settings.dra_driver_name
