@@ -314,6 +314,10 @@ class SlicePublisher:
                     ", ".join(sorted(self._held)),
                 )
             self._adopted = True
+            # A name found taken that is in our own list now was ours all along (a
+            # create that raced another write of ours): never leave it out.
+            for name in [n for n in self._taken if n in self._held]:
+                del self._taken[name]
         held = self._held
         wanted = self._wanted(0)
         if _same(wanted, held):
