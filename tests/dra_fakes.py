@@ -168,6 +168,7 @@ class MemorySlices:
         self.driver = driver
         self.objects: dict[str, dict[str, Any]] = {}
         self.failures: list[Exception] = []
+        self.foreign: set[str] = set()  # names held by slices of other nodes or drivers
         self.writes = 0  # creates, replaces and deletes that landed
         self.lists = 0
         self.changed = asyncio.Condition()
@@ -197,7 +198,7 @@ class MemorySlices:
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         self._fail()
         name = obj["metadata"]["name"]
-        if name in self.objects:
+        if name in self.objects or name in self.foreign:
             raise ApiRequestError(f"creating ResourceSlice {name}", 409, "already exists")
         return await self._store("ADDED", obj)
 

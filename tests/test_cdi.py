@@ -20,6 +20,7 @@ from genericdp.allocation.cdi import (
     claim_spec_name,
     owner_of,
     qualified_name,
+    remove_claim_spec,
     remove_spec,
     remove_stale_claim_specs,
     remove_stale_specs,
@@ -351,14 +352,15 @@ def test_stale_specs_of_either_backend_are_ours_alone(tmp_path: Path) -> None:
     other backend's, not a foreign or linked file, not a file nested too deep to read."""
     gpu_spec = write_spec(tmp_path, gpu(), [GPU])
     gone_spec = write_spec(tmp_path, gpu("example.com/gone"), [GPU])
-    kept_claim = write_claim_spec(tmp_path, "uid-1", {"kind": claim_kind("genericdp.io")})
-    stale_claim = write_claim_spec(tmp_path, "uid-2", {"kind": claim_kind("genericdp.io")})
-    other_driver = write_claim_spec(tmp_path, "uid-3", {"kind": claim_kind("other.io")})
+    ours = {"kind": claim_kind("genericdp.io")}
+    kept_claim = write_claim_spec(tmp_path, "genericdp.io", "uid-1", ours)
+    stale_claim = write_claim_spec(tmp_path, "genericdp.io", "uid-2", ours)
+    other_driver = write_claim_spec(tmp_path, "other.io", "uid-3", {"kind": claim_kind("other.io")})
     foreign = tmp_path / spec_file_name("example.com/foreign")
     foreign.write_text(json.dumps({"kind": "vendor.com/other"}))
     deep = tmp_path / spec_file_name("example.com/deep")
     deep.write_text("[" * 100_000)
-    deep_claim = tmp_path / claim_spec_name("uid-4")
+    deep_claim = tmp_path / claim_spec_name("genericdp.io", "uid-4")
     deep_claim.write_text("[" * 100_000)
     linked = tmp_path / spec_file_name("example.com/linked")
     linked.symlink_to(gone_spec)
@@ -367,3 +369,34 @@ def test_stale_specs_of_either_backend_are_ours_alone(tmp_path: Path) -> None:
     assert remove_stale_claim_specs(tmp_path, "genericdp.io", ["uid-1"]) == [stale_claim]
     left = {gpu_spec, kept_claim, other_driver, foreign, deep, deep_claim, linked}
     assert set(tmp_path.iterdir()) == left
+
+
+def test_two_drivers_specs_of_one_claim_are_two_files_each_its_own(tmp_path: Path) -> None:
+    """A claim with devices of two genericdp drivers has one spec per driver: neither
+    write overwrites the other's, and one driver's removal and stale cleanup (even of a
+    spec that claims its kind) leave the other's file in place."""
+    mine = write_claim_spec(tmp_path, "genericdp.io", "uid-1", {"kind": claim_kind("genericdp.io")})
+    theirs = write_claim_spec(tmp_path, "other.io", "uid-1", {"kind": claim_kind("other.io")})
+    posing = write_claim_spec(tmp_path, "other.io", "uid-2", {"kind": claim_kind("genericdp.io")})
+    assert mine != theirs
+    assert remove_stale_claim_specs(tmp_path, "genericdp.io", []) == [mine]
+    assert set(tmp_path.iterdir()) == {theirs, posing}
+    write_claim_spec(tmp_path, "genericdp.io", "uid-1", {"kind": claim_kind("genericdp.io")})
+    assert remove_claim_spec(tmp_path, "genericdp.io", "uid-1")
+    assert set(tmp_path.iterdir()) == {theirs, posing}
+
+
+def test_a_spec_under_the_name_without_the_driver_is_kept_while_prepared_then_removed(
+    tmp_path: Path,
+) -> None:
+    """A claim prepared before spec names carried the driver keeps its spec at start and
+    has it removed at unprepare; a stale one of ours goes, another driver's stays."""
+    ours = json.dumps({"kind": claim_kind("genericdp.io")})
+    prepared, stale, other = (tmp_path / f"gdp-claim-uid-{n}.json" for n in (1, 2, 3))
+    prepared.write_text(ours)
+    stale.write_text(ours)
+    other.write_text(json.dumps({"kind": claim_kind("other.io")}))
+    assert remove_stale_claim_specs(tmp_path, "genericdp.io", ["uid-1"]) == [stale]
+    assert remove_claim_spec(tmp_path, "genericdp.io", "uid-1")
+    assert not remove_claim_spec(tmp_path, "genericdp.io", "uid-3")
+    assert set(tmp_path.iterdir()) == {other}

@@ -118,7 +118,7 @@ async def _prepared_spec(base: Path) -> Path:
     s = prepare_setup(base, [(definition(), [unit(0)])])
     s.claims.add(claim(), allocated(SERIAL, unit(0)))
     assert (await s.preparer.prepare([claim()]))[claim().uid].error == ""
-    spec = s.cdi_dir / claim_spec_name(claim().uid)
+    spec = s.cdi_dir / claim_spec_name(s.preparer.driver, claim().uid)
     assert spec.is_file()
     return spec
 

@@ -259,3 +259,22 @@ def test_bad_dra_attributes_are_config_errors(
     assert done.returncode != 0
     assert "c.yaml:6" in done.stderr, done.stderr
     assert complaint in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("command", ["validate", "deviceclasses"])
+def test_two_resources_deriving_one_deviceclass_name_are_refused(
+    tmp_path: Path, command: str
+) -> None:
+    """``a.com/x.y`` and ``y.a.com/x`` both derive DeviceClass ``x.y.a.com``: refused
+    with both names and where the other is, never one class silently replaced."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "version: v1\nresources:\n"
+        "  - name: a.com/x.y\n    match: [glob: /dev/null]\n"
+        "  - name: y.a.com/x\n    match: [glob: /dev/null]\n"
+    )
+    result = run(command, str(cfg))
+    assert result.returncode != 0, result.stdout
+    assert "Traceback" not in result.stderr
+    assert "'a.com/x.y' and 'y.a.com/x' both name DeviceClass 'x.y.a.com'" in result.stderr
+    assert f"{cfg}:5" in result.stderr, result.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from genericdp.allocation.cdi import claim_spec_name
+from genericdp.allocation.cdi import claim_spec_name, remove_stale_claim_specs
 from genericdp.config import load
 from genericdp.config.model import HealthCheck, Hooks, MountTemplate
 from genericdp.discovery import discover
@@ -58,7 +58,7 @@ async def test_prepare_runs_hooks_writes_the_spec_and_answers_cdi_ids(base: Path
         ("init", SERIAL, ("A0", "A2"), tuple(names)),
         ("preStart", SERIAL, ("A0", "A2"), tuple(names)),
     ]
-    spec = json.loads((s.cdi_dir / claim_spec_name(claim().uid)).read_text())
+    spec = json.loads((s.cdi_dir / claim_spec_name(DRIVER, claim().uid)).read_text())
     assert spec["kind"] == f"{DRIVER}/claim"
     assert spec["containerEdits"]["env"] == [
         "PORTS=/dev/serial/by-id/usb-A0,/dev/serial/by-id/usb-A2"
@@ -105,7 +105,7 @@ async def test_unprepare_runs_cleanup_removes_the_spec_and_forgets(base: Path) -
     await s.preparer.prepare([claim()])
     assert await s.preparer.unprepare([claim()]) == {claim().uid: ""}
     assert s.hooks.names() == ["init", "preStart", "cleanup"]
-    assert not (s.cdi_dir / claim_spec_name(claim().uid)).exists()
+    assert not (s.cdi_dir / claim_spec_name(DRIVER, claim().uid)).exists()
     assert s.checkpoint.get(claim().uid) is None
     # Again, and a claim never seen: success, nothing runs.
     assert await s.preparer.unprepare([claim(), claim(9)]) == {claim().uid: "", claim(9).uid: ""}
@@ -125,7 +125,28 @@ async def test_a_restarted_daemon_answers_and_unprepares_from_the_checkpoint(bas
     assert await t.preparer.unprepare([claim()]) == {claim().uid: ""}
     # The unit is gone: cleanup still gets its nodes as they were at prepare time.
     assert hooks.runs == [("cleanup", SERIAL, ("A0",), (device_name(SERIAL, "A0"),))]
-    assert not (t.cdi_dir / claim_spec_name(claim().uid)).exists()
+    assert not (t.cdi_dir / claim_spec_name(DRIVER, claim().uid)).exists()
+
+
+async def test_a_claim_prepared_before_spec_names_carried_the_driver_is_unprepared(
+    base: Path,
+) -> None:
+    """Upgrade: a claim whose spec and checkpoint entry have the name without the driver
+    keeps its spec through the new daemon's start, and unprepare removes it."""
+    s = setup(base, [(definition(hooks=ALL_HOOKS), [unit(0)])])
+    s.claims.add(claim(), allocated(SERIAL, unit(0)))
+    await s.preparer.prepare([claim()])
+    legacy = s.cdi_dir / f"gdp-claim-{claim().uid}.json"
+    (s.cdi_dir / claim_spec_name(DRIVER, claim().uid)).rename(legacy)
+    doc = json.loads(s.checkpoint.path.read_text())
+    doc["claims"][claim().uid]["spec"] = legacy.name
+    s.checkpoint.path.write_text(json.dumps(doc))
+    t = setup(base, [(definition(hooks=ALL_HOOKS), [unit(0)])])
+    kept = [p.claim.uid for p in t.checkpoint]
+    assert remove_stale_claim_specs(t.cdi_dir, DRIVER, kept) == []
+    assert legacy.exists()
+    assert await t.preparer.unprepare([claim()]) == {claim().uid: ""}
+    assert list(t.cdi_dir.iterdir()) == []
 
 
 async def test_a_failed_hook_fails_the_claim_and_unprepare_still_cleans(base: Path) -> None:
@@ -138,7 +159,7 @@ async def test_a_failed_hook_fails_the_claim_and_unprepare_still_cleans(base: Pa
     prepared = s.checkpoint.get(claim().uid)
     assert prepared is not None
     assert prepared.state == PREPARING
-    assert not (s.cdi_dir / claim_spec_name(claim().uid)).exists()
+    assert not (s.cdi_dir / claim_spec_name(DRIVER, claim().uid)).exists()
     # The kubelet retries: the hooks run again, and now they pass.
     hooks.fail.clear()
     assert (await s.preparer.prepare([claim()]))[claim().uid].error == ""
@@ -176,7 +197,7 @@ async def test_each_claim_fails_alone(base: Path) -> None:
     assert len(answer[claim(5).uid].error) < 1000
     assert "is not a UID" in answer[bad_uid.uid].error
     assert s.checkpoint.get(bad_uid.uid) is None
-    assert [p.name for p in s.cdi_dir.iterdir()] == [claim_spec_name(claim(1).uid)]
+    assert [p.name for p in s.cdi_dir.iterdir()] == [claim_spec_name(DRIVER, claim(1).uid)]
 
 
 async def test_unhealthy_devices_and_oversized_claims_are_refused(base: Path) -> None:
@@ -226,7 +247,7 @@ def test_hostile_checkpoints_load_as_empty_or_in_part(base: Path) -> None:
         "namespace": "ns",
         "name": "n",
         "state": "prepared",
-        "spec": "gdp-claim-uid-1.json",
+        "spec": "gdp-claim-genericdp.io_uid-1.json",
         "devices": [],
     }
     cases: list[tuple[bytes, int]] = [
@@ -289,7 +310,7 @@ async def test_a_device_named_by_two_requests_is_one_cdi_device(base: Path) -> N
     s.claims.add(claim(), [AllocatedDevice("a", NODE, name), AllocatedDevice("b", NODE, name)])
     result = (await s.preparer.prepare([claim()]))[claim().uid]
     assert [(d.request, d.device) for d in result.devices] == [("a", name), ("b", name)]
-    spec = json.loads((s.cdi_dir / claim_spec_name(claim().uid)).read_text())
+    spec = json.loads((s.cdi_dir / claim_spec_name(DRIVER, claim().uid)).read_text())
     assert len(spec["devices"]) == 1
     # The unit once, as under the device plugin two replica IDs of one unit are one unit.
     assert s.hooks.runs[0][2] == ("A0",)
@@ -304,7 +325,7 @@ async def test_allocate_devices_nodes_are_in_every_prepared_device(base: Path) -
     s = setup(base, [(d, units)])
     s.claims.add(claim(), allocated(SERIAL, *units))
     assert (await s.preparer.prepare([claim()]))[claim().uid].error == ""
-    spec = json.loads((s.cdi_dir / claim_spec_name(claim().uid)).read_text())
+    spec = json.loads((s.cdi_dir / claim_spec_name(DRIVER, claim().uid)).read_text())
     for device in spec["devices"]:
         assert {"path": "/dev/gdp-ctl", "hostPath": "/dev/gdp-ctl", "permissions": "r"} in device[
             "containerEdits"
@@ -323,7 +344,7 @@ async def test_two_nodes_at_one_container_path_are_refused(base: Path) -> None:
     assert "would both be /dev/serial0 in the container" in result.error
     assert s.hooks.runs == []
     assert s.checkpoint.get(claim().uid) is None
-    assert not (s.cdi_dir / claim_spec_name(claim().uid)).exists()
+    assert not (s.cdi_dir / claim_spec_name(DRIVER, claim().uid)).exists()
 
 
 SIMULATED = """\
@@ -368,7 +389,7 @@ async def test_simulate_shows_the_spec_and_ids_prepare_makes(
     s.claims.add(ref, allocated(SERIAL, *first))
     result = (await s.preparer.prepare([ref]))[ref.uid]
     assert result.error == ""
-    assert json.loads((s.cdi_dir / claim_spec_name(ref.uid)).read_text()) == shown_spec
+    assert json.loads((s.cdi_dir / claim_spec_name(DRIVER, ref.uid)).read_text()) == shown_spec
     ids = ", ".join(i for dev in result.devices for i in dev.cdi_ids)
     assert f"prepare answers the CDI devices {ids}\n" in shown
     assert warning in caplog.text

@@ -378,3 +378,24 @@ async def test_a_tampered_slice_is_put_back_and_a_relabelled_one_is_left_alone(
     # Events come in order: the label was seen first, and cost no write.
     assert publisher.writes == writes + 1
     await publisher.close()
+
+
+async def test_two_resources_whose_names_read_alike_are_both_published(
+    client: kubeapi.AsyncClient, node_name: str
+) -> None:
+    """``a.com/x.y`` and ``a.com.x/y`` (one name once '/' is '.') get a slice each and
+    every device of both is in the pool."""
+    publisher = SlicePublisher(kubeapi.ApiSlices(client, node=node_name), adopt_grace=0)
+    await publisher.start()
+    try:
+        await publisher.publish("a.com/x.y", [unit("a")], set())
+        await publisher.publish("a.com.x/y", [unit("b")], set())
+        assert await publisher.flush()
+        objs = await held(client, node_name)
+        assert len(objs) == 2
+        assert set(devices_of(objs)) == {
+            device_name("a.com/x.y", "a"),
+            device_name("a.com.x/y", "b"),
+        }
+    finally:
+        await publisher.close()

@@ -20,6 +20,7 @@ from genericdp.dra.kubeapi import ApiRequestError
 from genericdp.dra.naming import device_name
 from genericdp.dra.publisher import SlicePublisher
 from tests.dra_fakes import DRIVER, NODE, MemorySlices
+from tests.polling import eventually
 
 SERIAL, AUDIO = "example.com/serial", "example.com/audio"
 
@@ -261,3 +262,49 @@ async def test_sharing_the_server_drops_is_said_once_and_costs_no_rewrites(
         assert store.writes == writes + 2
     finally:
         await again.close()
+
+
+async def test_a_slice_name_taken_by_someone_else_is_an_error_not_a_retry_loop(
+    store: MemorySlices, publisher: SlicePublisher, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A slice of another node or driver holding our derived name: its resource's slice
+    is left out, the rest of the pool is written once and complete, the name is
+    reported, and nothing is rewritten while the name stays taken."""
+    taken = slices.slice_name(NODE, DRIVER, SERIAL, 0)
+    store.foreign.add(taken)
+    await publisher.publish(SERIAL, [unit("a")], set())
+    await publisher.publish(AUDIO, [unit("c")], set())
+    assert await publisher.flush(timeout=5), "the publisher keeps rewriting the pool"
+    assert set(store.devices()) == {device_name(AUDIO, "c")}
+    assert publisher.taken == (taken,)
+    (audio,) = store.objects.values()
+    assert audio["spec"]["pool"]["resourceSliceCount"] == 1
+    assert any(
+        f"ResourceSlice {taken} exists but is not a slice of node {NODE}" in r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.ERROR
+    )
+    writes = store.writes
+    await publisher.publish(AUDIO, [unit("c"), unit("d")], set())
+    assert await publisher.flush(timeout=5)
+    assert store.writes == writes + 1  # the change alone, the taken name not tried again
+
+
+async def test_a_taken_name_that_turns_out_ours_is_kept(
+    store: MemorySlices, publisher: SlicePublisher
+) -> None:
+    """A 409 for a name that the next list shows as ours (a race of our own writes) never
+    makes the publisher delete its own slice."""
+    name = slices.slice_name(NODE, DRIVER, SERIAL, 0)
+    store.foreign.add(name)
+    await publisher.publish(SERIAL, [unit("a")], set())
+    assert await publisher.flush(timeout=5)
+    assert publisher.taken == (name,)
+    store.foreign.clear()
+    wanted = {SERIAL: slices.devices(SERIAL, [unit("a")], set(), driver=DRIVER)}
+    ours = slices.pool_slices(wanted, node=NODE, driver=DRIVER, generation=9)[name]
+    await store.create(ours)  # written by us after all, then seen by a list
+    store.end_watches()  # listed again, as after any watch
+    await eventually(lambda: publisher.taken == (), "the name found ours")
+    assert await publisher.flush(timeout=5)
+    assert set(store.devices()) == {device_name(SERIAL, "a")}

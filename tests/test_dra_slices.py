@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from genericdp.config.model import Version
@@ -25,13 +27,26 @@ def unit(uid: str, **props: str) -> Unit:
 
 def test_slice_names_are_stable_subdomains_and_distinct() -> None:
     plain = slice_name("node-1", "genericdp.io", "example.com/serial", 0)
-    assert plain == "node-1.genericdp.io.example.com.serial.0"
+    assert re.fullmatch(r"node-1\.genericdp\.io\.example\.com\.serial\.0-[0-9a-f]{8}", plain)
     odd = slice_name("node-1", "genericdp.io", "Example.com/Serial_Port", 0)
     assert is_dns1123_subdomain(odd)
     assert odd != slice_name("node-1", "genericdp.io", "example.com/serial-port", 0)
     long = slice_name("n" * 250, "genericdp.io", "example.com/serial", 3)
     assert is_dns1123_subdomain(long)
     assert long == slice_name("n" * 250, "genericdp.io", "example.com/serial", 3)
+
+
+def test_names_whose_readable_parts_agree_derive_distinct_slice_names() -> None:
+    """Two valid resources, or nodes and drivers, whose names read the same once '/'
+    is '.' never share a slice name (one of them was never published)."""
+    assert slice_name("n", "genericdp.io", "a.com/x.y", 0) != slice_name(
+        "n", "genericdp.io", "a.com.x/y", 0
+    )
+    assert slice_name("n.a", "b.io", "a.com/x", 0) != slice_name("n", "a.b.io", "a.com/x", 0)
+    pool = pool_slices(
+        {"a.com/x.y": [], "a.com.x/y": []}, node="n", driver="genericdp.io", generation=1
+    )
+    assert len(pool) == 2
 
 
 def test_values_too_long_for_the_api_are_left_out() -> None:

@@ -13,6 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from genericdp import __version__
 from genericdp.config.model import Exec
+from genericdp.dra.backend import DraBackend
+from genericdp.dra.publisher import SlicePublisher
 from genericdp.errors import CdiSpecError, HookError, InvalidDevicesError, TemplateRenderError
 from genericdp.execution import ExecResult
 from genericdp.hooks import HookRun, HookRunError
@@ -27,6 +29,8 @@ from genericdp.runtime.recorder import (
     allocation_result,
     exec_result,
 )
+from tests.dra_fakes import NODE, MemoryClaims, MemorySlices
+from tests.runtime_harness import settings_for
 
 SERIAL = "example.com/serial"
 SPEC = Exec(argv=("/bin/true",), timeout=5.0)
@@ -255,10 +259,32 @@ def test_exposition_parses_with_every_family() -> None:
     } <= families
 
 
-def test_every_metric_is_in_the_docs_table() -> None:
+class BothBackends(Source):
+    """A source exporting the gauges of the device-plugin backend and of the DRA one."""
+
+    def __init__(self, dra: DraBackend, statuses: dict[str, PluginStatus]) -> None:
+        super().__init__(statuses)
+        self.dra = dra
+
+    def gauges(self) -> tuple[Gauge, ...]:
+        return (*super().gauges(), *self.dra.gauges())
+
+
+def test_every_metric_is_in_the_docs_table(tmp_path: Path) -> None:
     """docs/architecture.md lists every genericdp_ family, as exposed (counters with _total)."""
     metrics = Metrics(process=False)
-    metrics.track(Source({SERIAL: status()}))
+    settings = settings_for(tmp_path, backend="dra", node_name=NODE)
+
+    async def no_hook(hook: object) -> None:
+        return None
+
+    dra = DraBackend(
+        settings,
+        claims=MemoryClaims(),
+        publisher=SlicePublisher(MemorySlices()),
+        run_hook=no_hook,
+    )
+    metrics.track(BothBackends(dra, {SERIAL: status()}))
     metrics.registration(SERIAL, ok=True)
     metrics.allocation(SERIAL, "ok", 0.01)
     metrics.hook_run(SERIAL, "init", "ok", 0.01)

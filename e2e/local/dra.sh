@@ -274,9 +274,9 @@ check_dra_claim_pod() {
 
   [[ -e $MARKERS/init-${mine#/dev/} ]] ||
     fail "the init hook of example.com/e2e-dra left no $MARKERS/init-${mine#/dev/} at prepare (markers: $(names_in "$MARKERS"))"
-  [[ -s $CDI_DIR/gdp-claim-$uid.json ]] ||
-    fail "no CDI spec $CDI_DIR/gdp-claim-$uid.json for claim $claim (in $CDI_DIR: $(names_in "$CDI_DIR"))"
-  log "  $CDI_DIR/gdp-claim-$uid.json: $(tr -d ' \n' <"$CDI_DIR/gdp-claim-$uid.json" | cut -c1-400)"
+  [[ -s $CDI_DIR/gdp-claim-${DRIVER}_$uid.json ]] ||
+    fail "no CDI spec $CDI_DIR/gdp-claim-${DRIVER}_$uid.json for claim $claim (in $CDI_DIR: $(names_in "$CDI_DIR"))"
+  log "  $CDI_DIR/gdp-claim-${DRIVER}_$uid.json: $(tr -d ' \n' <"$CDI_DIR/gdp-claim-${DRIVER}_$uid.json" | cut -c1-400)"
   cdi=$(cdi_injected "$CLAIM_POD")
   [[ $cdi == *"$DRIVER/"* ]] ||
     fail "containerd did not log CDI devices of $DRIVER for pod $CLAIM_POD's container (got: '${cdi:-nothing}')"
@@ -322,7 +322,7 @@ check_dra_unprepare() {
   wait_for 60 "the cleanup hook of example.com/e2e-dra to leave $MARKERS/cleanup-${mine#/dev/}" \
     test -e "$MARKERS/cleanup-${mine#/dev/}"
   timing "DRA: claim pod deleted -> cleanup hook ran (unprepare)" "$(seconds_between "$started" "$(now)")"
-  wait_for 30 "genericdp to remove $CDI_DIR/gdp-claim-$uid.json" test ! -e "$CDI_DIR/gdp-claim-$uid.json"
+  wait_for 30 "genericdp to remove $CDI_DIR/gdp-claim-${DRIVER}_$uid.json" test ! -e "$CDI_DIR/gdp-claim-${DRIVER}_$uid.json"
   kubelet_said "Done calling NodeUnprepareResources rpc" "$uid" ||
     fail "the kubelet did not log NodeUnprepareResources for claim $uid"
 

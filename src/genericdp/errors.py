@@ -21,6 +21,9 @@ ever handle our own types::
      ├── ListenError            (httpserver) the HTTP endpoints cannot listen on their address
      ├── SimulateUsageError     (simulate) a malformed ``--allocate`` value
      ├── DraSetupError          (dra) the DRA backend cannot start with these settings
+     ├── NodeLockError          (dra.nodelock) the plugin directory's lock cannot be used
+     ├── SliceNameTakenError    (dra.publisher) a slice name held by another node or driver
+     ├── DeviceClassError       (dra.deviceclasses) two resources derive one DeviceClass name
      ├── ApiSetupError          (dra.kubeapi) no way to reach the API server
      ├── ApiRequestError        (dra.kubeapi) the API server refused or failed a request
      ├── SliceError             (dra.slices) a resource that cannot be published as DRA devices

@@ -45,11 +45,15 @@ Choices, and why:
   runtime rescanning the directory never reads half a spec.
 
 A DRA claim's spec (its content is ``dra/cdispec.py``'s) is
-``gdp-claim-<claim UID>.json``, of kind ``<driver>/claim``: one per claim,
-so unprepare removes exactly it, and neither backend ever takes the other's
-files for its own. Whose a file is, is read from the file in one way for
-both (``_kind_of``: a regular file, not a link, of sane size, holding JSON
-with a ``kind``).
+``gdp-claim-<driver>_<claim UID>.json``, of kind ``<driver>/claim``: one per
+claim and driver (a claim may hold devices of two genericdp drivers, and
+``_`` never occurs in a driver name, so no two share a file), so unprepare
+removes exactly it, and neither backend nor another driver ever takes the
+other's files for its own. A spec under the name without the driver
+(``gdp-claim-<claim UID>.json``, of a claim prepared by an earlier version)
+is ours when its kind is, and is kept while its claim is prepared. Whose a
+file is, is read from the file in one way for both (``_kind_of``: a regular
+file, not a link, of sane size, holding JSON with a ``kind``).
 """
 
 from __future__ import annotations
@@ -133,7 +137,17 @@ def claim_kind(driver: str) -> str:
     return cdi_kind(f"{driver}/{CLAIM_CLASS}")
 
 
-def claim_spec_name(uid: str) -> str:
+def claim_spec_name(driver: str, uid: str) -> str:
+    """``gdp-claim-<driver>_<uid>.json``: ``_`` is in no driver name (a DNS subdomain)."""
+    return f"{claim_spec_prefix(driver)}{uid}.json"
+
+
+def claim_spec_prefix(driver: str) -> str:
+    return f"{CLAIM_SPEC_PREFIX}{driver}_"
+
+
+def legacy_claim_spec_name(uid: str) -> str:
+    """The name a claim's spec had before it carried the driver (one per claim UID)."""
     return f"{CLAIM_SPEC_PREFIX}{uid}.json"
 
 
@@ -244,14 +258,20 @@ def remove_spec(cdi_dir: Path, resource: str) -> Path | None:
     return path if _remove(path) else None
 
 
-def write_claim_spec(cdi_dir: Path, uid: str, spec: Mapping[str, Any]) -> Path:
+def write_claim_spec(cdi_dir: Path, driver: str, uid: str, spec: Mapping[str, Any]) -> Path:
     """Write a claim's spec atomically; raises CdiSpecError saying why not."""
-    return _write(cdi_dir / claim_spec_name(uid), spec)
+    return _write(cdi_dir / claim_spec_name(driver, uid), spec)
 
 
-def remove_claim_spec(cdi_dir: Path, uid: str) -> bool:
-    """Remove a claim's spec; whether there was one. Raises CdiSpecError."""
-    return _remove(cdi_dir / claim_spec_name(uid))
+def remove_claim_spec(cdi_dir: Path, driver: str, uid: str) -> bool:
+    """Remove the claim's spec of ``driver``, under its name or the name without the
+    driver (when that file's kind is the driver's); whether there was one.
+    Raises CdiSpecError."""
+    removed = _remove(cdi_dir / claim_spec_name(driver, uid))
+    legacy = cdi_dir / legacy_claim_spec_name(uid)
+    if _kind_of(legacy) == claim_kind(driver):
+        removed = _remove(legacy) or removed
+    return removed
 
 
 def owner_of(path: Path) -> str | None:
@@ -286,10 +306,21 @@ def remove_stale_specs(cdi_dir: Path, keep: Iterable[str]) -> list[Path]:
 
 def remove_stale_claim_specs(cdi_dir: Path, driver: str, keep: Iterable[str]) -> list[Path]:
     """Remove the claim specs of ``driver`` whose claim UID is not in ``keep`` (the
-    daemon was down when it should have removed them). Never raises."""
-    wanted = {claim_spec_name(uid) for uid in keep}
-    kind = claim_kind(driver)
-    return _remove_stale(cdi_dir, CLAIM_SPEC_PREFIX, wanted, lambda path: _kind_of(path) == kind)
+    daemon was down when it should have removed them). Never raises.
+
+    Ours: named for ``driver`` (or without a driver, the earlier name) and of
+    its kind; another driver's specs are never read as ours, whatever they hold.
+    """
+    keep = list(keep)
+    wanted = {claim_spec_name(driver, uid) for uid in keep}
+    wanted |= {legacy_claim_spec_name(uid) for uid in keep}
+    kind, prefix = claim_kind(driver), claim_spec_prefix(driver)
+
+    def ours(path: Path) -> bool:
+        named = path.name.startswith(prefix) or "_" not in path.name
+        return named and _kind_of(path) == kind
+
+    return _remove_stale(cdi_dir, CLAIM_SPEC_PREFIX, wanted, ours)
 
 
 def _remove_stale(

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
+
 from genericdp.k8snames import (
     DNS1123_SUBDOMAIN_MAX,
     NATIVE_NAMESPACE,
@@ -54,3 +57,30 @@ def _name_problem(name: str, short: str) -> str | None:
             " and start and end with a letter or digit"
         )
     return None
+
+
+_NOT_SUBDOMAIN = re.compile(r"[^a-z0-9.-]+")
+_RUNS = re.compile(r"-{2,}|\.{2,}|-\.|\.-")
+
+
+def device_class_name(resource: str) -> str:
+    """``example.com/serial`` -> ``serial.example.com``: the DeviceClass a DRA pod names
+    (a DNS subdomain, stable). Two valid resources can derive the same one
+    (``a.com/x.y`` and ``y.a.com/x``): ``device_class_collisions`` finds them."""
+    prefix, _, short = resource.rpartition("/")
+    plain = f"{short}.{prefix}" if prefix else short
+    name = _RUNS.sub("-", _NOT_SUBDOMAIN.sub("-", plain.lower())).strip("-.")
+    if name == plain and is_dns1123_subdomain(name):
+        return name
+    digest = hashlib.sha256(resource.encode()).hexdigest()[:8]
+    head = name[: DNS1123_SUBDOMAIN_MAX - len(digest) - 1].rstrip("-.")
+    return f"{head}-{digest}" if head else digest
+
+
+def device_class_collision(resource: str, other: str) -> str:
+    """The message for two resources deriving one DeviceClass name."""
+    return (
+        f"resources {other!r} and {resource!r} both name DeviceClass"
+        f" {device_class_name(resource)!r} under DRA (one would replace the other's):"
+        " rename one of them"
+    )

@@ -13,7 +13,11 @@ from typing import Any
 
 from genericdp.config.devpaths import container_path_problem, glob_problem
 from genericdp.config.durations import parse_duration
-from genericdp.config.names import validate_resource_name
+from genericdp.config.names import (
+    device_class_collision,
+    device_class_name,
+    validate_resource_name,
+)
 from genericdp.config.regex import compile_regex
 from genericdp.config.templates import TemplateSyntaxErrors, compile_node_template
 from genericdp.config.v1.health import DEFAULT_HEALTH_INTERVAL, DEFAULT_HEALTH_TIMEOUT
@@ -89,6 +93,7 @@ def duplicate_names(docs: Sequence[Document]) -> list[ConfigIssue]:
     """A resource name defined twice, in one file or across files: point at the
     second and say where the first is."""
     first: dict[str, str] = {}
+    classes: dict[str, tuple[str, str]] = {}  # DeviceClass name -> resource, where
     issues: list[ConfigIssue] = []
     for doc in docs:
         for path, resource in resources_of(doc):
@@ -100,8 +105,12 @@ def duplicate_names(docs: Sequence[Document]) -> list[ConfigIssue]:
             if name in first:
                 message = f"duplicate resource name {name!r}: already defined at {first[name]}"
                 issues.append(doc.issue(where, message))
-            else:
-                first[name] = f"{doc.file}:{pos.line}" if pos else doc.file
+                continue
+            first[name] = f"{doc.file}:{pos.line}" if pos else doc.file
+            other, at = classes.setdefault(device_class_name(name), (name, first[name]))
+            if other != name:
+                message = f"{device_class_collision(name, other)} (the other is at {at})"
+                issues.append(doc.issue(where, message))
     return issues
 
 

@@ -2,30 +2,51 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from genericdp.dra.claims import AllocatedDevice, ClaimError, ClaimRef
 from genericdp.dra.kubeapi import ApiRequestError, AsyncClient, get_claim
 from genericdp.dra.naming import DEFAULT_DRIVER
 
+# The whole read, however the server answers: a server trickling its answer a
+# byte at a time never trips the client's per-read timeout, and the kubelet's
+# own call gives up long before this.
+READ_DEADLINE = 10.0
+
 
 class ApiClaimSource:
     """Reads ResourceClaims (``get``, the only verb the driver's RBAC grants on them).
 
-    Only results of ``driver`` from ``node``'s pool are returned: a claim may
-    hold devices of other drivers, and the pool of a node-local driver is
-    named for its node.
+    Every result of ``driver`` is returned, whatever its pool: a claim may
+    hold devices of other drivers (theirs to prepare), but one of ours in
+    another node's pool is the preparer's to refuse (``prepare.py``), never
+    dropped here, or the claim would be prepared with fewer devices than
+    were allocated.
     """
 
-    def __init__(self, client: AsyncClient, *, node: str, driver: str = DEFAULT_DRIVER) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        node: str,
+        driver: str = DEFAULT_DRIVER,
+        deadline: float = READ_DEADLINE,
+    ) -> None:
         self._client = client
         self.node = node
         self.driver = driver
+        self._deadline = deadline
 
     async def allocated_devices(self, claim: ClaimRef) -> tuple[AllocatedDevice, ...]:
         where = f"ResourceClaim {claim.namespace}/{claim.name}"
         try:
-            obj: dict[str, Any] = await get_claim(self._client, claim.namespace, claim.name)
+            async with asyncio.timeout(self._deadline):
+                obj: dict[str, Any] = await get_claim(self._client, claim.namespace, claim.name)
+        except TimeoutError as err:
+            raise ClaimError(
+                f"{where}: the API server did not answer within {self._deadline:g}s"
+            ) from err
         except ApiRequestError as err:
             if err.code == 404:
                 raise ClaimError(f"{where}: not found (deleted?)") from err
@@ -38,9 +59,19 @@ class ApiClaimSource:
         allocation = (obj.get("status") or {}).get("allocation")
         if not allocation:
             raise ClaimError(f"{where}: not allocated")
-        results = ((allocation.get("devices") or {}).get("results")) or []
+        results = (allocation.get("devices") or {}).get("results") or []
+        if not isinstance(results, list):
+            raise ClaimError(f"{where}: its allocation's results are not a list")
         return tuple(
-            AllocatedDevice(str(r["request"]), str(r["pool"]), str(r["device"]))
-            for r in results
-            if r.get("driver") == self.driver and r.get("pool") == self.node
+            _device(where, n, r)
+            for n, r in enumerate(results)
+            if isinstance(r, dict) and r.get("driver") == self.driver
         )
+
+
+def _device(where: str, index: int, result: dict[str, Any]) -> AllocatedDevice:
+    fields = [result.get(key) for key in ("request", "pool", "device")]
+    if not all(isinstance(f, str) and f for f in fields):
+        raise ClaimError(f"{where}: allocation result {index} lacks a request, pool or device")
+    request, pool, device = (str(f) for f in fields)
+    return AllocatedDevice(request, pool, device)

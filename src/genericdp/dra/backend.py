@@ -25,6 +25,8 @@ from genericdp.config.model import ResourceDefinition
 from genericdp.dra.claims import ClaimSource
 from genericdp.dra.driver import DraDriver, DriverPaths
 from genericdp.dra.edge import DraEdge, Publisher
+from genericdp.dra.nodelock import node_lock
+from genericdp.dra.publisher import SlicePublisher
 from genericdp.dra.usage import DraUsage
 from genericdp.errors import GenericdpError
 from genericdp.hooks import HookRunner
@@ -111,7 +113,15 @@ class DraBackend:
         """Nothing waits for the first apply."""
 
     def gauges(self) -> tuple[Gauge, ...]:
-        return ()
+        taken = self.publisher.taken if isinstance(self.publisher, SlicePublisher) else ()
+        return (
+            Gauge(
+                "genericdp_dra_slice_names_taken",
+                "ResourceSlice names of this node held by a slice of another node or driver"
+                " (their devices are not published).",
+                len(taken),
+            ),
+        )
 
     def shutting_down(self) -> None:
         """The daemon stops (not a reload): the slices stay for the next instance."""
@@ -132,24 +142,28 @@ async def serving(
     settings: Settings, *, run_hook: HookRunner, recorder: Recorder = NO_METRICS
 ) -> AsyncIterator[DraBackend]:
     """The backend over the API server (its driver starts with the supervisor);
-    closed (driver, then API) on exit.
+    closed (driver, then API) on exit. Waits first for any other instance of the
+    driver on this node to exit (``nodelock.py``).
     ``recorder`` counts and times the prepared and unprepared claims."""
     check_settings(settings)
-    api = await open_api(settings)
-    try:
-        backend = DraBackend(
-            settings,
-            claims=api.claims,
-            publisher=api.publisher,
-            run_hook=run_hook,
-            recorder=recorder,
-        )
+    # Before the publisher starts: a second instance on the node must not
+    # publish (or delete) slices, nor touch the checkpoint, while the first serves.
+    async with node_lock(settings.dra_plugins_dir / settings.dra_driver_name):
+        api = await open_api(settings)
         try:
-            yield backend
+            backend = DraBackend(
+                settings,
+                claims=api.claims,
+                publisher=api.publisher,
+                run_hook=run_hook,
+                recorder=recorder,
+            )
+            try:
+                yield backend
+            finally:
+                await backend.close()
         finally:
-            await backend.close()
-    finally:
-        await api.close()
+            await api.close()
 
 
 async def open_api(settings: Settings) -> ApiPieces:
@@ -157,7 +171,6 @@ async def open_api(settings: Settings) -> ApiPieces:
     the API client library is loaded (the device-plugin backend never comes here)."""
     from genericdp.dra.apiclaims import ApiClaimSource
     from genericdp.dra.kubeapi import ApiSlices, connect
-    from genericdp.dra.publisher import SlicePublisher
 
     client = connect(Path(settings.kubeconfig) if settings.kubeconfig else None)
     node, driver = settings.node_name, settings.dra_driver_name

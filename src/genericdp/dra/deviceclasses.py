@@ -9,30 +9,18 @@ DRA with its spec unchanged.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from typing import Any
 
 from genericdp.config.model import Config
+from genericdp.config.names import device_class_collision, device_class_name
 from genericdp.dra.slices import API_VERSION, check_resource
-from genericdp.k8snames import is_dns1123_subdomain
-
-_NOT_SUBDOMAIN = re.compile(r"[^a-z0-9.-]+")
-_RUNS = re.compile(r"-{2,}|\.{2,}|-\.|\.-")
-NAME_MAX = 253
+from genericdp.errors import GenericdpError
 
 
 def class_name(resource: str) -> str:
     """``example.com/serial`` -> ``serial.example.com`` (a DNS subdomain, stable)."""
-    prefix, _, short = resource.rpartition("/")
-    plain = f"{short}.{prefix}" if prefix else short
-    name = _RUNS.sub("-", _NOT_SUBDOMAIN.sub("-", plain.lower())).strip("-.")
-    if name == plain and is_dns1123_subdomain(name):
-        return name
-    digest = hashlib.sha256(resource.encode()).hexdigest()[:8]
-    head = name[: NAME_MAX - len(digest) - 1].rstrip("-.")
-    return f"{head}-{digest}" if head else digest
+    return device_class_name(resource)
 
 
 def selector(driver: str, resource: str) -> str:
@@ -60,6 +48,18 @@ def device_class(resource: str, driver: str) -> dict[str, Any]:
     }
 
 
+class DeviceClassError(GenericdpError):
+    """Two resources of a config derive the same DeviceClass name."""
+
+
 def device_classes(config: Config, driver: str) -> list[dict[str, Any]]:
-    """The DeviceClass of each resource of ``config``, in config order."""
+    """The DeviceClass of each resource of ``config``, in config order.
+
+    Raises DeviceClassError naming both resources when two derive one name
+    (``validate`` refuses such a config too)."""
+    seen: dict[str, str] = {}
+    for resource in config.resources:
+        other = seen.setdefault(class_name(resource.name), resource.name)
+        if other != resource.name:
+            raise DeviceClassError(device_class_collision(resource.name, other))
     return [device_class(r.name, driver) for r in config.resources]

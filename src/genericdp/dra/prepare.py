@@ -163,7 +163,7 @@ class Preparer:
         lock, users = self._locks.get(claim.uid, (asyncio.Lock(), 0))
         self._locks[claim.uid] = lock, users + 1
         try:
-            async with self._slots, lock:  # one step at a time per claim: the kubelet retries
+            async with lock:  # one step at a time per claim: the kubelet retries
                 return await step(claim), "ok"
         except ClaimError as exc:
             return ClaimResult(error=f"{where}: {exc}"), "claim_failed"
@@ -194,8 +194,12 @@ class Preparer:
                 f"its UID is that of claim {_named(known.claim)}, prepared here already"
             )
         if known is not None and known.state == PREPARED:
-            return ClaimResult(known.devices)
+            return ClaimResult(known.devices)  # no read, no slot: answered at once
+        # The read is outside the slots (it has a deadline of its own): slow API
+        # server reads never hold back claims that need none.
         allocated = await self._claims.allocated_devices(claim)
+        if not allocated:
+            raise ClaimError(f"its allocation holds no device of driver {self.driver}")
         if len(allocated) > MAX_DEVICES_PER_CLAIM:
             raise ClaimError(
                 f"its allocation lists {len(allocated)} devices for driver {self.driver},"
@@ -205,6 +209,16 @@ class Preparer:
         groups: dict[str, list[tuple[AllocatedDevice, Located]]] = defaultdict(list)
         for alloc, located in found:
             groups[located.resource].append((alloc, located))
+        async with self._slots:
+            return await self._commit(claim, found, groups)
+
+    async def _commit(
+        self,
+        claim: ClaimRef,
+        found: Sequence[tuple[AllocatedDevice, Located]],
+        groups: Mapping[str, Sequence[tuple[AllocatedDevice, Located]]],
+    ) -> ClaimResult:
+        """Record, run the hooks, write the spec: what a slot bounds."""
         plans, _ = await rendered_soon(lambda slice_seconds: self._plan(groups, slice_seconds))
         devices = tuple(
             _prepared(alloc, located, (claim_device_id(self.driver, claim.uid, alloc.device),))
@@ -220,9 +234,11 @@ class Preparer:
                 if warning := undelivered(plan):
                     log.warning("claim %s: %s", _named(claim), warning)
             spec = claim_spec(self.driver, claim.uid, plans)
-            await asyncio.to_thread(write_claim_spec, self._cdi_dir, claim.uid, spec)
+            await asyncio.to_thread(write_claim_spec, self._cdi_dir, self.driver, claim.uid, spec)
             await self._checkpoint.put(
-                PreparedClaim(claim, PREPARED, devices, spec=claim_spec_name(claim.uid))
+                PreparedClaim(
+                    claim, PREPARED, devices, spec=claim_spec_name(self.driver, claim.uid)
+                )
             )
         log.info(
             "prepared claim %s (UID %s): %s",
@@ -273,9 +289,10 @@ class Preparer:
         known = self._checkpoint.get(claim.uid)
         if known is None:
             return ClaimResult()  # never prepared here, or unprepared already
-        async with self._units_locked((d.resource, d.unit) for d in known.devices):
+        units = [(d.resource, d.unit) for d in known.devices]
+        async with self._slots, self._units_locked(units):
             await self._cleanup(known)
-            await asyncio.to_thread(remove_claim_spec, self._cdi_dir, claim.uid)
+            await asyncio.to_thread(remove_claim_spec, self._cdi_dir, self.driver, claim.uid)
             await self._checkpoint.remove(claim.uid)
             self.on_change()
         log.info("unprepared claim %s (UID %s)", _named(known.claim), claim.uid)

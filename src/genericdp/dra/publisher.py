@@ -55,6 +55,17 @@ ADOPT_GRACE = 5.0
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
 FAILURE_LOG_EVERY = 30.0  # seconds between warnings while the API server stays unreachable
 CLOSE_FLUSH = 2.0  # seconds close waits for a pending write
+# A slice name held by a slice that is not ours (another node's or driver's):
+# its resource's slice is left out of the pool and the name tried again this late.
+TAKEN_RETRY = 60.0
+
+
+class SliceNameTakenError(GenericdpError):
+    """A slice name we derive is held by a slice not of our node and driver."""
+
+    def __init__(self, name: str, node: str, driver: str) -> None:
+        super().__init__(_taken_message(name, node, driver))
+        self.name = name
 
 
 class SliceStore(Protocol):
@@ -122,6 +133,7 @@ class SlicePublisher:
         self._expected: set[str] = set()  # what the first write waits for (``expect``)
         self._answered: set[str] = set()  # resources that published or withdrew
         self._all_in = asyncio.Event()  # every expected resource answered
+        self._taken: dict[str, float] = {}  # slice name -> when it was found taken
 
     async def start(self) -> None:
         """Start the writer, which first adopts what a previous instance on this node left.
@@ -197,6 +209,11 @@ class SlicePublisher:
             log.warning("stopping with ResourceSlice changes of node %s unwritten", self.node)
         await self._tasks.stop()
         self._started = False
+
+    @property
+    def taken(self) -> tuple[str, ...]:
+        """The slice names found held by a slice not ours (``genericdp_dra_slice_names_taken``)."""
+        return tuple(sorted(self._taken))
 
     def _changed(self) -> None:
         self._idle.clear()
@@ -305,22 +322,34 @@ class SlicePublisher:
                     ", ".join(sorted(self._held)),
                 )
             self._adopted = True
+            # A name found taken that is in our own list now was ours all along (a
+            # create that raced another write of ours): never leave it out.
+            for name in [n for n in self._taken if n in self._held]:
+                del self._taken[name]
         held = self._held
-        wanted = slices.pool_slices(self._desired, node=self.node, driver=self.driver, generation=0)
+        wanted = self._wanted(0)
         if _same(wanted, held):
             self._first_sync(0)
             return
         generations = [int(obj["spec"]["pool"].get("generation", 0)) for obj in held.values()]
         self._generation = max([self._generation, *generations]) + 1
-        wanted = slices.pool_slices(
-            self._desired, node=self.node, driver=self.driver, generation=self._generation
-        )
+        wanted = self._wanted(self._generation)
         # All slices at once: the pool is incomplete until the last one is written.
         outcomes = await asyncio.gather(
             *(self._put(name, obj, held.get(name)) for name, obj in wanted.items()),
             *(self._delete(name) for name in sorted(set(held) - set(wanted))),
             return_exceptions=True,
         )
+        taken = [o for o in outcomes if isinstance(o, SliceNameTakenError)]
+        for err in taken:
+            self._taken[err.name] = time.monotonic()
+            log.error("%s", err)
+        if taken:
+            # The pool as written counts the slices left out: write it again without them.
+            self._held = None
+            self._wake.set()
+            asyncio.get_running_loop().call_later(TAKEN_RETRY, self._changed)
+            return
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -369,11 +398,32 @@ class SlicePublisher:
             writes,
         )
 
+    def _wanted(self, generation: int) -> dict[str, dict[str, Any]]:
+        """The pool to write, without the slices whose name is taken (retried after
+        ``TAKEN_RETRY``): a name we cannot have never holds back the rest."""
+        now = time.monotonic()
+        self._taken = {n: at for n, at in self._taken.items() if now - at < TAKEN_RETRY}
+        pool = slices.pool_slices(
+            self._desired, node=self.node, driver=self.driver, generation=generation
+        )
+        if self._taken:
+            for name in self._taken:
+                pool.pop(name, None)
+            for obj in pool.values():
+                obj["spec"]["pool"]["resourceSliceCount"] = len(pool)
+        return pool
+
     async def _put(
         self, name: str, obj: dict[str, Any], old: dict[str, Any] | None
     ) -> tuple[str, dict[str, Any]]:
         if old is None:
-            return name, await self._store.create(obj)
+            try:
+                return name, await self._store.create(obj)
+            except GenericdpError as err:
+                # Not in our list (of this node and driver), yet there: someone else's.
+                if getattr(err, "code", None) == 409:
+                    raise SliceNameTakenError(name, self.node, self.driver) from err
+                raise
         obj["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         return name, await self._store.replace(obj)
 
@@ -391,6 +441,15 @@ def _same(wanted: dict[str, dict[str, Any]], held: dict[str, dict[str, Any]]) ->
     return all(
         slices.comparable(wanted[name]["spec"]) == slices.comparable(held[name]["spec"])
         for name in wanted
+    )
+
+
+def _taken_message(name: str, node: str, driver: str) -> str:
+    return (
+        f"ResourceSlice {name} exists but is not a slice of node {node} and driver {driver}"
+        f" (kubectl get resourceslice {name} -o yaml shows whose): the devices it would"
+        f" hold are left out of the pool, and the name tried again in {TAKEN_RETRY:g}s;"
+        " delete that slice if it should not be there"
     )
 
 

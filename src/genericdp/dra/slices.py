@@ -286,12 +286,16 @@ def devices(
 
 
 def slice_name(node: str, driver: str, resource: str, index: int) -> str:
-    """A stable DNS subdomain naming slice ``index`` of ``resource`` on ``node``."""
+    """A stable DNS subdomain naming slice ``index`` of ``resource`` on ``node``.
+
+    The readable part (``<node>.<driver>.<resource, / made .>.<index>``) is
+    for people; it always ends in ``-`` and eight hex digits of a hash of the
+    exact node, driver, resource and index, because the readable part alone
+    is shared by valid names (``a.com/x.y`` and ``a.com.x/y``; node ``n.a``
+    with driver ``b.io`` and node ``n`` with driver ``a.b.io``).
+    """
     plain = f"{node}.{driver}.{resource.replace('/', '.')}.{index}"
-    lowered = plain.lower()
-    name = _RUNS.sub("-", _NOT_SUBDOMAIN.sub("-", lowered)).strip("-.")
-    if name == plain and len(name) <= SLICE_NAME_MAX:
-        return name
+    name = _RUNS.sub("-", _NOT_SUBDOMAIN.sub("-", plain.lower())).strip("-.")
     digest = hashlib.sha256(f"{node}\0{driver}\0{resource}\0{index}".encode()).hexdigest()[:8]
     head = name[: SLICE_NAME_MAX - len(digest) - 1].rstrip("-.")
     return f"{head}-{digest}" if head else digest

@@ -1,0 +1,124 @@
+"""One instance of a driver owns the node's DRA state at a time: a lock on its plugin directory.
+
+A rolling update with ``maxSurge`` (or a second DaemonSet by mistake) starts
+a second instance of the driver on a node while the first still runs. Both
+would serve the same sockets in turn, rewrite the same checkpoint from their
+own memory (losing each other's claims) and publish the same slices. So the
+DRA backend holds an exclusive ``flock`` on ``<plugins dir>/<driver>/lock``
+(as the Go helper's ``FlockDirectoryPath`` does) from before its publisher
+starts until its driver has stopped; a second instance waits for it, not
+ready meanwhile, saying whom it waits for, and takes over (checkpoint, CDI
+specs, slices) as soon as the first exits. The kernel drops the lock when
+its holder dies, however it dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import socket
+import stat
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from genericdp.errors import GenericdpError, clip
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "lock"
+POLL = 0.2  # seconds between attempts while another instance holds the lock
+WAITING_LOG_EVERY = 30.0  # seconds between the lines saying we still wait
+_HOLDER_BYTES = 256
+
+
+class NodeLockError(GenericdpError):
+    """The plugin directory's lock file cannot be opened or locked."""
+
+
+def _open(path: Path) -> int:
+    """Open the lock file (created when missing); raises NodeLockError.
+
+    ``O_NONBLOCK`` and ``O_NOFOLLOW``: a FIFO or a symlink put there never
+    blocks the start or leads elsewhere; only a regular file is used.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flags_ = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags_, 0o600)
+    except OSError as exc:
+        raise NodeLockError(f"cannot open the DRA lock file {path}: {exc.strerror}") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NodeLockError(f"the DRA lock file {path} is not a regular file")
+    return fd
+
+
+def _try_lock(fd: int, path: Path) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError as exc:
+        raise NodeLockError(f"cannot lock the DRA lock file {path}: {exc.strerror}") from exc
+    return True
+
+
+def _holder(fd: int) -> str:
+    """Who wrote the lock file last (the holder's pod name and PID), clipped: it is on the host."""
+    try:
+        text = os.pread(fd, _HOLDER_BYTES, 0).decode(errors="replace").strip()
+    except OSError:
+        return "unknown"
+    return clip(text, 120) if text.isprintable() and text else "unknown"
+
+
+def _mark(fd: int) -> None:
+    """Say who holds the lock, for the log of the instance that waits (best effort)."""
+    text = f"{socket.gethostname()} pid {os.getpid()}\n".encode()
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, text, 0)
+    except OSError as exc:
+        log.debug("cannot write the DRA lock file's holder: %s", exc)
+
+
+@asynccontextmanager
+async def node_lock(plugin_dir: Path, *, poll: float = POLL) -> AsyncIterator[Path]:
+    """Hold the driver's lock on ``plugin_dir`` for the block; wait while another has it.
+
+    Raises NodeLockError when the lock file cannot be used (the daemon exits).
+    """
+    path = plugin_dir / FILE_NAME
+    fd = await asyncio.to_thread(_open, path)
+    try:
+        if not _try_lock(fd, path):
+            started = logged = time.monotonic()
+            log.warning(
+                "another instance of this DRA driver (%s) holds %s: waiting for it to exit"
+                " before serving (not ready meanwhile)",
+                _holder(fd),
+                path,
+            )
+            while not _try_lock(fd, path):
+                await asyncio.sleep(poll)
+                if time.monotonic() - logged >= WAITING_LOG_EVERY:
+                    logged = time.monotonic()
+                    log.warning(
+                        "still waiting for the other instance (%s) to release %s (%.0fs)",
+                        _holder(fd),
+                        path,
+                        logged - started,
+                    )
+            log.info(
+                "the other instance released %s after %.1fs: taking over",
+                path,
+                time.monotonic() - started,
+            )
+        _mark(fd)
+        yield path
+    finally:
+        os.close(fd)  # releases the lock

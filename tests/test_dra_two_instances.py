@@ -1,0 +1,188 @@
+"""Two instances of the DRA driver on one node (a rolling update with maxSurge), as real
+``genericdp serve --backend dra`` processes against the real kube-apiserver and the
+embedded DRA kubelet: one owns the node's DRA state at a time, and no claim is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from genericdp.dra.checkpoint import FILE_NAME
+from genericdp.dra.claims import ClaimRef
+from genericdp.dra.embedded import DraEventKind, EmbeddedDraKubelet
+from genericdp.dra.naming import DEFAULT_DRIVER
+from genericdp.dra.nodelock import NodeLockError, node_lock
+from tests.apiserver import ApiServer
+from tests.fakesys import FakeHost
+from tests.polling import eventually
+
+NAME = "example.com/serial"
+NODE = "dra-two-instances-node"
+CONFIG = f"""\
+version: v1
+resources:
+  - name: {NAME}
+    match: [glob: /dev/ttyUSB*]
+"""
+
+
+def allocated_claim(apiserver: ApiServer, name: str, device: str) -> ClaimRef:
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "devices": {"requests": [{"name": "serial", "exactly": {"deviceClassName": "serial"}}]}
+        },
+    }
+    created = json.loads(
+        apiserver.kubectl("create", "-o", "json", "-f", "-", input_text=json.dumps(claim))
+    )
+    result = {"request": "serial", "driver": DEFAULT_DRIVER, "pool": NODE, "device": device}
+    status = {"status": {"allocation": {"devices": {"results": [result]}}}}
+    apiserver.kubectl(
+        "patch", "resourceclaim", name, "-n", "default", "--subresource=status",
+        "--type=merge", "-p", json.dumps(status),
+    )  # fmt: skip
+    return ClaimRef("default", name, created["metadata"]["uid"])
+
+
+class Instance:
+    """One ``genericdp serve --backend dra`` process, its output gathered as it comes."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.output = ""
+        self._reader = asyncio.create_task(self._read(), name="instance-output")
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        async for line in self.proc.stdout:
+            self.output += line.decode(errors="replace")
+
+    async def stop(self) -> int:
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = await asyncio.wait_for(self.proc.wait(), 15)
+        finally:
+            if self.proc.returncode is None:
+                self.proc.kill()
+                await self.proc.wait()
+            await self._reader
+        return code
+
+
+async def start_instance(argv: list[str]) -> Instance:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "genericdp", *argv, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    return Instance(proc)
+
+
+def published(apiserver: ApiServer) -> set[str]:
+    found = json.loads(apiserver.kubectl("get", "resourceslices", "-o", "json"))["items"]
+    return {
+        d["name"] for s in found if s["spec"].get("nodeName") == NODE for d in s["spec"]["devices"]
+    }
+
+
+def checkpointed(path: Path) -> set[str]:
+    try:
+        doc: dict[str, Any] = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return set()
+    return set(doc["claims"])
+
+
+async def test_a_second_instance_waits_for_the_first_and_takes_over_every_claim(
+    apiserver: ApiServer, base: Path
+) -> None:
+    """Of six claims prepared while two instances run, all six are in the checkpoint, and
+    the second instance, once the first exits, unprepares every one and removes its spec."""
+    host = FakeHost(base / "host")
+    host.add_usb_serial("1-2", ttys=("ttyUSB0",))
+    config = base / "config.yaml"
+    config.write_text(CONFIG)
+    cdi_dir, plugins = base / "cdi", base / "plugins"
+    argv = [
+        "serve", "--backend", "dra", "--config", str(config),
+        "--node-name", NODE, "--kubeconfig", str(apiserver.kubeconfig),
+        "--dra-registration-dir", str(base / "registry"), "--dra-plugins-dir", str(plugins),
+        "--cdi-dir", str(cdi_dir), *host.root_flags(),
+        "--log-level", "info", "--metrics-address", "",
+    ]  # fmt: skip
+    checkpoint = plugins / DEFAULT_DRIVER / FILE_NAME
+    async with EmbeddedDraKubelet(base / "registry") as kubelet:
+        first = await start_instance(argv)
+        second: Instance | None = None
+        try:
+            await kubelet.wait_until(lambda k: k.registered(DEFAULT_DRIVER), timeout=30)
+            await eventually(lambda: bool(published(apiserver)), "the slice", timeout=30)
+            (device,) = published(apiserver)
+            claims = [allocated_claim(apiserver, f"surge-{n}", device) for n in range(6)]
+            for claim in claims[:3]:
+                await kubelet.prepare_pod(DEFAULT_DRIVER, [claim], attempts=8)
+            second = await start_instance(argv)
+            started = second
+            await eventually(
+                lambda: "holds" in started.output or "DRA services on" in started.output,
+                "the second instance waiting or serving",
+                timeout=30,
+            )
+            for claim in claims[3:]:
+                await kubelet.prepare_pod(DEFAULT_DRIVER, [claim], attempts=8)
+            uids = {c.uid for c in claims}
+            assert checkpointed(checkpoint) == uids, first.output + second.output
+            assert "DRA services on" not in second.output  # it waits, serving nothing
+
+            registrations = kubelet.count(DraEventKind.REGISTERED, DEFAULT_DRIVER)
+            assert await first.stop() == 0, first.output
+            await kubelet.wait_until(
+                lambda k: k.count(DraEventKind.REGISTERED, DEFAULT_DRIVER) > registrations,
+                timeout=30,
+            )
+            assert "taking over" in second.output
+            await kubelet.unprepare(DEFAULT_DRIVER, claims)
+            assert checkpointed(checkpoint) == set(), second.output
+            assert not list(cdi_dir.glob("*claim*")), second.output
+        finally:
+            await first.stop()
+            if second is not None:
+                await second.stop()
+
+
+async def test_the_lock_is_waited_for_and_handed_on_within_one_poll(base: Path) -> None:
+    """A second holder waits while the first holds the lock and gets it once it is released."""
+    plugin_dir = base / "plugins" / "driver"
+    order: list[str] = []
+    async with node_lock(plugin_dir, poll=0.01):
+        waiter = asyncio.create_task(_hold(plugin_dir, order), name="waiter")
+        order.append("first released")
+    await asyncio.wait_for(waiter, 5)
+    assert order == ["first released", "second holds"]
+
+
+async def _hold(plugin_dir: Path, order: list[str]) -> None:
+    async with node_lock(plugin_dir, poll=0.01):
+        order.append("second holds")
+
+
+async def test_a_lock_file_that_is_not_a_regular_file_is_a_clear_error(base: Path) -> None:
+    """A FIFO where the lock file goes never blocks the start: it is refused, named."""
+    plugin_dir = base / "driver"
+    plugin_dir.mkdir()
+    os.mkfifo(plugin_dir / "lock")
+    with pytest.raises(NodeLockError, match="is not a regular file") as caught:
+        async with node_lock(plugin_dir):
+            pass
+    assert str(plugin_dir / "lock") in str(caught.value)
