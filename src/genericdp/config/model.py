@@ -10,6 +10,7 @@ lives with its section's schema fragment and converter in ``config/v1/``.
 
 from __future__ import annotations
 
+from genericdp.config.selector import NodeSelector
 from genericdp.config.v1.allocate import AllocateSpec, ExtraDevice, MountTemplate
 from genericdp.config.v1.common import Exec, frozen_map
 from genericdp.config.v1.dra import AttributeValue, DraSpec, Version
@@ -45,6 +46,7 @@ __all__ = [
     "Hooks",
     "Matcher",
     "MountTemplate",
+    "NodeSelector",
     "PreferredAllocation",
     "ResourceDefinition",
     "Source",
