@@ -12,16 +12,9 @@ from __future__ import annotations
 import pytest
 
 from genericdp.config import load_text
-from genericdp.config.selector import (
-    LabelsError,
-    NodeSelector,
-    Operator,
-    Requirement,
-    key_problem,
-    parse_labels,
-    value_problem,
-)
+from genericdp.config.selector import NodeSelector, Operator, Requirement
 from genericdp.errors import ConfigError, ConfigIssue
+from genericdp.k8snames import LabelsError, label_key_problem, label_value_problem, parse_labels
 
 HEAD = """\
 version: v1
@@ -139,13 +132,13 @@ INVALID_KEYS = {
 @pytest.mark.parametrize("key", VALID_KEYS)
 def test_qualified_names_are_label_keys(key: str) -> None:
     """Keys Kubernetes accepts pass."""
-    assert key_problem(key) is None
+    assert label_key_problem(key) is None
 
 
 @pytest.mark.parametrize(("key", "words"), INVALID_KEYS.items())
 def test_keys_kubernetes_rejects_are_rejected(key: str, words: str) -> None:
     """Keys IsQualifiedName rejects are rejected with the reason."""
-    problem = key_problem(key)
+    problem = label_key_problem(key)
     assert problem is not None
     assert words in problem
 
@@ -153,13 +146,13 @@ def test_keys_kubernetes_rejects_are_rejected(key: str, words: str) -> None:
 @pytest.mark.parametrize("value", ["", "a", "1.2_3-x", "x" * 63])
 def test_label_values(value: str) -> None:
     """Values may be empty, and at most 63 characters of the name alphabet."""
-    assert value_problem(value) is None
+    assert label_value_problem(value) is None
 
 
 @pytest.mark.parametrize("value", ["-a", "a.", "a b", "x" * 64, "a/b"])
 def test_bad_label_values(value: str) -> None:
     """Values IsValidLabelValue rejects are rejected."""
-    assert value_problem(value) is not None
+    assert label_value_problem(value) is not None
 
 
 def _issues(body: str) -> list[ConfigIssue]:

@@ -14,13 +14,14 @@ from genericdp.config.devpaths import container_path_problem, glob_problem
 from genericdp.config.durations import parse_duration
 from genericdp.config.names import validate_resource_name
 from genericdp.config.regex import compile_regex
-from genericdp.config.selector import Operator, key_problem, value_problem
+from genericdp.config.selector import Operator
 from genericdp.config.templates import TemplateSyntaxErrors, compile_node_template
 from genericdp.config.v1.health import DEFAULT_HEALTH_INTERVAL, DEFAULT_HEALTH_TIMEOUT
 from genericdp.config.v1.hooks import DEFAULT_HOOK_TIMEOUT, HOOK_NAMES
 from genericdp.config.v1.resource import UNBOUNDED
 from genericdp.config.yamlpos import Document, KeyPath
 from genericdp.errors import ConfigIssue, ellipsized
+from genericdp.k8snames import label_key_problem, label_value_problem
 
 # Bounds of every duration, in seconds. Probes run per unit: more often than
 # once a second each is a fork storm on a node with many units. A timeout under
@@ -177,11 +178,11 @@ def _node_selector(doc: Document, path: KeyPath, resource: dict[str, Any]) -> li
     labels = selector.get("matchLabels")
     for key, value in labels.items() if isinstance(labels, dict) else ():
         where = (*here, "matchLabels", key)
-        if problem := key_problem(str(key)):
+        if problem := label_key_problem(str(key)):
             issues.append(
                 doc.issue(where, f"label key {_short(str(key))!r}: {problem}", at_key=True)
             )
-        if isinstance(value, str) and (problem := value_problem(value)):
+        if isinstance(value, str) and (problem := label_value_problem(value)):
             issues.append(doc.issue(where, f"label value {_short(value)!r}: {problem}"))
     expressions = selector.get("matchExpressions")
     for index, expr in enumerate(expressions if isinstance(expressions, list) else ()):
@@ -197,12 +198,12 @@ def _short(text: str) -> str:
 def _requirement(doc: Document, where: KeyPath, expr: dict[str, Any]) -> list[ConfigIssue]:
     issues: list[ConfigIssue] = []
     key, operator, values = expr.get("key"), expr.get("operator"), expr.get("values", [])
-    if isinstance(key, str) and (problem := key_problem(key)):
+    if isinstance(key, str) and (problem := label_key_problem(key)):
         issues.append(doc.issue((*where, "key"), f"label key {_short(key)!r}: {problem}"))
     if not isinstance(values, list):
         return issues
     for index, value in enumerate(values):
-        if isinstance(value, str) and (problem := value_problem(value)):
+        if isinstance(value, str) and (problem := label_value_problem(value)):
             message = f"label value {_short(value)!r}: {problem}"
             issues.append(doc.issue((*where, "values", index), message))
     if operator in tuple(Operator):

@@ -103,6 +103,7 @@ class Supervisor:
         self._labels = _frozen(node_labels)
         self._served: tuple[ResourceDefinition, ...] = ()  # what the runners run
         self._skipped: dict[str, str] = {}  # resources of the config not served, and why
+        self._stopping = 0  # resources being removed
         # A reload or a kubelet restart frees memory in the middle of the heaps.
         self._trimmer = Trimmer()
 
@@ -156,7 +157,13 @@ class Supervisor:
         with logsetup.fields(**about):
             log.info("applying config: %s", steps)
         for name in steps.stop:
-            await self._runners.pop(name).stop(removed=True)
+            # Counted as served while it stops: its cleanup reads what the backend
+            # knows is in use, which the backend forgets once nothing is served.
+            self._stopping += 1
+            try:
+                await self._runners.pop(name).stop(removed=True)
+            finally:
+                self._stopping -= 1
         for definition in steps.update:
             await self._runners[definition.name].update(definition, renew=False)
         for definition in steps.renew:
@@ -256,7 +263,7 @@ class Supervisor:
     # -- the Fleet the backend's tasks see ---------------------------------------
 
     def serving(self) -> bool:
-        return bool(self._runners)
+        return bool(self._runners) or self._stopping > 0
 
     def edges(self) -> Iterator[Edge]:
         return (runner.edge for runner in self._runners.values())
