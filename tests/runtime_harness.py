@@ -170,17 +170,23 @@ async def running(
     metrics: Recorder | None = None,
     cleanup_backoff: Callable[[], Backoff] | None = None,
     pod_resources: bool = False,
+    node_labels: Mapping[str, str] | None = None,
     **overrides: Any,
 ) -> AsyncIterator[Running]:
     """An embedded kubelet (serving PodResources if asked) and a started supervisor
     (real discovery unless ``discover``); both stopped at the end. ``overrides``
-    are settings."""
+    are settings; ``node_labels`` the node's labels, as a static source (no API server)."""
     settings = settings_for(base, **overrides)
     socket = settings.pod_resources_socket if pod_resources else None
     async with EmbeddedKubelet(settings.plugin_dir, pod_resources_socket=socket) as kubelet:
         backend = device_plugin(settings)
         supervisor = Supervisor(
-            settings, backend, discover=discover, metrics=metrics, cleanup_backoff=cleanup_backoff
+            settings,
+            backend,
+            discover=discover,
+            metrics=metrics,
+            cleanup_backoff=cleanup_backoff,
+            node_labels=node_labels,
         )
         await supervisor.start(cfg)
         try:

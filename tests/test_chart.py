@@ -252,7 +252,8 @@ def test_overrides_name_and_place_every_object(helm: Path) -> None:
         "--set", "podMonitor.enabled=true",
     )  # fmt: skip
     for doc in docs:
-        assert doc["metadata"]["namespace"] == "hw", doc["kind"]
+        if doc["kind"] not in CLUSTER_SCOPED:
+            assert doc["metadata"]["namespace"] == "hw", doc["kind"]
         assert doc["metadata"]["name"].startswith("gdp-x"), doc["kind"]
     (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
     pod = ds["spec"]["template"]["spec"]
@@ -260,7 +261,8 @@ def test_overrides_name_and_place_every_object(helm: Path) -> None:
     assert volume["configMap"]["name"] == "gdp-x-config"
     assert pod["serviceAccountName"] == "gdp-x"
     default = helm_template(helm, CHART)
-    assert {d["metadata"]["namespace"] for d in default} == {"devices"}
+    namespaced = [d for d in default if d["kind"] not in CLUSTER_SCOPED]
+    assert {d["metadata"]["namespace"] for d in namespaced} == {"devices"}
 
 
 def test_a_chart_bump_leaves_the_pod_template_unchanged(helm: Path, tmp_path: Path) -> None:
@@ -368,7 +370,26 @@ def test_the_dra_backend_renders_the_kustomize_components_objects(helm: Path) ->
     plain = helm_template(helm, CHART)
     assert "DeviceClass" not in [o["kind"] for o in plain]
     plain_pod = next(o for o in plain if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]
-    assert plain_pod["automountServiceAccountToken"] is False
+    assert plain_pod["automountServiceAccountToken"] is True  # rbac.nodes
+
+
+def test_rbac_nodes_renders_the_base_role_or_nothing(helm: Path) -> None:
+    """rbac.nodes (the default): the kustomize base's read-only nodes role, bound to the
+    release's ServiceAccount; false: no role, and no token for the device-plugin pod."""
+    objs = helm_template(helm, CHART)
+    role = next(o for o in objs if o["kind"] == "ClusterRole")
+    base = ROOT / "deploy" / "kustomize" / "base" / "rbac.yaml"
+    shipped = next(d for d in YAML(typ="safe", pure=True).load_all(base.read_text()) if d)
+    assert role["rules"] == shipped["rules"]
+    binding = next(o for o in objs if o["kind"] == "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gdp-genericdp", "namespace": "devices"}
+    ]
+    off = helm_template(helm, CHART, "--set", "rbac.nodes=false")
+    assert not {"ClusterRole", "ClusterRoleBinding"} & {o["kind"] for o in off}
+    pod = next(o for o in off if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
 
 
 UNQUOTED_IDS = """\

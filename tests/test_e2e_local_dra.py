@@ -96,15 +96,17 @@ def test_dra_overlay_points_genericdp_at_the_local_kubelet_and_api_server() -> N
     assert host[mounts["/var/lib/genericdp-e2e/markers"]] == "/var/lib/genericdp-e2e/markers"
     (config_map,) = by_kind(docs, "ConfigMap")
     assert sorted(config_map["data"]) == ["config.yaml", "dra.yaml", "e2e.yaml"]
-    (binding,) = by_kind(docs, "ClusterRoleBinding")
     (account,) = by_kind(docs, "ServiceAccount")
-    assert binding["subjects"] == [
-        {
-            "kind": "ServiceAccount",
-            "name": account["metadata"]["name"],
-            "namespace": account["metadata"]["namespace"],
-        }
-    ]
+    bindings = by_kind(docs, "ClusterRoleBinding")
+    assert sorted(b["roleRef"]["name"] for b in bindings) == ["genericdp-dra", "genericdp-nodes"]
+    for binding in bindings:
+        assert binding["subjects"] == [
+            {
+                "kind": "ServiceAccount",
+                "name": account["metadata"]["name"],
+                "namespace": account["metadata"]["namespace"],
+            }
+        ]
     assert account["metadata"]["name"] == pod["serviceAccountName"]
 
 

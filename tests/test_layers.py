@@ -28,7 +28,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "__main__",
         "cli",
         "daemon simulate report convert configsources",
-        "metrics",
+        "metrics nodewatch",
         "deviceplugin dra",
         "runtime",
         "kubelet allocation health",

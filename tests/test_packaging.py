@@ -390,13 +390,26 @@ def test_discovery_needs_only_the_mounted_sysfs_trees(tmp_path: Path) -> None:
         assert discover(definition, narrow_roots) == everything, definition.name
 
 
-def test_kustomize_base_service_account_mounts_no_token() -> None:
-    """The daemon never calls the API server: no ServiceAccount token in the pod."""
+def test_kustomize_base_may_only_read_nodes() -> None:
+    """The base's one API need is its Node's labels (nodeSelector): the pod asks for a
+    token, and the only role bound to its ServiceAccount gets, lists and watches nodes."""
     sa = yaml_file(BASE / "serviceaccount.yaml")
     assert sa["automountServiceAccountToken"] is False
     pod = yaml_file(BASE / "daemonset.yaml")["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == sa["metadata"]["name"]
-    assert pod["automountServiceAccountToken"] is False
+    assert pod["automountServiceAccountToken"] is True
+    role, binding = (
+        d for d in YAML(typ="safe", pure=True).load_all((BASE / "rbac.yaml").read_text()) if d
+    )
+    assert role["kind"] == "ClusterRole"
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
+    ]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "default"}
+    ]
+    assert "rbac.yaml" in yaml_file(BASE / "kustomization.yaml")["resources"]
 
 
 def test_kustomize_base_config_validates_and_is_the_demo() -> None:
@@ -493,9 +506,12 @@ def test_e2e_overlay_renders_the_local_image_and_both_config_files(tmp_path: Pat
     (ds,) = by_kind(docs, "DaemonSet")
     (cm,) = by_kind(docs, "ConfigMap")
     assert_daemonset_contract(ds, cm["metadata"]["name"])
-    assert {d["metadata"].get("namespace") for d in docs if d["kind"] != "Namespace"} == {
+    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+    assert {d["metadata"].get("namespace") for d in docs if d["kind"] not in cluster_scoped} == {
         "genericdp-e2e"
     }
+    (binding,) = by_kind(docs, "ClusterRoleBinding")
+    assert binding["subjects"][0]["namespace"] == "genericdp-e2e"
     (container,) = ds["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "genericdp:e2e"
     assert container["imagePullPolicy"] == "Never"

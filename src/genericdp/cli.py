@@ -11,10 +11,11 @@ spelled as that plugin's flags so an existing args list can be pasted.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, TextIO, cast, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, TextIO, cast, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
@@ -30,6 +31,9 @@ from genericdp.exits import (
     EXIT_USAGE,
 )
 from genericdp.settings import SIMULATE_SKIPS, DiscoverySettings, Settings
+
+if TYPE_CHECKING:
+    from genericdp.config.model import ResourceDefinition
 
 # squat/generic-device-plugin's flags that configure its daemon, not its devices.
 SQUAT_DAEMON_FLAGS = ("listen", "log-level", "plugin-directory")
@@ -122,6 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="a Helm values file for the chart: its configYaml, else config, and"
         " extraConfigFiles (repeatable)",
     )
+    p.add_argument(
+        "--node-labels",
+        metavar="K=V,...",
+        help="show which resources a node with these labels serves (nodeSelector)",
+    )
 
     sub.add_parser("schema", help="print the config JSON Schema")
     _add_convert(sub)
@@ -187,6 +196,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     if not args.paths and not args.helm_values:
         raise UsageError("validate needs a PATH or --helm-values FILE")
+    labels = _node_labels(args.node_labels)
     manifests = [p for p in args.paths if configsources.looks_like_manifest(p)]
     plain = [p for p in args.paths if p not in manifests]
     if plain:
@@ -201,7 +211,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             raise
         print(f"ok: {len(config.resources)} resource(s) in {len(config.files)} file(s)")
         for r in config.resources:
-            print(f"  {r.name}  ({r.source.file}:{r.source.line})")
+            print(f"  {r.name}  ({r.source.file}:{r.source.line}){_served(r, labels)}")
     groups = [configsources.from_helm_values(p) for p in args.helm_values]
     for manifest in manifests:
         groups += configsources.from_manifest(manifest)
@@ -211,6 +221,28 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for name, where in checked.resources:
             print(f"  {name}  ({where})")
     return EXIT_OK
+
+
+def _node_labels(text: str | None) -> dict[str, str] | None:
+    """``--node-labels`` of validate: None when not given."""
+    from genericdp.k8snames import LabelsError, parse_labels
+
+    if text is None:
+        return None
+    try:
+        return parse_labels(text)
+    except LabelsError as exc:
+        raise UsageError(f"--node-labels: {exc}") from exc
+
+
+def _served(definition: ResourceDefinition, labels: dict[str, str] | None) -> str:
+    """What validate adds after a resource for ``--node-labels``: served, or why not."""
+    from genericdp.runtime.reconcile import not_served
+
+    if labels is None:
+        return ""
+    why = not_served(definition, labels)
+    return "  served" if why is None else f"  not served: {why}"
 
 
 def cmd_schema(_args: argparse.Namespace) -> int:
@@ -255,6 +287,7 @@ def cmd_discover(args: argparse.Namespace) -> int:
     from genericdp.discovery import discover
     from genericdp.discovery.model import Roots
     from genericdp.report import build_report, to_json, to_text
+    from genericdp.runtime.reconcile import LABELS_UNKNOWN, not_served
 
     settings = DiscoverySettings(**_overrides(args))
     roots = Roots(dev=settings.dev_root, sys=settings.sys_root, udev=settings.udev_root)
@@ -268,7 +301,11 @@ def cmd_discover(args: argparse.Namespace) -> int:
         except DiscoveryError as exc:
             reports.append(build_report(definition, (), error=str(exc)))
             continue
-        reports.append(build_report(definition, units, node_name=settings.node_name))
+        report = build_report(definition, units, node_name=settings.node_name)
+        why = not_served(definition, settings.static_node_labels)
+        if why == LABELS_UNKNOWN:
+            why += " (give them with --node-labels)"
+        reports.append(dataclasses.replace(report, not_served=why) if why else report)
     sys.stdout.write(to_json(reports) + "\n" if args.json else to_text(reports))
     return EXIT_OK
 

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from genericdp.aio import Backoff, TaskSet
@@ -162,7 +164,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
     async with opened(
         settings, run_hook=TimedHooks(run_hook, metrics), recorder=metrics
     ) as backend:
-        supervisor = Supervisor(settings, backend, metrics=metrics)
+        labels = settings.static_node_labels
+        supervisor = Supervisor(settings, backend, metrics=metrics, node_labels=labels)
         return await _serve(settings, start, supervisor, metrics, store, ready=ready)
 
 
@@ -226,8 +229,15 @@ async def _serve(
         started.set()
         if store is not None and start.sources:
             await asyncio.to_thread(store.keep, start.sources)
+        node_watch = NodeLabelsWatch(watches, settings, supervisor)
+        node_watch.start_if_needed()
+
+        def reloaded(result: ReloadResult) -> None:
+            on_result(result)
+            node_watch.start_if_needed()
+
         start_config_watch(  # hot reload
-            watches, settings, supervisor, on_result=on_result, store=store, refused=start.refused
+            watches, settings, supervisor, on_result=reloaded, store=store, refused=start.refused
         )
         if ready is not None:
             ready.set()
@@ -244,6 +254,49 @@ async def _serve(
             log.warning("exiting with tasks still running: %s", ", ".join(stragglers))
     log.info("shut down cleanly")
     return EXIT_OK
+
+
+class NodeLabelsWatch:
+    """Task ``node-watch``, the Node's labels for ``nodeSelector``: started once some
+    resource has a selector, unless ``node_labels`` gives them; without a way to the
+    API server, says once that those resources are not served."""
+
+    def __init__(self, tasks: TaskSet, settings: Settings, supervisor: Supervisor) -> None:
+        self._tasks, self._settings, self._supervisor = tasks, settings, supervisor
+        self._done = settings.static_node_labels is not None
+
+    def start_if_needed(self) -> None:
+        if self._done or not any(
+            d.node_selector is not None for d in self._supervisor.config.resources
+        ):
+            return
+        self._done = True
+        settings = self._settings
+        why = _no_api(settings)
+        if why is not None:
+            log.warning("resources with a nodeSelector are not served: %s", why)
+            return
+        from genericdp.nodewatch import watch_node_labels
+
+        kubeconfig = Path(settings.kubeconfig) if settings.kubeconfig else None
+        self._tasks.spawn(
+            "node-watch",
+            lambda: watch_node_labels(
+                kubeconfig, settings.node_name, self._supervisor.set_node_labels
+            ),
+        )
+
+
+def _no_api(settings: Settings) -> str | None:
+    """Why this daemon cannot read its Node object, or None."""
+    if not settings.node_name:
+        return "this node's labels are unknown: no node name (--node-name or GENERICDP_NODE_NAME)"
+    if not settings.kubeconfig and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return (
+            "this node's labels are unknown: no kubeconfig (--kubeconfig) and no service"
+            " account (not in a pod)"
+        )
+    return None
 
 
 def serve_endpoints(

@@ -8,6 +8,9 @@ DNS-1123 subdomain prefix of at most 253 characters and a name part of at most
 63 characters of ``[A-Za-z0-9_.-]``, starting and ending alphanumeric.
 ``config.names`` says why a name fails, in these terms; the embedded kubelet
 accepts and refuses exactly what the real one does.
+
+Label keys are qualified names too (``label_key_problem``), and label values
+``IsValidLabelValue``'s (at most 63 characters, empty allowed).
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ QUALIFIED_NAME_MAX = 63
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS1123_SUBDOMAIN = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
 _QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+LABEL_VALUE_MAX = 63
+_NAME_RULE = (
+    "alphanumeric characters, '-', '_' or '.', starting and ending with an alphanumeric character"
+)
 
 
 def is_dns1123_subdomain(value: str) -> bool:
@@ -42,3 +49,68 @@ def is_extended_resource_name(name: str) -> bool:
         return False
     prefix, short = parts
     return is_dns1123_subdomain(prefix) and is_qualified_name_part(short)
+
+
+def label_key_problem(key: str) -> str | None:
+    """Why ``key`` is not a label key (a qualified name), or None."""
+    prefix, slash, name = key.rpartition("/")
+    if slash:
+        problem = _prefix_problem(prefix)
+        if problem:
+            return problem
+    if not name:
+        return "the name part is empty"
+    if len(name) > QUALIFIED_NAME_MAX:
+        return f"the name part is longer than {QUALIFIED_NAME_MAX} characters"
+    if not _QUALIFIED_NAME.fullmatch(name):
+        return f"the name part {name!r} must be {_NAME_RULE}"
+    return None
+
+
+def _prefix_problem(prefix: str) -> str | None:
+    if "/" in prefix:
+        return "a label key is a name with an optional DNS subdomain prefix and one '/'"
+    if not prefix:
+        return "the prefix before '/' is empty"
+    if len(prefix) > DNS1123_SUBDOMAIN_MAX:
+        return f"the prefix before '/' is longer than {DNS1123_SUBDOMAIN_MAX} characters"
+    if not _DNS1123_SUBDOMAIN.fullmatch(prefix):
+        return (
+            f"the prefix {prefix!r} is not a DNS subdomain (lowercase letters, digits, '-' and"
+            " '.', each part starting and ending with a letter or digit)"
+        )
+    return None
+
+
+def label_value_problem(value: str) -> str | None:
+    """Why ``value`` is not a label value (it may be empty), or None."""
+    if len(value) > LABEL_VALUE_MAX:
+        return f"a label value is at most {LABEL_VALUE_MAX} characters"
+    if value and not _QUALIFIED_NAME.fullmatch(value):
+        return f"a label value must be empty or {_NAME_RULE}"
+    return None
+
+
+class LabelsError(ValueError):
+    """Text given as ``k=v,...`` that is not a set of node labels."""
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """Labels written ``key=value,key2=value2`` (``--node-labels``); raises LabelsError."""
+    labels: dict[str, str] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        key, equals, value = item.partition("=")
+        problem = (
+            f"{item!r} is not key=value"
+            if not equals
+            else (f"key {key!r}: {p}" if (p := label_key_problem(key)) else None)
+            or (f"value {value!r} of {key}: {p}" if (p := label_value_problem(value)) else None)
+        )
+        if problem is None and key in labels:
+            problem = f"label {key} is given twice"
+        if problem:
+            raise LabelsError(problem)
+        labels[key] = value
+    return labels

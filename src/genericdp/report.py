@@ -25,6 +25,7 @@ class ResourceReport:
     units: tuple[Unit, ...]
     example: Allocation | None  # what one unit would give a container
     error: str | None = None  # discovery or rendering failed
+    not_served: str | None = None  # why a node with the given labels would not serve it
 
     @property
     def device_ids(self) -> tuple[str, ...]:
@@ -81,6 +82,8 @@ def report_dict(report: ResourceReport) -> dict[str, Any]:
         "exampleAllocation": _allocation_dict(report.example) if report.example else None,
         "error": report.error,
         "missingDevices": _missing(report.units),
+        "served": report.not_served is None,
+        "notServed": report.not_served,
     }
 
 
@@ -102,6 +105,8 @@ def to_text(reports: Sequence[ResourceReport]) -> str:
             f"{d.name}  ({len(r.units)} unit(s), capacity {len(r.device_ids)}, "
             f"groupBy {d.group_by}, count {sharing_text(d)})"
         )
+        if r.not_served:
+            out.append(f"  not served on this node: {r.not_served}")
         if r.error:
             out.append(f"  error: {r.error}")
         if _missing(r.units):

@@ -15,6 +15,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from genericdp.k8snames import parse_labels
+
 DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 DEFAULT_DRA_REGISTRATION_DIR = Path("/var/lib/kubelet/plugins_registry")
@@ -121,6 +123,22 @@ class DiscoverySettings(BaseSettings):
         Path("/run/udev"), description="where the host's /run/udev is visible (data/ inside)"
     )
     node_name: str = Field("", description="this node's name, shown to templates")
+    node_labels: str = Field(
+        "",
+        description="this node's labels as key=value,... for nodeSelector, instead of reading"
+        " its Node object from the API server (simulate, tests, a node without API access)",
+    )
+
+    @field_validator("node_labels")
+    @classmethod
+    def _check_node_labels(cls, value: str) -> str:
+        parse_labels(value)
+        return value
+
+    @property
+    def static_node_labels(self) -> dict[str, str] | None:
+        """The labels ``node_labels`` gives, or None when it is empty (read them from the API)."""
+        return parse_labels(self.node_labels) if self.node_labels.strip() else None
 
 
 class Settings(DiscoverySettings):
@@ -157,7 +175,7 @@ class Settings(DiscoverySettings):
     )
     kubeconfig: str = Field(
         "",
-        description="kubeconfig file for the API server (DRA backend); "
+        description="kubeconfig file for the API server (DRA backend, the Node for nodeSelector); "
         "empty: the pod's service account",
     )
     metrics_address: str = Field(

@@ -33,6 +33,7 @@ from genericdp.exits import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_OK
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.state import EventKind, ResourceSnapshot
+from genericdp.runtime.reconcile import LABELS_UNKNOWN
 from genericdp.settings import Settings
 
 if TYPE_CHECKING:
@@ -100,10 +101,15 @@ def _registrations(
     statuses: Mapping[str, PluginStatus],
     config: Config,
     settings: Settings,
+    skipped: Mapping[str, str],
 ) -> list[str]:
     lines = []
     for definition in config.resources:
         name = definition.name
+        if name in skipped:
+            hint = " (give them with --node-labels)" if skipped[name] == LABELS_UNKNOWN else ""
+            lines.append(f"  {name}: not served on this node: {skipped[name]}{hint}")
+            continue
         snap = kubelet.resources.get(name)
         if snap is not None and snap.options is not None:
             lines.append(
@@ -256,9 +262,15 @@ async def simulate(
             pod_resources_socket=run_settings.pod_resources_socket,
             node_name=run_settings.node_name,
         ) as kubelet:
-            supervisor = Supervisor(run_settings, DevicePluginBackend(run_settings))
+            supervisor = Supervisor(
+                run_settings,
+                DevicePluginBackend(run_settings),
+                node_labels=run_settings.static_node_labels,
+            )
             try:
                 await supervisor.start(config)
+                skipped = dict(supervisor.skipped)
+                names = [n for n in names if n not in skipped]
                 registered = True
                 try:
                     await kubelet.wait_until(
@@ -267,7 +279,8 @@ async def simulate(
                 except TimeoutError:
                     registered = False
                 print("\nregistrations:", file=stream)
-                for line in _registrations(kubelet, supervisor.status(), config, run_settings):
+                statuses = supervisor.status()
+                for line in _registrations(kubelet, statuses, config, run_settings, skipped):
                     print(line, file=stream)
                 print("\nnode status:", file=stream)
                 for line in _table(kubelet.resources, names):

@@ -10,6 +10,7 @@ lives with its section's schema fragment and converter in ``config/v1/``.
 
 from __future__ import annotations
 
+from genericdp.config.selector import NodeSelector
 from genericdp.config.v1.allocate import AllocateSpec, ExtraDevice, MountTemplate, NodeOwnership
 from genericdp.config.v1.common import Exec, frozen_map
 from genericdp.config.v1.dra import AttributeValue, DraSpec, Version
@@ -46,6 +47,7 @@ __all__ = [
     "Matcher",
     "MountTemplate",
     "NodeOwnership",
+    "NodeSelector",
     "PreferredAllocation",
     "ResourceDefinition",
     "Source",

@@ -7,14 +7,22 @@ change anew (``renews``: for the device plugin, the options it learnt at
 Register changed, so the plugin registers again on a new socket) it is
 *renewed* as well. Removed resources stop before new ones start, so a
 resource renamed in the same edit never has two runners at once.
+
+A resource with a ``nodeSelector`` is wanted only while the node's labels
+match it (``served``): one that stops matching leaves the plan as a removed
+resource does, and one that starts matching is started.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from genericdp.config.model import ResourceDefinition
+
+# A node's labels; None when they cannot be read (no API access).
+NodeLabels = Mapping[str, str] | None
+LABELS_UNKNOWN = "this node's labels are unknown"
 
 Renews = Callable[[ResourceDefinition, ResourceDefinition], bool]
 
@@ -77,3 +85,29 @@ def plan(
         start=tuple(new[n] for n in sorted(new.keys() - old.keys())),
         unchanged=tuple(unchanged),
     )
+
+
+def not_served(definition: ResourceDefinition, labels: NodeLabels) -> str | None:
+    """Why this node does not serve ``definition`` (its selector does not match), or None."""
+    selector = definition.node_selector
+    if selector is None:
+        return None
+    if labels is None:
+        return LABELS_UNKNOWN
+    unmet = selector.unmet(labels)
+    return None if unmet is None else f"nodeSelector needs {unmet}"
+
+
+def served(
+    resources: Iterable[ResourceDefinition], labels: NodeLabels
+) -> tuple[tuple[ResourceDefinition, ...], dict[str, str]]:
+    """The resources a node with ``labels`` serves, and why each other one is not."""
+    kept: list[ResourceDefinition] = []
+    skipped: dict[str, str] = {}
+    for definition in resources:
+        reason = not_served(definition, labels)
+        if reason is None:
+            kept.append(definition)
+        else:
+            skipped[definition.name] = reason
+    return tuple(kept), skipped

@@ -2,7 +2,12 @@
 
 ``apply(config)`` is the single entry point for a config, at start and on
 reload: it computes a ``Plan`` (pure, in ``reconcile``) once and carries it
-out, stopping removed resources before starting new ones. The backend
+out, stopping removed resources before starting new ones. Resources whose
+``nodeSelector`` the node's labels do not match are left out of the plan
+(``reconcile.served``); ``set_node_labels`` applies the config again when the
+labels change, so a resource that stops matching stops as a removed one
+does (units in use stay with their containers, cleaned once released) and
+one that starts matching starts. The backend
 (``runtime/backend.py``) makes each resource's edge and runs its own
 daemon-wide tasks (the device plugin's kubelet watch and PodResources
 poller), which reach the resources through the supervisor as their
@@ -15,12 +20,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 
 from genericdp import logsetup
 from genericdp.aio import Backoff, TaskSet
 from genericdp.allocation.cdi import remove_stale_specs
-from genericdp.config.model import Config
+from genericdp.config.model import Config, ResourceDefinition
 from genericdp.hooks import HookRunner
 from genericdp.memtrim import Trimmer
 from genericdp.runtime.backend import Backend, Gauge
@@ -28,7 +33,7 @@ from genericdp.runtime.cleanup import Release
 from genericdp.runtime.context import SETTLE, Discover, ResourceContext
 from genericdp.runtime.devwatch import DevChange, watch_devices
 from genericdp.runtime.edge import Edge, PluginStatus
-from genericdp.runtime.reconcile import Plan, plan
+from genericdp.runtime.reconcile import NodeLabels, Plan, plan, served
 from genericdp.runtime.recorder import NO_METRICS, Recorder, TimedHooks
 from genericdp.runtime.resource import ResourceRunner
 from genericdp.settings import Settings
@@ -56,6 +61,8 @@ class Supervisor:
     ``discover`` and ``run_hook`` default to the real ones; tests pass their
     own (a discovery that raises, say) instead of patching. ``metrics`` hears
     of registrations, allocations, hooks, probes and kubelet restarts.
+    ``node_labels`` are the node's labels that ``nodeSelector`` matches (None:
+    unknown, so no resource with a selector is served) until ``set_node_labels``.
     """
 
     def __init__(
@@ -68,6 +75,7 @@ class Supervisor:
         settle: float = SETTLE,
         metrics: Recorder | None = None,
         cleanup_backoff: Callable[[], Backoff] | None = None,
+        node_labels: NodeLabels = None,
     ) -> None:
         self._settings = settings
         self._backend = backend
@@ -92,6 +100,10 @@ class Supervisor:
         self._changed = asyncio.Event()
         self._lock = asyncio.Lock()
         self._config = Config(resources=())
+        self._labels = _frozen(node_labels)
+        self._served: tuple[ResourceDefinition, ...] = ()  # what the runners run
+        self._skipped: dict[str, str] = {}  # resources of the config not served, and why
+        self._stopping = 0  # resources being removed
         # A reload or a kubelet restart frees memory in the middle of the heaps.
         self._trimmer = Trimmer()
 
@@ -136,28 +148,72 @@ class Supervisor:
         ``if_changed`` (a reload): an empty plan leaves everything as it is,
         unlogged."""
         async with self._lock:
-            steps = plan(self._config.resources, config.resources, self._backend.renews)
-            if if_changed and steps.empty:
-                return steps
-            changing = {*steps.stop, *(d.name for d in (*steps.update, *steps.renew))}
-            changing |= {d.name for d in steps.start}
-            # A line about one resource carries it as a field, as its own lines do.
-            about = {"resource": next(iter(changing))} if len(changing) == 1 else {}
-            with logsetup.fields(**about):
-                log.info("applying config: %s", steps)
-            for name in steps.stop:
-                await self._runners.pop(name).stop(removed=True)
-            for definition in steps.update:
-                await self._runners[definition.name].update(definition, renew=False)
-            for definition in steps.renew:
-                await self._runners[definition.name].update(definition, renew=True)
-            for definition in steps.start:
-                runner = ResourceRunner(definition, self._context, self._backend)
-                self._runners[definition.name] = runner
-                runner.start()
-            self._config = config
-            self._notify()
+            return await self._apply(config, if_changed=if_changed)
+
+    async def _apply(self, config: Config, *, if_changed: bool) -> Plan:
+        wanted, skipped = served(config.resources, self._labels)
+        self._say_skipped(skipped)
+        steps = plan(self._served, wanted, self._backend.renews)
+        if if_changed and steps.empty:
+            if config != self._config:  # a resource not served here changed
+                self._config = config
             return steps
+        changing = {*steps.stop, *(d.name for d in (*steps.update, *steps.renew))}
+        changing |= {d.name for d in steps.start}
+        # A line about one resource carries it as a field, as its own lines do.
+        about = {"resource": next(iter(changing))} if len(changing) == 1 else {}
+        with logsetup.fields(**about):
+            log.info("applying config: %s", steps)
+        for name in steps.stop:
+            # Counted as served while it stops: its cleanup reads what the backend
+            # knows is in use, which the backend forgets once nothing is served.
+            self._stopping += 1
+            try:
+                await self._runners.pop(name).stop(removed=True)
+            finally:
+                self._stopping -= 1
+        for definition in steps.update:
+            await self._runners[definition.name].update(definition, renew=False)
+        for definition in steps.renew:
+            await self._runners[definition.name].update(definition, renew=True)
+        for definition in steps.start:
+            runner = ResourceRunner(definition, self._context, self._backend)
+            self._runners[definition.name] = runner
+            runner.start()
+        self._config, self._served = config, wanted
+        self._notify()
+        return steps
+
+    @property
+    def node_labels(self) -> NodeLabels:
+        return self._labels
+
+    @property
+    def skipped(self) -> Mapping[str, str]:
+        """Resources of the config this node does not serve, and why (``nodeSelector``)."""
+        return MappingProxyType(self._skipped)
+
+    async def set_node_labels(self, labels: NodeLabels) -> Plan:
+        """The node's labels changed: serve the resources whose selector matches them now."""
+        async with self._lock:
+            frozen = _frozen(labels)
+            if frozen == self._labels:
+                return Plan()
+            self._labels = frozen
+            if not any(d.node_selector is not None for d in self._config.resources):
+                return Plan()
+            log.info("node labels changed: applying the config again")
+            return await self._apply(self._config, if_changed=True)
+
+    def _say_skipped(self, skipped: dict[str, str]) -> None:
+        """Log a resource's not being served when that, or why, changes: not at every reload."""
+        news = {n: why for n, why in skipped.items() if self._skipped.get(n) != why}
+        self._skipped = skipped
+        if news:
+            log.info(
+                "not serving on this node: %s",
+                "; ".join(f"{name} ({why})" for name, why in sorted(news.items())),
+            )
 
     def shutting_down(self) -> None:
         """The daemon stops (not a reload): its backend keeps what should outlast it."""
@@ -169,7 +225,7 @@ class Supervisor:
             stragglers = list(await self._tasks.stop(timeout=timeout))
             runners, self._runners = list(self._runners.values()), {}
             results = await asyncio.gather(*(r.stop(timeout=timeout) for r in runners))
-            self._config = Config(resources=())
+            self._config, self._served = Config(resources=()), ()
             self._notify()
             self._trimmer.cancel()
         for names in results:
@@ -215,7 +271,7 @@ class Supervisor:
     # -- the Fleet the backend's tasks see ---------------------------------------
 
     def serving(self) -> bool:
-        return bool(self._runners)
+        return bool(self._runners) or self._stopping > 0
 
     def edges(self) -> Iterator[Edge]:
         return (runner.edge for runner in self._runners.values())
@@ -258,6 +314,10 @@ class Supervisor:
 
     def _on_dev_change(self, change: DevChange) -> None:
         self.rescan(change.describe())
+
+
+def _frozen(labels: NodeLabels) -> NodeLabels:
+    return None if labels is None else MappingProxyType(dict(labels))
 
 
 def all_registered(names: Iterable[str] | None = None) -> Callable[[Statuses], bool]:

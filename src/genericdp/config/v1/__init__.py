@@ -10,6 +10,7 @@ Schema fragment, its frozen dataclasses and its converter from validated data
     hooks       hooks: init, preStart, cleanup
     allocate    allocate: env, mounts, annotations, cdi, devices
     dra         dra: attributes for ResourceSlices
+    nodeselector  nodeSelector: the nodes that serve a resource
     common      durations, commands, permissions, string maps
 
 ``build_schema`` assembles the fragments into the schema ``genericdp schema``
@@ -22,11 +23,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from genericdp.config.v1 import allocate, common, dra, health, hooks, matchers, resource
+from genericdp.config.v1 import (
+    allocate,
+    common,
+    dra,
+    health,
+    hooks,
+    matchers,
+    nodeselector,
+    resource,
+)
 
 # The sections with ``$defs`` of their own, in the order the schema file lists
 # them (``grouping`` is one property of a resource, inlined there).
-SECTIONS = (resource, dra, matchers, common, health, hooks, allocate)
+SECTIONS = (resource, dra, matchers, common, health, hooks, allocate, nodeselector)
 
 
 def build_schema() -> dict[str, Any]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from genericdp.config.selector import NodeSelector
 from genericdp.config.v1.allocate import AllocateSpec
 from genericdp.config.v1.common import (
     PERMISSIONS_DESCRIPTION,
@@ -21,6 +22,7 @@ from genericdp.config.v1.grouping import PROPERTY as GROUP_BY_PROPERTY
 from genericdp.config.v1.health import HealthCheck, health_check
 from genericdp.config.v1.hooks import Hooks, hooks
 from genericdp.config.v1.matchers import Matcher, matcher
+from genericdp.config.v1.nodeselector import node_selector
 
 if TYPE_CHECKING:
     from genericdp.config.templates import CompiledTemplates
@@ -145,6 +147,7 @@ DEFS: dict[str, Any] = {
                 "default": PreferredAllocation.PACKED.value,
             },
             "dra": {"$ref": "#/$defs/dra"},
+            "nodeSelector": {"$ref": "#/$defs/nodeSelector"},
         },
     }
 }
@@ -176,6 +179,8 @@ class ResourceDefinition:
     allocate: AllocateSpec = field(default_factory=AllocateSpec)
     preferred_allocation: PreferredAllocation = PreferredAllocation.PACKED
     dra: DraSpec = field(default_factory=DraSpec)
+    # None: every node serves it (``nodeSelector`` absent).
+    node_selector: NodeSelector | None = None
     source: Source = field(default=Source("<memory>"), compare=False)
     # Built once at load time from ``allocate``; derived, so not compared.
     templates: CompiledTemplates | None = field(default=None, compare=False, repr=False)
@@ -230,6 +235,7 @@ def resource_definition(
             raw.get("preferredAllocation", PreferredAllocation.PACKED)
         ),
         dra=dra_spec(raw.get("dra", {})),
+        node_selector=node_selector(raw["nodeSelector"]) if "nodeSelector" in raw else None,
         source=Source(file, line),
         templates=templates,
     )

@@ -1,0 +1,212 @@
+"""The Node watch: this node's labels from the real kube-apiserver, a label change
+applied like a reload, and a watch the server ends reopened after a backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from genericdp.aio import Backoff, TaskSet
+from genericdp.daemon import NodeLabelsWatch
+from genericdp.dra.kubeapi import connect
+from genericdp.nodewatch import NodeWatch
+from tests.apiserver import ApiServer
+from tests.polling import eventually
+from tests.runtime_harness import Running, ScriptedDiscovery, unit
+from tests.test_cleanup import SERIAL, Hook, serving
+
+LABEL = "example.com/serial"
+
+
+def node(apiserver: ApiServer, name: str, **labels: str) -> None:
+    obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+    apiserver.kubectl("create", "-f", "-", input_text=json.dumps(obj))
+
+
+async def test_the_watch_follows_only_its_own_node(apiserver: ApiServer) -> None:
+    """Labels at start and at each change of this Node; another Node's changes are not seen;
+    a deleted Node is None; idle, the watch sends one list and one watch."""
+    node(apiserver, "watch-me", zone="a")
+    node(apiserver, "not-me", zone="a")
+    seen: list[dict[str, str] | None] = []
+
+    async def on_labels(labels: object) -> None:
+        seen.append(None if labels is None else dict(labels))  # type: ignore[call-overload]
+
+    client = connect(apiserver.kubeconfig)
+    watch = NodeWatch(client, "watch-me", on_labels)
+    tasks = TaskSet()
+    try:
+        tasks.spawn("node-watch", watch.run)
+        await eventually(lambda: seen == [{"zone": "a"}])
+        apiserver.kubectl("label", "node", "not-me", "zone=b", "--overwrite")
+        apiserver.kubectl("label", "node", "watch-me", f"{LABEL}=present")
+        await eventually(lambda: len(seen) == 2)
+        assert seen[1] == {"zone": "a", LABEL: "present"}
+        apiserver.kubectl("annotate", "node", "watch-me", "note=unrelated")
+        apiserver.kubectl("label", "node", "watch-me", f"{LABEL}-")
+        await eventually(lambda: len(seen) == 3)
+        assert seen[2] == {"zone": "a"}  # the annotation changed no label: not told
+        apiserver.kubectl("delete", "node", "watch-me")
+        await eventually(lambda: len(seen) == 4)
+        assert seen[3] is None
+        assert watch.requests == 2
+    finally:
+        await tasks.stop()
+        await client.close()
+        apiserver.kubectl("delete", "node", "not-me", "--ignore-not-found")
+
+
+class EndingServer:
+    """An HTTP API server whose watches end at once (or answer 410 Gone, when ``gone``)."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        self.gone = 0
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> str:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = (await reader.readuntil(b"\r\n\r\n")).decode()
+        target = request.split()[1]
+        self.paths.append(target)
+        if "watch=true" not in target:
+            body = json.dumps({"metadata": {"resourceVersion": "7"}, "items": []})
+        elif self.gone:
+            self.gone -= 1
+            error = {"kind": "Status", "code": 410, "message": "too old resource version"}
+            body = json.dumps({"type": "ERROR", "object": error}) + "\n"
+        else:
+            body = ""
+        writer.write(
+            f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
+            f"\r\nConnection: close\r\n\r\n{body}".encode()
+        )
+        await writer.drain()
+        writer.close()
+
+
+def _kubeconfig(path: Path, server: str) -> Path:
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": server}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    return path
+
+
+async def test_a_watch_the_server_ends_at_once_is_reopened_after_a_growing_backoff(
+    tmp_path: Path,
+) -> None:
+    """Each reopen waits the next backoff (0.5 s doubling, never zero); a 410 Gone lists
+    again, from the list's resourceVersion on."""
+    delays: list[float] = []
+    done = asyncio.Event()
+
+    async def sleep(delay: float) -> None:
+        delays.append(delay)
+        if len(delays) == 6:
+            done.set()
+            await asyncio.Event().wait()
+
+    async def on_labels(_labels: object) -> None:
+        return None
+
+    ending = EndingServer()
+    ending.gone = 1
+    async with ending as url:
+        client = connect(_kubeconfig(tmp_path / "kubeconfig", url))
+        backoff = Backoff(initial=0.5, maximum=30.0, jitter=0.0)
+        watch = NodeWatch(client, "n", on_labels, backoff=backoff, sleep=sleep)
+        tasks = TaskSet()
+        tasks.spawn("node-watch", watch.run)
+        try:
+            await asyncio.wait_for(done.wait(), 10)
+        finally:
+            await tasks.stop()
+            await client.close()
+    assert delays == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
+    kinds = ["watch" if "watch=true" in p else "list" for p in ending.paths]
+    assert kinds == ["list", "watch", "list", "watch", "watch", "watch", "watch", "watch"]
+    assert all("fieldSelector=metadata.name%3Dn" in p for p in ending.paths)
+    assert all("resourceVersion=7" in p for p in ending.paths if "watch=true" in p)
+
+
+async def test_labelling_the_node_serves_the_resource_and_unlabelling_stops_it(
+    apiserver: ApiServer, base: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The daemon's node watch: a resource whose selector the Node does not match is not
+    registered; labelling the Node registers it with the embedded kubelet; removing the
+    label while a unit is allocated stops it as a removal does (its unit cleaned once)."""
+    caplog.set_level(logging.INFO, logger="genericdp")
+    name = "selector-node"
+    node(apiserver, name, zone="a")
+    hook = Hook(base / "hook")
+    selector = f"  nodeSelector: {{matchExpressions: [{{key: {LABEL}, operator: Exists}}]}}\n"
+    discovery = ScriptedDiscovery({SERIAL: [unit("ttyUSB0")]})
+    cfg = hook.config(extra=selector)
+    kubeconfig = str(apiserver.kubeconfig)
+    tasks = TaskSet()
+    try:
+        async with serving(base, cfg, discovery, node_name=name, kubeconfig=kubeconfig) as rt:
+            NodeLabelsWatch(tasks, rt.settings, rt.supervisor).start_if_needed()
+            await eventually(lambda: rt.supervisor.node_labels == {"zone": "a"})
+            assert rt.supervisor.status() == {}
+            apiserver.kubectl("label", "node", name, f"{LABEL}=")
+            await _allocatable(rt, 1)
+            await rt.kubelet.allocate(SERIAL, 1, pod="p")
+            await eventually(lambda: rt.usage.listed(SERIAL) == {"ttyUSB0"})
+            apiserver.kubectl("label", "node", name, f"{LABEL}-")
+            await rt.until(lambda k: not k.resources[SERIAL].connected)
+            await eventually(lambda: hook.lines("done") == ["ttyUSB0"])
+            assert rt.supervisor.status() == {}
+    finally:
+        await tasks.stop()
+        apiserver.kubectl("delete", "node", name)
+
+
+async def _allocatable(rt: Running, count: int) -> None:
+    await rt.until(lambda k: SERIAL in k.resources and k.resources[SERIAL].allocatable == count)
+
+
+async def test_without_api_access_selected_resources_are_not_served_said_once(
+    base: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No node name: no watch starts, and one warning says why, however often it is asked."""
+    caplog.set_level(logging.INFO, logger="genericdp")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    hook = Hook(base / "hook")
+    selector = "  nodeSelector: {matchLabels: {zone: a}}\n"
+    discovery = ScriptedDiscovery({SERIAL: [unit("ttyUSB0")]})
+    tasks = TaskSet()
+    async with serving(base, hook.config(extra=selector), discovery, node_name="") as rt:
+        watch = NodeLabelsWatch(tasks, rt.settings, rt.supervisor)
+        watch.start_if_needed()
+        watch.start_if_needed()
+        assert tasks.names == ()
+        assert rt.supervisor.status() == {}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "resources with a nodeSelector are not served: this node's labels are unknown:"
+        " no node name (--node-name or GENERICDP_NODE_NAME)"
+    ]
