@@ -19,7 +19,6 @@ from typing import Any, Literal, TextIO, cast, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from genericdp import __version__
-from genericdp.dra.naming import DEFAULT_DRIVER
 from genericdp.errors import ConfigError, DiscoveryError, GenericdpError
 from genericdp.exits import (
     EXIT_ENVIRONMENT,
@@ -149,9 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="device-plugin",
         help="dra: print the ResourceSlices this node would publish and what a claim gets",
     )
-    p.add_argument(
-        "--driver", default=DEFAULT_DRIVER, help=f"DRA driver name (default {DEFAULT_DRIVER})"
-    )
+    _driver_alias(p)
     p.add_argument("--once", action="store_true", help="exit after the first report")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for registration")
     _setting_flags(p, Settings, skip=SIMULATE_SKIPS)
@@ -159,11 +156,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "deviceclasses", help="print a DeviceClass per resource, for the DRA backend (YAML)"
     )
-    p.add_argument("path", type=Path, metavar="PATH", help="config file or directory")
     p.add_argument(
-        "--driver", default=DEFAULT_DRIVER, help=f"DRA driver name (default {DEFAULT_DRIVER})"
-    )
+        "paths", nargs="+", type=Path, metavar="PATH",
+        help="config files or directories, read together as one config",
+    )  # fmt: skip
+    _driver_alias(p)
+    _setting_flags(p, Settings, skip=frozenset(Settings.model_fields) - {"dra_driver_name"})
     return parser
+
+
+def _driver_alias(p: argparse.ArgumentParser) -> None:
+    """``--driver``: the shorter spelling of ``--dra-driver-name`` (same setting)."""
+    p.add_argument(
+        "--driver", dest="dra_driver_name", metavar="NAME", help="same as --dra-driver-name"
+    )
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -292,7 +298,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.backend == "dra":
         from genericdp.simulate import simulate_dra
 
-        return simulate_dra(args.path, settings, driver=args.driver, requests=requests)
+        return simulate_dra(args.path, settings, driver=settings.dra_driver_name, requests=requests)
     # Quieter than serve unless asked (flag or GENERICDP_LOG_LEVEL): the report is the output.
     level = settings.log_level if "log_level" in settings.model_fields_set else "warning"
     logsetup.configure(level, settings.log_format)
@@ -313,12 +319,13 @@ def cmd_deviceclasses(args: argparse.Namespace) -> int:
     from genericdp.config import load
     from genericdp.dra.deviceclasses import device_classes
 
-    config = load([args.path])
+    settings = Settings(**_overrides(args))
+    config = load(args.paths)
     yaml = YAML(typ="safe", pure=True)
     yaml.default_flow_style = False
     yaml.explicit_start = True
     yaml.width = 4096  # one line per CEL expression
-    yaml.dump_all(device_classes(config, args.driver), sys.stdout)
+    yaml.dump_all(device_classes(config, settings.dra_driver_name), sys.stdout)
     return EXIT_OK
 
 
