@@ -35,6 +35,7 @@ from genericdp.config.sandbox import (
     SliceSpent,
     allocation_budget,
 )
+from genericdp.config.templatefields import ALLOCATE_CONTEXT, NODE_CONTEXT, field_problems
 from genericdp.config.templatevalues import CompiledTemplates, MountTemplate, TemplateValue
 from genericdp.config.v1.allocate import AllocateSpec
 
@@ -161,6 +162,13 @@ def _static_problems(
     return problems
 
 
+def _field_problems(tree: nodes.Template, known: Sequence[str]) -> list[TemplateProblem]:
+    """Lookups of fields the records a template sees do not have (``templatefields``)."""
+    shapes = {**ALLOCATE_CONTEXT, **NODE_CONTEXT}
+    scope = {name: shapes.get(name) for name in known}
+    return [TemplateProblem("", p.message, p.line) for p in field_problems(tree, scope)]
+
+
 def _accessed_name(node: nodes.Node) -> str | None:
     """The attribute of ``x.attr`` or the constant key of ``x['key']``."""
     if isinstance(node, nodes.Getattr):
@@ -211,6 +219,8 @@ def _compile_one(
     problems.extend(TemplateProblem(key, p.message, p.line) for p in found)
     if compiled is None:
         return TemplateValue(source, None)
+    fields = compiled.field_problems
+    problems.extend(TemplateProblem(key, p.message, p.line) for p in fields)
     return TemplateValue(source, compiled.template, compiled.plan, compiled.names)
 
 
@@ -219,6 +229,9 @@ class _Compiled:
     template: Template
     plan: Plan | None  # when ``directrender`` can render it
     names: frozenset[str]  # the context names it reads
+    # Fields it reads that no record it sees has: a config error, kept apart so
+    # that the renderers can be compared on any context (tests/test_render_direct.py).
+    field_problems: tuple[TemplateProblem, ...] = ()
 
 
 @functools.lru_cache(maxsize=1024)
@@ -239,6 +252,7 @@ def _compiled(
         if found:
             return None, tuple(found)
         names = frozenset(meta.find_undeclared_variables(tree))
+        fields = tuple(_field_problems(tree, known))
         plan = plan_of(tree)  # before _Harden rewrites the tree
         _Harden().visit(tree)
         code = SANDBOX.compile(tree)
@@ -247,7 +261,7 @@ def _compiled(
         return None, (TemplateProblem("", exc.message or str(exc), exc.lineno),)
     except RecursionError:  # Jinja's parser and compiler recurse per nesting level
         return None, (TemplateProblem("", "expressions or blocks are nested too deeply"),)
-    return _Compiled(template, plan, names), ()
+    return _Compiled(template, plan, names, fields), ()
 
 
 def compile_templates(spec: AllocateSpec) -> CompiledTemplates:
