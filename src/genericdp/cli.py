@@ -251,6 +251,7 @@ def cmd_discover(args: argparse.Namespace) -> int:
     from genericdp.config import load
     from genericdp.discovery import discover
     from genericdp.discovery.model import Roots
+    from genericdp.discovery.roots import root_notes
     from genericdp.report import build_report, to_json, to_text
 
     settings = DiscoverySettings(**_overrides(args))
@@ -267,7 +268,11 @@ def cmd_discover(args: argparse.Namespace) -> int:
             continue
         reports.append(build_report(definition, units, node_name=settings.node_name))
     sys.stdout.write(to_json(reports) + "\n" if args.json else to_text(reports))
-    return EXIT_OK
+    # Without its sysfs or udev database a resource finds nothing: not "no devices".
+    missing = root_notes(config.resources, roots)
+    for note in missing:
+        print(f"warning: {note}", file=sys.stderr)
+    return EXIT_ENVIRONMENT if missing else EXIT_OK
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
