@@ -19,7 +19,7 @@ from typing import Any, Literal, TextIO, cast, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from genericdp import __version__
-from genericdp.errors import ConfigError, DiscoveryError, GenericdpError
+from genericdp.errors import ConfigError, ConfigIssue, DiscoveryError, GenericdpError
 from genericdp.exits import (
     EXIT_ENVIRONMENT,
     EXIT_INTERRUPTED,
@@ -101,11 +101,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "validate",
         help="check config files or directories; exit 1 if invalid",
-        description="Checks config files and directories (together, as one config), and"
-        " rendered manifests (each ConfigMap's *.yaml/*.yml keys together, as its pod"
-        " reads them) and Helm values files (what the chart writes to its ConfigMap)"
-        " each on their own.",
+        description="Checks config files and directories together, as one config (what"
+        " the daemon makes of a ConfigMap's files; --each: each PATH on its own, as"
+        " separate configs, e.g. configs/examples/*.yaml), and rendered manifests (each"
+        " ConfigMap's *.yaml/*.yml keys together, as its pod reads them) and Helm values"
+        " files (what the chart writes to its ConfigMap) each on their own.",
     )
+    together = p.add_mutually_exclusive_group()
+    together.add_argument(
+        "--merged",
+        dest="each",
+        action="store_false",
+        help="check the PATHs together as one config, as the daemon reads a config"
+        " directory: a resource name may appear once in all of them (the default)",
+    )
+    together.add_argument(
+        "--each",
+        dest="each",
+        action="store_true",
+        help="check each PATH (a file, or a directory as one config) on its own",
+    )
+    p.set_defaults(each=False)
     p.add_argument(
         "paths", nargs="*", type=Path, metavar="PATH",
         help="a config file or directory, or a manifest (a file with a top-level kind:)",
@@ -193,19 +209,23 @@ def cmd_validate(args: argparse.Namespace) -> int:
         raise UsageError("validate needs a PATH or --helm-values FILE")
     manifests = [p for p in args.paths if configsources.looks_like_manifest(p)]
     plain = [p for p in args.paths if p not in manifests]
-    if plain:
+    issues: list[ConfigIssue] = []
+    for together in [[p] for p in plain] if args.each else [plain] if plain else []:
         try:
-            config = load(plain)
-        except ConfigError:
-            for path in filter(configsources.looks_like_helm_values, plain):
+            config = load(together)
+        except ConfigError as exc:
+            for path in filter(configsources.looks_like_helm_values, together):
                 print(
                     f"note: {path} looks like a Helm values file: use --helm-values",
                     file=sys.stderr,
                 )
-            raise
+            issues += exc.issues
+            continue
         print(f"ok: {len(config.resources)} resource(s) in {len(config.files)} file(s)")
         for r in config.resources:
             print(f"  {r.name}  ({r.source.file}:{r.source.line})")
+    if issues:
+        raise ConfigError(issues)
     groups = [configsources.from_helm_values(p) for p in args.helm_values]
     for manifest in manifests:
         groups += configsources.from_manifest(manifest)
