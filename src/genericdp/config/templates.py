@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
@@ -197,6 +198,19 @@ def _unknown_name_message(name: str, known: Sequence[str] = TEMPLATE_NAMES) -> s
     return f"unknown name {name!r} (known: {', '.join(known)}{hint})"
 
 
+_NO_SUCH = re.compile(r"No (filter|test) named '([^']*)'")
+
+
+def _filter_hint(message: str) -> str:
+    """A did-you-mean for Jinja's "No filter named 'x'." (and tests)."""
+    found = _NO_SUCH.match(message)
+    if found is None:
+        return ""
+    known = SANDBOX.filters if found.group(1) == "filter" else SANDBOX.tests
+    close = difflib.get_close_matches(found.group(2), sorted(known), n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
 def _is_literal(source: str) -> bool:
     return not any(marker in source for marker in _TEMPLATE_MARKERS)
 
@@ -258,7 +272,8 @@ def _compiled(
         code = SANDBOX.compile(tree)
         template = SANDBOX.template_class.from_code(SANDBOX, code, SANDBOX.make_globals(None))
     except TemplateSyntaxError as exc:
-        return None, (TemplateProblem("", exc.message or str(exc), exc.lineno),)
+        message = exc.message or str(exc)
+        return None, (TemplateProblem("", message + _filter_hint(message), exc.lineno),)
     except RecursionError:  # Jinja's parser and compiler recurse per nesting level
         return None, (TemplateProblem("", "expressions or blocks are nested too deeply"),)
     return _Compiled(template, plan, names, fields), ()
