@@ -79,7 +79,7 @@ def test_discover_json_shows_health_and_the_probes_problem(tmp_path: Path) -> No
     done = _discover(tmp_path, "--json")
     assert done.returncode == 0, done.stderr
     by_name = {r["resource"]: r for r in json.loads(done.stdout)["resources"]}
-    assert by_name["example.com/plain"]["units"][0]["health"] == "Healthy"
+    assert by_name["example.com/plain"]["units"][0]["health"] == "healthy"
     assert by_name["example.com/plain"]["healthProbe"] is None
     assert by_name["example.com/probed"]["units"][0]["health"] == "not probed"
     assert by_name["example.com/probed"]["healthProbe"]["problem"] is None

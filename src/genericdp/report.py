@@ -113,7 +113,7 @@ def report_dict(report: ResourceReport) -> dict[str, Any]:
             {
                 "id": u.id,
                 "deviceIds": list(idle_ids(d, u.id)),
-                "health": unit_health(d, u),
+                "health": unit_health(d, u).lower(),  # healthy, unhealthy, not probed
                 "numaNode": u.numa_node,
                 "nodes": [
                     {"hostPath": n.host_path, "containerPath": n.container_path} for n in u.nodes
