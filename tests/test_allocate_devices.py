@@ -244,7 +244,7 @@ def test_discover_report_says_what_is_missing(base: Path) -> None:
     report = build_report(definition, discover(definition, host.roots))
     text = to_text([report])
     assert "every unit is Unhealthy: required device node(s) missing: /dev/nvidiactl" in text
-    assert "missing" in text.splitlines()[3]
+    assert "Unhealthy" in text.splitlines()[3]
     assert "/dev/kvm" in text
     as_json = report_dict(report)
     assert as_json["missingDevices"] == ["/dev/nvidiactl"]

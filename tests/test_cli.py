@@ -165,3 +165,38 @@ def test_discover_demo_on_this_machine() -> None:
     data = json.loads(result.stdout)
     paths = {n["hostPath"] for r in data["resources"] for u in r["units"] for n in u["nodes"]}
     assert "/dev/null" in paths
+
+
+def test_validate_each_checks_every_path_on_its_own(tmp_path: Path) -> None:
+    """--each: one name in two files is fine, each file's problems are still found;
+    --merged (the default) reads them as one config, as the daemon does."""
+    (tmp_path / "a.yaml").write_text(GOOD)
+    (tmp_path / "b.yaml").write_text(GOOD)
+    both = [str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml")]
+    each = run("validate", "--each", *both)
+    assert each.returncode == 0, each.stderr
+    assert each.stdout.count("ok: 1 resource(s) in 1 file(s)") == 2
+    for merged in (run("validate", *both), run("validate", "--merged", *both)):
+        assert merged.returncode == 1
+        assert "duplicate resource name 'example.com/serial'" in merged.stderr
+    (tmp_path / "bad.yaml").write_text(GOOD.replace("glob: /dev/ttyUSB*", "glob: dev/x"))
+    mixed = run("validate", "--each", str(tmp_path / "bad.yaml"), *both)
+    assert mixed.returncode == 1
+    assert f"{tmp_path / 'bad.yaml'}:5:" in mixed.stderr
+    assert mixed.stdout.count("ok: ") == 2
+
+
+def test_validate_each_passes_every_example_at_once() -> None:
+    """The shipped examples are separate configs: --each passes them in one call."""
+    files = sorted(str(p) for p in EXAMPLES.glob("*.yaml"))
+    result = run("validate", "--each", *files)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("ok: ") == len(files)
+
+
+def test_validate_help_says_how_paths_are_combined() -> None:
+    """--help names both ways of reading several PATHs."""
+    text = " ".join(run("validate", "--help").stdout.split())
+    assert "--each" in text
+    assert "--merged" in text
+    assert "as one config" in text

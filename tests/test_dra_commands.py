@@ -278,3 +278,66 @@ def test_two_resources_deriving_one_deviceclass_name_are_refused(
     assert "Traceback" not in result.stderr
     assert "'a.com/x.y' and 'y.a.com/x' both name DeviceClass 'x.y.a.com'" in result.stderr
     assert f"{cfg}:5" in result.stderr, result.stderr
+
+
+def _run_with(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "genericdp", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**_env(), **env},
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "flags"),
+    [({}, ["--dra-driver-name", "b.example"]), ({"GENERICDP_DRA_DRIVER_NAME": "b.example"}, [])],
+)
+def test_simulate_dra_publishes_the_driver_name_of_the_setting(
+    tmp_path: Path, env: dict[str, str], flags: list[str]
+) -> None:
+    """The documented setting (flag or variable) names the driver of the simulated slices."""
+    host = _host(tmp_path)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(CONFIG)
+    done = _run_with(env, "simulate", str(cfg), "--backend", "dra", *flags, *_roots(host))
+    assert done.returncode == 0, done.stderr
+    assert "driver: b.example" in done.stdout
+    assert "genericdp.io" not in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("env", "flags"),
+    [
+        ({}, ["--dra-driver-name", "b.example"]),
+        ({}, ["--driver", "b.example"]),
+        ({"GENERICDP_DRA_DRIVER_NAME": "b.example"}, []),
+    ],
+)
+def test_deviceclasses_select_the_driver_name_of_the_setting(
+    tmp_path: Path, env: dict[str, str], flags: list[str]
+) -> None:
+    """A renamed driver gets classes that match its slices, by flag or variable."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(CONFIG)
+    done = _run_with(env, "deviceclasses", str(cfg), *flags)
+    assert done.returncode == 0, done.stderr
+    assert 'device.driver == "b.example"' in done.stdout
+    assert "genericdp.io" not in done.stdout
+
+
+def test_deviceclasses_read_several_paths_as_one_config(tmp_path: Path) -> None:
+    """Like validate: each path's resources get their class; a bad driver name is exit 2."""
+    (tmp_path / "a.yaml").write_text(CONFIG)
+    (tmp_path / "b.yaml").write_text(
+        "version: v1\nresources:\n  - name: example.com/kvm\n    match:\n      - glob: /dev/kvm\n"
+    )
+    done = run("deviceclasses", str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml"))
+    assert done.returncode == 0, done.stderr
+    names = [c["metadata"]["name"] for c in YAML(typ="safe", pure=True).load_all(done.stdout)]
+    assert names == ["serial.example.com", "gpu.example.com", "kvm.example.com"]
+    bad = run("deviceclasses", str(tmp_path / "a.yaml"), "--driver", "Not_A_Name")
+    assert bad.returncode == 2
+    assert "--dra-driver-name" in bad.stderr

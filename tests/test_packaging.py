@@ -597,13 +597,18 @@ def _env_var(ds: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 @needs_kubectl
-def test_kubelet_root_dir_component_after_dra_moves_the_dra_directories_too(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    "components",
+    [(DRA_COMPONENT, KUBELET_ROOT_DIR), (KUBELET_ROOT_DIR, DRA_COMPONENT)],
+    ids=["dra first", "kubelet-root-dir first"],
+)
+def test_kubelet_root_dir_component_with_dra_moves_the_dra_directories_too(
+    tmp_path: Path, components: tuple[Path, ...]
 ) -> None:
-    """Listed after `dra`: plugins_registry/ and plugins/ under --root-dir, at their host paths."""
+    """In either order: plugins_registry/ and plugins/ under --root-dir, at their host paths."""
     root_dir = "/var/lib/k0s/kubelet"
     overlay = tmp_path / "overlay"
-    docs = kustomize(root_dir_overlay(overlay, root_dir, (DRA_COMPONENT, KUBELET_ROOT_DIR)))
+    docs = kustomize(root_dir_overlay(overlay, root_dir, components))
     (ds,) = by_kind(docs, "DaemonSet")
     for volume, (suffix, variable) in DRA_DIRS.items():
         moved = root_dir + suffix
@@ -1252,3 +1257,16 @@ def test_percentile_is_nearest_rank(tmp_path: Path) -> None:
         tmp_path, f"percentile 50 {samples}; percentile 100 {samples}; percentile 0 {samples}"
     )
     assert result.stdout.split() == ["0.20", "0.90", "0.10"], result.stderr
+
+
+@needs_kubectl
+def test_the_base_configmap_names_no_path_of_this_repository() -> None:
+    """What a user's cluster holds points at nothing only a checkout of the repository has."""
+    (cm,) = (
+        c
+        for c in by_kind(kustomize(BASE), "ConfigMap")
+        if c["metadata"]["name"] == "genericdp-config"
+    )
+    text = cm["data"]["config.yaml"]
+    assert "../" not in text
+    assert "genericdp schema" in text

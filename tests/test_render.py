@@ -205,13 +205,14 @@ def test_none_renders_empty() -> None:
 
 
 def test_undefined_attribute_names_resource_and_key() -> None:
-    """A missing attribute fails the render with the resource, key and source."""
+    """A device attribute it lacks fails the render with the resource, key and source
+    (a field name that no device has is refused at load: test_template_fields.py)."""
     with pytest.raises(TemplateRenderError) as info:
-        render_env("{{ devices[0].pathh }}")
+        render_env("{{ devices[0].attributes.nosuch }}")
     message = str(info.value)
     assert "example.com/serial" in message
     assert "allocate.env.V" in message
-    assert "pathh" in message
+    assert "nosuch" in message
 
 
 def test_index_out_of_range_is_a_render_error() -> None:

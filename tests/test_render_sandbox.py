@@ -67,7 +67,7 @@ def test_escapes_are_refused_at_compile_time(source: str, fragment: str) -> None
     [
         ("{{ '{0.__class__}'.format(units) }}", "unsafe"),
         ("{{ '{id.__class__}'.format_map(units[0]) }}", "unsafe"),
-        ("{{ units | map(attribute='nope') | list }}", "no attribute 'nope'"),
+        ("{{ [units[0]] | map(attribute='nope') | list }}", "no attribute 'nope'"),
         ("{% set a = '_' ~ '_class_' ~ '_' %}{{ units[a] }}", ""),
         ("{{ units | attr('__class__') }}", "unsafe"),
         ("{{ units | map(attribute='__class__') | list }}", "unsafe"),

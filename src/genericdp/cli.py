@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO, cast, get_args, get_orig
 from pydantic import BaseModel, ValidationError
 
 from genericdp import __version__
-from genericdp.dra.naming import DEFAULT_DRIVER
-from genericdp.errors import ConfigError, DiscoveryError, GenericdpError
+from genericdp.errors import ConfigError, ConfigIssue, DiscoveryError, GenericdpError
 from genericdp.exits import (
     EXIT_ENVIRONMENT,
     EXIT_FAILED,
@@ -108,11 +107,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "validate",
         help="check config files or directories; exit 1 if invalid",
-        description="Checks config files and directories (together, as one config), and"
-        " rendered manifests (each ConfigMap's *.yaml/*.yml keys together, as its pod"
-        " reads them) and Helm values files (what the chart writes to its ConfigMap)"
-        " each on their own.",
+        description="Checks config files and directories together, as one config (what"
+        " the daemon makes of a ConfigMap's files; --each: each PATH on its own, as"
+        " separate configs, e.g. configs/examples/*.yaml), and rendered manifests (each"
+        " ConfigMap's *.yaml/*.yml keys together, as its pod reads them) and Helm values"
+        " files (what the chart writes to its ConfigMap) each on their own.",
     )
+    together = p.add_mutually_exclusive_group()
+    together.add_argument(
+        "--merged",
+        dest="each",
+        action="store_false",
+        help="check the PATHs together as one config, as the daemon reads a config"
+        " directory: a resource name may appear once in all of them (the default)",
+    )
+    together.add_argument(
+        "--each",
+        dest="each",
+        action="store_true",
+        help="check each PATH (a file, or a directory as one config) on its own",
+    )
+    p.set_defaults(each=False)
     p.add_argument(
         "paths", nargs="*", type=Path, metavar="PATH",
         help="a config file or directory, or a manifest (a file with a top-level kind:)",
@@ -160,9 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="device-plugin",
         help="dra: print the ResourceSlices this node would publish and what a claim gets",
     )
-    p.add_argument(
-        "--driver", default=DEFAULT_DRIVER, help=f"DRA driver name (default {DEFAULT_DRIVER})"
-    )
+    _driver_alias(p)
     p.add_argument("--once", action="store_true", help="exit after the first report")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for registration")
     _setting_flags(p, Settings, skip=SIMULATE_SKIPS)
@@ -170,11 +183,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "deviceclasses", help="print a DeviceClass per resource, for the DRA backend (YAML)"
     )
-    p.add_argument("path", type=Path, metavar="PATH", help="config file or directory")
     p.add_argument(
-        "--driver", default=DEFAULT_DRIVER, help=f"DRA driver name (default {DEFAULT_DRIVER})"
-    )
+        "paths", nargs="+", type=Path, metavar="PATH",
+        help="config files or directories, read together as one config",
+    )  # fmt: skip
+    _driver_alias(p)
+    _setting_flags(p, Settings, skip=frozenset(Settings.model_fields) - {"dra_driver_name"})
     return parser
+
+
+def _driver_alias(p: argparse.ArgumentParser) -> None:
+    """``--driver``: the shorter spelling of ``--dra-driver-name`` (same setting)."""
+    p.add_argument(
+        "--driver", dest="dra_driver_name", metavar="NAME", help="same as --dra-driver-name"
+    )
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -199,19 +221,23 @@ def cmd_validate(args: argparse.Namespace) -> int:
     labels = _node_labels(args.node_labels)
     manifests = [p for p in args.paths if configsources.looks_like_manifest(p)]
     plain = [p for p in args.paths if p not in manifests]
-    if plain:
+    issues: list[ConfigIssue] = []
+    for together in [[p] for p in plain] if args.each else [plain] if plain else []:
         try:
-            config = load(plain)
-        except ConfigError:
-            for path in filter(configsources.looks_like_helm_values, plain):
+            config = load(together)
+        except ConfigError as exc:
+            for path in filter(configsources.looks_like_helm_values, together):
                 print(
                     f"note: {path} looks like a Helm values file: use --helm-values",
                     file=sys.stderr,
                 )
-            raise
+            issues += exc.issues
+            continue
         print(f"ok: {len(config.resources)} resource(s) in {len(config.files)} file(s)")
         for r in config.resources:
             print(f"  {r.name}  ({r.source.file}:{r.source.line}){_served(r, labels)}")
+    if issues:
+        raise ConfigError(issues)
     groups = [configsources.from_helm_values(p) for p in args.helm_values]
     for manifest in manifests:
         groups += configsources.from_manifest(manifest)
@@ -286,6 +312,7 @@ def cmd_discover(args: argparse.Namespace) -> int:
     from genericdp.config import load
     from genericdp.discovery import discover
     from genericdp.discovery.model import Roots
+    from genericdp.discovery.roots import root_notes
     from genericdp.report import build_report, to_json, to_text
     from genericdp.runtime.reconcile import LABELS_UNKNOWN, not_served
 
@@ -307,7 +334,11 @@ def cmd_discover(args: argparse.Namespace) -> int:
             why += " (give them with --node-labels)"
         reports.append(dataclasses.replace(report, not_served=why) if why else report)
     sys.stdout.write(to_json(reports) + "\n" if args.json else to_text(reports))
-    return EXIT_OK
+    # Without its sysfs or udev database a resource finds nothing: not "no devices".
+    missing = root_notes(config.resources, roots)
+    for note in missing:
+        print(f"warning: {note}", file=sys.stderr)
+    return EXIT_ENVIRONMENT if missing else EXIT_OK
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -338,7 +369,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.backend == "dra":
         from genericdp.simulate import simulate_dra
 
-        return simulate_dra(args.path, settings, driver=args.driver, requests=requests)
+        return simulate_dra(args.path, settings, driver=settings.dra_driver_name, requests=requests)
     # Quieter than serve unless asked (flag or GENERICDP_LOG_LEVEL): the report is the output.
     level = settings.log_level if "log_level" in settings.model_fields_set else "warning"
     logsetup.configure(level, settings.log_format)
@@ -359,12 +390,13 @@ def cmd_deviceclasses(args: argparse.Namespace) -> int:
     from genericdp.config import load
     from genericdp.dra.deviceclasses import device_classes
 
-    config = load([args.path])
+    settings = Settings(**_overrides(args))
+    config = load(args.paths)
     yaml = YAML(typ="safe", pure=True)
     yaml.default_flow_style = False
     yaml.explicit_start = True
     yaml.width = 4096  # one line per CEL expression
-    yaml.dump_all(device_classes(config, args.driver), sys.stdout)
+    yaml.dump_all(device_classes(config, settings.dra_driver_name), sys.stdout)
     return EXIT_OK
 
 

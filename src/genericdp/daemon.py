@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Protocol
 from genericdp.aio import Backoff, TaskSet
 from genericdp.config.loader import Source, load_sources
 from genericdp.config.model import Config
+from genericdp.discovery.model import Roots
+from genericdp.discovery.roots import root_notes
 from genericdp.errors import ConfigError
 from genericdp.exits import EXIT_OK
 from genericdp.httpserver import run_http_server
@@ -196,12 +198,18 @@ async def _serve(
     watches = TaskSet(log)
     started = asyncio.Event()  # the config is applied: /readyz may say yes
     endpoints = TaskSet(log)  # stopped last: /healthz answers while the plugins stop
+    roots = Roots(dev=settings.dev_root, sys=settings.sys_root, udev=settings.udev_root)
     serve_endpoints(
         endpoints,
         settings.metrics_listen,
         metrics,
         lambda: with_config_problem(
-            readiness(supervisor.status(), started=started.is_set()), start.problem
+            readiness(
+                supervisor.status(),
+                started=started.is_set(),
+                notes=root_notes(supervisor.config.resources, roots),
+            ),
+            start.problem,
         ),
     )
 

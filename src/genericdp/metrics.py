@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -358,7 +358,9 @@ def liveness() -> Verdict:
     return Verdict(ok=True, text="ok")
 
 
-def readiness(statuses: Mapping[str, PluginStatus], *, started: bool) -> Verdict:
+def readiness(
+    statuses: Mapping[str, PluginStatus], *, started: bool, notes: Sequence[str] = ()
+) -> Verdict:
     """Ready once every resource of the running config has registered at least once.
 
     Not before the config is applied (``started``); a config without resources
@@ -369,12 +371,14 @@ def readiness(statuses: Mapping[str, PluginStatus], *, started: bool) -> Verdict
     ``allocate.devices`` node is missing is listed with the reason but does
     not fail readiness: the daemon is doing its job (the kubelet sees the
     units Unhealthy), and a driver not loaded on one node must not stall a
-    DaemonSet rollout across the cluster.
+    DaemonSet rollout across the cluster. ``notes`` (a root a resource needs
+    and the host lacks, ``discovery.roots``) are listed on the same terms.
     """
     if not started:
         return Verdict(ok=False, text="not ready: starting")
     waiting = {n: s for n, s in statuses.items() if s.registrations == 0}
     faults = [f"{n}: Unhealthy: {s.fault}" for n, s in statuses.items() if s.fault]
+    faults += notes
     if not waiting:
         text = f"ready: {len(statuses)} resource(s) registered"
         return Verdict(ok=True, text="\n".join([text, *faults]))

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from genericdp.allocation.plan import Allocation, plan_allocation
@@ -52,6 +55,47 @@ def build_report(
     return ResourceReport(definition, tuple(units), example, error)
 
 
+def unit_health(definition: ResourceDefinition, unit: Unit) -> str:
+    """What the daemon would advertise for ``unit`` before any probe has run:
+    Unhealthy without a required node, Healthy with no probe, else not yet
+    known (a probed unit starts Unhealthy until its first probe passes)."""
+    if unit.missing:
+        return "Unhealthy"
+    return "Healthy" if definition.health is None else "not probed"
+
+
+def probe_problem(definition: ResourceDefinition) -> str | None:
+    """Why the health command could never pass here (None: it could, or no command)."""
+    check = definition.health
+    if check is None or check.exec is None:
+        return None
+    name = check.exec.argv[0]
+    if "/" not in name:  # a bare name, looked up in PATH as the daemon runs it
+        if shutil.which(name) is None:
+            return f"health command {name} is not in PATH: every unit would stay Unhealthy"
+        return None
+    command = Path(name)
+    if not command.exists():
+        return f"health command {command} does not exist: every unit would stay Unhealthy"
+    if command.is_dir() or not os.access(command, os.X_OK):
+        return f"health command {command} is not executable: every unit would stay Unhealthy"
+    return None
+
+
+def _probe_text(definition: ResourceDefinition) -> str | None:
+    check = definition.health
+    if check is None:
+        return None
+    problem = probe_problem(definition)
+    if problem is not None:
+        return problem
+    what = f"command {check.exec.argv[0]}" if check.exec else "sysfs attribute"
+    return (
+        f"health: {what} every {check.interval:g}s, not probed here"
+        " (units are Unhealthy until their first probe passes)"
+    )
+
+
 def _allocation_dict(allocation: Allocation) -> dict[str, Any]:
     # discover writes no CDI spec, and has never listed the CDI names.
     return {k: v for k, v in allocation.as_dict().items() if k != "cdiDevices"}
@@ -70,7 +114,7 @@ def report_dict(report: ResourceReport) -> dict[str, Any]:
             {
                 "id": u.id,
                 "deviceIds": list(idle_ids(d, u.id)),
-                "health": "unhealthy" if u.missing else "unknown",
+                "health": unit_health(d, u).lower(),  # healthy, unhealthy, not probed
                 "numaNode": u.numa_node,
                 "nodes": [
                     {"hostPath": n.host_path, "containerPath": n.container_path} for n in u.nodes
@@ -84,7 +128,16 @@ def report_dict(report: ResourceReport) -> dict[str, Any]:
         "missingDevices": _missing(report.units),
         "served": report.not_served is None,
         "notServed": report.not_served,
+        "healthProbe": _probe_dict(d),
     }
+
+
+def _probe_dict(definition: ResourceDefinition) -> dict[str, Any] | None:
+    check = definition.health
+    if check is None:
+        return None
+    kind = "exec" if check.exec is not None else "sysfs"
+    return {"kind": kind, "interval": check.interval, "problem": probe_problem(definition)}
 
 
 def _missing(units: Sequence[Unit]) -> list[str]:
@@ -112,11 +165,14 @@ def to_text(reports: Sequence[ResourceReport]) -> str:
         if _missing(r.units):
             missing = ", ".join(_missing(r.units))
             out.append(f"  every unit is Unhealthy: required device node(s) missing: {missing}")
+        probe = _probe_text(d)
+        if probe is not None:
+            out.append(f"  {probe}")
         if not r.units:
             out.append("  no devices found")
         else:
             width = max(len(u.id) for u in r.units)
-            out.append(f"  {'UNIT':<{width}}  NUMA  HEALTH   NODES")
+            out.append(f"  {'UNIT':<{width}}  NUMA  {'HEALTH':<10}  NODES")
             for u in r.units:
                 numa = "-" if u.numa_node is None else str(u.numa_node)
                 nodes = ", ".join(
@@ -125,8 +181,8 @@ def to_text(reports: Sequence[ResourceReport]) -> str:
                     else f"{n.container_path} -> {n.host_path}"
                     for n in u.nodes
                 )
-                health = "missing" if u.missing else "unknown"
-                out.append(f"  {u.id:<{width}}  {numa:<4}  {health:<7}  {nodes}")
+                health = unit_health(d, u)
+                out.append(f"  {u.id:<{width}}  {numa:<4}  {health:<10}  {nodes}")
         if r.example is not None:
             out.append(f"  one unit ({r.units[0].id}) gives a container:")
             # discover has never listed the CDI names (nor has its JSON).

@@ -27,12 +27,35 @@ def glob_problem(pattern: str, *, what: str = "glob") -> str | None:
         return f"{what} {pattern!r} must be under /dev/: only device nodes are matched"
     if ".." in pattern.split("/"):
         return f"{what} {pattern!r} must not contain '..'"
+    unclosed = next((c for c in pattern.split("/") if _unclosed_bracket(c)), None)
+    if unclosed is not None:
+        return (
+            f"{what} {pattern!r} has a '[' that is never closed in {unclosed!r}: close it"
+            " ('[0-9]'), or write '[[]' for a literal '['"
+        )
     if not pattern.removeprefix("/dev/").strip("/."):
         return (
             f"{what} {pattern!r} names the /dev directory itself, which is not a device:"
             " add a pattern, e.g. /dev/ttyUSB*"
         )
     return None
+
+
+def _unclosed_bracket(component: str) -> bool:
+    """Whether a ``[`` opens a set with no ``]`` after it (fnmatch would then
+    match the ``[`` literally, which is never what was meant)."""
+    at = component.find("[")
+    while at != -1:
+        end = at + 1
+        if end < len(component) and component[end] == "!":
+            end += 1
+        if end < len(component) and component[end] == "]":
+            end += 1  # a ']' first in the set is part of it
+        close = component.find("]", end)
+        if close == -1:
+            return True
+        at = component.find("[", close + 1)
+    return False
 
 
 def container_path_problem(path: str) -> str | None:

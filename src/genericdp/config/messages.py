@@ -182,6 +182,8 @@ def _explain_choice(error: ValidationError, doc: Document, path: KeyPath) -> lis
         message = (
             f"must be a whole number from 1 to {MAX_COUNT}, or unbounded; not {describe(instance)}"
         )
+        if isinstance(instance, str):
+            message += _suggest(instance, ["unbounded"])
         return [doc.issue(path, message)]
     meant = [i for i, b in enumerate(branches) if _fits(b, instance)]
     if len(meant) == 1:

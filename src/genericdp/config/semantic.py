@@ -7,6 +7,7 @@ expected type is skipped here because the schema has already said so.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -211,8 +212,42 @@ def _literal_container_path_problem(source: str) -> str | None:
     return None
 
 
+# Subsystems a parent: grouping names, or that devices commonly sit below. Any
+# other name is allowed (sysfs has many), unless it is a letter or so away from
+# one of these: then it is taken for a typo of that one.
+KNOWN_SUBSYSTEMS = (
+    "usb", "usb-serial", "usbmisc", "usbmon", "pci", "pci_bus", "pci_express", "scsi",
+    "scsi_host", "scsi_disk", "scsi_generic", "platform", "i2c", "i2c-dev", "spi",
+    "spidev", "hid", "hidraw", "input", "sound", "drm", "tty", "net", "block", "nvme",
+    "nvme-subsystem", "nvmem", "mmc", "mmc_host", "virtio", "serio", "gpio", "gpiochip",
+    "thunderbolt", "infiniband", "infiniband_verbs", "infiniband_mad", "acpi", "pnp",
+    "cxl", "misc", "rtc", "tpm", "cpu", "memory", "rfkill", "leds", "power_supply",
+    "thermal", "bluetooth", "ieee80211", "video4linux", "media", "dma", "iommu",
+    "typec", "mei", "watchdog", "ptp", "pps", "dax", "nd", "vfio", "mdio_bus",
+    "accel", "graphics", "firmware", "wmi", "usb_power_delivery",
+)  # fmt: skip
+
+
+def _parent_typo(doc: Document, path: KeyPath, group_by: object) -> list[ConfigIssue]:
+    if not isinstance(group_by, str) or not group_by.startswith("parent:"):
+        return []
+    subsystem = group_by.removeprefix("parent:")
+    if subsystem in KNOWN_SUBSYSTEMS:
+        return []
+    close = difflib.get_close_matches(subsystem, KNOWN_SUBSYSTEMS, n=1, cutoff=0.75)
+    if not close:
+        return []
+    message = (
+        f"subsystem {subsystem!r} looks like a misspelling of {close[0]!r}:"
+        f" did you mean 'parent:{close[0]}'?"
+    )
+    return [doc.issue((*path, "groupBy"), message)]
+
+
 def _group_by(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[ConfigIssue]:
     group_by = resource.get("groupBy")
+    if typo := _parent_typo(doc, path, group_by):
+        return typo
     regex = group_by.get("pathRegex") if isinstance(group_by, dict) else None
     if not isinstance(regex, str):
         return []

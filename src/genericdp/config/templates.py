@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
@@ -35,6 +36,7 @@ from genericdp.config.sandbox import (
     SliceSpent,
     allocation_budget,
 )
+from genericdp.config.templatefields import ALLOCATE_CONTEXT, NODE_CONTEXT, field_problems
 from genericdp.config.templatevalues import CompiledTemplates, MountTemplate, TemplateValue
 from genericdp.config.v1.allocate import AllocateSpec
 
@@ -161,6 +163,13 @@ def _static_problems(
     return problems
 
 
+def _field_problems(tree: nodes.Template, known: Sequence[str]) -> list[TemplateProblem]:
+    """Lookups of fields the records a template sees do not have (``templatefields``)."""
+    shapes = {**ALLOCATE_CONTEXT, **NODE_CONTEXT}
+    scope = {name: shapes.get(name) for name in known}
+    return [TemplateProblem("", p.message, p.line) for p in field_problems(tree, scope)]
+
+
 def _accessed_name(node: nodes.Node) -> str | None:
     """The attribute of ``x.attr`` or the constant key of ``x['key']``."""
     if isinstance(node, nodes.Getattr):
@@ -189,6 +198,19 @@ def _unknown_name_message(name: str, known: Sequence[str] = TEMPLATE_NAMES) -> s
     return f"unknown name {name!r} (known: {', '.join(known)}{hint})"
 
 
+_NO_SUCH = re.compile(r"No (filter|test) named '([^']*)'")
+
+
+def _filter_hint(message: str) -> str:
+    """A did-you-mean for Jinja's "No filter named 'x'." (and tests)."""
+    found = _NO_SUCH.match(message)
+    if found is None:
+        return ""
+    known = SANDBOX.filters if found.group(1) == "filter" else SANDBOX.tests
+    close = difflib.get_close_matches(found.group(2), sorted(known), n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
 def _is_literal(source: str) -> bool:
     return not any(marker in source for marker in _TEMPLATE_MARKERS)
 
@@ -211,6 +233,8 @@ def _compile_one(
     problems.extend(TemplateProblem(key, p.message, p.line) for p in found)
     if compiled is None:
         return TemplateValue(source, None)
+    fields = compiled.field_problems
+    problems.extend(TemplateProblem(key, p.message, p.line) for p in fields)
     return TemplateValue(source, compiled.template, compiled.plan, compiled.names)
 
 
@@ -219,6 +243,9 @@ class _Compiled:
     template: Template
     plan: Plan | None  # when ``directrender`` can render it
     names: frozenset[str]  # the context names it reads
+    # Fields it reads that no record it sees has: a config error, kept apart so
+    # that the renderers can be compared on any context (tests/test_render_direct.py).
+    field_problems: tuple[TemplateProblem, ...] = ()
 
 
 @functools.lru_cache(maxsize=1024)
@@ -239,15 +266,17 @@ def _compiled(
         if found:
             return None, tuple(found)
         names = frozenset(meta.find_undeclared_variables(tree))
+        fields = tuple(_field_problems(tree, known))
         plan = plan_of(tree)  # before _Harden rewrites the tree
         _Harden().visit(tree)
         code = SANDBOX.compile(tree)
         template = SANDBOX.template_class.from_code(SANDBOX, code, SANDBOX.make_globals(None))
     except TemplateSyntaxError as exc:
-        return None, (TemplateProblem("", exc.message or str(exc), exc.lineno),)
+        message = exc.message or str(exc)
+        return None, (TemplateProblem("", message + _filter_hint(message), exc.lineno),)
     except RecursionError:  # Jinja's parser and compiler recurse per nesting level
         return None, (TemplateProblem("", "expressions or blocks are nested too deeply"),)
-    return _Compiled(template, plan, names), ()
+    return _Compiled(template, plan, names, fields), ()
 
 
 def compile_templates(spec: AllocateSpec) -> CompiledTemplates:

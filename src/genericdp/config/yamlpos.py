@@ -227,7 +227,32 @@ def _syntax_issue(exc: MarkedYAMLError, file: str) -> ConfigIssue:
         context = (exc.context or "").strip()
         if context and exc.context_mark is not None and exc.context_mark is not mark:
             message += f" ({context} at line {exc.context_mark.line + 1})"
+        message += _hint(problem)
     return ConfigIssue(file, line, column, "", message)
+
+
+# Plain words for the parser's messages that mean the indentation is off.
+_HINTS = (
+    (
+        ("expected <block end>", "did not find expected key", "expected <block mapping start>"),
+        "; this line is indented differently from the keys around it: line up keys of one"
+        " mapping in one column, and indent what belongs to a key (or a '- ' item) further"
+        " than the key, with spaces",
+    ),
+    (
+        ("mapping values are not allowed here",),
+        "; a 'key: value' where only a value fits: indent it under its own key, or quote a"
+        " value that contains ': '",
+    ),
+    (
+        ("did not find expected '-' indicator",),
+        "; the items of one list start with '- ' in one column: line this one up with the others",
+    ),
+)
+
+
+def _hint(problem: str) -> str:
+    return next((hint for starts, hint in _HINTS if problem.startswith(starts)), "")
 
 
 def _anchored(node: Any) -> bool:
