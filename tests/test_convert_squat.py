@@ -17,7 +17,9 @@ from ruamel.yaml import YAML
 from genericdp.cli import main
 from genericdp.config import load_text
 from genericdp.convert import convert_squat
-from genericdp.convert.emit import go_glob, group_regex, matcher_container_paths
+from genericdp.convert.emit import matcher_container_paths
+from genericdp.convert.goglob import go_glob
+from genericdp.convert.groupkeys import group_regex
 from genericdp.discovery import discover
 from genericdp.errors import ConfigError
 from genericdp.exits import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_USAGE

@@ -32,7 +32,7 @@ from genericdp.exits import (
 from genericdp.settings import SIMULATE_SKIPS, DiscoverySettings, Settings
 
 if TYPE_CHECKING:
-    from genericdp.config.model import ResourceDefinition
+    pass
 
 # squat/generic-device-plugin's flags that configure its daemon, not its devices.
 SQUAT_DAEMON_FLAGS = ("listen", "log-level", "plugin-directory")
@@ -215,6 +215,7 @@ def _print_config_error(exc: ConfigError, out: TextIO) -> None:
 def cmd_validate(args: argparse.Namespace) -> int:
     from genericdp import configsources
     from genericdp.config import load
+    from genericdp.report import served_note
 
     if not args.paths and not args.helm_values:
         raise UsageError("validate needs a PATH or --helm-values FILE")
@@ -235,7 +236,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             continue
         print(f"ok: {len(config.resources)} resource(s) in {len(config.files)} file(s)")
         for r in config.resources:
-            print(f"  {r.name}  ({r.source.file}:{r.source.line}){_served(r, labels)}")
+            print(f"  {r.name}  ({r.source.file}:{r.source.line}){served_note(r, labels)}")
     if issues:
         raise ConfigError(issues)
     groups = [configsources.from_helm_values(p) for p in args.helm_values]
@@ -259,16 +260,6 @@ def _node_labels(text: str | None) -> dict[str, str] | None:
         return parse_labels(text)
     except LabelsError as exc:
         raise UsageError(f"--node-labels: {exc}") from exc
-
-
-def _served(definition: ResourceDefinition, labels: dict[str, str] | None) -> str:
-    """What validate adds after a resource for ``--node-labels``: served, or why not."""
-    from genericdp.runtime.reconcile import not_served
-
-    if labels is None:
-        return ""
-    why = not_served(definition, labels)
-    return "  served" if why is None else f"  not served: {why}"
 
 
 def cmd_schema(_args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ import dataclasses
 import json
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -189,3 +189,13 @@ def to_text(reports: Sequence[ResourceReport]) -> str:
             out.extend(dataclasses.replace(r.example, cdi_devices=()).lines())
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def served_note(definition: ResourceDefinition, labels: Mapping[str, str] | None) -> str:
+    """What ``validate --node-labels`` adds after a resource: served, or why not."""
+    from genericdp.runtime.reconcile import not_served
+
+    if labels is None:
+        return ""
+    why = not_served(definition, labels)
+    return "  served" if why is None else f"  not served: {why}"

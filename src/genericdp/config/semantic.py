@@ -20,14 +20,13 @@ from genericdp.config.names import (
     validate_resource_name,
 )
 from genericdp.config.regex import compile_regex
-from genericdp.config.selector import Operator
 from genericdp.config.templates import TemplateSyntaxErrors, compile_node_template
 from genericdp.config.v1.health import DEFAULT_HEALTH_INTERVAL, DEFAULT_HEALTH_TIMEOUT
 from genericdp.config.v1.hooks import DEFAULT_HOOK_TIMEOUT, HOOK_NAMES
+from genericdp.config.v1.nodeselector import node_selector_issues
 from genericdp.config.v1.resource import UNBOUNDED
 from genericdp.config.yamlpos import Document, KeyPath
 from genericdp.errors import ConfigIssue, ellipsized
-from genericdp.k8snames import label_key_problem, label_value_problem
 
 # Bounds of every duration, in seconds. Probes run per unit: more often than
 # once a second each is a fork storm on a node with many units. A timeout under
@@ -56,7 +55,7 @@ def semantic_issues(doc: Document, seconds: dict[KeyPath, float]) -> list[Config
         issues += _health(doc, path, resource, seconds)
         issues += _hooks(doc, path, resource, seconds)
         issues += _mounts(doc, path, resource)
-        issues += _node_selector(doc, path, resource)
+        issues += node_selector_issues(doc, path, resource)
     return issues
 
 
@@ -257,55 +256,6 @@ def _group_by(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[Co
         where = (*path, "groupBy", "pathRegex")
         return [doc.issue(where, f"pathRegex {regex!r} is not a valid regular expression: {exc}")]
     return []
-
-
-def _node_selector(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[ConfigIssue]:
-    """Label keys and values as Kubernetes checks them, and the values each operator takes."""
-    selector = resource.get("nodeSelector")
-    if not isinstance(selector, dict):
-        return []
-    here = (*path, "nodeSelector")
-    issues: list[ConfigIssue] = []
-    labels = selector.get("matchLabels")
-    for key, value in labels.items() if isinstance(labels, dict) else ():
-        where = (*here, "matchLabels", key)
-        if problem := label_key_problem(str(key)):
-            issues.append(
-                doc.issue(where, f"label key {_short(str(key))!r}: {problem}", at_key=True)
-            )
-        if isinstance(value, str) and (problem := label_value_problem(value)):
-            issues.append(doc.issue(where, f"label value {_short(value)!r}: {problem}"))
-    expressions = selector.get("matchExpressions")
-    for index, expr in enumerate(expressions if isinstance(expressions, list) else ()):
-        if isinstance(expr, dict):
-            issues += _requirement(doc, (*here, "matchExpressions", index), expr)
-    return issues
-
-
-def _short(text: str) -> str:
-    return ellipsized(text, 80)
-
-
-def _requirement(doc: Document, where: KeyPath, expr: dict[str, Any]) -> list[ConfigIssue]:
-    issues: list[ConfigIssue] = []
-    key, operator, values = expr.get("key"), expr.get("operator"), expr.get("values", [])
-    if isinstance(key, str) and (problem := label_key_problem(key)):
-        issues.append(doc.issue((*where, "key"), f"label key {_short(key)!r}: {problem}"))
-    if not isinstance(values, list):
-        return issues
-    for index, value in enumerate(values):
-        if isinstance(value, str) and (problem := label_value_problem(value)):
-            message = f"label value {_short(value)!r}: {problem}"
-            issues.append(doc.issue((*where, "values", index), message))
-    if operator in tuple(Operator):
-        op = Operator(operator)
-        if op.takes_values and not values:
-            message = f"operator {op} needs at least one value"
-            issues.append(doc.issue((*where, "values") if "values" in expr else where, message))
-        elif not op.takes_values and values:
-            message = f"operator {op} takes no values (remove values, or use In or NotIn)"
-            issues.append(doc.issue((*where, "values"), message))
-    return issues
 
 
 def _sharing(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[ConfigIssue]:

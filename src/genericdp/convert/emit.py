@@ -22,12 +22,12 @@ import functools
 import json
 import posixpath
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from genericdp.config import schema
 from genericdp.config.names import validate_resource_name
-from genericdp.config.regex import compile_regex
+from genericdp.convert.goglob import fnmatch_literal, go_bang_class, go_glob
+from genericdp.convert.groupkeys import group_regex
 from genericdp.convert.squat import (
     MOUNT,
     USB_PERMISSIONS,
@@ -75,88 +75,6 @@ def quote(text: str) -> str:
     if _PLAIN.fullmatch(text) and text.lower() not in ("true", "false", "null", "yes", "no"):
         return text
     return json.dumps(text)
-
-
-def go_glob(pattern: str) -> str:
-    """A Go ``path.Match`` pattern as a genericdp glob (fnmatch).
-
-    Go escapes with ``\\`` and negates a class with ``^``; fnmatch has no
-    escapes (``[*]`` is a literal star) and negates with ``!``, so Go's
-    ``[!0]`` (the characters ``!`` and ``0``) is written ``[0!]``. A component
-    ``**`` is one name in Go but any depth in genericdp, so it becomes ``*``.
-    A trailing ``/`` goes: Go's glob names the same directory without it.
-    """
-    if len(pattern) > 1:
-        pattern = pattern.rstrip("/")
-    out: list[str] = []
-    i = 0
-    while i < len(pattern):
-        char = pattern[i]
-        if char == "\\" and i + 1 < len(pattern):
-            nxt = pattern[i + 1]
-            out.append(f"[{nxt}]" if nxt in "*?[" else nxt)
-            i += 2
-            continue
-        if char == "[" and pattern.find("]", i + 2) > 0:
-            text, i = _go_class(pattern, i)
-            out.append(text)
-            continue
-        out.append(char)
-        i += 1
-    return "/".join("*" if part == "**" else part for part in "".join(out).split("/"))
-
-
-def go_bang_class(pattern: str) -> bool:
-    """Whether a class of ``pattern`` starts with ``!``: a negation in fnmatch and in
-    shells, but the character ``!`` itself in Go, which is what squat reads."""
-    i = 0
-    while i < len(pattern):
-        if pattern[i] == "\\":
-            i += 2
-            continue
-        if pattern.startswith("[!", i):
-            return True
-        i += 1
-    return False
-
-
-def _go_class(pattern: str, start: int) -> tuple[str, int]:
-    """The Go class at ``pattern[start] == "["`` as an fnmatch class; the index after it."""
-    i = start + 1
-    negated = pattern[i : i + 1] == "^"
-    i += negated
-    items: list[tuple[str, str]] = []  # (lo, hi) character ranges, a single character lo == hi
-    while i < len(pattern) and (pattern[i] != "]" or not items):
-        lo, i = _class_char(pattern, i)
-        hi = lo
-        if pattern[i : i + 1] == "-" and pattern[i + 1 : i + 2] not in ("", "]"):
-            hi, i = _class_char(pattern, i + 1)
-        items.append((lo, hi))
-    i += 1  # the "]"
-    # fnmatch reads "!" first as a negation and "]" first as a member: order the
-    # members so that neither is misread ("-" last, a member in its own right).
-    split: list[tuple[str, str]] = []
-    for lo, hi in items:
-        if lo == "!" and hi > "!":
-            split += [("!", "!"), ('"', hi)]
-        else:
-            split.append((lo, hi))
-    if not negated and all(item == ("!", "!") for item in split):
-        return "!", i
-    ordered = sorted(split, key=lambda item: (item[0] != "]", item == ("!", "!"), item[0] == "-"))
-    body = "".join(lo if lo == hi else f"{lo}-{hi}" for lo, hi in ordered)
-    return f"[{'!' if negated else ''}{body}]", i
-
-
-def _class_char(pattern: str, i: int) -> tuple[str, int]:
-    if pattern[i] == "\\" and i + 1 < len(pattern):
-        return pattern[i + 1], i + 2
-    return pattern[i], i + 1
-
-
-def fnmatch_literal(text: str) -> str:
-    """``text`` as an fnmatch pattern matching only itself (squat compares serials exactly)."""
-    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
 
 
 def container_path(squat_path: SquatPath, host: str) -> str:
@@ -451,119 +369,3 @@ class _Builder:
 
 def quote_always(text: str) -> str:
     return json.dumps(text)
-
-
-def group_regex(groups: Sequence[Sequence[str]]) -> str | None:
-    """A pathRegex whose key is the same for the paths of one group and differs between
-    groups, or None when there is none this simple search finds.
-
-    Each group's key is the longest substring common to its paths and found in no
-    path of another group; the regex is their alternation, and it is checked
-    against every path (leftmost match, as discovery reads it) before use.
-    """
-    keys: list[str] = []
-    for i, paths in enumerate(groups):
-        others = [p for j, g in enumerate(groups) if j != i for p in g]
-        key = _distinct_common(paths, others)
-        if key is None:
-            return None
-        keys.append(key)
-    ordered = sorted(set(keys), key=lambda k: (-len(k), k))
-    regex = "(" + "|".join(re.escape(k) for k in ordered) + ")"
-    try:
-        compiled = compile_regex(regex)
-    except ValueError:
-        return None
-    for key, paths in zip(keys, groups, strict=True):
-        for path in paths:
-            found = compiled.search(path)
-            if found is None or found[1] != key:
-                return None
-    return regex
-
-
-def _distinct_common(paths: Sequence[str], others: Sequence[str]) -> str | None:
-    """The longest substring of every one of ``paths`` found in none of ``others``
-    (the leftmost in ``paths[0]`` of those as long), or None.
-
-    A suffix automaton of ``paths[0]`` tells, for each of its states, how long a
-    substring of that state each other path holds: linear in the total length
-    (trying every substring against every path was cubic: a path of 2,000
-    characters took minutes).
-    """
-    sam = _Automaton(paths[0])
-    common = list(sam.length)
-    for path in paths[1:]:
-        common = [min(c, m) for c, m in zip(common, sam.matched(path), strict=True)]
-    seen = [0] * len(sam.length)
-    for other in others:
-        seen = [max(s, m) for s, m in zip(seen, sam.matched(other), strict=True)]
-    best: tuple[int, int] | None = None  # (-length, start)
-    for state in range(1, len(sam.length)):
-        length = common[state]
-        if length > max(sam.length[sam.link[state]], seen[state]):
-            key = (-length, sam.first_end[state] - length + 1)
-            best = key if best is None or key < best else best
-    if best is None:
-        return None
-    start = best[1]
-    return paths[0][start : start - best[0]]
-
-
-class _Automaton:
-    """The suffix automaton of one string: a state per class of substrings that end
-    at the same positions (``length``: the longest; ``link``: the suffix link)."""
-
-    def __init__(self, text: str) -> None:
-        self.length = [0]
-        self.link = [-1]
-        self.next: list[dict[str, int]] = [{}]
-        self.first_end = [-1]  # where the state's substrings first end in ``text``
-        last = 0
-        for index, char in enumerate(text):
-            current = self._add(self.length[last] + 1, index)
-            state = last
-            while state != -1 and char not in self.next[state]:
-                self.next[state][char] = current
-                state = self.link[state]
-            if state == -1:
-                self.link[current] = 0
-            else:
-                target = self.next[state][char]
-                if self.length[state] + 1 == self.length[target]:
-                    self.link[current] = target
-                else:
-                    clone = self._add(self.length[state] + 1, self.first_end[target])
-                    self.next[clone] = dict(self.next[target])
-                    self.link[clone] = self.link[target]
-                    while state != -1 and self.next[state].get(char) == target:
-                        self.next[state][char] = clone
-                        state = self.link[state]
-                    self.link[target] = self.link[current] = clone
-            last = current
-        self._by_length = sorted(range(len(self.length)), key=self.length.__getitem__)
-
-    def _add(self, length: int, first_end: int) -> int:
-        self.length.append(length)
-        self.link.append(-1)
-        self.next.append({})
-        self.first_end.append(first_end)
-        return len(self.length) - 1
-
-    def matched(self, other: str) -> list[int]:
-        """Per state, the length of the longest of its substrings found in ``other``."""
-        best = [0] * len(self.length)
-        state = length = 0
-        for char in other:
-            while state and char not in self.next[state]:
-                state = self.link[state]
-                length = self.length[state]
-            if char in self.next[state]:
-                state = self.next[state][char]
-                length += 1
-            best[state] = max(best[state], length)
-        for state in reversed(self._by_length):  # longest first: a suffix is found too
-            parent = self.link[state]
-            if best[state] and parent > 0:
-                best[parent] = self.length[parent]
-        return best

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from genericdp.config.yamlpos import Document, KeyPath, describe, parse_yaml
+from genericdp.convert.goglob import go_pattern_problem
 from genericdp.errors import ConfigIssue
 from genericdp.k8snames import is_dns1123_subdomain
 
@@ -218,32 +219,6 @@ class _Reader:
                     return read
         self.fail(path, f"must be a USB ID as a quoted hexadecimal string, not {describe(value)}")
         return None
-
-
-def go_pattern_problem(pattern: str) -> str | None:
-    """Why Go's ``path.Match`` refuses ``pattern`` (ErrBadPattern), or None."""
-    i = 0
-    while i < len(pattern):
-        char = pattern[i]
-        if char == "\\":
-            if i + 1 >= len(pattern):
-                return "it ends with a '\\'"
-            i += 2
-            continue
-        if char == "[":
-            end = i + 1
-            if pattern[end : end + 1] == "^":
-                end += 1
-            if pattern[end : end + 1] == "]":
-                return "an empty '[]' class"
-            while end < len(pattern) and pattern[end] != "]":
-                end += 2 if pattern[end] == "\\" else 1
-            if end >= len(pattern):
-                return "a '[' with no ']'"
-            i = end + 1
-            continue
-        i += 1
-    return None
 
 
 def _go_int(token: str) -> int | None:

@@ -8,7 +8,7 @@ even ones lightkube's models predate.
 
 lightkube's ``ApiError`` ends here: what the server answered leaves this
 module as ``ApiRequestError`` (its HTTP status in ``code``), raised from it.
-``ApiSlices`` is the publisher's ``SliceStore`` over the API server.
+``ApiSlices`` is the publisher's ``SliceStore`` (``dra/slicestore.py``) over the API server.
 """
 
 from __future__ import annotations

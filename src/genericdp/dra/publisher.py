@@ -35,15 +35,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 from genericdp.aio import Backoff, TaskSet, wait_event
 from genericdp.config.model import AttributeValue
 from genericdp.discovery.model import Unit
 from genericdp.dra import slices
+from genericdp.dra.slicestore import SliceStore
 from genericdp.errors import GenericdpError
 
 log = logging.getLogger(__name__)
@@ -66,40 +67,6 @@ class SliceNameTakenError(GenericdpError):
     def __init__(self, name: str, node: str, driver: str) -> None:
         super().__init__(_taken_message(name, node, driver))
         self.name = name
-
-
-class SliceStore(Protocol):
-    """Where the ResourceSlices of one node and driver are kept (the API server).
-
-    Failures are ``GenericdpError`` when the server answered (a conflict, a
-    refusal), any other exception when it could not be reached.
-    """
-
-    @property
-    def node(self) -> str: ...
-
-    @property
-    def driver(self) -> str: ...
-
-    async def list(self) -> dict[str, dict[str, Any]]:
-        """``{name: slice}``: every slice of the node and driver."""
-        ...
-
-    def watch(self) -> AsyncIterable[tuple[str, dict[str, Any]]]:
-        """``(ADDED|MODIFIED|DELETED, slice)`` as they happen, until it fails or ends."""
-        ...
-
-    async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Create ``obj``; what the server holds now."""
-        ...
-
-    async def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Replace the slice at ``obj``'s ``resourceVersion``; what the server holds now."""
-        ...
-
-    async def delete(self, name: str) -> None:
-        """Delete slice ``name``; one already gone is no error."""
-        ...
 
 
 class SlicePublisher:

@@ -6,6 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from genericdp.config.selector import NodeSelector, Operator, Requirement
+from genericdp.config.yamlpos import Document, KeyPath
+from genericdp.errors import ConfigIssue, ellipsized
+from genericdp.k8snames import label_key_problem, label_value_problem
 
 DEFS: dict[str, Any] = {
     "nodeSelector": {
@@ -66,3 +69,57 @@ def node_selector(raw: dict[str, Any]) -> NodeSelector:
         for e in raw.get("matchExpressions", ())
     ]
     return NodeSelector(tuple(requirements))
+
+
+# Rules the schema cannot say (config/semantic.py runs them with the others).
+
+
+def node_selector_issues(
+    doc: Document, path: KeyPath, resource: dict[str, Any]
+) -> list[ConfigIssue]:
+    """Label keys and values as Kubernetes checks them, and the values each operator takes."""
+    selector = resource.get("nodeSelector")
+    if not isinstance(selector, dict):
+        return []
+    here = (*path, "nodeSelector")
+    issues: list[ConfigIssue] = []
+    labels = selector.get("matchLabels")
+    for key, value in labels.items() if isinstance(labels, dict) else ():
+        where = (*here, "matchLabels", key)
+        if problem := label_key_problem(str(key)):
+            issues.append(
+                doc.issue(where, f"label key {_short(str(key))!r}: {problem}", at_key=True)
+            )
+        if isinstance(value, str) and (problem := label_value_problem(value)):
+            issues.append(doc.issue(where, f"label value {_short(value)!r}: {problem}"))
+    expressions = selector.get("matchExpressions")
+    for index, expr in enumerate(expressions if isinstance(expressions, list) else ()):
+        if isinstance(expr, dict):
+            issues += _requirement(doc, (*here, "matchExpressions", index), expr)
+    return issues
+
+
+def _short(text: str) -> str:
+    return ellipsized(text, 80)
+
+
+def _requirement(doc: Document, where: KeyPath, expr: dict[str, Any]) -> list[ConfigIssue]:
+    issues: list[ConfigIssue] = []
+    key, operator, values = expr.get("key"), expr.get("operator"), expr.get("values", [])
+    if isinstance(key, str) and (problem := label_key_problem(key)):
+        issues.append(doc.issue((*where, "key"), f"label key {_short(key)!r}: {problem}"))
+    if not isinstance(values, list):
+        return issues
+    for index, value in enumerate(values):
+        if isinstance(value, str) and (problem := label_value_problem(value)):
+            message = f"label value {_short(value)!r}: {problem}"
+            issues.append(doc.issue((*where, "values", index), message))
+    if operator in tuple(Operator):
+        op = Operator(operator)
+        if op.takes_values and not values:
+            message = f"operator {op} needs at least one value"
+            issues.append(doc.issue((*where, "values") if "values" in expr else where, message))
+        elif not op.takes_values and values:
+            message = f"operator {op} takes no values (remove values, or use In or NotIn)"
+            issues.append(doc.issue((*where, "values"), message))
+    return issues

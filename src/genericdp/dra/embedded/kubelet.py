@@ -57,27 +57,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import stat
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import grpc
-from inotify_simple import flags
 
 from genericdp.aio import Changes, TaskSet, inotify_events, wait_event
-from genericdp.dra.api import (
-    drahealth_v1_pb2,
-    drahealth_v1_pb2_grpc,
-    drahealth_v1alpha1_pb2,
-    drahealth_v1alpha1_pb2_grpc,
-)
 from genericdp.dra.api import pluginregistration_pb2 as reg_pb
 from genericdp.dra.api import pluginregistration_pb2_grpc as reg_grpc
 from genericdp.dra.claims import ClaimRef
 from genericdp.dra.embedded.calls import node_prepare, node_unprepare
+from genericdp.dra.embedded.health import HEALTH_API, health_entries
+from genericdp.dra.embedded.registry import WATCH, plugin_channel, sockets
 from genericdp.dra.embedded.state import (
     DeviceHealth,
     DraEvent,
@@ -87,7 +80,6 @@ from genericdp.dra.embedded.state import (
     PreparedDevice,
     describe,
 )
-from genericdp.errors import ellipsized
 
 log = logging.getLogger(__name__)
 
@@ -95,10 +87,6 @@ KUBELET_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")  # servicesSupportedByK
 # healthServicesSupportedByKubelet of 1.37, most recent first (1.36: only v1alpha1).
 KUBELET_HEALTH_SERVICES = ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
 KUBELET_1_36_HEALTH = ("v1alpha1.DRAResourceHealth",)
-_HEALTH_API: dict[str, tuple[Any, Any]] = {
-    "v1.DRAResourceHealth": (drahealth_v1_pb2, drahealth_v1_pb2_grpc),
-    "v1alpha1.DRAResourceHealth": (drahealth_v1alpha1_pb2, drahealth_v1alpha1_pb2_grpc),
-}
 DIAL_TIMEOUT = 10.0
 GET_INFO_TIMEOUT = 1.0
 NOTIFY_TIMEOUT = 5.0
@@ -107,9 +95,6 @@ HEALTH_RETRY = 5.0
 HEALTH_TIMEOUT = 30.0
 RETRY_FIRST = 0.5  # a failed registration is tried again after 0.5 s, 1 s, 2 s, ...
 RETRY_CAP = 122.0  # goroutinemap's maximum (2 min 2 s)
-# What the plugin watcher reacts to: a socket (or a directory) created,
-# removed or moved in or out; fsnotify hands the kubelet the same.
-_WATCH = flags.CREATE | flags.DELETE | flags.MOVED_TO | flags.MOVED_FROM | flags.ONLYDIR
 
 
 class EmbeddedDraKubelet:
@@ -251,13 +236,13 @@ class EmbeddedDraKubelet:
             inotify,
             readable,
         ):
-            inotify.add_watch(self.registry_dir, _WATCH)
+            inotify.add_watch(self.registry_dir, WATCH)
             ready.set()
             while True:
                 directories = await self._sync_dir()
                 for directory in directories:  # new subdirectories: watched too
                     with contextlib.suppress(OSError):
-                        inotify.add_watch(directory, _WATCH)
+                        inotify.add_watch(directory, WATCH)
                 due = min((at for _, at in self._retry.values()), default=None)
                 wait = None if due is None else max(0.0, due - asyncio.get_running_loop().time())
                 if await wait_event(readable, wait):
@@ -267,7 +252,7 @@ class EmbeddedDraKubelet:
     async def _sync_dir(self) -> list[str]:
         """Register what appeared or is due a retry, deregister what went; the subdirectories."""
         try:
-            found, directories = await asyncio.to_thread(_sockets, self.registry_dir)
+            found, directories = await asyncio.to_thread(sockets, self.registry_dir)
         except OSError as exc:
             log.warning("cannot read %s: %s", self.registry_dir, exc)
             found, directories = {}, []
@@ -333,7 +318,7 @@ class EmbeddedDraKubelet:
             offered = list(info.supported_versions)
             known = [h for h in self.health_services if h in offered or not self.health_announced]
             health = known[0] if known else None
-            plugin = Plugin(info.name, endpoint, service, socket, _channel(endpoint), health)
+            plugin = Plugin(info.name, endpoint, service, socket, plugin_channel(endpoint), health)
             self._plugins.setdefault(info.name, []).append(plugin)
             if self.health_enabled and health is not None:
                 self._tasks.spawn(
@@ -388,7 +373,7 @@ class EmbeddedDraKubelet:
 
     async def _health_loop(self, plugin: Plugin) -> None:
         assert plugin.health_service is not None  # no loop without a chosen version
-        pb, pb_grpc = _HEALTH_API[plugin.health_service]
+        pb, pb_grpc = HEALTH_API[plugin.health_service]
         stub = pb_grpc.DRAResourceHealthStub(plugin.channel)
         where = f"{plugin.endpoint} ({plugin.health_service})"
         while True:
@@ -411,13 +396,7 @@ class EmbeddedDraKubelet:
             await asyncio.sleep(self._health_retry)
 
     def _health_report(self, driver: str, response: Any) -> None:
-        cache = self._health.setdefault(driver, {})
-        now = self._clock()
-        names = {1: "Healthy", 2: "Unhealthy"}  # HealthStatus, the same in v1 and v1alpha1
-        for device in response.devices:
-            key = (device.device.pool_name, device.device.device_name)
-            message = ellipsized(device.message, 1024, "...")
-            cache[key] = DeviceHealth(names.get(device.health, "Unknown"), message, now)
+        self._health.setdefault(driver, {}).update(health_entries(response, self._clock()))
         self._changes.notify()  # a report is no event: heartbeats would fill the log
 
     # -- prepare / unprepare -------------------------------------------------------
@@ -462,28 +441,3 @@ class EmbeddedDraKubelet:
         self._record(DraEventKind.UNPREPARE, driver, ", ".join(c.uid for c in claims))
         for uid in await node_unprepare(plugin, claims, CALL_TIMEOUT):
             self._prepared.pop(uid, None)
-
-
-def _channel(endpoint: str) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(f"unix:{endpoint}")
-
-
-def _sockets(directory: Path) -> tuple[dict[str, tuple[int, int]], list[str]]:
-    """Unix sockets under ``directory`` (recursively) and its subdirectories, none
-    starting with ``.``."""
-    found: dict[str, tuple[int, int]] = {}
-    directories: list[str] = []
-    for root, dirs, files in os.walk(directory):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        directories.extend(os.path.join(root, d) for d in dirs)
-        for name in files:
-            if name.startswith("."):
-                continue
-            path = os.path.join(root, name)
-            try:
-                info = os.lstat(path)
-            except OSError:
-                continue
-            if stat.S_ISSOCK(info.st_mode):
-                found[path] = (info.st_ino, info.st_ctime_ns)
-    return found, directories
