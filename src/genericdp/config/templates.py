@@ -5,7 +5,7 @@ Templates are Jinja2 sources from ``AllocateSpec``; they are compiled once at
 load time by ``compile_templates`` in the sandbox of ``genericdp.config.sandbox``
 (``StrictUndefined``) so that syntax errors and unknown top-level names are
 validation errors, and rendered per allocation by
-``genericdp.allocation.render.render_allocation`` inside ``allocation_budget()``.
+``genericdp.allocation.plan.plan_allocation`` inside ``allocation_budget()``.
 The compiled values are the types of ``genericdp.config.templatevalues``.
 
 What the sandbox would refuse while rendering (other templates, macros, call
