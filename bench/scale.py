@@ -102,7 +102,8 @@ def allocate_cases(units: int = 1000, count: int = 1000) -> list[Result]:
     context = ResourceContext.of(settings, discover=lambda *_: (), run_hook=_no_hook)
     backend = DevicePluginBackend(settings)
     plugin = ResourceRunner(definition, context, backend, state=state).edge
-    assert isinstance(plugin, ResourcePlugin)
+    if not isinstance(plugin, ResourcePlugin):
+        raise TypeError("plugin is not ResourcePlugin")
     rng = random.Random(7)  # noqa: S311 -- which IDs are asked for does not matter
     ids = [f"u{rng.randrange(units):05d}::{rng.randrange(count)}" for _ in range(50)]
 

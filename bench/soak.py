@@ -46,6 +46,7 @@ import time
 import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -246,7 +247,7 @@ class Soak:
         mark = len(kubelet.events)
         for i in range(count):
             await kubelet.crash()
-            if rng.random() < 0.5:
+            if rng.random() < 0.5:  # noqa: PLR2004 -- half of the moves
                 await asyncio.sleep(rng.uniform(0, 0.08))
             start = time.perf_counter()
             await kubelet.start()
@@ -290,7 +291,7 @@ class Soak:
         while True:
             try:
                 with urllib.request.urlopen(url, timeout=5) as response:
-                    if response.status == 200:
+                    if response.status == HTTPStatus.OK:
                         return
             except OSError:
                 pass
@@ -350,7 +351,7 @@ class Soak:
             timing(title, samples)
         last = sample(proc.pid)
         code = await asyncio.to_thread(self.healthz)
-        if code != 200:
+        if code != HTTPStatus.OK:
             self.failures.append(f"/healthz answered {code}")
         proc.send_signal(signal.SIGTERM)
         start = time.perf_counter()
@@ -418,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     phases = frozenset(p.strip() for p in args.phases.split(",") if p.strip())
     if not phases or not phases <= PHASES:
         parser.error(f"--phases takes a subset of {', '.join(sorted(PHASES))}")
-    if not 0 < args.scale <= 10:
+    if not 0 < args.scale <= 10:  # noqa: PLR2004 -- the documented range of --scale
         parser.error("--scale must be in (0, 10]")
     base = Path(tempfile.mkdtemp(prefix="gdp-soak-", dir="/tmp"))
     soak = Soak(base, args.scale, verbose=args.verbose, phases=phases)

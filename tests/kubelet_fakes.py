@@ -59,14 +59,16 @@ class FakePlugin(pb_grpc.DevicePluginServicer):
         """Finish the ListAndWatch stream cleanly, as a plugin shutting down."""
         self._updates.put_nowait(None)
 
-    async def GetDevicePluginOptions(self, request: pb.Empty, context: _Context) -> object:
+    async def GetDevicePluginOptions(self, request: pb.Empty, context: _Context) -> object:  # noqa: ARG002 -- the gRPC method's signature
         return pb.DevicePluginOptions(
             pre_start_required=self.pre_start_required,
             get_preferred_allocation_available=self.get_preferred_allocation_available,
         )
 
     async def ListAndWatch(
-        self, request: pb.Empty, context: _Context
+        self,
+        request: pb.Empty,  # noqa: ARG002 -- the gRPC method's signature
+        context: _Context,  # noqa: ARG002 -- the gRPC method's signature
     ) -> AsyncIterator[pb.ListAndWatchResponse]:
         self.streams_opened += 1
         try:
@@ -78,7 +80,9 @@ class FakePlugin(pb_grpc.DevicePluginServicer):
             raise
 
     async def GetPreferredAllocation(
-        self, request: pb.PreferredAllocationRequest, context: _Context
+        self,
+        request: pb.PreferredAllocationRequest,
+        context: _Context,  # noqa: ARG002 -- the gRPC method's signature
     ) -> object:
         self.preferred_requests.append(request)
         return pb.PreferredAllocationResponse(

@@ -53,7 +53,7 @@ class ScriptedDiscovery:
     _loop: asyncio.AbstractEventLoop | None = None
     _called: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def __call__(self, definition: ResourceDefinition, roots: Roots) -> Sequence[Unit]:
+    def __call__(self, definition: ResourceDefinition, roots: Roots) -> Sequence[Unit]:  # noqa: ARG002 -- the Discover signature
         # Runs in a worker thread (asyncio.to_thread): wake waiters on the loop.
         self.calls[definition.name] = self.calls.get(definition.name, 0) + 1
         if self._loop is not None:

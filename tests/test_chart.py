@@ -154,7 +154,7 @@ def test_a_stale_values_schema_is_found(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def documents(path: Path) -> list[str]:
-    return re.split(r"^---$", path.read_text(), flags=re.M)
+    return re.split(r"^---$", path.read_text(), flags=re.MULTILINE)
 
 
 def test_every_namespaced_object_gets_the_namespace_helper() -> None:
@@ -162,7 +162,7 @@ def test_every_namespaced_object_gets_the_namespace_helper() -> None:
     found = 0
     for path in sorted(TEMPLATES.glob("*.yaml")):
         for doc in documents(path):
-            for kind in re.findall(r"^kind: (\w+)$", doc, re.M):
+            for kind in re.findall(r"^kind: (\w+)$", doc, re.MULTILINE):
                 if kind in CLUSTER_SCOPED:
                     continue
                 found += 1
@@ -178,7 +178,7 @@ def helper(name: str) -> str:
     match = re.search(
         rf'{{{{- define "{re.escape(name)}" -}}}}\n(.*?)\n{{{{- end }}}}\n(?=\n|\Z|{{{{)',
         text,
-        re.S,
+        re.DOTALL,
     )
     assert match, name
     return match.group(1)
@@ -221,7 +221,7 @@ def test_the_dra_directories_follow_the_kubelet_root_dir_in_the_template() -> No
     assert "/var/lib/kubelet/plugins" not in text, "a DRA directory that ignores kubeletRootDir"
     assert '{{- $kubelet := trimSuffix "/" .Values.kubeletRootDir }}' in text
     for directory in ("plugins_registry", "plugins"):
-        uses = re.findall(r"^ *(\S+): \{\{ \$kubelet \}\}/" + directory + "$", text, re.M)
+        uses = re.findall(r"^ *(\S+): \{\{ \$kubelet \}\}/" + directory + "$", text, re.MULTILINE)
         assert sorted(uses) == ["mountPath", "path", "value"], directory
     dra_block = text[text.index("{{- if $dra }}") :]
     for variable in ("GENERICDP_DRA_REGISTRATION_DIR", "GENERICDP_DRA_PLUGINS_DIR"):

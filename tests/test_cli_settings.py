@@ -136,7 +136,7 @@ def test_every_exit_code_is_documented() -> None:
     assert listed == set(exits.ALL.values())
     assert exits.__doc__ is not None
     for code in exits.ALL.values():
-        assert re.search(rf"^  {code} ", exits.__doc__, re.M), code
+        assert re.search(rf"^  {code} ", exits.__doc__, re.MULTILINE), code
 
 
 def test_the_roots_default_to_the_settings_defaults() -> None:

@@ -249,7 +249,7 @@ def test_problems_of_all_files_come_in_one_error(tmp_path: Path) -> None:
     ("setup", "message"),
     [
         (lambda p: p.mkdir(), "no *.yaml or *.yml files in this directory"),
-        (lambda p: None, "does not exist"),
+        (lambda _p: None, "does not exist"),
         (lambda p: p.write_text(""), "is empty"),
         (lambda p: p.write_text("  \n\n"), "is empty"),
         (lambda p: p.write_bytes(b"version: v1\nname: \xff\xfe\n"), "is not UTF-8 text"),
@@ -316,10 +316,14 @@ def test_template_problems_are_located_at_their_values() -> None:
         "version: v1\nresources:\n  - {name: example.com/a, match: [{udev: {attributes: [1]}}]}\n",
         "%YAML 1.1\n---\nversion: v1\nresources: [{name: example.com/a, match: yes}]\n",
         "\t\x00\x01",
-        "version: v1\nresources:\n  - name: example.com/a\n    match: [{glob: /dev/x}]\n"
-        "    count: .inf\n",
-        "version: v1\nresources:\n  - name: example.com/a\n    match: [{glob: /dev/x}]\n"
-        "    groupBy: {pathRegex: 1}\n    health: {exec: [1], interval: [], timeout: {}}\n",
+        (
+            "version: v1\nresources:\n  - name: example.com/a\n    match: [{glob: /dev/x}]\n"
+            "    count: .inf\n"
+        ),
+        (
+            "version: v1\nresources:\n  - name: example.com/a\n    match: [{glob: /dev/x}]\n"
+            "    groupBy: {pathRegex: 1}\n    health: {exec: [1], interval: [], timeout: {}}\n"
+        ),
     ],
 )
 def test_odd_input_never_raises_anything_but_config_error(text: str) -> None:

@@ -357,7 +357,7 @@ async def test_directory_removed_then_back(tmp: Path, logs: LogWatch) -> None:
         assert names(target.config) == ["a", "b"]
         await asyncio.wait_for(watcher.ready.wait(), 5)
         (config_dir / "a.yaml").write_text(resources("b"))  # and the directory is watched again
-        await results.until(lambda items: names(target.config) == ["b"])
+        await results.until(lambda _items: names(target.config) == ["b"])
     assert f"{config_dir} was removed or replaced; watching again" in logs.messages
     assert target.applied[0].start[0].name == "example.com/b"
     assert target.applied[1].stop == ("example.com/a",)

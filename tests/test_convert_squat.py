@@ -110,7 +110,7 @@ def test_every_documented_squat_example_serves_the_nodes_squat_serves(
     ), notes
 
 
-def test_the_whole_manifest_converts_in_one_run(host: FakeHost) -> None:
+def test_the_whole_manifest_converts_in_one_run() -> None:
     """All of the DaemonSet's --device flags at once give one resource each, in order."""
     result = convert_squat(_manifest_devices())
     config = load_text(result.text, "<converted>")
@@ -146,8 +146,10 @@ def test_a_squat_config_file_converts_like_the_same_flags(tmp_path: Path, host: 
     from_flags = _genericdp_units(
         convert_squat(
             [
-                "{name: serial, groups: [{paths: [{path: /dev/ttyUSB*}]},"
-                " {paths: [{path: /dev/ttyACM*}]}]}",
+                (
+                    "{name: serial, groups: [{paths: [{path: /dev/ttyUSB*}]},"
+                    " {paths: [{path: /dev/ttyACM*}]}]}"
+                ),
                 "{name: ch340, groups: [{usb: [{vendor: '1a86', product: '7523'}], count: 2}]}",
             ],
             domain="example.com",
@@ -178,11 +180,13 @@ def test_mount_paths_become_allocate_mounts_and_what_cannot_be_said_is_noted() -
     are reported as not converted, in the YAML and in the notes."""
     result = convert_squat(
         [
-            '{"name": "gpu", "groups": [{"paths": ['
-            '{"path": "/dev/dri/renderD128"},'
-            '{"path": "/usr/share/vulkan", "type": "Mount", "readOnly": true},'
-            '{"path": "/opt/lib*", "type": "Mount"},'
-            '{"path": "/sys/class/drm"}]}]}'
+            (
+                '{"name": "gpu", "groups": [{"paths": ['
+                '{"path": "/dev/dri/renderD128"},'
+                '{"path": "/usr/share/vulkan", "type": "Mount", "readOnly": true},'
+                '{"path": "/opt/lib*", "type": "Mount"},'
+                '{"path": "/sys/class/drm"}]}]}'
+            )
         ]
     )
     definition = load_text(result.text).resources[0]
@@ -201,8 +205,10 @@ def test_usb_ids_and_serials_become_exact_udev_attributes() -> None:
     glob characters still matches only itself."""
     result = convert_squat(
         [
-            '{"name": "zb", "groups": [{"usb": [{"vendor": "10C4", "product": "ea60",'
-            ' "serial": "a*[1]"}]}]}'
+            (
+                '{"name": "zb", "groups": [{"usb": [{"vendor": "10C4", "product": "ea60",'
+                ' "serial": "a*[1]"}]}]}'
+            )
         ]
     )
     matcher = load_text(result.text).resources[0].match[0]
@@ -285,8 +291,10 @@ def test_groups_genericdp_cannot_group_are_flagged_not_equivalent() -> None:
     """A glob group next to a multi-path group has no groupBy twin: it is said loudly."""
     result = convert_squat(
         [
-            '{"name": "mix", "groups": [{"paths": [{"path": "/dev/ttyUSB*"}]},'
-            ' {"paths": [{"path": "/dev/a"}, {"path": "/dev/b"}]}]}'
+            (
+                '{"name": "mix", "groups": [{"paths": [{"path": "/dev/ttyUSB*"}]},'
+                ' {"paths": [{"path": "/dev/a"}, {"path": "/dev/b"}]}]}'
+            )
         ]
     )
     assert "NOT EQUIVALENT" in result.text
@@ -299,8 +307,10 @@ def test_groups_genericdp_cannot_group_are_flagged_not_equivalent() -> None:
         ("{name: x, groups: [", "--device #1:1:20: YAML syntax error"),
         ('{"name": "X", "groups": []}', "--device #1:1:10: name: name 'X' must match"),
         (
-            '{"name": "ab", "groups": [{"paths": [{"path": "/dev/a"}],'
-            ' "usb": [{"vendor": "1", "product": "2"}]}]}',
+            (
+                '{"name": "ab", "groups": [{"paths": [{"path": "/dev/a"}],'
+                ' "usb": [{"vendor": "1", "product": "2"}]}]}'
+            ),
             "--device #1:1:27: groups[0]: a group cannot have both paths and usb",
         ),
         (

@@ -276,7 +276,7 @@ async def test_removed_subdirectory_can_come_back(dev: Path) -> None:
         (dev / "snd").rmdir()
         await rec.wait_path("snd")
         (dev / "snd").mkdir()
-        await rec.wait(lambda cs: len(rec.batches) >= 2)
+        await rec.wait(lambda _cs: len(rec.batches) >= 2)
         (dev / "snd" / "controlC0").write_text("")
         await rec.wait_path("snd/controlC0")
 
@@ -319,7 +319,7 @@ async def test_missing_root_is_a_clear_error(tmp_path: Path) -> None:
     """A device root that does not exist raises DiscoveryError naming it."""
     root = tmp_path / "nope"
     with pytest.raises(DiscoveryError, match=f"cannot watch device root {root}"):
-        await watch_devices(root, lambda change: None)
+        await watch_devices(root, lambda _change: None)
 
 
 async def test_root_removed_is_reported_then_an_error(dev: Path, tmp_path: Path) -> None:

@@ -81,7 +81,7 @@ def test_identical_dongles_without_serial_use_port(host: FakeHost) -> None:
     ]
 
 
-def test_no_serial_no_udev_database_uses_usb_port(host: FakeHost, tmp_path: Path) -> None:
+def test_no_serial_no_udev_database_uses_usb_port(host: FakeHost) -> None:
     """Without udev data a USB parent is named by its port as udev's path_id would spell it."""
     host.add_usb_serial("1-2", serial=None, ttys=("ttyUSB0",))
     host.add_usb_serial("1-4.3", serial=None, ttys=("ttyUSB1",))

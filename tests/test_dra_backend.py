@@ -5,7 +5,8 @@ the probes' health and prepares claims of discovered units."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence, Set
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from pathlib import Path
 
@@ -68,7 +69,7 @@ class FakePublisher:
         self,
         resource: str,
         units: Sequence[Unit],
-        unhealthy: Set[str],
+        unhealthy: AbstractSet[str],
         *,
         options: DeviceOptions = DEFAULT_OPTIONS,
     ) -> None:
@@ -147,7 +148,7 @@ async def test_resources_are_served_through_dra(base: Path) -> None:
     assert not (base / "registry" / f"{DRIVER}-reg.sock").exists()
 
 
-async def no_hook(hook: HookRun) -> None:
+async def no_hook(hook: HookRun) -> None:  # noqa: ARG001 -- the HookRunner signature
     return None
 
 

@@ -50,7 +50,7 @@ def test_dra_config_validates_next_to_the_e2e_ones_with_marker_hooks() -> None:
 def test_dra_round_expects_every_deployed_resource() -> None:
     """dra.sh's EXPECTED lists every resource of the three files but the machine-dependent two."""
     text = DRA_SH.read_text()
-    match = re.search(r"^EXPECTED=\((.*?)\)", text, re.S | re.M)
+    match = re.search(r"^EXPECTED=\((.*?)\)", text, re.DOTALL | re.MULTILINE)
     assert match, "EXPECTED=(...) not found in dra.sh"
     listed = {item.partition("=")[0] for item in match.group(1).split()}
     deployed = {
@@ -61,10 +61,10 @@ def test_dra_round_expects_every_deployed_resource() -> None:
 
 def test_every_dra_check_is_defined_and_listed() -> None:
     text = DRA_SH.read_text()
-    match = re.search(r"^ALL_DRA_CHECKS=\((.*?)\)", text, re.S | re.M)
+    match = re.search(r"^ALL_DRA_CHECKS=\((.*?)\)", text, re.DOTALL | re.MULTILINE)
     assert match
     listed = match.group(1).split()
-    defined = re.findall(r"^check_(dra_\w+)\(\)", text, re.M)
+    defined = re.findall(r"^check_(dra_\w+)\(\)", text, re.MULTILINE)
     assert sorted(listed) == sorted(defined)
 
 
@@ -212,18 +212,24 @@ def test_inspect_accepts_one_pool_and_says_what_breaks_it() -> None:
 
 
 # Lines as the 1.36.2 kubelet wrote them at -v=4 (trimmed), and one of another driver.
-KUBELET_LOG = "\n".join(
+KUBELET_LOG = "\n".join(  # noqa: FLY002 -- one log line per item, as the kubelet wrote them
     [
-        '{"ts":1796123828737.9517,"logger":"dra-plugin","caller":"plugin/dra_plugin.go:80",'
-        '"msg":"Calling NodePrepareResources rpc","driverName":"genericdp.io",'
-        '"endpoint":"/p/dra.sock","v":4,'
-        '"request":"claims:{namespace:\\"dra\\" uid:\\"39117078\\" '
-        'name:\\"claim-pod-dev-gl4lj\\"}"}',
-        '{"ts":1796123828800.0,"logger":"dra-plugin","msg":"Calling NodePrepareResources rpc",'
-        '"driverName":"other.io","request":"claims:{name:\\"x\\"}"}',
-        '{"ts":1796123829008.4312,"logger":"dra-plugin","caller":"plugin/dra_plugin.go:99",'
-        '"msg":"Done calling NodePrepareResources rpc","driverName":"genericdp.io","v":4,'
-        '"response":"claims:{}","err":null}',
+        (
+            '{"ts":1796123828737.9517,"logger":"dra-plugin","caller":"plugin/dra_plugin.go:80",'
+            '"msg":"Calling NodePrepareResources rpc","driverName":"genericdp.io",'
+            '"endpoint":"/p/dra.sock","v":4,'
+            '"request":"claims:{namespace:\\"dra\\" uid:\\"39117078\\" '
+            'name:\\"claim-pod-dev-gl4lj\\"}"}'
+        ),
+        (
+            '{"ts":1796123828800.0,"logger":"dra-plugin","msg":"Calling NodePrepareResources rpc",'
+            '"driverName":"other.io","request":"claims:{name:\\"x\\"}"}'
+        ),
+        (
+            '{"ts":1796123829008.4312,"logger":"dra-plugin","caller":"plugin/dra_plugin.go:99",'
+            '"msg":"Done calling NodePrepareResources rpc","driverName":"genericdp.io","v":4,'
+            '"response":"claims:{}","err":null}'
+        ),
         "not json at all NodePrepareResources",
     ]
 )

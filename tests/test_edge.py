@@ -51,7 +51,7 @@ class PublishingEdge:
             version = changed
             self.published.append(tuple(sorted(self.state.units)))
 
-    def wake(self, reason: str, *, renew: bool = False) -> None:
+    def wake(self, reason: str, *, renew: bool = False) -> None:  # noqa: ARG002 -- the Edge and Backend protocols' signatures
         self.wakes.append(reason)
 
     def status(self) -> PluginStatus:
@@ -89,13 +89,13 @@ class PublishingBackend:
     def __init__(self) -> None:
         self.usage = HandedOut()
 
-    def device_ids(self, definition: ResourceDefinition) -> DeviceIds:
+    def device_ids(self, definition: ResourceDefinition) -> DeviceIds:  # noqa: ARG002 -- the Edge and Backend protocols' signatures
         return ONE_PER_UNIT
 
     def edge(self, parts: ResourceParts) -> PublishingEdge:
         return PublishingEdge(parts)
 
-    def renews(self, before: ResourceDefinition, after: ResourceDefinition) -> bool:
+    def renews(self, before: ResourceDefinition, after: ResourceDefinition) -> bool:  # noqa: ARG002 -- the Edge and Backend protocols' signatures
         return False
 
     async def start(self, fleet: Fleet, tasks: TaskSet) -> None:

@@ -39,7 +39,7 @@ async def test_preferred_allocation_error_fails_admission(kubelet: EmbeddedKubel
     """An error from GetPreferredAllocation fails the pod before any Allocate call."""
     plugin = FakePlugin(three_devices(), get_preferred_allocation_available=True)
 
-    async def broken(request: object, context: grpc.aio.ServicerContext[object, object]) -> object:
+    async def broken(request: object, context: grpc.aio.ServicerContext[object, object]) -> object:  # noqa: ARG001 -- the gRPC method's signature
         await context.abort(grpc.StatusCode.INTERNAL, "policy exploded")
         raise AssertionError  # abort raises
 

@@ -183,7 +183,7 @@ async def test_a_read_that_blocks_times_out_and_does_not_pile_up(
     release = threading.Event()
     calls = 0
 
-    def stuck(unit: Unit, probe: SysfsProbe, roots: object) -> object:
+    def stuck(unit: Unit, probe: SysfsProbe, roots: object) -> object:  # noqa: ARG001 -- the probe runner's signature
         nonlocal calls
         calls += 1
         release.wait(10)

@@ -76,7 +76,7 @@ def test_socket_names_stay_unique_when_shortened(tmp_path: Path) -> None:
     assert max(len(str(a).encode()), len(str(b).encode())) <= MAX_UNIX_PATH_BYTES
 
 
-def test_plugin_dir_too_long_for_any_socket_is_a_clear_error(tmp_path: Path) -> None:
+def test_plugin_dir_too_long_for_any_socket_is_a_clear_error() -> None:
     """A directory that leaves no room for a socket name is named in the error."""
     directory = Path("/" + "d" * 90)
     with pytest.raises(KubeletError, match=r"too long for a unix socket .* --plugin-dir"):

@@ -76,10 +76,19 @@ async def serving(route_map: Mapping[str, Route], **options: float) -> AsyncIter
 
 
 async def until_connections(server: HttpServer, count: int) -> None:
-    """Wait until the server has accepted ``count`` connections."""
-    async with asyncio.timeout(5):
-        while server.connections != count:  # noqa: ASYNC110 - the server has no event for it
-            await asyncio.sleep(0.005)
+    """Wait until the server has ``count`` connections open; say what it had if not."""
+    seen: list[int] = []
+    try:
+        async with asyncio.timeout(5):
+            while server.connections != count:
+                if not seen or seen[-1] != server.connections:
+                    seen.append(server.connections)
+                await asyncio.sleep(0.005)
+    except TimeoutError:
+        shown = [*seen[:10], "...", *seen[-10:]] if len(seen) > 20 else seen
+        raise AssertionError(
+            f"not {count} connections within 5 s; counts seen: {shown}, shed {server.shed}"
+        ) from None
 
 
 class Ready:

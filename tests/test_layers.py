@@ -183,8 +183,10 @@ def test_the_checker_catches_every_kind_of_violation() -> None:
         "genericdp.dra.edge imports genericdp.kubelet.devices: dra never imports kubelet",
         "genericdp.runtime.supervisor imports genericdp.dra.backend: not below it",
         "genericdp.runtime.supervisor imports genericdp.dra.backend: runtime never imports dra",
-        "genericdp.runtime.supervisor imports genericdp.kubelet.options:"
-        " runtime never imports kubelet",
+        (
+            "genericdp.runtime.supervisor imports genericdp.kubelet.options:"
+            " runtime never imports kubelet"
+        ),
     ]
 
 

@@ -63,12 +63,12 @@ def stub_versions() -> tuple[set[str], set[str]]:
     grpc = {
         m[1]
         for p in API.glob("*_pb2_grpc.py")
-        for m in re.finditer(r"^GRPC_GENERATED_VERSION = '([^']+)'$", p.read_text(), re.M)
+        for m in re.finditer(r"^GRPC_GENERATED_VERSION = '([^']+)'$", p.read_text(), re.MULTILINE)
     }
     protobuf = {
         m[1]
         for p in API.glob("*_pb2.py")
-        for m in re.finditer(r"^# Protobuf Python Version: (\S+)$", p.read_text(), re.M)
+        for m in re.finditer(r"^# Protobuf Python Version: (\S+)$", p.read_text(), re.MULTILINE)
     }
     return grpc, protobuf
 

@@ -92,7 +92,7 @@ def test_the_daemon_logs_resource_fields() -> None:
     )
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stderr.splitlines()]
-    ours = [d for d in lines if d["logger"] in ("genericdp.runtime.resource",)]
+    ours = [d for d in lines if d["logger"] == "genericdp.runtime.resource"]
     registered = [d for d in lines if "registered with the kubelet" in d["message"]]
     assert ours
     assert len(registered) == 4

@@ -42,6 +42,6 @@ def test_glibc_has_malloc_trim() -> None:
 
 
 def test_a_poke_without_a_loop_does_nothing() -> None:
-    trimmer = Trimmer(quiet=0.0, trim=lambda pad: 0)
+    trimmer = Trimmer(quiet=0.0, trim=lambda _pad: 0)
     trimmer.poke()
     assert not trimmer.pending

@@ -275,7 +275,7 @@ def test_every_metric_is_in_the_docs_table(tmp_path: Path) -> None:
     metrics = Metrics(process=False)
     settings = settings_for(tmp_path, backend="dra", node_name=NODE)
 
-    async def no_hook(hook: object) -> None:
+    async def no_hook(hook: object) -> None:  # noqa: ARG001 -- the HookRunner signature
         return None
 
     dra = DraBackend(
@@ -292,7 +292,7 @@ def test_every_metric_is_in_the_docs_table(tmp_path: Path) -> None:
     metrics.claim_prepare("genericdp.io", "ok", 0.01)
     metrics.claim_unprepare("genericdp.io", "ok", 0.01)
     docs = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
-    listed = set(re.findall(r"^\| `(genericdp_\w+)` \|", docs.read_text(), re.M))
+    listed = set(re.findall(r"^\| `(genericdp_\w+)` \|", docs.read_text(), re.MULTILINE))
     exposed = {
         f"{f.name}_total" if f.type == "counter" else f.name
         for f in text_string_to_metric_families(metrics.exposition().decode())

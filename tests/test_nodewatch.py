@@ -207,6 +207,8 @@ async def test_without_api_access_selected_resources_are_not_served_said_once(
         assert rt.supervisor.status() == {}
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings == [
-        "resources with a nodeSelector are not served: this node's labels are unknown:"
-        " no node name (--node-name or GENERICDP_NODE_NAME)"
+        (
+            "resources with a nodeSelector are not served: this node's labels are unknown:"
+            " no node name (--node-name or GENERICDP_NODE_NAME)"
+        )
     ]

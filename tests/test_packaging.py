@@ -436,7 +436,7 @@ def test_local_cdi_config_validates_next_to_the_e2e_ones() -> None:
 def test_e2e_checks_expect_every_deployed_resource() -> None:
     """checks.sh waits for the re-registration of exactly the resources the e2e deploys."""
     text = (E2E_ROOT / "checks.sh").read_text()
-    match = re.search(r"^RESOURCES=\((.*?)\)", text, re.S | re.M)
+    match = re.search(r"^RESOURCES=\((.*?)\)", text, re.DOTALL | re.MULTILINE)
     assert match, "RESOURCES=(...) not found in checks.sh"
     expected = [r.name for r in load([BASE / "config.yaml", OVERLAY / "e2e.yaml"]).resources]
     assert sorted(match.group(1).split()) == sorted(expected)
@@ -772,7 +772,7 @@ def test_helm_templates_mount_the_config_as_a_directory() -> None:
     """No subPath and no config checksum in the chart: edits are hot reloaded, not rolled."""
     templates = {p.name: p.read_text() for p in (CHART / "templates").iterdir()}
     everything = "\n".join(templates.values())
-    assert not re.search(r"^[\s-]*subPath:", everything, re.M), "subPath never sees updates"
+    assert not re.search(r"^[\s-]*subPath:", everything, re.MULTILINE), "subPath never sees updates"
     assert "checksum/config" not in everything
     assert "toYaml . | nindent 4" in templates["configmap.yaml"]
     daemonset = templates["daemonset.yaml"]
@@ -1023,7 +1023,7 @@ def test_example_image_with_tools_builds_from_the_image_given_and_is_built_in_ci
 def chart_probes() -> dict[str, Any]:
     """The probes of the chart's DaemonSet template: plain YAML there, no template actions."""
     text = (CHART / "templates" / "daemonset.yaml").read_text()
-    match = re.search(r"^( +)livenessProbe:\n.*?(?=^ +\{\{)", text, re.M | re.S)
+    match = re.search(r"^( +)livenessProbe:\n.*?(?=^ +\{\{)", text, re.MULTILINE | re.DOTALL)
     assert match, "no livenessProbe block followed by a template action"
     block = textwrap.dedent(match[0])
     assert "{{" not in block
@@ -1065,12 +1065,12 @@ def test_e2e_workflow_builds_the_kind_image_once_and_loads_it_from_an_archive() 
     assert any("e2e/kind/helm-dry-run.sh" in s.get("run", "") for s in kind["steps"])
     deploy = (E2E / "deploy.sh").read_text()
     assert 'kind load image-archive "$IMAGE_ARCHIVE"' in deploy
-    assert not re.search(r"^[^#]*kind load docker-image", deploy, re.M)
+    assert not re.search(r"^[^#]*kind load docker-image", deploy, re.MULTILINE)
 
 
 def test_cdi_round_waits_for_the_spec_file_genericdp_writes() -> None:
     """e2e/local/cdi.sh waits for the spec under the name genericdp gives it (spec_file_name)."""
-    match = re.search(r"^SPEC=(\S+)$", (LOCAL / "cdi.sh").read_text(), re.M)
+    match = re.search(r"^SPEC=(\S+)$", (LOCAL / "cdi.sh").read_text(), re.MULTILINE)
     assert match, "no SPEC= line in e2e/local/cdi.sh"
     (resource,) = [r.name for r in load([LOCAL / "cdi.yaml"]).resources]
     assert match[1] == f"/var/run/cdi/{spec_file_name(resource)}"

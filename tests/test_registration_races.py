@@ -64,8 +64,10 @@ async def test_failed_dial_back_deregisters_a_newer_registration_by_name(base: P
             with pytest.raises(RegistrationError, match="failed to dial device plugin"):
                 await stale
             assert kubelet.problems() == [
-                f"{SERIAL}: dial-back of gone.sock failed; removed the client of live.sock "
-                "registered meanwhile",
+                (
+                    f"{SERIAL}: dial-back of gone.sock failed; removed the client of live.sock "
+                    "registered meanwhile"
+                ),
                 f"{SERIAL}: the end of live.sock's stream would go unnoticed",
             ]
         # The plugin is gone, but the kubelet did not notice: still allocatable.

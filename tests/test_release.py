@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Set
+from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 import pytest
@@ -59,8 +60,8 @@ def _pod(pod: str, *ids: str, resource: str = R, container: str = "main") -> Pod
     ],
 )
 def test_released_units(
-    previous: Mapping[str, Set[str]],
-    current: Mapping[str, Set[str]],
+    previous: Mapping[str, AbstractSet[str]],
+    current: Mapping[str, AbstractSet[str]],
     expected: tuple[Release, ...],
 ) -> None:
     """A unit is released when its last in-use replica leaves the list, per resource."""
@@ -158,7 +159,12 @@ class _ScriptedList:
         self.answers = list(answers)
         self.calls = 0
 
-    async def __call__(self, socket: Path, *, timeout: float = 5.0) -> tuple[PodDevices, ...]:  # noqa: ASYNC109
+    async def __call__(
+        self,
+        socket: Path,  # noqa: ARG002 -- the ListPods signature
+        *,
+        timeout: float = 5.0,  # noqa: ARG002, ASYNC109 -- the ListPods signature
+    ) -> tuple[PodDevices, ...]:
         answer = self.answers[min(self.calls, len(self.answers) - 1)]
         self.calls += 1
         if isinstance(answer, KubeletError):
@@ -346,7 +352,7 @@ async def test_poller_rests_while_nothing_is_held_and_an_allocate_wakes_it() -> 
         ReleasePoller(
             Path("/nonexistent/pod-resources.sock"),
             tracker,
-            lambda releases: None,
+            lambda _releases: None,
             interval=0.001,
             rest=3600.0,
             list_pods=lister,
@@ -374,7 +380,7 @@ async def test_poller_rest_is_a_safety_net() -> None:
     poller = ReleasePoller(
         Path("/nonexistent/pod-resources.sock"),
         UsageTracker(),
-        lambda releases: None,
+        lambda _releases: None,
         interval=0.001,
         rest=0.001,
         list_pods=lister,

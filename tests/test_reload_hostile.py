@@ -67,8 +67,10 @@ async def test_non_regular_files_are_refused_by_reload_without_blocking(base: Pa
         (refused,) = await results.count(1)
         assert refused.outcome is Outcome.REFUSED
         assert refused.issues == (
-            f"{directory / 'fifo.yaml'}: is a FIFO (named pipe), not a regular file:"
-            " a config file must be a regular file",
+            (
+                f"{directory / 'fifo.yaml'}: is a FIFO (named pipe), not a regular file:"
+                " a config file must be a regular file"
+            ),
         )
         (directory / "fifo.yaml").unlink()
         (directory / "zero.yaml").symlink_to("/dev/zero")

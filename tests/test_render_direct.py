@@ -156,7 +156,7 @@ def outcome(value: TemplateValue, ctx: dict[str, Any], *, jinja: bool) -> tuple[
         assert budget is not None
         try:
             out: Any = through_jinja(value, ctx) if jinja else value.render(ctx)
-        except Exception as exc:  # every error a template can raise, compared
+        except Exception as exc:  # noqa: BLE001 -- every error a template can raise, compared
             out = (type(exc), str(exc))
         # A generator prints with its address (``{{ x | map(...) }}``): not compared.
         out = _ADDRESS.sub("at 0x?", out) if isinstance(out, str) else out
@@ -257,7 +257,7 @@ def test_a_spent_slice_stops_both_ways_alike() -> None:
                         if jinja
                         else value.render(CONTEXTS["usual"])
                     )
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 -- every error a template can raise, compared
                     results.append((type(exc), str(exc)))
         assert results[0] == results[1], source
 
@@ -272,7 +272,7 @@ def test_the_work_budget_runs_out_at_the_same_render() -> None:
             for i in range(10_000):
                 try:
                     through_jinja(value, ctx) if jinja else value.render(ctx)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 -- every error a template can raise, compared
                     stops.append((i, str(exc)))
                     break
     assert stops[0] == stops[1]

@@ -83,7 +83,7 @@ async def test_apply_reconciles_a_running_config(base: Path) -> None:
         assert steps.renew == (hooked,)
         assert [d.name for d in steps.start] == ["example.com/new"]
 
-        def reregistered(k: object) -> bool:
+        def reregistered(k: object) -> bool:  # noqa: ARG001 -- a wait_until predicate
             snap = rt.kubelet.resources[SERIAL]
             return snap.registrations == registrations + 1 and snap.connected
 
@@ -120,7 +120,7 @@ class DroppingKubelet(pb_grpc.RegistrationServicer):
         self.changed = asyncio.Event()
         self._kept: list[grpc.aio.Channel] = []
 
-    async def Register(self, request: pb.RegisterRequest, context: _Context) -> pb.Empty:
+    async def Register(self, request: pb.RegisterRequest, context: _Context) -> pb.Empty:  # noqa: ARG002 -- the gRPC method's signature
         self.endpoints.append(request.endpoint)
         channel = grpc.aio.insecure_channel(f"unix:{self.plugin_dir / request.endpoint}")
         stub = pb_grpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call]

@@ -156,7 +156,7 @@ async def test_plugin_dir_watch_reports_batches_and_loss(tmp_path: Path) -> None
 async def test_watch_of_missing_dir_fails_clearly(tmp_path: Path) -> None:
     """Watching a directory that does not exist raises KubeletError naming it."""
     with pytest.raises(KubeletError, match="cannot watch"):
-        await watch_plugin_dir(tmp_path / "absent", lambda change: None)
+        await watch_plugin_dir(tmp_path / "absent", lambda _change: None)
 
 
 async def test_socket_path_too_long_is_a_clear_error(tmp_path: Path) -> None:
@@ -166,7 +166,7 @@ async def test_socket_path_too_long_is_a_clear_error(tmp_path: Path) -> None:
     settings = settings_for(tmp_path, plugin_dir=plugin_dir)
     definition = ResourceDefinition(name="example.com/serial", match=(GlobMatcher("/dev/x"),))
     supervisor = Supervisor(
-        settings, DevicePluginBackend(settings), discover=lambda d, r: [_unit("x")]
+        settings, DevicePluginBackend(settings), discover=lambda _d, _r: [_unit("x")]
     )
     try:
         await supervisor.start(Config(resources=(definition,)))

@@ -22,10 +22,10 @@ from genericdp.unixgrpc import (
 
 
 def _echo(server: grpc.aio.Server) -> None:
-    async def echo(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+    async def echo(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:  # noqa: ARG001 -- the gRPC method's signature
         return request
 
-    async def double(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+    async def double(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:  # noqa: ARG001 -- the gRPC method's signature
         return request * 2
 
     # bytes in and out: no (de)serializers

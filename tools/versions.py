@@ -81,22 +81,22 @@ COPIES = (
     Copy(
         "chart version",
         "deploy/helm/genericdp/Chart.yaml",
-        re.compile(r"^(version: )(\S+)()$", re.M),
+        re.compile(r"^(version: )(\S+)()$", re.MULTILINE),
     ),
     Copy(
         "chart appVersion",
         "deploy/helm/genericdp/Chart.yaml",
-        re.compile(r'^(appVersion: ")([^"]+)(")$', re.M),
+        re.compile(r'^(appVersion: ")([^"]+)(")$', re.MULTILINE),
     ),
     Copy(
         "kustomize image tag",
         "deploy/kustomize/base/daemonset.yaml",
-        re.compile(r"^(\s+image: ghcr\.io/genericdp/genericdp:)(\S+)()$", re.M),
+        re.compile(r"^(\s+image: ghcr\.io/genericdp/genericdp:)(\S+)()$", re.MULTILINE),
     ),
     Copy(
         "Containerfile default VERSION",
         "Containerfile",
-        re.compile(r"^(ARG VERSION=)(\S+)()$", re.M),
+        re.compile(r"^(ARG VERSION=)(\S+)()$", re.MULTILINE),
     ),
 )
 
@@ -113,7 +113,8 @@ def validate(version: str) -> str:
 def python_version(version: str) -> str:
     """The PEP 440 spelling setuptools-scm gives the same tag: 1.2.0-rc.1 -> 1.2.0rc1."""
     match = SEMVER.fullmatch(validate(version))
-    assert match is not None
+    if match is None:
+        raise RuntimeError("match is not set")
     if match["pre"] is None:
         return match["core"]
     return f"{match['core']}{PEP440_PRE[match['pre']]}{match['n']}"
@@ -179,7 +180,8 @@ def check_dist(dist: Path, version: str) -> list[str]:
         member = next(m for m in sdist.getmembers() if m.name.count("/") == 1 and
                       m.name.endswith("/PKG-INFO"))  # fmt: skip
         handle = sdist.extractfile(member)
-        assert handle is not None
+        if handle is None:
+            raise RuntimeError("handle is not set")
         got = _metadata_version(handle.read().decode())
     if got != want:
         problems.append(f"{sdists[0].name}: PKG-INFO Version {got} (expected {want})")
@@ -191,13 +193,14 @@ def check_chart(package: Path, version: str) -> list[str]:
     with tarfile.open(package) as tgz:
         member = next(m for m in tgz.getmembers() if m.name.endswith("/Chart.yaml"))
         handle = tgz.extractfile(member)
-        assert handle is not None
+        if handle is None:
+            raise RuntimeError("handle is not set")
         text = handle.read().decode()
     problems = []
     # helm writes the packaged Chart.yaml anew, quoting as its YAML library
     # does (Helm 4 leaves appVersion bare): read the values, not the text.
     for name, key in (("chart version", "version"), ("chart appVersion", "appVersion")):
-        found = re.findall(rf"^{key}: ([\"']?)([^\"'\s]+)\1$", text, re.M)
+        found = re.findall(rf"^{key}: ([\"']?)([^\"'\s]+)\1$", text, re.MULTILINE)
         got = found[0][1] if len(found) == 1 else None
         if got != version:
             problems.append(f"{package.name}: {name} {got} (expected {version})")
@@ -219,7 +222,8 @@ class OciLayout:
         members = set(self._tar.getnames())
         member = name if name in members else f"./{name}"
         handle = self._tar.extractfile(member)
-        assert handle is not None
+        if handle is None:
+            raise RuntimeError("handle is not set")
         return json.loads(handle.read())
 
     def blob(self, digest: str) -> Any:
@@ -280,7 +284,9 @@ def check_oci(path: Path, version: str, platforms: tuple[str, ...]) -> list[str]
 def changelog_section(text: str, version: str) -> str:
     """The body of `## [version]` in a Keep-a-Changelog file."""
     match = re.search(
-        rf"^## \[{re.escape(version)}\][^\n]*\n(.*?)(?=^## \[|^\[[^\]]+\]: |\Z)", text, re.M | re.S
+        rf"^## \[{re.escape(version)}\][^\n]*\n(.*?)(?=^## \[|^\[[^\]]+\]: |\Z)",
+        text,
+        re.MULTILINE | re.DOTALL,
     )
     if match is None or not match.group(1).strip():
         raise VersionError(f"CHANGELOG.md has no section for [{version}]: add it before tagging")

@@ -23,10 +23,10 @@ def write_atomically(path: Path, data: bytes, *, mode: int = 0o600) -> None:
             file.flush()
             os.fchmod(file.fileno(), mode)
             os.fsync(file.fileno())
-        os.replace(tmp, path)
+        Path(tmp).replace(path)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            Path(tmp).unlink()
         raise
     dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:

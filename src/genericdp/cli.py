@@ -15,7 +15,7 @@ import dataclasses
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TextIO, cast, get_args, get_origin
+from typing import Any, Literal, TextIO, cast, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
@@ -30,9 +30,6 @@ from genericdp.exits import (
     EXIT_USAGE,
 )
 from genericdp.settings import SIMULATE_SKIPS, DiscoverySettings, Settings
-
-if TYPE_CHECKING:
-    pass
 
 # squat/generic-device-plugin's flags that configure its daemon, not its devices.
 SQUAT_DAEMON_FLAGS = ("listen", "log-level", "plugin-directory")

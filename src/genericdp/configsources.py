@@ -30,8 +30,8 @@ from genericdp.errors import ConfigError, ConfigIssue
 SUFFIXES = (".yaml", ".yml")
 # A config v1 file has no top-level `kind` (the schema is closed): one that
 # does is a Kubernetes manifest.
-_MANIFEST = re.compile(r"^kind:[ \t]*\S", re.M)
-_HELM_VALUES = re.compile(r"^(config|configYaml|extraConfigFiles):", re.M)
+_MANIFEST = re.compile(r"^kind:[ \t]*\S", re.MULTILINE)
+_HELM_VALUES = re.compile(r"^(config|configYaml|extraConfigFiles):", re.MULTILINE)
 
 
 @dataclass(frozen=True)

@@ -154,7 +154,7 @@ class _Tail(asyncio.Protocol):
         self._set_done()
         return None
 
-    def connection_lost(self, exc: Exception | None) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:  # noqa: ARG002 -- asyncio.Protocol's signature
         self._set_done()
 
     def _set_done(self) -> None:
@@ -363,7 +363,7 @@ def _running_in_group(proc_dir: Path, pgid: int) -> bool:
         return False
     # ``pid (comm) state ppid pgrp ...``; comm may contain spaces and parentheses.
     fields = stat[stat.rfind(")") + 2 :].split()
-    return len(fields) >= 3 and fields[2] == str(pgid) and fields[0] not in ("Z", "X")
+    return len(fields) >= 3 and fields[2] == str(pgid) and fields[0] not in ("Z", "X")  # noqa: PLR2004 -- state, ppid, pgrp of /proc/PID/stat
 
 
 def _reap_group(pgid: int) -> None:

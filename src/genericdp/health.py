@@ -133,7 +133,7 @@ class HealthMonitor:
     async def _guarded(self, probe: Callable[[], Awaitable[frozenset[str]]]) -> None:
         try:
             await probe()
-        except Exception:  # a bug of ours must not stop health checking
+        except Exception:  # noqa: BLE001 -- a bug of ours must not stop health checking
             self._log.exception("health round for %s failed", self.resource)
 
     async def _wait(self, seconds: float) -> bool:
@@ -164,7 +164,7 @@ class HealthMonitor:
     async def _round(self, *, only_new: bool) -> frozenset[str]:
         try:
             units = {u.id: u for u in self._units()}
-        except Exception:
+        except Exception:  # noqa: BLE001 -- a bug of ours must not stop health checking
             self._log.exception("health: cannot list units of %s", self.resource)
             return self.unhealthy
         for gone in self._trackers.keys() - units.keys():
@@ -183,12 +183,13 @@ class HealthMonitor:
 
     async def _probe(self, unit: Unit) -> ExecResult | None:
         """Run the probe for one unit; None if running it failed on our side."""
-        assert self.check.exec is not None  # the config has exec or sysfs
+        if self.check.exec is None:
+            raise RuntimeError("the config has exec or sysfs")
         env = unit_env(self.resource, [unit], node_name=self._node_name, hook=HEALTH)
         try:
             async with self._slots:
                 result = await run_exec(self.check.exec, env=env)
-        except Exception:
+        except Exception:  # noqa: BLE001 -- a bug of ours fails that probe, not the round
             with logsetup.fields(resource=self.resource, unit=unit.id):
                 self._log.exception("health probe of %s unit %s failed", self.resource, unit.id)
             return None
@@ -199,7 +200,7 @@ class HealthMonitor:
         if self._on_result is not None:
             try:
                 self._on_result(unit_id, result)
-            except Exception:
+            except Exception:  # noqa: BLE001 -- a caller's callback must not stop health checking
                 self._log.exception("health: on_result callback failed")
 
     async def _read_sysfs(self, probe: SysfsProbe, units: list[Unit]) -> list[ExecResult | None]:
@@ -239,7 +240,7 @@ class HealthMonitor:
             try:
                 reading = probe_unit(unit, probe, self._roots)
                 ok, detail = reading.ok, reading.detail
-            except Exception as exc:  # a bug of ours: that unit fails, the round goes on
+            except Exception as exc:  # noqa: BLE001 -- a bug of ours fails that unit, not the round
                 ok, detail = False, f"probe failed: {exc!r}"
             elapsed = time.monotonic() - started
             results.append(
@@ -312,7 +313,7 @@ class HealthMonitor:
             outcome = self._on_change(unhealthy)
             if inspect.isawaitable(outcome):
                 await outcome
-        except Exception:  # not reported: try again after the next round
+        except Exception:  # noqa: BLE001 -- not reported: tried again after the next round
             self._log.exception("health: on_change callback of %s failed", self.resource)
             return
         self._reported = unhealthy, probed

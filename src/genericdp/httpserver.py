@@ -182,7 +182,8 @@ class HttpServer:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
-        assert task is not None
+        if task is None:
+            raise RuntimeError("task is not set")
         task.set_name("http/connection")
         self._handlers.add(task)
         try:
@@ -214,7 +215,7 @@ class HttpServer:
                 await writer.drain()
         except (TimeoutError, ConnectionError):
             pass  # the client went away or would not read: nothing to tell it
-        except Exception:
+        except Exception:  # noqa: BLE001 -- one request's failure must not stop the server
             self._limited.exception("failed", "http: request failed")
         finally:
             self._connections.pop(task, None)
@@ -284,7 +285,7 @@ class HttpServer:
             raise _BadRequestError(HTTPStatus.BAD_REQUEST, "incomplete request") from None
         line = head.split(b"\r\n", 1)[0].decode("latin-1")
         parts = line.split(" ")
-        if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[1].startswith("/"):
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[1].startswith("/"):  # noqa: PLR2004 -- method, target, version
             raise _BadRequestError(HTTPStatus.BAD_REQUEST, "not an HTTP/1.x request line")
         method, target, _ = parts
         return method, target.split("?", 1)[0]

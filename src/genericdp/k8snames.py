@@ -45,7 +45,7 @@ def is_extended_resource_name(name: str) -> bool:
     if "/" not in name or NATIVE_NAMESPACE in name or name.startswith(QUOTA_PREFIX):
         return False
     parts = (QUOTA_PREFIX + name).split("/")
-    if len(parts) != 2:
+    if len(parts) != 2:  # noqa: PLR2004 -- prefix/name
         return False
     prefix, short = parts
     return is_dns1123_subdomain(prefix) and is_qualified_name_part(short)

@@ -49,6 +49,8 @@ MAX_KEPT_TEXT = MAX_FILE_BYTES
 MAX_STATE_BYTES = 2 * MAX_KEPT_TEXT + 64 * 1024
 MAX_FILES = 1000
 _MAX_PATH = 4096
+_DIRECTORY_MODE = 0o700  # the kept config names the node's devices: root only
+_FILE_MODE = 0o600
 
 
 @dataclass(frozen=True)
@@ -204,7 +206,8 @@ class LastGood:
         }
         try:
             self._prepare_directory()
-            write_atomically(self.path, json.dumps(doc, ensure_ascii=False).encode(), mode=0o600)
+            text = json.dumps(doc, ensure_ascii=False).encode()
+            write_atomically(self.path, text, mode=_FILE_MODE)
         except (OSError, _StateError) as exc:
             why = reason(exc) if isinstance(exc, OSError) else str(exc)
             log.warning(
@@ -222,14 +225,14 @@ class LastGood:
         try:
             info = os.lstat(self.directory)
         except FileNotFoundError:
-            self.directory.mkdir(mode=0o700, parents=True)
+            self.directory.mkdir(mode=_DIRECTORY_MODE, parents=True)
             info = os.lstat(self.directory)
         if stat.S_ISLNK(info.st_mode):
             raise _StateError(f"{self.directory} is a symbolic link: never followed")
         if not stat.S_ISDIR(info.st_mode):
             raise _StateError(f"{self.directory} is not a directory")
-        if stat.S_IMODE(info.st_mode) != 0o700:
-            os.chmod(self.directory, 0o700)  # a hostPath DirectoryOrCreate is made 0755
+        if stat.S_IMODE(info.st_mode) != _DIRECTORY_MODE:
+            self.directory.chmod(_DIRECTORY_MODE)  # a hostPath DirectoryOrCreate is made 0755
 
 
 class _StateError(Exception):

@@ -49,7 +49,8 @@ class _Fields:
         self._token = _FIELDS.set({**_FIELDS.get(), **self._values})
 
     def __exit__(self, *exc_info: object) -> None:
-        assert self._token is not None
+        if self._token is None:
+            raise RuntimeError("self._token is not set")
         _FIELDS.reset(self._token)
 
 

@@ -111,7 +111,7 @@ class NodeWatch:
 
     def _http(self) -> httpx2.AsyncClient:
         # lightkube's HTTP client, with the server's address and credentials.
-        http: httpx2.AsyncClient = self.client._client._client
+        http: httpx2.AsyncClient = self.client._client._client  # noqa: SLF001 -- no public accessor
         return http
 
     async def _list(self) -> tuple[Labels, str]:

@@ -191,8 +191,7 @@ def _legacy_file_name(resource: str) -> str:
     return f"{stem}.json"
 
 
-# --------------------------------------------------------------------------
-# Content (pure)
+# -- content (pure) ------------------------------------------------------------
 
 
 def device_node_entry(spec: DeviceSpec) -> dict[str, str | int]:

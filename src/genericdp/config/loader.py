@@ -202,7 +202,7 @@ def _check(file: str, text: str | None, problem: ConfigIssue | None) -> _Checked
         _check_text(result, text)
     except RecursionError:
         result.issues.append(ConfigIssue(file, None, None, "", "is nested too deeply"))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 -- whatever a file does to us becomes an issue of that file
         # Whatever a file does to us becomes an issue of that file, never a traceback.
         result.issues.append(
             ConfigIssue(file, None, None, "", f"could not be checked: {type(exc).__name__}: {exc}")
@@ -267,7 +267,8 @@ def _finish(checked: list[_Checked]) -> Config:
         raise ConfigError(issues)
     resources: list[ResourceDefinition] = []
     for c in checked:
-        assert c.doc is not None  # no issues means every file parsed
+        if c.doc is None:
+            raise RuntimeError("no issues means every file parsed")
         for path, raw in resources_of(c.doc):
             resources.append(_definition(c, path[1], raw))
     return Config(tuple(resources), files=tuple(c.file for c in checked))
@@ -301,7 +302,8 @@ def _shortened(issue: ConfigIssue) -> ConfigIssue:
 
 
 def _definition(checked: _Checked, index: Any, raw: dict[str, Any]) -> ResourceDefinition:
-    assert checked.doc is not None
+    if checked.doc is None:
+        raise RuntimeError("checked.doc is not set")
     pos = checked.doc.value_pos(("resources", index))
     return resource_definition(
         raw,

@@ -8,7 +8,7 @@ of the form the user evidently meant rather than a wall of alternatives.
 
 from __future__ import annotations
 
-import datetime
+import datetime as dt
 import difflib
 from collections.abc import Sequence
 from typing import Any
@@ -139,7 +139,7 @@ def _type_message(expected: Any, instance: Any, doc: Document, path: KeyPath) ->
     last = path[-1] if path else None
     if last in _DURATION_KEYS:
         return f'must be a duration like "10s", not {describe(instance)}'
-    if expected == "string" and isinstance(instance, int | float | datetime.date):
+    if expected == "string" and isinstance(instance, int | float | dt.date):
         written = doc.token(path) or str(instance).lower()
         kind = _scalar_kind(instance)
         return (
@@ -155,7 +155,7 @@ def _type_message(expected: Any, instance: Any, doc: Document, path: KeyPath) ->
 def _scalar_kind(value: object) -> str:
     if isinstance(value, bool):
         return "booleans"
-    return "dates" if isinstance(value, datetime.date) else "numbers"
+    return "dates" if isinstance(value, dt.date) else "numbers"
 
 
 def _pattern_message(last: object, instance: str) -> str:
@@ -190,7 +190,7 @@ def _explain_choice(error: ValidationError, doc: Document, path: KeyPath) -> lis
         own = [e for e in error.context or () if e.relative_schema_path[0] == meant[0]]
         if own:
             return [issue for sub in own for issue in explain(sub, doc)]
-    if len(path) >= 2 and path[-2] == "match":
+    if len(path) >= 2 and path[-2] == "match":  # noqa: PLR2004 -- the parent key of a path
         return _explain_matcher(instance, doc, path)
     if path and path[-1] == "groupBy":
         return _explain_group_by(instance, doc, path)

@@ -150,7 +150,8 @@ class _BudgetScope:
         self._token = _BUDGET.set(_Budget(self._slice_seconds))
 
     def __exit__(self, *exc_info: object) -> None:
-        assert self._token is not None
+        if self._token is None:
+            raise RuntimeError("self._token is not set")
         _BUDGET.reset(self._token)
 
 
@@ -309,7 +310,7 @@ def _guard_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
             _check_indent(value, params[0] if params else kwargs.get("width", 4))
         elif name == "format" and isinstance(value, str):
             _check_percent_format(value, (params, kwargs))
-        elif name == "replace" and len(params) >= 2:
+        elif name == "replace" and len(params) >= 2:  # noqa: PLR2004 -- str.replace(old, new)
             _check_replace(value, params[0], params[1])
         elif name == "join" and value is not None:
             value = list(value)
@@ -374,20 +375,20 @@ class _Sandbox(ImmutableSandboxedEnvironment):
 
         return checked
 
-    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
-        if any(__obj is internal for internal in _INTERNAL_CALLABLES):
-            return __obj(*args)  # Jinja adds `_loop_vars` inside loops; ours need none
-        name = getattr(__obj, "__name__", "")
-        owner = getattr(__obj, "__self__", None)
+    def call(self, context: Context, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
+        if any(obj is internal for internal in _INTERNAL_CALLABLES):
+            return obj(*args)  # Jinja adds `_loop_vars` inside loops; ours need none
+        name = getattr(obj, "__name__", "")
+        owner = getattr(obj, "__self__", None)
         if name not in ("format", "format_map"):  # sandboxed by wrap_str_format
             for arg in (*args, *kwargs.values()):
                 _check_width(arg, f"argument of {name or 'call'}()")
-        if isinstance(owner, str) and name == "replace" and len(args) >= 2:
+        if isinstance(owner, str) and name == "replace" and len(args) >= 2:  # noqa: PLR2004 -- str.replace(old, new)
             _check_replace(owner, args[0], args[1])
         if isinstance(owner, str) and name == "join" and args:
             args = (list(args[0]), *args[1:])
             check_join(owner, args[0])
-        return built(super().call(__context, __obj, *args, **kwargs))
+        return built(super().call(context, obj, *args, **kwargs))
 
 
 def finalize(value: Any) -> Any:

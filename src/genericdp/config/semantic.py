@@ -28,6 +28,8 @@ from genericdp.config.v1.resource import UNBOUNDED
 from genericdp.config.yamlpos import Document, KeyPath
 from genericdp.errors import ConfigIssue, ellipsized
 
+_SHOWN = 40  # characters of a user's value quoted in a message
+
 # Bounds of every duration, in seconds. Probes run per unit: more often than
 # once a second each is a fork storm on a node with many units. A timeout under
 # 100 ms fails a command before it has started. Nothing here needs more than a
@@ -155,7 +157,7 @@ def _udev_subsystems(doc: Document, path: KeyPath, resource: dict[str, Any]) -> 
         udev = item.get("udev") if isinstance(item, dict) else None
         subsystem = udev.get("subsystem") if isinstance(udev, dict) else None
         if isinstance(subsystem, str) and subsystem and not _SUBSYSTEM.fullmatch(subsystem):
-            shown = subsystem if len(subsystem) <= 40 else subsystem[:40] + "…"
+            shown = subsystem if len(subsystem) <= _SHOWN else subsystem[:_SHOWN] + "…"
             message = (
                 f"subsystem {shown!r} must be one name (letters, digits, '_', '-', ':', '.';"
                 " not starting with '.'), as under /sys/class, e.g. tty"

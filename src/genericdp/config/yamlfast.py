@@ -88,7 +88,7 @@ def read_fast(text: str, *, max_values: int, max_text: int) -> Read | None:
         return _Reader(CParser(text), max_values, max_text).document()
     except _Declined:
         return None
-    except Exception:
+    except Exception:  # noqa: BLE001 -- the fast reader declines; the full parser reports
         return None
 
 
@@ -114,8 +114,9 @@ class _Reader:
         root = self._next()
         if type(root) is not MappingStartEvent:
             raise _Declined  # not a mapping: the loader's own message
-        data = self._collection(root, ())
-        assert isinstance(data, dict)
+        data = self._collection(root)
+        if not isinstance(data, dict):
+            raise TypeError("data is not dict")
         self._fill(data, root)
         self._expect(DocumentEndEvent)
         self._expect(StreamEndEvent)  # a second document is the round-trip reader's to report
@@ -152,7 +153,7 @@ class _Reader:
             elif kind is MappingStartEvent or kind is SequenceStartEvent:
                 if len(stack) >= MAX_DEPTH:
                     raise _Declined
-                value = self._collection(event, where)
+                value = self._collection(event)
                 stack.append((value, where))
             else:
                 raise _Declined  # an alias
@@ -162,7 +163,7 @@ class _Reader:
                 container.append(value)
         self.values[()] = _at(root_event)
 
-    def _collection(self, event: Any, path: KeyPath) -> dict[str, Any] | list[Any]:
+    def _collection(self, event: Any) -> dict[str, Any] | list[Any]:
         if event.anchor is not None or event.tag is not None:
             raise _Declined
         self._spend(0)

@@ -8,7 +8,7 @@ table keyed by path, so every later check can say ``file:line:column``.
 
 from __future__ import annotations
 
-import datetime
+import datetime as dt
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +24,8 @@ from ruamel.yaml.reader import ReaderError
 from genericdp.config.yamldepth import flow_too_deep, too_deep_for_parser
 from genericdp.config.yamlfast import plain_scalar, read_fast
 from genericdp.errors import ConfigIssue
+
+_SHOWN = 40  # characters of a user's value quoted in a message
 
 Key = str | int
 KeyPath = tuple[Key, ...]
@@ -204,7 +206,7 @@ def _scalar_problem(node: ScalarNode) -> str | None:
         YAML(typ="rt", pure=True).constructor.construct_object(node, deep=True)
     except (ValueError, TypeError, KeyError, OverflowError) as exc:
         tag = str(node.tag).replace(_STANDARD_TAG, "!!")
-        shown = node.value if len(node.value) <= 40 else node.value[:40] + "…"
+        shown = node.value if len(node.value) <= _SHOWN else node.value[:_SHOWN] + "…"
         return f"{tag} {shown!r} is not a valid {tag.lstrip('!')} ({exc})"
     except MarkedYAMLError:
         return None
@@ -235,14 +237,18 @@ def _syntax_issue(exc: MarkedYAMLError, file: str) -> ConfigIssue:
 _HINTS = (
     (
         ("expected <block end>", "did not find expected key", "expected <block mapping start>"),
-        "; this line is indented differently from the keys around it: line up keys of one"
-        " mapping in one column, and indent what belongs to a key (or a '- ' item) further"
-        " than the key, with spaces",
+        (
+            "; this line is indented differently from the keys around it: line up keys of one"
+            " mapping in one column, and indent what belongs to a key (or a '- ' item) further"
+            " than the key, with spaces"
+        ),
     ),
     (
         ("mapping values are not allowed here",),
-        "; a 'key: value' where only a value fits: indent it under its own key, or quote a"
-        " value that contains ': '",
+        (
+            "; a 'key: value' where only a value fits: indent it under its own key, or quote a"
+            " value that contains ': '"
+        ),
     ),
     (
         ("did not find expected '-' indicator",),
@@ -419,14 +425,16 @@ def describe(value: Any) -> str:  # noqa: PLR0911 - one return per kind reads be
         return f"the boolean {str(value).lower()}"
     if isinstance(value, int | float):
         shown = str(value)
-        return f"the number {shown if len(shown) <= 40 else f'{shown[:20]}… ({len(shown)} digits)'}"
+        if len(shown) > _SHOWN:
+            shown = f"{shown[:20]}… ({len(shown)} digits)"
+        return f"the number {shown}"
     if isinstance(value, str):
         return f"the string {value!r}"
     if isinstance(value, dict):
         return "a mapping"
     if isinstance(value, list):
         return "a list"
-    if isinstance(value, datetime.date):
+    if isinstance(value, dt.date):
         return f"the date {value.isoformat()}"
     if isinstance(value, bytes):
         return "binary data"

@@ -118,7 +118,7 @@ def _read_file(path: Path, issues: list[ConfigIssue]) -> SquatConfig | None:
     except OSError as exc:
         issues.append(ConfigIssue(str(path), None, None, "", f"cannot be read: {exc.strerror}"))
         return None
-    except Exception as exc:  # the loader's "not a regular file" or "too large": a sentence
+    except Exception as exc:  # noqa: BLE001 -- the loader's refusals become one sentence
         issues.append(ConfigIssue(str(path), None, None, "", str(exc)))
         return None
     parsed, problems = parse_config_file(text, str(path))

@@ -210,7 +210,7 @@ class _Reader:
                 # JSON number as hexadecimal; a config file goes through mapstructure,
                 # which keeps the number's value.
                 read = int(str(number), 16) if self.from_flag else number
-                if read <= 0xFFFF:
+                if read <= 0xFFFF:  # noqa: PLR2004 -- USB IDs are 16 bits
                     how = "a --device value" if self.from_flag else "a config file"
                     self.ignored.append(
                         f"{self.where(path)}: the bare number {token} in {how} is USB ID"

@@ -140,8 +140,8 @@ class DevicePluginBackend:
 async def serving(
     settings: Settings,
     *,
-    run_hook: HookRunner,
-    recorder: Recorder = NO_METRICS,
+    run_hook: HookRunner,  # noqa: ARG001 -- every backend's `serving` has this signature
+    recorder: Recorder = NO_METRICS,  # noqa: ARG001 -- every backend's `serving` has this signature
 ) -> AsyncIterator[DevicePluginBackend]:
     """The backend ``serve`` runs (the signature every backend's ``serving`` has)."""
     yield DevicePluginBackend(settings)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 
 from genericdp.kubelet.devices import unit_id_of
 from genericdp.kubelet.podresources import PodDevices
@@ -14,7 +15,7 @@ HANDED_OUT: Holder = ("", "", "")
 
 
 def released_units(
-    previous: Mapping[str, Set[str]], current: Mapping[str, Set[str]]
+    previous: Mapping[str, AbstractSet[str]], current: Mapping[str, AbstractSet[str]]
 ) -> tuple[Release, ...]:
     """Units with a replica in use in ``previous`` and none in ``current`` (per resource).
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Set
+from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Protocol
 
@@ -129,7 +130,7 @@ class ReleasePoller:
         return True
 
 
-def _describe(in_use: Mapping[str, Set[str]]) -> str:
+def _describe(in_use: Mapping[str, AbstractSet[str]]) -> str:
     if not in_use:
         return "no devices in use"
     return "; ".join(f"{r}: {len(ids)} in use" for r, ids in sorted(in_use.items()))

@@ -156,11 +156,14 @@ class _Picker:
                 break
             numa = _int(best[1])
             parent_top = self._parent_heaps[numa].top()
-            assert parent_top is not None
+            if parent_top is None:
+                raise RuntimeError("parent_top is not set")
             node = parent_top[1]
-            assert isinstance(node, tuple)
+            if not isinstance(node, tuple):
+                raise TypeError("node is not tuple")
             unit_top = self._unit_heaps[node].top()
-            assert unit_top is not None
+            if unit_top is None:
+                raise RuntimeError("unit_top is not set")
             unit = str(unit_top[1])
             out.append(self._ids[unit].popleft()[1])
             place = self._place[unit]
@@ -209,5 +212,6 @@ class _Picker:
 
 
 def _int(value: Hashable) -> int:
-    assert isinstance(value, int)
+    if not isinstance(value, int):
+        raise TypeError("value is not int")
     return value

@@ -223,7 +223,8 @@ class Registrar:
             return self._failed(str(exc))
         if not kubelet.exists():
             return self._failed(f"waiting for the kubelet: {kubelet} does not exist")
-        assert self._server is not None
+        if self._server is None:
+            raise RuntimeError("self._server is not set")
         endpoint = self._server.socket.name
         self._claiming = True
         seen = self._kubelet_streams
@@ -254,7 +255,8 @@ class Registrar:
         listening now. Once the request is sent it is never abandoned (a
         second Register beside it is what the kubelet must not see).
         """
-        assert self._server is not None
+        if self._server is None:
+            raise RuntimeError("self._server is not set")
         path = self._server.socket
         sent = False
 

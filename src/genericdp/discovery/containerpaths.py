@@ -54,7 +54,7 @@ def with_container_path(node: DeviceNode, source: str | None, *, what: str) -> D
         log.error("%s: containerPath %r does not compile: %s", what, source, exc)
         return None
     # The boundary for whatever a template raises (Jinja's errors, the sandbox's limits).
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 -- whatever a template raises, one unit fails
         log.warning("%s: containerPath of %s failed to render: %s", what, node.host_path, exc)
         return None
     problem = container_path_problem(rendered)

@@ -95,6 +95,6 @@ def _bus_of(device: SysDevice) -> str | None:
     except OSError:
         return None
     parts = target.rstrip("/").split("/")
-    if len(parts) >= 2 and parts[-2] == "bus":
+    if len(parts) >= 2 and parts[-2] == "bus":  # noqa: PLR2004 -- the parent directory of a path
         return parts[-1]
     return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from http import HTTPStatus
 from typing import Any
 
 from genericdp.dra.claims import AllocatedDevice, ClaimError, ClaimRef
@@ -48,7 +49,7 @@ class ApiClaimSource:
                 f"{where}: the API server did not answer within {self._deadline:g}s"
             ) from err
         except ApiRequestError as err:
-            if err.code == 404:
+            if err.code == HTTPStatus.NOT_FOUND:
                 raise ClaimError(f"{where}: not found (deleted?)") from err
             raise ClaimError(str(err)) from err
         except Exception as err:  # connection, TLS, timeout: the kubelet retries

@@ -86,7 +86,7 @@ class DraBackend:
     def where(self) -> str:
         return self._where
 
-    def device_ids(self, definition: ResourceDefinition) -> DeviceIds:
+    def device_ids(self, definition: ResourceDefinition) -> DeviceIds:  # noqa: ARG002 -- the Backend protocol's signature
         return ONE_PER_UNIT  # one DRA device per unit; ``count`` is its shares (slices.py)
 
     def edge(self, parts: ResourceParts) -> DraEdge:
@@ -99,10 +99,10 @@ class DraBackend:
             stopping=lambda: self.stopping,
         )
 
-    def renews(self, before: ResourceDefinition, after: ResourceDefinition) -> bool:
+    def renews(self, before: ResourceDefinition, after: ResourceDefinition) -> bool:  # noqa: ARG002 -- the Backend protocol's signature
         return False  # the driver learns nothing of a definition at registration
 
-    async def start(self, fleet: Fleet, tasks: TaskSet) -> None:
+    async def start(self, fleet: Fleet, tasks: TaskSet) -> None:  # noqa: ARG002 -- the Backend protocol's signature
         """Start the driver (it serves and registers its own sockets); from then on
         every resource's list follows what the claims in its checkpoint hold."""
         await self.driver.start()

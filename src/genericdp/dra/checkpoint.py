@@ -141,7 +141,7 @@ class Checkpoint:
                 break
             aside = self.path.with_name(f"{self.path.name}{UNUSABLE}{stamp}-{n}")
         try:
-            os.rename(self.path, aside)
+            self.path.rename(aside)
         except OSError as exc:
             log.error(
                 "DRA checkpoint %s %s, and cannot be set aside (%s): starting without it",
@@ -308,7 +308,7 @@ def _parse(uid: object, entry: object) -> PreparedClaim:
         if not isinstance(cdi_ids, list) or not all(isinstance(i, str) for i in cdi_ids):
             raise TypeError("cdi_ids is not a list of strings")
         if not isinstance(nodes, list) or not all(
-            isinstance(n, list) and len(n) == 2 and all(isinstance(p, str) for p in n)
+            isinstance(n, list) and len(n) == 2 and all(isinstance(p, str) for p in n)  # noqa: PLR2004 -- a [host, container] pair
             for n in nodes
         ):
             raise TypeError("nodes is not a list of [host path, container path]")

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Protocol
 
 from genericdp.config.model import ResourceDefinition
@@ -43,7 +44,7 @@ class Publisher(Protocol):
         self,
         resource: str,
         units: Sequence[Unit],
-        unhealthy: Set[str],
+        unhealthy: AbstractSet[str],
         *,
         options: DeviceOptions = ...,
     ) -> None: ...
@@ -110,7 +111,7 @@ class DraEdge:
         else:
             self._last_error = None
 
-    def _health_messages(self, units: Sequence[Unit], gone: Set[str]) -> Mapping[str, str]:
+    def _health_messages(self, units: Sequence[Unit], gone: AbstractSet[str]) -> Mapping[str, str]:
         """Why each unit is Unhealthy: its nodes gone, its probe's failure, else its
         missing required nodes."""
         messages = dict(self.state.probe_messages)
@@ -121,7 +122,7 @@ class DraEdge:
                 messages[unit.id] = "required device node(s) missing: " + ", ".join(unit.missing)
         return messages
 
-    def wake(self, reason: str, *, renew: bool = False) -> None:
+    def wake(self, reason: str, *, renew: bool = False) -> None:  # noqa: ARG002 -- the Edge protocol's signature
         """The first scan is done: publish from now on."""
         self._woken.set()
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import Enum
 
@@ -106,8 +107,8 @@ class Inventory:
     def set_health(
         self,
         resource: str,
-        unhealthy: Set[str],
-        probed: Set[str],
+        unhealthy: AbstractSet[str],
+        probed: AbstractSet[str],
         messages: Mapping[str, str],
     ) -> None:
         """The resource's health: unhealthy and probed unit IDs, and why each failed."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Iterator
 from contextlib import contextmanager
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -171,5 +172,5 @@ class ApiSlices:
             with _answered(f"deleting ResourceSlice {name}"):
                 await self._client.delete(RESOURCE_SLICE, name)
         except ApiRequestError as err:
-            if err.code != 404:
+            if err.code != HTTPStatus.NOT_FOUND:
                 raise

@@ -38,6 +38,7 @@ import time
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
+from http import HTTPStatus
 from typing import Any
 
 from genericdp.aio import Backoff, TaskSet, wait_event
@@ -200,7 +201,7 @@ class SlicePublisher:
             self._wake.clear()
             try:
                 await self._sync()
-            except Exception as err:  # the daemon keeps serving; retried below
+            except Exception as err:  # noqa: BLE001 -- the daemon keeps serving; retried below
                 self._held = None  # list again before the next try
                 delay = backoff.next()
                 now = time.monotonic()
@@ -250,7 +251,7 @@ class SlicePublisher:
                 async for kind, obj in self._store.watch():
                     backoff.reset()
                     self._observed(kind, obj)
-            except Exception as err:  # watched again below
+            except Exception as err:  # noqa: BLE001 -- watched again below
                 log.debug(
                     "the watch of node %s's ResourceSlices ended: %s", self.node, _describe(err)
                 )
@@ -388,7 +389,7 @@ class SlicePublisher:
                 return name, await self._store.create(obj)
             except GenericdpError as err:
                 # Not in our list (of this node and driver), yet there: someone else's.
-                if getattr(err, "code", None) == 409:
+                if getattr(err, "code", None) == HTTPStatus.CONFLICT:
                     raise SliceNameTakenError(name, self.node, self.driver) from err
                 raise
         obj["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]

@@ -55,12 +55,16 @@ class RegistrationService(reg_grpc.RegistrationServicer):
         self.changed = asyncio.Event()
 
     async def GetInfo(  # noqa: N802 -- the gRPC method name
-        self, request: reg_pb.InfoRequest, context: grpc.aio.ServicerContext[Any, Any]
+        self,
+        request: reg_pb.InfoRequest,  # noqa: ARG002 -- the gRPC method's signature
+        context: grpc.aio.ServicerContext[Any, Any],  # noqa: ARG002 -- the gRPC method's signature
     ) -> reg_pb.PluginInfo:
         return self._info
 
     async def NotifyRegistrationStatus(  # noqa: N802 -- the gRPC method name
-        self, request: reg_pb.RegistrationStatus, context: grpc.aio.ServicerContext[Any, Any]
+        self,
+        request: reg_pb.RegistrationStatus,
+        context: grpc.aio.ServicerContext[Any, Any],  # noqa: ARG002 -- the gRPC method's signature
     ) -> reg_pb.RegistrationStatusResponse:
         self.registered = request.plugin_registered
         if request.plugin_registered:

@@ -81,7 +81,9 @@ class _DraPlugin:
         self._pb = module
 
     async def NodePrepareResources(  # noqa: N802 -- the gRPC method name
-        self, request: Any, context: _Context
+        self,
+        request: Any,
+        context: _Context,  # noqa: ARG002 -- the gRPC method's signature
     ) -> Any:
         answer = await self._preparer.prepare(_claims(request))
         response = self._pb.NodePrepareResourcesResponse()
@@ -90,7 +92,9 @@ class _DraPlugin:
         return response
 
     async def NodeUnprepareResources(  # noqa: N802 -- the gRPC method name
-        self, request: Any, context: _Context
+        self,
+        request: Any,
+        context: _Context,  # noqa: ARG002 -- the gRPC method's signature
     ) -> Any:
         answer = await self._preparer.unprepare(_claims(request))
         response = self._pb.NodeUnprepareResourcesResponse()
@@ -179,7 +183,9 @@ class _HealthV1(drahealth_v1_pb2_grpc.DRAResourceHealthServicer):
         self._health = health
 
     async def NodeWatchResources(  # noqa: N802 -- the gRPC method name
-        self, request: drahealth_v1_pb2.NodeWatchResourcesRequest, context: _Context
+        self,
+        request: drahealth_v1_pb2.NodeWatchResourcesRequest,  # noqa: ARG002 -- the gRPC method's signature
+        context: _Context,  # noqa: ARG002 -- the gRPC method's signature
     ) -> AsyncIterator[drahealth_v1_pb2.NodeWatchResourcesResponse]:
         # An async generator function itself: grpc.aio streams only from one.
         async for response in self._health.watch(HEALTH_V1, drahealth_v1_pb2):
@@ -191,7 +197,9 @@ class _HealthV1alpha1(drahealth_v1alpha1_pb2_grpc.DRAResourceHealthServicer):
         self._health = health
 
     async def NodeWatchResources(  # noqa: N802 -- the gRPC method name
-        self, request: drahealth_v1alpha1_pb2.NodeWatchResourcesRequest, context: _Context
+        self,
+        request: drahealth_v1alpha1_pb2.NodeWatchResourcesRequest,  # noqa: ARG002 -- the gRPC method's signature
+        context: _Context,  # noqa: ARG002 -- the gRPC method's signature
     ) -> AsyncIterator[drahealth_v1alpha1_pb2.NodeWatchResourcesResponse]:
         # An async generator function itself: grpc.aio streams only from one.
         async for response in self._health.watch(HEALTH_V1ALPHA1, drahealth_v1alpha1_pb2):

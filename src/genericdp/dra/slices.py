@@ -72,7 +72,7 @@ def _hex_id(value: str | None) -> str | None:
     if value is None:
         return None
     value = value.strip().lower()
-    return value[2:] if value.startswith("0x") else value
+    return value.removeprefix("0x")
 
 
 def _pci_address(unit: Unit) -> str | None:

@@ -48,14 +48,14 @@ class DraUsage:
             if device.resource == resource
         )
 
-    def in_use(self, resource: str) -> frozenset[str]:
+    def in_use(self, resource: str) -> frozenset[str]:  # noqa: ARG002 -- the Usage protocol's signature
         return frozenset()  # cleanup runs at unprepare, not through the runtime
 
-    def watch(self, resource: str, callback: Callable[[], None] | None) -> None:
+    def watch(self, resource: str, callback: Callable[[], None] | None) -> None:  # noqa: ARG002 -- the Usage protocol's signature
         return None  # changes reach every resource through ``listen``
 
-    def claim(self, resource: str, device_ids: Iterable[str]) -> tuple[Release, ...]:
+    def claim(self, resource: str, device_ids: Iterable[str]) -> tuple[Release, ...]:  # noqa: ARG002 -- the Usage protocol's signature
         return ()  # no Allocate under DRA
 
-    def handed_out(self, resource: str, device_ids: Iterable[str]) -> None:
+    def handed_out(self, resource: str, device_ids: Iterable[str]) -> None:  # noqa: ARG002 -- the Usage protocol's signature
         return None

@@ -265,12 +265,16 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         pb_grpc.add_DevicePluginServicer_to_server(self, _GenericOnly(server))  # type: ignore[no-untyped-call]
 
     async def GetDevicePluginOptions(  # noqa: N802 -- the gRPC method name
-        self, request: pb.Empty, context: _Context
+        self,
+        request: pb.Empty,  # noqa: ARG002 -- the gRPC method's signature
+        context: _Context,  # noqa: ARG002 -- the gRPC method's signature
     ) -> pb.DevicePluginOptions:
         return options_message(self._backend.options())
 
     async def ListAndWatch(  # noqa: N802 -- the gRPC method name
-        self, request: pb.Empty, context: _Context
+        self,
+        request: pb.Empty,  # noqa: ARG002 -- the gRPC method's signature
+        context: _Context,  # noqa: ARG002 -- the gRPC method's signature
     ) -> AsyncIterator[pb.ListAndWatchResponse]:
         backend = self._backend
         token = backend.stream_opened()
@@ -289,7 +293,9 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             backend.stream_closed(token, by_peer=by_peer)
 
     async def GetPreferredAllocation(  # noqa: N802 -- the gRPC method name
-        self, request: pb.PreferredAllocationRequest, context: _Context
+        self,
+        request: pb.PreferredAllocationRequest,
+        context: _Context,  # noqa: ARG002 -- the gRPC method's signature
     ) -> pb.PreferredAllocationResponse:
         requests = [
             PreferredRequest(

@@ -156,7 +156,7 @@ def subpath_hint(config: Path, mountinfo: Path = MOUNTINFO) -> str | None:
     wanted = {str(config.absolute()), str(config.resolve())}
     for line in lines:
         fields = line.split()
-        if len(fields) > 4 and _unescape(fields[4]) in wanted:
+        if len(fields) > 4 and _unescape(fields[4]) in wanted:  # noqa: PLR2004 -- mountinfo's 5th field
             return (
                 f"{config} is a file mounted on its own (a ConfigMap key mounted with "
                 "subPath?): the kubelet never updates such mounts, so edits will not "
@@ -171,7 +171,7 @@ def _unescape(field: str) -> str:
     out, i = [], 0
     while i < len(field):
         octal = field[i + 1 : i + 4]
-        if field[i] == "\\" and len(octal) == 3 and all(c in "01234567" for c in octal):
+        if field[i] == "\\" and len(octal) == 3 and all(c in "01234567" for c in octal):  # noqa: PLR2004 -- a \\ooo escape
             out.append(chr(int(octal, 8)))
             i += 4
         else:
@@ -205,7 +205,7 @@ async def in_daemon_thread(func: Callable[[], T]) -> T:
         error: BaseException | None = None
         try:
             result = func()
-        except BaseException as exc:  # handed to the awaiting coroutine
+        except BaseException as exc:  # noqa: BLE001 -- handed to the awaiting coroutine
             error = exc
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
             loop.call_soon_threadsafe(deliver, result, error)

@@ -154,10 +154,11 @@ class TimedHooks:
         result = "failed"
         try:
             outcome = await self._inner(hook)
-            result = "ok"
-            return outcome
         except Exception as exc:
             result = _hook_error_result(exc)
             raise
+        else:
+            result = "ok"
+            return outcome
         finally:
             self._recorder.hook_run(hook.resource, hook.name, result, self._clock() - started)

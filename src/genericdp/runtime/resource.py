@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Sequence, Set
+from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from genericdp import logsetup
@@ -261,7 +262,7 @@ class ResourceRunner:
                 self.edge.wake("start")
             await wait_event(self._rescan, self._context.rescan_interval)
 
-    def _log_held(self, before: Set[str], gone_before: frozenset[str]) -> None:
+    def _log_held(self, before: AbstractSet[str], gone_before: frozenset[str]) -> None:
         """Say what happened to units that vanished while held, or came back."""
         gone = self.state.gone
         for unit_id in sorted((gone - gone_before) & before):

@@ -21,6 +21,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType, TracebackType
+from typing import Self
 
 from genericdp import logsetup
 from genericdp.aio import Backoff, TaskSet
@@ -233,7 +234,7 @@ class Supervisor:
         log.info("stopped %d resource(s)", len(runners))
         return tuple(stragglers)
 
-    async def __aenter__(self) -> Supervisor:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(

@@ -52,17 +52,17 @@ class NoUsage:
         self.settled = asyncio.Event()
         self.settled.set()
 
-    def in_use(self, resource: str) -> frozenset[str]:
+    def in_use(self, resource: str) -> frozenset[str]:  # noqa: ARG002 -- the Usage protocol's signature
         return frozenset()
 
-    def held(self, resource: str) -> frozenset[str]:
+    def held(self, resource: str) -> frozenset[str]:  # noqa: ARG002 -- the Usage protocol's signature
         return frozenset()
 
-    def watch(self, resource: str, callback: Callable[[], None] | None) -> None:
+    def watch(self, resource: str, callback: Callable[[], None] | None) -> None:  # noqa: ARG002 -- the Usage protocol's signature
         return None
 
-    def claim(self, resource: str, device_ids: Iterable[str]) -> tuple[Release, ...]:
+    def claim(self, resource: str, device_ids: Iterable[str]) -> tuple[Release, ...]:  # noqa: ARG002 -- the Usage protocol's signature
         return ()
 
-    def handed_out(self, resource: str, device_ids: Iterable[str]) -> None:
+    def handed_out(self, resource: str, device_ids: Iterable[str]) -> None:  # noqa: ARG002 -- the Usage protocol's signature
         return None

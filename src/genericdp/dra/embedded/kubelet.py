@@ -60,7 +60,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import grpc
 
@@ -128,7 +128,7 @@ class EmbeddedDraKubelet:
         self._tasks = TaskSet(log)
         self._changes = Changes()
 
-    async def __aenter__(self) -> EmbeddedDraKubelet:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
@@ -271,7 +271,7 @@ class EmbeddedDraKubelet:
                 continue
             try:
                 done = await self._register(path)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 -- the kubelet logs a failed registration and retries
                 log.info("RegisterPlugin error at %s: %s", path, exc)
                 done = False
             if done:
@@ -372,7 +372,8 @@ class EmbeddedDraKubelet:
     # -- health --------------------------------------------------------------------
 
     async def _health_loop(self, plugin: Plugin) -> None:
-        assert plugin.health_service is not None  # no loop without a chosen version
+        if plugin.health_service is None:
+            raise RuntimeError("no loop without a chosen version")
         pb, pb_grpc = HEALTH_API[plugin.health_service]
         stub = pb_grpc.DRAResourceHealthStub(plugin.channel)
         where = f"{plugin.endpoint} ({plugin.health_service})"

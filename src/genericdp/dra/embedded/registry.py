@@ -25,11 +25,11 @@ def sockets(directory: Path) -> tuple[dict[str, tuple[int, int]], list[str]]:
     directories: list[str] = []
     for root, dirs, files in os.walk(directory):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
-        directories.extend(os.path.join(root, d) for d in dirs)
+        directories.extend(os.path.join(root, d) for d in dirs)  # noqa: PTH118 -- os.walk gives strings
         for name in files:
             if name.startswith("."):
                 continue
-            path = os.path.join(root, name)
+            path = os.path.join(root, name)  # noqa: PTH118 -- os.walk gives strings
             try:
                 info = os.lstat(path)
             except OSError:

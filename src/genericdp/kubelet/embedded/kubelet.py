@@ -77,6 +77,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 import grpc
 
@@ -236,7 +237,7 @@ class EmbeddedKubelet:
         self._connections.discard(endpoint)
         await endpoint.close()
 
-    async def __aenter__(self) -> EmbeddedKubelet:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 

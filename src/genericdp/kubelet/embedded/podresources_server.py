@@ -69,8 +69,8 @@ class PodResourcesServicer(pr_grpc.PodResourcesListerServicer):
 
     async def List(  # noqa: N802 -- the gRPC method name
         self,
-        request: pr.ListPodResourcesRequest,
-        context: grpc.aio.ServicerContext[pr.ListPodResourcesRequest, pr.ListPodResourcesResponse],
+        request: pr.ListPodResourcesRequest,  # noqa: ARG002 -- the gRPC method's signature
+        context: grpc.aio.ServicerContext[pr.ListPodResourcesRequest, pr.ListPodResourcesResponse],  # noqa: ARG002 -- the gRPC method's signature
     ) -> pr.ListPodResourcesResponse:
         """Every pod holding devices."""
         return pr.ListPodResourcesResponse(pod_resources=pod_resources(self._allocations()))
@@ -95,8 +95,8 @@ class PodResourcesServicer(pr_grpc.PodResourcesListerServicer):
 
     async def GetAllocatableResources(  # noqa: N802 -- the gRPC method name
         self,
-        request: pr.AllocatableResourcesRequest,
-        context: grpc.aio.ServicerContext[
+        request: pr.AllocatableResourcesRequest,  # noqa: ARG002 -- the gRPC method's signature
+        context: grpc.aio.ServicerContext[  # noqa: ARG002 -- the gRPC method's signature
             pr.AllocatableResourcesRequest, pr.AllocatableResourcesResponse
         ],
     ) -> pr.AllocatableResourcesResponse:
