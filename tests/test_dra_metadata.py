@@ -245,3 +245,26 @@ async def test_checkpoint_attributes_of_the_wrong_shape_drop_their_entry(base: P
         again.load()
         assert [p.claim.uid for p in again] == [claim(1).uid], n
         assert again.unaccounted == {claim(2).uid}
+
+
+async def test_a_checkpoint_naming_paths_outside_is_never_written_or_removed_there(
+    base: Path,
+) -> None:
+    """A checkpoint entry whose namespace climbs out of the metadata directory: the
+    restarted driver writes nothing for it, and its unprepare removes nothing there."""
+    claims = MemoryClaims({claim(): allocated(SERIAL, unit(1))})
+    async with EmbeddedDraKubelet(base / "registry") as kubelet, driver(base, claims):
+        await kubelet.wait_until(lambda k: k.registered(DRIVER))
+        await kubelet.prepare_pod(DRIVER, [claim()])
+    victim = base / "victim_claim-1"
+    victim.mkdir()
+    (victim / "keep").write_text("mine")
+    checkpoint = base / "plugins" / DRIVER / "checkpoint.json"
+    doc = json.loads(checkpoint.read_text())
+    doc["claims"][claim().uid]["namespace"] = "../../../victim"
+    checkpoint.write_text(json.dumps(doc))
+    async with driver(base, MemoryClaims()) as d:
+        assert not (victim / "req").exists()
+        ref = ClaimRef("../../../victim", "claim-1", claim().uid)
+        assert await d.preparer.unprepare([ref]) == {claim().uid: ""}
+    assert (victim / "keep").read_text() == "mine"

@@ -410,8 +410,8 @@ async def test_simulate_shows_the_spec_and_ids_prepare_makes(
     where = "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/simulated/req/"
     assert metadata_text.startswith(f", which the container reads at {where}{DRIVER}-metadata.json")
     assert '"apiVersion": "metadata.resource.k8s.io/v1beta1"' in metadata_text
-    ids = [i for dev in result.devices for i in dev.cdi_ids]
-    ids = ", ".join(sorted(ids, key=lambda i: "_" in i))  # its devices', then its metadata's
+    given = [i for dev in result.devices for i in dev.cdi_ids]
+    ids = ", ".join(sorted(given, key=lambda i: "_" in i))  # its devices', then its metadata's
     assert f"prepare answers the CDI devices {ids}\n" in shown
     assert warning in caplog.text
     assert shown_spec["containerEdits"]["env"] == [

@@ -138,15 +138,7 @@ class DraDriver:
         plugin_dir = self.checkpoint.path.parent
         prepared = [p for p in self.checkpoint if p.state == PREPARED]
         for claim in prepared:
-            named = metadata.problem(
-                claim.claim.namespace,
-                claim.claim.name,
-                (d.request for d in claim.devices),
-                claim.pod_claim,
-            )
             try:
-                if named:
-                    raise CdiSpecError(named)
                 metadata.write(plugin_dir, self.driver, claim)
             except CdiSpecError as exc:
                 log.error(

@@ -213,8 +213,14 @@ def stream(
 
 
 def write(plugin_dir: Path, driver: str, prepared: PreparedClaim) -> list[Path]:
-    """Write the claim's files; raises CdiSpecError saying why not."""
+    """Write the claim's files; raises CdiSpecError saying why not (names that are no
+    Kubernetes names among them: the checkpoint is read as hostile input)."""
     claim = prepared.claim
+    named = problem(
+        claim.namespace, claim.name, (d.request for d in prepared.devices), prepared.pod_claim
+    )
+    if named:
+        raise CdiSpecError(f"no device metadata is written for this claim: {named}")
     files = []
     for request, devices in by_request(prepared.devices).items():
         data = stream(driver, prepared, request, devices)
@@ -236,7 +242,10 @@ def write(plugin_dir: Path, driver: str, prepared: PreparedClaim) -> list[Path]:
 def remove(plugin_dir: Path, namespace: str, name: str) -> bool:
     """Remove the claim's files; whether there were any. Raises CdiSpecError.
 
-    A link in their place is removed, never followed."""
+    A link in their place is removed, never followed; names that are no
+    Kubernetes names have no files (none are written for them)."""
+    if problem(namespace, name, (), ""):
+        return False
     path = claim_dir(plugin_dir, namespace, name)
     try:
         if stat.S_ISLNK(path.lstat().st_mode):

@@ -323,13 +323,13 @@ class Preparer:
         async with self._slots, self._units_locked(units):
             await self._cleanup(known)
             await asyncio.to_thread(remove_claim_spec, self._cdi_dir, self.driver, claim.uid)
+            named = (known.claim.namespace, known.claim.name)
             if not any(
-                (p.claim.namespace, p.claim.name) == (claim.namespace, claim.name)
-                and p.claim.uid != claim.uid
+                (p.claim.namespace, p.claim.name) == named and p.claim.uid != claim.uid
                 for p in self._checkpoint
             ):  # else a claim of the same name, made anew, has the files now
                 plugin_dir = self._checkpoint.path.parent
-                await asyncio.to_thread(metadata.remove, plugin_dir, claim.namespace, claim.name)
+                await asyncio.to_thread(metadata.remove, plugin_dir, *named)
             await self._checkpoint.remove(claim.uid)
             self.on_change()
         log.info("unprepared claim %s (UID %s)", _named(known.claim), claim.uid)
