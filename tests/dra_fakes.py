@@ -23,7 +23,7 @@ from genericdp.config.model import (
 from genericdp.config.templates import compile_templates
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.dra.checkpoint import Checkpoint
-from genericdp.dra.claims import AllocatedDevice, ClaimError, ClaimRef
+from genericdp.dra.claims import AllocatedDevice, Allocation, ClaimError, ClaimRef
 from genericdp.dra.inventory import Inventory
 from genericdp.dra.kubeapi import ApiRequestError
 from genericdp.dra.naming import device_name
@@ -42,18 +42,21 @@ class MemoryClaims:
     for the API server."""
 
     def __init__(self, claims: Mapping[ClaimRef, Iterable[AllocatedDevice]] | None = None) -> None:
-        self._claims: dict[str, tuple[ClaimRef, tuple[AllocatedDevice, ...]]] = {}
+        self._claims: dict[str, tuple[ClaimRef, Allocation]] = {}
         self.calls = 0
         for ref, devices in (claims or {}).items():
             self.add(ref, devices)
 
-    def add(self, claim: ClaimRef, devices: Iterable[AllocatedDevice]) -> None:
-        self._claims[claim.uid] = (claim, tuple(devices))
+    def add(
+        self, claim: ClaimRef, devices: Iterable[AllocatedDevice], *, pod_claim: str = ""
+    ) -> None:
+        """``pod_claim``: the claim's ``resource.kubernetes.io/pod-claim-name``."""
+        self._claims[claim.uid] = (claim, Allocation(tuple(devices), pod_claim))
 
     def remove(self, claim: ClaimRef) -> None:
         self._claims.pop(claim.uid, None)
 
-    async def allocated_devices(self, claim: ClaimRef) -> tuple[AllocatedDevice, ...]:
+    async def allocation(self, claim: ClaimRef) -> Allocation:
         self.calls += 1
         held = self._claims.get(claim.uid)
         if held is None:

@@ -89,7 +89,10 @@ async def test_registration_handshake_and_a_pod_gets_its_devices(base: Path) -> 
         assert d.registration.socket == base / "registry" / f"{DRIVER}-reg.sock"
         assert d.dra_socket == base / "plugins" / DRIVER / "dra.sock"
         ids = await kubelet.prepare_pod(DRIVER, [claim()])
-        assert ids == [f"{DRIVER}/claim={claim().uid}-{device_name(SERIAL, 'A1')}"]
+        assert ids == [
+            f"{DRIVER}/claim={claim().uid}-{device_name(SERIAL, 'A1')}",
+            f"{DRIVER}/claim={claim().uid}_req",  # its request's device metadata
+        ]
         edits = resolve_cdi(base / "cdi", ids)
         assert edits["deviceNodes"] == [
             {"path": "/dev/serial/by-id/usb-A1", "hostPath": "/dev/ttyUSB1", "permissions": "rw"}
@@ -151,7 +154,7 @@ async def test_a_kubelet_with_only_v1beta1_uses_it(base: Path) -> None:
     ):
         await kubelet.wait_until(lambda k: k.registered(DRIVER))
         assert kubelet.chosen_service(DRIVER) == "v1beta1.DRAPlugin"
-        assert len(await kubelet.prepare_pod(DRIVER, [claim()])) == 1
+        assert len(await kubelet.prepare_pod(DRIVER, [claim()])) == 2  # device, metadata
 
 
 async def test_a_kubelet_that_knows_none_of_our_services_refuses_and_says_why(
@@ -179,7 +182,7 @@ async def test_prepare_is_retried_until_the_claim_can_be_prepared(base: Path) ->
         with pytest.raises(DraKubeletError, match=r"claim-1 .* not found"):
             await kubelet.prepare(DRIVER, [claim()])
         claims.add(claim(), allocated(SERIAL, unit(0)))
-        assert len(await kubelet.prepare_pod(DRIVER, [claim()])) == 1
+        assert len(await kubelet.prepare_pod(DRIVER, [claim()])) == 2  # device, metadata
         calls = kubelet.count(PREPARE)
         # The kubelet does not ask again for a prepared claim; a new kubelet
         # (restarted, its checkpoint lost) does, and gets the same answer.
@@ -198,7 +201,7 @@ async def test_prepare_is_retried_until_the_claim_can_be_prepared(base: Path) ->
         try:
             await other.wait_until(lambda k: k.registered(DRIVER))
             runs = len(hooks.runs)
-            assert len(await other.prepare_pod(DRIVER, [claim()])) == 1
+            assert len(await other.prepare_pod(DRIVER, [claim()])) == 2
             assert len(hooks.runs) == runs  # from the checkpoint: no hook again
             await other.unprepare(DRIVER, [claim()])
             assert hooks.names()[-1] == "cleanup"
@@ -249,7 +252,7 @@ async def test_several_claims_naming_one_device_are_each_prepared_and_each_see_i
         d.inventory.set_health(SERIAL, set(), {"A0"}, {})
         await kubelet.wait_until(lambda k: k.registered(DRIVER))
         ids = await kubelet.prepare_pod(DRIVER, shared)
-        assert len(set(ids)) == 2, "one CDI device per claim"
+        assert len(set(ids)) == 4, "one CDI device and one metadata mount per claim"
         a0 = device_name(SERIAL, "A0")
         assert kubelet.claims_of(NODE, a0) == tuple(sorted(c.uid for c in shared))
         d.inventory.set_health(SERIAL, {"A0"}, {"A0"}, {"A0": "exited 1: gone quiet"})
@@ -266,7 +269,7 @@ async def test_several_claims_naming_one_device_are_each_prepared_and_each_see_i
 
 
 async def prepare_and_unprepare(kubelet: EmbeddedDraKubelet) -> int:
-    """A pod's claim prepared and released after the DRA socket was lost; its devices.
+    """A pod's claim prepared and released after the DRA socket was lost; its CDI IDs.
 
     The kubelet's channel, which failed while the socket was gone, reconnects
     after gRPC's backoff (1 s, then 1.6 s...); the pod worker keeps retrying
@@ -291,11 +294,11 @@ async def test_removed_sockets_are_served_again_and_the_kubelet_registers_again(
         await kubelet.wait_until(lambda k: k.count(REGISTERED, DRIVER) == 2)
         d.dra_socket.unlink()
         await eventually(d.dra_socket.is_socket, "DRA socket back")
-        assert await prepare_and_unprepare(kubelet) == 1
+        assert await prepare_and_unprepare(kubelet) == 2
         d.dra_socket.unlink()
         d.dra_socket.write_text("not a socket")
         await eventually(d.dra_socket.is_socket, "DRA socket back in place of a file")
-        assert await prepare_and_unprepare(kubelet) == 1
+        assert await prepare_and_unprepare(kubelet) == 2
 
 
 async def test_a_removed_plugin_directory_is_made_and_served_again(base: Path) -> None:
@@ -305,7 +308,7 @@ async def test_a_removed_plugin_directory_is_made_and_served_again(base: Path) -
         await kubelet.wait_until(lambda k: k.registered(DRIVER))
         await asyncio.to_thread(shutil.rmtree, d.dra_socket.parent)
         await eventually(d.dra_socket.is_socket, "DRA socket back in a new directory")
-        assert await prepare_and_unprepare(kubelet) == 1
+        assert await prepare_and_unprepare(kubelet) == 2
 
 
 @pytest.mark.parametrize("real_hooks", [False, True], ids=["recorded-hooks", "true-hooks"])

@@ -16,7 +16,7 @@ from genericdp.config.model import HealthCheck, Hooks, MountTemplate
 from genericdp.discovery import discover
 from genericdp.discovery.model import DeviceNode, Roots
 from genericdp.dra.checkpoint import PREPARING, Checkpoint
-from genericdp.dra.claims import AllocatedDevice, ClaimError, ClaimRef
+from genericdp.dra.claims import AllocatedDevice, Allocation, ClaimError, ClaimRef
 from genericdp.dra.naming import device_name
 from genericdp.dra.prepare import MAX_DEVICES_PER_CLAIM, MAX_ERROR_CHARS, Preparer
 from genericdp.settings import Settings
@@ -52,7 +52,8 @@ async def test_prepare_runs_hooks_writes_the_spec_and_answers_cdi_ids(base: Path
     names = [device_name(SERIAL, "A0"), device_name(SERIAL, "A2")]
     assert [dev.device for dev in result.devices] == names
     assert [dev.cdi_ids for dev in result.devices] == [
-        (f"{DRIVER}/claim={claim().uid}-{n}",) for n in names
+        (f"{DRIVER}/claim={claim().uid}-{names[0]}", f"{DRIVER}/claim={claim().uid}_req"),
+        (f"{DRIVER}/claim={claim().uid}-{names[1]}",),  # the request's metadata is with the first
     ]
     assert s.hooks.runs == [
         ("init", SERIAL, ("A0", "A2"), tuple(names)),
@@ -71,9 +72,10 @@ async def test_prepare_runs_hooks_writes_the_spec_and_answers_cdi_ids(base: Path
             "options": ["rbind", "ro"],
         }
     ]
-    assert [dev["containerEdits"]["deviceNodes"] for dev in spec["devices"]] == [
+    assert [dev["containerEdits"].get("deviceNodes") for dev in spec["devices"]] == [
         [{"path": "/dev/serial/by-id/usb-A0", "hostPath": "/dev/ttyUSB0", "permissions": "rw"}],
         [{"path": "/dev/serial/by-id/usb-A2", "hostPath": "/dev/ttyUSB2", "permissions": "rw"}],
+        None,  # the device metadata mount of request "req"
     ]
     ids = {i for dev in result.devices for i in dev.cdi_ids}
     assert {f"{spec['kind']}={dev['name']}" for dev in spec["devices"]} == ids
@@ -283,7 +285,7 @@ def test_hostile_checkpoints_load_as_empty_or_in_part(base: Path) -> None:
 class ChattySource:
     """A claim source whose errors are huge, or not ClaimErrors at all."""
 
-    async def allocated_devices(self, claim: ClaimRef) -> tuple[AllocatedDevice, ...]:
+    async def allocation(self, claim: ClaimRef) -> Allocation:
         if claim.name == "claim-1":
             raise ClaimError("x" * 1_000_000)
         raise RuntimeError("the client library broke")
@@ -311,7 +313,9 @@ async def test_a_device_named_by_two_requests_is_one_cdi_device(base: Path) -> N
     result = (await s.preparer.prepare([claim()]))[claim().uid]
     assert [(d.request, d.device) for d in result.devices] == [("a", name), ("b", name)]
     spec = json.loads((s.cdi_dir / claim_spec_name(DRIVER, claim().uid)).read_text())
-    assert len(spec["devices"]) == 1
+    assert [d["name"] for d in spec["devices"] if "deviceNodes" in d["containerEdits"]] == [
+        f"{claim().uid}-{name}"
+    ]
     # The unit once, as under the device plugin two replica IDs of one unit are one unit.
     assert s.hooks.runs[0][2] == ("A0",)
 
@@ -327,6 +331,8 @@ async def test_allocate_devices_nodes_are_in_every_prepared_device(base: Path) -
     assert (await s.preparer.prepare([claim()]))[claim().uid].error == ""
     spec = json.loads((s.cdi_dir / claim_spec_name(DRIVER, claim().uid)).read_text())
     for device in spec["devices"]:
+        if "mounts" in device["containerEdits"]:
+            continue  # the device metadata's mount
         assert {"path": "/dev/gdp-ctl", "hostPath": "/dev/gdp-ctl", "permissions": "r"} in device[
             "containerEdits"
         ]["deviceNodes"]
@@ -379,6 +385,7 @@ async def test_simulate_shows_the_spec_and_ids_prepare_makes(
     warning = f"resource {SERIAL}: allocate.annotations (example.com/note) are not passed under DRA"
     assert f"warning: {warning}" in shown
     spec_text = shown.split("and writes this CDI spec", 1)[1].split(":\n", 1)[1]
+    spec_text, metadata_text = spec_text.split("  and this device metadata", 1)
     shown_spec = json.loads(spec_text)
 
     (d,) = load([path]).resources
@@ -389,8 +396,22 @@ async def test_simulate_shows_the_spec_and_ids_prepare_makes(
     s.claims.add(ref, allocated(SERIAL, *first))
     result = (await s.preparer.prepare([ref]))[ref.uid]
     assert result.error == ""
-    assert json.loads((s.cdi_dir / claim_spec_name(DRIVER, ref.uid)).read_text()) == shown_spec
-    ids = ", ".join(i for dev in result.devices for i in dev.cdi_ids)
+    written = json.loads((s.cdi_dir / claim_spec_name(DRIVER, ref.uid)).read_text())
+    # The metadata mount's host file is under the plugins dir of each.
+    mounted = [
+        d["containerEdits"]["mounts"][0]
+        for d in (written, shown_spec)
+        for d in d["devices"]
+        if "mounts" in d["containerEdits"]
+    ]
+    assert mounted[0].pop("hostPath").startswith(str(s.checkpoint.path.parent))
+    assert mounted[1].pop("hostPath").startswith(str(settings.dra_plugins_dir / DRIVER))
+    assert written == shown_spec
+    where = "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/simulated/req/"
+    assert metadata_text.startswith(f", which the container reads at {where}{DRIVER}-metadata.json")
+    assert '"apiVersion": "metadata.resource.k8s.io/v1beta1"' in metadata_text
+    given = [i for dev in result.devices for i in dev.cdi_ids]
+    ids = ", ".join(sorted(given, key=lambda i: "_" in i))  # its devices', then its metadata's
     assert f"prepare answers the CDI devices {ids}\n" in shown
     assert warning in caplog.text
     assert shown_spec["containerEdits"]["env"] == [

@@ -311,6 +311,7 @@ async def simulate(
 
 # The UID of the claim ``simulate --backend dra`` prepares (it names its CDI devices).
 SIMULATED_CLAIM_UID = "00000000-0000-0000-0000-000000000001"
+SIMULATED_CLAIM_NAME, SIMULATED_REQUEST = "simulated", "req"  # its name, in "default"
 
 
 def simulate_dra(
@@ -369,7 +370,12 @@ def simulate_dra(
             ok = False
             continue
         lines, claimed = _prepared_claim(
-            definition, units[request.resource], request.count, node, driver
+            definition,
+            units[request.resource],
+            request.count,
+            node,
+            driver,
+            settings.dra_plugins_dir / driver,
         )
         for line in lines:
             print(line, file=stream)
@@ -377,13 +383,21 @@ def simulate_dra(
     return EXIT_OK if ok else EXIT_FAILED
 
 
-def _prepared_claim(
-    definition: ResourceDefinition, units: Sequence[Unit], count: int, node: str, driver: str
+def _prepared_claim(  # noqa: PLR0917 -- one call site, each argument a different kind
+    definition: ResourceDefinition,
+    units: Sequence[Unit],
+    count: int,
+    node: str,
+    driver: str,
+    plugin_dir: Path,
 ) -> tuple[list[str], bool]:
     """What prepare would do with a claim for the first ``count`` of ``units`` by
     device name: the lines saying so, and whether it would succeed."""
     from genericdp.allocation.plan import plan_allocation
+    from genericdp.dra import metadata
     from genericdp.dra.cdispec import claim_spec, undelivered
+    from genericdp.dra.checkpoint import PREPARED, PreparedClaim, PreparedDevice
+    from genericdp.dra.claims import ClaimRef
     from genericdp.dra.naming import device_name
 
     resource = definition.name
@@ -397,14 +411,37 @@ def _prepared_claim(
         plan = plan_allocation(definition, chosen, names, node_name=node)
     except GenericdpError as exc:
         return [*lines, f"  prepare fails: {exc}"], False
-    uid = SIMULATED_CLAIM_UID
+    uid, request = SIMULATED_CLAIM_UID, SIMULATED_REQUEST
+    prepared = PreparedClaim(
+        ClaimRef("default", SIMULATED_CLAIM_NAME, uid),
+        PREPARED,
+        tuple(
+            PreparedDevice(
+                request,
+                node,
+                name,
+                definition.name,
+                unit.id,
+                (),
+                (),
+                metadata.attributes(definition, unit, driver, [n.container_path for n in nodes]),
+            )
+            for unit, name, nodes in zip(chosen, names, plan.nodes, strict=True)
+        ),
+    )
+    ids = [claim_device_id(driver, uid, n) for n in names]
     lines.append(
         "  prepare answers the CDI devices "
-        + ", ".join(claim_device_id(driver, uid, n) for n in names)
+        + ", ".join([*ids, metadata.cdi_id(driver, uid, request)])
     )
     if warning := undelivered(plan):
         lines.append(f"  warning: {warning}")
     lines.append(f"  and writes this CDI spec (claim UID {uid}):")
-    spec = json.dumps(claim_spec(driver, uid, [plan]), indent=2)
+    mounts = metadata.cdi_devices(plugin_dir, driver, prepared)
+    spec = json.dumps(claim_spec(driver, uid, [plan], mounts), indent=2)
     lines.extend(f"    {line}" for line in spec.splitlines())
+    where = metadata.container_path(driver, SIMULATED_CLAIM_NAME, "", request)
+    lines.append(f"  and this device metadata, which the container reads at {where}:")
+    shown = metadata.stream(driver, prepared, request, prepared.devices).decode()
+    lines.extend(f"    {line}" for line in shown.splitlines())
     return lines, True

@@ -6,7 +6,14 @@ import asyncio
 from http import HTTPStatus
 from typing import Any
 
-from genericdp.dra.claims import AllocatedDevice, ClaimError, ClaimRef
+from genericdp.dra.checkpoint import valid_uid
+from genericdp.dra.claims import (
+    POD_CLAIM_ANNOTATION,
+    AllocatedDevice,
+    Allocation,
+    ClaimError,
+    ClaimRef,
+)
 from genericdp.dra.kubeapi import ApiRequestError, AsyncClient, get_claim
 from genericdp.dra.naming import DEFAULT_DRIVER
 
@@ -40,6 +47,9 @@ class ApiClaimSource:
         self._deadline = deadline
 
     async def allocated_devices(self, claim: ClaimRef) -> tuple[AllocatedDevice, ...]:
+        return (await self.allocation(claim)).devices
+
+    async def allocation(self, claim: ClaimRef) -> Allocation:
         where = f"ResourceClaim {claim.namespace}/{claim.name}"
         try:
             async with asyncio.timeout(self._deadline):
@@ -63,11 +73,14 @@ class ApiClaimSource:
         results = (allocation.get("devices") or {}).get("results") or []
         if not isinstance(results, list):
             raise ClaimError(f"{where}: its allocation's results are not a list")
-        return tuple(
+        devices = tuple(
             _device(where, n, r)
             for n, r in enumerate(results)
             if isinstance(r, dict) and r.get("driver") == self.driver
         )
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        pod_claim = annotations.get(POD_CLAIM_ANNOTATION) if isinstance(annotations, dict) else ""
+        return Allocation(devices, pod_claim if isinstance(pod_claim, str) else "")
 
 
 def _device(where: str, index: int, result: dict[str, Any]) -> AllocatedDevice:
@@ -75,4 +88,7 @@ def _device(where: str, index: int, result: dict[str, Any]) -> AllocatedDevice:
     if not all(isinstance(f, str) and f for f in fields):
         raise ClaimError(f"{where}: allocation result {index} lacks a request, pool or device")
     request, pool, device = (str(f) for f in fields)
-    return AllocatedDevice(request, pool, device)
+    share = result.get("shareID")
+    if share is not None and not (isinstance(share, str) and valid_uid(share)):
+        raise ClaimError(f"{where}: allocation result {index} has a shareID that is not a UID")
+    return AllocatedDevice(request, pool, device, share or "")

@@ -17,6 +17,8 @@ plugin's; the file itself (name, kind, writing, stale specs) is
   all the claim's units of it) are the spec's own ``containerEdits``, which
   the runtime applies once when any device of the spec is injected; a
   variable set by two resources keeps the first one's value.
+- One CDI device per request mounting its device metadata file read-only
+  (``extra``, from ``dra/metadata.py``).
 - Annotations cannot be passed (the DRA API has no per-container
   annotations): ``undelivered`` says so, and prepare and ``simulate`` warn
   with its words.
@@ -31,11 +33,14 @@ from genericdp.allocation.cdi import cdi_device, cdi_version, claim_device_name,
 from genericdp.allocation.plan import Mount, Plan
 
 
-def claim_spec(driver: str, uid: str, plans: Sequence[Plan]) -> dict[str, Any]:
+def claim_spec(
+    driver: str, uid: str, plans: Sequence[Plan], extra: Sequence[dict[str, Any]] = ()
+) -> dict[str, Any]:
     """The CDI spec of claim ``uid``: one device per device the plans name
-    (``Plan.device_ids``, the DRA device names), sorted by name."""
+    (``Plan.device_ids``, the DRA device names), and the ``extra`` devices (the
+    device metadata mounts, ``dra/metadata.py``), sorted by name."""
     kind = claim_kind(driver)
-    devices: dict[str, dict[str, Any]] = {}
+    devices: dict[str, dict[str, Any]] = {d["name"]: d for d in extra}
     env: dict[str, str] = {}
     mounts: list[Mount] = []
     for plan in plans:

@@ -66,6 +66,9 @@ class PreparedDevice:
     unit: str
     cdi_ids: tuple[str, ...]
     nodes: tuple[tuple[str, str], ...]  # (host path, container path) at prepare time
+    # Its device metadata attributes, (name, type, value): ``dra/metadata.py``.
+    attributes: tuple[tuple[str, str, Any], ...] = ()
+    share_id: str = ""  # the allocation's shareID, for a device shared by several claims
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class PreparedClaim:
     state: str  # PREPARING or PREPARED
     devices: tuple[PreparedDevice, ...]
     spec: str | None = None  # the CDI spec file's name, once written
+    pod_claim: str = ""  # the pod's name of a claim made from a template (device metadata)
 
 
 class Checkpoint:
@@ -270,8 +274,14 @@ def _dump(prepared: PreparedClaim) -> dict[str, Any]:
         "name": prepared.claim.name,
         "state": prepared.state,
         "spec": prepared.spec,
+        "pod_claim": prepared.pod_claim,
         "devices": [
-            {**asdict(d), "cdi_ids": list(d.cdi_ids), "nodes": [list(n) for n in d.nodes]}
+            {
+                **asdict(d),
+                "cdi_ids": list(d.cdi_ids),
+                "nodes": [list(n) for n in d.nodes],
+                "attributes": [list(a) for a in d.attributes],
+            }
             for d in prepared.devices
         ],
     }
@@ -321,10 +331,39 @@ def _parse(uid: object, entry: object) -> PreparedClaim:
                 unit=_text(device, "unit"),
                 cdi_ids=tuple(cdi_ids),
                 nodes=tuple((n[0], n[1]) for n in nodes),
+                attributes=_attributes(device.get("attributes", [])),
+                share_id=_text(device, "share_id", limit=128) if "share_id" in device else "",
             )
         )
     claim = ClaimRef(_text(entry, "namespace"), _text(entry, "name"), uid)
-    return PreparedClaim(claim, state, tuple(parsed), spec)
+    pod_claim = _text(entry, "pod_claim", limit=63) if "pod_claim" in entry else ""
+    return PreparedClaim(claim, state, tuple(parsed), spec, pod_claim)
+
+
+_ATTRIBUTE_TYPES = {"string": str, "version": str, "int": int, "bool": bool}
+_MAX_ATTRIBUTES = 32  # as the API allows a device
+
+
+def _attributes(found: object) -> tuple[tuple[str, str, Any], ...]:
+    """A device's metadata attributes as the file holds them: [name, type, value]."""
+    if not isinstance(found, list) or len(found) > _MAX_ATTRIBUTES:
+        raise TypeError(f"attributes is not a list of at most {_MAX_ATTRIBUTES}")
+    parsed = []
+    for item in found:
+        if not isinstance(item, list) or len(item) != 3:
+            raise TypeError("an attribute is not [name, type, value]")
+        name, kind, value = item
+        wanted = _ATTRIBUTE_TYPES.get(kind) if isinstance(kind, str) else None
+        if (
+            not isinstance(name, str)
+            or not 0 < len(name) <= 128
+            or wanted is None
+            or type(value) is not wanted
+            or (isinstance(value, str) and len(value) > 256)
+        ):
+            raise ValueError("an attribute is not a name, a type and a value of that type")
+        parsed.append((name, kind, value))
+    return tuple(parsed)
 
 
 _SPEC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\.json")

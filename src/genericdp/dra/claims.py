@@ -12,6 +12,10 @@ from typing import Protocol
 
 from genericdp.errors import GenericdpError
 
+# Set by the resource claim controller on a claim made from a template: the pod's name
+# for the claim (pod.spec.resourceClaims[].name).
+POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+
 
 @dataclass(frozen=True)
 class ClaimRef:
@@ -25,6 +29,17 @@ class AllocatedDevice:
     request: str
     pool: str
     device: str
+    share_id: str = ""  # the result's shareID: one share of a device several claims hold
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """Our driver's results in a claim's allocation, and what names the claim in its pod."""
+
+    devices: tuple[AllocatedDevice, ...]
+    # The claim's resource.kubernetes.io/pod-claim-name annotation: the pod's name for a
+    # claim made from a template ("" for a claim the pod names itself).
+    pod_claim: str = ""
 
 
 class ClaimError(GenericdpError):
@@ -32,7 +47,7 @@ class ClaimError(GenericdpError):
 
 
 class ClaimSource(Protocol):
-    async def allocated_devices(self, claim: ClaimRef) -> tuple[AllocatedDevice, ...]:
+    async def allocation(self, claim: ClaimRef) -> Allocation:
         """Our driver's results in the claim's allocation (status.allocation.devices.results
         with driver == ours). Raises ClaimError when the claim is gone, its UID differs,
         or it is not allocated."""

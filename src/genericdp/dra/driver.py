@@ -9,7 +9,9 @@ lays it out, which the kubelet expects of no one but which admins know:
 
 - ``<registry dir>/<driver>-reg.sock``: registration (``registration.py``);
 - ``<plugins dir>/<driver>/dra.sock``: the DRA services (``service.py``);
-- ``<plugins dir>/<driver>/checkpoint.json``: prepared claims (``checkpoint.py``).
+- ``<plugins dir>/<driver>/checkpoint.json``: prepared claims (``checkpoint.py``);
+- ``<plugins dir>/<driver>/dra-device-metadata/``: their device metadata
+  (``metadata.py``), written again from the checkpoint at start.
 
 Both sockets' directories are watched with inotify and a socket deleted or
 replaced is served again at once: the kubelet's plugin watcher registers the
@@ -27,7 +29,8 @@ from inotify_simple import flags
 
 from genericdp.aio import Backoff, TaskSet, inotify_events
 from genericdp.allocation.cdi import remove_stale_claim_specs
-from genericdp.dra.checkpoint import FILE_NAME, Checkpoint
+from genericdp.dra import metadata
+from genericdp.dra.checkpoint import FILE_NAME, PREPARED, Checkpoint
 from genericdp.dra.claims import ClaimSource
 from genericdp.dra.inventory import Inventory
 from genericdp.dra.prepare import Preparer
@@ -37,7 +40,7 @@ from genericdp.dra.registration import (
     registration_socket,
 )
 from genericdp.dra.service import HEARTBEAT, SERVICES, DraServer
-from genericdp.errors import KubeletError
+from genericdp.errors import CdiSpecError, KubeletError, clip
 from genericdp.hooks import HookRunner
 from genericdp.runtime.recorder import NO_METRICS, Recorder
 
@@ -117,6 +120,7 @@ class DraDriver:
             )
         for path in removed:
             log.info("removed the CDI spec %s of a claim no longer prepared", path)
+        await asyncio.to_thread(self._rebuild_metadata)
         await self._serve_dra()
         await self.registration.start()  # last: the kubelet dials the DRA socket at once
         log.info(
@@ -126,6 +130,28 @@ class DraDriver:
             self.dra_socket,
         )
         self._tasks.spawn(f"dra/{self.driver}/sockets", self._keep_sockets, backoff=Backoff())
+
+    def _rebuild_metadata(self) -> None:
+        """Write the device metadata of every prepared claim again, from the checkpoint
+        (the files may be gone, or older), and remove those of claims no longer
+        prepared. Never raises: a claim whose files cannot be written is logged."""
+        plugin_dir = self.checkpoint.path.parent
+        prepared = [p for p in self.checkpoint if p.state == PREPARED]
+        for claim in prepared:
+            try:
+                metadata.write(plugin_dir, self.driver, claim)
+            except CdiSpecError as exc:
+                log.error(
+                    "DRA checkpoint: the device metadata of claim %s/%s cannot be written"
+                    " again: %s",
+                    clip(claim.claim.namespace, 80),
+                    clip(claim.claim.name, 80),
+                    exc,
+                )
+        if self.checkpoint.complete and not self.checkpoint.unaccounted:
+            keep = [(p.claim.namespace, p.claim.name) for p in self.checkpoint]
+            for path in metadata.stale(plugin_dir, keep):
+                log.info("removed the device metadata %s of a claim no longer prepared", path)
 
     async def close(self) -> None:
         await self._tasks.stop()

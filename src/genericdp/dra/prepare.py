@@ -5,13 +5,14 @@ allocation (``ClaimSource``), find each device among this node's current
 units (``Inventory``), plan what its containers receive
 (``allocation.plan``, one plan per resource of the claim), record the claim
 as ``preparing`` in the checkpoint, commit the plans (the ``init`` then
-``preStart`` hooks, and the claim's CDI spec: ``dra/cdispec.py``), record it
-as ``prepared``, and answer with one CDI device ID per device. The kubelet retries, and calls again
-after its own restart: a claim already prepared gets the same answer,
-without running anything again.
+``preStart`` hooks, the claim's device metadata: ``dra/metadata.py``, and
+its CDI spec: ``dra/cdispec.py``), record it as ``prepared``, and answer
+with each device's CDI device ID and that of its request's metadata mount.
+The kubelet retries, and calls again after its own restart: a claim already
+prepared gets the same answer, without running anything again.
 
 Unprepare runs the ``cleanup`` hook on the claim's units, removes its CDI
-spec and forgets it. A claim we never prepared (or already unprepared) is
+spec and device metadata and forgets it. A claim we never prepared (or already unprepared) is
 a success: that is what the kubelet needs to hear to move on.
 
 Shared devices (``count``, KEP-5075's ``allowMultipleAllocations``): several
@@ -39,7 +40,7 @@ import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from genericdp.allocation.cdi import (
@@ -51,6 +52,7 @@ from genericdp.allocation.cdi import (
 from genericdp.allocation.plan import Plan, plan_allocation
 from genericdp.allocation.render import rendered_soon
 from genericdp.discovery.model import DeviceNode, Unit
+from genericdp.dra import metadata
 from genericdp.dra.cdispec import claim_spec, undelivered
 from genericdp.dra.checkpoint import (
     PREPARED,
@@ -197,7 +199,8 @@ class Preparer:
             return ClaimResult(known.devices)  # no read, no slot: answered at once
         # The read is outside the slots (it has a deadline of its own): slow API
         # server reads never hold back claims that need none.
-        allocated = await self._claims.allocated_devices(claim)
+        allocation = await self._claims.allocation(claim)
+        allocated = allocation.devices
         if not allocated:
             raise ClaimError(f"its allocation holds no device of driver {self.driver}")
         if len(allocated) > MAX_DEVICES_PER_CLAIM:
@@ -205,27 +208,54 @@ class Preparer:
                 f"its allocation lists {len(allocated)} devices for driver {self.driver},"
                 f" more than the {MAX_DEVICES_PER_CLAIM} a claim can hold"
             )
+        named = metadata.problem(
+            claim.namespace, claim.name, (a.request for a in allocated), allocation.pod_claim
+        )
+        if named:
+            raise ClaimError(f"its device metadata cannot be written: {named}")
         found = [(a, self._locate(a)) for a in allocated]
         groups: dict[str, list[tuple[AllocatedDevice, Located]]] = defaultdict(list)
         for alloc, located in found:
             groups[located.resource].append((alloc, located))
         async with self._slots:
-            return await self._commit(claim, found, groups)
+            return await self._commit(claim, found, groups, allocation.pod_claim)
 
     async def _commit(
         self,
         claim: ClaimRef,
         found: Sequence[tuple[AllocatedDevice, Located]],
         groups: Mapping[str, Sequence[tuple[AllocatedDevice, Located]]],
+        pod_claim: str,
     ) -> ClaimResult:
-        """Record, run the hooks, write the spec: what a slot bounds."""
+        """Record, run the hooks, write the metadata and the spec: what a slot bounds."""
         plans, _ = await rendered_soon(lambda slice_seconds: self._plan(groups, slice_seconds))
+        paths = {
+            device: tuple(n.container_path for n in nodes)
+            for plan in plans
+            for device, nodes in zip(plan.device_ids, plan.nodes, strict=True)
+        }
+        # A request's metadata mount goes with its first device: the kubelet hands a
+        # container the IDs of every device of the requests it uses.
+        firsts = {alloc.request: n for n, (alloc, _) in reversed(list(enumerate(found)))}
         devices = tuple(
-            _prepared(alloc, located, (claim_device_id(self.driver, claim.uid, alloc.device),))
-            for alloc, located in found
+            _prepared(
+                alloc,
+                located,
+                (claim_device_id(self.driver, claim.uid, alloc.device),)
+                + (
+                    (metadata.cdi_id(self.driver, claim.uid, alloc.request),)
+                    if firsts[alloc.request] == n
+                    else ()
+                ),
+                metadata.attributes(
+                    located.definition, located.unit, self.driver, paths[alloc.device]
+                ),
+            )
+            for n, (alloc, located) in enumerate(found)
         )
         async with self._units_locked((d.resource, d.unit) for d in devices):
-            await self._checkpoint.put(PreparedClaim(claim, PREPARING, devices))
+            preparing = PreparedClaim(claim, PREPARING, devices, pod_claim=pod_claim)
+            await self._checkpoint.put(preparing)
             self.on_change()
             for plan in plans:
                 for name in (INIT, PRE_START):
@@ -233,13 +263,13 @@ class Preparer:
                         await self._run_hook(run)
                 if warning := undelivered(plan):
                     log.warning("claim %s: %s", _named(claim), warning)
-            spec = claim_spec(self.driver, claim.uid, plans)
+            plugin_dir = self._checkpoint.path.parent
+            await asyncio.to_thread(metadata.write, plugin_dir, self.driver, preparing)
+            mounts = metadata.cdi_devices(plugin_dir, self.driver, preparing)
+            spec = claim_spec(self.driver, claim.uid, plans, mounts)
             await asyncio.to_thread(write_claim_spec, self._cdi_dir, self.driver, claim.uid, spec)
-            await self._checkpoint.put(
-                PreparedClaim(
-                    claim, PREPARED, devices, spec=claim_spec_name(self.driver, claim.uid)
-                )
-            )
+            name = claim_spec_name(self.driver, claim.uid)
+            await self._checkpoint.put(replace(preparing, state=PREPARED, spec=name))
         log.info(
             "prepared claim %s (UID %s): %s",
             _named(claim),
@@ -293,6 +323,13 @@ class Preparer:
         async with self._slots, self._units_locked(units):
             await self._cleanup(known)
             await asyncio.to_thread(remove_claim_spec, self._cdi_dir, self.driver, claim.uid)
+            named = (known.claim.namespace, known.claim.name)
+            if not any(
+                (p.claim.namespace, p.claim.name) == named and p.claim.uid != claim.uid
+                for p in self._checkpoint
+            ):  # else a claim of the same name, made anew, has the files now
+                plugin_dir = self._checkpoint.path.parent
+                await asyncio.to_thread(metadata.remove, plugin_dir, *named)
             await self._checkpoint.remove(claim.uid)
             self.on_change()
         log.info("unprepared claim %s (UID %s)", _named(known.claim), claim.uid)
@@ -380,7 +417,12 @@ def _unique(claims: Sequence[ClaimRef]) -> list[ClaimRef]:
     return list(seen.values())
 
 
-def _prepared(alloc: AllocatedDevice, located: Located, cdi_ids: tuple[str, ...]) -> PreparedDevice:
+def _prepared(
+    alloc: AllocatedDevice,
+    located: Located,
+    cdi_ids: tuple[str, ...],
+    attributes: tuple[tuple[str, str, object], ...],
+) -> PreparedDevice:
     return PreparedDevice(
         request=alloc.request,
         pool=alloc.pool,
@@ -389,6 +431,8 @@ def _prepared(alloc: AllocatedDevice, located: Located, cdi_ids: tuple[str, ...]
         unit=located.unit.id,
         cdi_ids=cdi_ids,
         nodes=tuple((n.host_path, n.container_path) for n in located.unit.nodes),
+        attributes=attributes,
+        share_id=alloc.share_id,
     )
 
 

@@ -44,6 +44,7 @@ from genericdp.dra.api import (
     drahealth_v1alpha1_pb2,
     drahealth_v1alpha1_pb2_grpc,
 )
+from genericdp.dra.checkpoint import PreparedDevice
 from genericdp.dra.claims import ClaimRef
 from genericdp.dra.inventory import Health, Inventory
 from genericdp.dra.prepare import ClaimResult, Preparer
@@ -107,16 +108,19 @@ class _DraPlugin:
             log.warning("NodePrepareResources: %s", result.error)
             return self._pb.NodePrepareResourceResponse(error=result.error)
         return self._pb.NodePrepareResourceResponse(
-            devices=[
-                self._pb.Device(
-                    request_names=[d.request] if d.request else [],
-                    pool_name=d.pool,
-                    device_name=d.device,
-                    cdi_device_ids=list(d.cdi_ids),
-                )
-                for d in result.devices
-            ]
+            devices=[self._device(d) for d in result.devices]
         )
+
+    def _device(self, d: PreparedDevice) -> Any:
+        device = self._pb.Device(
+            request_names=[d.request] if d.request else [],
+            pool_name=d.pool,
+            device_name=d.device,
+            cdi_device_ids=list(d.cdi_ids),
+        )
+        if d.share_id and self._pb is dra_v1_pb2:  # v1beta1 has no share_id
+            device.share_id = d.share_id
+        return device
 
 
 class DraPluginV1(_DraPlugin, dra_v1_pb2_grpc.DRAPluginServicer):

@@ -53,7 +53,11 @@ async def node_prepare(
             )
         prepared[uid] = tuple(
             PreparedDevice(
-                tuple(d.request_names), d.pool_name, d.device_name, tuple(d.cdi_device_ids)
+                tuple(d.request_names),
+                d.pool_name,
+                d.device_name,
+                tuple(d.cdi_device_ids),
+                d.share_id if pb is dra_v1_pb2 and d.HasField("share_id") else None,
             )
             for d in result.devices
         )

@@ -41,6 +41,8 @@ Used by the tests. It follows the 1.34-1.37 kubelet:
   once; the kubelet keeps each claim's devices apart (its claim info cache
   is per claim) and every pod of every claim naming a device shows that
   device's health in its ``allocatedResourcesStatus`` (``claim_health``).
+  Each prepared device keeps the ``share_id`` a v1 answer gives (``prepared``;
+  None over v1beta1, which has no such field).
 
 What happened is kept in a typed event log (``events``, stamped with an
 injected ``clock``); tests wait for a state with ``wait_until``, woken by

@@ -49,6 +49,7 @@ class PreparedDevice:
     pool: str
     device: str
     cdi_ids: tuple[str, ...]
+    share_id: str | None = None  # v1 only: the share of a device several claims hold
 
 
 @dataclass
