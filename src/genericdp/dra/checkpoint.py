@@ -342,6 +342,8 @@ def _parse(uid: object, entry: object) -> PreparedClaim:
 
 _ATTRIBUTE_TYPES = {"string": str, "version": str, "int": int, "bool": bool}
 _MAX_ATTRIBUTES = 32  # as the API allows a device
+_MAX_NAME = 128  # characters of an attribute's name
+_MAX_STRING = 256  # characters of a string value, as the API allows
 
 
 def _attributes(found: object) -> tuple[tuple[str, str, Any], ...]:
@@ -350,16 +352,16 @@ def _attributes(found: object) -> tuple[tuple[str, str, Any], ...]:
         raise TypeError(f"attributes is not a list of at most {_MAX_ATTRIBUTES}")
     parsed = []
     for item in found:
-        if not isinstance(item, list) or len(item) != 3:
+        if not isinstance(item, list) or len(item) != 3:  # noqa: PLR2004 -- [name, type, value]
             raise TypeError("an attribute is not [name, type, value]")
         name, kind, value = item
         wanted = _ATTRIBUTE_TYPES.get(kind) if isinstance(kind, str) else None
         if (
             not isinstance(name, str)
-            or not 0 < len(name) <= 128
+            or not 0 < len(name) <= _MAX_NAME
             or wanted is None
             or type(value) is not wanted
-            or (isinstance(value, str) and len(value) > 256)
+            or (isinstance(value, str) and len(value) > _MAX_STRING)
         ):
             raise ValueError("an attribute is not a name, a type and a value of that type")
         parsed.append((name, kind, value))

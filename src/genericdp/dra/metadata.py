@@ -29,7 +29,6 @@ paths are made of names checked as the API server checks them (``problem``).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import stat
@@ -65,6 +64,7 @@ _DIR_MODE = 0o755
 _LABEL = r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"
 _DNS_LABEL = re.compile(_LABEL)
 _DNS_SUBDOMAIN = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
+_MAX_SUBDOMAIN = 253  # characters of a DNS subdomain (a claim's name)
 _REQUEST = re.compile(rf"{_LABEL}(?:/{_LABEL})?")  # <request> or <request>/<subrequest>
 _FIXED = ("resource", "unitID", "nodes")
 
@@ -78,7 +78,7 @@ def problem(namespace: str, name: str, requests: Iterable[str], pod_claim: str) 
     """Why these names cannot name metadata files ("" when they can)."""
     if not _DNS_LABEL.fullmatch(namespace):
         return f"namespace {namespace[:80]!r} is not a DNS label"
-    if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+    if len(name) > _MAX_SUBDOMAIN or not _DNS_SUBDOMAIN.fullmatch(name):
         return f"name {name[:80]!r} is not a DNS subdomain"
     for request in requests:
         if not _REQUEST.fullmatch(request):
@@ -288,8 +288,8 @@ def _make_dirs(top: Path, directory: Path) -> None:
     for part in directory.relative_to(top).parts:
         current = current / part
         try:
-            os.mkdir(current, _DIR_MODE)
-            os.chmod(current, _DIR_MODE)
+            current.mkdir(_DIR_MODE)
+            current.chmod(_DIR_MODE)
         except FileExistsError:
             if not stat.S_ISDIR(current.lstat().st_mode):
                 raise NotADirectoryError(20, "not a directory", str(current)) from None
