@@ -88,7 +88,9 @@ class ListWatch:
                 seconds = self._spread(WATCH_SECONDS)
                 seconds = max(1, math.ceil(min(seconds, resync_at - loop.time())))
                 async for seen in self.source.follow(version, seconds):
-                    version = seen  # a watch that fails goes on from its last event
+                    # A watch that fails goes on from its last event; never from none
+                    # (a watch without a version waits for the server's cache).
+                    version = seen or version
                 reason = "ended"
                 log.debug("the watch of %s ended after %.1fs", self.what, loop.time() - started)
             except ExpiredError as err:
