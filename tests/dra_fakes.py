@@ -26,8 +26,10 @@ from genericdp.dra.checkpoint import Checkpoint
 from genericdp.dra.claims import AllocatedDevice, Allocation, ClaimError, ClaimRef
 from genericdp.dra.inventory import Inventory
 from genericdp.dra.kubeapi import ApiRequestError
+from genericdp.dra.listwatch import ExpiredError
 from genericdp.dra.naming import device_name
 from genericdp.dra.prepare import Preparer
+from genericdp.dra.slicestore import Listing
 from genericdp.errors import HookError
 from genericdp.hooks import HookRun
 
@@ -159,11 +161,15 @@ def setup(
 class MemorySlices:
     """A ``SliceStore`` in memory that answers as the API server does for one node's slices.
 
-    Every write gets a new ``resourceVersion``; creating a name that exists or
-    replacing at a stale version is a 409, replacing a missing slice a 404; a
-    watch first reports every slice held (``ADDED``), then each change, by
-    the publisher or by ``someone_*``. ``failures`` are raised by the next
-    calls, one each, in order. ``changed`` is notified on every change.
+    Every write (deletes too) gets a new ``resourceVersion``, one up; creating a
+    name that exists or replacing at a stale version is a 409, replacing a
+    missing slice a 404; a list carries the last version, and a watch from a
+    version reports every change after it, by the publisher or by
+    ``someone_*``, then each as it happens, until ``end_watches`` or its
+    ``seconds`` are over. A watch from
+    a version before the last ``compact`` is ``ExpiredError`` (410 Gone).
+    ``failures`` are raised by the next calls, one each, in order. ``changed``
+    is notified on every change.
     """
 
     def __init__(self, node: str = NODE, driver: str = DRIVER) -> None:
@@ -174,29 +180,45 @@ class MemorySlices:
         self.foreign: set[str] = set()  # names held by slices of other nodes or drivers
         self.writes = 0  # creates, replaces and deletes that landed
         self.lists = 0
+        self.watches = 0  # watch requests
         self.changed = asyncio.Condition()
         self._versions = itertools.count(1)
+        self._version = 0  # the last one given
+        self._events: list[tuple[int, str, dict[str, Any]]] = []
+        self._compacted = 0
         self._watches: list[asyncio.Queue[tuple[str, dict[str, Any]] | None]] = []
 
     # -- the SliceStore ------------------------------------------------------------
 
-    async def list(self) -> dict[str, dict[str, Any]]:
+    async def list(self) -> Listing:
         self._fail()
         self.lists += 1
-        return copy.deepcopy(self.objects)
+        return Listing(copy.deepcopy(self.objects), str(self._version))
 
-    async def watch(self) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    async def watch(self, version: str, seconds: int) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         self._fail()
+        self.watches += 1
+        if int(version) < self._compacted:
+            raise ExpiredError(f"watching from {version}: the API server answered 410: too old")
         queue: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue()
-        for obj in self.objects.values():
-            queue.put_nowait(("ADDED", copy.deepcopy(obj)))
+        for at, kind, obj in self._events:
+            if at > int(version):
+                queue.put_nowait((kind, copy.deepcopy(obj)))
         self._watches.append(queue)
+        ends = asyncio.get_running_loop().time() + seconds  # the server's end of a watch
         try:
-            while (event := await queue.get()) is not None:
+            while True:
+                left = ends - asyncio.get_running_loop().time()
+                try:
+                    async with asyncio.timeout(left):
+                        event = await queue.get()
+                except TimeoutError:
+                    return
+                if event is None:
+                    return
                 yield event
         finally:
             self._watches.remove(queue)
-        raise ConnectionError("the watch was closed by the server")
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         self._fail()
@@ -220,13 +242,14 @@ class MemorySlices:
         self._fail()
         if name in self.objects:
             self.writes += 1
-            await self._notify("DELETED", self.objects.pop(name))
+            await self._notify("DELETED", self._bump(self.objects.pop(name)))
 
     # -- what tests do and look at --------------------------------------------------
 
     async def someone_deletes(self, name: str, *, quietly: bool = False) -> None:
-        """Another client deletes slice ``name`` (``quietly``: no watch event reaches us)."""
-        gone = self.objects.pop(name)
+        """Another client deletes slice ``name`` (``quietly``: no watch ever reports it,
+        as if the server lost the event)."""
+        gone = self._bump(self.objects.pop(name))
         if not quietly:
             await self._notify("DELETED", gone)
 
@@ -240,6 +263,11 @@ class MemorySlices:
         """The API server closes every watch (a restart, a timeout)."""
         for queue in self._watches:
             queue.put_nowait(None)
+
+    def compact(self) -> None:
+        """The server forgets every change so far: a watch from before now is 410 Gone."""
+        self._compacted = self._version
+        self._events.clear()
 
     async def until(
         self,
@@ -265,9 +293,13 @@ class MemorySlices:
         if self.failures:
             raise self.failures.pop(0)
 
+    def _bump(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self._version = next(self._versions)
+        obj["metadata"]["resourceVersion"] = str(self._version)
+        return obj
+
     async def _store(self, kind: str, obj: dict[str, Any], *, ours: bool = True) -> dict[str, Any]:
-        stored = copy.deepcopy(obj)
-        stored["metadata"]["resourceVersion"] = str(next(self._versions))
+        stored = self._bump(copy.deepcopy(obj))
         self.objects[stored["metadata"]["name"]] = stored
         if ours:
             self.writes += 1
@@ -275,6 +307,7 @@ class MemorySlices:
         return copy.deepcopy(stored)
 
     async def _notify(self, kind: str, obj: dict[str, Any]) -> None:
+        self._events.append((self._version, kind, copy.deepcopy(obj)))
         for queue in self._watches:
             queue.put_nowait((kind, copy.deepcopy(obj)))
         async with self.changed:

@@ -18,11 +18,12 @@ from genericdp.dra.backend import DraBackend, DraSetupError
 from genericdp.dra.claims import AllocatedDevice, ClaimRef
 from genericdp.dra.embedded import DraEventKind, DraKubeletError, EmbeddedDraKubelet, resolve_cdi
 from genericdp.dra.naming import device_name
+from genericdp.dra.publisher import SlicePublisher
 from genericdp.dra.slices import DEFAULT_OPTIONS, DeviceOptions
 from genericdp.hooks import HookRun
 from genericdp.metrics import Metrics, readiness
 from genericdp.runtime.supervisor import Supervisor
-from tests.dra_fakes import MemoryClaims
+from tests.dra_fakes import MemoryClaims, MemorySlices
 from tests.polling import eventually
 from tests.runtime_harness import ScriptedDiscovery, config, settings_for, unit
 
@@ -288,3 +289,28 @@ async def test_a_unit_unplugged_under_claims_stays_tainted_until_their_unprepare
         finally:
             await supervisor.stop()
             await backend.close()
+
+
+async def test_slice_watch_restarts_are_counted_by_reason(base: Path) -> None:
+    """``genericdp_dra_slice_watch_restarts_total``: every reason at 0 from the start,
+    and a watch the server ends counted as ``ended``."""
+    settings = settings_for(base, backend="dra", node_name=NODE)
+    store = MemorySlices()
+    publisher = SlicePublisher(store, adopt_grace=0)
+    dra = DraBackend(settings, claims=MemoryClaims(), publisher=publisher, run_hook=_no_hook)
+    metrics = Metrics(process=False)
+    metrics.track(Supervisor(settings, dra))
+    name = "genericdp_dra_slice_watch_restarts_total"
+
+    def restarts(reason: str) -> float | None:
+        return metrics.registry.get_sample_value(name, {"reason": reason})
+
+    assert [restarts(r) for r in ("ended", "expired", "failed")] == [0, 0, 0]
+    await publisher.start()
+    try:
+        await eventually(lambda: store.watches == 1, "the watch open")
+        store.end_watches()
+        await eventually(lambda: restarts("ended") == 1, "the end counted")
+        assert [restarts(r) for r in ("expired", "failed")] == [0, 0]
+    finally:
+        await publisher.close()

@@ -200,15 +200,66 @@ async def test_a_tampered_slice_is_put_back(store: MemorySlices, publisher: Slic
     assert set(store.devices()) == {device_name(SERIAL, "a")}
 
 
-async def test_a_watch_that_ends_compares_everything_again(
+async def test_a_watch_that_ends_goes_on_from_its_last_version(
     store: MemorySlices, publisher: SlicePublisher
 ) -> None:
-    """Events missed while the watch was down (a quiet delete) are caught by the relist."""
+    """A delete while the watch is down is reported by the next watch, which starts where
+    the last one ended (no list needed); the restart is counted as ``ended``."""
     await publisher.publish(SERIAL, [unit("a")], set())
     assert await publisher.flush()
+    await eventually(lambda: store.watches == 1, "the watch open")
     (name,) = store.objects
-    await store.someone_deletes(name, quietly=True)
+    lists = store.lists
     store.end_watches()
+    await store.someone_deletes(name)
+    await store.until(lambda objects: name in objects)
+    assert store.watches == 2
+    assert store.lists == lists + 1  # the writer's, to compare: the watch did not list
+    assert publisher.watch_restarts == {"ended": 1, "expired": 0, "failed": 0}
+
+
+async def test_a_version_the_server_forgot_lists_again(
+    store: MemorySlices, publisher: SlicePublisher
+) -> None:
+    """410 Gone: the watch lists again; the list, not an event, shows the delete."""
+    await publisher.publish(SERIAL, [unit("a")], set())
+    assert await publisher.flush()
+    await eventually(lambda: store.watches == 1, "the watch open")
+    (name,) = store.objects
+    store.end_watches()
+    await store.someone_deletes(name, quietly=True)
+    store.compact()
+    await store.until(lambda objects: name in objects)
+    assert publisher.watch_restarts["expired"] == 1
+
+
+async def test_what_no_watch_reports_is_found_by_the_resync(store: MemorySlices) -> None:
+    """A change the server never reports (a lost event) is put right at the next resync."""
+    publisher = SlicePublisher(store, adopt_grace=0, resync=0.3)
+    await publisher.start()
+    try:
+        await publisher.publish(SERIAL, [unit("a")], set())
+        assert await publisher.flush()
+        (name,) = store.objects
+        await store.someone_deletes(name, quietly=True)
+        await store.until(lambda objects: name in objects, timeout=5)
+    finally:
+        await publisher.close()
+
+
+async def test_a_failing_watch_is_retried_after_a_backoff(
+    store: MemorySlices, publisher: SlicePublisher
+) -> None:
+    """A watch request that fails is counted and tried again: changes after it are seen."""
+    await publisher.publish(SERIAL, [unit("a")], set())
+    assert await publisher.flush()
+    await eventually(lambda: store.watches == 1, "the watch open")
+    store.failures = [ConnectionError("connection reset")]
+    store.end_watches()
+    await eventually(lambda: publisher.watch_restarts["failed"] == 1, "the failure counted")
+    await eventually(lambda: store.watches == 2, "the watch open again")
+    (name,) = store.objects
+    await store.someone_deletes(name)
     await store.until(lambda objects: name in objects)
 
 
@@ -303,8 +354,7 @@ async def test_a_taken_name_that_turns_out_ours_is_kept(
     store.foreign.clear()
     wanted = {SERIAL: slices.devices(SERIAL, [unit("a")], set(), driver=DRIVER)}
     ours = slices.pool_slices(wanted, node=NODE, driver=DRIVER, generation=9)[name]
-    await store.create(ours)  # written by us after all, then seen by a list
-    store.end_watches()  # listed again, as after any watch
+    await store.create(ours)  # written by us after all: the watch reports it, a list follows
     await eventually(lambda: publisher.taken == (), "the name found ours")
     assert await publisher.flush(timeout=5)
     assert set(store.devices()) == {device_name(SERIAL, "a")}

@@ -15,6 +15,7 @@ from genericdp.daemon import NodeLabelsWatch
 from genericdp.dra.kubeapi import connect
 from genericdp.nodewatch import NodeWatch
 from tests.apiserver import ApiServer
+from tests.ending_api import EndingServer, kubeconfig
 from tests.polling import eventually
 from tests.runtime_harness import Running, ScriptedDiscovery, unit
 from tests.test_cleanup import SERIAL, Hook, serving
@@ -61,60 +62,6 @@ async def test_the_watch_follows_only_its_own_node(apiserver: ApiServer) -> None
         apiserver.kubectl("delete", "node", "not-me", "--ignore-not-found")
 
 
-class EndingServer:
-    """An HTTP API server whose watches end at once (or answer 410 Gone, when ``gone``)."""
-
-    def __init__(self) -> None:
-        self.paths: list[str] = []
-        self.gone = 0
-        self._server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> str:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
-
-    async def __aexit__(self, *_: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        request = (await reader.readuntil(b"\r\n\r\n")).decode()
-        target = request.split()[1]
-        self.paths.append(target)
-        if "watch=true" not in target:
-            body = json.dumps({"metadata": {"resourceVersion": "7"}, "items": []})
-        elif self.gone:
-            self.gone -= 1
-            error = {"kind": "Status", "code": 410, "message": "too old resource version"}
-            body = json.dumps({"type": "ERROR", "object": error}) + "\n"
-        else:
-            body = ""
-        writer.write(
-            f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
-            f"\r\nConnection: close\r\n\r\n{body}".encode()
-        )
-        await writer.drain()
-        writer.close()
-
-
-def _kubeconfig(path: Path, server: str) -> Path:
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": server}}],
-                "users": [{"name": "u", "user": {"token": "t"}}],
-                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "x",
-            }
-        )
-    )
-    return path
-
-
 async def test_a_watch_the_server_ends_at_once_is_reopened_after_a_growing_backoff(
     tmp_path: Path,
 ) -> None:
@@ -132,10 +79,9 @@ async def test_a_watch_the_server_ends_at_once_is_reopened_after_a_growing_backo
     async def on_labels(_labels: object) -> None:
         return None
 
-    ending = EndingServer()
-    ending.gone = 1
+    ending = EndingServer(gone=1)
     async with ending as url:
-        client = connect(_kubeconfig(tmp_path / "kubeconfig", url))
+        client = connect(kubeconfig(tmp_path / "kubeconfig", url))
         backoff = Backoff(initial=0.5, maximum=30.0, jitter=0.0)
         watch = NodeWatch(client, "n", on_labels, backoff=backoff, sleep=sleep)
         tasks = TaskSet()

@@ -26,6 +26,7 @@ ever handle our own types::
      ├── DeviceClassError       (dra.deviceclasses) two resources derive one DeviceClass name
      ├── ApiSetupError          (dra.kubeapi) no way to reach the API server
      ├── ApiRequestError        (dra.kubeapi) the API server refused or failed a request
+     ├── ExpiredError           (dra.listwatch) a watch's version is gone: list again
      ├── SliceError             (dra.slices) a resource that cannot be published as DRA devices
      └── ClaimError             (dra.claims) what is wrong with which claim
 

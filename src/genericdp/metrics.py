@@ -33,7 +33,7 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from genericdp import __version__
@@ -329,11 +329,16 @@ class _StatusCollector(Collector):
             registered.add_metric([name], 1 if s.registered else 0)
             streams.add_metric([name], s.streams)
         yield from (devices, units, registered, streams)
+        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
         for gauge in gauges:
-            family = GaugeMetricFamily(gauge.name, gauge.help)
+            family = families.get(gauge.name)
+            if family is None:
+                kind = CounterMetricFamily if gauge.counter else GaugeMetricFamily
+                names = [label for label, _ in gauge.labels]
+                family = families[gauge.name] = kind(gauge.name, gauge.help, labels=names)
             if statuses is not None:
-                family.add_metric([], gauge.value)
-            yield family
+                family.add_metric([value for _, value in gauge.labels], gauge.value)
+        yield from families.values()
 
 
 # -- /healthz and /readyz ------------------------------------------------------------

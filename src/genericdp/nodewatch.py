@@ -6,18 +6,14 @@ needs is get/list/watch on nodes. Loaded only when some resource has a
 ``nodeSelector`` (``daemon``): the API client comes with it.
 
 One list gives the labels and a ``resourceVersion``; the watch goes on from
-there, one request at a time, so a watch the server ends (at once, or at its
-timeout) is reopened after a backoff, never in a tight loop; a 410 Gone (the
-version is too old) lists again. lightkube's own ``watch`` reopens a
-watch that ends without an error at once, so the watch request is made here
-on lightkube's HTTP client, which carries the kubeconfig's or the service
-account's credentials. What the server answers becomes ``ApiRequestError``.
+there, one request at a time (``dra/listwatch.py``), so a watch the server ends
+(at once, or at its timeout) is reopened after a backoff, never in a tight
+loop; a 410 Gone (the version is too old) lists again. What the server
+answers becomes ``ApiRequestError``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -25,34 +21,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx2
-
 from genericdp.aio import Backoff, Sleep
-from genericdp.dra.kubeapi import ApiRequestError, AsyncClient, connect
+from genericdp.dra.kubeapi import (
+    AsyncClient,
+    connect,
+    http_of,
+    list_objects,
+    watch_events,
+)
+from genericdp.dra.listwatch import ListWatch, version_of
 
 log = logging.getLogger(__name__)
 
 NODES = "/api/v1/nodes"
-# The server ends each watch after this long (give or take a random tenth), so
-# a half-open connection is noticed; the read timeout allows for it.
-WATCH_SECONDS = 300
-REQUEST_TIMEOUT = 10.0
 
 Labels = Mapping[str, str] | None  # None: the Node object is not there
 OnLabels = Callable[[Labels], Awaitable[object]]
-
-
-class GoneError(Exception):
-    """The watch's resourceVersion is too old (410): list again."""
-
-
-@dataclass(frozen=True)
-class Event:
-    """One watch event: the Node's labels and its resourceVersion (a bookmark: only that)."""
-
-    labels: Labels
-    version: str
-    bookmark: bool = False
 
 
 @dataclass
@@ -70,27 +54,29 @@ class NodeWatch:
     _last: Labels = field(default=None, init=False)
 
     async def run(self) -> None:
-        sleep = self.sleep or asyncio.sleep
-        loop = asyncio.get_running_loop()
-        version: str | None = None
-        while True:
-            started = loop.time()
-            try:
-                if version is None:
-                    labels, version = await self._list()
-                    await self._tell(labels)
-                async for event in self._watch(version):
-                    version = event.version
-                    if not event.bookmark:
-                        await self._tell(event.labels)
-            except GoneError:
-                log.info("node %s: the watch's version is too old: listing again", self.node)
-                version = None
-            except ApiRequestError as err:
-                log.warning("node %s: %s", self.node, err)
-            if loop.time() - started > self.backoff.maximum:
-                self.backoff.reset()  # it watched fine for a while
-            await sleep(self.backoff.next())
+        what = f"Node {self.node}"
+        await ListWatch(what, self, self.backoff, sleep=self.sleep, rng=self.rng).run()
+
+    async def relist(self) -> str:
+        """List this Node: tell its labels; the list's resourceVersion."""
+        self.requests += 1
+        http = http_of(self.client)
+        items, version = await list_objects(http, NODES, self._selector(), f"Node {self.node}")
+        await self._tell(_labels(items[0]) if items else None)
+        return version
+
+    async def follow(self, version: str, seconds: int) -> AsyncIterator[str]:
+        """One watch request: tell each change of the labels."""
+        self.requests += 1
+        http = http_of(self.client)
+        what = f"Node {self.node}"
+        events = watch_events(
+            http, NODES, self._selector(), version=version, seconds=seconds, what=what
+        )
+        async for kind, obj in events:
+            if kind != "BOOKMARK":
+                await self._tell(None if kind == "DELETED" else _labels(obj))
+            yield version_of(obj)
 
     async def _tell(self, labels: Labels) -> None:
         if self._told and labels == self._last:
@@ -109,83 +95,13 @@ class NodeWatch:
         else:
             log.info("node %s: %d label(s)", self.node, len(labels))
 
-    def _http(self) -> httpx2.AsyncClient:
-        # lightkube's HTTP client, with the server's address and credentials.
-        http: httpx2.AsyncClient = self.client._client._client  # noqa: SLF001 -- no public accessor
-        return http
-
-    async def _list(self) -> tuple[Labels, str]:
-        self.requests += 1
-        what = f"listing Node {self.node}"
-        try:
-            response = await self._http().get(
-                NODES, params=self._selector(), timeout=REQUEST_TIMEOUT
-            )
-        except httpx2.HTTPError as err:
-            raise ApiRequestError(what, 0, str(err) or type(err).__name__) from err
-        body = _answer(response, what)
-        items = body.get("items") or []
-        labels = _labels(items[0]) if items else None
-        return labels, str(body.get("metadata", {}).get("resourceVersion", ""))
-
-    async def _watch(self, version: str) -> AsyncIterator[Event]:
-        """Each event of one watch request, until the server ends it."""
-        self.requests += 1
-        what = f"watching Node {self.node}"
-        seconds = int(WATCH_SECONDS * (0.9 + 0.2 * self.rng.random()))
-        params = {
-            **self._selector(),
-            "watch": "true",
-            "resourceVersion": version,
-            "allowWatchBookmarks": "true",
-            "timeoutSeconds": str(seconds),
-        }
-        timeout = httpx2.Timeout(REQUEST_TIMEOUT, read=seconds + 30.0)
-        try:
-            async with self._http().stream("GET", NODES, params=params, timeout=timeout) as resp:
-                if resp.status_code != httpx2.codes.OK:
-                    await resp.aread()
-                    _answer(resp, what)
-                async for line in resp.aiter_lines():
-                    if line.strip():
-                        yield _event(json.loads(line), what)
-        except httpx2.HTTPError as err:
-            raise ApiRequestError(what, 0, str(err) or type(err).__name__) from err
-
     def _selector(self) -> dict[str, str]:
         return {"fieldSelector": f"metadata.name={self.node}"}
-
-
-def _answer(response: httpx2.Response, what: str) -> dict[str, Any]:
-    try:
-        body = response.json()
-    except ValueError:
-        body = {}
-    if response.status_code == httpx2.codes.GONE:
-        raise GoneError
-    if response.status_code != httpx2.codes.OK:
-        reason = body.get("message") if isinstance(body, dict) else None
-        raise ApiRequestError(what, response.status_code, str(reason or response.reason_phrase))
-    return body if isinstance(body, dict) else {}
 
 
 def _labels(node: dict[str, Any]) -> dict[str, str]:
     labels = node.get("metadata", {}).get("labels") or {}
     return {str(k): str(v) for k, v in labels.items()}
-
-
-def _event(event: dict[str, Any], what: str) -> Event:
-    """What one watch event says: the labels (None: the Node was deleted) and the version."""
-    kind, obj = event.get("type"), event.get("object") or {}
-    if kind == "ERROR":
-        code = int(obj.get("code") or 0)
-        if code == httpx2.codes.GONE:
-            raise GoneError
-        raise ApiRequestError(what, code, str(obj.get("message") or "an error event"))
-    version = str(obj.get("metadata", {}).get("resourceVersion", ""))
-    if kind == "BOOKMARK":
-        return Event(None, version, bookmark=True)
-    return Event(None if kind == "DELETED" else _labels(obj), version)
 
 
 async def watch_node_labels(kubeconfig: Path | None, node: str, on_labels: OnLabels) -> None:

@@ -113,13 +113,27 @@ class DraBackend:
         """Nothing waits for the first apply."""
 
     def gauges(self) -> tuple[Gauge, ...]:
-        taken = self.publisher.taken if isinstance(self.publisher, SlicePublisher) else ()
+        publisher = self.publisher if isinstance(self.publisher, SlicePublisher) else None
+        taken = publisher.taken if publisher else ()
+        restarts = publisher.watch_restarts if publisher else {}
         return (
             Gauge(
                 "genericdp_dra_slice_names_taken",
                 "ResourceSlice names of this node held by a slice of another node or driver"
                 " (their devices are not published).",
                 len(taken),
+            ),
+            *(
+                Gauge(
+                    "genericdp_dra_slice_watch_restarts_total",
+                    "Watches of this node's ResourceSlices opened again, by why the last one"
+                    " ended (ended: by the server; expired: its version was gone, listed"
+                    " again; failed: an error).",
+                    count,
+                    labels=(("reason", reason),),
+                    counter=True,
+                )
+                for reason, count in restarts.items()
             ),
         )
 

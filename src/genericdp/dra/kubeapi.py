@@ -9,11 +9,22 @@ even ones lightkube's models predate.
 lightkube's ``ApiError`` ends here: what the server answered leaves this
 module as ``ApiRequestError`` (its HTTP status in ``code``), raised from it.
 ``ApiSlices`` is the publisher's ``SliceStore`` (``dra/slicestore.py``) over the API server.
+
+Lists and watches (``list_objects``, ``watch_events``) are plain requests on
+lightkube's HTTP client, which carries the kubeconfig's or the service
+account's credentials: one watch request is one watch, which the caller
+(``dra/listwatch.py``) opens again after its own backoff. lightkube's
+``watch`` is not used: it reopens a watch that ends cleanly at once, in a
+loop of its own. A version the server cannot watch from is ``ExpiredError``:
+410 Gone (older than the server keeps) or 504 "Too large resource version"
+(newer than its watch cache, which an API server whose cache has seen no
+event of the kind since it started answers to a watch without a version).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Iterator
+import json
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager
 from http import HTTPStatus
 from pathlib import Path
@@ -26,9 +37,10 @@ from lightkube.generic_resource import (
     create_global_resource,
     create_namespaced_resource,
 )
-from lightkube.operators import BinaryOperator, SequenceOperator
 
+from genericdp.dra.listwatch import ExpiredError, version_of
 from genericdp.dra.naming import DEFAULT_DRIVER
+from genericdp.dra.slicestore import Listing
 from genericdp.errors import GenericdpError
 
 __all__ = [
@@ -42,14 +54,18 @@ __all__ = [
     "as_slice",
     "connect",
     "get_claim",
+    "http_of",
+    "list_objects",
     "list_slices",
-    "watch_slices",
+    "version_of",
+    "watch_events",
 ]
 
 GROUP, VERSION = "resource.k8s.io", "v1"
 RESOURCE_SLICE = create_global_resource(GROUP, VERSION, "ResourceSlice", "resourceslices")
 DEVICE_CLASS = create_global_resource(GROUP, VERSION, "DeviceClass", "deviceclasses")
 RESOURCE_CLAIM = create_namespaced_resource(GROUP, VERSION, "ResourceClaim", "resourceclaims")
+SLICES = f"/apis/{GROUP}/{VERSION}/resourceslices"
 FIELD_MANAGER = "genericdp"
 REQUEST_TIMEOUT = 10.0  # seconds per request; the publisher retries after it
 
@@ -108,34 +124,103 @@ async def get_claim(client: AsyncClient, namespace: str, name: str) -> dict[str,
 
 async def list_slices(client: AsyncClient, *, node: str, driver: str) -> dict[str, dict[str, Any]]:
     """``{name: ResourceSlice}`` of ``node``'s slices of ``driver``."""
-    fields: dict[str, str | BinaryOperator | SequenceOperator] = {
-        "spec.nodeName": node,
-        "spec.driver": driver,
-    }
-    with _answered(f"listing the ResourceSlices of node {node}"):
-        return {
-            str(item["metadata"]["name"]): dict(item)
-            async for item in client.list(RESOURCE_SLICE, fields=fields)
-        }
+    return (await ApiSlices(client, node=node, driver=driver).list()).slices
 
 
-def watch_slices(
-    client: AsyncClient, *, node: str, driver: str
-) -> AsyncIterable[tuple[str, dict[str, Any]]]:
-    """``(ADDED|MODIFIED|DELETED, slice)`` for ``node``'s slices of ``driver``, until it fails."""
-    fields: dict[str, str | BinaryOperator | SequenceOperator] = {
-        "spec.nodeName": node,
-        "spec.driver": driver,
-    }
-    return _events(client.watch(RESOURCE_SLICE, fields=fields), node)
+def http_of(client: AsyncClient) -> httpx2.AsyncClient:
+    """lightkube's HTTP client: the server's address and credentials."""
+    http: httpx2.AsyncClient = client._client._client  # noqa: SLF001 -- no public accessor
+    return http
 
 
-async def _events(
-    stream: AsyncIterable[tuple[str, GenericGlobalResource]], node: str
+async def list_objects(
+    http: httpx2.AsyncClient, path: str, params: Mapping[str, str], what: str
+) -> tuple[list[dict[str, Any]], str]:
+    """The objects at ``path`` (``params``: the selectors) and the list's resourceVersion."""
+    what = f"listing {what}"
+    try:
+        response = await http.get(path, params=dict(params), timeout=REQUEST_TIMEOUT)
+    except httpx2.HTTPError as err:
+        raise ApiRequestError(what, 0, str(err) or type(err).__name__) from err
+    body = _answer(response, what)
+    items = body.get("items")
+    objects = [dict(item) for item in items if isinstance(item, dict)] if items else []
+    return objects, version_of(body)
+
+
+async def watch_events(
+    http: httpx2.AsyncClient,
+    path: str,
+    params: Mapping[str, str],
+    *,
+    version: str,
+    seconds: int,
+    what: str,
 ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-    with _answered(f"watching the ResourceSlices of node {node}"):
-        async for kind, obj in stream:
-            yield kind, dict(obj)
+    """``(ADDED|MODIFIED|DELETED|BOOKMARK, object)`` of one watch request from ``version``,
+    until the server ends it (after ``seconds``)."""
+    what = f"watching {what}"
+    query = {
+        **params,
+        "watch": "true",
+        "resourceVersion": version,
+        "allowWatchBookmarks": "true",
+        "timeoutSeconds": str(seconds),
+    }
+    timeout = httpx2.Timeout(REQUEST_TIMEOUT, read=seconds + 30.0)
+    try:
+        async with http.stream("GET", path, params=query, timeout=timeout) as response:
+            if response.status_code != httpx2.codes.OK:
+                await response.aread()
+                _answer(response, what)
+            async for line in response.aiter_lines():
+                if line.strip():
+                    yield _event(line, what)
+    except httpx2.HTTPError as err:
+        raise ApiRequestError(what, 0, str(err) or type(err).__name__) from err
+
+
+def _answer(response: httpx2.Response, what: str) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    if response.status_code != httpx2.codes.OK:
+        status = body if isinstance(body, dict) else {}
+        _raise(what, response.status_code, status, response.reason_phrase)
+    if not isinstance(body, dict):
+        raise ApiRequestError(what, response.status_code, "the answer is not a JSON object")
+    return body
+
+
+def _event(line: str, what: str) -> tuple[str, dict[str, Any]]:
+    try:
+        event = json.loads(line)
+    except ValueError as err:
+        raise ApiRequestError(what, 200, f"a watch event that is not JSON: {err}") from err
+    kind = event.get("type") if isinstance(event, dict) else None
+    obj = event.get("object") if isinstance(event, dict) else None
+    if not isinstance(kind, str) or not isinstance(obj, dict):
+        raise ApiRequestError(what, 200, "a watch event without type or object")
+    if kind == "ERROR":
+        code = obj.get("code")
+        _raise(what, code if isinstance(code, int) else 0, obj, "an error event")
+    return kind, obj
+
+
+def _raise(what: str, code: int, status: Mapping[str, Any], default: str) -> None:
+    """Raise what a failure ``status`` (a Status object) says: ExpiredError when the
+    version cannot be watched from."""
+    message = str(status.get("message") or default)
+    details = status.get("details")
+    causes = details.get("causes") if isinstance(details, dict) else None
+    reasons = {c.get("reason") for c in causes if isinstance(c, dict)} if causes else set()
+    too_large = "ResourceVersionTooLarge" in reasons or "too large resource version" in (
+        message.lower()
+    )
+    if code == httpx2.codes.GONE or (code == httpx2.codes.GATEWAY_TIMEOUT and too_large):
+        raise ExpiredError(f"{what}: the API server answered {code}: {message}")
+    raise ApiRequestError(what, code, message)
 
 
 def as_slice(obj: dict[str, Any]) -> GenericGlobalResource:
@@ -152,11 +237,21 @@ class ApiSlices:
         self.node = node
         self.driver = driver
 
-    async def list(self) -> dict[str, dict[str, Any]]:
-        return await list_slices(self._client, node=self.node, driver=self.driver)
+    async def list(self) -> Listing:
+        items, version = await list_objects(
+            http_of(self._client), SLICES, self._selector(), self._what()
+        )
+        return Listing({str(item["metadata"]["name"]): item for item in items}, version)
 
-    def watch(self) -> AsyncIterable[tuple[str, dict[str, Any]]]:
-        return watch_slices(self._client, node=self.node, driver=self.driver)
+    def watch(self, version: str, seconds: int) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        return watch_events(
+            http_of(self._client),
+            SLICES,
+            self._selector(),
+            version=version,
+            seconds=seconds,
+            what=self._what(),
+        )
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         with _answered(f"creating ResourceSlice {obj['metadata']['name']}"):
@@ -165,6 +260,12 @@ class ApiSlices:
     async def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
         with _answered(f"replacing ResourceSlice {obj['metadata']['name']}"):
             return dict(await self._client.replace(as_slice(obj)))
+
+    def _selector(self) -> dict[str, str]:
+        return {"fieldSelector": f"spec.nodeName={self.node},spec.driver={self.driver}"}
+
+    def _what(self) -> str:
+        return f"the ResourceSlices of node {self.node}"
 
     async def delete(self, name: str) -> None:
         """Delete slice ``name``; one already gone is no error."""

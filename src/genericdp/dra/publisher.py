@@ -20,10 +20,14 @@ resource announced with ``expect`` has published or withdrawn (each edge
 announces its resource when it is made, before its first scan can end), and
 at most ``adopt_grace`` seconds after start: so a restart neither deletes
 the slices of a resource whose first scan is a little slower than the others
-nor writes the pool once per resource as their scans end. A watch of the
-node's slices notices what others change or delete (the kubelet deletes a
-node's slices when it starts): the pool is compared again and rewritten if
-it differs.
+nor writes the pool once per resource as their scans end.
+
+From the first list on, a watch of the node's slices (``dra/slicewatch.py``,
+run by ``dra/listwatch.py``: from a list's resourceVersion, one request at a
+time, our own backoff around each, and a list again every ``resync``
+seconds) notices what others change or delete (the kubelet deletes a node's
+slices when it starts): the pool is compared again and rewritten if it
+differs.
 
 The API server is reached through a ``SliceStore``: the node's slices of
 the driver, five verbs, our own errors (``kubeapi.ApiSlices`` is the real
@@ -45,7 +49,9 @@ from genericdp.aio import Backoff, TaskSet, wait_event
 from genericdp.config.model import AttributeValue
 from genericdp.discovery.model import Unit
 from genericdp.dra import slices
+from genericdp.dra.listwatch import ListWatch, describe
 from genericdp.dra.slicestore import SliceStore
+from genericdp.dra.slicewatch import SliceWatch
 from genericdp.errors import GenericdpError
 
 log = logging.getLogger(__name__)
@@ -55,6 +61,10 @@ COALESCE = 0.05  # seconds a burst of changes is gathered before one write
 # resource whose first scan fails (retried with backoff) does not hold the others back.
 ADOPT_GRACE = 5.0
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
+# The watch: a server that ends every watch at once is asked again at most this
+# often; and the slices are listed again this often (jittered) whatever it says.
+WATCH_BACKOFF_FIRST, WATCH_BACKOFF_MAX = 0.5, 30.0
+RESYNC = 600.0
 FAILURE_LOG_EVERY = 30.0  # seconds between warnings while the API server stays unreachable
 CLOSE_FLUSH = 2.0  # seconds close waits for a pending write
 # A slice name held by a slice that is not ours (another node's or driver's):
@@ -79,6 +89,7 @@ class SlicePublisher:
         *,
         coalesce: float = COALESCE,
         adopt_grace: float = ADOPT_GRACE,
+        resync: float = RESYNC,
     ) -> None:
         self._store = store
         self.node = store.node
@@ -102,6 +113,12 @@ class SlicePublisher:
         self._answered: set[str] = set()  # resources that published or withdrew
         self._all_in = asyncio.Event()  # every expected resource answered
         self._taken: dict[str, float] = {}  # slice name -> when it was found taken
+        self._listed = asyncio.Event()  # the first list is done: the watch may start
+        self._stales = 0  # changes by others seen (a list under way meanwhile is redone)
+        followed = SliceWatch(store, held=lambda: self._held, stale=self._stale)
+        backoff = Backoff(initial=WATCH_BACKOFF_FIRST, maximum=WATCH_BACKOFF_MAX, jitter=0.5)
+        what = f"the ResourceSlices of node {self.node}"
+        self._watch = ListWatch(what, followed, backoff, resync=resync)
 
     async def start(self) -> None:
         """Start the writer, which first adopts what a previous instance on this node left.
@@ -114,7 +131,7 @@ class SlicePublisher:
         self._started_at = time.monotonic()
         # Both loops handle the API server's failures themselves; a bug of
         # ours is logged by the guard and the loop started again.
-        for name, loop in ((self.node, self._run), (f"{self.node}/watch", self._watch)):
+        for name, loop in ((self.node, self._run), (f"{self.node}/watch", self._follow)):
             restart = Backoff(initial=BACKOFF_FIRST, maximum=BACKOFF_MAX)
             self._tasks.spawn(f"dra/slices/{name}", loop, backoff=restart)
         # Slices of resources that are not published again are deleted at the first write.
@@ -179,6 +196,11 @@ class SlicePublisher:
         self._started = False
 
     @property
+    def watch_restarts(self) -> dict[str, int]:
+        """Watches opened again, by why (``genericdp_dra_slice_watch_restarts_total``)."""
+        return dict(self._watch.restarts)
+
+    @property
     def taken(self) -> tuple[str, ...]:
         """The slice names found held by a slice not ours (``genericdp_dra_slice_names_taken``)."""
         return tuple(sorted(self._taken))
@@ -210,7 +232,7 @@ class SlicePublisher:
                         "could not write the ResourceSlices of node %s (retrying in %.1fs): %s",
                         self.node,
                         delay,
-                        _describe(err),
+                        describe(err),
                     )
                     last_warning = now
                 failing_since = failing_since or now
@@ -243,45 +265,28 @@ class SlicePublisher:
                 self._adopt_grace,
             )
 
-    async def _watch(self) -> None:
-        """Notice changes made by others (the kubelet deletes a node's slices when it starts)."""
-        backoff = Backoff(initial=BACKOFF_FIRST, maximum=BACKOFF_MAX)
-        while True:
-            try:
-                async for kind, obj in self._store.watch():
-                    backoff.reset()
-                    self._observed(kind, obj)
-            except Exception as err:  # noqa: BLE001 -- watched again below
-                log.debug(
-                    "the watch of node %s's ResourceSlices ended: %s", self.node, _describe(err)
-                )
-            # Events may have been missed: compare everything again.
-            self._held = None
-            self._changed()
-            await asyncio.sleep(backoff.next())
+    async def _follow(self) -> None:
+        """Watch the slices once the first list is done (nothing is compared before it)."""
+        await self._listed.wait()
+        await self._watch.run()
 
-    def _observed(self, kind: str, obj: dict[str, Any]) -> None:
-        held = self._held
-        if held is None:
-            return  # a list and a comparison are coming anyway
-        name = str(obj["metadata"]["name"])
-        mine = held.get(name)
-        if kind == "DELETED" and mine is None:
-            return
-        version = obj["metadata"].get("resourceVersion")
-        if (
-            kind != "DELETED"
-            and mine is not None
-            and mine["metadata"].get("resourceVersion") == version
-        ):
-            return  # our own write
-        log.debug("ResourceSlice %s %s by someone else: comparing again", name, kind.lower())
+    def _stale(self) -> None:
+        """Someone else changed the slices: list them again and compare."""
+        self._stales += 1
         self._held = None
         self._changed()
 
+    async def _list(self) -> dict[str, dict[str, Any]]:
+        """The slices, from a list that no change by others overlapped (it might predate it)."""
+        while True:
+            stales = self._stales
+            listed = (await self._store.list()).slices
+            if stales == self._stales:
+                return listed
+
     async def _sync(self) -> None:
         if self._held is None:
-            self._held = await self._store.list()
+            self._held = await self._list()
             if not self._adopted and self._held:
                 log.info(
                     "adopting %d ResourceSlice(s) of node %s: %s",
@@ -290,6 +295,7 @@ class SlicePublisher:
                     ", ".join(sorted(self._held)),
                 )
             self._adopted = True
+            self._listed.set()
             # A name found taken that is in our own list now was ours all along (a
             # create that raced another write of ours): never leave it out.
             for name in [n for n in self._taken if n in self._held]:
@@ -419,9 +425,3 @@ def _taken_message(name: str, node: str, driver: str) -> str:
         f" hold are left out of the pool, and the name tried again in {TAKEN_RETRY:g}s;"
         " delete that slice if it should not be there"
     )
-
-
-def _describe(err: Exception) -> str:
-    if isinstance(err, GenericdpError):
-        return str(err)
-    return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__

@@ -7,8 +7,17 @@ without an API server.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Listing:
+    """Every slice of the node and driver (``{name: slice}``), and the list's resourceVersion."""
+
+    slices: dict[str, dict[str, Any]]
+    version: str
 
 
 class SliceStore(Protocol):
@@ -24,12 +33,14 @@ class SliceStore(Protocol):
     @property
     def driver(self) -> str: ...
 
-    async def list(self) -> dict[str, dict[str, Any]]:
-        """``{name: slice}``: every slice of the node and driver."""
+    async def list(self) -> Listing:
+        """Every slice of the node and driver, now."""
         ...
 
-    def watch(self) -> AsyncIterable[tuple[str, dict[str, Any]]]:
-        """``(ADDED|MODIFIED|DELETED, slice)`` as they happen, until it fails or ends."""
+    def watch(self, version: str, seconds: int) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """``(ADDED|MODIFIED|DELETED|BOOKMARK, slice)`` after ``version``, in order, as
+        one watch request that the server ends after ``seconds`` (or sooner); raises
+        ``ExpiredError`` (``dra/listwatch.py``) when ``version`` cannot be watched from."""
         ...
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:

@@ -48,11 +48,15 @@ EdgeFactory = Callable[[ResourceParts], Edge]
 
 @dataclass(frozen=True)
 class Gauge:
-    """One of a backend's own metrics, read at scrape time."""
+    """One sample of a backend's own metrics, read at scrape time: a gauge, or a
+    ``counter`` (a total that only grows, its name ending ``_total``). Samples of
+    one name make one family; ``labels`` tell them apart."""
 
     name: str
     help: str
     value: float
+    labels: tuple[tuple[str, str], ...] = ()
+    counter: bool = False
 
 
 class Fleet(Protocol):

@@ -1,0 +1,121 @@
+"""List, then watch from the list's resourceVersion: the loop every watch of the API runs.
+
+One list gives the objects and a ``resourceVersion``; the watch goes on from
+there, one request at a time, each ended by the server after a few minutes
+(``timeoutSeconds``, jittered) so a half-open connection is noticed. Whatever
+ends a watch (the server closing it at once or at its timeout, an error, an
+exception), the next request waits for our own ``Backoff``: a server that
+ends every watch at once gets a few requests a second at most, never a tight
+loop.
+
+A resourceVersion the server cannot watch from lists again: 410 Gone (older
+than the server keeps) or 504 "Too large resource version" (newer than the
+server's watch cache, seen on an API server whose cache has had no event of
+the kind since it started). With ``resync``, the loop also lists again that
+often (give or take a tenth), so whatever a watch could miss is found.
+
+The requests themselves are the source's (``dra/kubeapi.py``'s ``list_objects``
+and ``watch_events``, which raise ``ExpiredError`` for the two answers above);
+the loop logs whatever ends a watch and watches again, so nothing reaches its
+task. It imports no API client: the tests run it over an in-memory store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from genericdp.aio import Backoff, Sleep
+from genericdp.errors import GenericdpError
+
+log = logging.getLogger(__name__)
+
+# The server ends each watch after this long (give or take a tenth).
+WATCH_SECONDS = 300
+SPREAD = 0.1  # the fraction by which watch lengths and resyncs are jittered
+# Why a watch was opened again (``ListWatch.restarts``): the server ended it
+# (at its timeout, or at once), its version could not be watched from (listed
+# again), or it failed (an error answer, the connection lost).
+RESTART_REASONS = ("ended", "expired", "failed")
+
+
+class ExpiredError(GenericdpError):
+    """A watch's resourceVersion cannot be watched from (410 Gone, or 504 too large): list again."""
+
+
+class Followed(Protocol):
+    """What a ``ListWatch`` keeps up with."""
+
+    async def relist(self) -> str:
+        """List, take in what the list holds; its resourceVersion."""
+        ...
+
+    def follow(self, version: str, seconds: int) -> AsyncIterator[str]:
+        """One watch request from ``version`` that the server ends after ``seconds``:
+        take in each event, yield its resourceVersion."""
+        ...
+
+
+@dataclass
+class ListWatch:
+    """Runs ``source``'s list and watches until cancelled (``what`` names it in the log)."""
+
+    what: str
+    source: Followed
+    backoff: Backoff = field(default_factory=lambda: Backoff(initial=0.5, maximum=30.0))
+    resync: float | None = None  # seconds between lists (None: only when needed)
+    sleep: Sleep | None = None
+    rng: random.Random = field(default_factory=random.Random)
+    restarts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RESTART_REASONS, 0))
+
+    async def run(self) -> None:
+        sleep = self.sleep or asyncio.sleep
+        loop = asyncio.get_running_loop()
+        version: str | None = None
+        resync_at = math.inf
+        while True:
+            started = loop.time()
+            try:
+                if version is None or started >= resync_at:
+                    version = await self.source.relist()
+                    if self.resync is not None:
+                        resync_at = loop.time() + self._spread(self.resync)
+                seconds = self._spread(WATCH_SECONDS)
+                seconds = max(1, math.ceil(min(seconds, resync_at - loop.time())))
+                async for seen in self.source.follow(version, seconds):
+                    # A watch that fails goes on from its last event; never from none
+                    # (a watch without a version waits for the server's cache).
+                    version = seen or version
+                reason = "ended"
+                log.debug("the watch of %s ended after %.1fs", self.what, loop.time() - started)
+            except ExpiredError as err:
+                log.info("the watch of %s: %s: listing again", self.what, err)
+                version, reason = None, "expired"
+            except Exception as err:  # noqa: BLE001 -- whatever ends a watch, it is watched again
+                log.warning("the watch of %s failed: %s", self.what, describe(err))
+                reason = "failed"
+            self.restarts[reason] += 1
+            if loop.time() - started > self.backoff.maximum:
+                self.backoff.reset()  # it watched fine for a while
+            await sleep(self.backoff.next())
+
+    def _spread(self, seconds: float) -> float:
+        return seconds * (1.0 - SPREAD + 2 * SPREAD * self.rng.random())
+
+
+def describe(err: Exception) -> str:
+    """What ended a watch, for a log line."""
+    if isinstance(err, GenericdpError):
+        return str(err)
+    return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+
+
+def version_of(obj: Mapping[str, Any]) -> str:
+    """An object's (or a list's) ``metadata.resourceVersion``; "" when it has none."""
+    metadata = obj.get("metadata")
+    return str(metadata.get("resourceVersion") or "") if isinstance(metadata, dict) else ""
