@@ -60,7 +60,8 @@ def test_a_name_that_would_not_fit_107_bytes_is_hashed_unique_and_stable() -> No
     assert old == registration_socket(registry, driver, UID_OLD)
     for path in (old, new):
         assert len(str(path).encode()) <= MAX_UNIX_PATH_BYTES, path
-        assert path.name.endswith("-reg.sock") and path.name.startswith("aaaa")
+        assert path.name.endswith("-reg.sock")
+        assert path.name.startswith("aaaa")
     long_dir = Path("/var/lib/kubelet/plugins") / driver
     assert len(str(dra_socket(long_dir, driver, UID_OLD)).encode()) <= MAX_UNIX_PATH_BYTES
 
