@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -171,3 +172,35 @@ async def test_a_call_waits_for_the_other_instances_turn_and_gives_up_at_its_dea
         with pytest.raises(TurnError, match="fifo is not a regular file"):
             async with Turns(d.checkpoint, base / "fifo").turn():
                 pass
+
+
+def _left_behind(path: Path) -> None:
+    """A socket file nothing listens on, as a pod killed with SIGKILL leaves it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.bind(str(path))
+
+
+async def test_sockets_a_killed_pod_left_are_removed_and_live_or_foreign_ones_kept(
+    base: Path,
+) -> None:
+    """At registration, the sockets of a pod of this driver that nothing serves any more
+    go (the kubelet would keep dialing them); another live pod's, another driver's, and
+    the fixed names stay. (No embedded kubelet here: it dials dead sockets one by one.)"""
+    registry, plugin_dir = base / "registry", base / "plugins" / DRIVER
+    dead = "deaddead-0000-4000-8000-000000000000"
+    stale = [registration_socket(registry, DRIVER, dead), dra_socket(plugin_dir, DRIVER, dead)]
+    foreign = [
+        registration_socket(registry, "other.example.com", dead),
+        registry / f"{DRIVER}-reg.sock",
+        plugin_dir / "dra.sock",
+    ]
+    for path in (*stale, *foreign):
+        _left_behind(path)
+    claims, hooks = MemoryClaims(), RecordedHooks()
+    async with instance(base, claims, hooks, UID_OLD) as old:
+        assert not any(p.exists() for p in stale)
+        async with instance(base, claims, hooks, UID_NEW):
+            assert old.registration.socket.is_socket(), "a live pod's socket stays"
+            assert old.dra_socket.is_socket()
+        assert all(p.is_socket() for p in foreign)

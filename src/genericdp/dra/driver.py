@@ -38,7 +38,7 @@ from genericdp.dra.inventory import Inventory
 from genericdp.dra.prepare import Preparer
 from genericdp.dra.registration import RegistrationServer, RegistrationService
 from genericdp.dra.service import HEARTBEAT, SERVICES, DraServer
-from genericdp.dra.socketnames import dra_socket, registration_socket
+from genericdp.dra.socketnames import dra_socket, registration_socket, remove_stale
 from genericdp.dra.turns import FILE_NAME as TURNS_FILE
 from genericdp.dra.turns import Turns
 from genericdp.errors import KubeletError
@@ -84,6 +84,7 @@ class DraDriver:
         self.inventory = Inventory(node_name)
         plugin_dir = paths.plugin_dir(driver)
         self.dra_socket = dra_socket(plugin_dir, driver, pod_uid)
+        self._pod_uid = pod_uid
         self.checkpoint = Checkpoint(plugin_dir / FILE_NAME)
         self.turns = Turns(self.checkpoint, plugin_dir / TURNS_FILE)
         self.preparer = Preparer(
@@ -138,6 +139,11 @@ class DraDriver:
 
         Raises KubeletError when the socket cannot be served.
         """
+        if self._pod_uid:  # pods killed with SIGKILL leave theirs: the kubelet would keep dialing
+            for path in await asyncio.to_thread(
+                remove_stale, self.registration.socket, self.dra_socket, self.driver
+            ):
+                log.info("removed %s: no instance of this driver serves it any more", path)
         await self.registration.start()  # last: the kubelet dials the DRA socket at once
         log.info(
             "DRA driver %s: registration on %s, DRA services on %s",

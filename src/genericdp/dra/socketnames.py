@@ -20,6 +20,10 @@ plugin name from it too, so no one parses these names.
 from __future__ import annotations
 
 import hashlib
+import os
+import re
+import socket
+import stat
 from pathlib import Path
 
 from genericdp.unixgrpc import MAX_UNIX_PATH_BYTES
@@ -55,3 +59,68 @@ def _fitted(directory: Path, stem: str, suffix: str, driver: str, pod_uid: str) 
 
 def _fits(path: Path) -> bool:
     return len(str(path.absolute()).encode()) <= MAX_UNIX_PATH_BYTES
+
+
+# A name made here: what is left of the stem, and the pod UID or its hash.
+_INSTANCE = re.compile(
+    r"(?:(?P<head>.+?)-)?(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+    rf"|[0-9a-f]{{{_HASH_LENGTH}}})"
+)
+
+
+def stale_sockets(own: Path, stem: str, suffix: str) -> list[Path]:
+    """Sockets beside ``own`` named as another pod's of this driver (``<stem>-<UID or
+    hash><suffix>``, the stem cut as in ``own``) that nothing listens on any more: a pod
+    killed with SIGKILL leaves them behind, and the kubelet keeps dialing them.
+
+    Only a refused connection counts as gone: a socket that answers, or that cannot be
+    tried (permissions, a timeout), is kept.
+    """
+    mine = _INSTANCE.fullmatch(own.name.removesuffix(suffix))
+    heads = {stem, (mine.group("head") if mine else None) or ""}
+    try:
+        names = sorted(os.listdir(own.parent))
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        if name == own.name or name.startswith(".") or not name.endswith(suffix):
+            continue
+        match = _INSTANCE.fullmatch(name.removesuffix(suffix))
+        if match is None or (match.group("head") or "") not in heads:
+            continue
+        if _refused(own.parent / name):
+            found.append(own.parent / name)
+    return found
+
+
+def _refused(path: Path) -> bool:
+    try:
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            return False
+    except OSError:
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except ConnectionRefusedError:
+            return True
+        except OSError:
+            return False
+    return False
+
+
+def remove_stale(registration: Path, dra: Path, driver: str) -> list[Path]:
+    """Remove the sockets other pods of this driver left behind (``stale_sockets``)."""
+    removed = []
+    for path in [
+        *stale_sockets(registration, driver, REGISTRATION_SUFFIX),
+        *stale_sockets(dra, DRA_STEM, DRA_SUFFIX),
+    ]:
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
