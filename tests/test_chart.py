@@ -348,9 +348,14 @@ def test_the_dra_backend_renders_the_kustomize_components_objects(helm: Path) ->
     kinds = [o["kind"] for o in objs]
     for kind in ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy"):
         assert kind in kinds
-    pod = next(o for o in objs if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+    ds = next(o for o in objs if o["kind"] == "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is True
     assert {"name": "GENERICDP_BACKEND", "value": "dra"} in pod["containers"][0]["env"]
+    uid = {"name": "GENERICDP_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}
+    assert uid in pod["containers"][0]["env"]
+    rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    assert ds["spec"]["updateStrategy"] == rolling
     # The last good config is kept on the node for the DRA backend too.
     assert {"name": "GENERICDP_STATE_DIR", "value": "/var/lib/genericdp"} in pod["containers"][0][
         "env"
@@ -369,8 +374,11 @@ def test_the_dra_backend_renders_the_kustomize_components_objects(helm: Path) ->
     ]
     plain = helm_template(helm, CHART)
     assert "DeviceClass" not in [o["kind"] for o in plain]
-    plain_pod = next(o for o in plain if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+    plain_ds = next(o for o in plain if o["kind"] == "DaemonSet")
+    plain_pod = plain_ds["spec"]["template"]["spec"]
     assert plain_pod["automountServiceAccountToken"] is True  # rbac.nodes
+    assert "GENERICDP_POD_UID" not in {e["name"] for e in plain_pod["containers"][0]["env"]}
+    assert plain_ds["spec"]["updateStrategy"]["rollingUpdate"] == {"maxUnavailable": 1}
 
 
 def test_rbac_nodes_renders_the_base_role_or_nothing(helm: Path) -> None:

@@ -74,6 +74,13 @@ def test_the_component_makes_the_daemonset_a_dra_driver(tmp_path: Path) -> None:
     assert pod["automountServiceAccountToken"] is True
     container = pod["containers"][0]
     assert {"name": "GENERICDP_BACKEND", "value": "dra"} in container["env"]
+    # A rolling update without a gap: the new pod serves beside the old one.
+    uid = {"name": "GENERICDP_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}
+    assert uid in container["env"]
+    assert ds["spec"]["updateStrategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     assert {"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins"} <= mounts
     # The last good config is kept for the DRA backend too.

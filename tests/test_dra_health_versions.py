@@ -12,7 +12,7 @@ from genericdp.config.model import HealthCheck
 from genericdp.dra.driver import DraDriver, DriverPaths
 from genericdp.dra.embedded import KUBELET_1_36_HEALTH, DraEventKind, EmbeddedDraKubelet
 from genericdp.dra.naming import device_name
-from genericdp.dra.registration import RegistrationServer, RegistrationService, registration_socket
+from genericdp.dra.registration import RegistrationServer, RegistrationService
 from genericdp.dra.service import (
     DRA_V1,
     HEALTH_V1,
@@ -21,6 +21,7 @@ from genericdp.dra.service import (
     SERVICES,
     DraServer,
 )
+from genericdp.dra.socketnames import registration_socket
 from tests.dra_fakes import (
     DRIVER,
     HOOK,

@@ -18,7 +18,7 @@ from genericdp.dra.driver import DraDriver, DriverPaths
 from genericdp.dra.embedded import DraEventKind, DraKubeletError, EmbeddedDraKubelet, resolve_cdi
 from genericdp.dra.embedded.kubelet import HEALTH_TIMEOUT
 from genericdp.dra.naming import device_name
-from genericdp.dra.service import SERVICES
+from genericdp.dra.service import HEARTBEAT, SERVICES
 from genericdp.hooks import HookRunner, run_hook
 from genericdp.metrics import Metrics
 from genericdp.runtime.recorder import CLAIM_RESULTS, NO_METRICS, Recorder
@@ -56,7 +56,7 @@ async def driver(
     claims: MemoryClaims,
     hooks: HookRunner | None = None,
     recorder: Recorder = NO_METRICS,
-    **kwargs: float,
+    heartbeat: float = HEARTBEAT,
 ) -> AsyncIterator[DraDriver]:
     d = DraDriver(
         driver=DRIVER,
@@ -65,7 +65,7 @@ async def driver(
         claims=claims,
         run_hook=hooks or RecordedHooks(),
         recorder=recorder,
-        **kwargs,
+        heartbeat=heartbeat,
     )
     d.inventory.set_resource(definition(hooks=ALL_HOOKS), [unit(0), unit(1)])
     await d.start()

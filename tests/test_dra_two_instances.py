@@ -1,10 +1,12 @@
 """Two instances of the DRA driver on one node (a rolling update with maxSurge), as real
 ``genericdp serve --backend dra`` processes against the real kube-apiserver and the
-embedded DRA kubelet: one owns the node's DRA state at a time, and no claim is lost."""
+embedded DRA kubelet. Without a pod UID one serves at a time; with one each, both serve
+side by side while the old one leaves. Either way no claim is lost."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -14,9 +16,11 @@ from typing import Any
 
 import pytest
 
+from genericdp.aio import Changes
+from genericdp.allocation.cdi import claim_spec_name
 from genericdp.dra.checkpoint import FILE_NAME
 from genericdp.dra.claims import ClaimRef
-from genericdp.dra.embedded import DraEventKind, EmbeddedDraKubelet
+from genericdp.dra.embedded import DraEventKind, EmbeddedDraKubelet, resolve_cdi
 from genericdp.dra.naming import DEFAULT_DRIVER
 from genericdp.dra.nodelock import NodeLockError, node_lock
 from tests.apiserver import ApiServer
@@ -186,3 +190,156 @@ async def test_a_lock_file_that_is_not_a_regular_file_is_a_clear_error(base: Pat
         async with node_lock(plugin_dir):
             pass
     assert str(plugin_dir / "lock") in str(caught.value)
+
+
+def allocated_claims(apiserver: ApiServer, names: list[str], device: str) -> list[ClaimRef]:
+    """Claims allocated ``device``, made with two kubectl calls whatever their number."""
+    spec = {"devices": {"requests": [{"name": "serial", "exactly": {"deviceClassName": "serial"}}]}}
+    items = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": spec,
+        }
+        for name in names
+    ]
+    doc = {"apiVersion": "v1", "kind": "List", "items": items}
+    text = apiserver.kubectl("create", "-o", "json", "-f", "-", input_text=json.dumps(doc))
+    made, at, decoder = [], 0, json.JSONDecoder()  # one JSON object per claim, back to back
+    while text[at:].strip():
+        item, end = decoder.raw_decode(text, at + len(text[at:]) - len(text[at:].lstrip()))
+        made.append(item)
+        at = end
+    result = {"request": "serial", "driver": DEFAULT_DRIVER, "pool": NODE, "device": device}
+    for item in made:
+        item["status"] = {"allocation": {"devices": {"results": [result]}}}
+    apiserver.kubectl(
+        "replace", "--subresource=status", "-f", "-",
+        input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": made}),
+    )  # fmt: skip
+    return [ClaimRef("default", i["metadata"]["name"], i["metadata"]["uid"]) for i in made]
+
+
+UID_FIRST = "0a0a0a0a-1111-4111-8111-111111111111"
+UID_SECOND = "0b0b0b0b-2222-4222-8222-222222222222"
+WINDOW = 3  # claims held at once while the churn goes on
+
+
+class Churn:
+    """Prepares and unprepares through the embedded kubelet, back to back, until stopped:
+    each step prepares the next claim and unprepares the oldest once more than ``WINDOW``
+    are held. A failed call ends the churn with its error (the test fails)."""
+
+    def __init__(self, kubelet: EmbeddedDraKubelet, claims: list[ClaimRef]) -> None:
+        self.kubelet = kubelet
+        self.claims = claims
+        self.held: list[ClaimRef] = []
+        self.steps = 0
+        self._stop = asyncio.Event()
+        self._changes = Changes()
+        self.task = asyncio.create_task(self._run(), name="churn")
+
+    async def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                claim = self.claims[self.steps % len(self.claims)]
+                if self.kubelet.prepared(claim.uid) is None:
+                    await self.kubelet.prepare(DEFAULT_DRIVER, [claim])
+                    self.held.append(claim)
+                if len(self.held) > WINDOW:
+                    await self.kubelet.unprepare(DEFAULT_DRIVER, [self.held.pop(0)])
+                self.steps += 1
+                self._changes.notify()
+        finally:
+            self._changes.notify()
+
+    async def more(self, steps: int) -> None:
+        """Wait for ``steps`` more steps (raises the churn's error if it failed)."""
+        target = self.steps + steps
+        await self._changes.until(lambda: self.steps >= target or self.task.done(), 60)
+        if self.task.done():
+            await self.task
+        assert self.steps >= target, f"the churn made {self.steps} of {target} steps"
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await self.task
+
+
+async def test_a_rolling_update_loses_no_prepare_or_unprepare(
+    apiserver: ApiServer, base: Path
+) -> None:
+    """Prepares and unprepares go on back to back while a second instance (its own pod UID)
+    starts beside the first and the first is stopped: none fails; the second serves before
+    the first leaves, then publishes the slices; the checkpoint lists exactly the claims
+    the kubelet holds prepared, and their CDI specs resolve to the device."""
+    host = FakeHost(base / "host")
+    host.add_usb_serial("1-2", ttys=("ttyUSB0",))
+    config = base / "config.yaml"
+    config.write_text(CONFIG)
+    cdi_dir, plugins, registry = base / "cdi", base / "plugins", base / "registry"
+
+    def argv(pod_uid: str) -> list[str]:
+        return [
+            "serve", "--backend", "dra", "--config", str(config),
+            "--node-name", NODE, "--kubeconfig", str(apiserver.kubeconfig),
+            "--dra-registration-dir", str(registry), "--dra-plugins-dir", str(plugins),
+            "--cdi-dir", str(cdi_dir), *host.root_flags(), "--pod-uid", pod_uid,
+            "--log-level", "info", "--metrics-address", "",
+        ]  # fmt: skip
+
+    checkpoint = plugins / DEFAULT_DRIVER / FILE_NAME
+    async with EmbeddedDraKubelet(registry) as kubelet:
+        first = await start_instance(argv(UID_FIRST))
+        second: Instance | None = None
+        churn: Churn | None = None
+        try:
+            await kubelet.wait_until(lambda k: k.registered(DEFAULT_DRIVER), timeout=30)
+            await eventually(lambda: bool(published(apiserver)), "the slice", timeout=30)
+            (device,) = published(apiserver)
+            claims = allocated_claims(apiserver, [f"roll-{n}" for n in range(8)], device)
+            churn = Churn(kubelet, claims)
+            await churn.more(4)
+
+            second = await start_instance(argv(UID_SECOND))
+            await kubelet.wait_until(
+                lambda k: k.count(DraEventKind.REGISTERED, DEFAULT_DRIVER) == 2, timeout=30
+            )
+            assert "waiting for it to exit before publishing" in second.output, second.output
+            served_before = second.output.count("prepared claim")
+            await churn.more(6)
+            assert second.output.count("prepared claim") > served_before, "the newest serves"
+
+            assert await first.stop() == 0, first.output
+            await kubelet.wait_until(
+                lambda k: k.count(DraEventKind.DEREGISTERED, DEFAULT_DRIVER) == 1, timeout=30
+            )
+            assert kubelet.registered(DEFAULT_DRIVER)
+            started = second
+            await eventually(lambda: "taking over" in started.output, "the second publishes")
+            await churn.more(6)
+            await churn.stop()
+
+            held = {c.uid for c in churn.held}
+            assert len(held) == WINDOW
+            assert checkpointed(checkpoint) == held, second.output
+            specs = {p.name for p in cdi_dir.glob("*claim*")}
+            assert specs == {claim_spec_name(DEFAULT_DRIVER, uid) for uid in held}
+            for claim in churn.held:
+                ids = [i for d in kubelet.prepared(claim.uid) or () for i in d.cdi_ids]
+                nodes = resolve_cdi(cdi_dir, ids)["deviceNodes"]
+                assert [n["hostPath"] for n in nodes] == ["/dev/ttyUSB0"], nodes
+            assert published(apiserver) == {device}
+
+            await kubelet.unprepare(DEFAULT_DRIVER, churn.held)
+            assert checkpointed(checkpoint) == set(), second.output
+            assert not list(cdi_dir.glob("*claim*")), second.output
+        finally:
+            if churn is not None and not churn.task.done():
+                churn.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await churn.task
+            await first.stop()
+            if second is not None:
+                await second.stop()

@@ -27,6 +27,8 @@ DEFAULT_DRA_DRIVER = "genericdp.io"
 # A DRA driver name: a DNS subdomain of at most 63 characters (ResourceSlice spec.driver).
 _DRIVER_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 MAX_DRIVER_NAME = 63
+# Kubernetes UIDs are RFC 4122 UUIDs; they name sockets, so never "/" nor a leading ".".
+_POD_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
 _MAX_PORT = 65535
 # A DNS host name (RFC 1123 labels), as getaddrinfo can resolve it to listen on.
 _HOST_NAME = re.compile(
@@ -100,6 +102,7 @@ SIMULATE_SKIPS = frozenset(
         "metrics_address",
         "dra_registration_dir",
         "dra_plugins_dir",
+        "pod_uid",
         "kubeconfig",
         "backend",
         "state_dir",
@@ -163,6 +166,12 @@ class Settings(DiscoverySettings):
         description="the kubelet's plugins directory: the DRA socket and the prepared-claims"
         " checkpoint go in <this>/<driver name>/, a path the kubelet must see too (backend dra)",
     )
+    pod_uid: str = Field(
+        "",
+        description="this pod's UID (the downward API's metadata.uid), for rolling updates of the"
+        " DRA backend: its sockets carry it, so the old and the new pod serve the node side by"
+        " side; empty: fixed socket names, one instance at a time (backend dra)",
+    )
     plugin_dir: Path = Field(DEFAULT_PLUGIN_DIR, description="kubelet device-plugin directory")
     pod_resources_socket: Path = Field(
         DEFAULT_POD_RESOURCES_SOCKET, description="kubelet PodResources socket"
@@ -224,6 +233,15 @@ class Settings(DiscoverySettings):
             raise ValueError(
                 f"{value[:80]!r} is not a DNS subdomain of at most {MAX_DRIVER_NAME} characters"
                 " (lowercase letters, digits, '-' and '.')"
+            )
+        return value
+
+    @field_validator("pod_uid")
+    @classmethod
+    def _check_pod_uid(cls, value: str) -> str:
+        if value and not _POD_UID.fullmatch(value):
+            raise ValueError(
+                f"{value[:80]!r} is not a pod UID (letters, digits and '-', at most 128)"
             )
         return value
 

@@ -14,13 +14,15 @@ the API client library, so the device-plugin backend never does.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from genericdp.aio import TaskSet
+from genericdp.aio import Backoff, TaskSet
 from genericdp.config.model import ResourceDefinition
 from genericdp.dra.claims import ClaimSource
 from genericdp.dra.driver import DraDriver, DriverPaths
@@ -36,6 +38,8 @@ from genericdp.runtime.state import ONE_PER_UNIT, DeviceIds
 from genericdp.settings import Settings
 
 log = logging.getLogger(__name__)
+
+REGISTER_GRACE = 5.0  # seconds registration waits for the resources' first scans
 
 
 class DraSetupError(GenericdpError):
@@ -77,10 +81,14 @@ class DraBackend:
             claims=claims,
             run_hook=run_hook,
             recorder=recorder,
+            pod_uid=settings.pod_uid,
             **driver_options,
         )
+        # The first apply's edges, that registration waits for (None once registering).
+        self._edges: list[DraEdge] | None = []
         self.usage = DraUsage(self.driver.checkpoint)
         self.driver.preparer.on_change = self.usage.changed
+        self.driver.turns.on_change = self.usage.changed  # another instance's claims
 
     @property
     def where(self) -> str:
@@ -90,7 +98,7 @@ class DraBackend:
         return ONE_PER_UNIT  # one DRA device per unit; ``count`` is its shares (slices.py)
 
     def edge(self, parts: ResourceParts) -> DraEdge:
-        return DraEdge(
+        edge = DraEdge(
             parts.definition,
             parts.state,
             inventory=self.driver.inventory,
@@ -98,19 +106,34 @@ class DraBackend:
             registration=self.driver.registration.service,
             stopping=lambda: self.stopping,
         )
+        if self._edges is not None:
+            self._edges.append(edge)
+        return edge
 
     def renews(self, before: ResourceDefinition, after: ResourceDefinition) -> bool:  # noqa: ARG002 -- the Backend protocol's signature
         return False  # the driver learns nothing of a definition at registration
 
     async def start(self, fleet: Fleet, tasks: TaskSet) -> None:  # noqa: ARG002 -- the Backend protocol's signature
-        """Start the driver (it serves and registers its own sockets); from then on
-        every resource's list follows what the claims in its checkpoint hold."""
-        await self.driver.start()
+        """Start the driver (it serves its own sockets); from then on every
+        resource's list follows what the claims in its checkpoint hold."""
+        await self.driver.start(register=False)
         self.usage.listen(fleet.usage_changed)
         self.usage.settled.set()
 
-    def started(self, fleet: Fleet, tasks: TaskSet) -> None:
-        """Nothing waits for the first apply."""
+    def started(self, fleet: Fleet, tasks: TaskSet) -> None:  # noqa: ARG002 -- the Backend protocol's signature
+        """Register once every resource's first scan is in the inventory."""
+        tasks.spawn("dra/register", self._register, finishable=True, backoff=Backoff())
+
+    async def _register(self) -> None:
+        """The kubelet sends its calls to the newest registration of the driver: one
+        made before the devices are known would fail the prepares of a rolling update
+        (a resource whose first scan is slow holds it back ``REGISTER_GRACE`` s at most)."""
+        edges, self._edges = self._edges or [], None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(REGISTER_GRACE):
+                for edge in edges:
+                    await edge.handed.wait()
+        await self.driver.register()
 
     def gauges(self) -> tuple[Gauge, ...]:
         publisher = self.publisher if isinstance(self.publisher, SlicePublisher) else None
@@ -156,40 +179,61 @@ async def serving(
     settings: Settings, *, run_hook: HookRunner, recorder: Recorder = NO_METRICS
 ) -> AsyncIterator[DraBackend]:
     """The backend over the API server (its driver starts with the supervisor);
-    closed (driver, then API) on exit. Waits first for any other instance of the
-    driver on this node to exit (``nodelock.py``).
-    ``recorder`` counts and times the prepared and unprepared claims."""
+    closed (driver, then API) on exit. ``recorder`` counts and times the
+    prepared and unprepared claims.
+
+    The node's slices have one writer: the instance holding
+    ``<plugins dir>/<driver>/lock`` (``nodelock.py``). Given a pod UID
+    (rolling updates), the driver serves at once beside another instance and
+    its publisher starts once the other has exited; without one, the sockets
+    have the other's names, so the whole backend waits for it.
+    """
     check_settings(settings)
-    # Before the publisher starts: a second instance on the node must not
-    # publish (or delete) slices, nor touch the checkpoint, while the first serves.
-    async with node_lock(settings.dra_plugins_dir / settings.dra_driver_name):
-        api = await open_api(settings)
-        try:
-            backend = DraBackend(
-                settings,
-                claims=api.claims,
-                publisher=api.publisher,
-                run_hook=run_hook,
-                recorder=recorder,
+    plugin_dir = settings.dra_plugins_dir / settings.dra_driver_name
+    async with AsyncExitStack() as stack:  # closed last in, first out
+        owner = TaskSet(log)
+        if settings.pod_uid:
+            stack.push_async_callback(owner.stop)  # the lock goes after the publisher stops
+        else:
+            await stack.enter_async_context(node_lock(plugin_dir))
+        api = await open_api(settings, publish=not settings.pod_uid)
+        stack.push_async_callback(api.close)
+        if settings.pod_uid:
+            publisher = api.publisher
+            owner.spawn(
+                "dra/slice-owner", lambda: _own_slices(plugin_dir, publisher), backoff=Backoff()
             )
-            try:
-                yield backend
-            finally:
-                await backend.close()
-        finally:
-            await api.close()
+        backend = DraBackend(
+            settings,
+            claims=api.claims,
+            publisher=api.publisher,
+            run_hook=run_hook,
+            recorder=recorder,
+        )
+        stack.push_async_callback(backend.close)
+        yield backend
 
 
-async def open_api(settings: Settings) -> ApiPieces:
+async def _own_slices(plugin_dir: Path, publisher: Publisher) -> None:
+    """Wait for the node's slice lock, start publishing, and hold it until cancelled."""
+    async with node_lock(plugin_dir, rolling=True):
+        if isinstance(publisher, SlicePublisher):
+            await publisher.start()
+        await asyncio.Event().wait()
+
+
+async def open_api(settings: Settings, *, publish: bool = True) -> ApiPieces:
     """The claim source and the slice publisher over the API server: the only place
-    the API client library is loaded (the device-plugin backend never comes here)."""
+    the API client library is loaded (the device-plugin backend never comes here).
+    ``publish``: start the publisher now (else its owner starts it, ``serving``)."""
     from genericdp.dra.apiclaims import ApiClaimSource
     from genericdp.dra.kubeapi import ApiSlices, connect
 
     client = connect(Path(settings.kubeconfig) if settings.kubeconfig else None)
     node, driver = settings.node_name, settings.dra_driver_name
     publisher = SlicePublisher(ApiSlices(client, node=node, driver=driver))
-    await publisher.start()
+    if publish:
+        await publisher.start()
 
     async def close() -> None:
         await publisher.close()

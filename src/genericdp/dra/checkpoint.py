@@ -92,6 +92,7 @@ class Checkpoint:
         # False when a file could not be used: it may list claims we do not know.
         self.complete = True
         self.unaccounted: set[str] = set()  # UIDs of entries dropped as unusable
+        self._seen: _FileId | None = None  # the file as last read or written here
 
     def __iter__(self) -> Iterator[PreparedClaim]:
         return iter(tuple(self._claims.values()))
@@ -100,21 +101,27 @@ class Checkpoint:
         return self._claims.get(uid)
 
     def load(self) -> None:
-        """Read the file; never raises (what cannot be used is logged and kept aside)."""
-        self._claims = {}
-        self.unaccounted = set()
-        self.complete = True
+        """Read the file; never raises (what cannot be used is logged and kept aside).
+
+        May run in a thread: the claims are replaced whole, at the end, so the
+        loop never sees half of them (another instance's turn, ``turns.py``).
+        """
+        seen = _identity(self.path)
         data, problem = self._read()
         doc: Any = None
         if problem is None and data is not None:
             doc, problem = _decode(data)
+        claims: dict[str, PreparedClaim] = {}
+        unaccounted: set[str] = set()
+        complete = True
         if problem is not None:
-            self._set_aside(problem)
+            complete, seen = self._set_aside(problem), None
         elif doc is not None:
-            self._take(doc["claims"])
+            self._take(doc["claims"], claims, unaccounted)
+        self._claims, self.unaccounted, self._seen = claims, unaccounted, seen
         aside = sorted(self.path.parent.glob(self.path.name + UNUSABLE + "*"))
+        self.complete = complete and not aside
         if aside:
-            self.complete = False
             log.warning(
                 "DRA checkpoint %s: %s set aside as unusable; claim CDI specs it does not"
                 " list are kept until it is removed",
@@ -135,9 +142,13 @@ class Checkpoint:
         except OSError as exc:
             return None, f"cannot be read: {reason(exc)}"
 
-    def _set_aside(self, problem: str) -> None:
-        """Keep an unusable file under a name of its own; ours is written anew."""
-        self.complete = False
+    def changed_on_disk(self) -> bool:
+        """Whether the file is not the one this instance last read or wrote."""
+        return _identity(self.path) != self._seen
+
+    def _set_aside(self, problem: str) -> bool:
+        """Keep an unusable file under a name of its own; ours is written anew. False:
+        the checkpoint is incomplete (it may have listed claims we do not know)."""
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         aside = self.path.with_name(f"{self.path.name}{UNUSABLE}{stamp}")
         for n in range(1, 1000):
@@ -153,7 +164,7 @@ class Checkpoint:
                 problem,
                 reason(exc),
             )
-            return
+            return False
         log.error(
             "DRA checkpoint %s %s: kept as %s, starting without it; no claim CDI spec is"
             " removed at start while it is there",
@@ -161,9 +172,12 @@ class Checkpoint:
             problem,
             aside,
         )
+        return False
 
-    def _take(self, claims: dict[Any, Any]) -> None:
-        for uid, entry in claims.items():
+    def _take(
+        self, entries: dict[Any, Any], claims: dict[str, PreparedClaim], unaccounted: set[str]
+    ) -> None:
+        for uid, entry in entries.items():
             try:
                 prepared = _parse(uid, entry)
             except (TypeError, ValueError, KeyError) as exc:
@@ -175,9 +189,9 @@ class Checkpoint:
                     clip(str(exc), 200),
                 )
                 if isinstance(uid, str) and valid_uid(uid):
-                    self.unaccounted.add(uid)
+                    unaccounted.add(uid)
                 continue
-            self._claims[uid] = prepared
+            claims[uid] = prepared
 
     async def put(self, prepared: PreparedClaim) -> None:
         """Record a claim and write the file; raises OSError (the entry is then not kept)."""
@@ -216,7 +230,7 @@ class Checkpoint:
                 return  # a write that started after our change has it on disk
             upto = self._changes
             data = self._encode()  # on the loop: the claims change while the thread writes
-            await asyncio.to_thread(write_atomically, self.path, data)
+            self._seen = await asyncio.to_thread(_written, self.path, data)
             self._written = upto
 
     def _encode(self) -> bytes:
@@ -225,6 +239,23 @@ class Checkpoint:
             "claims": {uid: _dump(p) for uid, p in sorted(self._claims.items())},
         }
         return (json.dumps(doc, indent=1) + "\n").encode()
+
+
+_FileId = tuple[int, int, int, int]
+
+
+def _identity(path: Path) -> _FileId | None:
+    """The file's device, inode, size and change time (every write here is a new inode)."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
+
+
+def _written(path: Path, data: bytes) -> _FileId | None:
+    write_atomically(path, data)
+    return _identity(path)
 
 
 class _Unusable(Exception):  # noqa: N818 - internal signal, never leaves this module

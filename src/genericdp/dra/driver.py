@@ -12,6 +12,11 @@ lays it out, which the kubelet expects of no one but which admins know:
 - ``<plugins dir>/<driver>/checkpoint.json``: prepared claims (``checkpoint.py``);
 - ``<plugins dir>/<driver>/dra-device-metadata/``: their device metadata
   (``metadata.py``), written again from the checkpoint at start.
+- ``<plugins dir>/<driver>/serialize.lock``: the turns of every instance's
+  prepare and unprepare calls (``turns.py``).
+
+Given the pod's UID, both socket names carry it (``socketnames.py``), so
+the old and the new pod of a rolling update serve side by side.
 
 Both sockets' directories are watched with inotify and a socket deleted or
 replaced is served again at once: the kubelet's plugin watcher registers the
@@ -34,19 +39,17 @@ from genericdp.dra.checkpoint import FILE_NAME, PREPARED, Checkpoint
 from genericdp.dra.claims import ClaimSource
 from genericdp.dra.inventory import Inventory
 from genericdp.dra.prepare import Preparer
-from genericdp.dra.registration import (
-    RegistrationServer,
-    RegistrationService,
-    registration_socket,
-)
+from genericdp.dra.registration import RegistrationServer, RegistrationService
 from genericdp.dra.service import HEARTBEAT, SERVICES, DraServer
+from genericdp.dra.socketnames import dra_socket, registration_socket, remove_stale
+from genericdp.dra.turns import FILE_NAME as TURNS_FILE
+from genericdp.dra.turns import Turns
 from genericdp.errors import CdiSpecError, KubeletError, clip
 from genericdp.hooks import HookRunner
 from genericdp.runtime.recorder import NO_METRICS, Recorder
 
 log = logging.getLogger(__name__)
 
-DRA_SOCKET = "dra.sock"
 # What can take a socket away: a file deleted, moved or created over it, or
 # the directory itself gone (then the watch is set up again).
 _CHANGES = flags.CREATE | flags.DELETE | flags.MOVED_TO | flags.MOVED_FROM
@@ -77,13 +80,16 @@ class DraDriver:
         run_hook: HookRunner,
         heartbeat: float = HEARTBEAT,
         recorder: Recorder = NO_METRICS,
+        pod_uid: str = "",
     ) -> None:
         self.driver = driver
         self.paths = paths
         self.inventory = Inventory(node_name)
         plugin_dir = paths.plugin_dir(driver)
-        self.dra_socket = plugin_dir / DRA_SOCKET
+        self.dra_socket = dra_socket(plugin_dir, driver, pod_uid)
+        self._pod_uid = pod_uid
         self.checkpoint = Checkpoint(plugin_dir / FILE_NAME)
+        self.turns = Turns(self.checkpoint, plugin_dir / TURNS_FILE)
         self.preparer = Preparer(
             driver=driver,
             inventory=self.inventory,
@@ -93,10 +99,11 @@ class DraDriver:
             run_hook=run_hook,
             node_name=node_name,
             recorder=recorder,
+            turns=self.turns,
         )
         self.registration = RegistrationServer(
             RegistrationService(driver, self.dra_socket, SERVICES),
-            registration_socket(paths.registry_dir, driver),
+            registration_socket(paths.registry_dir, driver, pod_uid),
         )
         self._heartbeat = heartbeat
         self._server: DraServer | None = None
@@ -106,22 +113,42 @@ class DraDriver:
     def server(self) -> DraServer | None:
         return self._server
 
-    async def start(self) -> None:
-        """Load the checkpoint, clear stale specs, serve DRA, then registration.
+    async def start(self, *, register: bool = True) -> None:
+        """Load the checkpoint, clear stale specs, serve DRA, then registration
+        (``register`` False: later, by calling ``register``).
 
-        Raises GenericdpError (KubeletError) when a socket cannot be served.
+        Raises GenericdpError (KubeletError, TurnError) when a socket cannot be
+        served or another instance holds the node's call lock for too long.
         """
-        await asyncio.to_thread(self.checkpoint.load)
-        kept = [*(p.claim.uid for p in self.checkpoint), *self.checkpoint.unaccounted]
-        removed: list[Path] = []
-        if self.checkpoint.complete:  # else an unusable file may list claims still in use
-            removed = await asyncio.to_thread(
-                remove_stale_claim_specs, self.paths.cdi_dir, self.driver, kept
-            )
+        async with self.turns.turn():  # another instance may be preparing a claim
+            await asyncio.to_thread(self.checkpoint.load)
+            kept = [*(p.claim.uid for p in self.checkpoint), *self.checkpoint.unaccounted]
+            removed: list[Path] = []
+            if self.checkpoint.complete:  # else an unusable file may list claims still in use
+                removed = await asyncio.to_thread(
+                    remove_stale_claim_specs, self.paths.cdi_dir, self.driver, kept
+                )
+            # In the turn too: the other instance writes a claim's metadata in its own.
+            await asyncio.to_thread(self._rebuild_metadata)
         for path in removed:
             log.info("removed the CDI spec %s of a claim no longer prepared", path)
-        await asyncio.to_thread(self._rebuild_metadata)
         await self._serve_dra()
+        self._tasks.spawn(f"dra/{self.driver}/checkpoint", self.turns.follow, backoff=Backoff())
+        if register:
+            await self.register()
+
+    async def register(self) -> None:
+        """Offer the driver to the kubelet: serve the registration socket, and keep both
+        sockets served from now on. The kubelet's newest registration gets its calls,
+        so a second instance registers once its inventory is filled (``backend.py``).
+
+        Raises KubeletError when the socket cannot be served.
+        """
+        if self._pod_uid:  # pods killed with SIGKILL leave theirs: the kubelet would keep dialing
+            for path in await asyncio.to_thread(
+                remove_stale, self.registration.socket, self.dra_socket, self.driver
+            ):
+                log.info("removed %s: no instance of this driver serves it any more", path)
         await self.registration.start()  # last: the kubelet dials the DRA socket at once
         log.info(
             "DRA driver %s: registration on %s, DRA services on %s",

@@ -78,6 +78,7 @@ class DraEdge:
         self._woken = asyncio.Event()
         self._last_error: str | None = None
         self._handed = False  # the first scan's units went to the inventory and the publisher
+        self.handed = asyncio.Event()  # the same, to wait for (the driver registers then)
 
     async def run(self) -> None:
         """After the first scan, follow the state until it is closed: the inventory
@@ -87,6 +88,7 @@ class DraEdge:
             changed = self.state.next_change()  # before reading: no change is missed
             await self._sync()
             self._handed = True
+            self.handed.set()
             await changed.wait()
 
     async def _sync(self) -> None:

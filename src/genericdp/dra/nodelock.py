@@ -1,15 +1,20 @@
-"""One instance of a driver owns the node's DRA state at a time: a lock on its plugin directory.
+"""One instance of a driver writes the node's slices at a time: a lock on its plugin directory.
 
 A rolling update with ``maxSurge`` (or a second DaemonSet by mistake) starts
-a second instance of the driver on a node while the first still runs. Both
-would serve the same sockets in turn, rewrite the same checkpoint from their
-own memory (losing each other's claims) and publish the same slices. So the
-DRA backend holds an exclusive ``flock`` on ``<plugins dir>/<driver>/lock``
-(as the Go helper's ``FlockDirectoryPath`` does) from before its publisher
-starts until its driver has stopped; a second instance waits for it, not
-ready meanwhile, saying whom it waits for, and takes over (checkpoint, CDI
-specs, slices) as soon as the first exits. The kernel drops the lock when
-its holder dies, however it dies.
+a second instance of the driver on a node while the first still runs. Two
+publishers would fight over the node's ResourceSlices, each rewriting the
+pool from its own view. So the instance that publishes holds an exclusive
+``flock`` on ``<plugins dir>/<driver>/lock`` (in the directory the Go
+helper's ``FlockDirectoryPath`` defaults to) for as long as it publishes.
+
+Given a pod UID (``rolling``), the new instance serves claims at once beside
+the old one (``socketnames.py``, ``turns.py``) and only its publisher waits:
+the old pod keeps the slices up to date until it exits, and the new one
+adopts them the moment it does. Without one, both instances would serve the
+same socket names, so the whole DRA backend of the second waits, not ready
+meanwhile, and takes over (checkpoint, CDI specs, slices) once the first
+exits. Either way the waiter says whom it waits for, and the kernel drops
+the lock when its holder dies, however it dies.
 """
 
 from __future__ import annotations
@@ -87,21 +92,30 @@ def _mark(fd: int) -> None:
 
 
 @asynccontextmanager
-async def node_lock(plugin_dir: Path, *, poll: float = POLL) -> AsyncIterator[Path]:
+async def node_lock(
+    plugin_dir: Path, *, poll: float = POLL, rolling: bool = False
+) -> AsyncIterator[Path]:
     """Hold the driver's lock on ``plugin_dir`` for the block; wait while another has it.
 
-    Raises NodeLockError when the lock file cannot be used (the daemon exits).
+    ``rolling``: only the slices wait (the log says so). Raises NodeLockError
+    when the lock file cannot be used (the daemon exits).
     """
     path = plugin_dir / FILE_NAME
+    waits = (
+        "publishing the node's ResourceSlices (serving claims meanwhile)"
+        if rolling
+        else "serving (not ready meanwhile)"
+    )
     fd = await asyncio.to_thread(_open, path)
     try:
         if not _try_lock(fd, path):
             started = logged = time.monotonic()
             log.warning(
                 "another instance of this DRA driver (%s) holds %s: waiting for it to exit"
-                " before serving (not ready meanwhile)",
+                " before %s",
                 _holder(fd),
                 path,
+                waits,
             )
             while not _try_lock(fd, path):
                 await asyncio.sleep(poll)

@@ -39,7 +39,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -65,6 +65,7 @@ from genericdp.dra.checkpoint import (
 )
 from genericdp.dra.claims import AllocatedDevice, ClaimError, ClaimRef, ClaimSource
 from genericdp.dra.inventory import Inventory, Located
+from genericdp.dra.turns import TurnError, Turns
 from genericdp.errors import GenericdpError, clip, cut, first_of
 from genericdp.hooks import CLEANUP, INIT, PRE_START, HookRun, HookRunner
 from genericdp.runtime.recorder import NO_METRICS, Recorder, allocation_result
@@ -108,8 +109,10 @@ class Preparer:
         node_name: str = "",
         concurrency: int = DEFAULT_CONCURRENCY,
         recorder: Recorder = NO_METRICS,
+        turns: Turns | None = None,
     ) -> None:
         self.driver = driver
+        self._turns = turns  # None: the only instance on the node (tests)
         self._inventory = inventory
         self._claims = claims
         self._checkpoint = checkpoint
@@ -130,7 +133,7 @@ class Preparer:
         started = time.monotonic()
         unique = _unique(claims)
         record = self._recorder.claim_prepare
-        results = await asyncio.gather(*(self._guarded(self._prepare, c, record) for c in unique))
+        results = await self._batch(self._prepare, unique, record)
         answer = dict(zip((c.uid for c in unique), results, strict=True))
         failed = sum(1 for r in results if r.error)
         log.info(
@@ -145,8 +148,23 @@ class Preparer:
         """Unprepare every claim; one entry per distinct claim UID, its error or ""."""
         unique = _unique(claims)
         record = self._recorder.claim_unprepare
-        results = await asyncio.gather(*(self._guarded(self._unprepare, c, record) for c in unique))
+        results = await self._batch(self._unprepare, unique, record)
         return {c.uid: r.error for c, r in zip(unique, results, strict=True)}
+
+    async def _batch(
+        self, step: _Step, claims: Sequence[ClaimRef], record: _Record
+    ) -> list[ClaimResult]:
+        """Every claim's step, in one turn of the node's instances (``turns.py``)."""
+        try:
+            async with self._turn():
+                return await asyncio.gather(*(self._guarded(step, c, record) for c in claims))
+        except TurnError as exc:
+            for _ in claims:
+                record(self.driver, "checkpoint_failed", 0.0)
+            return [ClaimResult(error=f"claim {clip(_named(c), 200)}: {exc}") for c in claims]
+
+    def _turn(self) -> AbstractAsyncContextManager[None]:
+        return nullcontext() if self._turns is None else self._turns.turn()
 
     async def _guarded(self, step: _Step, claim: ClaimRef, record: _Record) -> ClaimResult:
         started = time.monotonic()

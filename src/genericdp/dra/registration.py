@@ -10,9 +10,9 @@ first it knows of ``v1.DRAResourceHealth`` and ``v1alpha1.DRAResourceHealth``,
 so both are listed: 1.37 watches only an advertised one) and dials
 ``endpoint`` for the DRA services, then calls ``NotifyRegistrationStatus``
 with the verdict. A removed socket deregisters the driver; a new one
-registers it again. So the socket is named for the driver
-(``<driver>-reg.sock``, as the upstream helper names it) and is created
-again, by serving again, whenever it is deleted or replaced.
+registers it again. So the socket is named for the driver (and the pod
+during rolling updates: ``socketnames.py``) and is created again, by
+serving again, whenever it is deleted or replaced.
 """
 
 from __future__ import annotations
@@ -33,10 +33,6 @@ from genericdp.unixgrpc import UnixServer, serve
 log = logging.getLogger(__name__)
 
 PLUGIN_TYPE = "DRAPlugin"
-
-
-def registration_socket(registry_dir: Path, driver: str) -> Path:
-    return registry_dir / f"{driver}-reg.sock"
 
 
 class RegistrationService(reg_grpc.RegistrationServicer):

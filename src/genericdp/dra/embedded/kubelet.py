@@ -17,7 +17,9 @@ Used by the tests. It follows the 1.34-1.37 kubelet:
   the kubelet supports is chosen (``v1.DRAPlugin``, ``v1beta1.DRAPlugin`` on
   1.34+); none is an error, sent back through ``NotifyRegistrationStatus``
   with the kubelet's wording. An endpoint already registered for the driver
-  is refused. Calls have a 45 s deadline.
+  is refused. Calls have a 45 s deadline. Rolling updates (1.33 and later):
+  every registration of a driver from another socket is kept, calls go to
+  the newest, and when one goes away to the newest left.
 - Health (the ResourceHealthStatus gate): for each registered plugin that
   advertises a health service the kubelet knows (``pickHealthService``: the
   first of ``health_services`` found in ``supported_versions``; 1.37 knows

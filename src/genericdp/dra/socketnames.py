@@ -1,0 +1,126 @@
+"""The names of the driver's two sockets, which carry the pod UID during rolling updates.
+
+The kubelet (1.33 and later) keeps every registration of a driver and uses
+the newest, falling back to another when one goes away; so two instances of
+the driver serve a node at once during a rolling update, each on sockets of
+its own. As the upstream helper (``kubeletplugin.RollingUpdate``) names them:
+``<registry dir>/<driver>-<pod UID>-reg.sock`` and
+``<plugins dir>/<driver>/dra-<pod UID>.sock``; without a pod UID,
+``<driver>-reg.sock`` and ``dra.sock``, and one instance at a time.
+
+A unix socket path holds at most 107 bytes, and a 63-character driver name
+with a 36-character UID under ``/var/lib/kubelet/plugins_registry`` does not
+fit. Where the helper's name would not fit, the UID is replaced by 12 hex
+digits of a hash of the driver and the UID, and the part before it is cut
+to what still fits (or left out): the name stays unique per instance and the same for the
+same pod. The kubelet reads the DRA socket's path from ``GetInfo`` and the
+plugin name from it too, so no one parses these names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import socket
+import stat
+from pathlib import Path
+
+from genericdp.unixgrpc import MAX_UNIX_PATH_BYTES
+
+_HASH_LENGTH = 12
+REGISTRATION_SUFFIX = "-reg.sock"
+DRA_STEM, DRA_SUFFIX = "dra", ".sock"
+
+
+def registration_socket(registry_dir: Path, driver: str, pod_uid: str = "") -> Path:
+    """Where the kubelet's plugin watcher finds this instance's registration socket."""
+    return _fitted(registry_dir, driver, REGISTRATION_SUFFIX, driver, pod_uid)
+
+
+def dra_socket(plugin_dir: Path, driver: str, pod_uid: str = "") -> Path:
+    """This instance's DRA services socket, in the driver's own plugin directory."""
+    return _fitted(plugin_dir, DRA_STEM, DRA_SUFFIX, driver, pod_uid)
+
+
+def _fitted(directory: Path, stem: str, suffix: str, driver: str, pod_uid: str) -> Path:
+    if not pod_uid:
+        return directory / f"{stem}{suffix}"
+    full = directory / f"{stem}-{pod_uid}{suffix}"
+    if _fits(full):
+        return full
+    digest = hashlib.sha256(f"{driver}\0{pod_uid}".encode()).hexdigest()[:_HASH_LENGTH]
+    room = MAX_UNIX_PATH_BYTES - len(str((directory / f"-{digest}{suffix}").absolute()).encode())
+    head = stem.encode()[: max(room, 0)].decode(errors="ignore").rstrip(".-")
+    # Still too long (a very long directory): the socket cannot be served, and
+    # serving says so with the path and the limit (unixgrpc.unix_address).
+    return directory / (f"{head}-{digest}{suffix}" if head else f"{digest}{suffix}")
+
+
+def _fits(path: Path) -> bool:
+    return len(str(path.absolute()).encode()) <= MAX_UNIX_PATH_BYTES
+
+
+# A name made here: what is left of the stem, and the pod UID or its hash.
+_INSTANCE = re.compile(
+    r"(?:(?P<head>.+?)-)?(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+    rf"|[0-9a-f]{{{_HASH_LENGTH}}})"
+)
+
+
+def stale_sockets(own: Path, stem: str, suffix: str) -> list[Path]:
+    """Sockets beside ``own`` named as another pod's of this driver (``<stem>-<UID or
+    hash><suffix>``, the stem cut as in ``own``) that nothing listens on any more: a pod
+    killed with SIGKILL leaves them behind, and the kubelet keeps dialing them.
+
+    Only a refused connection counts as gone: a socket that answers, or that cannot be
+    tried (permissions, a timeout), is kept.
+    """
+    mine = _INSTANCE.fullmatch(own.name.removesuffix(suffix))
+    heads = {stem, (mine.group("head") if mine else None) or ""}
+    try:
+        names = sorted(p.name for p in own.parent.iterdir())
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        if name == own.name or name.startswith(".") or not name.endswith(suffix):
+            continue
+        match = _INSTANCE.fullmatch(name.removesuffix(suffix))
+        if match is None or (match.group("head") or "") not in heads:
+            continue
+        if _refused(own.parent / name):
+            found.append(own.parent / name)
+    return found
+
+
+def _refused(path: Path) -> bool:
+    try:
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            return False
+    except OSError:
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except ConnectionRefusedError:
+            return True
+        except OSError:
+            return False
+    return False
+
+
+def remove_stale(registration: Path, dra: Path, driver: str) -> list[Path]:
+    """Remove the sockets other pods of this driver left behind (``stale_sockets``)."""
+    removed = []
+    for path in [
+        *stale_sockets(registration, driver, REGISTRATION_SUFFIX),
+        *stale_sockets(dra, DRA_STEM, DRA_SUFFIX),
+    ]:
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        removed.append(path)
+    return removed

@@ -1,0 +1,206 @@
+"""Prepare and unprepare calls of every instance on the node take turns, under one lock.
+
+During a rolling update two instances of the driver serve the node at once
+(``socketnames.py``) and the kubelet may send any call to either: a claim
+prepared by the old pod is unprepared by the new one, or the other way
+round. Both keep the node's prepared claims in one checkpoint, so each
+``NodePrepareResources`` and ``NodeUnprepareResources`` call holds an
+exclusive ``flock`` on ``<plugins dir>/<driver>/serialize.lock`` (the file the
+upstream helper's ``Serialize`` locks) and reads the checkpoint afresh when
+another instance replaced it since: the writes of both compose and no claim
+is lost.
+
+Within one process the calls still run side by side: the first call of a
+turn takes the lock, the calls arriving while it is held join the turn, and
+the last one out lets it go (the in-process locks of ``prepare.py`` order
+them). A call that cannot get the lock within ``deadline`` seconds fails
+each of its claims with a message naming the lock, and the kubelet retries.
+
+Between turns, ``follow`` watches the plugin directory and reloads the
+checkpoint when another instance replaced it, so what this instance streams
+as health and keeps listed as held (``usage.py``) includes the claims the
+other prepared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import stat
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from inotify_simple import flags
+
+from genericdp.aio import inotify_events
+from genericdp.dra.checkpoint import Checkpoint
+from genericdp.errors import GenericdpError, KubeletError
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "serialize.lock"
+# Below the kubelet's 45 s per call: a call that gives up still answers in time.
+DEADLINE = 20.0
+_POLL_FIRST, _POLL_MAX = 0.002, 0.05
+# The checkpoint is replaced by a rename (``atomicfile.py``), or removed by hand.
+_WATCH = flags.MOVED_TO | flags.CREATE | flags.DELETE
+_LOST = flags.DELETE_SELF | flags.MOVE_SELF | flags.IGNORED | flags.Q_OVERFLOW
+
+
+class TurnError(GenericdpError):
+    """The node's call lock cannot be had (in time, or at all)."""
+
+
+class Turns:
+    """The node-wide turn of one instance's calls, and its checkpoint kept fresh."""
+
+    def __init__(
+        self,
+        checkpoint: Checkpoint,
+        lock_path: Path,
+        *,
+        deadline: float = DEADLINE,
+        on_change: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.checkpoint = checkpoint
+        self.path = lock_path
+        self.deadline = deadline
+        self.on_change = on_change  # the recorded claims changed under us
+        self._entry = asyncio.Lock()
+        self._users = 0
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._users > 0
+
+    @asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        """Hold the node's call lock, the checkpoint as every instance left it; raises
+        TurnError when the lock cannot be had within the deadline."""
+        async with self._entry:
+            if self._users == 0:
+                self._fd = await _acquire(self.path, self.deadline)
+                try:
+                    await self._reload()
+                except BaseException:
+                    self._release()
+                    raise
+            self._users += 1
+        try:
+            yield
+        finally:
+            self._users -= 1
+            if self._users == 0:
+                self._release()
+
+    def _release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # drops the lock
+
+    async def _reload(self) -> None:
+        """Read the checkpoint again if another instance replaced it since we last saw it."""
+        if not await asyncio.to_thread(self.checkpoint.changed_on_disk):
+            return
+        before = {p.claim.uid: p for p in self.checkpoint}
+        await asyncio.to_thread(self.checkpoint.load)
+        after = {p.claim.uid: p for p in self.checkpoint}
+        if after != before:
+            log.info(
+                "DRA checkpoint %s changed by another instance: %d claim(s) prepared",
+                self.checkpoint.path,
+                len(after),
+            )
+            self.on_change()
+
+    async def follow(self) -> None:
+        """Reload the checkpoint whenever another instance replaces it, until cancelled.
+
+        Raises KubeletError when the directory cannot be watched (the task's
+        guard logs it and starts over with backoff).
+        """
+        directory = self.checkpoint.path.parent
+        await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)
+        async with inotify_events(lambda exc: KubeletError(f"cannot start inotify: {exc}")) as (
+            inotify,
+            readable,
+        ):
+            try:
+                inotify.add_watch(directory, _WATCH | flags.DELETE_SELF | flags.MOVE_SELF)
+            except OSError as exc:
+                raise KubeletError(f"cannot watch {directory}: {exc.strerror}") from exc
+            name, ours = self.checkpoint.path.name, True
+            while True:
+                if ours:  # after the watch is set: a change just before it is seen here
+                    await self.refresh()
+                await readable.wait()
+                readable.clear()
+                events = inotify.read(timeout=0)
+                if any(event.mask & _LOST for event in events):
+                    raise KubeletError(f"{directory} was removed or replaced; watching again")
+                ours = any(event.name == name for event in events)
+
+    async def refresh(self) -> None:
+        """Between turns: take up what another instance wrote (a turn of ours reads it anyway)."""
+        async with self._entry:
+            if self._users:
+                return
+            try:
+                self._fd = await _acquire(self.path, self.deadline)
+            except TurnError as exc:
+                log.warning("cannot reload the DRA checkpoint: %s", exc)
+                return
+            try:
+                await self._reload()
+            finally:
+                self._release()
+
+
+async def _acquire(path: Path, deadline: float) -> int:
+    """An open file descriptor holding the exclusive lock on ``path``; raises TurnError."""
+    fd = await asyncio.to_thread(_open, path)
+    started = time.monotonic()
+    pause = _POLL_FIRST
+    try:
+        while not _try_lock(fd, path):
+            waited = time.monotonic() - started
+            if waited >= deadline:
+                raise TurnError(
+                    f"another instance of the driver has held {path} for over {deadline:g}s"
+                    " (the kubelet tries again)"
+                )
+            await asyncio.sleep(min(pause, deadline - waited))
+            pause = min(pause * 2, _POLL_MAX)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open(path: Path) -> int:
+    """The lock file, created when missing; only a regular file (a FIFO never blocks)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, mode, 0o600)
+    except OSError as exc:
+        raise TurnError(f"cannot open the DRA lock file {path}: {exc.strerror}") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise TurnError(f"the DRA lock file {path} is not a regular file")
+    return fd
+
+
+def _try_lock(fd: int, path: Path) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError as exc:
+        raise TurnError(f"cannot lock the DRA lock file {path}: {exc.strerror}") from exc
+    return True
