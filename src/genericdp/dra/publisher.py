@@ -54,6 +54,10 @@ COALESCE = 0.05  # seconds a burst of changes is gathered before one write
 # resource whose first scan fails (retried with backoff) does not hold the others back.
 ADOPT_GRACE = 5.0
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
+# Every node loses the API server at once when it restarts: retries scaled by a
+# random factor in [0.5, 1.5] come back spread over seconds, not in one burst
+# (docs/performance.md, "A fleet").
+BACKOFF_JITTER = 0.5
 FAILURE_LOG_EVERY = 30.0  # seconds between warnings while the API server stays unreachable
 CLOSE_FLUSH = 2.0  # seconds close waits for a pending write
 # A slice name held by a slice that is not ours (another node's or driver's):
@@ -101,6 +105,10 @@ class SlicePublisher:
         self._answered: set[str] = set()  # resources that published or withdrew
         self._all_in = asyncio.Event()  # every expected resource answered
         self._taken: dict[str, float] = {}  # slice name -> when it was found taken
+        # Watch events that come while a write is in flight: told apart from ours
+        # once the write's answers are in (the event of a write can come first).
+        self._writing = False
+        self._deferred: list[tuple[str, dict[str, Any]]] = []
 
     async def start(self) -> None:
         """Start the writer, which first adopts what a previous instance on this node left.
@@ -187,7 +195,7 @@ class SlicePublisher:
         self._wake.set()
 
     async def _run(self) -> None:
-        backoff = Backoff(initial=BACKOFF_FIRST, maximum=BACKOFF_MAX)
+        backoff = Backoff(initial=BACKOFF_FIRST, maximum=BACKOFF_MAX, jitter=BACKOFF_JITTER)
         failing_since: float | None = None
         last_warning = 0.0
         while True:
@@ -244,7 +252,7 @@ class SlicePublisher:
 
     async def _watch(self) -> None:
         """Notice changes made by others (the kubelet deletes a node's slices when it starts)."""
-        backoff = Backoff(initial=BACKOFF_FIRST, maximum=BACKOFF_MAX)
+        backoff = Backoff(initial=BACKOFF_FIRST, maximum=BACKOFF_MAX, jitter=BACKOFF_JITTER)
         while True:
             try:
                 async for kind, obj in self._store.watch():
@@ -260,6 +268,9 @@ class SlicePublisher:
             await asyncio.sleep(backoff.next())
 
     def _observed(self, kind: str, obj: dict[str, Any]) -> None:
+        if self._writing:
+            self._deferred.append((kind, obj))
+            return
         held = self._held
         if held is None:
             return  # a list and a comparison are coming anyway
@@ -302,11 +313,16 @@ class SlicePublisher:
         self._generation = max([self._generation, *generations]) + 1
         wanted = self._wanted(self._generation)
         # All slices at once: the pool is incomplete until the last one is written.
-        outcomes = await asyncio.gather(
-            *(self._put(name, obj, held.get(name)) for name, obj in wanted.items()),
-            *(self._delete(name) for name in sorted(set(held) - set(wanted))),
-            return_exceptions=True,
-        )
+        self._writing = True
+        try:
+            outcomes = await asyncio.gather(
+                *(self._put(name, obj, held.get(name)) for name, obj in wanted.items()),
+                *(self._delete(name) for name in sorted(set(held) - set(wanted))),
+                return_exceptions=True,
+            )
+        finally:
+            self._writing = False
+            deferred, self._deferred = self._deferred, []
         taken = [o for o in outcomes if isinstance(o, SliceNameTakenError)]
         for err in taken:
             self._taken[err.name] = time.monotonic()
@@ -327,6 +343,8 @@ class SlicePublisher:
                 held[name] = written
                 self._check_sharing(wanted[name], written)
             self.writes += 1
+        for kind, obj in deferred:  # our own writes among them change nothing
+            self._observed(kind, obj)
         log.debug(
             "ResourceSlices of node %s at generation %d: %s",
             self.node,
