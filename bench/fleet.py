@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shutil
 import sys
 import tempfile
@@ -45,7 +46,13 @@ sys.path.insert(0, str(REPO))
 
 from bench import fleet_api  # noqa: E402
 from bench.fleet_api import AuditLog, Request, between, by_user  # noqa: E402
-from bench.fleet_nodes import MODEM_LABEL, FleetNode, make_nodes, stop_all  # noqa: E402
+from bench.fleet_nodes import (  # noqa: E402
+    MODEM_LABEL,
+    FleetNode,
+    inotify_problem,
+    make_nodes,
+    stop_all,
+)
 from bench.scale import Result  # noqa: E402
 from tests.apiserver import ApiServer, missing  # noqa: E402
 
@@ -167,6 +174,8 @@ def check_alive(nodes: list[FleetNode]) -> None:
 
 def run(n: int, mode: Mode, base: Path) -> Figures:  # noqa: PLR0915 - one scenario, in order
     figures = Figures(n)
+    if (problem := inotify_problem(n)) is not None:
+        raise RuntimeError(f"fleet: cannot run N={n}: {problem}")
     names = [f"fleet-{i:03d}" for i in range(n)]
     server, audit_path = fleet_api.start(base / "api", names)
     audit = AuditLog(audit_path)
@@ -185,7 +194,8 @@ def run(n: int, mode: Mode, base: Path) -> Figures:  # noqa: PLR0915 - one scena
             check_alive(nodes)
             return len(pools_right(server, nodes, modems)) == n and all_watching(audit, nodes)
 
-        until(started, "every pool right and every watch open after start")
+        # 100 Python daemons starting on 2 cores take minutes of CPU between them.
+        until(started, "every pool right and every watch open after start", WAIT + 5.0 * n)
         start_done = quiet(audit)
         figures.notes.append(
             f"start: every pool right and watching {start_done - began:.1f}s after the first exec"
@@ -345,7 +355,8 @@ def report(mode: Mode, plot: Path | None = None, *, keep: bool = False) -> int:
         runs.append(figures)
         for note in figures.notes:
             print(f"  N={n} {note}")
-        print(f"  N={n}: {time.monotonic() - began:.0f}s in all")
+        load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+        print(f"  N={n}: {time.monotonic() - began:.0f}s in all; load average at the end {load}")
     for figures in runs:
         for result in figures.results:
             print(

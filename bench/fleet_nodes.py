@@ -115,6 +115,35 @@ class FleetNode:
             self.proc.wait(10)
 
 
+INOTIFY_PER_DAEMON = 3  # the config, the device tree, the DRA sockets' directories
+
+
+def inotify_problem(count: int, proc: Path = Path("/proc")) -> str | None:
+    """Why ``count`` daemons would run out of inotify instances here, or None.
+
+    Every process of one user on one kernel shares ``fs.inotify.max_user_instances``;
+    on a cluster each node has its own. A daemon that cannot get one retries
+    with backoff and logs it, which is not what the benchmark measures.
+    """
+    limit = int((proc / "sys/fs/inotify/max_user_instances").read_text())
+    uid, used = os.getuid(), 0
+    for fd_dir in proc.glob("[0-9]*/fd"):
+        try:
+            if fd_dir.parent.stat().st_uid != uid:
+                continue
+            used += sum(os.readlink(fd) == "anon_inode:inotify" for fd in fd_dir.iterdir())
+        except OSError:
+            continue  # a process that ended, or one we may not read
+    need = INOTIFY_PER_DAEMON * count
+    if used + need > limit * 0.9:
+        return (
+            f"{count} daemons need about {need} inotify instances; this user holds {used} of"
+            f" {limit} (fs.inotify.max_user_instances, shared by every process of the user):"
+            " run fewer nodes or raise the limit"
+        )
+    return None
+
+
 def make_nodes(base: Path, server: ApiServer, count: int) -> list[FleetNode]:
     """``count`` nodes under ``base``, their Node objects created (no labels)."""
     base.mkdir(parents=True, exist_ok=True)

@@ -75,9 +75,10 @@ def render(runs: Sequence[Run]) -> str:
         last = 0.0
         for t, right in series:
             share = right / nodes
-            points.append(f"{x(t):.1f},{y(last):.1f}")
-            points.append(f"{x(t):.1f},{y(share):.1f}")
-            last = share
+            if share != last:  # a step: along at the old share, then up
+                points.append(f"{x(t):.1f},{y(last):.1f}")
+                points.append(f"{x(t):.1f},{y(share):.1f}")
+                last = share
         points.append(f"{x(span):.1f},{y(last):.1f}")
         out.append(
             f'<polyline points="{" ".join(points)}" fill="none" stroke="{colour}"'
