@@ -37,6 +37,9 @@ NODES = "/api/v1/nodes"
 # a half-open connection is noticed; the read timeout allows for it.
 WATCH_SECONDS = 300
 REQUEST_TIMEOUT = 10.0
+# Seconds between warnings while the API server stays unreachable (every node
+# loses it at once when it restarts: one line each, not one per retry).
+FAILURE_LOG_EVERY = 30.0
 
 Labels = Mapping[str, str] | None  # None: the Node object is not there
 OnLabels = Callable[[Labels], Awaitable[object]]
@@ -74,13 +77,19 @@ class NodeWatch:
         sleep = self.sleep or asyncio.sleep
         loop = asyncio.get_running_loop()
         version: str | None = None
+        failing_since: float | None = None  # the first failure of a run of them
+        last_warning = 0.0
         while True:
             started = loop.time()
             try:
                 if version is None:
                     labels, version = await self._list()
+                    self._answered(failing_since)
+                    failing_since = None
                     await self._tell(labels)
                 async for event in self._watch(version):
+                    self._answered(failing_since)
+                    failing_since = None
                     version = event.version
                     if not event.bookmark:
                         await self._tell(event.labels)
@@ -88,10 +97,20 @@ class NodeWatch:
                 log.info("node %s: the watch's version is too old: listing again", self.node)
                 version = None
             except ApiRequestError as err:
-                log.warning("node %s: %s", self.node, err)
+                now = loop.time()
+                if failing_since is None or now - last_warning >= FAILURE_LOG_EVERY:
+                    log.warning("node %s: %s (retrying with backoff)", self.node, err)
+                    last_warning = now
+                failing_since = now if failing_since is None else failing_since
             if loop.time() - started > self.backoff.maximum:
                 self.backoff.reset()  # it watched fine for a while
             await sleep(self.backoff.next())
+
+    def _answered(self, failing_since: float | None) -> None:
+        """The server answered: say so once after failures (they are warned of once)."""
+        if failing_since is not None:
+            took = asyncio.get_running_loop().time() - failing_since
+            log.info("node %s: the API server answers again after %.1fs", self.node, took)
 
     async def _tell(self, labels: Labels) -> None:
         if self._told and labels == self._last:
