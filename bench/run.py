@@ -6,7 +6,9 @@ the machine it ran on, then the cases with budgets: the scale cases of
 ``bench/scale.py`` and the footprint of ``bench/footprint.py`` (memory,
 Allocate handling, startup, idle CPU, and the image with ``--image-archive``).
 The run exits 1 when one is over its budget. ``--short`` runs the footprint
-alone, in shorter runs: what CI runs on every push (``.ci/run``). Targets
+in shorter runs and the fleet at N=10 (``bench/fleet.py``): what CI runs on
+every push (``.ci/run``); the full run has the fleet at N=10, 30 and 100 and
+draws docs/fleet-reconnect.svg from it. Targets
 (DESIGN.md, docs/performance.md): re-registration after a kubelet restart
 under 1 s; Allocate fast enough never to stall pod admission.
 """
@@ -30,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench import footprint, scale  # noqa: E402
+from bench import fleet, footprint, scale  # noqa: E402
 from bench.idle_cpu import daemon_env, serve_env  # noqa: E402
 from genericdp.config import load, load_text  # noqa: E402
 from genericdp.deviceplugin.backend import DevicePluginBackend  # noqa: E402
@@ -315,7 +317,9 @@ def bench_reload(base: Path, trials: int = 10) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--short", action="store_true", help="the footprint budgets only, shorter")
+    parser.add_argument(
+        "--short", action="store_true", help="the footprint and fleet budgets only, shorter"
+    )
     parser.add_argument(
         "--image-archive", type=Path, help="an OCI archive of the image (e2e/local/images.sh)"
     )
@@ -323,7 +327,8 @@ def main() -> None:
     logging.basicConfig(level=logging.CRITICAL)  # measure, do not print plugin logs
     print(f"machine: {machine()}")
     if args.short:
-        sys.exit(footprint.report(footprint.SHORT, args.image_archive))
+        over_budget = footprint.report(footprint.SHORT, args.image_archive)
+        sys.exit(fleet.report(fleet.SHORT) | over_budget)
     base = Path(tempfile.mkdtemp(prefix="gdp-bench-", dir="/tmp"))
     try:
         bench_config_load()
@@ -346,6 +351,7 @@ def main() -> None:
     finally:
         shutil.rmtree(base, ignore_errors=True)
     over_budget |= footprint.report(footprint.FULL, args.image_archive)
+    over_budget |= fleet.report(fleet.FULL, REPO / "docs" / "fleet-reconnect.svg")
     sys.exit(over_budget)
 
 

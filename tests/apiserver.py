@@ -10,7 +10,10 @@ Everything lives in one temporary directory: etcd's data, certificates made
 by openssl (a CA, the server's, an admin client's in ``system:masters``, a
 service-account key pair) and an admin kubeconfig. Ports are free ones
 picked at random on 127.0.0.1. ``stop`` ends exactly the two processes it
-started (their process groups) and removes the directory.
+started (their process groups) and removes the directory. ``kill`` and
+``restart`` end and start kube-apiserver alone, on the same port and etcd
+(the fleet benchmark's API server restart); ``start(extra_args)`` adds flags
+(audit log, token file).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,7 +118,38 @@ class ApiServer:
     pki: Path
     workdir: Path
     bin_dir: Path
-    processes: tuple[subprocess.Popen[bytes], ...]
+    processes: tuple[subprocess.Popen[bytes], ...]  # etcd, kube-apiserver
+    api_args: tuple[str, ...] = ()
+
+    @property
+    def etcd(self) -> subprocess.Popen[bytes]:
+        return self.processes[0]
+
+    @property
+    def apiserver(self) -> subprocess.Popen[bytes]:
+        return self.processes[-1]
+
+    def kill(self) -> None:
+        """SIGKILL kube-apiserver (etcd keeps running) and wait for it to be gone."""
+        _end(self.apiserver, sig=signal.SIGKILL)
+
+    def restart(self, *, wait: bool = True) -> None:
+        """Start kube-apiserver again with the same flags, port and etcd; with ``wait``,
+        return once it is ready (else call ``wait_ready``)."""
+        if self.apiserver.poll() is None:
+            self.kill()
+        proc = _launch(list(self.api_args), self.workdir / "kube-apiserver.log")
+        self.processes = (self.etcd, proc)
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Until kube-apiserver is ready; RuntimeError (and it ended) if it exits or is late."""
+        try:
+            _wait_ready(self.url, self.pki, [(self.apiserver, self.workdir / "kube-apiserver.log")])
+        except BaseException:
+            _end(self.apiserver)
+            raise
 
     def kubectl(self, *args: str, input_text: str | None = None) -> str:
         """Run kubectl against this server; its stdout, or an AssertionError with its stderr."""
@@ -135,11 +170,11 @@ class ApiServer:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def _end(proc: subprocess.Popen[bytes]) -> None:
+def _end(proc: subprocess.Popen[bytes], sig: signal.Signals = signal.SIGTERM) -> None:
     if proc.poll() is not None:
         return
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, sig)
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
@@ -167,8 +202,31 @@ def _log_tail(path: Path) -> str:
         return "(no log)"
 
 
-def start() -> ApiServer:
-    """Start etcd and kube-apiserver; raise RuntimeError if they do not come up."""
+def _launch(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start ``args`` in a process group of its own, its output appended to ``log_path``."""
+    with log_path.open("ab") as log:
+        return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _wait_ready(url: str, pki: Path, watched: list[tuple[subprocess.Popen[bytes], Path]]) -> None:
+    """Until kube-apiserver's /readyz says ok; RuntimeError when a process exits or time is up."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while not _ready(url, pki):
+        for proc, log_path in watched:
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"{log_path.stem} exited with {proc.returncode}:\n{_log_tail(log_path)}"
+                )
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"kube-apiserver not ready after {START_TIMEOUT}s:\n{_log_tail(watched[-1][1])}"
+            )
+        time.sleep(0.1)
+
+
+def start(extra_args: Sequence[str] = ()) -> ApiServer:
+    """Start etcd and kube-apiserver (``extra_args`` appended to the latter's flags);
+    raise RuntimeError if they do not come up."""
     bin_dir = kube_bin_dir()
     assert bin_dir is not None, missing()
     workdir = Path(tempfile.mkdtemp(prefix="gdp-apiserver-"))
@@ -199,15 +257,7 @@ def start() -> ApiServer:
             "--unsafe-no-fsync",
         ]
         etcd_log = workdir / "etcd.log"
-        with etcd_log.open("wb") as log:
-            processes.append(
-                subprocess.Popen(
-                    etcd_args,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
+        processes.append(_launch(etcd_args, etcd_log))
         api_args = [
             str(bin_dir / "kube-apiserver"),
             f"--etcd-servers={etcd_url}",
@@ -227,33 +277,17 @@ def start() -> ApiServer:
             "--profiling=false",
             # As kubeadm and kind run it: the chart's privileged variant is accepted.
             "--allow-privileged=true",
+            *extra_args,
         ]
         api_log = workdir / "kube-apiserver.log"
-        with api_log.open("wb") as log:
-            processes.append(
-                subprocess.Popen(
-                    api_args,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
+        processes.append(_launch(api_args, api_log))
         url = f"https://127.0.0.1:{secure}"
         kubeconfig = workdir / "admin.kubeconfig"
         _kubeconfig(kubeconfig, url, pki)
-        deadline = time.monotonic() + START_TIMEOUT
-        while not _ready(url, pki):
-            for proc, log_path in zip(processes, (etcd_log, api_log), strict=True):
-                if proc.poll() is not None:
-                    raise RuntimeError(
-                        f"{log_path.stem} exited with {proc.returncode}:\n{_log_tail(log_path)}"
-                    )
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"kube-apiserver not ready after {START_TIMEOUT}s:\n{_log_tail(api_log)}"
-                )
-            time.sleep(0.1)
-        return ApiServer(url, kubeconfig, pki, workdir, bin_dir, tuple(processes))
+        _wait_ready(url, pki, list(zip(processes, (etcd_log, api_log), strict=True)))
+        return ApiServer(
+            url, kubeconfig, pki, workdir, bin_dir, tuple(processes), api_args=tuple(api_args)
+        )
     except BaseException:
         for proc in reversed(processes):
             _end(proc)

@@ -7,6 +7,7 @@ other writers included, on any machine.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 from collections.abc import AsyncIterator
@@ -358,3 +359,30 @@ async def test_a_taken_name_that_turns_out_ours_is_kept(
     await eventually(lambda: publisher.taken == (), "the name found ours")
     assert await publisher.flush(timeout=5)
     assert set(store.devices()) == {device_name(SERIAL, "a")}
+
+
+class EventsFirst(MemorySlices):
+    """An API server whose watch event of a write reaches the watcher before the write's
+    answer reaches the writer (as it often does over the network)."""
+
+    async def _store(self, kind: str, obj: dict[str, Any], *, ours: bool = True) -> dict[str, Any]:
+        stored = await super()._store(kind, obj, ours=ours)
+        for _ in range(5):  # the watch task runs and takes the event first
+            await asyncio.sleep(0)
+        return stored
+
+
+async def test_the_watch_event_of_our_own_write_arriving_first_lists_nothing() -> None:
+    """The events of our writes, even ones seen before the answers, start no list or write."""
+    store = EventsFirst()
+    publisher = SlicePublisher(store, adopt_grace=0)
+    await publisher.start()
+    try:
+        await publisher.publish(SERIAL, [unit("a")], set())
+        await publisher.publish(AUDIO, [unit("b")], set())
+        assert await publisher.flush()
+        await publisher.publish(SERIAL, [unit("a"), unit("c")], set())  # both slices replaced
+        assert await publisher.flush()
+        assert (store.lists, store.writes) == (1, 4)
+    finally:
+        await publisher.close()

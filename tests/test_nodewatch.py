@@ -14,7 +14,7 @@ from genericdp.aio import Backoff, TaskSet
 from genericdp.daemon import NodeLabelsWatch
 from genericdp.dra.kubeapi import connect
 from genericdp.nodewatch import NodeWatch
-from tests.apiserver import ApiServer
+from tests.apiserver import ApiServer, free_port
 from tests.ending_api import EndingServer, kubeconfig
 from tests.polling import eventually
 from tests.runtime_harness import Running, ScriptedDiscovery, unit
@@ -96,6 +96,43 @@ async def test_a_watch_the_server_ends_at_once_is_reopened_after_a_growing_backo
     assert kinds == ["list", "watch", "list", "watch", "watch", "watch", "watch", "watch"]
     assert all("fieldSelector=metadata.name%3Dn" in p for p in ending.paths)
     assert all("resourceVersion=7" in p for p in ending.paths if "watch=true" in p)
+
+
+async def test_an_unreachable_api_server_is_warned_of_once_not_at_every_retry(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Six refused attempts in a row (every node's, when the API server restarts): one
+    warning, saying it retries, and the backoff grows between them."""
+    caplog.set_level(logging.INFO, logger="genericdp.nodewatch")
+    delays: list[float] = []
+    done = asyncio.Event()
+
+    async def sleep(delay: float) -> None:
+        delays.append(delay)
+        if len(delays) == 6:
+            done.set()
+            await asyncio.Event().wait()
+
+    async def on_labels(_labels: object) -> None:
+        return None
+
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    client = connect(kubeconfig(tmp_path / "kubeconfig", url))
+    backoff = Backoff(initial=0.5, maximum=30.0, jitter=0.0)
+    watch = NodeWatch(client, "n", on_labels, backoff=backoff, sleep=sleep)
+    tasks = TaskSet()
+    tasks.spawn("node-watch", watch.run)
+    try:
+        await asyncio.wait_for(done.wait(), 10)
+    finally:
+        await tasks.stop()
+        await client.close()
+    assert delays == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "listing Node n" in warnings[0]
+    assert "retrying with backoff" in warnings[0]
+    assert watch.requests == 6
 
 
 async def test_labelling_the_node_serves_the_resource_and_unlabelling_stops_it(

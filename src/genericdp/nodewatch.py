@@ -46,7 +46,8 @@ class NodeWatch:
     client: AsyncClient
     node: str
     on_labels: OnLabels
-    backoff: Backoff = field(default_factory=lambda: Backoff(initial=0.5, maximum=30.0))
+    # Wide jitter: every node's watch ends at once when the API server restarts.
+    backoff: Backoff = field(default_factory=lambda: Backoff(initial=0.5, maximum=30.0, jitter=0.5))
     sleep: Sleep | None = None
     rng: random.Random = field(default_factory=random.Random)
     requests: int = 0  # lists and watches sent (tests and the fleet benchmark read it)

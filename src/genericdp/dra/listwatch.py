@@ -42,6 +42,9 @@ SPREAD = 0.1  # the fraction by which watch lengths and resyncs are jittered
 # (at its timeout, or at once), its version could not be watched from (listed
 # again), or it failed (an error answer, the connection lost).
 RESTART_REASONS = ("ended", "expired", "failed")
+# Seconds between warnings while the API server stays unreachable (every node
+# loses it at once when it restarts: one line each, not one per retry).
+FAILURE_LOG_EVERY = 30.0
 
 
 class ExpiredError(GenericdpError):
@@ -72,22 +75,28 @@ class ListWatch:
     sleep: Sleep | None = None
     rng: random.Random = field(default_factory=random.Random)
     restarts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RESTART_REASONS, 0))
+    _failing_since: float | None = field(default=None, init=False)  # a run of failures began
 
-    async def run(self) -> None:
+    async def run(self, version: str | None = None) -> None:
+        """Watch from ``version`` (a list the caller made), else list first."""
         sleep = self.sleep or asyncio.sleep
         loop = asyncio.get_running_loop()
-        version: str | None = None
         resync_at = math.inf
+        if version is not None and self.resync is not None:
+            resync_at = loop.time() + self._spread(self.resync)
+        last_warning = -math.inf
         while True:
             started = loop.time()
             try:
                 if version is None or started >= resync_at:
                     version = await self.source.relist()
+                    self._answered(loop.time())
                     if self.resync is not None:
                         resync_at = loop.time() + self._spread(self.resync)
                 seconds = self._spread(WATCH_SECONDS)
                 seconds = max(1, math.ceil(min(seconds, resync_at - loop.time())))
                 async for seen in self.source.follow(version, seconds):
+                    self._answered(loop.time())
                     # A watch that fails goes on from its last event; never from none
                     # (a watch without a version waits for the server's cache).
                     version = seen or version
@@ -97,12 +106,33 @@ class ListWatch:
                 log.info("the watch of %s: %s: listing again", self.what, err)
                 version, reason = None, "expired"
             except Exception as err:  # noqa: BLE001 -- whatever ends a watch, it is watched again
-                log.warning("the watch of %s failed: %s", self.what, describe(err))
+                now = loop.time()
+                if self._failing_since is None or now - last_warning >= FAILURE_LOG_EVERY:
+                    log.warning(
+                        "the watch of %s failed: %s (retrying with backoff)",
+                        self.what,
+                        describe(err),
+                    )
+                    last_warning = now
+                else:
+                    log.debug("the watch of %s failed again: %s", self.what, describe(err))
+                if self._failing_since is None:
+                    self._failing_since = now
                 reason = "failed"
             self.restarts[reason] += 1
             if loop.time() - started > self.backoff.maximum:
                 self.backoff.reset()  # it watched fine for a while
             await sleep(self.backoff.next())
+
+    def _answered(self, now: float) -> None:
+        """The server answered: say so once after failures (they are warned of once)."""
+        if self._failing_since is not None:
+            log.info(
+                "the watch of %s: the API server answers again after %.1fs",
+                self.what,
+                now - self._failing_since,
+            )
+            self._failing_since = None
 
     def _spread(self, seconds: float) -> float:
         return seconds * (1.0 - SPREAD + 2 * SPREAD * self.rng.random())

@@ -64,6 +64,10 @@ BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
 # The watch: a server that ends every watch at once is asked again at most this
 # often; and the slices are listed again this often (jittered) whatever it says.
 WATCH_BACKOFF_FIRST, WATCH_BACKOFF_MAX = 0.5, 30.0
+# Every node loses the API server at once when it restarts: retries scaled by a
+# random factor in [0.5, 1.5] come back spread over seconds, not in one burst
+# (docs/performance.md, "A fleet").
+BACKOFF_JITTER = 0.5
 RESYNC = 600.0
 FAILURE_LOG_EVERY = 30.0  # seconds between warnings while the API server stays unreachable
 CLOSE_FLUSH = 2.0  # seconds close waits for a pending write
@@ -114,11 +118,19 @@ class SlicePublisher:
         self._all_in = asyncio.Event()  # every expected resource answered
         self._taken: dict[str, float] = {}  # slice name -> when it was found taken
         self._listed = asyncio.Event()  # the first list is done: the watch may start
+        self._list_version = ""  # the resourceVersion of the writer's last list
         self._stales = 0  # changes by others seen (a list under way meanwhile is redone)
-        followed = SliceWatch(store, held=lambda: self._held, stale=self._stale)
-        backoff = Backoff(initial=WATCH_BACKOFF_FIRST, maximum=WATCH_BACKOFF_MAX, jitter=0.5)
+        # Watch events that come while a write is in flight are told apart from ours
+        # once the write's answers are in (the event of a write can come first).
+        self._writing = False
+        self._followed = SliceWatch(
+            store, held=lambda: self._held, stale=self._stale, writing=lambda: self._writing
+        )
+        backoff = Backoff(
+            initial=WATCH_BACKOFF_FIRST, maximum=WATCH_BACKOFF_MAX, jitter=BACKOFF_JITTER
+        )
         what = f"the ResourceSlices of node {self.node}"
-        self._watch = ListWatch(what, followed, backoff, resync=resync)
+        self._watch = ListWatch(what, self._followed, backoff, resync=resync)
 
     async def start(self) -> None:
         """Start the writer, which first adopts what a previous instance on this node left.
@@ -210,7 +222,7 @@ class SlicePublisher:
         self._wake.set()
 
     async def _run(self) -> None:
-        backoff = Backoff(initial=BACKOFF_FIRST, maximum=BACKOFF_MAX)
+        backoff = Backoff(initial=BACKOFF_FIRST, maximum=BACKOFF_MAX, jitter=BACKOFF_JITTER)
         failing_since: float | None = None
         last_warning = 0.0
         while True:
@@ -266,9 +278,10 @@ class SlicePublisher:
             )
 
     async def _follow(self) -> None:
-        """Watch the slices once the first list is done (nothing is compared before it)."""
+        """Watch the slices once the first list is done (nothing is compared before it),
+        from that list's resourceVersion: one list at start, not two."""
         await self._listed.wait()
-        await self._watch.run()
+        await self._watch.run(self._list_version or None)
 
     def _stale(self) -> None:
         """Someone else changed the slices: list them again and compare."""
@@ -280,9 +293,10 @@ class SlicePublisher:
         """The slices, from a list that no change by others overlapped (it might predate it)."""
         while True:
             stales = self._stales
-            listed = (await self._store.list()).slices
+            listing = await self._store.list()
             if stales == self._stales:
-                return listed
+                self._list_version = listing.version
+                return listing.slices
 
     async def _sync(self) -> None:
         if self._held is None:
@@ -309,31 +323,38 @@ class SlicePublisher:
         self._generation = max([self._generation, *generations]) + 1
         wanted = self._wanted(self._generation)
         # All slices at once: the pool is incomplete until the last one is written.
-        outcomes = await asyncio.gather(
-            *(self._put(name, obj, held.get(name)) for name, obj in wanted.items()),
-            *(self._delete(name) for name in sorted(set(held) - set(wanted))),
-            return_exceptions=True,
-        )
-        taken = [o for o in outcomes if isinstance(o, SliceNameTakenError)]
-        for err in taken:
-            self._taken[err.name] = time.monotonic()
-            log.error("%s", err)
-        if taken:
-            # The pool as written counts the slices left out: write it again without them.
-            self._held = None
-            self._wake.set()
-            asyncio.get_running_loop().call_later(TAKEN_RETRY, self._changed)
-            return
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
-            name, written = outcome
-            if written is None:
-                held.pop(name, None)
-            else:
-                held[name] = written
-                self._check_sharing(wanted[name], written)
-            self.writes += 1
+        self._writing = True
+        try:
+            outcomes = await asyncio.gather(
+                *(self._put(name, obj, held.get(name)) for name, obj in wanted.items()),
+                *(self._delete(name) for name in sorted(set(held) - set(wanted))),
+                return_exceptions=True,
+            )
+        finally:
+            self._writing = False
+        try:
+            taken = [o for o in outcomes if isinstance(o, SliceNameTakenError)]
+            for err in taken:
+                self._taken[err.name] = time.monotonic()
+                log.error("%s", err)
+            if taken:
+                # The pool as written counts the slices left out: write it again without them.
+                self._held = None
+                self._wake.set()
+                asyncio.get_running_loop().call_later(TAKEN_RETRY, self._changed)
+                return
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                name, written = outcome
+                if written is None:
+                    held.pop(name, None)
+                else:
+                    held[name] = written
+                    self._check_sharing(wanted[name], written)
+                self.writes += 1
+        finally:
+            self._followed.written()  # our own writes among the events held back change nothing
         log.debug(
             "ResourceSlices of node %s at generation %d: %s",
             self.node,

@@ -30,11 +30,26 @@ class SliceWatch:
     """Tells ``stale`` when the node's slices on the server are not those ``held()`` says."""
 
     def __init__(
-        self, store: SliceStore, *, held: Callable[[], Held], stale: Callable[[], None]
+        self,
+        store: SliceStore,
+        *,
+        held: Callable[[], Held],
+        stale: Callable[[], None],
+        writing: Callable[[], bool] = lambda: False,
     ) -> None:
         self._store = store
         self._held = held
         self._stale = stale
+        self._writing = writing
+        # Events seen while a write is in flight: the echo of a write can come
+        # before its answer (and the resourceVersion the publisher holds).
+        self._deferred: list[tuple[str, Mapping[str, Any]]] = []
+
+    def written(self) -> None:
+        """The write's answers are held now: tell the events held back during it."""
+        deferred, self._deferred = self._deferred, []
+        for kind, obj in deferred:
+            self._observed(kind, obj)
 
     async def relist(self) -> str:
         """List the slices and compare them with what is held; the list's resourceVersion."""
@@ -53,6 +68,9 @@ class SliceWatch:
             yield version_of(obj)
 
     def _observed(self, kind: str, obj: Mapping[str, Any]) -> None:
+        if self._writing():
+            self._deferred.append((kind, obj))
+            return
         held = self._held()
         metadata = obj.get("metadata")
         name = str(metadata.get("name")) if isinstance(metadata, dict) else ""
