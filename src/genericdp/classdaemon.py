@@ -139,7 +139,7 @@ async def _run(settings: ClassSettings, api: ClassApi, namespace: str) -> int:
     reconciler = ClassReconciler(
         api, leading=elector.leading, resync=settings.resync_interval, recorder=metrics
     )
-    metrics.track(reconciler, elector.leading)
+    metrics.track(lambda: reconciler.status, elector.leading)
     readiness = Readiness(reconciler, elector)
     tasks = TaskSet(log)
     endpoints = TaskSet(log)

@@ -23,7 +23,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from genericdp import __version__
-from genericdp.dra.classsync import ClassReconciler, Recorder
+from genericdp.dra.classsync import Recorder, SyncStatus
 from genericdp.runtime.configwatch import Outcome
 
 RELOAD_RESULTS = tuple(o.value for o in Outcome)
@@ -79,8 +79,9 @@ class ClassMetrics(Recorder):
         for result in RELOAD_RESULTS:
             self._reloads.labels(result)
 
-    def track(self, reconciler: ClassReconciler, leading: Callable[[], bool]) -> None:
-        self.registry.register(_Collector(reconciler, leading))
+    def track(self, status: Callable[[], SyncStatus], leading: Callable[[], bool]) -> None:
+        """Report ``status()`` (the last sync) and ``leading()`` at every scrape."""
+        self.registry.register(_Collector(status, leading))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -106,8 +107,8 @@ class ClassMetrics(Recorder):
 
 
 class _Collector(Collector):
-    def __init__(self, reconciler: ClassReconciler, leading: Callable[[], bool]) -> None:
-        self._reconciler, self._leading = reconciler, leading
+    def __init__(self, status: Callable[[], SyncStatus], leading: Callable[[], bool]) -> None:
+        self._status, self._leading = status, leading
 
     def describe(self) -> Iterable[Metric]:
         return ()
@@ -123,7 +124,7 @@ class _Collector(Collector):
             " resource, and names wanted but held by a class without our labels.",
             labels=["state"],
         )
-        status = self._reconciler.status
+        status = self._status()
         for state, count in zip(
             STATES, (status.owned, len(status.kept), len(status.foreign)), strict=True
         ):
