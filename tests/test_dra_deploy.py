@@ -92,6 +92,7 @@ def test_the_component_runs_the_deviceclass_reconciler(tmp_path: Path) -> None:
     (container,) = pod["containers"]
     assert container["args"] == ["reconcile-classes"]
     assert container["image"] == daemon["containers"][0]["image"]
+    assert container["image"].startswith("ghcr.io/genericdp/genericdp:")
     assert pod["serviceAccountName"] == "genericdp-deviceclasses"
     config = next(v for v in pod["volumes"] if v["name"] == "config")
     assert config == next(v for v in daemon["volumes"] if v["name"] == "config")
