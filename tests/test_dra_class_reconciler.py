@@ -57,6 +57,7 @@ class Reconciler:
         return -1.0
 
     async def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
+        """Signal it and wait; its output is printed (pytest shows it when the test fails)."""
         if self.proc.returncode is None:
             self.proc.send_signal(sig)
         try:
@@ -66,6 +67,7 @@ class Reconciler:
                 self.proc.kill()
                 await self.proc.wait()
             await self._reader
+            print(self.output)
         return code
 
 
@@ -131,7 +133,7 @@ async def start(apiserver: ApiServer, config: Path, driver: str, name: str) -> R
     argv = [
         "reconcile-classes", "--config", str(config), "--dra-driver-name", driver,
         "--kubeconfig", str(apiserver.kubeconfig), "--lease-namespace", "default",
-        "--lease-duration", "2", "--identity", name, "--resync-interval", "600",
+        "--lease-duration", "3", "--identity", name, "--resync-interval", "600",
         "--metrics-address", f"127.0.0.1:{port}", "--reload-settle", "0.05",
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}

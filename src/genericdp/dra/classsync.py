@@ -25,8 +25,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from genericdp.aio import Backoff, wait_event
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 
 COALESCE = 0.05  # seconds of events gathered into one sync
 RESYNC = 60.0
+WRITTEN = {"create": "created", "update": "updated"}
 
 
 def owned(obj: Mapping[str, Any], driver: str) -> bool:
@@ -161,7 +163,7 @@ class ClassReconciler:
 
     async def run(self) -> None:
         """Sync on every wake and every ``resync`` seconds, while leading, until cancelled."""
-        backoff = Backoff(initial=0.2, maximum=10.0)
+        backoff = Backoff(initial=0.2, maximum=30.0)
         while True:
             await wait_event(self._wake, self._resync)
             await asyncio.sleep(COALESCE)
@@ -171,6 +173,9 @@ class ClassReconciler:
             try:
                 await self.sync()
             except ApiRequestError as err:
+                if not self._leading():  # no retry: the elector wakes us once it leads again
+                    log.info("DeviceClasses: sync stopped, the lease is not held: %s", err)
+                    continue
                 self.status.ok, self.status.error = False, str(err)
                 self._recorder.sync(ok=False)
                 log.warning("DeviceClasses not synced: %s", err)
@@ -187,28 +192,40 @@ class ClassReconciler:
             resources = await self._api.published_resources()
             published = {class_name(r) for r in resources}
             steps = plan_classes(self._desired, present, self.driver, published)
-        for obj in steps.create:
-            await self._write("create", obj["metadata"]["name"], self._api.create_class(obj))
-        for obj in steps.update:
-            await self._write("update", obj["metadata"]["name"], self._api.replace_class(obj))
-        for name in steps.delete:
-            await self._write("delete", name, self._api.delete_class(name))
+        writes: list[tuple[str, str, Callable[[], Awaitable[None]]]] = [
+            *(("create", o["metadata"]["name"], partial(self._api.create_class, o))
+              for o in steps.create),
+            *(("update", o["metadata"]["name"], partial(self._api.replace_class, o))
+              for o in steps.update),
+            *(("delete", n, partial(self._api.delete_class, n)) for n in steps.delete),
+        ]  # fmt: skip
+        failed: list[ApiRequestError] = []
+        for action, name, request in writes:
+            try:
+                await self._write(action, name, request)
+            except ApiRequestError as err:
+                if not self._leading():
+                    raise
+                failed.append(err)  # the others are still written
         self._report(steps, present)
+        if failed:
+            more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+            first = failed[0]
+            raise ApiRequestError(str(first) + more, first.code, first.reason)
         return steps
 
-    async def _write(self, action: str, name: str, request: Any) -> None:
+    async def _write(self, action: str, name: str, request: Callable[[], Awaitable[None]]) -> None:
         if not self._leading():
-            request.close()  # never sent
             raise ApiRequestError(f"{action} DeviceClass {name}", 0, "the lease is not held")
         try:
-            await request
+            await request()
         except ApiRequestError:
             self._recorder.write(action, ok=False)
             raise
         self.writes += 1
         self._recorder.write(action, ok=True)
-        log.info("DeviceClass %s: %s", name, {"create": "created", "update": "updated"}.get(
-            action, "deleted: its resource left the config and no node publishes it"))  # fmt: skip
+        done = WRITTEN.get(action, "deleted: its resource left the config and no node publishes it")
+        log.info("DeviceClass %s: %s", name, done)
 
     def _report(self, steps: ClassPlan, present: Mapping[str, Mapping[str, Any]]) -> None:
         for name in sorted(set(steps.foreign) - self._foreign_said):
