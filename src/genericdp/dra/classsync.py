@@ -182,6 +182,7 @@ class ClassReconciler:
                 await asyncio.sleep(backoff.next())
                 self.wake()
             else:
+                self._recorder.sync(ok=True)
                 backoff.reset()
 
     async def sync(self) -> ClassPlan:
@@ -246,7 +247,6 @@ class ClassReconciler:
             kept=steps.kept,
             foreign=steps.foreign,
         )
-        self._recorder.sync(ok=True)
 
     async def watch(self, kind: str) -> None:
         """Wake on every change of the DeviceClasses (``classes``) or the driver's slices
