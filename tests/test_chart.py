@@ -8,9 +8,11 @@ binaries e2e/local/npm-tools.sh puts in NPM_TOOLS_DIR (`./dev test` does).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -366,11 +368,44 @@ def test_the_dra_backend_renders_the_kustomize_components_objects(helm: Path) ->
     assert policy["spec"]["matchConditions"][0]["expression"] == (
         'request.userInfo.username == "system:serviceaccount:devices:gdp-genericdp"'
     )
-    component = ROOT / "deploy" / "kustomize" / "components" / "dra" / "deviceclasses.yaml"
+    # The reconciler makes the classes: the chart renders none, and the same
+    # Deployment and RBAC as the kustomize component.
+    assert "DeviceClass" not in kinds
+    component = ROOT / "deploy" / "kustomize" / "components" / "dra" / "reconciler.yaml"
     shipped = [d for d in YAML(typ="safe", pure=True).load_all(component.read_text()) if d]
-    rendered = [o for o in objs if o["kind"] == "DeviceClass"]
+    for kind in ("ClusterRole", "Role"):
+        (ours,) = [
+            o for o in objs if o["kind"] == kind and "deviceclasses" in o["metadata"]["name"]
+        ]
+        (theirs,) = [d for d in shipped if d["kind"] == kind]
+        assert ours["rules"] == theirs["rules"], kind
+    (deployment,) = [o for o in objs if o["kind"] == "Deployment"]
+    (kustomized,) = [d for d in shipped if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == kustomized["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert {"name": "GENERICDP_DRA_DRIVER_NAME", "value": "genericdp.io"} in container["env"]
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == (
+        "gdp-genericdp-deviceclasses"
+    )
+    daemon_selector = next(o for o in objs if o["kind"] == "DaemonSet")["spec"]["selector"]
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert not daemon_selector["matchLabels"].items() <= labels.items()
+    # Without it: the classes of `genericdp deviceclasses`, rendered by the chart.
+    off = helm_template(
+        helm, CHART, "--set", "backend=dra", "--set", "dra.classReconciler.enabled=false"
+    )
+    assert "Deployment" not in [o["kind"] for o in off]
+    base_config = ROOT / "deploy" / "kustomize" / "base" / "config.yaml"
+    done = subprocess.run(
+        [sys.executable, "-m", "genericdp", "deviceclasses", str(base_config)],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    printed = [d for d in YAML(typ="safe", pure=True).load_all(done.stdout) if d]
+    rendered = [o for o in off if o["kind"] == "DeviceClass"]
     assert [(c["metadata"]["name"], c["spec"]) for c in rendered] == [
-        (c["metadata"]["name"], c["spec"]) for c in shipped
+        (c["metadata"]["name"], c["spec"]) for c in printed
     ]
     plain = helm_template(helm, CHART)
     assert "DeviceClass" not in [o["kind"] for o in plain]
@@ -385,7 +420,7 @@ def test_rbac_nodes_renders_the_base_role_or_nothing(helm: Path) -> None:
     """rbac.nodes (the default): the kustomize base's read-only nodes role, bound to the
     release's ServiceAccount; false: no role, and no token for the device-plugin pod."""
     objs = helm_template(helm, CHART)
-    role = next(o for o in objs if o["kind"] == "ClusterRole")
+    role = next(o for o in objs if o["kind"] == "ClusterRole")  # the only one: device-plugin
     base = ROOT / "deploy" / "kustomize" / "base" / "rbac.yaml"
     shipped = next(d for d in YAML(typ="safe", pure=True).load_all(base.read_text()) if d)
     assert role["rules"] == shipped["rules"]
@@ -447,7 +482,10 @@ def test_the_config_as_text_reaches_the_configmap_as_written(helm: Path, tmp_pat
     values = tmp_path / "values.yaml"
     values.write_text(AS_TEXT)
     assert helm_run(helm, "lint", str(CHART), "-f", str(values)).returncode == 0
-    docs = helm_template(helm, CHART, "-f", str(values), "--set", "backend=dra")
+    docs = helm_template(
+        helm, CHART, "-f", str(values), "--set", "backend=dra",
+        "--set", "dra.classReconciler.enabled=false",
+    )  # fmt: skip
     (configmap,) = [d for d in docs if d["kind"] == "ConfigMap"]
     written = YAML(typ="safe", pure=True).load(AS_TEXT)["configYaml"]
     assert configmap["data"] == {"config.yaml": written}

@@ -38,6 +38,9 @@ VARIANTS: dict[str, tuple[str, ...]] = {
         "--set", "image.repository=registry.example.com/genericdp-tools", "--set", "image.tag=e2e",
     ),
     "dra": ("--set", "backend=dra"),
+    "dra-without-class-reconciler": (
+        "--set", "backend=dra", "--set", "dra.classReconciler.enabled=false",
+    ),
     "dra-kubelet-root-dir": (
         "--set", "backend=dra", "--set", "kubeletRootDir=/var/lib/k0s/kubelet",
     ),

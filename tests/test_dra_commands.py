@@ -325,7 +325,8 @@ def test_deviceclasses_select_the_driver_name_of_the_setting(
     done = _run_with(env, "deviceclasses", str(cfg), *flags)
     assert done.returncode == 0, done.stderr
     assert 'device.driver == "b.example"' in done.stdout
-    assert "genericdp.io" not in done.stdout
+    assert "genericdp.io/driver: b.example" in done.stdout  # the label the reconciler owns
+    assert "genericdp.io" not in done.stdout.replace("genericdp.io/driver:", "")
 
 
 def test_deviceclasses_read_several_paths_as_one_config(tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ import itertools
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -33,18 +32,6 @@ NODE = "node-rbac"
 _namespaces = itertools.count()
 
 
-def test_the_components_deviceclasses_are_the_commands_output() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "genericdp", "deviceclasses", str(KUSTOMIZE / "base/config.yaml")],
-        capture_output=True, text=True, timeout=60, check=False,
-        env={k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    shipped = (COMPONENT / "deviceclasses.yaml").read_text()
-    body = "".join(line for line in shipped.splitlines(keepends=True) if not line.startswith("#"))
-    assert body == done.stdout, "regenerate it: see its first line"
-
-
 def render(tmp_path: Path, namespace: str = "gdp-dra") -> list[dict[str, Any]]:
     bin_dir = kube_bin_dir()
     if bin_dir is None or not (bin_dir / "kubectl").exists():
@@ -67,7 +54,7 @@ def render(tmp_path: Path, namespace: str = "gdp-dra") -> list[dict[str, Any]]:
 def test_the_component_makes_the_daemonset_a_dra_driver(tmp_path: Path) -> None:
     objs = render(tmp_path)
     kinds = sorted(o["kind"] for o in objs)
-    assert kinds.count("DeviceClass") == 4
+    assert "DeviceClass" not in kinds  # the reconciler makes them
     assert {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy"} <= set(kinds)
     ds = next(o for o in objs if o["kind"] == "DaemonSet")
     pod = ds["spec"]["template"]["spec"]
@@ -86,15 +73,78 @@ def test_the_component_makes_the_daemonset_a_dra_driver(tmp_path: Path) -> None:
     # The last good config is kept for the DRA backend too.
     assert "/var/lib/genericdp" in mounts
     assert {"name": "GENERICDP_STATE_DIR", "value": "/var/lib/genericdp"} in container["env"]
-    binding = next(o for o in objs if o["kind"] == "ClusterRoleBinding")
+    binding = named(objs, "ClusterRoleBinding", "genericdp-dra")
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "genericdp", "namespace": "gdp-dra"}
     ]
-    role = next(o for o in objs if o["kind"] == "ClusterRole")
+    role = named(objs, "ClusterRole", "genericdp-dra")
     assert {(tuple(r["resources"]), tuple(r["verbs"])) for r in role["rules"]} == {
         (("resourceslices",), ("get", "list", "watch", "create", "update", "delete")),
         (("resourceclaims",), ("get",)),
     }
+
+
+def named(objs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    return next(o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name)
+
+
+def test_the_component_runs_the_deviceclass_reconciler(tmp_path: Path) -> None:
+    """One replica of the image's `reconcile-classes`, on the DaemonSet's ConfigMap, with a
+    service account of its own."""
+    objs = render(tmp_path)
+    deployment = named(objs, "Deployment", "genericdp-deviceclasses")
+    assert deployment["spec"]["replicas"] == 1
+    pod = deployment["spec"]["template"]["spec"]
+    daemon = named(objs, "DaemonSet", "genericdp")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"] == ["reconcile-classes"]
+    assert container["image"] == daemon["containers"][0]["image"]
+    assert container["image"].startswith("ghcr.io/genericdp/genericdp:")
+    assert pod["serviceAccountName"] == "genericdp-deviceclasses"
+    config = next(v for v in pod["volumes"] if v["name"] == "config")
+    assert config == next(v for v in daemon["volumes"] if v["name"] == "config")
+
+
+def _can(apiserver: ApiServer, user: str, *args: str) -> bool:
+    bin_dir = kube_bin_dir()
+    assert bin_dir is not None
+    done = subprocess.run(
+        [str(bin_dir / "kubectl"), f"--kubeconfig={apiserver.kubeconfig}", "auth", "can-i",
+         f"--as={user}", *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.stdout.strip() in ("yes", "no"), done.stderr
+    return done.stdout.strip() == "yes"
+
+
+def test_the_reconciler_may_write_deviceclasses_and_its_lease_and_nothing_else(
+    tmp_path: Path, apiserver: ApiServer, namespace: str
+) -> None:
+    """Its RBAC on the real API server: classes written, slices only read, the Lease in its
+    own namespace only, nothing else (secrets, nodes, the driver's slices)."""
+    objs = render(tmp_path, namespace)
+    ours = [o for o in objs if o["metadata"]["name"] == "genericdp-deviceclasses"]
+    ours = [o for o in ours if o["kind"] != "Deployment"]
+    apiserver.kubectl("create", "namespace", namespace)
+    applied = json.dumps({"apiVersion": "v1", "kind": "List", "items": ours})
+    apiserver.kubectl("apply", "--server-side", "-f", "-", input_text=applied)
+    user = f"system:serviceaccount:{namespace}:genericdp-deviceclasses"
+    try:
+        for verb in ("get", "list", "watch", "create", "update", "patch", "delete"):
+            assert _can(apiserver, user, verb, "deviceclasses.resource.k8s.io")
+        for verb in ("get", "list", "watch"):
+            assert _can(apiserver, user, verb, "resourceslices.resource.k8s.io")
+        for verb in ("create", "update", "delete"):
+            assert not _can(apiserver, user, verb, "resourceslices.resource.k8s.io")
+        for verb in ("get", "create", "update"):
+            assert _can(apiserver, user, verb, "leases.coordination.k8s.io", "-n", namespace)
+        assert not _can(apiserver, user, "get", "leases.coordination.k8s.io", "-n", "default")
+        assert not _can(apiserver, user, "delete", "leases.coordination.k8s.io", "-n", namespace)
+        assert not _can(apiserver, user, "get", "resourceclaims.resource.k8s.io", "-A")
+        assert not _can(apiserver, user, "get", "secrets", "-n", namespace)
+        assert not _can(apiserver, user, "list", "nodes")
+    finally:
+        apiserver.kubectl("delete", "--wait=false", "-f", "-", input_text=applied)
 
 
 def _kubeconfig(path: Path, apiserver: ApiServer, token: str) -> Path:

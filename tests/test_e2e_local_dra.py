@@ -96,8 +96,13 @@ def test_dra_overlay_points_genericdp_at_the_local_kubelet_and_api_server() -> N
     assert host[mounts["/var/lib/genericdp-e2e/markers"]] == "/var/lib/genericdp-e2e/markers"
     (config_map,) = by_kind(docs, "ConfigMap")
     assert sorted(config_map["data"]) == ["config.yaml", "dra.yaml", "e2e.yaml"]
-    (account,) = by_kind(docs, "ServiceAccount")
-    bindings = by_kind(docs, "ClusterRoleBinding")
+    accounts = {a["metadata"]["name"]: a for a in by_kind(docs, "ServiceAccount")}
+    assert sorted(accounts) == ["genericdp", "genericdp-deviceclasses"]  # the class reconciler's
+    account = accounts["genericdp"]
+    bindings = [
+        b for b in by_kind(docs, "ClusterRoleBinding")
+        if b["roleRef"]["name"] != "genericdp-deviceclasses"
+    ]  # fmt: skip
     assert sorted(b["roleRef"]["name"] for b in bindings) == ["genericdp-dra", "genericdp-nodes"]
     for binding in bindings:
         assert binding["subjects"] == [

@@ -27,8 +27,8 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
     for layer in (
         "__main__",
         "cli",
-        "daemon simulate report convert configsources",
-        "metrics nodewatch",
+        "daemon simulate report convert configsources classdaemon",
+        "metrics nodewatch classmetrics",
         "deviceplugin dra",
         "runtime",
         "kubelet allocation health",

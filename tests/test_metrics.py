@@ -12,8 +12,10 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from genericdp import __version__
+from genericdp.classmetrics import ClassMetrics
 from genericdp.config.model import Exec
 from genericdp.dra.backend import DraBackend
+from genericdp.dra.classsync import SyncStatus
 from genericdp.dra.publisher import SlicePublisher
 from genericdp.errors import CdiSpecError, HookError, InvalidDevicesError, TemplateRenderError
 from genericdp.execution import ExecResult
@@ -293,9 +295,12 @@ def test_every_metric_is_in_the_docs_table(tmp_path: Path) -> None:
     metrics.claim_unprepare("genericdp.io", "ok", 0.01)
     docs = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
     listed = set(re.findall(r"^\| `(genericdp_\w+)` \|", docs.read_text(), re.MULTILINE))
+    classes = ClassMetrics(process=False)
+    classes.track(SyncStatus, lambda: False)
     exposed = {
         f"{f.name}_total" if f.type == "counter" else f.name
-        for f in text_string_to_metric_families(metrics.exposition().decode())
+        for text in (metrics.exposition(), classes.exposition())
+        for f in text_string_to_metric_families(text.decode())
         # prometheus_client's *_created series are families of their own in this format.
         if f.name.startswith("genericdp_") and not f.name.endswith("_created")
     }

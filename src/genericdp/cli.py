@@ -1,4 +1,5 @@
-"""The command line: ``genericdp serve | validate | discover | schema | simulate | deviceclasses``.
+"""The command line: ``genericdp serve | validate | discover | schema | simulate | deviceclasses
+| reconcile-classes``.
 
 Exit codes are in ``genericdp.exits``. The flags of the settings are made
 from the settings model (``genericdp.settings``): every setting is a flag of
@@ -29,7 +30,13 @@ from genericdp.exits import (
     EXIT_OK,
     EXIT_USAGE,
 )
-from genericdp.settings import SIMULATE_SKIPS, DiscoverySettings, Settings
+from genericdp.settings import (
+    CLASS_SETTINGS_SHARED,
+    SIMULATE_SKIPS,
+    ClassSettings,
+    DiscoverySettings,
+    Settings,
+)
 
 # squat/generic-device-plugin's flags that configure its daemon, not its devices.
 SQUAT_DAEMON_FLAGS = ("listen", "log-level", "plugin-directory")
@@ -186,6 +193,17 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     _driver_alias(p)
     _setting_flags(p, Settings, skip=frozenset(Settings.model_fields) - {"dra_driver_name"})
+
+    p = sub.add_parser(
+        "reconcile-classes",
+        help="keep the DRA DeviceClasses of the config's resources on the API server (one"
+        " replica per cluster, a Lease)",
+        description="Creates, updates and deletes the DeviceClasses labelled as this driver's"
+        " (what `deviceclasses` prints) to match the config, watched as `serve` watches it;"
+        " a class whose resource left the config is deleted once no node publishes it;"
+        " classes without the labels are never touched.",
+    )
+    _setting_flags(p, ClassSettings, skip=frozenset(Settings.model_fields) - CLASS_SETTINGS_SHARED)
     return parser
 
 
@@ -388,6 +406,17 @@ def cmd_deviceclasses(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_reconcile_classes(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from genericdp import logsetup
+    from genericdp.classdaemon import reconcile_classes
+
+    settings = ClassSettings(**_overrides(args))
+    logsetup.configure(settings.log_level, settings.log_format)
+    return asyncio.run(reconcile_classes(settings))
+
+
 COMMANDS = {
     "validate": cmd_validate,
     "schema": cmd_schema,
@@ -396,6 +425,7 @@ COMMANDS = {
     "serve": cmd_serve,
     "simulate": cmd_simulate,
     "deviceclasses": cmd_deviceclasses,
+    "reconcile-classes": cmd_reconcile_classes,
 }
 
 

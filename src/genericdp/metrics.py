@@ -401,7 +401,13 @@ def with_config_problem(verdict: Verdict, problem: str | None) -> Verdict:
     return Verdict(ok=False, text=f"not ready: {problem}\n{rest}")
 
 
-def routes(metrics: Metrics, ready: Callable[[], Verdict]) -> dict[str, Route]:
+class Exposition(Protocol):
+    """What /metrics serves: ``Metrics``, or ``reconcile-classes``' own."""
+
+    def exposition(self) -> bytes: ...
+
+
+def routes(metrics: Exposition, ready: Callable[[], Verdict]) -> dict[str, Route]:
     """``/metrics``, ``/healthz`` and ``/readyz`` for the HTTP server."""
 
     def verdict(check: Callable[[], Verdict]) -> Route:

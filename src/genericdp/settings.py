@@ -277,3 +277,56 @@ class Settings(DiscoverySettings):
     def metrics_listen(self) -> ListenAddress | None:
         """The parsed ``metrics_address``; None when the endpoints are off."""
         return parse_listen_address(self.metrics_address)
+
+
+# The settings of ``serve`` that ``reconcile-classes`` reads too; the others are
+# not its flags (it runs in a Deployment: no node, no kubelet, no devices).
+CLASS_SETTINGS_SHARED = frozenset(
+    {
+        "config",
+        "dra_driver_name",
+        "kubeconfig",
+        "metrics_address",
+        "reload_settle",
+        "log_level",
+        "log_format",
+    }
+)
+
+
+class ClassSettings(Settings):
+    """Everything ``genericdp reconcile-classes`` needs (``CLASS_SETTINGS_SHARED`` and these)."""
+
+    lease_namespace: str = Field(
+        "",
+        description="the namespace of the reconciler's Lease (empty: the pod's own, from its"
+        " service account)",
+    )
+    lease_name: str = Field(
+        "",
+        description="the reconciler's Lease (empty: genericdp-deviceclasses-<driver name>)",
+    )
+    lease_duration: int = Field(
+        15,
+        ge=1,
+        le=3600,
+        description="seconds a replica that stopped renewing keeps the Lease before another"
+        " takes it",
+    )
+    identity: str = Field(
+        "",
+        description="this replica's name in the Lease (empty: the host name, which is the pod's"
+        " name, and the process ID)",
+    )
+    resync_interval: float = Field(
+        60.0,
+        ge=MIN_INTERVAL,
+        le=MAX_INTERVAL,
+        allow_inf_nan=False,
+        description="seconds between comparisons of the DeviceClasses with the config when"
+        " nothing changed (watches see changes at once)",
+    )
+
+    @property
+    def lease(self) -> str:
+        return self.lease_name or f"genericdp-deviceclasses-{self.dra_driver_name}"[:253]

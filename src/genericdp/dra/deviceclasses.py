@@ -17,6 +17,14 @@ from genericdp.config.names import device_class_collision, device_class_name
 from genericdp.dra.slices import API_VERSION, check_resource
 from genericdp.errors import GenericdpError
 
+MANAGED_BY = "app.kubernetes.io/managed-by"
+DRIVER_LABEL = "genericdp.io/driver"
+
+
+def owner_labels(driver: str) -> dict[str, str]:
+    """The labels every class we make carries: what ``reconcile-classes`` owns."""
+    return {MANAGED_BY: "genericdp", DRIVER_LABEL: driver}
+
 
 def class_name(resource: str) -> str:
     """``example.com/serial`` -> ``serial.example.com`` (a DNS subdomain, stable)."""
@@ -39,7 +47,7 @@ def device_class(resource: str, driver: str) -> dict[str, Any]:
         "kind": "DeviceClass",
         "metadata": {
             "name": class_name(resource),
-            "labels": {"app.kubernetes.io/managed-by": "genericdp"},
+            "labels": owner_labels(driver),
         },
         "spec": {
             "selectors": [{"cel": {"expression": selector(driver, resource)}}],

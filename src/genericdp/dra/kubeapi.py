@@ -1,6 +1,7 @@
 """The Kubernetes API client: lightkube, with resource.k8s.io/v1 as generic (dict) resources.
 
-The only module that imports lightkube at import time; ``daemon``, ``cli``
+With ``classapi`` (``reconcile-classes`` only), the only module that imports
+lightkube at import time; ``daemon``, ``cli``
 and ``simulate`` import the DRA modules that need it lazily, so the
 device-plugin backend never loads it (docs/architecture.md, Dependencies).
 Objects are plain dicts: whatever fields the server knows pass through,
