@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Sequence, Set
+from dataclasses import replace
 from typing import Any
 
 from genericdp import logsetup
@@ -36,6 +37,7 @@ from genericdp.execution import ExecResult
 from genericdp.health import HealthMonitor, failure_reason
 from genericdp.runtime.allocator import Allocator
 from genericdp.runtime.backend import Backend, ResourceParts
+from genericdp.runtime.budget import Kept, ids_each
 from genericdp.runtime.cdisync import CdiSync
 from genericdp.runtime.cleanup import Cleaner, Release
 from genericdp.runtime.context import ResourceContext
@@ -78,6 +80,7 @@ class ResourceRunner:
         )
         self._rescan = asyncio.Event()
         self._discovered = False
+        self._kept = Kept((), 0)
         self._tasks = TaskSet(log)
         self._monitor: HealthMonitor | None = None
 
@@ -90,7 +93,10 @@ class ResourceRunner:
         return self._definition.name
 
     def status(self) -> PluginStatus:
-        return self.edge.status()
+        status = self.edge.status()
+        if not self._kept.left_out:
+            return status
+        return replace(status, left_out=self._kept.left_out, limited=self._kept.note(self.name))
 
     def start(self) -> None:
         self._usage.watch(self.name, self._allocations_changed)
@@ -146,6 +152,7 @@ class ResourceRunner:
 
     async def _stop(self, timeout: float, *, removed: bool) -> tuple[str, ...]:  # noqa: ASYNC109
         stragglers = await self._tasks.stop(timeout=timeout)
+        self._context.budget.release(self.name)
         self._usage.watch(self.name, None)
         await self.edge.close()
         if removed:
@@ -235,7 +242,10 @@ class ResourceRunner:
         while True:
             self._rescan.clear()
             definition = self._definition
-            units = await asyncio.to_thread(self._context.discover, definition, self._context.roots)
+            units = self._within_budget(
+                definition,
+                await asyncio.to_thread(self._context.discover, definition, self._context.roots),
+            )
             # Before set_units: ListAndWatch must not offer a unit the spec lacks.
             await self._cdi.sync(definition, units)
             before, gone, fault = self.state.units, self.state.gone, self.state.fault
@@ -260,6 +270,20 @@ class ResourceRunner:
                 await self._usage_settled()
                 self.edge.wake("start")
             await wait_event(self._rescan, self._context.rescan_interval)
+
+    def _within_budget(
+        self, definition: ResourceDefinition, found: Sequence[Unit]
+    ) -> tuple[Unit, ...]:
+        """The units the node's limits let this resource serve; said once per change."""
+        kept = self._context.budget.keep(self.name, found, ids_each(definition))
+        before, self._kept = self._kept, kept
+        if (kept.left_out, kept.why) != (before.left_out, before.why):
+            if kept.left_out:
+                log.warning("%s", kept.note(self.name))
+            elif before.left_out:
+                log.info("%s: every unit found is served again", self.name)
+            self._context.on_status()
+        return kept.units
 
     def _log_held(self, before: Set[str], gone_before: frozenset[str]) -> None:
         """Say what happened to units that vanished while held, or came back."""
