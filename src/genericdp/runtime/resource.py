@@ -32,7 +32,7 @@ from genericdp import logsetup
 from genericdp.aio import Backoff, TaskSet, wait_event
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
-from genericdp.errors import first_of
+from genericdp.errors import clip, first_of
 from genericdp.execution import ExecResult
 from genericdp.health import HealthMonitor, failure_reason
 from genericdp.runtime.allocator import Allocator
@@ -187,7 +187,7 @@ class ResourceRunner:
                 log.info(
                     "%s: unit %s vanished while in use and is released now: no longer listed",
                     self.name,
-                    unit_id,
+                    clip(unit_id),
                 )
         # Held but not found (gone before List showed it held, or while we were down).
         for unit_id in sorted(self.state.gone - gone_before):
@@ -199,7 +199,7 @@ class ResourceRunner:
             "%s: unit %s vanished while a container holds it: listed Unhealthy"
             " until the kubelet releases it",
             self.name,
-            unit_id,
+            clip(unit_id),  # from PodResources: a peer's string
         )
 
     def _removed(self, unit: Unit, in_use: frozenset[str]) -> None:
