@@ -400,3 +400,16 @@ def test_a_spec_under_the_name_without_the_driver_is_kept_while_prepared_then_re
     assert remove_claim_spec(tmp_path, "genericdp.io", "uid-1")
     assert not remove_claim_spec(tmp_path, "genericdp.io", "uid-3")
     assert set(tmp_path.iterdir()) == {other}
+
+
+def test_the_temporary_of_a_claim_spec_write_cut_short_is_removed_at_start(
+    tmp_path: Path,
+) -> None:
+    """A write the daemon was killed in (``write_atomically``'s dot-file) goes with the
+    stale claim specs; another driver's stays."""
+    ours = tmp_path / f".{claim_spec_name('genericdp.io', 'uid-1')}.abc123.tmp"
+    other = tmp_path / f".{claim_spec_name('other.io', 'uid-2')}.def456.tmp"
+    for path in (ours, other):
+        path.write_text("{")
+    assert remove_stale_claim_specs(tmp_path, "genericdp.io", ["uid-1"]) == [ours]
+    assert set(tmp_path.iterdir()) == {other}

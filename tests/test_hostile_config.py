@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from genericdp.config import load, load_text
+from genericdp.config.limits import MAX_RESOURCES
 from genericdp.config.loader import MAX_FILE_BYTES, MAX_ISSUES_PER_FILE
-from genericdp.config.semantic import MAX_RESOURCES
 from genericdp.config.yamldepth import MAX_COMMENT_CHARS
 from genericdp.config.yamlpos import parse_round_trip
 from genericdp.errors import ConfigError, ConfigIssue

@@ -320,6 +320,7 @@ def cmd_discover(args: argparse.Namespace) -> int:
     from genericdp.discovery.model import Roots
     from genericdp.discovery.roots import root_notes
     from genericdp.report import build_report, to_json, to_text
+    from genericdp.runtime.budget import NodeBudget, ids_each
     from genericdp.runtime.reconcile import LABELS_UNKNOWN, not_served
 
     settings = DiscoverySettings(**_overrides(args))
@@ -327,13 +328,14 @@ def cmd_discover(args: argparse.Namespace) -> int:
     if not roots.dev.is_dir():
         raise DiscoveryError(f"device root {roots.dev} is not a directory")
     config = load([args.path])
-    reports = []
+    reports, budget, limited = [], NodeBudget(), list[str]()
     for definition in config.resources:
         try:
-            units = discover(definition, roots)
+            kept = budget.keep(definition.name, discover(definition, roots), ids_each(definition))
         except DiscoveryError as exc:
             reports.append(build_report(definition, (), error=str(exc)))
             continue
+        units, limited = kept.units, [*limited, *filter(None, [kept.note(definition.name)])]
         report = build_report(definition, units, node_name=settings.node_name)
         why = not_served(definition, settings.static_node_labels)
         if why == LABELS_UNKNOWN:
@@ -342,7 +344,7 @@ def cmd_discover(args: argparse.Namespace) -> int:
     sys.stdout.write(to_json(reports) + "\n" if args.json else to_text(reports))
     # Without its sysfs or udev database a resource finds nothing: not "no devices".
     missing = root_notes(config.resources, roots)
-    for note in missing:
+    for note in [*missing, *limited]:
         print(f"warning: {note}", file=sys.stderr)
     return EXIT_ENVIRONMENT if missing else EXIT_OK
 

@@ -312,6 +312,11 @@ class _StatusCollector(Collector):
             labels=["resource", "health"],
         )
         units = GaugeMetricFamily("genericdp_units", "Units discovered.", labels=["resource"])
+        left_out = GaugeMetricFamily(
+            "genericdp_units_left_out",
+            "Units found but not served: over the node's unit or device-ID limits.",
+            labels=["resource"],
+        )
         registered = GaugeMetricFamily(
             "genericdp_registered",
             "1 while registered with the kubelet.",
@@ -326,9 +331,10 @@ class _StatusCollector(Collector):
             devices.add_metric([name, "healthy"], s.healthy)
             devices.add_metric([name, "unhealthy"], s.devices - s.healthy)
             units.add_metric([name], s.units)
+            left_out.add_metric([name], s.left_out)
             registered.add_metric([name], 1 if s.registered else 0)
             streams.add_metric([name], s.streams)
-        yield from (devices, units, registered, streams)
+        yield from (devices, units, left_out, registered, streams)
         families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
         for gauge in gauges:
             family = families.get(gauge.name)
@@ -377,12 +383,14 @@ def readiness(
     not fail readiness: the daemon is doing its job (the kubelet sees the
     units Unhealthy), and a driver not loaded on one node must not stall a
     DaemonSet rollout across the cluster. ``notes`` (a root a resource needs
-    and the host lacks, ``discovery.roots``) are listed on the same terms.
+    and the host lacks, ``discovery.roots``) and units left out over the node's
+    limits (``runtime/budget.py``) are listed on the same terms.
     """
     if not started:
         return Verdict(ok=False, text="not ready: starting")
     waiting = {n: s for n, s in statuses.items() if s.registrations == 0}
     faults = [f"{n}: Unhealthy: {s.fault}" for n, s in statuses.items() if s.fault]
+    faults += [s.limited for s in statuses.values() if s.limited]
     faults += notes
     if not waiting:
         text = f"ready: {len(statuses)} resource(s) registered"

@@ -305,7 +305,9 @@ def remove_stale_specs(cdi_dir: Path, keep: Iterable[str]) -> list[Path]:
 
 def remove_stale_claim_specs(cdi_dir: Path, driver: str, keep: Iterable[str]) -> list[Path]:
     """Remove the claim specs of ``driver`` whose claim UID is not in ``keep`` (the
-    daemon was down when it should have removed them). Never raises.
+    daemon was down when it should have removed them), and the temporaries of
+    writes it was killed in the middle of (the driver holds the node's lock: no
+    write of its own is under way). Never raises.
 
     Ours: named for ``driver`` (or without a driver, the earlier name) and of
     its kind; another driver's specs are never read as ours, whatever they hold.
@@ -319,7 +321,12 @@ def remove_stale_claim_specs(cdi_dir: Path, driver: str, keep: Iterable[str]) ->
         named = path.name.startswith(prefix) or "_" not in path.name
         return named and _kind_of(path) == kind
 
-    return _remove_stale(cdi_dir, CLAIM_SPEC_PREFIX, wanted, ours)
+    removed = _remove_stale(cdi_dir, CLAIM_SPEC_PREFIX, wanted, ours)
+    with contextlib.suppress(OSError):
+        for path in sorted(cdi_dir.glob(f".{prefix}*.tmp")):  # write_atomically's
+            path.unlink()
+            removed.append(path)
+    return removed
 
 
 def _remove_stale(

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from genericdp.config.convert import compile_allocate
+from genericdp.config.limits import too_many_ids, too_many_resources
 from genericdp.config.schema import schema_issues
 from genericdp.config.semantic import (
     duplicate_names,
     resources_of,
     semantic_issues,
-    too_many_resources,
 )
 from genericdp.config.v1.allocate import AllocateSpec, allocate_spec
 from genericdp.config.v1.resource import (
@@ -260,7 +260,7 @@ def _compile_templates(result: _Checked, doc: Document, bad: set[str]) -> list[C
 def _finish(checked: list[_Checked]) -> Config:
     docs = [c.doc for c in checked if c.doc is not None]
     by_file = {c.file: c for c in checked if c.doc is not None}
-    for issue in [*duplicate_names(docs), *too_many_resources(docs)]:
+    for issue in [*duplicate_names(docs), *too_many_resources(docs), *too_many_ids(docs)]:
         by_file[issue.file].issues.append(issue)
     issues = [issue for c in checked for issue in _capped(c.issues)]
     if issues:

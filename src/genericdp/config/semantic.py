@@ -70,30 +70,6 @@ def resources_of(doc: Document) -> Iterator[tuple[KeyPath, dict[str, Any]]]:
             yield ("resources", index), resource
 
 
-# What the DaemonSet's memory limit (256 MiB) holds, from measurement: the daemon
-# starts at about 65 MiB and each registered resource costs about 0.19 MiB (peak RSS
-# of `simulate`: 65 MiB for one resource, 83 for 100, 141 for 400). 400 resources
-# are about 140 MiB; a reload to another config of that size briefly holds both
-# (about 215 MiB), which still fits. 6,000 resources were over 360 MiB.
-MAX_RESOURCES = 400
-
-
-def too_many_resources(docs: Sequence[Document]) -> list[ConfigIssue]:
-    """More resources, across all files, than the daemon's memory limit holds: said at
-    the first one over the limit, with the number."""
-    found = [(doc, path) for doc in docs for path, _resource in resources_of(doc)]
-    if len(found) <= MAX_RESOURCES:
-        return []
-    doc, path = found[MAX_RESOURCES]
-    message = (
-        f"the config defines {len(found)} resources, more than the {MAX_RESOURCES} the"
-        f" daemon's memory limit (256 MiB) can serve; this is resource {MAX_RESOURCES + 1}."
-        " Split the nodes across configs (one DaemonSet per node group), or serve related"
-        " devices as one resource"
-    )
-    return [doc.issue(path, message)]
-
-
 def duplicate_names(docs: Sequence[Document]) -> list[ConfigIssue]:
     """A resource name defined twice, in one file or across files: point at the
     second and say where the first is."""

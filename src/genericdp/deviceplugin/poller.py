@@ -11,7 +11,7 @@ from typing import Protocol
 
 from genericdp.aio import wait_event
 from genericdp.deviceplugin.usage import UsageTracker
-from genericdp.errors import KubeletError
+from genericdp.errors import KubeletError, clip
 from genericdp.kubelet.podresources import PodDevices, PodResourcesLister
 from genericdp.runtime.cleanup import Release
 
@@ -133,4 +133,4 @@ class ReleasePoller:
 def _describe(in_use: Mapping[str, AbstractSet[str]]) -> str:
     if not in_use:
         return "no devices in use"
-    return "; ".join(f"{r}: {len(ids)} in use" for r, ids in sorted(in_use.items()))
+    return "; ".join(f"{clip(r)}: {len(ids)} in use" for r, ids in sorted(in_use.items()))

@@ -60,6 +60,9 @@ class UsageTracker:
         # The last List answer taken (``holders_by_device``'s view of it), kept
         # while nothing but Lists changed what is held: see ``repeats``.
         self._last_listed: dict[str, dict[str, set[Holder]]] | None = None
+        # The answer object it came from: the lister hands the same one back for
+        # an answer that repeats the last one byte for byte (PodResourcesLister).
+        self._last_pods: object = None
         # resource -> called after our Allocate changed what it holds (handed_out, claim)
         self._watchers: dict[str, Callable[[], None]] = {}
         # Set once the first List has answered or failed: resources whose list
@@ -138,14 +141,18 @@ class UsageTracker:
         (``held``). Then ``observe`` would find no release and leave every
         resource's view as it is, so the caller can skip the work that costs
         per resource (an idle node's every poll). Costs what the answer holds,
-        not what the daemon serves. False: call ``observe``.
+        not what the daemon serves, and nothing when it is the very answer
+        object taken last (the lister's answer to repeated bytes). False: call
+        ``observe``.
         """
         if self._last_listed is None:
             return False
         if any(n + 1 >= self._lists for n in self._handed_at.values()):
             return False  # counting this List may drop such an ID from ``held``
-        if holders_by_device(pods) != self._last_listed:
+        same = pods is self._last_pods  # the lister's answer to repeated bytes
+        if not same and holders_by_device(pods) != self._last_listed:
             return False
+        self._last_pods = pods
         self._lists += 1  # a List answered, as ``observe`` counts it
         return True
 
@@ -157,6 +164,7 @@ class UsageTracker:
         """
         listed = holders_by_device(pods)
         self._last_listed = listed
+        self._last_pods = pods
         # A stale holder that List stopped showing is gone for good (List has
         # no pod UID: a new pod of the same name must not stay ignored).
         self._stale = {(r, d, h) for r, d, h in self._stale if h in listed.get(r, {}).get(d, ())}

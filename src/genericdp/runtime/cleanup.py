@@ -18,7 +18,7 @@ from genericdp import logsetup
 from genericdp.aio import Backoff, TaskSet, wait_event
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
-from genericdp.errors import HookError
+from genericdp.errors import HookError, clip
 from genericdp.hooks import CLEANUP, HookRun
 from genericdp.runtime.context import ResourceContext
 from genericdp.runtime.state import DeviceState
@@ -79,7 +79,7 @@ class Cleaner:
             return  # a cleanup already running covers this release too
         if unit is None:
             # Gone from discovery: its removal cleanup ran when it vanished.
-            log.debug("%s: released unit %s is gone", self.resource, release.unit_id)
+            log.debug("%s: released unit %s is gone", self.resource, clip(release.unit_id))
             return
         self._state.set_cleaning(unit.id, cleaning=True)
         self._spawn(unit, release.device_ids, retry=True, wait_first=False)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from genericdp.aio import Backoff
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Roots, Unit
 from genericdp.hooks import HookRunner
+from genericdp.runtime.budget import NodeBudget
 from genericdp.runtime.recorder import NO_METRICS, Recorder
 from genericdp.settings import Settings
 
@@ -38,6 +39,8 @@ class ResourceContext:
     # The longest a first wake waits for the backend's usage to settle
     # (``Backend.settled_timeout``; 0: nothing to wait for).
     settled_timeout: float = 0.0
+    # The units and IDs every resource of the node holds, against the node's limits.
+    budget: NodeBudget = field(default_factory=NodeBudget)
 
     @classmethod
     def of(

@@ -34,6 +34,8 @@ class PluginStatus:
     last_error: str | None = None
     units: int = 0  # discovered units (``devices`` counts their replica IDs)
     fault: str | None = None  # why every unit is Unhealthy (a required node is missing)
+    left_out: int = 0  # units found but not served: over the node's limits
+    limited: str = ""  # which limit, with the numbers ("" when none is reached)
 
 
 class Edge(Protocol):

@@ -26,17 +26,19 @@ import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from collections.abc import Set as AbstractSet
+from dataclasses import replace
 from typing import Any
 
 from genericdp import logsetup
 from genericdp.aio import Backoff, TaskSet, wait_event
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
-from genericdp.errors import first_of
+from genericdp.errors import clip, first_of
 from genericdp.execution import ExecResult
 from genericdp.health import HealthMonitor, failure_reason
 from genericdp.runtime.allocator import Allocator
 from genericdp.runtime.backend import Backend, ResourceParts
+from genericdp.runtime.budget import Kept, ids_each
 from genericdp.runtime.cdisync import CdiSync
 from genericdp.runtime.cleanup import Cleaner, Release
 from genericdp.runtime.context import ResourceContext
@@ -79,6 +81,7 @@ class ResourceRunner:
         )
         self._rescan = asyncio.Event()
         self._discovered = False
+        self._kept = Kept((), 0)
         self._tasks = TaskSet(log)
         self._monitor: HealthMonitor | None = None
 
@@ -91,7 +94,10 @@ class ResourceRunner:
         return self._definition.name
 
     def status(self) -> PluginStatus:
-        return self.edge.status()
+        status = self.edge.status()
+        if not self._kept.left_out:
+            return status
+        return replace(status, left_out=self._kept.left_out, limited=self._kept.note(self.name))
 
     def start(self) -> None:
         self._usage.watch(self.name, self._allocations_changed)
@@ -147,6 +153,7 @@ class ResourceRunner:
 
     async def _stop(self, timeout: float, *, removed: bool) -> tuple[str, ...]:  # noqa: ASYNC109
         stragglers = await self._tasks.stop(timeout=timeout)
+        self._context.budget.release(self.name)
         self._usage.watch(self.name, None)
         await self.edge.close()
         if removed:
@@ -181,7 +188,7 @@ class ResourceRunner:
                 log.info(
                     "%s: unit %s vanished while in use and is released now: no longer listed",
                     self.name,
-                    unit_id,
+                    clip(unit_id),
                 )
         # Held but not found (gone before List showed it held, or while we were down).
         for unit_id in sorted(self.state.gone - gone_before):
@@ -193,7 +200,7 @@ class ResourceRunner:
             "%s: unit %s vanished while a container holds it: listed Unhealthy"
             " until the kubelet releases it",
             self.name,
-            unit_id,
+            clip(unit_id),  # from PodResources: a peer's string
         )
 
     def _removed(self, unit: Unit, in_use: frozenset[str]) -> None:
@@ -236,7 +243,10 @@ class ResourceRunner:
         while True:
             self._rescan.clear()
             definition = self._definition
-            units = await asyncio.to_thread(self._context.discover, definition, self._context.roots)
+            units = self._within_budget(
+                definition,
+                await asyncio.to_thread(self._context.discover, definition, self._context.roots),
+            )
             # Before set_units: ListAndWatch must not offer a unit the spec lacks.
             await self._cdi.sync(definition, units)
             before, gone, fault = self.state.units, self.state.gone, self.state.fault
@@ -261,6 +271,20 @@ class ResourceRunner:
                 await self._usage_settled()
                 self.edge.wake("start")
             await wait_event(self._rescan, self._context.rescan_interval)
+
+    def _within_budget(
+        self, definition: ResourceDefinition, found: Sequence[Unit]
+    ) -> tuple[Unit, ...]:
+        """The units the node's limits let this resource serve; said once per change."""
+        kept = self._context.budget.keep(self.name, found, ids_each(definition))
+        before, self._kept = self._kept, kept
+        if (kept.left_out, kept.why) != (before.left_out, before.why):
+            if kept.left_out:
+                log.warning("%s", kept.note(self.name))
+            elif before.left_out:
+                log.info("%s: every unit found is served again", self.name)
+            self._context.on_status()
+        return kept.units
 
     def _log_held(self, before: AbstractSet[str], gone_before: frozenset[str]) -> None:
         """Say what happened to units that vanished while held, or came back."""

@@ -1,0 +1,108 @@
+"""PodResources answers as the daemon takes them: repeated bytes cost no parsing, and
+IDs a peer sends never shape a log line."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import pytest
+
+from genericdp.kubelet.api import podresources_pb2 as pr
+from genericdp.kubelet.api import podresources_pb2_grpc as pr_grpc
+from genericdp.kubelet.podresources import PodResourcesLister
+from genericdp.logsetup import TextFormatter
+from genericdp.unixgrpc import serve
+from tests.polling import eventually
+from tests.runtime_harness import ScriptedDiscovery, config, running, unit
+
+
+def _add(lister: FixedLister) -> Callable[[grpc.aio.Server], None]:
+    def add(server: grpc.aio.Server) -> None:
+        pr_grpc.add_PodResourcesListerServicer_to_server(lister, server)  # type: ignore[no-untyped-call]
+
+    return add
+
+
+class FixedLister(pr_grpc.PodResourcesListerServicer):
+    """A PodResources server whose List answer the test sets."""
+
+    def __init__(self, answer: pr.ListPodResourcesResponse) -> None:
+        self.answer = answer
+        self.calls = 0
+
+    async def List(
+        self,
+        request: pr.ListPodResourcesRequest,  # noqa: ARG002 -- the gRPC method's signature
+        context: grpc.aio.ServicerContext[object, object],  # noqa: ARG002 -- the gRPC method's signature
+    ) -> pr.ListPodResourcesResponse:
+        self.calls += 1
+        return self.answer
+
+
+def holding(resource: str, *ids: str, pod: str = "p") -> pr.ListPodResourcesResponse:
+    answer = pr.ListPodResourcesResponse()
+    container = answer.pod_resources.add(name=pod, namespace="default").containers.add(name="c")
+    container.devices.add(resource_name=resource, device_ids=list(ids))
+    return answer
+
+
+async def test_a_repeated_answer_is_the_same_answer_and_a_new_one_is_parsed(
+    tmp_path: Path,
+) -> None:
+    """The same bytes give the very tuple of the last answer; new bytes a new one."""
+    lister = FixedLister(holding("example.com/x", "a", "b"))
+    socket = tmp_path / "pr.sock"
+    server = await serve(
+        socket,
+        _add(lister),
+        what="PodResources",
+    )
+    client = PodResourcesLister()
+    try:
+        first = await client(socket)
+        again = await client(socket)
+        assert again is first
+        assert [p.device_ids for p in first] == [("a", "b")]
+        lister.answer = holding("example.com/x", "a")
+        changed = await client(socket)
+        assert changed is not first
+        assert [p.device_ids for p in changed] == [("a",)]
+    finally:
+        await client.close()
+        await server.stop(None)
+
+
+async def test_an_id_with_a_newline_from_podresources_yields_one_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A held ID with a newline in it (a unit we do not have) is logged on one line."""
+    name = "example.com/x"
+    hostile = "ghost\n2026-12-02T00:00:00.000Z error   genericdp: forged"
+    lister = FixedLister(holding(name, hostile))
+    discovery = ScriptedDiscovery(units={name: [unit("u0")]})
+    cfg = config(f"resources:\n- name: {name}\n  match: [glob: /dev/u*]\n")
+    caplog.set_level(logging.INFO)
+    async with running(tmp_path, cfg, discover=discovery, pod_resources_poll_interval=0.1) as run:
+        socket = run.settings.pod_resources_socket
+        server = await serve(
+            socket,
+            _add(lister),
+            what="PodResources",
+            make_dir=True,
+        )
+        try:
+            await run.registered([name], timeout=30)
+            await eventually(
+                lambda: any("forged" in r.getMessage() for r in caplog.records),
+                "the hostile ID logged",
+                timeout=30,
+            )
+        finally:
+            await server.stop(None)
+    formatter = TextFormatter()
+    lines = [formatter.format(r) for r in caplog.records if "forged" in r.getMessage()]
+    assert lines
+    assert all(line.count("\n") == 0 for line in lines), lines
