@@ -31,7 +31,7 @@ def test_good_keys_and_templates_load_with_the_default_label() -> None:
         '      example.com/serial.model: "{{ units[0].properties.ID_MODEL }}"\n'
         '      serial-count: "{{ units | length }}"\n'
         "      feature.node.kubernetes.io/serial: 'yes'\n"
-        '      example.com/serial.ids: "{{ devices | map(attribute=\'unit_id\') | join(\'.\') }}"\n'
+        "      example.com/serial.ids: \"{{ devices | map(attribute='unit_id') | join('.') }}\"\n"
     )
     keys = [key for key, _ in spec.templates("example.com/serial")]
     assert keys == sorted(
