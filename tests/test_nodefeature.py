@@ -27,13 +27,18 @@ NAMESPACE = "genericdp-labels"
 OWNER = "genericdp"
 
 
-@pytest.fixture(scope="module")
-def cluster(apiserver: ApiServer) -> str:
-    """The NodeFeature CRD installed, a namespace and a DaemonSet in it; the DaemonSet's UID."""
+def install_crd(apiserver: ApiServer) -> None:
+    """NFD's NodeFeature CRD, served once the server says it is established."""
     apiserver.kubectl("apply", "-f", str(CRD))
     apiserver.kubectl(
         "wait", "--for=condition=Established", "crd/nodefeatures.nfd.k8s-sigs.io", "--timeout=60s"
     )
+
+
+@pytest.fixture(scope="module")
+def cluster(apiserver: ApiServer) -> str:
+    """The NodeFeature CRD installed, a namespace and a DaemonSet in it; the DaemonSet's UID."""
+    install_crd(apiserver)
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
     apiserver.kubectl("apply", "-f", "-", input_text=json.dumps(namespace))
     labels = {"app": OWNER}
