@@ -22,7 +22,7 @@ from genericdp.runtime.nodelabels import LabelFollower, healthy_units, resource_
 from genericdp.runtime.state import DeviceState
 from tests.fakesys import FakeHost
 from tests.polling import eventually
-from tests.runtime_harness import NO_PERIODIC, config, running, unit
+from tests.runtime_harness import NO_PERIODIC, ScriptedDiscovery, config, running, unit
 from tests.test_hotplug import CountingDiscovery
 
 SERIAL = "example.com/serial"
@@ -202,3 +202,32 @@ async def test_serve_keeps_the_feature_file_and_leaves_it_at_exit(base: Path) ->
     assert proc.returncode == 0, output.decode()
     assert parse_features(path.read_text())["example.com/serial.first"] == "OLD"
     assert f"node labels: feature file {path} holds 3 label(s)" in output.decode()
+
+
+async def test_a_resource_whose_discovery_fails_keeps_its_labels_and_holds_back_none(
+    base: Path,
+) -> None:
+    """A resource never scanned keeps the labels published under its keys; the others'
+    labels are published meanwhile; a resource removed from the config loses its own."""
+    path = base / "features.d" / "genericdp"
+    path.parent.mkdir(parents=True)
+    path.write_text("example.com/broken.present=true\nexample.com/gone.present=true\n")
+    cfg = (
+        "resources:\n- name: example.com/broken\n  match: [glob: /dev/b*]\n"
+        "- name: example.com/ok\n  match: [glob: /dev/o*]\n"
+    )
+    scripted = ScriptedDiscovery(
+        units={"example.com/ok": [unit("o1")]}, broken={"example.com/broken"}
+    )
+    async with running(base, config(cfg), discover=scripted, **NO_PERIODIC) as rt:
+        follower = LabelFollower(rt.supervisor, FeaturesFile(path), "node-1")
+        tasks = TaskSet()
+        tasks.spawn("node-features", follower.run)
+        try:
+            await eventually(lambda: follower.writes == 1, "the working resource's labels")
+            assert parse_features(path.read_text()) == {
+                "example.com/broken.present": "true",
+                "example.com/ok.present": "true",
+            }
+        finally:
+            await tasks.stop()

@@ -124,9 +124,11 @@ class LabelFollower:
     settle: float = LABELS_SETTLE
     backoff: Backoff = field(default_factory=lambda: Backoff(initial=0.5, maximum=30.0))
     writes: int = 0  # publishes that succeeded (tests and the fleet benchmark read these)
-    rounds: int = 0  # times settled labels were found published (written or already there)
+    # Times the labels, every resource settled, were found published (written or there).
+    rounds: int = 0
     _published: Labels | None = field(default=None, init=False)
     _known: bool = field(default=False, init=False)
+    _pending: int = field(default=0, init=False)  # resources not settled at the last look
     _dropped: frozenset[Dropped] = field(default=frozenset(), init=False)
     _cache: dict[str, tuple[object, tuple[dict[str, str], list[Dropped]]]] = field(
         default_factory=dict, init=False
@@ -135,30 +137,39 @@ class LabelFollower:
     async def run(self) -> None:
         while True:
             events = self._events()
-            labels = self.labels()
-            if labels is not None:
-                if not await self._sync(labels):
-                    await _first_of(events, self.backoff.next())
-                    continue
+            if not await self._sync():
+                await _first_of(events, self.backoff.next())
+                continue
+            if not self._pending:
                 self.rounds += 1
             await _first_of(events, None)
             await asyncio.sleep(self.settle)  # the rest of a burst joins this change
 
-    def labels(self) -> dict[str, str] | None:
-        """The node's labels now (a key two resources publish is the first's by name);
-        None until every resource is settled, so a start never publishes a transient."""
+    def labels(self) -> dict[str, str]:
+        """The node's labels now; a key two resources publish is the first's by name.
+
+        A resource not settled yet (its first scan or probes not done) keeps the
+        values published under its keys: a restart publishes no transient, and a
+        resource whose discovery fails keeps its labels without holding back the others.
+        """
         labels: dict[str, str] = {}
         dropped: list[Dropped] = []
         live = set()
-        settled = True
+        published = self._published or {}
+        self._pending = 0
         for definition, state, ready in sorted(self.source.labelled(), key=lambda p: p[0].name):
             live.add(definition.name)
-            settled = settled and ready
+            if not ready:
+                self._pending += 1
+                for key, _ in definition.labels.templates(definition.name):
+                    if key in published:
+                        labels.setdefault(key, published[key])
+                continue
             units = healthy_units(state)
-            key = (definition, units)
+            basis = (definition, units)
             cached = self._cache.get(definition.name)
-            if cached is None or cached[0] != key:
-                cached = (key, resource_labels(definition, units, self.node_name))
+            if cached is None or cached[0] != basis:
+                cached = (basis, resource_labels(definition, units, self.node_name))
                 self._cache[definition.name] = cached
             found, lost = cached[1]
             for name, value in found.items():
@@ -166,8 +177,6 @@ class LabelFollower:
             dropped += lost
         for name in self._cache.keys() - live:
             del self._cache[name]
-        if not settled:
-            return None
         self._report(dropped)
         return labels
 
@@ -189,11 +198,12 @@ class LabelFollower:
             )
         self._dropped = now
 
-    async def _sync(self, labels: Labels) -> bool:
-        """Publish ``labels`` unless they are what is published; False when it failed."""
+    async def _sync(self) -> bool:
+        """Publish the labels unless they are what is published; False when it failed."""
         try:
             if not self._known:
                 self._published, self._known = await self.sink.current(), True
+            labels = self.labels()
             if labels == self._published:
                 return True
             await self.sink.publish(labels)
