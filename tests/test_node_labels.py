@@ -114,7 +114,7 @@ async def test_the_feature_file_follows_hotplug_atomically_and_idle_writes_nothi
             loop = asyncio.get_running_loop()
             started = loop.time()
             host.add_usb_serial(port="1-3", serial="NEW", ttys=("ttyUSB1",))
-            await eventually(lambda: "count=2" in path.read_text(), "the second dongle")
+            await eventually(lambda: follower.writes == 2, "the second dongle")
             took = loop.time() - started
             assert parse_features(path.read_text()) == {
                 "example.com/serial.count": "2",
@@ -136,8 +136,8 @@ async def test_the_feature_file_follows_hotplug_atomically_and_idle_writes_nothi
 
             host.remove("/dev/ttyUSB0")
             host.remove("/dev/ttyUSB1")
-            await eventually(lambda: not path.exists(), "the file removed with the last unit")
-            assert follower.writes == 3
+            await eventually(lambda: follower.writes == 3, "the last unit unplugged")
+            assert not path.exists()
         finally:
             await tasks.stop()
 
@@ -228,6 +228,43 @@ async def test_a_resource_whose_discovery_fails_keeps_its_labels_and_holds_back_
             assert parse_features(path.read_text()) == {
                 "example.com/broken.present": "true",
                 "example.com/ok.present": "true",
+            }
+        finally:
+            await tasks.stop()
+
+
+async def test_a_unit_turning_unhealthy_leaves_the_labels_and_comes_back(base: Path) -> None:
+    """The labels describe healthy units: a failing probe takes its unit out, and the
+    resource's labels with it when it was the last; passing again brings them back."""
+    bad = base / "bad"
+    cfg = (
+        "resources:\n- name: example.com/probed\n  match: [glob: /dev/p*]\n"
+        "  health:\n    exec: [/bin/sh, -c, 'test ! -e " + str(bad) + "-$GENERICDP_UNIT_ID']\n"
+        "    interval: 1s\n    timeout: 500ms\n    failureThreshold: 1\n"
+        "  labels:\n    example.com/probed.count: '{{ units | length }}'\n"
+    )
+    scripted = ScriptedDiscovery(units={"example.com/probed": [unit("p1"), unit("p2")]})
+    path = base / "features.d" / "genericdp"
+    async with running(base, config(cfg), discover=scripted, **NO_PERIODIC) as rt:
+        follower = LabelFollower(rt.supervisor, FeaturesFile(path), "node-1")
+        tasks = TaskSet()
+        tasks.spawn("node-features", follower.run)
+        try:
+            await eventually(lambda: follower.writes == 1, "both units probed and published")
+            assert parse_features(path.read_text())["example.com/probed.count"] == "2"
+            (base / "bad-p1").touch()
+            await eventually(lambda: follower.writes == 2, "p1 unhealthy")
+            assert parse_features(path.read_text())["example.com/probed.count"] == "1"
+            (base / "bad-p2").touch()
+            await eventually(lambda: not path.exists(), "no healthy unit: no labels")
+            (base / "bad-p1").unlink()
+            (base / "bad-p2").unlink()
+            await eventually(
+                lambda: path.exists() and "count=2" in path.read_text(), "both healthy again"
+            )
+            assert parse_features(path.read_text()) == {
+                "example.com/probed.count": "2",
+                "example.com/probed.present": "true",
             }
         finally:
             await tasks.stop()

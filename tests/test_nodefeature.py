@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from genericdp.aio import TaskSet
-from genericdp.dra.kubeapi import connect
+from genericdp.dra.kubeapi import ApiRequestError, connect
 from genericdp.nodefeature import NODE_NAME_LABEL, NodeFeatureSink, object_name
 from genericdp.runtime.nodelabels import LabelFollower
 from tests.apiserver import ApiServer
@@ -170,3 +170,14 @@ async def test_a_missing_owner_is_said_and_the_labels_are_still_published(
     assert "reading DaemonSet genericdp-labels/no-such-daemonset: the API server answered 404" in (
         caplog.text
     )
+
+
+async def test_a_write_the_server_cannot_place_says_what_to_check(
+    apiserver: ApiServer, cluster: str, client: Any
+) -> None:
+    """A 404 on the write (no such namespace here; no CRD elsewhere) names what to check."""
+    sink = NodeFeatureSink(client, "node-nf-4", "no-such-namespace")
+    with pytest.raises(ApiRequestError) as caught:
+        await sink.publish({"example.com/x": "1"})
+    assert caught.value.code == 404
+    assert "is NFD's NodeFeature CRD installed, and the namespace there?" in str(caught.value)

@@ -115,6 +115,8 @@ class NodeFeatureSink:
             content=json.dumps(body),  # JSON is YAML
             headers={"Content-Type": "application/apply-patch+yaml"},
         )
+        if response.status_code == _NOT_FOUND:
+            what += " (a 404 here: is NFD's NodeFeature CRD installed, and the namespace there?)"
         _body(response, what)
 
     async def close(self) -> None:
