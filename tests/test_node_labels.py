@@ -191,17 +191,23 @@ async def test_serve_keeps_the_feature_file_and_leaves_it_at_exit(base: Path) ->
             sys.executable, *argv, env=env, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
+        written = f"node labels: feature file {path} holds 3 label(s)"
+        seen: list[str] = []
         try:
-            await eventually(path.exists, "the feature file", timeout=20)
+            assert proc.stdout is not None
+            async with asyncio.timeout(60):  # a start on a loaded machine; the file follows at once
+                while not seen or written not in seen[-1]:
+                    line = await proc.stdout.readline()
+                    assert line, "serve exited: " + "".join(seen)
+                    seen.append(line.decode())
             proc.send_signal(signal.SIGTERM)
             output, _ = await asyncio.wait_for(proc.communicate(), 10)
         finally:
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
-    assert proc.returncode == 0, output.decode()
+    assert proc.returncode == 0, "".join(seen) + output.decode()
     assert parse_features(path.read_text())["example.com/serial.first"] == "OLD"
-    assert f"node labels: feature file {path} holds 3 label(s)" in output.decode()
 
 
 async def test_a_resource_whose_discovery_fails_keeps_its_labels_and_holds_back_none(
