@@ -54,6 +54,8 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     ),
     "pod-monitor": ("--set", "podMonitor.enabled=true", "--set", "podMonitor.labels.release=p"),
     "service-monitor": ("--set", "serviceMonitor.enabled=true"),
+    "node-features": ("--set", "nodeFeatures.publish=nodefeature"),
+    "node-features-file": ("--set", "nodeFeatures.publish=file"),
 }  # fmt: skip
 
 MONITOR_CRD = """\

@@ -28,7 +28,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "__main__",
         "cli",
         "daemon simulate report convert configsources classdaemon",
-        "metrics nodewatch classmetrics",
+        "metrics nodewatch classmetrics nodefeature featuresfile",
         "deviceplugin dra",
         "runtime",
         "kubelet allocation health",

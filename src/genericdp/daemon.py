@@ -223,22 +223,14 @@ async def _serve(
             start.still_invalid(result.issues)
 
     try:
-        config = start.config
-        where = {"config": str(settings.config), "none": "no config"}.get(
-            start.source, f"the last good config ({store.path if store else ''})"
-        )
-        log.info(
-            "serving %d resource(s) from %s in %s",
-            len(config.resources),
-            where,
-            supervisor.backend.where,
-        )
-        await supervisor.start(config, tidy=start.source != "none")
+        _say_serving(settings, start, store, supervisor)
+        await supervisor.start(start.config, tidy=start.source != "none")
         started.set()
         if store is not None and start.sources:
             await asyncio.to_thread(store.keep, start.sources)
         node_watch = NodeLabelsWatch(watches, settings, supervisor)
         node_watch.start_if_needed()
+        publish_node_labels(watches, settings, supervisor, metrics)
 
         def reloaded(result: ReloadResult) -> None:
             on_result(result)
@@ -262,6 +254,20 @@ async def _serve(
             log.warning("exiting with tasks still running: %s", ", ".join(stragglers))
     log.info("shut down cleanly")
     return EXIT_OK
+
+
+def _say_serving(
+    settings: Settings, start: StartingConfig, store: LastGood | None, supervisor: Supervisor
+) -> None:
+    where = {"config": str(settings.config), "none": "no config"}.get(
+        start.source, f"the last good config ({store.path if store else ''})"
+    )
+    log.info(
+        "serving %d resource(s) from %s in %s",
+        len(start.config.resources),
+        where,
+        supervisor.backend.where,
+    )
 
 
 class NodeLabelsWatch:
@@ -293,6 +299,45 @@ class NodeLabelsWatch:
                 kubeconfig, settings.node_name, self._supervisor.set_node_labels
             ),
         )
+
+
+def publish_node_labels(
+    tasks: TaskSet, settings: Settings, supervisor: Supervisor, metrics: Metrics
+) -> None:
+    """Task ``node-features``: the resources' ``labels`` kept published as
+    ``node_features`` says (a NodeFeature object, a features.d file), or nothing."""
+    if settings.node_features == "off":
+        return
+    problem = settings.node_features_problem()
+    if problem is None and settings.node_features == "nodefeature":
+        problem = _no_api(settings)
+    if problem is not None:
+        log.warning("node labels are not published: %s", problem)
+        return
+    from genericdp.runtime.nodelabels import LabelFollower
+
+    async def follow() -> None:
+        if settings.node_features == "file":
+            from genericdp.featuresfile import FeaturesFile
+
+            sink = FeaturesFile(settings.node_features_file)
+            await LabelFollower(supervisor, sink, settings.node_name, metrics).run()
+            return
+        from genericdp.nodefeature import node_feature_sink
+
+        kubeconfig = Path(settings.kubeconfig) if settings.kubeconfig else None
+        api = node_feature_sink(
+            kubeconfig,
+            settings.node_name,
+            settings.node_features_namespace,
+            settings.node_features_owner,
+        )
+        try:
+            await LabelFollower(supervisor, api, settings.node_name, metrics).run()
+        finally:
+            await api.close()
+
+    tasks.spawn("node-features", follow, backoff=Backoff(maximum=30.0))
 
 
 def _no_api(settings: Settings) -> str | None:

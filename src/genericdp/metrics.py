@@ -193,6 +193,19 @@ class Metrics:
             buckets=DURATION_BUCKETS,
             registry=r,
         )
+        self._labels_dropped = Counter(
+            "genericdp_node_labels_dropped",
+            "Node labels not published: the value rendered is not a label value (invalid)"
+            " or its template failed (render_failed); once per label and value.",
+            ["resource", "reason"],
+            registry=r,
+        )
+        self._label_writes = Counter(
+            "genericdp_node_label_writes",
+            "Writes of the node's labels (NodeFeature object or features.d file), by result.",
+            ["result"],
+            registry=r,
+        )
         for result in RELOAD_RESULTS:
             self._reloads.labels(result)  # present (at 0) before the first reload
 
@@ -269,6 +282,12 @@ class Metrics:
         self._driver(driver)
         self._unprepares.labels(driver, result).inc()
         self._unprepare_seconds.labels(driver).observe(seconds)
+
+    def label_dropped(self, resource: str, reason: str) -> None:
+        self._labels_dropped.labels(resource, reason).inc()
+
+    def label_write(self, *, ok: bool) -> None:
+        self._label_writes.labels("ok" if ok else "error").inc()
 
     def _driver(self, driver: str) -> None:
         # As for resources: every outcome at 0 from the first claim on.

@@ -22,6 +22,8 @@ DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock
 DEFAULT_DRA_REGISTRATION_DIR = Path("/var/lib/kubelet/plugins_registry")
 DEFAULT_DRA_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
 DEFAULT_STATE_DIR = "/var/lib/genericdp"
+# NFD's worker reads every file of this directory (its local feature source).
+DEFAULT_FEATURES_FILE = Path("/etc/kubernetes/node-feature-discovery/features.d/genericdp")
 # dra/naming.py DEFAULT_DRIVER: settings sits below dra and cannot import it.
 DEFAULT_DRA_DRIVER = "genericdp.io"
 # A DRA driver name: a DNS subdomain of at most 63 characters (ResourceSlice spec.driver).
@@ -106,6 +108,10 @@ SIMULATE_SKIPS = frozenset(
         "kubeconfig",
         "backend",
         "state_dir",
+        "node_features",
+        "node_features_file",
+        "node_features_namespace",
+        "node_features_owner",
     }
 )
 
@@ -221,6 +227,27 @@ class Settings(DiscoverySettings):
         allow_inf_nan=False,
         description="seconds without config changes before a reload (merges bursts)",
     )
+    node_features: Literal["off", "nodefeature", "file"] = Field(
+        "off",
+        description="publish the resources' node labels (config labels) for Node Feature"
+        " Discovery: as a NodeFeature object (nodefeature), as a features.d file (file), or"
+        " not at all (off)",
+    )
+    node_features_file: Path = Field(
+        DEFAULT_FEATURES_FILE,
+        description="the file node_features file writes, in the directory NFD's worker reads"
+        " (features.d)",
+    )
+    node_features_namespace: str = Field(
+        "",
+        description="the namespace of the NodeFeature object; empty: the service account's"
+        " (or the kubeconfig context's)",
+    )
+    node_features_owner: str = Field(
+        "",
+        description="the DaemonSet (in that namespace) that owns the NodeFeature object, so"
+        " that it outlives pod restarts and goes with the DaemonSet; empty: no owner",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="the least severe log lines written"
     )
@@ -257,6 +284,17 @@ class Settings(DiscoverySettings):
     def _check_metrics_address(cls, value: str) -> str:
         parse_listen_address(value)
         return value.strip()
+
+    def node_features_problem(self) -> str | None:
+        """Why node labels cannot be published with these settings, or None."""
+        if self.node_features == "nodefeature" and not self.node_name:
+            return (
+                "node_features nodefeature needs the node's name (--node-name or"
+                " GENERICDP_NODE_NAME): it names the NodeFeature object and its node"
+            )
+        if self.node_features == "file" and not self.node_features_file.is_absolute():
+            return f"node_features_file {str(self.node_features_file)[:80]!r} is not absolute"
+        return None
 
     def dra_problem(self) -> str | None:
         """Why the DRA backend cannot run with these settings, or None (the one check,

@@ -1,5 +1,5 @@
-"""The templates of each resource's ``allocate`` compiled at load, each
-problem located at its value in the file.
+"""The templates of each resource's ``allocate`` and ``labels`` compiled at load,
+each problem located at its value in the file.
 
 Each section's own conversion (validated plain data -> its frozen dataclass)
 lives with its schema fragment in ``config/v1/``; this is the one step that
@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from typing import Any
 
 from genericdp.config.templates import (
     CompiledTemplates,
     TemplateProblem,
     TemplateSyntaxErrors,
+    compile_label_template,
     compile_templates,
 )
 from genericdp.config.v1.allocate import AllocateSpec
+from genericdp.config.v1.labels import label_key_issues
 from genericdp.config.yamlpos import Document, KeyPath
-from genericdp.errors import ConfigIssue
+from genericdp.errors import ConfigIssue, ellipsized
+from genericdp.k8snames import label_value_problem
 
 _MOUNT_KEY = re.compile(r"mounts\[(\d+)\]\.(hostPath|containerPath)")
 
@@ -34,6 +38,26 @@ def compile_allocate(
         return None, [
             _template_issue(doc, (*path, *_template_path(p.key)), p) for p in exc.problems
         ]
+
+
+def label_issues(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[ConfigIssue]:
+    """A resource's ``labels``: label keys, and values that compile over the names a
+    label sees; a value without markup must be a label value already."""
+    issues = label_key_issues(doc, path, resource)
+    labels = resource.get("labels")
+    for key, source in labels.items() if isinstance(labels, dict) else ():
+        if not isinstance(source, str):
+            continue  # null, or what the schema refused
+        where = (*path, "labels", key)
+        try:
+            value = compile_label_template(source)
+        except TemplateSyntaxErrors as exc:
+            issues += [_template_issue(doc, where, p) for p in exc.problems]
+            continue
+        if value.template is None and (problem := label_value_problem(value.render({}))):
+            shown = ellipsized(source, 80)
+            issues.append(doc.issue(where, f"label value {shown!r}: {problem}"))
+    return issues
 
 
 def _template_issue(doc: Document, path: KeyPath, problem: TemplateProblem) -> ConfigIssue:

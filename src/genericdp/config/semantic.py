@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from genericdp.config.convert import label_issues
 from genericdp.config.devpaths import container_path_problem, glob_problem
 from genericdp.config.durations import parse_duration
 from genericdp.config.names import (
@@ -58,6 +59,7 @@ def semantic_issues(doc: Document, seconds: dict[KeyPath, float]) -> list[Config
         issues += _hooks(doc, path, resource, seconds)
         issues += _mounts(doc, path, resource)
         issues += node_selector_issues(doc, path, resource)
+        issues += label_issues(doc, path, resource)
     return issues
 
 

@@ -42,6 +42,7 @@ from genericdp.config.v1.allocate import AllocateSpec
 
 # What the rest of the tree imports from here, wherever it is defined.
 __all__ = [
+    "LABEL_TEMPLATE_NAMES",
     "MAX_RENDER_SECONDS",
     "MAX_VALUE_CHARS",
     "NODE_TEMPLATE_NAMES",
@@ -52,6 +53,7 @@ __all__ = [
     "TemplateSyntaxErrors",
     "TemplateValue",
     "allocation_budget",
+    "compile_label_template",
     "compile_node_template",
     "compile_templates",
 ]
@@ -61,6 +63,8 @@ TEMPLATE_NAMES = ("resource", "node_name", "units", "devices", "device_ids")
 # A node's containerPath (a matcher's, or an allocate.devices entry's) is
 # rendered per node at discovery and sees only that node.
 NODE_TEMPLATE_NAMES = ("device",)
+# A node label (``labels``) is rendered over the resource's healthy units, not an allocation.
+LABEL_TEMPLATE_NAMES = ("resource", "node_name", "units", "devices")
 
 _TEMPLATE_MARKERS = ("{{", "{%", "{#")
 
@@ -310,6 +314,20 @@ def compile_node_template(source: str) -> TemplateValue:
     """
     problems: list[TemplateProblem] = []
     value = _compile_one("containerPath", source, problems, NODE_TEMPLATE_NAMES)
+    if problems:
+        raise TemplateSyntaxErrors(problems)
+    return value
+
+
+@functools.lru_cache(maxsize=1024)
+def compile_label_template(source: str) -> TemplateValue:
+    """A ``labels`` value compiled once (cached by source: the loader compiles it to
+    validate, the label publisher renders the same object at every change).
+
+    Raises ``TemplateSyntaxErrors`` (key ``labels``) like ``compile_templates``.
+    """
+    problems: list[TemplateProblem] = []
+    value = _compile_one("labels", source, problems, LABEL_TEMPLATE_NAMES)
     if problems:
         raise TemplateSyntaxErrors(problems)
     return value

@@ -71,6 +71,10 @@ class Recorder(Protocol):
 
     def claim_unprepare(self, driver: str, result: str, seconds: float) -> None: ...
 
+    def label_dropped(self, resource: str, reason: str) -> None: ...
+
+    def label_write(self, *, ok: bool) -> None: ...
+
 
 class NoMetrics:
     """A ``Recorder`` that records nothing: the runtime's default."""
@@ -97,6 +101,12 @@ class NoMetrics:
         pass
 
     def claim_unprepare(self, driver: str, result: str, seconds: float) -> None:
+        pass
+
+    def label_dropped(self, resource: str, reason: str) -> None:
+        pass
+
+    def label_write(self, *, ok: bool) -> None:
         pass
 
 

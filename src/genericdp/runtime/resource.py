@@ -99,6 +99,11 @@ class ResourceRunner:
             return status
         return replace(status, left_out=self._kept.left_out, limited=self._kept.note(self.name))
 
+    @property
+    def discovered(self) -> bool:
+        """Whether the first scan is done (before it, no units means nothing yet)."""
+        return self._discovered
+
     def start(self) -> None:
         self._usage.watch(self.name, self._allocations_changed)
         self._spawn("discovery", self._discovery_loop)
@@ -268,6 +273,7 @@ class ResourceRunner:
                 self._log_held(before.keys(), gone)
             if not self._discovered:
                 self._discovered = True
+                self._context.on_status()  # node labels wait for every first scan
                 await self._usage_settled()
                 self.edge.wake("start")
             await wait_event(self._rescan, self._context.rescan_interval)

@@ -37,6 +37,7 @@ from genericdp.runtime.edge import Edge, PluginStatus
 from genericdp.runtime.reconcile import NodeLabels, Plan, plan, served
 from genericdp.runtime.recorder import NO_METRICS, Recorder, TimedHooks
 from genericdp.runtime.resource import ResourceRunner
+from genericdp.runtime.state import DeviceState
 from genericdp.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -268,6 +269,18 @@ class Supervisor:
                 if predicate(statuses):
                     return statuses
                 await changed.wait()
+
+    def labelled(self) -> Iterator[tuple[ResourceDefinition, DeviceState, bool]]:
+        """Each served resource, its state and whether that is settled (scanned once, every
+        unit probed once): what node labels are made of."""
+        for runner in list(self._runners.values()):
+            state, probed = runner.state, runner.state.probed
+            settled = probed is None or state.units_view().keys() <= probed
+            yield runner.definition, state, runner.discovered and settled
+
+    def next_change(self) -> asyncio.Event:
+        """Set at the next change of the resources served or of their status."""
+        return self._changed
 
     # -- the Fleet the backend's tasks see ---------------------------------------
 

@@ -11,6 +11,7 @@ Schema fragment, its frozen dataclasses and its converter from validated data
     allocate    allocate: env, mounts, annotations, cdi, devices
     dra         dra: attributes for ResourceSlices
     nodeselector  nodeSelector: the nodes that serve a resource
+    labels      labels: the node labels a resource publishes
     common      durations, commands, permissions, string maps
 
 ``build_schema`` assembles the fragments into the schema ``genericdp schema``
@@ -29,6 +30,7 @@ from genericdp.config.v1 import (
     dra,
     health,
     hooks,
+    labels,
     matchers,
     nodeselector,
     resource,
@@ -36,7 +38,7 @@ from genericdp.config.v1 import (
 
 # The sections with ``$defs`` of their own, in the order the schema file lists
 # them (``grouping`` is one property of a resource, inlined there).
-SECTIONS = (resource, dra, matchers, common, health, hooks, allocate, nodeselector)
+SECTIONS = (resource, dra, matchers, common, health, hooks, allocate, nodeselector, labels)
 
 
 def build_schema() -> dict[str, Any]:

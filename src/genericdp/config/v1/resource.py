@@ -21,6 +21,7 @@ from genericdp.config.v1.grouping import DEFAULT_GROUP_BY, GroupBy, group_by
 from genericdp.config.v1.grouping import PROPERTY as GROUP_BY_PROPERTY
 from genericdp.config.v1.health import HealthCheck, health_check
 from genericdp.config.v1.hooks import Hooks, hooks
+from genericdp.config.v1.labels import LabelSpec, label_spec
 from genericdp.config.v1.matchers import Matcher, matcher
 from genericdp.config.v1.nodeselector import node_selector
 
@@ -148,6 +149,7 @@ DEFS: dict[str, Any] = {
             },
             "dra": {"$ref": "#/$defs/dra"},
             "nodeSelector": {"$ref": "#/$defs/nodeSelector"},
+            "labels": {"$ref": "#/$defs/labels"},
         },
     }
 }
@@ -181,6 +183,8 @@ class ResourceDefinition:
     dra: DraSpec = field(default_factory=DraSpec)
     # None: every node serves it (``nodeSelector`` absent).
     node_selector: NodeSelector | None = None
+    # The node labels it publishes while it has healthy units (the default included).
+    labels: LabelSpec = field(default_factory=LabelSpec)
     source: Source = field(default=Source("<memory>"), compare=False)
     # Built once at load time from ``allocate``; derived, so not compared.
     templates: CompiledTemplates | None = field(default=None, compare=False, repr=False)
@@ -236,6 +240,7 @@ def resource_definition(
         ),
         dra=dra_spec(raw.get("dra", {})),
         node_selector=node_selector(raw["nodeSelector"]) if "nodeSelector" in raw else None,
+        labels=label_spec(raw.get("labels"), raw["name"]),
         source=Source(file, line),
         templates=templates,
     )

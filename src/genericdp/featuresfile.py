@@ -1,0 +1,76 @@
+"""The node's labels as a Node Feature Discovery feature file, for clusters that run
+NFD's workers only (``GENERICDP_NODE_FEATURES=file``).
+
+NFD's local source reads every file of its ``features.d`` directory, one
+``key=value`` per line, and ignores names that start with a dot, which is how
+``atomicfile`` names its temporary file: the worker reads the old file or the
+new one, never half of one. No labels removes the file (NFD removes the
+labels it gave). A ``LabelSink`` (``runtime/nodelabels.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from pathlib import Path
+
+from genericdp.atomicfile import write_atomically
+
+MAX_READ = 1 << 20  # what ``current`` reads of an existing file: far more than 64 labels a resource
+
+
+class FeaturesFile:
+    """The feature file at ``path`` (its directory is NFD's ``features.d``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @property
+    def what(self) -> str:
+        return f"feature file {self.path}"
+
+    async def current(self) -> Mapping[str, str] | None:
+        """The labels the file holds (none when it is missing); None when it is unreadable."""
+        return await asyncio.to_thread(self._read)
+
+    async def publish(self, labels: Mapping[str, str]) -> None:
+        await asyncio.to_thread(self._write, dict(labels))
+
+    def _read(self) -> dict[str, str] | None:
+        try:
+            with self.path.open("rb") as file:
+                data = file.read(MAX_READ)
+        except FileNotFoundError:
+            return {}
+        except OSError:
+            return None  # whatever it is, writing it anew is the way out
+        try:
+            return parse_features(data.decode())
+        except UnicodeDecodeError:
+            return None
+
+    def _write(self, labels: dict[str, str]) -> None:
+        if not labels:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+            return
+        # Readable by NFD's worker, whoever it runs as.
+        write_atomically(self.path, render_features(labels).encode(), mode=0o644)
+
+
+def render_features(labels: Mapping[str, str]) -> str:
+    """``key=value`` lines in key order (labels hold no '=' in keys, no newline anywhere)."""
+    return "".join(f"{key}={labels[key]}\n" for key in sorted(labels))
+
+
+def parse_features(text: str) -> dict[str, str]:
+    """The labels of a feature file: ``key=value`` lines; comments and blank lines skipped."""
+    labels: dict[str, str] = {}
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        key, _, value = stripped.partition("=")
+        labels[key] = value
+    return labels

@@ -1,0 +1,182 @@
+"""The node's labels as a Node Feature Discovery ``NodeFeature`` object
+(``nfd.k8s-sigs.io/v1alpha1``), the way NFD takes labels from third parties
+(``GENERICDP_NODE_FEATURES=nodefeature``; docs/deploy.md).
+
+nfd-master labels node N with the ``spec.labels`` of every NodeFeature that
+carries the label ``nfd.node.kubernetes.io/node-name: N``, and removes them
+when the object goes. The object is owned by the DaemonSet
+(``GENERICDP_NODE_FEATURES_OWNER``; its UID read once from the API server), not
+by the pod: a pod's restart or rolling update keeps the labels, deleting the
+DaemonSet removes them (garbage collection). Each write is one server-side
+apply (field manager ``genericdp``), so labels no longer given are removed and
+nobody else's fields are touched; ``current`` reads the object once at start,
+so a restart that changes nothing writes nothing. A ``LabelSink``
+(``runtime/nodelabels.py``), on lightkube's HTTP client, which carries the
+kubeconfig's or the service account's credentials.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx2
+
+from genericdp.dra.kubeapi import FIELD_MANAGER, ApiRequestError, AsyncClient, connect, http_of
+
+log = logging.getLogger(__name__)
+
+GROUP, VERSION, KIND = "nfd.k8s-sigs.io", "v1alpha1", "NodeFeature"
+NODE_NAME_LABEL = "nfd.node.kubernetes.io/node-name"
+NAME_PREFIX = "genericdp-"
+MAX_NAME = 253
+REQUEST_TIMEOUT = 10.0
+_NOT_FOUND = 404
+
+
+def object_name(node: str) -> str:
+    """``genericdp-<node>``, shortened with a hash to fit 253 characters."""
+    name = NAME_PREFIX + node
+    if len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(node.encode()).hexdigest()[:12]
+    head = name[: MAX_NAME - len(digest) - 1].rstrip(".-")
+    return f"{head}-{digest}"
+
+
+@dataclass
+class NodeFeatureSink:
+    """NodeFeature ``genericdp-<node>`` in ``namespace``, owned by DaemonSet ``owner``."""
+
+    client: AsyncClient
+    node: str
+    namespace: str
+    owner: str = ""
+    requests: int = 0  # requests sent (tests and the fleet benchmark read it)
+    _owner_ref: dict[str, Any] | None = field(default=None, init=False)
+    _owner_known: bool = field(default=False, init=False)
+
+    @property
+    def name(self) -> str:
+        return object_name(self.node)
+
+    @property
+    def what(self) -> str:
+        return f"NodeFeature {self.namespace}/{self.name}"
+
+    def _path(self) -> str:
+        return f"/apis/{GROUP}/{VERSION}/namespaces/{self.namespace}/nodefeatures/{self.name}"
+
+    async def current(self) -> Mapping[str, str] | None:
+        """The object's labels (none when it is missing); None when its node label or
+        owner is not what this daemon writes, so that the next write fixes them."""
+        await self._find_owner()
+        response = await self._send("GET", self._path(), f"reading {self.what}")
+        if response.status_code == _NOT_FOUND:
+            return {}
+        obj = _body(response, f"reading {self.what}")
+        metadata = obj.get("metadata") or {}
+        if (metadata.get("labels") or {}).get(NODE_NAME_LABEL) != self.node:
+            return None
+        owners = {ref.get("uid") for ref in metadata.get("ownerReferences") or ()}
+        if self._owner_ref is not None and self._owner_ref["uid"] not in owners:
+            return None
+        labels = (obj.get("spec") or {}).get("labels") or {}
+        return {str(k): str(v) for k, v in labels.items()}
+
+    async def publish(self, labels: Mapping[str, str]) -> None:
+        """One server-side apply: the object with exactly ``labels`` from this manager."""
+        await self._find_owner()
+        metadata: dict[str, Any] = {
+            "name": self.name,
+            "namespace": self.namespace,
+            "labels": {NODE_NAME_LABEL: self.node},
+        }
+        if self._owner_ref is not None:
+            metadata["ownerReferences"] = [self._owner_ref]
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": KIND,
+            "metadata": metadata,
+            "spec": {"labels": dict(labels)},
+            "status": {},  # the CRD requires it (nfd's Go type always sends it)
+        }
+        what = f"writing {self.what}"
+        response = await self._send(
+            "PATCH",
+            self._path(),
+            what,
+            params={"fieldManager": FIELD_MANAGER, "force": "true"},
+            content=json.dumps(body),  # JSON is YAML
+            headers={"Content-Type": "application/apply-patch+yaml"},
+        )
+        if response.status_code == _NOT_FOUND:
+            what += " (a 404 here: is NFD's NodeFeature CRD installed, and the namespace there?)"
+        _body(response, what)
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def _find_owner(self) -> None:
+        """The DaemonSet's UID for the owner reference, looked up once."""
+        if self._owner_known or not self.owner:
+            self._owner_known = True
+            return
+        path = f"/apis/apps/v1/namespaces/{self.namespace}/daemonsets/{self.owner}"
+        what = f"reading DaemonSet {self.namespace}/{self.owner}"
+        response = await self._send("GET", path, what)
+        code = response.status_code
+        if code in (403, _NOT_FOUND):
+            log.warning(
+                "%s: the API server answered %d: %s is written without an owner and stays"
+                " when the DaemonSet is deleted",
+                what,
+                code,
+                self.what,
+            )
+            self._owner_known = True
+            return
+        uid = _body(response, what).get("metadata", {}).get("uid")
+        if not uid:
+            raise ApiRequestError(what, code, "no metadata.uid")
+        self._owner_ref = {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "name": self.owner,
+            "uid": str(uid),
+        }
+        self._owner_known = True
+
+    async def _send(self, method: str, path: str, what: str, **kwargs: Any) -> httpx2.Response:
+        self.requests += 1
+        http = http_of(self.client)  # lightkube's HTTP client
+        try:
+            return await http.request(method, path, timeout=REQUEST_TIMEOUT, **kwargs)
+        except httpx2.HTTPError as err:
+            raise ApiRequestError(what, 0, str(err) or type(err).__name__) from err
+
+
+def _body(response: httpx2.Response, what: str) -> dict[str, Any]:
+    """The answer's object; raises ApiRequestError on anything but success."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    if not response.is_success:
+        reason = body.get("message") if isinstance(body, dict) else None
+        raise ApiRequestError(what, response.status_code, str(reason or response.reason_phrase))
+    return body if isinstance(body, dict) else {}
+
+
+def node_feature_sink(
+    kubeconfig: Path | None, node: str, namespace: str, owner: str
+) -> NodeFeatureSink:
+    """A sink on a new client (``kubeconfig``, else the pod's service account); an empty
+    ``namespace`` is the client's. Raises ApiSetupError when there is no way to the server."""
+    client = connect(kubeconfig)
+    return NodeFeatureSink(client, node, namespace or client.namespace, owner)
