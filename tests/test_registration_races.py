@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import socket
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -320,44 +319,6 @@ async def test_thousand_crash_restarts(base: Path) -> None:
     """1000 crash-style restarts: nothing stale, no duplicate, every resource back < 1 s."""
     count = int(os.environ.get("GENERICDP_RESTARTS", "1000"))
     await _run_restarts(base, count, seed=int(os.environ.get("GENERICDP_SEED", "1")))
-
-
-async def test_a_connection_to_a_dead_kubelet_is_dropped_when_a_new_one_starts(
-    base: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A Register still connecting when a new ``kubelet.sock`` appears starts over at once.
-
-    The dead kubelet accepted our connection and never answered the HTTP/2
-    handshake (it stopped as we connected): without the restart, the daemon
-    waits out the connection attempt (``CONNECT_ATTEMPT``, made long here)
-    while the new kubelet is already listening.
-    """
-    monkeypatch.setattr("genericdp.kubelet.registration.CONNECT_ATTEMPT", 60.0)
-    names = [A, B]
-    discovery = ScriptedDiscovery({n: [unit("u0")] for n in names})
-    async with running(base, _cfg(names), discover=discovery) as rt:
-        await rt.until(sound(rt, names))
-        kubelet = rt.kubelet
-        await kubelet.crash()
-        kubelet.socket.unlink()
-        dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        dead.setblocking(False)
-        held: list[socket.socket] = []
-        try:
-            dead.bind(str(kubelet.socket))  # created: the daemon tries it
-            dead.listen(8)
-            loop = asyncio.get_running_loop()
-            async with asyncio.timeout(5.0):
-                while len(held) < len(names):  # every resource connected, and left hanging
-                    conn, _ = await loop.sock_accept(dead)
-                    held.append(conn)
-            kubelet.socket.unlink()
-            await kubelet.start()
-            await rt.until(sound(rt, names), timeout=5.0)
-        finally:
-            for conn in held:
-                conn.close()
-            dead.close()
 
 
 class DeletingKubelet(pb_grpc.RegistrationServicer):

@@ -86,7 +86,6 @@ class Registrar:
         self._backoff = Backoff()
         self._server: UnixServer | None = None
         self._socket_lost = asyncio.Event()  # set when it is deleted or replaced
-        self._kubelet_new = asyncio.Event()  # set when a kubelet.sock is created
         self._wanted = asyncio.Event()
         self._reasons: list[str] = []
         self.registered = False
@@ -122,8 +121,6 @@ class Registrar:
     def plugin_dir_changed(self, change: DirChange) -> None:
         """Our socket deleted, or replaced (a file created in its place): check which,
         and serve again, even during a Register."""
-        if KUBELET_SOCKET_NAME in change.created or change.lost:
-            self._kubelet_new.set()
         socket = self.socket
         if socket is not None and socket.name in change.deleted | change.created:
             self._socket_changed()
@@ -247,71 +244,44 @@ class Registrar:
         return True
 
     async def _register(self, kubelet: Path) -> None:
-        """Send one Register; serve its socket's path again if it is lost meanwhile.
-
-        A new ``kubelet.sock`` created while the connection is still being made
-        starts the attempt over: the connection went to a kubelet that stopped
-        as we connected (it accepted, nothing answers), and the new one is
-        listening now. Once the request is sent it is never abandoned (a
-        second Register beside it is what the kubelet must not see).
-        """
+        """Send one Register; serve its socket's path again if it is lost meanwhile."""
         if self._server is None:
             raise RuntimeError("self._server is not set")
         path = self._server.socket
-        sent = False
 
         def check() -> None:  # connected: this kubelet has cleaned its directory already
-            nonlocal sent
             if not self._socket_intact():
                 raise RegistrationError(f"{path} is no longer our socket; not naming it")
             self._kubelet_id = file_id(kubelet)
-            sent = True
-
-        def call() -> asyncio.Future[None]:
-            self._kubelet_new.clear()
-            return asyncio.ensure_future(
-                register(
-                    kubelet,
-                    endpoint=path.name,
-                    resource_name=self.resource,
-                    options=self._options(),
-                    timeout=REGISTER_TIMEOUT,
-                    before_send=check,
-                )
-            )
 
         self._socket_lost.clear()
-        registering = call()
+        call = asyncio.ensure_future(
+            register(
+                kubelet,
+                endpoint=path.name,
+                resource_name=self.resource,
+                options=self._options(),
+                timeout=REGISTER_TIMEOUT,
+                before_send=check,
+            )
+        )
         try:
             while True:
                 lost = asyncio.ensure_future(self._socket_lost.wait())
-                new_kubelet = asyncio.ensure_future(self._kubelet_new.wait())
                 try:
-                    await asyncio.wait(
-                        (registering, lost, new_kubelet), return_when=asyncio.FIRST_COMPLETED
-                    )
+                    await asyncio.wait((call, lost), return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     lost.cancel()
-                    new_kubelet.cancel()
-                if registering.done():
-                    registering.result()
+                if call.done():
+                    call.result()
                     return
-                if self._kubelet_new.is_set():
-                    self._kubelet_new.clear()
-                    if not sent:
-                        log.info("%s: a new kubelet.sock; connecting to it", self.resource)
-                        registering.cancel()
-                        registering = call()
-                if self._socket_lost.is_set():
-                    # Deleted or replaced while the kubelet may be dialing it: the
-                    # Register names this path, so it must be served again now.
-                    self._socket_lost.clear()
-                    log.warning(
-                        "%s: %s lost during Register; serving it again", self.resource, path
-                    )
-                    await self._serve(path)
+                # Deleted or replaced while the kubelet may be dialing it: the
+                # Register names this path, so it must be served again now.
+                self._socket_lost.clear()
+                log.warning("%s: %s lost during Register; serving it again", self.resource, path)
+                await self._serve(path)
         finally:
-            registering.cancel()
+            call.cancel()
 
     async def _kubelet_stream_opened(self, seen: int, kubelet: Path) -> bool:
         """Wait (``STREAM_WAIT``) for the kubelet's ListAndWatch; False if none or it ended.
