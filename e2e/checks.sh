@@ -700,8 +700,8 @@ check_daemon_pod_recreated() {
 SELECTED_LABEL=genericdp.example.com/e2e-selected
 SERVICE_ACCOUNT=system:serviceaccount:$NAMESPACE:genericdp
 
-# registered_since T RESOURCE: the kubelet logged a registration of RESOURCE after T.
-registered_since() {
+# resource_registered_since T RESOURCE: the kubelet logged a registration of RESOURCE after T.
+resource_registered_since() {
   kubelet_log_since "$1" | grep -F "Got registration request from device plugin" |
     grep -F "\"$2\"" >/dev/null
 }
@@ -748,7 +748,7 @@ EOM
   started=$(now)
   k label node "$NODE" "$SELECTED_LABEL=true"
   wait_for 15 "example.com/e2e-selected to register with the kubelet after the label" \
-    registered_since "$started" example.com/e2e-selected
+    resource_registered_since "$started" example.com/e2e-selected
   timing "nodeSelector: node labelled -> resource registered (kubelet)" "$(seconds_between "$started" "$(now)")"
   wait_quantity allocatable example.com/e2e-selected 1 45
   timing "nodeSelector: node labelled -> allocatable 1 in the Node" "$(seconds_between "$started" "$(now)")"
