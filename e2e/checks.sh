@@ -333,17 +333,20 @@ check_health() {
   timing "health: probe passes -> allocatable 2" "$(seconds_between "$started" "$(now)")"
 }
 
-# device_pod_manifest NAME RESOURCE: a pod holding one RESOURCE, sleeping.
+# device_pod_manifest NAME RESOURCE [GROUP [SECURITY_CONTEXT]]: a pod holding
+# one RESOURCE, sleeping; labelled genericdp-e2e=GROUP, with the pod's
+# securityContext (a flow mapping) when given.
 device_pod_manifest() {
   cat <<EOM
 apiVersion: v1
 kind: Pod
 metadata:
   name: $1
-  labels: {app.kubernetes.io/name: genericdp-e2e-consumer}
+  labels: {app.kubernetes.io/name: genericdp-e2e-consumer${3:+, genericdp-e2e: $3}}
 spec:
   restartPolicy: Never
   terminationGracePeriodSeconds: 1
+  ${4:+securityContext: $4}
   containers:
     - name: consumer
       image: $CONSUMER_IMAGE
@@ -391,6 +394,33 @@ check_unbounded() {
 # resource_health POD: the pod's allocatedResourcesStatus, "NAME: ID=HEALTH..." a line.
 resource_health() {
   k -n "$NAMESPACE" get pod "$1" -o 'jsonpath={range .status.containerStatuses[*].allocatedResourcesStatus[*]}{.name}:{range .resources[*]} {.resourceID}={.health}{end}{"\n"}{end}'
+}
+
+# pod_resource_status_is POD HEALTH [MESSAGE]: the first resource of the
+# pod's allocatedResourcesStatus has HEALTH (and MESSAGE, when given); LAST_SEEN
+# is "HEALTH: MESSAGE".
+pod_resource_status_is() {
+  LAST_SEEN=$(k -n "$NAMESPACE" get pod "$1" \
+    -o 'jsonpath={.status.containerStatuses[0].allocatedResourcesStatus[0].resources[0].health}: {.status.containerStatuses[0].allocatedResourcesStatus[0].resources[0].message}') ||
+    return 1
+  [[ ${LAST_SEEN%%: *} == "$2" ]] && [[ -z ${3:-} || ${LAST_SEEN#*: } == "$3" ]]
+}
+
+# nonroot_pods_see IN OUT PATH: in pod IN (uid 1000, in group 4242) PATH is
+# root's, group 4242's, 0660 (allocate.deviceNodes), and opens; pod OUT (uid
+# 1000, not in the group) is refused it by the file's mode.
+nonroot_pods_see() {
+  local said
+  expect "stat -c '%A %u %g' $3 in pod $1" "crw-rw---- 0 4242" \
+    "$(k -n "$NAMESPACE" exec "$1" -- stat -c '%A %u %g' "$3" | tr -d '\r')"
+  expect "uid and groups in pod $1" "1000 1000 4242" \
+    "$(k -n "$NAMESPACE" exec "$1" -- id -u | tr -d '\r') $(k -n "$NAMESPACE" exec "$1" -- id -G | tr -d '\r')"
+  said=$(k -n "$NAMESPACE" exec "$1" -- sh -c "exec 3<>$3" 2>&1 | tr -d '\r' || true)
+  [[ -z $said ]] || fail "pod $1 (uid 1000, in group 4242) cannot open $3: $said"
+  said=$(k -n "$NAMESPACE" exec "$2" -- sh -c "exec 3<>$3" 2>&1 | tr -d '\r' || true)
+  [[ $said == *"Permission denied"* ]] ||
+    fail "pod $2 (uid 1000, not in group 4242) should be refused $3 (Permission denied); it said: '${said:-opened}'"
+  log "  $1 (group 4242) opens $3; $2 is refused: ${said%%$'\n'*}"
 }
 
 pod_resource_health_is() {
@@ -579,6 +609,10 @@ pod_config_lacks() {
   [[ $text != *"$2"* ]]
 }
 
+old_config_ready() {
+  quantity_is allocatable example.com/null 4 && pod_ready "$1"
+}
+
 old_config_serving() {
   quantity_is allocatable example.com/e2e-reload 2 &&
     quantity_is allocatable example.com/null 4 &&
@@ -663,6 +697,204 @@ check_daemon_pod_recreated() {
   no_probe_warnings "$new"
 }
 
+SELECTED_LABEL=genericdp.example.com/e2e-selected
+SERVICE_ACCOUNT=system:serviceaccount:$NAMESPACE:genericdp
+
+# resource_registered_since T RESOURCE: the kubelet logged a registration of RESOURCE after T.
+resource_registered_since() {
+  kubelet_log_since "$1" | grep -F "Got registration request from device plugin" |
+    grep -F "\"$2\"" >/dev/null
+}
+
+# can_i VERB RESOURCE: what `kubectl auth can-i` says for genericdp's service account.
+can_i() {
+  k auth can-i "$1" "$2" --as="$SERVICE_ACCOUNT" 2>/dev/null || true
+}
+
+check_node_selector() {
+  log "check: genericdp's service account reads nodes and may not write them or read pods (RBAC)"
+  expect "kubectl auth can-i list nodes (as $SERVICE_ACCOUNT)" yes "$(can_i list nodes)"
+  expect "kubectl auth can-i patch nodes (as $SERVICE_ACCOUNT)" no "$(can_i patch nodes)"
+  expect "kubectl auth can-i get pods (as $SERVICE_ACCOUNT)" no "$(can_i get pods)"
+
+  log "check: a resource whose nodeSelector this node does not match is not served"
+  local pod edited started
+  pod=$(daemon_pod)
+  node_exec mknod -m 0666 /dev/gdp-e2e-sel0 c 1 3
+  edited=$(mktemp)
+  cat "$E2E_ROOT/overlay/e2e.yaml" - >"$edited" <<EOM
+
+  - name: example.com/e2e-selected
+    match:
+      - glob: /dev/gdp-e2e-sel*
+    nodeSelector:
+      matchLabels: {$SELECTED_LABEL: "true"}
+    hooks:
+      cleanup:
+        exec: [/bin/sh, -c, 'echo "e2e selected cleaned"']
+        timeout: 5s
+EOM
+  apply_e2e_config "$edited"
+  rm -f "$edited"
+  wait_for 180 "the ConfigMap with example.com/e2e-selected to reach pod $pod" \
+    pod_config_has "$pod" example.com/e2e-selected
+  wait_for 30 "genericdp ($pod) to log that it does not serve example.com/e2e-selected on this node" \
+    daemon_log_has "$pod" "not serving on this node: example.com/e2e-selected (nodeSelector needs"
+  log "  $(k -n "$NAMESPACE" logs "$pod" --tail=-1 | grep -F 'not serving on this node' | tail -1 | cut -c1-240)"
+  hold_for 3 "example.com/e2e-selected not in the node's capacity" \
+    quantity_is capacity example.com/e2e-selected 0
+
+  log "check: labelling the node starts it; a pod gets it"
+  started=$(now)
+  k label node "$NODE" "$SELECTED_LABEL=true"
+  wait_for 15 "example.com/e2e-selected to register with the kubelet after the label" \
+    resource_registered_since "$started" example.com/e2e-selected
+  timing "nodeSelector: node labelled -> resource registered (kubelet)" "$(seconds_between "$started" "$(now)")"
+  wait_quantity allocatable example.com/e2e-selected 1 45
+  timing "nodeSelector: node labelled -> allocatable 1 in the Node" "$(seconds_between "$started" "$(now)")"
+  device_pod_manifest e2e-selected example.com/e2e-selected | k -n "$NAMESPACE" apply -f -
+  k -n "$NAMESPACE" wait --for=condition=Ready pod/e2e-selected --timeout=120s ||
+    fail "pod e2e-selected (example.com/e2e-selected: 1) did not become Ready within 120s"
+  k -n "$NAMESPACE" exec e2e-selected -- test -c /dev/gdp-e2e-sel0 ||
+    fail "pod e2e-selected has no /dev/gdp-e2e-sel0"
+
+  log "check: the label removed, the resource is no longer advertised; the pod keeps its unit until deleted"
+  started=$(now)
+  k label node "$NODE" "$SELECTED_LABEL-"
+  wait_quantity allocatable example.com/e2e-selected 0 45
+  timing "nodeSelector: label removed -> allocatable 0" "$(seconds_between "$started" "$(now)")"
+  wait_for 30 "genericdp ($pod) to run example.com/e2e-selected's cleanup hook" \
+    daemon_log_has "$pod" "e2e selected cleaned"
+  timing "nodeSelector: label removed -> cleanup hook ran" "$(seconds_between "$started" "$(now)")"
+  pod_ready e2e-selected || fail "pod e2e-selected is not Ready after the label was removed"
+  k -n "$NAMESPACE" exec e2e-selected -- test -c /dev/gdp-e2e-sel0 ||
+    fail "pod e2e-selected lost /dev/gdp-e2e-sel0 when the label was removed"
+  k -n "$NAMESPACE" delete pod e2e-selected --wait=true
+  node_exec rm -f /dev/gdp-e2e-sel0
+  k apply -k "$OVERLAY"
+  wait_for 180 "the deployed ConfigMap to reach pod $pod again" pod_config_lacks "$pod" e2e-selected
+}
+
+STATE_DIR=/var/lib/genericdp # in the pod (GENERICDP_STATE_DIR), a hostPath
+
+# pod_mode POD PATH: the permission bits of PATH in POD, in octal (a
+# hostPath's are the node's).
+pod_mode() {
+  k -n "$NAMESPACE" exec "$1" -- python3 -c \
+    'import os, stat, sys; print(format(stat.S_IMODE(os.lstat(sys.argv[1]).st_mode), "o"))' "$2" 2>&1 |
+    tr -d '\r'
+}
+
+# readyz POD: "STATUS BODY" of GET /readyz in POD (kubectl's error for a
+# non-2xx answer through the pods proxy names the status, not the body).
+readyz() {
+  k -n "$NAMESPACE" exec "$1" -- python3 -c 'import urllib.error, urllib.request
+try:
+    answer = urllib.request.urlopen("http://127.0.0.1:9090/readyz", timeout=5)
+    print(answer.status, answer.read().decode())
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode())' | tr -d '\r'
+}
+
+# proxied_readyz POD: what the API server's pods proxy relays of POD's /readyz.
+proxied_readyz() {
+  k get --raw "/api/v1/namespaces/$NAMESPACE/pods/$1:9090/proxy/readyz" 2>&1 || true
+}
+
+# pod_metric POD SERIES: the value of one series of POD's /metrics (pods proxy), as a
+# number ("1", not prometheus_client's "1.0").
+pod_metric() {
+  k get --raw "/api/v1/namespaces/$NAMESPACE/pods/$1:9090/proxy/metrics" |
+    awk -v s="$2" '$1 == s { print $2 + 0 }'
+}
+
+new_daemon_pod_running() {
+  local pod
+  pod=$(daemon_pod) || return 1
+  LAST_SEEN=$pod
+  [[ -n $pod && $pod != "$1" ]] &&
+    [[ -n $(k -n "$NAMESPACE" get pod "$pod" -o 'jsonpath={.status.containerStatuses[0].state.running.startedAt}') ]]
+}
+
+# serving_last_good POD: up (no restart), not Ready, the last good config's
+# null served; LAST_SEEN says what was seen.
+serving_last_good() {
+  local restarts ready null
+  restarts=$(k -n "$NAMESPACE" get pod "$1" -o 'jsonpath={.status.containerStatuses[0].restartCount}') || return 1
+  ready=$(k -n "$NAMESPACE" get pod "$1" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}') || return 1
+  null=$(node_quantity allocatable example.com/null) || return 1
+  LAST_SEEN="restartCount $restarts, Ready $ready, allocatable example.com/null $null"
+  [[ $restarts == 0 && $ready == False && $null == 4 ]]
+}
+
+readyz_serving_last_good() {
+  LAST_SEEN=$(readyz "$1") || return 1
+  [[ $LAST_SEEN == "503 "*"is invalid; serving the last good config, applied"* ]] || return 1
+  LAST_SEEN="$LAST_SEEN; through the pods proxy: $(proxied_readyz "$1")"
+  [[ $LAST_SEEN == *"(ServiceUnavailable)"* ]]
+}
+
+check_last_good() {
+  log "check: an invalid ConfigMap (unquoted idVendor) reaches the pod; it keeps serving, Ready"
+  local pod broken new uid started said
+  pod=$(daemon_pod)
+  pod_ready "$pod" || fail "genericdp pod $pod is not Ready before the check"
+  broken=$(mktemp)
+  cat "$E2E_ROOT/overlay/e2e.yaml" - >"$broken" <<'EOM'
+
+  - name: example.com/e2e-unquoted
+    match:
+      - udev: {attributes: {idVendor: 259}}
+EOM
+  apply_e2e_config "$broken"
+  rm -f "$broken"
+  wait_for 180 "the broken ConfigMap to reach pod $pod" pod_config_has "$pod" "idVendor: 259"
+  hold_for 5 "pod $pod Ready and serving (null 4) with the broken ConfigMap mounted" \
+    old_config_ready "$pod"
+
+  log "check: the last good config is kept on the node: $STATE_DIR/last-good-config.json, 0600 in a 0700 directory"
+  expect "mode of $STATE_DIR (a hostPath) in $pod" 700 "$(pod_mode "$pod" "$STATE_DIR")"
+  expect "mode of $STATE_DIR/last-good-config.json in $pod" 600 \
+    "$(pod_mode "$pod" "$STATE_DIR/last-good-config.json")"
+
+  log "check: the pod deleted, the new one starts with the broken ConfigMap: up, not Ready, serving the last good config"
+  started=$(now)
+  k -n "$NAMESPACE" delete pod "$pod" --wait=false
+  wait_for 120 "a new genericdp pod (not $pod) running" new_daemon_pod_running "$pod"
+  new=$LAST_SEEN
+  wait_for 60 "genericdp ($new) to log that it serves the last good config" \
+    daemon_log_has "$new" "config refused at start, serving the last good config"
+  wait_quantity allocatable example.com/null 4 60
+  timing "last good: pod deleted -> new pod serves the last good config (null 4)" \
+    "$(seconds_between "$started" "$(now)")"
+  LAST_SEEN=""
+  wait_for 30 "/readyz of $new to refuse, saying it serves the last good config" \
+    readyz_serving_last_good "$new"
+  log "  /readyz: $(cut -c1-300 <<<"$LAST_SEEN")"
+  expect "genericdp_config_source{source=\"last_good\"} of $new" 1 \
+    "$(pod_metric "$new" 'genericdp_config_source{source="last_good"}')"
+  hold_for 60 "pod $new up and not Ready, serving the last good config" serving_last_good "$new"
+  readyz_serving_last_good "$new" || fail "/readyz of $new changed: $LAST_SEEN"
+
+  log "check: a consumer pod still gets its device"
+  consumer_manifest e2e-last-good 1 | k -n "$NAMESPACE" apply -f -
+  k -n "$NAMESPACE" wait --for=condition=Ready pod/e2e-last-good --timeout=120s ||
+    fail "pod e2e-last-good (example.com/e2e-dev: 1) did not become Ready while genericdp serves the last good config"
+  said=$(k -n "$NAMESPACE" exec e2e-last-good -- env | tr -d '\r' | sed -n 's/^E2E_DEV_PATHS=//p')
+  [[ $said == /dev/gdp-e2e-dev[01] ]] || fail "E2E_DEV_PATHS in pod e2e-last-good is '$said'"
+  k -n "$NAMESPACE" delete pod e2e-last-good --wait=false
+
+  log "check: the good ConfigMap applied again, the same pod becomes Ready"
+  uid=$(pod_identity "$new")
+  started=$(now)
+  k apply -k "$OVERLAY"
+  wait_for 180 "genericdp pod $new to become Ready with the good ConfigMap" pod_ready "$new"
+  timing "last good: good ConfigMap applied -> the same pod Ready" "$(seconds_between "$started" "$(now)")"
+  expect "genericdp pod $new once Ready (uid, restarts)" "$uid" "$(pod_identity "$new")"
+  expect "genericdp_config_source{source=\"config\"} of $new" 1 \
+    "$(pod_metric "$new" 'genericdp_config_source{source="config"}')"
+}
+
 # daemon_open POD PATH: what opening PATH read-write inside genericdp says ("" = opened).
 daemon_open() {
   k -n "$NAMESPACE" exec "$1" -- python3 -c "import os, sys
@@ -702,15 +934,16 @@ check_privileged() {
 
 ALL_CHECKS=(
   startup_probes server_dry_run capacity consumer_pod allocate_devices over_request hotplug health hot_reload cleanup_hook
-  unbounded unplug_in_use kubelet_restarts daemon_pod_recreated privileged
+  node_selector last_good unbounded unplug_in_use kubelet_restarts daemon_pod_recreated privileged
 )
 
 main() {
   local check
   k -n "$NAMESPACE" delete pod "$CONSUMER" e2e-too-many e2e-not-admitted e2e-after-restarts e2e-second-unit \
-    e2e-unplug --ignore-not-found --wait=true
+    e2e-unplug e2e-selected e2e-last-good --ignore-not-found --wait=true
   k -n "$NAMESPACE" delete pod -l genericdp-e2e=shared --ignore-not-found --wait=true
-  node_exec rm -f "$FLAG" /dev/gdp-e2e-hp0 /dev/gdp-e2e-hp1 /dev/gdp-e2e-unplug0
+  k label node "$NODE" "$SELECTED_LABEL-" >/dev/null
+  node_exec rm -f "$FLAG" /dev/gdp-e2e-hp0 /dev/gdp-e2e-hp1 /dev/gdp-e2e-unplug0 /dev/gdp-e2e-sel0
   log "node $NODE, daemon pod $(daemon_pod), image $IMAGE"
   (($#)) || set -- "${ALL_CHECKS[@]}"
   for check in "$@"; do

@@ -123,7 +123,7 @@ async def test_a_second_instance_waits_for_the_first_and_takes_over_every_claim(
         "--node-name", NODE, "--kubeconfig", str(apiserver.kubeconfig),
         "--dra-registration-dir", str(base / "registry"), "--dra-plugins-dir", str(plugins),
         "--cdi-dir", str(cdi_dir), *host.root_flags(),
-        "--log-level", "info", "--metrics-address", "",
+        "--log-level", "info", "--metrics-address", "", "--state-dir", str(base / "state"),
     ]  # fmt: skip
     checkpoint = plugins / DEFAULT_DRIVER / FILE_NAME
     async with EmbeddedDraKubelet(base / "registry") as kubelet:

@@ -186,6 +186,23 @@ def test_inspect_lists_the_devices_of_a_resource_with_their_health() -> None:
     assert inspect("devices", "example.com/none", stdin=json.dumps(SLICES)).stdout.strip() == ""
 
 
+def test_inspect_prints_attributes_by_qualified_name_and_taints_with_effects() -> None:
+    """`attributes` keeps the domain (resource.kubernetes.io/pcieRoot); `taints` the effect."""
+    slices = json.loads(json.dumps(SLICES))
+    slices["items"][0]["spec"]["devices"][0]["attributes"]["resource.kubernetes.io/pcieRoot"] = {
+        "string": "pci0000:00"
+    }
+    result = inspect("attributes", "example.com/serial", stdin=json.dumps(slices))
+    assert result.returncode == 0, result.stderr
+    assert "serial-u1 resource.kubernetes.io/pcieRoot=pci0000:00" in result.stdout.splitlines()
+    assert "serial-u2 genericdp.io/unitID=u2" in result.stdout.splitlines()
+    result = inspect("taints", "example.com/serial", stdin=json.dumps(slices))
+    assert result.stdout.splitlines() == [
+        "serial-u1 -",
+        "serial-u2 genericdp.io/unhealthy=true:NoSchedule",
+    ]
+
+
 def test_inspect_counts_the_devices_of_several_resources_in_one_go() -> None:
     """`counts RESOURCE=N...`: exit 0 when every count holds, else 1 naming each that does not."""
     slices = json.dumps(SLICES)

@@ -680,20 +680,29 @@ def local_node_setting(name: str) -> str:
 
 
 @needs_kubectl
-def test_local_overlay_changes_only_the_image_and_where_its_kubelet_keeps_pod_resources() -> None:
-    """The local-node overlay: its image, and pod-resources under its kubelet's --root-dir."""
+def test_local_overlay_changes_the_image_pod_resources_api_server_and_state_dir() -> None:
+    """The local-node overlay: its image, pod-resources under its kubelet's --root-dir, the API
+    server's own address (no kube-proxy) and genericdp's state under the node's directory."""
     overlay = yaml_file(LOCAL_OVERLAY / "kustomization.yaml")
     assert overlay["components"] == [os.path.relpath(KUBELET_ROOT_DIR, LOCAL_OVERLAY)]
-    assert "patches" not in overlay, "the component moves pod-resources, no patch of its own"
+    assert overlay["patches"] == [{"path": "api-server.yaml"}, {"path": "state-dir.yaml"}]
     kind = by_kind(kustomize(KIND_OVERLAY), "DaemonSet")[0]
     local = by_kind(kustomize(LOCAL_OVERLAY), "DaemonSet")[0]
     (container,) = local["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "localhost/genericdp:e2e"
     pod_resources = _volume(local, "pod-resources")["hostPath"]["path"]
     assert pod_resources == local_node_setting("KUBELET_ROOT") + "/pod-resources"
+    state = _volume(local, "state")["hostPath"]["path"]
+    assert state.startswith(local_node_setting("NODE_STATE") + "/"), "down.sh removes it"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["KUBERNETES_SERVICE_HOST"] == local_node_setting("NODE_IP")
+    assert env["KUBERNETES_SERVICE_PORT"] == "6443"
     # Everything else as on kind: the device-plugin directory is fixed whatever --root-dir says.
     _volume(kind, "pod-resources")["hostPath"]["path"] = pod_resources
-    kind["spec"]["template"]["spec"]["containers"][0]["image"] = container["image"]
+    _volume(kind, "state")["hostPath"]["path"] = state
+    (kind_container,) = kind["spec"]["template"]["spec"]["containers"]
+    kind_container["image"] = container["image"]
+    kind_container["env"] = container["env"]
     for ds in (kind, local):
         ds["spec"]["template"]["spec"]["volumes"].sort(key=lambda v: v["name"])
     assert local == kind
@@ -1072,8 +1081,9 @@ def test_cdi_round_waits_for_the_spec_file_genericdp_writes() -> None:
     """e2e/local/cdi.sh waits for the spec under the name genericdp gives it (spec_file_name)."""
     match = re.search(r"^SPEC=(\S+)$", (LOCAL / "cdi.sh").read_text(), re.MULTILINE)
     assert match, "no SPEC= line in e2e/local/cdi.sh"
-    (resource,) = [r.name for r in load([LOCAL / "cdi.yaml"]).resources]
-    assert match[1] == f"/var/run/cdi/{spec_file_name(resource)}"
+    names = [r.name for r in load([LOCAL / "cdi.yaml"]).resources]
+    assert match[1] == f"/var/run/cdi/{spec_file_name('example.com/e2e-cdi')}"
+    assert names == ["example.com/e2e-cdi", "example.com/e2e-nonroot"]
 
 
 # -- e2e scripts ------------------------------------------------------------------------------

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # CDI end to end on the local node, with a containerd that supports it
 # (Debian 13's 1.7, e2e/local/containerd-cdi.sh; Debian 12's 1.6 ignores CDI):
-# up with enable_cdi, deploy, add a resource with `cdi: true` (cdi.yaml)
+# up with enable_cdi, deploy, add the resources with `cdi: true` (cdi.yaml)
 # through the ConfigMap, and check that
 #   - genericdp wrote its CDI spec, naming the unit;
 #   - a pod asking for the resource runs with the device node, and containerd
 #     resolved the unit's CDI name from the spec for that container;
+#   - a resource with allocate.deviceNodes (group 4242, 0660) gives a
+#     non-root container in that group its node, and one not in it is
+#     refused; a node without it keeps the host's mode and owner;
 #   - with the spec file gone, containerd refuses a new such container
 #     ("unresolvable CDI devices"): the runtime uses the spec, not only the
 #     device nodes of the Allocate answer.
@@ -65,6 +68,7 @@ started=$(now)
 CONTAINERD_BIN_DIR=$CDI_CONTAINERD CDI=1 "$LOCAL_DIR/up.sh" "$images"
 "$E2E_ROOT/deploy.sh" local
 node_exec mknod -m 0600 /dev/gdp-e2e-cdi0 c 10 229
+node_exec mknod -m 0600 /dev/gdp-e2e-nr0 c 1 3
 
 log "check: a resource with cdi: true gets a CDI spec"
 combined=$(mktemp)
@@ -94,6 +98,21 @@ cdi_log=$(grep -F "Container $id: CDI devices from CRI Config.CDIDevices:" "$LOG
 [[ $cdi_log == *"[$kind=$name]"* ]] ||
   fail "containerd did not log the CDI device $kind=$name for container $id (got: '${cdi_log:-nothing}')"
 log "  containerd: ${cdi_log#*msg=}"
+# No allocate.deviceNodes: the host node's mode and owner (0600, root's).
+expect "stat -c '%A %u %g' /dev/gdp-e2e-cdi0 in pod e2e-cdi (the host's)" "crw------- 0 0" \
+  "$(k -n "$NAMESPACE" exec e2e-cdi -- stat -c '%A %u %g' /dev/gdp-e2e-cdi0 | tr -d '\r')"
+
+log "check: allocate.deviceNodes gives a non-root container its node (group 4242, 0660) through the CDI spec"
+wait_quantity allocatable example.com/e2e-nonroot 2 60
+device_pod_manifest e2e-cdi-nr-in example.com/e2e-nonroot nonroot \
+  '{runAsUser: 1000, runAsGroup: 1000, supplementalGroups: [4242]}' | k -n "$NAMESPACE" apply -f -
+device_pod_manifest e2e-cdi-nr-out example.com/e2e-nonroot nonroot '{runAsUser: 1000, runAsGroup: 1000}' |
+  k -n "$NAMESPACE" apply -f -
+k -n "$NAMESPACE" wait --for=condition=Ready pod/e2e-cdi-nr-in pod/e2e-cdi-nr-out --timeout=120s ||
+  fail "the non-root pods of example.com/e2e-nonroot did not become Ready"
+expect "/dev/gdp-e2e-nr0 on $NODE" "crw------- 0 0" "$(stat -c '%A %u %g' /dev/gdp-e2e-nr0)"
+nonroot_pods_see e2e-cdi-nr-in e2e-cdi-nr-out /dev/gdp-e2e-nr0
+k -n "$NAMESPACE" delete pod -l genericdp-e2e=nonroot --wait=false
 
 log "check: without the spec, containerd refuses the device: the runtime reads it"
 mv "$SPEC" "$ARTIFACTS/cdi-spec-moved.json"

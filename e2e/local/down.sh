@@ -90,6 +90,9 @@ done
 # CDI specs of claims genericdp's DRA backend prepared and nobody unprepared
 # (the node was killed with pods running).
 rm -f /var/run/cdi/gdp-claim-*.json
+# The CDI specs of the e2e's resources with cdi: true (cdi.sh): genericdp
+# keeps a resource's spec when it stops (docs/config.md, CDI).
+rm -f /var/run/cdi/genericdp-example.com_e2e-*.json
 rm -f /dev/gdp-e2e-*
 rm -rf /var/lib/genericdp-e2e
 if [[ -f $NODE_STATE/created-dirs ]]; then

@@ -5,6 +5,11 @@ Standard library only: it runs with the host's python3, not genericdp's venv.
 
   kubectl get resourceslices -o json | dra-inspect.py devices RESOURCE
       one line per device of RESOURCE: "NAME UNIT_ID healthy|unhealthy"
+  kubectl get resourceslices -o json | dra-inspect.py attributes RESOURCE
+      the attributes of RESOURCE's devices by their qualified names, one
+      "DEVICE NAME=VALUE" line each (resource.kubernetes.io/pcieRoot...)
+  kubectl get resourceslices -o json | dra-inspect.py taints RESOURCE
+      one line per device of RESOURCE: "NAME KEY=VALUE:EFFECT..." ("-": none)
   kubectl get resourceslices -o json | dra-inspect.py counts RESOURCE=N...
       checks that each RESOURCE has N devices (one read and one process per
       poll, however many resources); says which differ and exits 1
@@ -70,6 +75,35 @@ def devices(document: dict[str, Any], resource: str) -> list[str]:
             health = _health(device, attributes)
             lines.append(f"{device.get('name')} {attributes.get('unitID', '-')} {health}")
     return sorted(lines)
+
+
+def _devices_of(document: dict[str, Any], resource: str) -> list[dict[str, Any]]:
+    found = []
+    for item in _items(document):
+        for device in item.get("spec", {}).get("devices") or []:
+            if _attributes(device).get("resource") == resource:
+                found.append(device)
+    return sorted(found, key=lambda d: str(d.get("name")))
+
+
+def attributes(document: dict[str, Any], resource: str) -> list[str]:
+    """Each attribute under its qualified name (a bare name is the driver's own)."""
+    return [
+        f"{device.get('name')} {name}={_attribute_value(attribute or {})}"
+        for device in _devices_of(document, resource)
+        for name, attribute in sorted((device.get("attributes") or {}).items())
+    ]
+
+
+def taints(document: dict[str, Any], resource: str) -> list[str]:
+    lines = []
+    for device in _devices_of(document, resource):
+        said = [
+            f"{t.get('key')}={t.get('value', '')}:{t.get('effect')}"
+            for t in device.get("taints") or []
+        ]
+        lines.append(f"{device.get('name')} {' '.join(said) or '-'}")
+    return lines
 
 
 def counts(document: dict[str, Any], specs: list[str]) -> str:
@@ -155,6 +189,10 @@ def main(argv: list[str]) -> int:
     try:
         if argv[:1] == ["devices"] and len(argv) == 2:
             print("\n".join(devices(json.load(sys.stdin), argv[1])))
+        elif argv[:1] == ["attributes"] and len(argv) == 2:
+            print("\n".join(attributes(json.load(sys.stdin), argv[1])))
+        elif argv[:1] == ["taints"] and len(argv) == 2:
+            print("\n".join(taints(json.load(sys.stdin), argv[1])))
         elif argv[:1] == ["counts"] and len(argv) >= 2:
             counts(json.load(sys.stdin), argv[1:])
         elif argv[:1] == ["pool"] and len(argv) == 3:

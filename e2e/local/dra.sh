@@ -39,8 +39,11 @@ export KUBELET_VERBOSITY=4
 # whatever `count` says (docs/dra.md: a DRA device goes to one claim, shared
 # by the pods that share the claim), so null (count 4) and e2e-health
 # (count 2) are one each.
+VDA=0
+[[ -b /dev/vda ]] && VDA=1
 EXPECTED=(example.com/null=1 example.com/zero=1 example.com/e2e-dev=2 example.com/e2e-health=1
-  example.com/e2e-dra=2 example.com/e2e-hotplug=0 example.com/e2e-shared=1 example.com/e2e-unplug=0)
+  example.com/e2e-dra=2 example.com/e2e-hotplug=0 example.com/e2e-shared=1 example.com/e2e-unplug=0
+  example.com/e2e-nonroot=1 example.com/e2e-share3=1 example.com/e2e-vda="$VDA")
 
 # names_in DIR: the entries of DIR on one line.
 names_in() {
@@ -260,6 +263,9 @@ check_dra_claim_pod() {
   esac
   nodes=$(pod_in "$CLAIM_POD" sh -c 'ls /dev | grep gdp-e2e || true' | tr '\n' ' ')
   expect "the e2e device nodes in pod $CLAIM_POD" "${mine#/dev/} " "$nodes"
+  # No allocate.deviceNodes: the host node's mode and owner (0600, root's).
+  expect "stat -c '%A %u %g' $mine in pod $CLAIM_POD (the host's)" "crw------- 0 0" \
+    "$(pod_in "$CLAIM_POD" stat -c '%A %u %g' "$mine")"
   said=$(pod_in "$CLAIM_POD" sh -c "exec 3<>$mine" 2>&1 || true)
   [[ $said != *"Operation not permitted"* ]] ||
     fail "the device cgroup of pod $CLAIM_POD refuses its own $mine: $said"
@@ -383,6 +389,237 @@ check_dra_health() {
   timing "DRA health: probe passes -> healthy in the slice" "$(seconds_between "$started" "$(now)")"
 }
 
+# limits_pod NAME RESOURCE GROUP [SECURITY_CONTEXT]: a pod holding one
+# RESOURCE through plain limits (the scheduler makes its claim), labelled
+# genericdp-e2e=GROUP; applied.
+limits_pod() {
+  device_pod_manifest "$@" | k -n "$NAMESPACE" apply -f -
+}
+
+# template_pod NAME RESOURCE: a ResourceClaimTemplate NAME for RESOURCE's
+# class and a pod NAME with a claim from it; applied. The kubelet reports
+# allocatedResourcesStatus for the claims a container names in
+# resources.claims: a pod's plain limits (the claim the scheduler makes for
+# extended resources) get none.
+template_pod() {
+  local class
+  class=$(class_for "$2")
+  [[ -n $class ]] || fail "no DeviceClass for $2 (dra_deviceclasses applies them)"
+  claim_pod_manifest "$class" | sed "s/name: e2e-dra\$/name: $1/; s/resourceClaimTemplateName: e2e-dra\$/resourceClaimTemplateName: $1/; s/name: $CLAIM_POD\$/name: $1/" |
+    k -n "$NAMESPACE" apply -f -
+}
+
+# pods_phases GROUP: the phases of the pods labelled genericdp-e2e=GROUP, sorted.
+pods_phases() {
+  k -n "$NAMESPACE" get pods -l "genericdp-e2e=$1" -o 'jsonpath={range .items[*]}{.status.phase}{"\n"}{end}' |
+    sort | tr '\n' ' '
+}
+
+phases_are() {
+  LAST_SEEN=$(pods_phases "$1") || return 1
+  [[ $LAST_SEEN == "$2" ]]
+}
+
+# share_ids GROUP: the shareID of each Running pod's claim, one a line.
+share_ids() {
+  local pod claim
+  for pod in $(k -n "$NAMESPACE" get pods -l "genericdp-e2e=$1" --field-selector status.phase=Running -o name); do
+    claim=$(pod_claim "${pod#pod/}") || return 1
+    k -n "$NAMESPACE" get resourceclaim "$claim" -o 'jsonpath={.status.allocation.devices.results[0].shareID}{"\n"}'
+  done
+}
+
+check_dra_health_message() {
+  log "check: a failing probe's reason reaches the allocatedResourcesStatus of a pod holding the device"
+  local started want="health probe exited 1: flag $FLAG is set"
+  template_pod e2e-dra-health example.com/e2e-health
+  k -n "$NAMESPACE" wait --for=condition=Ready pod/e2e-dra-health --timeout=120s ||
+    fail "pod e2e-dra-health (a claim of example.com/e2e-health) did not become Ready"
+  LAST_SEEN=""
+  wait_for 60 "pod e2e-dra-health's allocatedResourcesStatus to say Healthy" \
+    pod_resource_status_is e2e-dra-health Healthy
+  started=$(now)
+  node_exec touch "$FLAG"
+  LAST_SEEN=""
+  wait_for 60 "pod e2e-dra-health's allocatedResourcesStatus to say Unhealthy: $want" \
+    pod_resource_status_is e2e-dra-health Unhealthy "$want"
+  timing "DRA health: probe fails -> Unhealthy with its reason in the pod's status" \
+    "$(seconds_between "$started" "$(now)")"
+  log "  pod e2e-dra-health: $LAST_SEEN"
+  started=$(now)
+  node_exec rm -f "$FLAG"
+  LAST_SEEN=""
+  wait_for 60 "pod e2e-dra-health's allocatedResourcesStatus to say Healthy again" \
+    pod_resource_status_is e2e-dra-health Healthy
+  timing "DRA health: probe passes -> Healthy in the pod's status" "$(seconds_between "$started" "$(now)")"
+  k -n "$NAMESPACE" delete pod e2e-dra-health --wait=false
+}
+
+check_dra_standard_attributes() {
+  log "check: /dev/vda (a virtio disk under a PCI function) carries the standard attributes sysfs gives"
+  if [[ ! -b /dev/vda || ! -e /sys/class/block/vda ]]; then
+    log "  no /dev/vda on this machine: example.com/e2e-vda has no device, standard attributes not checked"
+    return 0
+  fi
+  local real root bdf numa attributes want
+  real=$(realpath /sys/class/block/vda)
+  root=$(cut -d/ -f4 <<<"$real")
+  bdf=$(grep -oE '[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]' <<<"$real" | tail -1)
+  [[ $root == pci* && -n $bdf ]] || fail "/dev/vda is not under a PCI function here ($real)"
+  numa=$(cat "/sys/bus/pci/devices/$bdf/numa_node")
+  log "  sysfs: $real; PCI function $bdf, numa_node $numa"
+  attributes=$(slices_json | python3 "$INSPECT" attributes example.com/e2e-vda) ||
+    fail "could not read the attributes of example.com/e2e-vda"
+  log "  $(tr '\n' ';' <<<"$attributes")"
+  want=$(awk '{ print $1 }' <<<"$attributes" | head -1)
+  grep -F " resource.kubernetes.io/pcieRoot=$root" <<<"$attributes" >/dev/null ||
+    fail "the device of /dev/vda has no resource.kubernetes.io/pcieRoot=$root: $(tr '\n' ';' <<<"$attributes")"
+  if grep -F " resource.kubernetes.io/pciBusID=" <<<"$attributes" >/dev/null; then
+    fail "the device of /dev/vda has a resource.kubernetes.io/pciBusID, but it is a virtio device, not the PCI function $bdf"
+  fi
+  if ((numa >= 0)); then
+    grep -F " resource.kubernetes.io/numaNode=$numa" <<<"$attributes" >/dev/null ||
+      fail "the device of /dev/vda has no resource.kubernetes.io/numaNode=$numa"
+  elif grep -F " resource.kubernetes.io/numaNode=" <<<"$attributes" >/dev/null; then
+    fail "the device of /dev/vda has a resource.kubernetes.io/numaNode, but sysfs says numa_node $numa"
+  fi
+  log "  device $want: pcieRoot $root, no pciBusID, numaNode ${numa/#-*/absent}"
+}
+
+check_dra_nonroot() {
+  log "check: allocate.deviceNodes gives a non-root container its node (group 4242, 0660) through DRA's CDI spec"
+  limits_pod e2e-dra-nr-in example.com/e2e-nonroot nonroot \
+    '{runAsUser: 1000, runAsGroup: 1000, supplementalGroups: [4242]}'
+  limits_pod e2e-dra-nr-out example.com/e2e-nonroot nonroot '{runAsUser: 1000, runAsGroup: 1000}'
+  k -n "$NAMESPACE" wait --for=condition=Ready pod/e2e-dra-nr-in pod/e2e-dra-nr-out --timeout=120s ||
+    fail "the non-root pods of example.com/e2e-nonroot did not become Ready"
+  expect "/dev/gdp-e2e-nr0 on $NODE" "crw------- 0 0" "$(stat -c '%A %u %g' /dev/gdp-e2e-nr0)"
+  nonroot_pods_see e2e-dra-nr-in e2e-dra-nr-out /dev/gdp-e2e-nr0
+  k -n "$NAMESPACE" delete pod -l genericdp-e2e=nonroot --wait=false
+}
+
+# unplug_taints_are EFFECT: the one device of example.com/e2e-unplug has the
+# unhealthy taint with EFFECT ("-": no taint).
+unplug_taints_are() {
+  LAST_SEEN=$(slices_json | python3 "$INSPECT" taints example.com/e2e-unplug) || return 1
+  if [[ $1 == - ]]; then
+    [[ $LAST_SEEN == *" -" ]]
+  else
+    [[ $LAST_SEEN == *" $DRIVER/unhealthy="*":$1" ]]
+  fi
+}
+
+unplug_marks_are() {
+  devices_are example.com/e2e-unplug 1 "$1" || return 1
+  unplug_taints_are "$2"
+}
+
+check_dra_unplug_in_use() {
+  log "check: a device node removed while a claim holds it stays in the slice, tainted and Unhealthy, until the pod goes"
+  local started
+  rm -f "$MARKERS/cleanup-unplug"
+  node_exec mknod -m 0666 /dev/gdp-e2e-unplug0 c 1 3
+  LAST_SEEN=""
+  wait_for 30 "1 healthy device of example.com/e2e-unplug in the slices" devices_are example.com/e2e-unplug 1 1
+  template_pod e2e-dra-unplug example.com/e2e-unplug
+  k -n "$NAMESPACE" wait --for=condition=Ready pod/e2e-dra-unplug --timeout=120s ||
+    fail "pod e2e-dra-unplug (a claim of example.com/e2e-unplug) did not become Ready"
+  LAST_SEEN=""
+  wait_for 60 "pod e2e-dra-unplug's allocatedResourcesStatus to say Healthy" \
+    pod_resource_status_is e2e-dra-unplug Healthy
+  started=$(now)
+  node_exec rm /dev/gdp-e2e-unplug0
+  LAST_SEEN=""
+  wait_for 10 "the device of example.com/e2e-unplug to stay, unhealthy, tainted NoSchedule" \
+    unplug_marks_are 0 NoSchedule
+  timing "DRA unplug in use: node removed -> tainted, healthy: false in the slice" \
+    "$(seconds_between "$started" "$(now)")"
+  log "  $LAST_SEEN"
+  LAST_SEEN=""
+  wait_for 60 "pod e2e-dra-unplug's allocatedResourcesStatus to say Unhealthy: device nodes gone: ..." \
+    pod_resource_status_is_gone e2e-dra-unplug
+  timing "DRA unplug in use: node removed -> Unhealthy in the pod's status" "$(seconds_between "$started" "$(now)")"
+  log "  pod e2e-dra-unplug: $LAST_SEEN"
+  hold_for 3 "the unplugged device in the slice while the pod holds it" unplug_marks_are 0 NoSchedule
+
+  started=$(now)
+  k -n "$NAMESPACE" delete pod e2e-dra-unplug --wait=false
+  LAST_SEEN=""
+  wait_for 60 "the device of example.com/e2e-unplug to leave the slice once its claim is unprepared" \
+    devices_are example.com/e2e-unplug 0
+  timing "DRA unplug in use: pod deleted -> device gone from the slice" "$(seconds_between "$started" "$(now)")"
+  wait_for 30 "the cleanup hook of example.com/e2e-unplug to leave $MARKERS/cleanup-unplug" \
+    test -e "$MARKERS/cleanup-unplug"
+
+  log "check: the node made again is one healthy, untainted device"
+  started=$(now)
+  node_exec mknod -m 0666 /dev/gdp-e2e-unplug0 c 1 3
+  LAST_SEEN=""
+  wait_for 30 "the device of example.com/e2e-unplug back, healthy and untainted" unplug_marks_are 1 -
+  timing "DRA unplug: node made again -> healthy, untainted in the slice" "$(seconds_between "$started" "$(now)")"
+  node_exec rm /dev/gdp-e2e-unplug0
+  wait_for 30 "no device of example.com/e2e-unplug in the slices" devices_are example.com/e2e-unplug 0
+}
+
+pod_resource_status_is_gone() {
+  pod_resource_status_is "$1" Unhealthy && [[ $LAST_SEEN == "Unhealthy: device nodes gone: "* ]]
+}
+
+cleanups_are() {
+  LAST_SEEN="$(grep -c . "$MARKERS/share3-cleanups" 2>/dev/null || echo 0) cleanups"
+  [[ $LAST_SEEN == "$1 cleanups" ]]
+}
+
+check_dra_sharing() {
+  log "check: count: 3 shares one device among 3 claims: of 4 pods with limits 1, 3 run, 1 waits"
+  local n started ids said
+  rm -f "$MARKERS/share3-cleanups"
+  started=$(now)
+  for ((n = 0; n < 4; n++)); do
+    limits_pod "e2e-share3-$n" example.com/e2e-share3 share3
+  done
+  LAST_SEEN=""
+  wait_for 120 "3 pods of example.com/e2e-share3 Running and 1 Pending" phases_are share3 "Pending Running Running Running "
+  timing "DRA sharing: 4 pods of a count: 3 unit -> 3 Running" "$(seconds_between "$started" "$(now)")"
+  local pending
+  pending=$(k -n "$NAMESPACE" get pods -l genericdp-e2e=share3 --field-selector status.phase=Pending \
+    -o 'jsonpath={.items[0].metadata.name}')
+  said=$(k -n "$NAMESPACE" get pod "$pending" -o 'jsonpath={.status.conditions[?(@.type=="PodScheduled")].message}')
+  [[ $said == *"cannot allocate all claims"* ]] ||
+    fail "the Pending $pending should wait for a share (cannot allocate all claims); the scheduler says: '$said'"
+  log "  $pending: $said"
+  ids=$(share_ids share3) || fail "could not read the shareIDs of the claims of example.com/e2e-share3"
+  [[ $(grep -c . <<<"$ids") == 3 && $(sort -u <<<"$ids" | grep -c .) == 3 ]] ||
+    fail "the 3 Running claims should have 3 distinct shareIDs: $(tr '\n' ' ' <<<"$ids")"
+  log "  shareIDs: $(tr '\n' ' ' <<<"$ids")"
+
+  log "check: a share freed lets the Pending pod run; cleanup runs once, after the last pod"
+  started=$(now)
+  local running
+  running=$(k -n "$NAMESPACE" get pods -l genericdp-e2e=share3 --field-selector status.phase=Running \
+    -o 'jsonpath={.items[0].metadata.name}')
+  k -n "$NAMESPACE" delete pod "$running" --wait=true
+  LAST_SEEN=""
+  wait_for 120 "the Pending pod of example.com/e2e-share3 to run on the freed share" \
+    phases_are share3 "Running Running Running "
+  timing "DRA sharing: a pod deleted -> the Pending one Running" "$(seconds_between "$started" "$(now)")"
+  cleanups_are 0 || fail "the cleanup hook of example.com/e2e-share3 ran while claims still held the unit ($LAST_SEEN)"
+  k -n "$NAMESPACE" delete pod -l genericdp-e2e=share3 --wait=true
+  LAST_SEEN=""
+  wait_for 60 "the cleanup hook of example.com/e2e-share3 to run after the last pod" cleanups_are 1
+  hold_for 3 "one cleanup of example.com/e2e-share3" cleanups_are 1
+
+  log "check: count: unbounded: 3 pods with limits 1 share example.com/e2e-shared, all Running"
+  started=$(now)
+  for ((n = 0; n < 3; n++)); do
+    limits_pod "e2e-dra-shared-$n" example.com/e2e-shared dra-shared
+  done
+  LAST_SEEN=""
+  wait_for 120 "3 pods of example.com/e2e-shared Running" phases_are dra-shared "Running Running Running "
+  timing "DRA sharing: 3 pods of a count: unbounded unit -> all Running" "$(seconds_between "$started" "$(now)")"
+  k -n "$NAMESPACE" delete pod -l genericdp-e2e=dra-shared --wait=false
+}
+
 # registered_since T: the kubelet logged a registration of the driver after T.
 registered_since() {
   kubelet_log_since "$1" | grep -F '"msg":"Registered DRA plugin"' | grep -F "\"driverName\":\"$DRIVER\"" >/dev/null
@@ -435,14 +672,15 @@ finish() {
 }
 
 ALL_DRA_CHECKS=(dra_registered dra_slices dra_deviceclasses dra_claim_pod dra_limits_pod dra_unprepare
-  dra_hotplug dra_health dra_kubelet_restart)
+  dra_hotplug dra_health dra_health_message dra_standard_attributes dra_nonroot dra_unplug_in_use
+  dra_sharing dra_kubelet_restart)
 
 trap finish EXIT
 started=$(now)
 "$LOCAL_DIR/containerd-cdi.sh" "$CDI_CONTAINERD"
 CONTAINERD_BIN_DIR=$CDI_CONTAINERD CDI=1 "$LOCAL_DIR/up.sh" "$images"
 
-log "preparing $NODE: /dev/gdp-e2e-dev{0,1} and /dev/gdp-e2e-dra{0,1} (c 10:229, c 10:237), /dev/gdp-e2e-ctl (c 10:238), /dev/gdp-e2e-shared (c 1:5), /var/lib/genericdp-e2e"
+log "preparing $NODE: /dev/gdp-e2e-dev{0,1} and /dev/gdp-e2e-dra{0,1} (c 10:229, c 10:237), /dev/gdp-e2e-ctl (c 10:238), /dev/gdp-e2e-shared (c 1:5), /dev/gdp-e2e-nr0 and /dev/gdp-e2e-share3 (c 1:3), /var/lib/genericdp-e2e"
 # The device-plugin round's nodes (e2e/deploy.sh), and e2e-dra's.
 rm -f /dev/gdp-e2e-*
 mknod -m 0600 /dev/gdp-e2e-dev0 c 10 229
@@ -451,6 +689,8 @@ mknod -m 0600 /dev/gdp-e2e-ctl c 10 238
 mknod -m 0666 /dev/gdp-e2e-shared c 1 5
 mknod -m 0600 /dev/gdp-e2e-dra0 c 10 229
 mknod -m 0600 /dev/gdp-e2e-dra1 c 10 237
+mknod -m 0600 /dev/gdp-e2e-nr0 c 1 3
+mknod -m 0666 /dev/gdp-e2e-share3 c 1 3
 mkdir -p /var/lib/genericdp-e2e/share "$MARKERS"
 rm -f "$FLAG" "$MARKERS"/*
 echo "hello from $NODE" >/var/lib/genericdp-e2e/share/hello.txt

@@ -5,7 +5,8 @@
 # check that nothing was left behind. Prints the timings. Root.
 #   e2e/local/run.sh
 # Environment:
-#   ROUNDS=1                 rounds of up -> deploy -> checks -> down (.ci/run: 2)
+#   ROUNDS=1                 rounds of up -> deploy -> checks -> down (.ci/run: 2;
+#                            0: none, e.g. ROUNDS=0 CDI=0 for the DRA round alone)
 #   KUBE_BIN_DIR=DIR         use these binaries (default: unpacked from KUBE_XZ_DIR)
 #   KUBE_XZ_DIR=DIR          default ../shared/k8s next to the checkout
 #   IMAGES_DIR=DIR           use these OCI archives instead of building them
