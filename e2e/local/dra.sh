@@ -226,9 +226,32 @@ for line in sys.stdin:
   [[ -z $expected ]] || fail "device names in the slices: $expected"
 }
 
+classes_made() {
+  local spec
+  for spec in "${EXPECTED[@]}"; do
+    [[ -n $(class_for "${spec%=*}") ]] || return 1
+  done
+}
+
 check_dra_deviceclasses() {
+  log "check: the DeviceClass reconciler makes one class per resource, labelled as the driver's"
+  local out spec class started
+  k -n "$NAMESPACE" rollout status deployment/genericdp-deviceclasses --timeout=120s ||
+    fail "the DeviceClass reconciler (deployment/genericdp-deviceclasses) did not become ready"
+  wait_for 60 "the reconciler to make a DeviceClass for every resource" classes_made
+  timing "DRA: kubectl apply -> every DeviceClass made by the reconciler" "$(seconds_between "$deployed" "$(now)")"
+  for spec in "${EXPECTED[@]}"; do
+    class=$(class_for "${spec%=*}")
+    expect "the driver label of DeviceClass $class" "$DRIVER" \
+      "$(k get deviceclass "$class" -o 'jsonpath={.metadata.labels.genericdp\.io/driver}')"
+  done
+  class=$(class_for example.com/e2e-dra)
+  started=$(now)
+  k delete deviceclass "$class"
+  wait_for 30 "the reconciler to make DeviceClass $class again" k get deviceclass "$class"
+  timing "DRA: a DeviceClass deleted by hand -> made again by the reconciler" "$(seconds_between "$started" "$(now)")"
+
   log "check: \`genericdp deviceclasses\` prints classes the API server takes, one per resource"
-  local out spec class
   out=$ARTIFACTS/deviceclasses.yaml
   k -n "$NAMESPACE" exec "$(daemon_pod)" -- genericdp deviceclasses /etc/genericdp >"$out" ||
     fail "genericdp deviceclasses /etc/genericdp failed in the genericdp pod"
@@ -289,6 +312,32 @@ check_dra_claim_pod() {
   log "  containerd applied: $cdi"
 }
 
+check_dra_metadata() {
+  log "check: the claim pod reads its device metadata (KEP-5304: attributes, its device node), mounted read-only"
+  local claim uid mine file meta host
+  claim=$(pod_claim "$CLAIM_POD") || fail "pod $CLAIM_POD has no ResourceClaim"
+  uid=$(claim_uid "$claim")
+  mine=$(env_of "$CLAIM_POD" E2E_DRA_PATHS)
+  file=/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/dev/dev/$DRIVER-metadata.json
+  meta=$(pod_in "$CLAIM_POD" cat "$file") || fail "pod $CLAIM_POD cannot read $file"
+  log "  $file: $(printf %s "$meta" | tr -d ' \n' | cut -c1-400)"
+  printf %s "$meta" | python3 -c '
+import json, sys
+text, objs, at, dec = sys.stdin.read(), [], 0, json.JSONDecoder()
+while at < len(text):
+    obj, at = dec.raw_decode(text, at); objs.append(obj)
+    while at < len(text) and text[at].isspace(): at += 1
+assert [o["apiVersion"] for o in objs] == ["metadata.resource.k8s.io/v1beta1", "metadata.resource.k8s.io/v1alpha1"], objs
+o = objs[0]; (req,) = o["requests"]; (dev,) = req["devices"]
+assert (o["metadata"]["name"], o["metadata"]["uid"], o["podClaimName"], req["name"]) == (sys.argv[1], sys.argv[2], "dev", "dev"), o
+assert dev["driver"] == sys.argv[3] and dev["attributes"]["resource"] == {"string": "example.com/e2e-dra"}, dev
+assert dev["attributes"]["deviceNode0"] == {"string": sys.argv[4]}, dev
+' "$claim" "$uid" "$DRIVER" "$mine" || fail "the device metadata in pod $CLAIM_POD is not what prepare wrote: $meta"
+  if pod_in "$CLAIM_POD" sh -c "echo x >>$file" 2>/dev/null; then fail "$file is writable in pod $CLAIM_POD"; fi
+  host=$KUBELET_ROOT/plugins/$DRIVER/dra-device-metadata/${NAMESPACE}_$claim/dev/metadata.json
+  expect "the mode of $host" 644 "$(stat -c %a "$host")"
+}
+
 check_dra_limits_pod() {
   log "check: the device-plugin round's consumer spec (limits example.com/e2e-dev: 1, example.com/null: 1) runs through extendedResourceName"
   local started claim mine
@@ -329,6 +378,8 @@ check_dra_unprepare() {
     test -e "$MARKERS/cleanup-${mine#/dev/}"
   timing "DRA: claim pod deleted -> cleanup hook ran (unprepare)" "$(seconds_between "$started" "$(now)")"
   wait_for 30 "genericdp to remove $CDI_DIR/gdp-claim-${DRIVER}_$uid.json" test ! -e "$CDI_DIR/gdp-claim-${DRIVER}_$uid.json"
+  wait_for 30 "genericdp to remove the claim's device metadata" \
+    test ! -e "$KUBELET_ROOT/plugins/$DRIVER/dra-device-metadata/${NAMESPACE}_$claim"
   kubelet_said "Done calling NodeUnprepareResources rpc" "$uid" ||
     fail "the kubelet did not log NodeUnprepareResources for claim $uid"
 
@@ -671,7 +722,7 @@ finish() {
   exit "$status"
 }
 
-ALL_DRA_CHECKS=(dra_registered dra_slices dra_deviceclasses dra_claim_pod dra_limits_pod dra_unprepare
+ALL_DRA_CHECKS=(dra_registered dra_slices dra_deviceclasses dra_claim_pod dra_metadata dra_limits_pod dra_unprepare
   dra_hotplug dra_health dra_health_message dra_standard_attributes dra_nonroot dra_unplug_in_use
   dra_sharing dra_kubelet_restart)
 
