@@ -19,7 +19,7 @@ NAMESPACE=${NAMESPACE:-genericdp-e2e}
 ARTIFACTS=${ARTIFACTS:-${TMPDIR:-/tmp}/genericdp-e2e-artifacts}
 TIMINGS=${TIMINGS:-$ARTIFACTS/timings.txt}
 POLL=${POLL:-0.25}
-DS_SELECTOR=app.kubernetes.io/name=genericdp
+DS_SELECTOR=app.kubernetes.io/name=genericdp,app.kubernetes.io/component=device-plugin
 
 log() {
   printf '%s  %s\n' "$(date -u +%H:%M:%S)" "$*" >&2

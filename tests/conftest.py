@@ -53,7 +53,8 @@ async def kubelet(base: Path) -> AsyncIterator[EmbeddedKubelet]:
 
 @pytest.fixture(autouse=True)
 def no_host_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Settings built in-process never default to the host's kubelet or CDI directories."""
+    """Settings built in-process (and ``serve`` run with this environment) never default to
+    the host's kubelet, CDI or state directories."""
     monkeypatch.setenv("GENERICDP_PLUGIN_DIR", str(tmp_path / "default-plugin-dir"))
     monkeypatch.setenv(
         "GENERICDP_POD_RESOURCES_SOCKET", str(tmp_path / "default-pod-resources.sock")
@@ -61,6 +62,7 @@ def no_host_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GENERICDP_CDI_DIR", str(tmp_path / "default-cdi"))
     monkeypatch.setenv("GENERICDP_DRA_REGISTRATION_DIR", str(tmp_path / "default-registry"))
     monkeypatch.setenv("GENERICDP_DRA_PLUGINS_DIR", str(tmp_path / "default-plugins"))
+    monkeypatch.setenv("GENERICDP_STATE_DIR", str(tmp_path / "default-state"))
 
 
 @pytest.fixture(scope="session")
