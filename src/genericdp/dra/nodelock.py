@@ -20,16 +20,15 @@ the lock when its holder dies, however it dies.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import os
 import socket
-import stat
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from genericdp.dra.lockfile import open_lock_file, try_lock
 from genericdp.errors import GenericdpError, clip
 
 log = logging.getLogger(__name__)
@@ -42,34 +41,6 @@ _HOLDER_BYTES = 256
 
 class NodeLockError(GenericdpError):
     """The plugin directory's lock file cannot be opened or locked."""
-
-
-def _open(path: Path) -> int:
-    """Open the lock file (created when missing); raises NodeLockError.
-
-    ``O_NONBLOCK`` and ``O_NOFOLLOW``: a FIFO or a symlink put there never
-    blocks the start or leads elsewhere; only a regular file is used.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    flags_ = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags_, 0o600)
-    except OSError as exc:
-        raise NodeLockError(f"cannot open the DRA lock file {path}: {exc.strerror}") from exc
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise NodeLockError(f"the DRA lock file {path} is not a regular file")
-    return fd
-
-
-def _try_lock(fd: int, path: Path) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    except OSError as exc:
-        raise NodeLockError(f"cannot lock the DRA lock file {path}: {exc.strerror}") from exc
-    return True
 
 
 def _holder(fd: int) -> str:
@@ -106,9 +77,9 @@ async def node_lock(
         if rolling
         else "serving (not ready meanwhile)"
     )
-    fd = await asyncio.to_thread(_open, path)
+    fd = await asyncio.to_thread(open_lock_file, path, NodeLockError)
     try:
-        if not _try_lock(fd, path):
+        if not try_lock(fd, path, NodeLockError):
             started = logged = time.monotonic()
             log.warning(
                 "another instance of this DRA driver (%s) holds %s: waiting for it to exit"
@@ -117,7 +88,7 @@ async def node_lock(
                 path,
                 waits,
             )
-            while not _try_lock(fd, path):
+            while not try_lock(fd, path, NodeLockError):
                 await asyncio.sleep(poll)
                 if time.monotonic() - logged >= WAITING_LOG_EVERY:
                     logged = time.monotonic()

@@ -25,10 +25,8 @@ other prepared.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import os
-import stat
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -38,6 +36,7 @@ from inotify_simple import flags
 
 from genericdp.aio import inotify_events
 from genericdp.dra.checkpoint import Checkpoint
+from genericdp.dra.lockfile import open_lock_file, try_lock
 from genericdp.errors import GenericdpError, KubeletError
 
 log = logging.getLogger(__name__)
@@ -163,11 +162,11 @@ class Turns:
 
 async def _acquire(path: Path, deadline: float) -> int:
     """An open file descriptor holding the exclusive lock on ``path``; raises TurnError."""
-    fd = await asyncio.to_thread(_open, path)
+    fd = await asyncio.to_thread(open_lock_file, path, TurnError)
     started = time.monotonic()
     pause = _POLL_FIRST
     try:
-        while not _try_lock(fd, path):
+        while not try_lock(fd, path, TurnError):
             waited = time.monotonic() - started
             if waited >= deadline:
                 raise TurnError(
@@ -180,27 +179,3 @@ async def _acquire(path: Path, deadline: float) -> int:
         os.close(fd)
         raise
     return fd
-
-
-def _open(path: Path) -> int:
-    """The lock file, created when missing; only a regular file (a FIFO never blocks)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, mode, 0o600)
-    except OSError as exc:
-        raise TurnError(f"cannot open the DRA lock file {path}: {exc.strerror}") from exc
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise TurnError(f"the DRA lock file {path} is not a regular file")
-    return fd
-
-
-def _try_lock(fd: int, path: Path) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    except OSError as exc:
-        raise TurnError(f"cannot lock the DRA lock file {path}: {exc.strerror}") from exc
-    return True
