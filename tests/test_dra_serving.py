@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from genericdp.dra.backend import serving
-from genericdp.dra.claims import ClaimRef
 from genericdp.dra.embedded import EmbeddedDraKubelet, resolve_cdi
 from genericdp.dra.naming import DEFAULT_DRIVER, device_name
 from genericdp.dra.publisher import SlicePublisher
 from genericdp.hooks import HookRun
 from genericdp.runtime.supervisor import Supervisor
 from tests.apiserver import ApiServer
+from tests.dra_claims import allocated_claim
 from tests.polling import eventually
 from tests.runtime_harness import ScriptedDiscovery, config, settings_for, unit
 
@@ -43,27 +43,6 @@ def slices(apiserver: ApiServer) -> list[dict[str, Any]]:
 
 def device_names(apiserver: ApiServer) -> set[str]:
     return {d["name"] for s in slices(apiserver) for d in s["spec"]["devices"]}
-
-
-def allocated_claim(apiserver: ApiServer, name: str, device: str) -> ClaimRef:
-    claim = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "devices": {"requests": [{"name": "serial", "exactly": {"deviceClassName": "serial"}}]}
-        },
-    }
-    created = json.loads(
-        apiserver.kubectl("create", "-o", "json", "-f", "-", input_text=json.dumps(claim))
-    )
-    result = {"request": "serial", "driver": DEFAULT_DRIVER, "pool": NODE, "device": device}
-    status = {"status": {"allocation": {"devices": {"results": [result]}}}}
-    apiserver.kubectl(
-        "patch", "resourceclaim", name, "-n", "default", "--subresource=status",
-        "--type=merge", "-p", json.dumps(status),
-    )  # fmt: skip
-    return ClaimRef("default", name, created["metadata"]["uid"])
 
 
 async def test_claims_allocated_in_the_api_server_are_prepared(
@@ -98,7 +77,7 @@ async def test_claims_allocated_in_the_api_server_are_prepared(
             )
             times = []
             for n in range(10):
-                ref = allocated_claim(apiserver, f"serving-{n}", usb0)
+                ref = allocated_claim(apiserver, f"serving-{n}", usb0, node=NODE)
                 started = time.perf_counter()
                 ids = await kubelet.prepare_pod(DEFAULT_DRIVER, [ref])
                 times.append(time.perf_counter() - started)

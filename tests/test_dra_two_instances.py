@@ -24,6 +24,7 @@ from genericdp.dra.embedded import DraEventKind, EmbeddedDraKubelet, resolve_cdi
 from genericdp.dra.naming import DEFAULT_DRIVER
 from genericdp.dra.nodelock import NodeLockError, node_lock
 from tests.apiserver import ApiServer
+from tests.dra_claims import allocated_claim, allocated_claims
 from tests.fakesys import FakeHost
 from tests.polling import eventually
 
@@ -35,27 +36,6 @@ resources:
   - name: {NAME}
     match: [glob: /dev/ttyUSB*]
 """
-
-
-def allocated_claim(apiserver: ApiServer, name: str, device: str) -> ClaimRef:
-    claim = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "devices": {"requests": [{"name": "serial", "exactly": {"deviceClassName": "serial"}}]}
-        },
-    }
-    created = json.loads(
-        apiserver.kubectl("create", "-o", "json", "-f", "-", input_text=json.dumps(claim))
-    )
-    result = {"request": "serial", "driver": DEFAULT_DRIVER, "pool": NODE, "device": device}
-    status = {"status": {"allocation": {"devices": {"results": [result]}}}}
-    apiserver.kubectl(
-        "patch", "resourceclaim", name, "-n", "default", "--subresource=status",
-        "--type=merge", "-p", json.dumps(status),
-    )  # fmt: skip
-    return ClaimRef("default", name, created["metadata"]["uid"])
 
 
 class Instance:
@@ -133,7 +113,7 @@ async def test_a_second_instance_waits_for_the_first_and_takes_over_every_claim(
             await kubelet.wait_until(lambda k: k.registered(DEFAULT_DRIVER), timeout=30)
             await eventually(lambda: bool(published(apiserver)), "the slice", timeout=30)
             (device,) = published(apiserver)
-            claims = [allocated_claim(apiserver, f"surge-{n}", device) for n in range(6)]
+            claims = [allocated_claim(apiserver, f"surge-{n}", device, node=NODE) for n in range(6)]
             for claim in claims[:3]:
                 await kubelet.prepare_pod(DEFAULT_DRIVER, [claim], attempts=8)
             second = await start_instance(argv)
@@ -190,35 +170,6 @@ async def test_a_lock_file_that_is_not_a_regular_file_is_a_clear_error(base: Pat
         async with node_lock(plugin_dir):
             pass
     assert str(plugin_dir / "lock") in str(caught.value)
-
-
-def allocated_claims(apiserver: ApiServer, names: list[str], device: str) -> list[ClaimRef]:
-    """Claims allocated ``device``, made with two kubectl calls whatever their number."""
-    spec = {"devices": {"requests": [{"name": "serial", "exactly": {"deviceClassName": "serial"}}]}}
-    items = [
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": spec,
-        }
-        for name in names
-    ]
-    doc = {"apiVersion": "v1", "kind": "List", "items": items}
-    text = apiserver.kubectl("create", "-o", "json", "-f", "-", input_text=json.dumps(doc))
-    made, at, decoder = [], 0, json.JSONDecoder()  # one JSON object per claim, back to back
-    while text[at:].strip():
-        item, end = decoder.raw_decode(text, at + len(text[at:]) - len(text[at:].lstrip()))
-        made.append(item)
-        at = end
-    result = {"request": "serial", "driver": DEFAULT_DRIVER, "pool": NODE, "device": device}
-    for item in made:
-        item["status"] = {"allocation": {"devices": {"results": [result]}}}
-    apiserver.kubectl(
-        "replace", "--subresource=status", "-f", "-",
-        input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": made}),
-    )  # fmt: skip
-    return [ClaimRef("default", i["metadata"]["name"], i["metadata"]["uid"]) for i in made]
 
 
 UID_FIRST = "0a0a0a0a-1111-4111-8111-111111111111"
@@ -298,7 +249,7 @@ async def test_a_rolling_update_loses_no_prepare_or_unprepare(
             await kubelet.wait_until(lambda k: k.registered(DEFAULT_DRIVER), timeout=30)
             await eventually(lambda: bool(published(apiserver)), "the slice", timeout=30)
             (device,) = published(apiserver)
-            claims = allocated_claims(apiserver, [f"roll-{n}" for n in range(8)], device)
+            claims = allocated_claims(apiserver, [f"roll-{n}" for n in range(8)], device, node=NODE)
             churn = Churn(kubelet, claims)
             await churn.more(4)
 
