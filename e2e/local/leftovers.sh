@@ -37,9 +37,18 @@ snapshot() {
   done
   find /dev -maxdepth 1 -name 'gdp-e2e-*' 2>/dev/null | sed 's/^/path /'
   # One pass over /proc (a fork per process would take seconds on 2 cores).
+  # A node binary counts when it runs outside the host's network namespace
+  # (everything up.sh starts runs in the node's, pods in their own) or names
+  # the node's state: the unit suite's kube-apiservers and etcds, on the
+  # host's loopback with temporary directories, are other runs' and not ours.
   {
-    find /proc -mindepth 2 -maxdepth 2 -name exe -printf '%h %l\n' 2>/dev/null |
-      awk -v re="$BINARIES" '$2 ~ re { print $1 }' || true
+    find /proc -mindepth 2 -maxdepth 3 \( -name exe -o -path '*/ns/net' \) \
+      -printf '%h %f %l\n' 2>/dev/null |
+      awk -v re="$BINARIES" -v host="$(readlink /proc/self/ns/net)" '
+        $2 == "exe" { exe[$1] = $3 }
+        $2 == "net" { sub("/ns$", "", $1); net[$1] = $3 }
+        END { for (p in exe) if (exe[p] ~ re && net[p] != host) print p }' || true
+    grep -lsF "$NODE_STATE" /proc/[0-9]*/cmdline 2>/dev/null | sed 's|/cmdline$||' || true
     grep -ls "$CGROUP_ROOT/" /proc/[0-9]*/cgroup 2>/dev/null | sed 's|/cgroup$||' || true
   } | sort -u | while read -r pid; do
     exe=$(readlink "$pid/exe" 2>/dev/null) || continue

@@ -24,6 +24,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/node-lib.sh"
   exit 2
 }
 
+# One local node a machine: a second run waits for the first to finish, as
+# both use /var/lib/kubelet, the node's network namespace and its cgroups.
+exec {node_lock}>/run/lock/genericdp-e2e.lock
+if ! flock -n "$node_lock"; then
+  log "another local-node e2e is running; waiting for it to finish"
+  flock "$node_lock"
+fi
+
 ROUNDS=${ROUNDS:-1}
 mkdir -p "$ARTIFACTS"
 rm -f "$TIMINGS"
