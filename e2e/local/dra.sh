@@ -15,6 +15,7 @@
 #     containerd from the spec; an over-request stays Unschedulable;
 #   - deleting a pod unprepares its claim: the cleanup hook runs, the spec goes;
 #   - hotplug and health show in the slices within seconds;
+#   - slices deleted by someone else right after a daemon start come back;
 #   - after a kubelet restart (which deletes the node's slices) they are back.
 # Then down (also on failure). Root.
 #   KUBE_BIN_DIR=DIR e2e/local/dra.sh IMAGES_DIR [CHECK...]
@@ -713,6 +714,32 @@ check_dra_kubelet_restart() {
   hold_for 10 "every device in the slices after the kubelet restart" slices_complete
 }
 
+# published_by_another OLD: a genericdp pod other than OLD logged its slices up
+# to date; sets NEW_POD.
+NEW_POD=""
+published_by_another() {
+  NEW_POD=$(k -n "$NAMESPACE" get pods -l "$DS_SELECTOR" --field-selector "spec.nodeName=$NODE" \
+    -o 'jsonpath={range .items[*]}{.metadata.name}{"\n"}{end}' | grep -vxF "$1" | head -1)
+  [[ -n $NEW_POD ]] || return 1
+  k -n "$NAMESPACE" logs "$NEW_POD" 2>/dev/null | grep -qF "ResourceSlices of node $NODE up to date"
+}
+
+check_dra_slice_restored() {
+  log "check: the node's slices, deleted by someone else right after a daemon start, are back within seconds"
+  local old started
+  old=$(daemon_pod)
+  k -n "$NAMESPACE" delete pod "$old" --wait=false
+  wait_for 120 "a new genericdp pod (not $old) to log its ResourceSlices up to date" published_by_another "$old"
+  started=$(now)
+  k delete resourceslices --field-selector "spec.nodeName=$NODE,spec.driver=$DRIVER" --wait=false
+  LAST_SEEN=""
+  wait_for 10 "every device back in the slices after they were deleted right after $NEW_POD started" \
+    slices_complete
+  timing "DRA slices deleted right after a daemon start -> complete again" \
+    "$(seconds_between "$started" "$(now)")"
+  hold_for 5 "every device in the slices after the restore" slices_complete
+}
+
 finish() {
   local status=$?
   trap - EXIT
@@ -724,7 +751,7 @@ finish() {
 
 ALL_DRA_CHECKS=(dra_registered dra_slices dra_deviceclasses dra_claim_pod dra_metadata dra_limits_pod dra_unprepare
   dra_hotplug dra_health dra_health_message dra_standard_attributes dra_nonroot dra_unplug_in_use
-  dra_sharing dra_kubelet_restart)
+  dra_sharing dra_slice_restored dra_kubelet_restart)
 
 trap finish EXIT
 started=$(now)
