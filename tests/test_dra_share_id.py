@@ -9,11 +9,12 @@ from pathlib import Path
 from genericdp.dra import kubeapi
 from genericdp.dra.apiclaims import ApiClaimSource
 from genericdp.dra.claims import POD_CLAIM_ANNOTATION, AllocatedDevice, Allocation, ClaimRef
-from genericdp.dra.driver import DraDriver, DriverPaths
+from genericdp.dra.driver import DraDriver
 from genericdp.dra.embedded import EmbeddedDraKubelet
 from genericdp.dra.naming import DEFAULT_DRIVER, device_name
 from tests.apiserver import ApiServer
-from tests.dra_fakes import DRIVER, NODE, SERIAL, MemoryClaims, RecordedHooks, claim, definition
+from tests.dra_drivers import new_driver
+from tests.dra_fakes import DRIVER, NODE, SERIAL, MemoryClaims, claim
 from tests.dra_fakes import unit as make_unit
 
 SHARE_1 = "aaaaaaaa-0000-0000-0000-000000000001"
@@ -29,16 +30,8 @@ def shared_claims() -> MemoryClaims:
     return claims
 
 
-def new_driver(base: Path, claims: MemoryClaims) -> DraDriver:
-    d = DraDriver(
-        driver=DRIVER,
-        node_name=NODE,
-        paths=DriverPaths(base / "registry", base / "plugins", base / "cdi"),
-        claims=claims,
-        run_hook=RecordedHooks(),
-    )
-    d.inventory.set_resource(definition(), [make_unit(0)])
-    return d
+def one_unit_driver(base: Path, claims: MemoryClaims) -> DraDriver:
+    return new_driver(base, claims, units=[make_unit(0)])
 
 
 async def test_each_claims_share_id_reaches_a_v1_kubelet_and_survives_a_restart(
@@ -48,7 +41,7 @@ async def test_each_claims_share_id_reaches_a_v1_kubelet_and_survives_a_restart(
     answers the kubelet's second prepare from its checkpoint with the same IDs."""
     claims = shared_claims()
     async with EmbeddedDraKubelet(base / "registry") as kubelet:
-        d = new_driver(base, claims)
+        d = one_unit_driver(base, claims)
         await d.start()
         try:
             await kubelet.wait_until(lambda k: k.registered(DRIVER))
@@ -60,7 +53,7 @@ async def test_each_claims_share_id_reaches_a_v1_kubelet_and_survives_a_restart(
         }
         assert shares == {claim(1).uid: [SHARE_1], claim(2).uid: [SHARE_2]}
     async with EmbeddedDraKubelet(base / "registry") as kubelet:  # a new kubelet asks again
-        d = new_driver(base, MemoryClaims())  # and the claims are not read again
+        d = one_unit_driver(base, MemoryClaims())  # and the claims are not read again
         await d.start()
         try:
             await kubelet.wait_until(lambda k: k.registered(DRIVER))
@@ -73,7 +66,7 @@ async def test_each_claims_share_id_reaches_a_v1_kubelet_and_survives_a_restart(
 async def test_a_v1beta1_kubelet_gets_no_share_id(base: Path) -> None:
     """v1beta1 has no share_id: the answer is what it was before sharing."""
     async with EmbeddedDraKubelet(base / "registry", services=["v1beta1.DRAPlugin"]) as kubelet:
-        d = new_driver(base, shared_claims())
+        d = one_unit_driver(base, shared_claims())
         await d.start()
         try:
             await kubelet.wait_until(lambda k: k.registered(DRIVER))
