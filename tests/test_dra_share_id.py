@@ -13,7 +13,7 @@ from genericdp.dra.driver import DraDriver
 from genericdp.dra.embedded import EmbeddedDraKubelet
 from genericdp.dra.naming import DEFAULT_DRIVER, device_name
 from tests.apiserver import ApiServer
-from tests.dra_drivers import new_driver
+from tests.dra_drivers import new_driver, started
 from tests.dra_fakes import DRIVER, NODE, SERIAL, MemoryClaims, claim
 from tests.dra_fakes import unit as make_unit
 
@@ -41,38 +41,27 @@ async def test_each_claims_share_id_reaches_a_v1_kubelet_and_survives_a_restart(
     answers the kubelet's second prepare from its checkpoint with the same IDs."""
     claims = shared_claims()
     async with EmbeddedDraKubelet(base / "registry") as kubelet:
-        d = one_unit_driver(base, claims)
-        await d.start()
-        try:
+        async with started(one_unit_driver(base, claims)):
             await kubelet.wait_until(lambda k: k.registered(DRIVER))
             await kubelet.prepare_pod(DRIVER, [claim(1), claim(2)])
-        finally:
-            await d.close()
         shares = {
             c.uid: [p.share_id for p in kubelet.prepared(c.uid) or ()] for c in (claim(1), claim(2))
         }
         assert shares == {claim(1).uid: [SHARE_1], claim(2).uid: [SHARE_2]}
     async with EmbeddedDraKubelet(base / "registry") as kubelet:  # a new kubelet asks again
-        d = one_unit_driver(base, MemoryClaims())  # and the claims are not read again
-        await d.start()
-        try:
+        # With no claims: they are not read again, the checkpoint answers.
+        async with started(one_unit_driver(base, MemoryClaims())):
             await kubelet.wait_until(lambda k: k.registered(DRIVER))
             await kubelet.prepare_pod(DRIVER, [claim(1)])
-        finally:
-            await d.close()
         assert [p.share_id for p in kubelet.prepared(claim(1).uid) or ()] == [SHARE_1]
 
 
 async def test_a_v1beta1_kubelet_gets_no_share_id(base: Path) -> None:
     """v1beta1 has no share_id: the answer is what it was before sharing."""
     async with EmbeddedDraKubelet(base / "registry", services=["v1beta1.DRAPlugin"]) as kubelet:
-        d = one_unit_driver(base, shared_claims())
-        await d.start()
-        try:
+        async with started(one_unit_driver(base, shared_claims())):
             await kubelet.wait_until(lambda k: k.registered(DRIVER))
             await kubelet.prepare_pod(DRIVER, [claim(1)])
-        finally:
-            await d.close()
         assert [p.share_id for p in kubelet.prepared(claim(1).uid) or ()] == [None]
 
 
