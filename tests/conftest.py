@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from genericdp.dra import kubeapi
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from tests.apiserver import ApiServer
 from tests.apiserver import missing as apiserver_missing
 from tests.apiserver import start as start_apiserver
+from tests.dra_apislices import connected
 from tests.kubelet_fakes import short_tmp_dir
 from tests.leaks import reap_leaked
 
@@ -76,3 +78,10 @@ def apiserver() -> Iterator[ApiServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+async def client(apiserver: ApiServer) -> AsyncIterator[kubeapi.AsyncClient]:
+    """A client of the session's API server, closed after the test."""
+    async with connected(apiserver) as api:
+        yield api

@@ -1,17 +1,19 @@
 """The asyncio toolkit (``genericdp.aio``): backoff, guarded and one-shot tasks,
-``wait_event`` and the inotify reader."""
+``wait_event``, the inotify reader and the stop signals."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
+import signal
 import warnings
 from pathlib import Path
 
 import pytest
 
-from genericdp.aio import Backoff, Changes, TaskSet, inotify_events, wait_event
+from genericdp.aio import Backoff, Changes, StopSignals, TaskSet, inotify_events, wait_event
 from genericdp.errors import KubeletError
 from tests.leaks import reap_leaked
 
@@ -156,6 +158,20 @@ async def test_wait_event_times_out_fires_and_stays_cancellable() -> None:
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+async def test_stop_signals_name_the_first_signal_and_are_given_back(sig: signal.Signals) -> None:
+    """A stop signal ends the wait with its name; after remove it has its default effect."""
+    signals = StopSignals()
+    try:
+        os.kill(os.getpid(), sig)
+        async with asyncio.timeout(10):
+            assert await signals.wait() == sig.name
+    finally:
+        signals.remove()
+    default = signal.default_int_handler if sig is signal.SIGINT else signal.SIG_DFL
+    assert signal.getsignal(sig) is default
 
 
 async def test_a_guarded_task_that_returns_is_logged_unless_finishable(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -21,15 +20,6 @@ from tests.dra_fakes import NODE, SERIAL, RecordedHooks, definition, unit
 
 NAMESPACE = "default"
 _names = itertools.count()
-
-
-@pytest.fixture
-async def client(apiserver: ApiServer) -> AsyncIterator[kubeapi.AsyncClient]:
-    api = kubeapi.connect(apiserver.kubeconfig)
-    try:
-        yield api
-    finally:
-        await api.close()
 
 
 def make_claim(apiserver: ApiServer, results: list[dict[str, str]] | None) -> ClaimRef:

@@ -5,9 +5,10 @@ the probes' health and prepares claims of discovered units."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import replace
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from genericdp.dra.slices import DEFAULT_OPTIONS, DeviceOptions
 from genericdp.hooks import HookRun
 from genericdp.metrics import Metrics, readiness
 from genericdp.runtime.supervisor import Supervisor
+from genericdp.settings import Settings
 from tests.dra_fakes import MemoryClaims, MemorySlices
 from tests.polling import eventually
 from tests.runtime_harness import ScriptedDiscovery, config, settings_for, unit
@@ -84,7 +86,25 @@ class FakePublisher:
         await self._notify()
 
 
-async def test_resources_are_served_through_dra(base: Path) -> None:
+@dataclass
+class Served:
+    """A DRA backend on fakes (claims, publisher) under a supervisor of scripted units."""
+
+    settings: Settings
+    claims: MemoryClaims
+    publisher: FakePublisher
+    backend: DraBackend
+    discovery: ScriptedDiscovery
+    supervisor: Supervisor
+    hooks: list[HookRun]
+
+
+@asynccontextmanager
+async def serving(
+    base: Path, text: str, units: Sequence[Unit], *, broken: bool = False
+) -> AsyncIterator[tuple[Served, EmbeddedDraKubelet]]:
+    """The config ``text`` served through DRA (hooks recorded, not run) with the embedded
+    DRA kubelet, once it has registered the driver; ``broken``: the first scans fail."""
     hooks: list[HookRun] = []
 
     async def run_hook(hook: HookRun) -> None:
@@ -98,54 +118,58 @@ async def test_resources_are_served_through_dra(base: Path) -> None:
     )
     claims, publisher = MemoryClaims(), FakePublisher()
     backend = DraBackend(settings, claims=claims, publisher=publisher, run_hook=run_hook)
-    discovery = ScriptedDiscovery({NAME: [unit("ttyUSB0"), unit("ttyUSB1")]})
+    discovery = ScriptedDiscovery({NAME: list(units)}, broken={NAME} if broken else set())
     supervisor = Supervisor(settings, backend, discover=discovery, run_hook=run_hook)
+    served = Served(settings, claims, publisher, backend, discovery, supervisor, hooks)
     async with EmbeddedDraKubelet(base / "registry") as kubelet:
-        await supervisor.start(config(CONFIG))
+        await supervisor.start(config(text))
         try:
             await kubelet.wait_until(lambda k: k.registered(DRIVER))
-            usb0, usb1 = device_name(NAME, "ttyUSB0"), device_name(NAME, "ttyUSB1")
-            verdicts = {
-                (NODE, usb0): ("Healthy", ""),
-                (NODE, usb1): ("Unhealthy", "health probe exited 3: no carrier"),
-            }
-            await kubelet.wait_until(lambda k: k.device_health(DRIVER) == verdicts)
-            published = (("ttyUSB0", "ttyUSB1"), frozenset({"ttyUSB1"}))
-            await publisher.until(lambda p: p.slices.get(NAME) == published)
-            await supervisor.wait_for(lambda statuses: statuses[NAME].registered)
-            assert supervisor.status()[NAME].devices == 2
-            ref = ClaimRef("default", "pod-serial", "11111111-2222-3333-4444-555555555555")
-            claims.add(ref, [AllocatedDevice("serial", NODE, usb0)])
-            ids = await kubelet.prepare_pod(DRIVER, [ref])
-            edits = resolve_cdi(settings.cdi_dir, ids)
-            assert edits["env"] == ["SERIAL=ttyUSB0"]
-            assert [(h.name, tuple(u.id for u in h.units)) for h in hooks] == [
-                ("init", ("ttyUSB0",))
-            ]
-            # A claim for the unhealthy unit fails, saying so.
-            bad = ClaimRef("default", "pod-bad", "11111111-2222-3333-4444-000000000000")
-            claims.add(bad, [AllocatedDevice("serial", NODE, usb1)])
-            with pytest.raises(DraKubeletError, match="is not healthy"):
-                await kubelet.prepare(DRIVER, [bad])
-            # Hotplug: a new unit reaches the slice and the health stream.
-            discovery.units[NAME] = [unit("ttyUSB0"), unit("ttyUSB1"), unit("ttyUSB2")]
-            supervisor.rescan("hotplug")
-            three = ("ttyUSB0", "ttyUSB1", "ttyUSB2")
-            await publisher.until(lambda p: p.slices.get(NAME, ((),))[0] == three)
-            usb2 = (NODE, device_name(NAME, "ttyUSB2"))
-            await kubelet.wait_until(lambda k: k.device_health(DRIVER).get(usb2) == ("Healthy", ""))
-            # A required allocate.devices node goes missing: Unhealthy, saying which.
-            incomplete = replace(unit("ttyUSB2"), missing=("/dev/gdp-ctl",))
-            discovery.units[NAME] = [unit("ttyUSB0"), unit("ttyUSB1"), incomplete]
-            supervisor.rescan("unplug of a control node")
-            missing = ("Unhealthy", "required device node(s) missing: /dev/gdp-ctl")
-            await kubelet.wait_until(lambda k: k.device_health(DRIVER).get(usb2) == missing)
-            await kubelet.unprepare(DRIVER, [ref])
-            assert [h.name for h in hooks] == ["init", "cleanup"]
+            yield served, kubelet
         finally:
             await supervisor.stop()
             await backend.close()
-    assert publisher.withdrawn == [NAME]
+
+
+async def test_resources_are_served_through_dra(base: Path) -> None:
+    async with serving(base, CONFIG, [unit("ttyUSB0"), unit("ttyUSB1")]) as (s, kubelet):
+        usb0, usb1 = device_name(NAME, "ttyUSB0"), device_name(NAME, "ttyUSB1")
+        verdicts = {
+            (NODE, usb0): ("Healthy", ""),
+            (NODE, usb1): ("Unhealthy", "health probe exited 3: no carrier"),
+        }
+        await kubelet.wait_until(lambda k: k.device_health(DRIVER) == verdicts)
+        published = (("ttyUSB0", "ttyUSB1"), frozenset({"ttyUSB1"}))
+        await s.publisher.until(lambda p: p.slices.get(NAME) == published)
+        await s.supervisor.wait_for(lambda statuses: statuses[NAME].registered)
+        assert s.supervisor.status()[NAME].devices == 2
+        ref = ClaimRef("default", "pod-serial", "11111111-2222-3333-4444-555555555555")
+        s.claims.add(ref, [AllocatedDevice("serial", NODE, usb0)])
+        ids = await kubelet.prepare_pod(DRIVER, [ref])
+        edits = resolve_cdi(s.settings.cdi_dir, ids)
+        assert edits["env"] == ["SERIAL=ttyUSB0"]
+        assert [(h.name, tuple(u.id for u in h.units)) for h in s.hooks] == [("init", ("ttyUSB0",))]
+        # A claim for the unhealthy unit fails, saying so.
+        bad = ClaimRef("default", "pod-bad", "11111111-2222-3333-4444-000000000000")
+        s.claims.add(bad, [AllocatedDevice("serial", NODE, usb1)])
+        with pytest.raises(DraKubeletError, match="is not healthy"):
+            await kubelet.prepare(DRIVER, [bad])
+        # Hotplug: a new unit reaches the slice and the health stream.
+        s.discovery.units[NAME] = [unit("ttyUSB0"), unit("ttyUSB1"), unit("ttyUSB2")]
+        s.supervisor.rescan("hotplug")
+        three = ("ttyUSB0", "ttyUSB1", "ttyUSB2")
+        await s.publisher.until(lambda p: p.slices.get(NAME, ((),))[0] == three)
+        usb2 = (NODE, device_name(NAME, "ttyUSB2"))
+        await kubelet.wait_until(lambda k: k.device_health(DRIVER).get(usb2) == ("Healthy", ""))
+        # A required allocate.devices node goes missing: Unhealthy, saying which.
+        incomplete = replace(unit("ttyUSB2"), missing=("/dev/gdp-ctl",))
+        s.discovery.units[NAME] = [unit("ttyUSB0"), unit("ttyUSB1"), incomplete]
+        s.supervisor.rescan("unplug of a control node")
+        missing = ("Unhealthy", "required device node(s) missing: /dev/gdp-ctl")
+        await kubelet.wait_until(lambda k: k.device_health(DRIVER).get(usb2) == missing)
+        await kubelet.unprepare(DRIVER, [ref])
+        assert [h.name for h in s.hooks] == ["init", "cleanup"]
+    assert s.publisher.withdrawn == [NAME]
     assert not (base / "registry" / f"{DRIVER}-reg.sock").exists()
 
 
@@ -161,40 +185,24 @@ def test_the_backend_needs_the_node_name(base: Path) -> None:
 
 async def test_ready_only_once_every_resource_is_scanned_and_published(base: Path) -> None:
     """/readyz under DRA: the kubelet's registration of the driver is not enough."""
-    settings = settings_for(
-        base,
-        backend="dra",
-        dra_registration_dir=base / "registry",
-        dra_plugins_dir=base / "plugins",
-    )
-    publisher = FakePublisher()
-    backend = DraBackend(settings, claims=MemoryClaims(), publisher=publisher, run_hook=_no_hook)
-    discovery = ScriptedDiscovery({NAME: [unit("ttyUSB0")]}, broken={NAME})
-    supervisor = Supervisor(settings, backend, discover=discovery)
-    async with EmbeddedDraKubelet(base / "registry") as kubelet:
-        await supervisor.start(config(CONFIG))
-        try:
-            await kubelet.wait_until(lambda k: k.registered(DRIVER))
-            await kubelet.wait_until(lambda k: k.count(DraEventKind.REGISTERED, DRIVER) > 0)
-            assert backend.driver.registration.service.registrations > 0, "told so"
-            await discovery.wait_calls(NAME, 1)  # its first scan failed
-            verdict = readiness(supervisor.status(), started=True)
-            assert not verdict.ok
-            assert NAME in verdict.text
-            assert NAME not in publisher.slices
-            discovery.broken.clear()
-            supervisor.rescan("the device is back")
-            # Polled: a DRA resource's first publish signals no status change.
-            await eventually(
-                lambda: readiness(supervisor.status(), started=True).ok, "ready after the scan"
-            )
-            # Published before ready; Healthy once its probe (a shell, run apart
-            # from the scan) has passed: readiness does not wait for probes.
-            assert publisher.slices[NAME][0] == ("ttyUSB0",)
-            await publisher.until(lambda p: p.slices[NAME] == (("ttyUSB0",), frozenset()))
-        finally:
-            await supervisor.stop()
-            await backend.close()
+    async with serving(base, CONFIG, [unit("ttyUSB0")], broken=True) as (s, kubelet):
+        await kubelet.wait_until(lambda k: k.count(DraEventKind.REGISTERED, DRIVER) > 0)
+        assert s.backend.driver.registration.service.registrations > 0, "told so"
+        await s.discovery.wait_calls(NAME, 1)  # its first scan failed
+        verdict = readiness(s.supervisor.status(), started=True)
+        assert not verdict.ok
+        assert NAME in verdict.text
+        assert NAME not in s.publisher.slices
+        s.discovery.broken.clear()
+        s.supervisor.rescan("the device is back")
+        # Polled: a DRA resource's first publish signals no status change.
+        await eventually(
+            lambda: readiness(s.supervisor.status(), started=True).ok, "ready after the scan"
+        )
+        # Published before ready; Healthy once its probe (a shell, run apart
+        # from the scan) has passed: readiness does not wait for probes.
+        assert s.publisher.slices[NAME][0] == ("ttyUSB0",)
+        await s.publisher.until(lambda p: p.slices[NAME] == (("ttyUSB0",), frozenset()))
 
 
 async def _no_hook(hook: HookRun) -> None:
@@ -232,63 +240,42 @@ async def test_a_unit_unplugged_under_claims_stays_tainted_until_their_unprepare
     tainted with the resource's effect and streamed Unhealthy saying its nodes are
     gone, to both claims that share it; it leaves once the last claim is unprepared
     (cleanup runs then, once), and a replug with the same ID is Healthy again."""
-    hooks: list[HookRun] = []
-
-    async def run_hook(hook: HookRun) -> None:
-        hooks.append(hook)
-
-    settings = settings_for(
-        base,
-        backend="dra",
-        dra_registration_dir=base / "registry",
-        dra_plugins_dir=base / "plugins",
-    )
-    claims, publisher = MemoryClaims(), FakePublisher()
-    backend = DraBackend(settings, claims=claims, publisher=publisher, run_hook=run_hook)
-    discovery = ScriptedDiscovery({NAME: [unit("ttyUSB0")]})
-    supervisor = Supervisor(settings, backend, discover=discovery, run_hook=run_hook)
     usb0 = device_name(NAME, "ttyUSB0")
-    async with EmbeddedDraKubelet(base / "registry") as kubelet:
-        await supervisor.start(config(SHARED_CONFIG))
-        try:
-            await kubelet.wait_until(lambda k: k.registered(DRIVER))
-            await publisher.until(lambda p: p.slices.get(NAME) == (("ttyUSB0",), frozenset()))
-            options = publisher.options[NAME]
-            assert (options.shares, options.taint_effect) == (2, "NoExecute")
-            refs = [
-                ClaimRef("default", f"pod-{n}", f"11111111-2222-3333-4444-55555555555{n}")
-                for n in (1, 2)
-            ]
-            for ref in refs:
-                claims.add(ref, [AllocatedDevice("serial", NODE, usb0)])
-            await kubelet.prepare_pod(DRIVER, refs)
-            assert kubelet.claims_of(NODE, usb0) == tuple(sorted(r.uid for r in refs))
-            discovery.units[NAME] = []
-            supervisor.rescan("unplug")
-            await publisher.until(
-                lambda p: p.slices.get(NAME) == (("ttyUSB0",), frozenset({"ttyUSB0"}))
-            )
-            gone = ("Unhealthy", "device nodes gone: /dev/ttyUSB0")
-            await kubelet.wait_until(
-                lambda k: all(k.claim_health(DRIVER, r.uid) == {usb0: gone} for r in refs)
-            )
-            await kubelet.unprepare(DRIVER, refs[:1])
-            assert not hooks, "cleanup waits for the unit's last claim"
-            assert publisher.slices[NAME] == (("ttyUSB0",), frozenset({"ttyUSB0"}))
-            await kubelet.unprepare(DRIVER, refs[1:])
-            await publisher.until(lambda p: p.slices.get(NAME) == ((), frozenset()))
-            assert [
-                (h.name, tuple(n.host_path for u in h.units for n in u.nodes)) for h in hooks
-            ] == [("cleanup", ("/dev/ttyUSB0",))]
-            assert backend.driver.inventory.locate(usb0) is None  # nor in the health stream
-            discovery.units[NAME] = [unit("ttyUSB0")]
-            supervisor.rescan("replug")
-            await publisher.until(lambda p: p.slices.get(NAME) == (("ttyUSB0",), frozenset()))
-            healthy = ("Healthy", "no health check configured")
-            await kubelet.wait_until(lambda k: k.device_health(DRIVER).get((NODE, usb0)) == healthy)
-        finally:
-            await supervisor.stop()
-            await backend.close()
+    async with serving(base, SHARED_CONFIG, [unit("ttyUSB0")]) as (s, kubelet):
+        await s.publisher.until(lambda p: p.slices.get(NAME) == (("ttyUSB0",), frozenset()))
+        options = s.publisher.options[NAME]
+        assert (options.shares, options.taint_effect) == (2, "NoExecute")
+        refs = [
+            ClaimRef("default", f"pod-{n}", f"11111111-2222-3333-4444-55555555555{n}")
+            for n in (1, 2)
+        ]
+        for ref in refs:
+            s.claims.add(ref, [AllocatedDevice("serial", NODE, usb0)])
+        await kubelet.prepare_pod(DRIVER, refs)
+        assert kubelet.claims_of(NODE, usb0) == tuple(sorted(r.uid for r in refs))
+        s.discovery.units[NAME] = []
+        s.supervisor.rescan("unplug")
+        await s.publisher.until(
+            lambda p: p.slices.get(NAME) == (("ttyUSB0",), frozenset({"ttyUSB0"}))
+        )
+        gone = ("Unhealthy", "device nodes gone: /dev/ttyUSB0")
+        await kubelet.wait_until(
+            lambda k: all(k.claim_health(DRIVER, r.uid) == {usb0: gone} for r in refs)
+        )
+        await kubelet.unprepare(DRIVER, refs[:1])
+        assert not s.hooks, "cleanup waits for the unit's last claim"
+        assert s.publisher.slices[NAME] == (("ttyUSB0",), frozenset({"ttyUSB0"}))
+        await kubelet.unprepare(DRIVER, refs[1:])
+        await s.publisher.until(lambda p: p.slices.get(NAME) == ((), frozenset()))
+        assert [
+            (h.name, tuple(n.host_path for u in h.units for n in u.nodes)) for h in s.hooks
+        ] == [("cleanup", ("/dev/ttyUSB0",))]
+        assert s.backend.driver.inventory.locate(usb0) is None  # nor in the health stream
+        s.discovery.units[NAME] = [unit("ttyUSB0")]
+        s.supervisor.rescan("replug")
+        await s.publisher.until(lambda p: p.slices.get(NAME) == (("ttyUSB0",), frozenset()))
+        healthy = ("Healthy", "no health check configured")
+        await kubelet.wait_until(lambda k: k.device_health(DRIVER).get((NODE, usb0)) == healthy)
 
 
 async def test_slice_watch_restarts_are_counted_by_reason(base: Path) -> None:

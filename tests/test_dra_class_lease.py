@@ -78,15 +78,6 @@ class Cuttable(ClassApi):
         return await super().replace_lease(lease)
 
 
-@pytest.fixture
-async def client(apiserver: ApiServer) -> AsyncIterator[kubeapi.AsyncClient]:
-    made = kubeapi.connect(apiserver.kubeconfig)
-    try:
-        yield made
-    finally:
-        await made.close()
-
-
 @contextlib.asynccontextmanager
 async def running(*electors: LeaseElector) -> AsyncIterator[None]:
     tasks = [asyncio.create_task(e.run(), name=f"lease/{e.identity}") for e in electors]

@@ -21,9 +21,9 @@ from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.dra import kubeapi
 from genericdp.dra.apiclaims import ApiClaimSource
 from genericdp.dra.claims import ClaimError, ClaimRef
-from genericdp.dra.publisher import SlicePublisher
 from genericdp.dra.slices import pool_slices
 from tests.apiserver import ApiServer, kube_bin_dir
+from tests.dra_apislices import api_slices, running
 
 ROOT = Path(__file__).resolve().parent.parent
 KUSTOMIZE = ROOT / "deploy" / "kustomize"
@@ -208,12 +208,11 @@ def _unit(uid: str) -> Unit:
 async def test_the_driver_writes_its_nodes_slices_and_no_others(
     driver_client: kubeapi.AsyncClient, apiserver: ApiServer
 ) -> None:
-    publisher = SlicePublisher(kubeapi.ApiSlices(driver_client, node=NODE), adopt_grace=0)
-    await publisher.start()
-    await publisher.publish("example.com/serial", [_unit("a")], set())
-    assert await publisher.flush(timeout=10)
-    assert publisher.writes == 1
-    await publisher.close()
+    store = api_slices(driver_client, NODE)
+    async with running(store) as publisher:
+        await publisher.publish("example.com/serial", [_unit("a")], set())
+        assert await publisher.flush(timeout=10)
+        assert store.writes == 1
 
     foreign = pool_slices(
         {"example.com/x": []}, node="another-node", driver="genericdp.io", generation=1

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from genericdp.config.model import HealthCheck
-from genericdp.dra.driver import DraDriver, DriverPaths
+from genericdp.dra.driver import DraDriver
 from genericdp.dra.embedded import KUBELET_1_36_HEALTH, DraEventKind, EmbeddedDraKubelet
 from genericdp.dra.naming import device_name
 from genericdp.dra.registration import RegistrationServer, RegistrationService
@@ -22,30 +22,23 @@ from genericdp.dra.service import (
     DraServer,
 )
 from genericdp.dra.socketnames import registration_socket
+from tests.dra_drivers import new_driver
 from tests.dra_fakes import (
     DRIVER,
     HOOK,
     NODE,
     SERIAL,
     MemoryClaims,
-    RecordedHooks,
     definition,
-    unit,
 )
 
 A0, A1 = (NODE, device_name(SERIAL, "A0")), (NODE, device_name(SERIAL, "A1"))
 
 
 def make_driver(base: Path) -> DraDriver:
-    d = DraDriver(
-        driver=DRIVER,
-        node_name=NODE,
-        paths=DriverPaths(base / "registry", base / "plugins", base / "cdi"),
-        claims=MemoryClaims(),
-        run_hook=RecordedHooks(),
-        heartbeat=0.2,
+    d = new_driver(
+        base, MemoryClaims(), resource=definition(health=HealthCheck(HOOK)), heartbeat=0.2
     )
-    d.inventory.set_resource(definition(health=HealthCheck(HOOK)), [unit(0), unit(1)])
     d.inventory.set_health(
         SERIAL, {"A1"}, {"A0", "A1"}, {"A1": "health probe exited 3: no carrier"}
     )

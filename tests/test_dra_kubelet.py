@@ -6,15 +6,14 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import pytest
 
 from genericdp.config.model import HealthCheck, Hooks
 from genericdp.dra.claims import ClaimRef
-from genericdp.dra.driver import DraDriver, DriverPaths
+from genericdp.dra.driver import DraDriver
 from genericdp.dra.embedded import DraEventKind, DraKubeletError, EmbeddedDraKubelet, resolve_cdi
 from genericdp.dra.embedded.kubelet import HEALTH_TIMEOUT
 from genericdp.dra.naming import device_name
@@ -22,6 +21,7 @@ from genericdp.dra.service import HEARTBEAT, SERVICES
 from genericdp.hooks import HookRunner, run_hook
 from genericdp.metrics import Metrics
 from genericdp.runtime.recorder import CLAIM_RESULTS, NO_METRICS, Recorder
+from tests.dra_drivers import new_driver, started
 from tests.dra_fakes import (
     DRIVER,
     HOOK,
@@ -46,33 +46,19 @@ PREPARE, HEALTH_STREAM = DraEventKind.PREPARE, DraEventKind.HEALTH_STREAM
 ALL_HOOKS = Hooks(init=HOOK, pre_start=HOOK, cleanup=HOOK)
 
 
-def paths(base: Path) -> DriverPaths:
-    return DriverPaths(base / "registry", base / "plugins", base / "cdi")
-
-
-@asynccontextmanager
-async def driver(
+def driver(
     base: Path,
     claims: MemoryClaims,
     hooks: HookRunner | None = None,
     recorder: Recorder = NO_METRICS,
     heartbeat: float = HEARTBEAT,
-) -> AsyncIterator[DraDriver]:
-    d = DraDriver(
-        driver=DRIVER,
-        node_name=NODE,
-        paths=paths(base),
-        claims=claims,
-        run_hook=hooks or RecordedHooks(),
-        recorder=recorder,
-        heartbeat=heartbeat,
+) -> AbstractAsyncContextManager[DraDriver]:
+    """The driver of A0 and A1 with every hook, started; closed after."""
+    resource = definition(hooks=ALL_HOOKS)
+    made = new_driver(
+        base, claims, resource=resource, run_hook=hooks, recorder=recorder, heartbeat=heartbeat
     )
-    d.inventory.set_resource(definition(hooks=ALL_HOOKS), [unit(0), unit(1)])
-    await d.start()
-    try:
-        yield d
-    finally:
-        await d.close()
+    return started(made)
 
 
 async def test_registration_handshake_and_a_pod_gets_its_devices(base: Path) -> None:
@@ -189,14 +175,10 @@ async def test_prepare_is_retried_until_the_claim_can_be_prepared(base: Path) ->
         await kubelet.prepare_pod(DRIVER, [claim()])
         assert kubelet.count(PREPARE) == calls
     async with EmbeddedDraKubelet(base / "registry2") as other:
-        d2 = DraDriver(
-            driver=DRIVER,
-            node_name=NODE,
-            paths=DriverPaths(base / "registry2", base / "plugins", base / "cdi"),
-            claims=claims,
-            run_hook=hooks,
+        resource = definition(hooks=ALL_HOOKS)
+        d2 = new_driver(
+            base, claims, resource=resource, units=[unit(0)], run_hook=hooks, registry="registry2"
         )
-        d2.inventory.set_resource(definition(hooks=ALL_HOOKS), [unit(0)])
         await d2.start()
         try:
             await other.wait_until(lambda k: k.registered(DRIVER))

@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,16 +15,16 @@ from typing import Any
 from genericdp.discovery.model import Unit
 from genericdp.dra.checkpoint import Checkpoint
 from genericdp.dra.claims import AllocatedDevice, ClaimRef
-from genericdp.dra.driver import DraDriver, DriverPaths
+from genericdp.dra.driver import DraDriver
 from genericdp.dra.embedded import EmbeddedDraKubelet, resolve_cdi
 from genericdp.dra.metadata import API_VERSIONS
 from genericdp.dra.naming import device_name
+from tests.dra_drivers import new_driver, started
 from tests.dra_fakes import (
     DRIVER,
     NODE,
     SERIAL,
     MemoryClaims,
-    RecordedHooks,
     allocated,
     claim,
     definition,
@@ -54,21 +53,11 @@ def objects(path: Path) -> list[dict[str, Any]]:
     return found
 
 
-@asynccontextmanager
-async def driver(base: Path, claims: MemoryClaims, *units: Unit) -> AsyncIterator[DraDriver]:
-    d = DraDriver(
-        driver=DRIVER,
-        node_name=NODE,
-        paths=DriverPaths(base / "registry", base / "plugins", base / "cdi"),
-        claims=claims,
-        run_hook=RecordedHooks(),
-    )
-    d.inventory.set_resource(definition(), list(units) or [unit(0), unit(1)])
-    await d.start()
-    try:
-        yield d
-    finally:
-        await d.close()
+def driver(
+    base: Path, claims: MemoryClaims, *units: Unit
+) -> AbstractAsyncContextManager[DraDriver]:
+    """The driver of ``units`` (A0 and A1), started; closed after."""
+    return started(new_driver(base, claims, units=units))
 
 
 async def test_a_prepared_claim_has_its_metadata_mounted_and_unprepare_removes_it(

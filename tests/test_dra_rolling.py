@@ -8,23 +8,22 @@ import asyncio
 import json
 import os
 import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import pytest
 
 from genericdp.config.model import Hooks
 from genericdp.dra.checkpoint import FILE_NAME
-from genericdp.dra.driver import DraDriver, DriverPaths
+from genericdp.dra.driver import DraDriver
 from genericdp.dra.embedded import DraEventKind, EmbeddedDraKubelet
 from genericdp.dra.socketnames import dra_socket, registration_socket
 from genericdp.dra.turns import TurnError, Turns
 from genericdp.unixgrpc import MAX_UNIX_PATH_BYTES
+from tests.dra_drivers import new_driver, started
 from tests.dra_fakes import (
     DRIVER,
     HOOK,
-    NODE,
     SERIAL,
     MemoryClaims,
     RecordedHooks,
@@ -67,28 +66,12 @@ def test_a_name_that_would_not_fit_107_bytes_is_hashed_unique_and_stable() -> No
     assert len(str(dra_socket(long_dir, driver, UID_OLD)).encode()) <= MAX_UNIX_PATH_BYTES
 
 
-def paths(base: Path) -> DriverPaths:
-    return DriverPaths(base / "registry", base / "plugins", base / "cdi")
-
-
-@asynccontextmanager
-async def instance(
+def instance(
     base: Path, claims: MemoryClaims, hooks: RecordedHooks, pod_uid: str
-) -> AsyncIterator[DraDriver]:
-    d = DraDriver(
-        driver=DRIVER,
-        node_name=NODE,
-        paths=paths(base),
-        claims=claims,
-        run_hook=hooks,
-        pod_uid=pod_uid,
-    )
-    d.inventory.set_resource(definition(hooks=Hooks(init=HOOK, cleanup=HOOK)), [unit(0), unit(1)])
-    await d.start()
-    try:
-        yield d
-    finally:
-        await d.close()
+) -> AbstractAsyncContextManager[DraDriver]:
+    """The instance of pod ``pod_uid``, serving A0 and A1, started; closed after."""
+    resource = definition(hooks=Hooks(init=HOOK, cleanup=HOOK))
+    return started(new_driver(base, claims, resource=resource, run_hook=hooks, pod_uid=pod_uid))
 
 
 def recorded(base: Path) -> set[str]:

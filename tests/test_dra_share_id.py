@@ -9,11 +9,12 @@ from pathlib import Path
 from genericdp.dra import kubeapi
 from genericdp.dra.apiclaims import ApiClaimSource
 from genericdp.dra.claims import POD_CLAIM_ANNOTATION, AllocatedDevice, Allocation, ClaimRef
-from genericdp.dra.driver import DraDriver, DriverPaths
+from genericdp.dra.driver import DraDriver
 from genericdp.dra.embedded import EmbeddedDraKubelet
 from genericdp.dra.naming import DEFAULT_DRIVER, device_name
 from tests.apiserver import ApiServer
-from tests.dra_fakes import DRIVER, NODE, SERIAL, MemoryClaims, RecordedHooks, claim, definition
+from tests.dra_drivers import new_driver, started
+from tests.dra_fakes import DRIVER, NODE, SERIAL, MemoryClaims, claim
 from tests.dra_fakes import unit as make_unit
 
 SHARE_1 = "aaaaaaaa-0000-0000-0000-000000000001"
@@ -29,16 +30,8 @@ def shared_claims() -> MemoryClaims:
     return claims
 
 
-def new_driver(base: Path, claims: MemoryClaims) -> DraDriver:
-    d = DraDriver(
-        driver=DRIVER,
-        node_name=NODE,
-        paths=DriverPaths(base / "registry", base / "plugins", base / "cdi"),
-        claims=claims,
-        run_hook=RecordedHooks(),
-    )
-    d.inventory.set_resource(definition(), [make_unit(0)])
-    return d
+def one_unit_driver(base: Path, claims: MemoryClaims) -> DraDriver:
+    return new_driver(base, claims, units=[make_unit(0)])
 
 
 async def test_each_claims_share_id_reaches_a_v1_kubelet_and_survives_a_restart(
@@ -48,38 +41,27 @@ async def test_each_claims_share_id_reaches_a_v1_kubelet_and_survives_a_restart(
     answers the kubelet's second prepare from its checkpoint with the same IDs."""
     claims = shared_claims()
     async with EmbeddedDraKubelet(base / "registry") as kubelet:
-        d = new_driver(base, claims)
-        await d.start()
-        try:
+        async with started(one_unit_driver(base, claims)):
             await kubelet.wait_until(lambda k: k.registered(DRIVER))
             await kubelet.prepare_pod(DRIVER, [claim(1), claim(2)])
-        finally:
-            await d.close()
         shares = {
             c.uid: [p.share_id for p in kubelet.prepared(c.uid) or ()] for c in (claim(1), claim(2))
         }
         assert shares == {claim(1).uid: [SHARE_1], claim(2).uid: [SHARE_2]}
     async with EmbeddedDraKubelet(base / "registry") as kubelet:  # a new kubelet asks again
-        d = new_driver(base, MemoryClaims())  # and the claims are not read again
-        await d.start()
-        try:
+        # With no claims: they are not read again, the checkpoint answers.
+        async with started(one_unit_driver(base, MemoryClaims())):
             await kubelet.wait_until(lambda k: k.registered(DRIVER))
             await kubelet.prepare_pod(DRIVER, [claim(1)])
-        finally:
-            await d.close()
         assert [p.share_id for p in kubelet.prepared(claim(1).uid) or ()] == [SHARE_1]
 
 
 async def test_a_v1beta1_kubelet_gets_no_share_id(base: Path) -> None:
     """v1beta1 has no share_id: the answer is what it was before sharing."""
     async with EmbeddedDraKubelet(base / "registry", services=["v1beta1.DRAPlugin"]) as kubelet:
-        d = new_driver(base, shared_claims())
-        await d.start()
-        try:
+        async with started(one_unit_driver(base, shared_claims())):
             await kubelet.wait_until(lambda k: k.registered(DRIVER))
             await kubelet.prepare_pod(DRIVER, [claim(1)])
-        finally:
-            await d.close()
         assert [p.share_id for p in kubelet.prepared(claim(1).uid) or ()] == [None]
 
 

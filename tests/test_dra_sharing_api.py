@@ -9,11 +9,6 @@ holds unchanged must cost no write.
 
 from __future__ import annotations
 
-import itertools
-import time
-from collections.abc import AsyncIterator
-from typing import Any
-
 import pytest
 
 from genericdp.discovery.model import DeviceNode, Unit
@@ -21,9 +16,7 @@ from genericdp.dra import kubeapi
 from genericdp.dra.naming import DEFAULT_DRIVER, device_name
 from genericdp.dra.publisher import SlicePublisher
 from genericdp.dra.slices import SHARES_CAPACITY, DeviceOptions
-from tests.apiserver import ApiServer
-
-_nodes = itertools.count()
+from tests.dra_apislices import api_slices, devices_held, fresh_node, running
 
 
 def unit(uid: str) -> Unit:
@@ -32,21 +25,7 @@ def unit(uid: str) -> Unit:
 
 @pytest.fixture
 def node_name() -> str:
-    return f"share-{next(_nodes)}-{int(time.time() * 1000) % 100000}"
-
-
-@pytest.fixture
-async def client(apiserver: ApiServer) -> AsyncIterator[kubeapi.AsyncClient]:
-    api = kubeapi.connect(apiserver.kubeconfig)
-    try:
-        yield api
-    finally:
-        await api.close()
-
-
-async def devices_held(client: kubeapi.AsyncClient, node: str) -> dict[str, dict[str, Any]]:
-    objs = await kubeapi.list_slices(client, node=node, driver=DEFAULT_DRIVER)
-    return {d["name"]: d for obj in objs.values() for d in obj["spec"].get("devices") or []}
+    return fresh_node("share")
 
 
 @pytest.mark.parametrize("effect", ["None", "NoSchedule", "NoExecute"])
@@ -55,9 +34,7 @@ async def test_shared_and_tainted_devices_are_kept_as_written(
 ) -> None:
     """Shares, the unbounded flag and every taint effect survive the server, and
     publishing the same pool again writes nothing."""
-    publisher = SlicePublisher(kubeapi.ApiSlices(client, node=node_name), adopt_grace=0)
-    await publisher.start()
-    try:
+    async with running(api_slices(client, node_name)) as publisher:
         await publish_all(publisher, effect)
         assert await publisher.flush()
         found = await devices_held(client, node_name)
@@ -83,17 +60,12 @@ async def test_shared_and_tainted_devices_are_kept_as_written(
         one = found[device_name("example.com/one", "one")]
         assert "allowMultipleAllocations" not in one
         assert one["taints"][0]["effect"] == "NoSchedule"
-    finally:
-        await publisher.close()
     # A new instance finds what it would write: the server kept it all, nothing is written.
-    again = SlicePublisher(kubeapi.ApiSlices(client, node=node_name), adopt_grace=0)
-    await again.start()
-    try:
+    store = api_slices(client, node_name)
+    async with running(store) as again:
         await publish_all(again, effect)
         assert await again.flush()
-        assert again.writes == 0
-    finally:
-        await again.close()
+        assert store.writes == 0
 
 
 async def publish_all(publisher: SlicePublisher, effect: str) -> None:

@@ -9,7 +9,6 @@ share the session's API server without seeing each other.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -20,79 +19,46 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap
 from lightkube.types import PatchType
 
-from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.dra import kubeapi
 from genericdp.dra.naming import DEFAULT_DRIVER, device_name
-from genericdp.dra.publisher import SlicePublisher
-from genericdp.dra.slicestore import Listing
 from tests.apiserver import ApiServer
+from tests.dra_apislices import CountingSlices, api_slices, connected, fresh_node, running, unit
 from tests.polling import eventually
 
 RESOURCE = "example.com/serial"
 RESTORED = 1.0  # seconds: a slice changed by someone else is put back within this
-_nodes = itertools.count()
 
 Meddle = Callable[[], Awaitable[None]]
 
 
-def unit(uid: str) -> Unit:
-    return Unit(uid, (DeviceNode(f"/dev/{uid}", f"/dev/{uid}", 188, 0, "tty"),))
-
-
 @pytest.fixture
 def node_name() -> str:
-    return f"watched-{next(_nodes)}-{int(time.time() * 1000) % 100000}"
-
-
-@pytest.fixture
-async def client(apiserver: ApiServer) -> AsyncIterator[kubeapi.AsyncClient]:
-    api = kubeapi.connect(apiserver.kubeconfig)
-    try:
-        yield api
-    finally:
-        await api.close()
+    return fresh_node("watched")
 
 
 @pytest.fixture
 async def someone(apiserver: ApiServer) -> AsyncIterator[kubeapi.AsyncClient]:
     """Another client of the API server (the kubelet, an admin)."""
-    api = kubeapi.connect(apiserver.kubeconfig)
-    try:
+    async with connected(apiserver) as api:
         yield api
-    finally:
-        await api.close()
 
 
-class Meddling:
+class Meddling(CountingSlices):
     """``ApiSlices`` with ``before_watch`` run once, after the watch's list and before its
     watch request: whatever it does happens in the gap a watch must not lose."""
 
     def __init__(self, inner: kubeapi.ApiSlices) -> None:
-        self._inner = inner
-        self.node = inner.node
-        self.driver = inner.driver
+        super().__init__(inner)
         self.before_watch: Meddle | None = None
         self.met = 0.0  # when ``before_watch`` had run (loop-independent clock)
-
-    async def list(self) -> Listing:
-        return await self._inner.list()
 
     async def watch(self, version: str, seconds: int) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         meddle, self.before_watch = self.before_watch, None
         if meddle is not None:
             await meddle()
             self.met = time.monotonic()
-        async for event in self._inner.watch(version, seconds):
+        async for event in super().watch(version, seconds):
             yield event
-
-    async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        return await self._inner.create(obj)
-
-    async def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
-        return await self._inner.replace(obj)
-
-    async def delete(self, name: str) -> None:
-        await self._inner.delete(name)
 
 
 async def ours(client: kubeapi.AsyncClient, node: str) -> set[str]:
@@ -138,11 +104,9 @@ CHANGES = {"deleted": delete_ours, "tampered with": tamper_with_ours}
 
 async def published(client: kubeapi.AsyncClient, node: str) -> None:
     """A previous instance on the node left our slice."""
-    first = SlicePublisher(kubeapi.ApiSlices(client, node=node), adopt_grace=0)
-    await first.start()
-    await first.publish(RESOURCE, [unit("a")], set())
-    assert await first.flush()
-    await first.close()
+    async with running(api_slices(client, node)) as first:
+        await first.publish(RESOURCE, [unit("a")], set())
+        assert await first.flush()
 
 
 @pytest.mark.parametrize("change", CHANGES)
@@ -159,16 +123,13 @@ async def test_a_slice_changed_right_after_start_is_put_back_within_a_second(
     if restart:
         await published(client, node_name)
         await quiet_slice_cache(someone, node_name)
-    publisher = SlicePublisher(kubeapi.ApiSlices(client, node=node_name), adopt_grace=0)
-    await publisher.start()
-    try:
+    store = api_slices(client, node_name)
+    async with running(store) as publisher:
         await publisher.publish(RESOURCE, [unit("a")], set())
         assert await publisher.flush()
-        assert publisher.writes == (0 if restart else 1)
+        assert store.writes == (0 if restart else 1)
         await CHANGES[change](someone, node_name)
         await back_within(client, node_name, time.monotonic(), f"a slice {change}")
-    finally:
-        await publisher.close()
 
 
 @pytest.mark.parametrize("change", CHANGES)
@@ -184,12 +145,8 @@ async def test_a_change_between_the_list_and_the_watch_is_not_lost(
         await CHANGES[change](someone, node_name)
 
     store.before_watch = meddle
-    publisher = SlicePublisher(store, adopt_grace=0)
-    await publisher.start()
-    try:
+    async with running(store) as publisher:
         await publisher.publish(RESOURCE, [unit("a")], set())
         assert await publisher.flush()
         await eventually(lambda: store.met > 0, "the change between list and watch")
         await back_within(client, node_name, store.met, f"a slice {change} before the watch")
-    finally:
-        await publisher.close()

@@ -62,11 +62,9 @@ async def test_the_watch_follows_only_its_own_node(apiserver: ApiServer) -> None
         apiserver.kubectl("delete", "node", "not-me", "--ignore-not-found")
 
 
-async def test_a_watch_the_server_ends_at_once_is_reopened_after_a_growing_backoff(
-    tmp_path: Path,
-) -> None:
-    """Each reopen waits the next backoff (0.5 s doubling, never zero); a 410 Gone lists
-    again, from the list's resourceVersion on."""
+async def six_delays(url: str, tmp_path: Path) -> tuple[list[float], NodeWatch]:
+    """The first six backoff delays of a watch of Node ``n`` on ``url`` (0.5 s doubling,
+    no jitter), its sleeps recorded, the sixth never ending; the watch."""
     delays: list[float] = []
     done = asyncio.Event()
 
@@ -79,18 +77,27 @@ async def test_a_watch_the_server_ends_at_once_is_reopened_after_a_growing_backo
     async def on_labels(_labels: object) -> None:
         return None
 
+    client = connect(kubeconfig(tmp_path / "kubeconfig", url))
+    backoff = Backoff(initial=0.5, maximum=30.0, jitter=0.0)
+    watch = NodeWatch(client, "n", on_labels, backoff=backoff, sleep=sleep)
+    tasks = TaskSet()
+    tasks.spawn("node-watch", watch.run)
+    try:
+        await asyncio.wait_for(done.wait(), 10)
+    finally:
+        await tasks.stop()
+        await client.close()
+    return delays, watch
+
+
+async def test_a_watch_the_server_ends_at_once_is_reopened_after_a_growing_backoff(
+    tmp_path: Path,
+) -> None:
+    """Each reopen waits the next backoff (0.5 s doubling, never zero); a 410 Gone lists
+    again, from the list's resourceVersion on."""
     ending = EndingServer(gone=1)
     async with ending as url:
-        client = connect(kubeconfig(tmp_path / "kubeconfig", url))
-        backoff = Backoff(initial=0.5, maximum=30.0, jitter=0.0)
-        watch = NodeWatch(client, "n", on_labels, backoff=backoff, sleep=sleep)
-        tasks = TaskSet()
-        tasks.spawn("node-watch", watch.run)
-        try:
-            await asyncio.wait_for(done.wait(), 10)
-        finally:
-            await tasks.stop()
-            await client.close()
+        delays, _ = await six_delays(url, tmp_path)
     assert delays == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
     kinds = ["watch" if "watch=true" in p else "list" for p in ending.paths]
     assert kinds == ["list", "watch", "list", "watch", "watch", "watch", "watch", "watch"]
@@ -104,29 +111,8 @@ async def test_an_unreachable_api_server_is_warned_of_once_not_at_every_retry(
     """Six refused attempts in a row (every node's, when the API server restarts): one
     warning, saying it retries, and the backoff grows between them."""
     caplog.set_level(logging.INFO, logger="genericdp.nodewatch")
-    delays: list[float] = []
-    done = asyncio.Event()
-
-    async def sleep(delay: float) -> None:
-        delays.append(delay)
-        if len(delays) == 6:
-            done.set()
-            await asyncio.Event().wait()
-
-    async def on_labels(_labels: object) -> None:
-        return None
-
-    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    client = connect(kubeconfig(tmp_path / "kubeconfig", url))
-    backoff = Backoff(initial=0.5, maximum=30.0, jitter=0.0)
-    watch = NodeWatch(client, "n", on_labels, backoff=backoff, sleep=sleep)
-    tasks = TaskSet()
-    tasks.spawn("node-watch", watch.run)
-    try:
-        await asyncio.wait_for(done.wait(), 10)
-    finally:
-        await tasks.stop()
-        await client.close()
+    # Nothing listens there.
+    delays, watch = await six_delays(f"http://127.0.0.1:{free_port()}", tmp_path)
     assert delays == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, warnings

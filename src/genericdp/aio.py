@@ -12,6 +12,7 @@
 - ``Backoff``: exponential, with jitter.
 - ``wait_event``: an event with a timeout that never swallows a cancel.
 - ``Changes``: "something changed", for any number of waiters on a condition.
+- ``StopSignals``: SIGTERM and SIGINT as a request to stop, for every process.
 - ``inotify_events``: one non-blocking inotify instance read from the loop.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -219,6 +221,37 @@ class Changes:
                 return False
             await wait_event(self._event, remaining)
         return True
+
+
+class StopSignals:
+    """SIGTERM and SIGINT on the running loop as a request to stop (``wait``).
+
+    ``remove`` first thing at shutdown: a second signal while stopping then
+    has its default effect, so a stuck shutdown can still be ended.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        self._received: list[str] = []
+        for sig in self.SIGNALS:
+            self._loop.add_signal_handler(sig, self._on_signal, sig)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        self._received.append(sig.name)
+        self._stop.set()
+
+    async def wait(self) -> str:
+        """Wait for the first signal; its name (``SIGTERM``)."""
+        await self._stop.wait()
+        return self._received[0]
+
+    def remove(self) -> None:
+        """Give the signals back their default effect."""
+        for sig in self.SIGNALS:
+            self._loop.remove_signal_handler(sig)
 
 
 @asynccontextmanager

@@ -16,11 +16,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import socket
 from pathlib import Path
 
-from genericdp.aio import Backoff, TaskSet
+from genericdp.aio import Backoff, StopSignals, TaskSet
 from genericdp.classmetrics import ClassMetrics
 from genericdp.config.loader import load_sources
 from genericdp.dra.classapi import ClassApi
@@ -37,7 +36,6 @@ from genericdp.settings import ClassSettings
 log = logging.getLogger(__name__)
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def lease_namespace(settings: ClassSettings, path: Path = SERVICE_ACCOUNT_NAMESPACE) -> str:
@@ -118,16 +116,7 @@ async def _first_config(
 
 
 async def _run(settings: ClassSettings, api: ClassApi, namespace: str) -> int:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    received: list[str] = []
-
-    def on_signal(sig: signal.Signals) -> None:
-        received.append(sig.name)
-        stop.set()
-
-    for sig in _SIGNALS:
-        loop.add_signal_handler(sig, on_signal, sig)
+    signals = StopSignals()
     metrics = ClassMetrics()
     reconciler: ClassReconciler | None = None
     elector = LeaseElector(
@@ -169,11 +158,9 @@ async def _run(settings: ClassSettings, api: ClassApi, namespace: str) -> int:
         tasks.spawn("deviceclasses", reconciler.run, backoff=restart)
         tasks.spawn("watch/deviceclasses", lambda: reconciler.watch("classes"), backoff=restart)
         tasks.spawn("watch/resourceslices", lambda: reconciler.watch("slices"), backoff=restart)
-        await stop.wait()
-        log.info("received %s: shutting down", received[0])
+        log.info("received %s: shutting down", await signals.wait())
     finally:
-        for sig in _SIGNALS:
-            loop.remove_signal_handler(sig)
+        signals.remove()
         stragglers = await tasks.stop()
         try:
             await elector.release()

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
@@ -25,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from genericdp.aio import Backoff, TaskSet
+from genericdp.aio import Backoff, StopSignals, TaskSet
 from genericdp.config.loader import Source, load_sources
 from genericdp.config.model import Config
 from genericdp.discovery.model import Roots
@@ -47,7 +46,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # Worker threads of the loop's executor (discovery, CDI files, a render past its
 # slice). asyncio's default is the core count + 4 (up to 32 on a large node),
 # and each thread costs its stack and a malloc arena (docs/performance.md).
@@ -183,15 +181,7 @@ async def _serve(
     from genericdp.runtime.configwatch import start_config_watch
 
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    received: list[str] = []
-
-    def on_signal(sig: signal.Signals) -> None:
-        received.append(sig.name)
-        stop.set()
-
-    for sig in _SIGNALS:
-        loop.add_signal_handler(sig, on_signal, sig)
+    signals = StopSignals()
     # Orphans of hooks come to us, so nothing a hook starts outlives its timeout.
     SUBREAPER.enable(loop)
     metrics.track(supervisor)
@@ -241,11 +231,9 @@ async def _serve(
         )
         if ready is not None:
             ready.set()
-        await stop.wait()
-        log.info("received %s: shutting down", received[0])
+        log.info("received %s: shutting down", await signals.wait())
     finally:
-        for sig in _SIGNALS:
-            loop.remove_signal_handler(sig)
+        signals.remove()
         supervisor.shutting_down()  # the DRA slices stay for the next instance
         # No reload may start while the plugins stop.
         stragglers = (*await watches.stop(), *await supervisor.stop(), *await endpoints.stop())

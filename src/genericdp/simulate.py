@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import signal
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from ruamel.yaml import YAML
 
+from genericdp.aio import StopSignals
 from genericdp.allocation.cdi import claim_device_id, spec_path
 from genericdp.allocation.devices import DeviceSpec
 from genericdp.allocation.plan import Allocation, Mount
@@ -209,16 +209,11 @@ async def _watch(kubelet: EmbeddedKubelet, names: Sequence[str], out: TextIO) ->
 
 
 async def _until_signal() -> None:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    sigs = (signal.SIGINT, signal.SIGTERM)
-    for sig in sigs:
-        loop.add_signal_handler(sig, stop.set)
+    signals = StopSignals()
     try:
-        await stop.wait()
+        await signals.wait()
     finally:
-        for sig in sigs:
-            loop.remove_signal_handler(sig)
+        signals.remove()
 
 
 async def simulate(

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import grpc
@@ -106,16 +106,19 @@ async def serve(
     *,
     what: str,
     make_dir: bool = False,
+    options: Sequence[tuple[str, int]] = MESSAGE_LIMITS,
 ) -> UnixServer:
     """Serve a new server with ``add_services`` on ``socket``, replacing what is there.
 
     ``what`` names the server in errors (``cannot serve <what> on <path>``);
-    ``make_dir`` creates the socket's directory first. Raises KubeletError
-    when the path is too long or the socket cannot be bound.
+    ``make_dir`` creates the socket's directory first; ``options`` are the
+    server's gRPC options (the kubelet's message limits unless told: the
+    embedded kubelet keeps gRPC's defaults, as the kubelet's own servers do).
+    Raises KubeletError when the path is too long or the socket cannot be bound.
     """
     address = unix_address(socket)
     await asyncio.to_thread(_clear, socket, make_dir=make_dir)
-    server = grpc.aio.server(options=MESSAGE_LIMITS)
+    server = grpc.aio.server(options=options)
     add_services(server)
     try:
         port = server.add_insecure_port(address)

@@ -6,13 +6,13 @@ import asyncio
 from http import HTTPStatus
 from typing import Any
 
-from genericdp.dra.checkpoint import valid_uid
 from genericdp.dra.claims import (
     POD_CLAIM_ANNOTATION,
     AllocatedDevice,
     Allocation,
     ClaimError,
     ClaimRef,
+    valid_uid,
 )
 from genericdp.dra.kubeapi import ApiRequestError, AsyncClient, get_claim
 from genericdp.dra.naming import DEFAULT_DRIVER

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from genericdp.atomicfile import reason, write_atomically
-from genericdp.dra.claims import ClaimRef
+from genericdp.dra.claims import ClaimRef, valid_uid
 from genericdp.errors import clip
 
 log = logging.getLogger(__name__)
@@ -46,13 +46,6 @@ PREPARED = "prepared"
 MAX_BYTES = 16 * 1024 * 1024
 MAX_VALUES = 400_000
 UNUSABLE = ".unusable-"  # checkpoint.json.unusable-<time>: a file set aside
-# Kubernetes UIDs are RFC 4122 UUIDs; anything else a kubelet sent is refused,
-# and the UID names a file, so it must never hold "/" or start with ".".
-_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
-
-
-def valid_uid(uid: str) -> bool:
-    return _UID.fullmatch(uid) is not None
 
 
 @dataclass(frozen=True)

@@ -61,9 +61,14 @@ from genericdp.dra.checkpoint import (
     PreparedClaim,
     PreparedDevice,
     describe_error,
-    valid_uid,
 )
-from genericdp.dra.claims import AllocatedDevice, ClaimError, ClaimRef, ClaimSource
+from genericdp.dra.claims import (
+    AllocatedDevice,
+    ClaimError,
+    ClaimRef,
+    ClaimSource,
+    unique_claims,
+)
 from genericdp.dra.inventory import Inventory, Located
 from genericdp.dra.turns import TurnError, Turns
 from genericdp.errors import GenericdpError, clip, cut, first_of
@@ -75,7 +80,6 @@ log = logging.getLogger(__name__)
 # A ResourceClaim's allocation holds at most 32 results (AllocationResultsMaxSize
 # in resource.k8s.io/v1); far more means the data is not what the API server keeps.
 MAX_DEVICES_PER_CLAIM = 128
-MAX_NAME_CHARS = 253  # namespace and claim names are DNS subdomains at most
 # A claim's error ends up in the pod's events (and the kubelet's log): the API
 # server's or a hook's words are cut to this.
 MAX_ERROR_CHARS = 2048
@@ -131,7 +135,7 @@ class Preparer:
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimResult]:
         """Prepare every claim; one entry per distinct claim UID."""
         started = time.monotonic()
-        unique = _unique(claims)
+        unique = unique_claims(claims)
         record = self._recorder.claim_prepare
         results = await self._batch(self._prepare, unique, record)
         answer = dict(zip((c.uid for c in unique), results, strict=True))
@@ -146,7 +150,7 @@ class Preparer:
 
     async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
         """Unprepare every claim; one entry per distinct claim UID, its error or ""."""
-        unique = _unique(claims)
+        unique = unique_claims(claims)
         record = self._recorder.claim_unprepare
         results = await self._batch(self._unprepare, unique, record)
         return {c.uid: r.error for c, r in zip(unique, results, strict=True)}
@@ -161,7 +165,7 @@ class Preparer:
         except TurnError as exc:
             for _ in claims:
                 record(self.driver, "checkpoint_failed", 0.0)
-            return [ClaimResult(error=f"claim {clip(_named(c), 200)}: {exc}") for c in claims]
+            return [ClaimResult(error=f"claim {clip(c.named, 200)}: {exc}") for c in claims]
 
     def _turn(self) -> AbstractAsyncContextManager[None]:
         return nullcontext() if self._turns is None else self._turns.turn()
@@ -176,8 +180,8 @@ class Preparer:
 
     async def _attempt(self, step: _Step, claim: ClaimRef) -> tuple[ClaimResult, str]:
         """The claim's entry, and its ``result`` label (``CLAIM_RESULTS``)."""
-        where = f"claim {clip(_named(claim), 200)}"
-        invalid = _invalid(claim)
+        where = f"claim {clip(claim.named, 200)}"
+        invalid = claim.problem()
         if invalid:
             return ClaimResult(error=f"{where}: {invalid}"), "invalid"
         lock, users = self._locks.get(claim.uid, (asyncio.Lock(), 0))
@@ -210,9 +214,7 @@ class Preparer:
             claim.namespace,
             claim.name,
         ):
-            raise ClaimError(
-                f"its UID is that of claim {_named(known.claim)}, prepared here already"
-            )
+            raise ClaimError(f"its UID is that of claim {known.claim.named}, prepared here already")
         if known is not None and known.state == PREPARED:
             return ClaimResult(known.devices)  # no read, no slot: answered at once
         # The read is outside the slots (it has a deadline of its own): slow API
@@ -280,7 +282,7 @@ class Preparer:
                     if (run := plan.hook(name, logger=log)) is not None:
                         await self._run_hook(run)
                 if warning := undelivered(plan):
-                    log.warning("claim %s: %s", _named(claim), warning)
+                    log.warning("claim %s: %s", claim.named, warning)
             plugin_dir = self._checkpoint.path.parent
             await asyncio.to_thread(metadata.write, plugin_dir, self.driver, preparing)
             mounts = metadata.cdi_devices(plugin_dir, self.driver, preparing)
@@ -290,7 +292,7 @@ class Preparer:
             await self._checkpoint.put(replace(preparing, state=PREPARED, spec=name))
         log.info(
             "prepared claim %s (UID %s): %s",
-            _named(claim),
+            claim.named,
             claim.uid,
             _names(d.device for d in devices),
         )
@@ -350,7 +352,7 @@ class Preparer:
                 await asyncio.to_thread(metadata.remove, plugin_dir, *named)
             await self._checkpoint.remove(claim.uid)
             self.on_change()
-        log.info("unprepared claim %s (UID %s)", _named(known.claim), claim.uid)
+        log.info("unprepared claim %s (UID %s)", known.claim.named, claim.uid)
         return ClaimResult()
 
     async def _cleanup(self, known: PreparedClaim) -> None:
@@ -367,7 +369,7 @@ class Preparer:
                 log.info(
                     "unprepare claim %s: %s unit %s is still prepared for another claim,"
                     " its cleanup waits for the last one",
-                    _named(known.claim),
+                    known.claim.named,
                     device.resource,
                     device.unit,
                 )
@@ -380,7 +382,7 @@ class Preparer:
                 log.warning(
                     "unprepare claim %s: resource %s is no longer served, its cleanup hook"
                     " cannot run",
-                    _named(known.claim),
+                    known.claim.named,
                     resource,
                 )
                 continue
@@ -409,30 +411,6 @@ class Preparer:
             if unit.id == device.unit and unit.nodes:  # none: gone before the daemon saw it
                 return unit
         return Unit(device.unit, tuple(DeviceNode(h, c) for h, c in device.nodes))
-
-
-def _invalid(claim: ClaimRef) -> str:
-    """What is wrong with the kubelet's reference to ``claim`` ("" when nothing)."""
-    if not valid_uid(claim.uid):
-        return f"UID {clip(claim.uid, 80)} is not a UID"
-    if (
-        not claim.namespace
-        or not claim.name
-        or max(len(claim.namespace), len(claim.name)) > MAX_NAME_CHARS
-    ):
-        return "namespace and name must be set and short"
-    return ""
-
-
-def _named(claim: ClaimRef) -> str:
-    return f"{claim.namespace}/{claim.name}"
-
-
-def _unique(claims: Sequence[ClaimRef]) -> list[ClaimRef]:
-    seen: dict[str, ClaimRef] = {}
-    for claim in claims:
-        seen.setdefault(claim.uid, claim)
-    return list(seen.values())
 
 
 def _prepared(

@@ -110,7 +110,6 @@ class SlicePublisher:
         self._tasks = TaskSet(log)
         self._started = False
         self._started_at = 0.0
-        self.writes = 0  # slices created, replaced or deleted (tests and docs count them)
         self._adopted = False
         self._synced = False  # the first comparison or write is done
         self._expected: set[str] = set()  # what the first write waits for (``expect``)
@@ -352,7 +351,6 @@ class SlicePublisher:
                 else:
                     held[name] = written
                     self._check_sharing(wanted[name], written)
-                self.writes += 1
         finally:
             self._followed.written()  # our own writes among the events held back change nothing
         log.debug(

@@ -26,6 +26,14 @@ def _claims(pb: Any, claims: Sequence[ClaimRef]) -> list[Any]:
     return [pb.Claim(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
 
 
+async def _call(method: Any, request: Any, timeout: float, name: str) -> Any:  # noqa: ASYNC109 -- the call's gRPC deadline
+    """One call with the kubelet's deadline; a gRPC failure is ``<name> failed: ...``."""
+    try:
+        return await method(request, timeout=timeout)
+    except grpc.RpcError as exc:
+        raise DraKubeletError(f"{name} failed: {exc.details()}") from exc
+
+
 async def node_prepare(
     plugin: Plugin,
     claims: Sequence[ClaimRef],
@@ -34,10 +42,7 @@ async def node_prepare(
     """NodePrepareResources for ``claims``: each claim's UID and devices."""
     stub, pb = _stub(plugin)
     request = pb.NodePrepareResourcesRequest(claims=_claims(pb, claims))
-    try:
-        response = await stub.NodePrepareResources(request, timeout=timeout)
-    except grpc.RpcError as exc:
-        raise DraKubeletError(f"NodePrepareResources failed: {exc.details()}") from exc
+    response = await _call(stub.NodePrepareResources, request, timeout, "NodePrepareResources")
     asked = {c.uid: c for c in claims}
     prepared: dict[str, tuple[PreparedDevice, ...]] = {}
     for uid, result in response.claims.items():
@@ -75,10 +80,7 @@ async def node_unprepare(
     """NodeUnprepareResources for ``claims``: the UIDs unprepared."""
     stub, pb = _stub(plugin)
     request = pb.NodeUnprepareResourcesRequest(claims=_claims(pb, claims))
-    try:
-        response = await stub.NodeUnprepareResources(request, timeout=timeout)
-    except grpc.RpcError as exc:
-        raise DraKubeletError(f"NodeUnprepareResources failed: {exc.details()}") from exc
+    response = await _call(stub.NodeUnprepareResources, request, timeout, "NodeUnprepareResources")
     done = []
     for uid, result in response.claims.items():
         if result.error:

@@ -76,13 +76,12 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 
 import grpc
 
 from genericdp import logsetup
-from genericdp.aio import TaskSet, wait_event
+from genericdp.aio import Changes, TaskSet
 from genericdp.errors import KubeletError
 from genericdp.k8snames import is_extended_resource_name
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
@@ -94,12 +93,7 @@ from genericdp.kubelet.embedded.endpoint import (
     EndpointError,
     PluginEndpoint,
 )
-from genericdp.kubelet.embedded.plugin_dir import (
-    leave_dead_socket,
-    prepare_socket,
-    remove_socket,
-    remove_sockets,
-)
+from genericdp.kubelet.embedded.plugin_dir import leave_dead_socket, remove_sockets
 from genericdp.kubelet.embedded.podresources_server import PodResourcesServicer
 from genericdp.kubelet.embedded.registration_server import RegistrationServicer
 from genericdp.kubelet.embedded.state import (
@@ -114,7 +108,7 @@ from genericdp.kubelet.embedded.state import (
 )
 from genericdp.kubelet.options import API_VERSION, HEALTHY, KUBELET_SOCKET_NAME
 from genericdp.kubelet.podresources import PodDevices
-from genericdp.unixgrpc import unix_address
+from genericdp.unixgrpc import UnixServer, serve, unix_address
 
 log = logging.getLogger(__name__)
 
@@ -149,11 +143,11 @@ class EmbeddedKubelet:
         self._connections: set[PluginEndpoint] = set()  # every connection not closed yet
         self._incarnation = 0  # bumped at each start: work of a dead kubelet is void
         self._events: list[Event] = []
-        self._changed = asyncio.Event()
+        self._changes = Changes()
         self._admission = Admission(self._states, self._endpoints, self._record)
         self._tasks = TaskSet(log)
         self._timers: dict[str, asyncio.Task[None]] = {}
-        self._servers: list[tuple[grpc.aio.Server, Path]] = []
+        self._servers: list[UnixServer] = []
         self._running = False
 
     # -- lifecycle -------------------------------------------------------------------
@@ -169,20 +163,9 @@ class EmbeddedKubelet:
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
         self._incarnation += 1
         removed = remove_sockets(self.plugin_dir)
-        registration = grpc.aio.server()
-        pb_grpc.add_RegistrationServicer_to_server(  # type: ignore[no-untyped-call]
-            RegistrationServicer(self._register), registration
-        )
-        await self._serve(registration, self.socket)
+        await self._serve(self.socket, self._add_registration, "Registration")
         if self.pod_resources_socket is not None:
-            lister = grpc.aio.server()
-            pr_grpc.add_PodResourcesListerServicer_to_server(  # type: ignore[no-untyped-call]
-                PodResourcesServicer(
-                    lambda: tuple(self._admission.allocations.values()), lambda: self.resources
-                ),
-                lister,
-            )
-            await self._serve(lister, self.pod_resources_socket)
+            await self._serve(self.pod_resources_socket, self._add_lister, "PodResources")
         self._running = True
         # Known resources read capacity 0 until their plugins register again.
         for state in self._states.values():
@@ -220,11 +203,12 @@ class EmbeddedKubelet:
             self._disconnected(name)
         self._endpoints.clear()
         self._clients.clear()
-        for server, path in self._servers:
-            await server.stop(None)  # cancels Register calls in flight
-            remove_socket(path)  # gRPC unlinks it too
+        for server in self._servers:
+            # Cancels Register calls in flight; the socket goes, as Go unlinks a
+            # listener's file on close.
+            await server.stop(None)
             if crashed:
-                leave_dead_socket(path)
+                leave_dead_socket(server.socket)
         self._servers.clear()
         await self._tasks.stop(timeout=None)
         self._timers.clear()
@@ -241,23 +225,28 @@ class EmbeddedKubelet:
         await self.start()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    async def _serve(self, server: grpc.aio.Server, path: Path) -> None:
-        address = unix_address(path)  # fails clearly on a path too long for a socket
-        prepare_socket(path)
-        try:
-            server.add_insecure_port(address)
-        except RuntimeError as exc:
-            raise KubeletError(f"cannot listen on {path}: {exc}") from exc
-        await server.start()
-        self._servers.append((server, path))
+    async def _serve(
+        self, path: Path, add_services: Callable[[grpc.aio.Server], None], what: str
+    ) -> None:
+        # The kubelet's servers keep gRPC's default message limits, not a plugin's.
+        server = await serve(path, add_services, what=what, make_dir=True, options=())
+        self._servers.append(server)
+
+    def _add_registration(self, server: grpc.aio.Server) -> None:
+        pb_grpc.add_RegistrationServicer_to_server(  # type: ignore[no-untyped-call]
+            RegistrationServicer(self._register), server
+        )
+
+    def _add_lister(self, server: grpc.aio.Server) -> None:
+        pr_grpc.add_PodResourcesListerServicer_to_server(  # type: ignore[no-untyped-call]
+            PodResourcesServicer(
+                lambda: tuple(self._admission.allocations.values()), lambda: self.resources
+            ),
+            server,
+        )
 
     # -- introspection ---------------------------------------------------------------
 
@@ -329,15 +318,10 @@ class EmbeddedKubelet:
 
         Raises TimeoutError describing the current state when it does not hold in time.
         """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while not predicate(self):
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise TimeoutError(
-                    f"embedded kubelet: condition not met within {timeout}s\n{self.describe()}"
-                )
-            await wait_event(self._changed, remaining)
+        if not await self._changes.until(lambda: predicate(self), timeout):
+            raise TimeoutError(
+                f"embedded kubelet: condition not met within {timeout}s\n{self.describe()}"
+            )
 
     def _record(self, kind: EventKind, resource: str, detail: str) -> None:
         event = Event(kind=kind, resource=resource, detail=detail, at=self._clock())
@@ -345,9 +329,7 @@ class EmbeddedKubelet:
         about = {"resource": resource} if resource else {}
         with logsetup.fields(**about):
             log.info("embedded kubelet: %s", event)
-        # Wake every waiter, then arm a fresh event for the next change.
-        self._changed.set()
-        self._changed = asyncio.Event()
+        self._changes.notify()
 
     # -- registration and streams ----------------------------------------------------
 

@@ -12,17 +12,6 @@ log = logging.getLogger(__name__)
 CHECKPOINT_NAME = "kubelet_internal_checkpoint"
 
 
-def prepare_socket(path: Path) -> None:
-    """Make the socket's directory and remove a stale socket, as Go's listeners do."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)
-
-
-def remove_socket(path: Path) -> None:
-    """Remove our own socket on shutdown (Go unlinks a unix listener's file on close)."""
-    path.unlink(missing_ok=True)
-
-
 def leave_dead_socket(path: Path) -> None:
     """Leave a socket file nobody listens on, as a killed process leaves its listener's."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
