@@ -7,6 +7,7 @@ import time
 import pytest
 
 from genericdp.allocation.plan import plan_allocation
+from genericdp.config import sandbox
 from genericdp.config.model import AllocateSpec, GlobMatcher, ResourceDefinition, frozen_map
 from genericdp.config.templates import MAX_RENDER_SECONDS, TemplateSyntaxErrors, compile_templates
 from genericdp.discovery.model import DeviceNode, Unit
@@ -171,19 +172,77 @@ def test_work_of_one_allocation_is_bounded() -> None:
     assert "built more than" in reason(source)
 
 
+# Over a second of small steps on any machine.
+SLOW_STEPS = (
+    "{% for i in 'x' * 300 %}{% for j in 'x' * 300 %}"
+    "{% if (j ~ ' a b c d e f g h i j k l m n o p q r s t u v w x y z') | wordwrap(1) %}"
+    "{% endif %}"
+    "{% endfor %}{% endfor %}"
+)
+
+
 def test_rendering_has_a_deadline() -> None:
     """A template slow in small steps is stopped at the deadline, so Allocate stays short."""
-    source = (
-        "{% for i in 'x' * 300 %}{% for j in 'x' * 300 %}"
-        "{% if (j ~ ' a b c d e f g h i j k l m n o p q r s t u v w x y z') | wordwrap(1) %}"
-        "{% endif %}"
-        "{% endfor %}{% endfor %}"
-    )
-    started = time.monotonic()
+    source = SLOW_STEPS
+    started, cpu_started = time.monotonic(), time.thread_time()
     message = reason(source)
-    elapsed = time.monotonic() - started
+    cpu = time.thread_time() - cpu_started
     assert f"took longer than {MAX_RENDER_SECONDS}s" in message
-    assert elapsed < MAX_RENDER_SECONDS + 1.0
+    assert MAX_RENDER_SECONDS <= cpu < MAX_RENDER_SECONDS + 0.1
+    assert time.monotonic() - started < sandbox.MAX_RENDER_WALL_SECONDS + 1.0
+
+
+class _BusyClock:
+    """``time`` as the sandbox reads it on a machine where the rendering
+    thread gets a share of the CPU: the wall clock advances ``factor`` times
+    as fast as the thread's CPU time; with ``cpu=False`` the thread never runs
+    as far as its CPU clock knows, and the wall clock is real."""
+
+    def __init__(self, factor: float, *, cpu: bool = True) -> None:
+        self._factor = factor
+        self._cpu = cpu
+        self._wall = time.monotonic()
+        self._cpu_started = time.thread_time()
+
+    def monotonic(self) -> float:
+        if not self._cpu:
+            return time.monotonic()
+        return self._wall + (time.thread_time() - self._cpu_started) * self._factor
+
+    def thread_time(self) -> float:
+        return time.thread_time() if self._cpu else 0.0
+
+
+# Some tens of milliseconds of CPU time on a machine of CI's kind.
+MODERATE = (
+    "{% for i in 'x' * 60 %}{% for j in 'x' * 50 %}"
+    "{{ (j ~ ' a b c') | wordwrap(1) | length }}{% endfor %}{% endfor %}"
+)
+
+
+def test_a_busy_machine_does_not_refuse_what_an_idle_one_renders(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The deadline counts the rendering thread's CPU time: with a wall clock
+    twenty times as fast (the thread given a twentieth of a core) the wall
+    time is past the budget, and nothing is refused."""
+    cpu_started = time.thread_time()
+    assert render(MODERATE)
+    cpu = time.thread_time() - cpu_started
+    assert MAX_RENDER_SECONDS / 20 < cpu < MAX_RENDER_SECONDS / 2
+    monkeypatch.setattr(sandbox, "time", _BusyClock(20.0))
+    assert render(MODERATE)
+
+
+def test_however_busy_the_machine_the_wall_clock_is_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A thread that never gets the CPU still stops at the wall-clock bound."""
+    monkeypatch.setattr(sandbox, "MAX_RENDER_WALL_SECONDS", 0.3)
+    monkeypatch.setattr(sandbox, "time", _BusyClock(1.0, cpu=False))
+    started = time.monotonic()
+    assert "took longer than 0.3s on a busy machine" in reason(SLOW_STEPS)
+    assert time.monotonic() - started < 0.3 + 0.5
 
 
 def test_sane_templates_render_well_within_the_limits() -> None:
