@@ -932,9 +932,68 @@ check_privileged() {
   wait_for 60 "an unprivileged genericdp pod (not $pod) to be Ready" new_daemon_pod_ready "$pod"
 }
 
+# docs_output_has FILE TEXT...: FILE shows each TEXT, runs of blanks squeezed to one.
+docs_output_has() {
+  local text want
+  text=$(tr -s ' \t' '  ' <"$1")
+  shift
+  for want; do
+    [[ $text == *"$want"* ]] || return 1
+  done
+}
+
+# docs_command_prints COMMAND FILE TEXT...: COMMAND, run again, prints each TEXT.
+docs_command_prints() {
+  local command=$1 out=$2
+  shift 2
+  eval "$command" </dev/null >"$out" 2>&1 && docs_output_has "$out" "$@"
+}
+
+# The kubectl commands of the docs' sh blocks that need a node (quick start,
+# troubleshooting, deploy.md), as tests/docs_commands.py extracts them from
+# the pages with the placeholders swapped for this node's names: each exits 0
+# and prints what its page shows. The quick start greps the log for a reload
+# after a config change, so the config changes first, as its step 5 does.
+check_docs_commands() {
+  log "check: the docs' kubectl commands run on the node and print what the docs show"
+  local dir=$ARTIFACTS/docs-commands where command out status
+  local -a fields
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  k delete pod demo-consumer --ignore-not-found --wait=true >/dev/null
+  k apply -f "$REPO_ROOT/tests/data/nfd-nodefeature-crd.yaml" >/dev/null
+  k wait --for=condition=Established crd/nodefeatures.nfd.k8s-sigs.io --timeout=60s >/dev/null ||
+    fail "the NodeFeature CRD (tests/data/nfd-nodefeature-crd.yaml) was not established within 60s"
+  cat "$E2E_ROOT/overlay/e2e.yaml" - >"$dir/e2e.yaml" <<'EOM'
+
+  - name: example.com/e2e-docs
+    match:
+      - glob: /dev/random
+EOM
+  apply_e2e_config "$dir/e2e.yaml" >/dev/null
+  wait_quantity allocatable example.com/e2e-docs 1 180
+  python3 "$REPO_ROOT/tests/docs_commands.py" node "$dir" "$CONSUMER_IMAGE" >"$dir/commands.tsv" ||
+    fail "tests/docs_commands.py could not list the docs' node commands"
+  while IFS=$'\t' read -r -a fields; do
+    where=${fields[0]} command=${fields[1]} out=$dir/out.txt
+    status=0
+    eval "$command" </dev/null >"$out" 2>&1 || status=$?
+    ((status == 0)) || fail "$where: '$command' exited $status: $(cat "$out")"
+    if ((${#fields[@]} > 2)) && ! docs_output_has "$out" "${fields[@]:2}"; then
+      wait_for 30 "$where: '$command' to print: ${fields[*]:2}" \
+        docs_command_prints "$command" "$out" "${fields[@]:2}"
+    fi
+    log "ok: $where: $command"
+  done <"$dir/commands.tsv"
+  k delete pod demo-consumer --wait=false >/dev/null
+  k apply -k "$OVERLAY" >/dev/null
+  wait_quantity allocatable example.com/e2e-docs 0 180
+}
+
 ALL_CHECKS=(
   startup_probes server_dry_run capacity consumer_pod allocate_devices over_request hotplug health hot_reload cleanup_hook
   node_selector last_good unbounded unplug_in_use kubelet_restarts daemon_pod_recreated privileged
+  docs_commands
 )
 
 main() {

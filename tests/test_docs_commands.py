@@ -1,10 +1,12 @@
-"""The genericdp commands the docs show, in their ``sh`` blocks, run and exit 0.
+"""Every command of the docs' ``sh`` blocks runs in a test (tests/docs_commands.py classifies them).
 
-A command is run when it needs nothing but this repository: its file
-arguments exist here (``configs/examples/demo.yaml``), or it reads only its
-flags (``convert --device ...``). Commands on placeholders (``my.yaml``,
-``POD``) or against a cluster (``kubectl``, ``helm``) are not run here; the
-end-to-end tests deploy the same way.
+``genericdp`` commands run here, on the files they name or on the stand-ins
+of GENERICDP_FILES; ``helm install`` is linted and rendered by Helm 3 and 4
+with the same flags and what it renders goes to the real API server's dry
+run, as ``kubectl apply -k`` does; ``./dev``, e2e scripts and bench modules
+take the arguments shown; the release commands name files, arguments and
+attestations that exist. The ``kubectl`` commands that need a node run on
+the local node (e2e/checks.sh ``docs_commands``).
 """
 
 from __future__ import annotations
@@ -14,73 +16,416 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-_SH_BLOCK = re.compile(r"^( *)```(?:sh|bash)\n(.*?)^\1```", re.DOTALL | re.MULTILINE)
-_FLAGS_WITH_VALUES = {"--device", "--domain", "--allocate", "--driver", "--backend", "--config"}
-_SUBCOMMANDS = {"validate", "discover", "simulate", "schema", "convert", "deviceclasses"}
+from genericdp.dra.metadata import container_path
+from genericdp.dra.naming import DEFAULT_DRIVER
+from tests.apiserver import ApiServer
+from tests.docs_commands import (
+    KINDS,
+    NODE_FILES,
+    NODE_OUTPUT,
+    REPO,
+    Command,
+    every_command,
+    node_commands,
+    node_shell,
+    write_node_files,
+    yaml_block_before,
+)
+from tests.npm_tools import helm_binary
+
+COMMANDS = every_command()
+CHART = "deploy/helm/genericdp"
+CHART_VERSION = re.search(
+    r"^version: (\S+)$", (REPO / CHART / "Chart.yaml").read_text(), re.MULTILINE
+)[1]  # type: ignore[index]
+
+SERIAL = """\
+version: v1
+resources:
+  - name: example.com/serial
+    match: [{glob: /dev/null}]
+"""
+SQUAT_CONFIG = """\
+domain: squat.ai
+devices:
+  - name: serial
+    groups:
+      - paths: [{path: /dev/ttyUSB*}]
+"""
+VALUES = """\
+config:
+  version: v1
+  resources:
+    - name: example.com/serial
+      match: [{udev: {subsystem: tty, attributes: {idVendor: "0403", idProduct: "6001"}}}]
+"""
 
 
-def _commands(page: Path) -> list[list[str]]:
-    """Every ``genericdp ...`` line of the page's sh blocks, as argv after ``genericdp``."""
-    found = []
-    for block in _SH_BLOCK.finditer(page.read_text(encoding="utf-8")):
-        text = re.sub(r"\\\n\s*", " ", block.group(2))
-        for line in text.splitlines():
-            words = shlex.split(line, comments=True)
-            if len(words) >= 2 and Path(words[0]).name == "genericdp":
-                found.append(_without_redirection(words[1:]))
-    return found
+def _demo(_: Command) -> str:
+    return (REPO / "configs/examples/demo.yaml").read_text()
 
 
-def _without_redirection(args: list[str]) -> list[str]:
-    if ">" in args:
-        return args[: args.index(">")]
-    return args
+# placeholder file -> (page or "*", its text): written into the command's
+# working directory, which also links every top-level entry of the repository.
+GENERICDP_FILES: dict[str, dict[str, Callable[[Command], str]]] = {
+    "my.yaml": {"*": lambda _: SERIAL},
+    "my-config.yaml": {"docs/config.md": yaml_block_before, "*": _demo},
+    "squat-config.yaml": {"*": lambda _: SQUAT_CONFIG},
+    "my-values.yaml": {"*": lambda _: VALUES},
+}
+# word of a command -> what runs instead
+GENERICDP_WORDS = {
+    "/etc/generic-device-plugin/config.yaml": "squat-config.yaml",
+    "oci://ghcr.io/OWNER/charts/genericdp": CHART,
+    "X.Y.Z": CHART_VERSION,
+}
 
 
-def _runnable(args: list[str]) -> bool:
-    if not args or args[0] not in _SUBCOMMANDS:
-        return False
-    positional = []
-    rest = iter(args[1:])
-    for arg in rest:
-        if arg in _FLAGS_WITH_VALUES:
-            if arg == "--config":
-                positional.append(next(rest, ""))
-            else:
-                next(rest, None)
-        elif not arg.startswith("-"):
-            positional.append(arg)
-    return all((REPO / path).exists() for path in positional)
+def _of(kind: str) -> list[object]:
+    return [pytest.param(c, id=f"{c.where} {c.text}"[:100]) for c in COMMANDS if c.kind == kind]
 
 
-CASES = [
-    pytest.param(args, id=f"{page.name}: genericdp {' '.join(args)}"[:120])
-    for page in PAGES
-    for args in _commands(page)
-    if _runnable(args)
-]
+def _swapped(text: str) -> str:
+    for word, instead in GENERICDP_WORDS.items():
+        text = text.replace(word, instead)
+    return text
 
 
-def test_the_docs_show_commands_that_run_here() -> None:
-    assert len(CASES) >= 4
+def _workdir(command: Command, tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    for entry in REPO.iterdir():
+        (work / entry.name).symlink_to(entry)
+    for name, by_page in GENERICDP_FILES.items():
+        if name in _swapped(command.text):
+            text = by_page.get(command.page, by_page["*"])(command)
+            (work / name).write_text(text, encoding="utf-8")
+    return work
 
 
-@pytest.mark.parametrize("args", CASES)
-def test_a_command_in_the_docs_runs(args: list[str]) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
+
+
+def _squeezed(text: str) -> str:
+    return re.sub(r"[ \t]+", " ", text)
+
+
+def test_every_command_of_the_docs_has_a_kind() -> None:
+    """A new command fails here until a rule of tests/docs_commands.py says which test runs it."""
+    unknown = [f"{c.where}: {c.text}" for c in COMMANDS if c.kind is None]
+    assert not unknown, "add a rule to RULES in tests/docs_commands.py for:\n" + "\n".join(unknown)
+    assert {c.kind for c in COMMANDS} == set(KINDS), "a kind no command has: drop it"
+
+
+def test_the_docs_have_commands_to_run() -> None:
+    """The extraction finds the blocks: a broken pattern would leave every test empty."""
+    assert len(COMMANDS) >= 50
+    assert {c.page for c in COMMANDS} >= {"README.md", "docs/quickstart.md", "docs/deploy.md"}
+
+
+@pytest.mark.parametrize("command", _of("genericdp"))
+def test_a_genericdp_command_of_the_docs_runs(command: Command, tmp_path: Path) -> None:
+    """It exits 0 and prints the lines the docs show under it; a file it writes is a config."""
+    work = _workdir(command, tmp_path)
+    genericdp = f"{shlex.quote(sys.executable)} -m genericdp"
+    shell = re.sub(r"^(\.venv/bin/)?genericdp", genericdp, _swapped(command.text))
     done = subprocess.run(
-        [sys.executable, "-m", "genericdp", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+        ["bash", "-c", shell], cwd=work, env=_env(), capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    for line in command.output:
+        assert _squeezed(line) in _squeezed(done.stdout), done.stdout
+    if written := re.search(r"> (\S+)$", command.text):
+        checked = subprocess.run(
+            [sys.executable, "-m", "genericdp", "validate", written[1]], cwd=work, env=_env(),
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
+
+
+def _repo_paths(words: list[str], work: Path) -> list[str]:
+    return [str(work / w) if "/" in w and (work / w).exists() else w for w in words]
+
+
+@pytest.mark.parametrize("major", ["helm3", "helm4"])
+@pytest.mark.parametrize("command", _of("helm"))
+def test_a_helm_install_of_the_docs_renders_what_the_api_server_accepts(
+    command: Command, major: str, apiserver: ApiServer, tmp_path: Path
+) -> None:
+    """helm lint and helm template take its flags; the API server accepts every object."""
+    helm = str(helm_binary(major))
+    work = _workdir(command, tmp_path)
+    _helm, _install, name, chart, *flags = shlex.split(_swapped(command.text))
+    flags = _repo_paths(flags, work)
+    lint_flags = [f for i, f in enumerate(flags) if "--version" not in (f, flags[i - 1])]
+    lint = _run([helm, "lint", chart, *lint_flags], work)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    rendered = _run([helm, "template", name, chart, *flags], work)
+    assert rendered.returncode == 0, rendered.stderr
+    namespace = flags[flags.index("-n") + 1] if "-n" in flags else "default"
+    manifest = tmp_path / "rendered.yaml"
+    manifest.write_text(rendered.stdout)
+    applied = apiserver.kubectl(
+        "apply", "--dry-run=server", "--validate=strict", "-n", namespace, "-f", str(manifest)
     )
+    assert "daemonset.apps/genericdp" in applied, applied
+    assert all("(server dry run)" in line for line in applied.splitlines()), applied
+
+
+@pytest.mark.parametrize("command", _of("apply"))
+def test_a_kubectl_apply_of_the_docs_is_accepted_by_the_api_server(
+    command: Command, apiserver: ApiServer
+) -> None:
+    """The API server's dry run, with strict field validation, accepts every object."""
+    _kubectl, *args = shlex.split(command.text)
+    applied = apiserver.kubectl(*_repo_paths(args, REPO), "--dry-run=server", "--validate=strict")
+    assert "daemonset.apps/genericdp" in applied, applied
+    assert all("(server dry run)" in line for line in applied.splitlines()), applied
+
+
+def test_the_node_commands_run_in_the_e2e() -> None:
+    """e2e/checks.sh runs check_docs_commands by default, and it runs what docs_commands prints."""
+    checks = (REPO / "e2e/checks.sh").read_text()
+    all_checks = re.search(r"^ALL_CHECKS=\((.*?)\)", checks, re.DOTALL | re.MULTILINE)
+    assert all_checks, "e2e/checks.sh has no ALL_CHECKS"
+    assert "docs_commands" in all_checks[1].split()
+    assert 'tests/docs_commands.py" node' in checks
+    assert len(node_commands()) >= 10
+
+
+@pytest.mark.parametrize("command", node_commands(), ids=lambda c: c.where)
+def test_a_node_command_has_only_names_the_e2e_shell_knows(
+    command: Command, tmp_path: Path
+) -> None:
+    """No placeholder left: every capitalised word, my-* name and file is swapped."""
+    shell = node_shell(command, tmp_path)
+    leftover = re.findall(r"(?<![\w$/-])(?:[A-Z]{3,}|my-[\w-]+|[\w-]+\.yaml)(?![\w=])", shell)
+    assert not leftover, f"{command.where}: {leftover} in {shell}: add them to NODE_WORDS"
+    assert "kube-system" not in shell
+
+
+def test_what_a_node_command_must_print_is_on_its_page() -> None:
+    """NODE_OUTPUT holds only what the page itself shows, for commands that exist."""
+    by_text = {c.text: c for c in node_commands()}
+    for text, shown in NODE_OUTPUT.items():
+        assert text in by_text, f"NODE_OUTPUT names a command no page has: {text}"
+        page = _squeezed((REPO / by_text[text].page).read_text())
+        for want in shown:
+            assert want in page, f"{by_text[text].where}: the page does not show {want!r}"
+
+
+def test_the_node_files_are_the_pages_blocks(tmp_path: Path) -> None:
+    """demo-consumer.yaml is the quickstart's block, on the node's image, pulled never."""
+    write_node_files(tmp_path, "localhost/busybox:e2e")
+    assert set(NODE_FILES) == {p.name for p in tmp_path.iterdir()}
+    text = (tmp_path / "demo-consumer.yaml").read_text()
+    assert "image: localhost/busybox:e2e\n      imagePullPolicy: Never\n" in text
+    assert "example.com/null: 1" in text
+
+
+@pytest.mark.parametrize("command", _of("dra-metadata"))
+def test_the_dra_metadata_path_of_the_docs_is_where_genericdp_mounts_it(command: Command) -> None:
+    """The file a container reads for claim serial-claim, request serial, of driver genericdp.io."""
+    path = shlex.split(command.text)[-1]
+    claim, request = path.split("/")[-3:-1]
+    assert path == container_path(DEFAULT_DRIVER, claim, "", request)
+    assert (
+        "resourceclaimtemplates/dev/dev/$DRIVER-metadata.json"
+        in (REPO / "e2e/local/dra.sh").read_text()
+    )
+
+
+# -- ./dev and e2e scripts: the usage they declare -------------------------------------------
+
+
+def _dev_usage() -> set[str]:
+    done = subprocess.run(
+        [str(REPO / "dev")], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 2, done.stderr
+    return set(done.stderr.split()[-1].split("|"))
+
+
+def _forwarded_module(subcommand: str) -> str | None:
+    """The Python module a ./dev subcommand passes its arguments to."""
+    dev = (REPO / "dev").read_text()
+    arm = re.search(rf"^  {subcommand}\)(.*?);;", dev, re.DOTALL | re.MULTILINE)
+    assert arm, f"./dev has no {subcommand}) case"
+    forwarded = re.search(r'-m ([\w.]+) "\$@"', arm[1])
+    return forwarded[1] if forwarded else None
+
+
+def _module_flags(module: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--help"], cwd=REPO, env=_env(), capture_output=True,
+        text=True, timeout=60, check=False,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _usage_lines(script: Path) -> list[list[str]]:
+    """The header's ``#   [VAR=V] e2e/...sh ARGS`` lines, as words after the script's name."""
+    name = str(script.relative_to(REPO))
+    usages = []
+    for line in script.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        words = re.split(r"\s{2,}", line[1:].strip())[0].split()
+        while words and "=" in words[0]:
+            words.pop(0)
+        if words and words[0] == name:
+            usages.append(words[1:])
+    return usages
+
+
+def _matches(usage: list[str], args: list[str], values: Callable[[str], set[str] | None]) -> bool:
+    """ARGS as USAGE has them: literals, a|b, UPPERCASE for any word, [X] optional, [X...] many."""
+    if not usage:
+        return not args
+    word, rest = usage[0], usage[1:]
+    if word.startswith("[") and word.endswith("...]"):
+        return _matches(rest, args, values) or bool(
+            args and _matches([word[1:-4], *usage], args, values)
+        )
+    if word.startswith("[") and word.endswith("]"):
+        return _matches(rest, args, values) or _matches([word[1:-1], *rest], args, values)
+    return bool(args) and _one(word, args[0], values) and _matches(rest, args[1:], values)
+
+
+def _one(word: str, arg: str, values: Callable[[str], set[str] | None]) -> bool:
+    if re.fullmatch(r"[A-Z][A-Z_0-9]*", word):
+        allowed = values(word)
+        return allowed is None or arg in allowed
+    return arg in word.split("|")
+
+
+def _check_names(placeholder: str) -> set[str] | None:
+    if placeholder != "CHECK":
+        return None
+    return set(re.findall(r"^check_(\w+)\(\)", (REPO / "e2e/checks.sh").read_text(), re.MULTILINE))
+
+
+@pytest.mark.parametrize("command", _of("script"))
+def test_a_script_of_the_docs_takes_the_arguments_shown(command: Command) -> None:
+    """./dev knows the subcommand and its module the flags; an e2e script's usage has the words."""
+    words = shlex.split(command.text, posix=False)
+    env = [w.split("=", 1)[0] for w in words if re.fullmatch(r"[A-Z_]+=\S+", w)]
+    script, *args = words[len(env) :]
+    if script == "./dev":
+        assert args[0] in _dev_usage()
+        if flags := [a for a in args[1:] if a.startswith("-")]:
+            module = _forwarded_module(args[0])
+            assert module, f"./dev {args[0]} passes no arguments on"
+            shown = _module_flags(module)
+            assert all(f in shown for f in flags), shown
+        return
+    path = REPO / script
+    assert os.access(path, os.X_OK), f"{script} is not an executable here"
+    usages = _usage_lines(path)
+    assert usages, f"{script} says no usage in its header"
+    assert any(_matches(u, args, _check_names) for u in usages), (script, args, usages)
+    for variable in env:
+        assert re.search(rf"\${{?{variable}\b", path.read_text()), f"{script} reads no {variable}"
+
+
+@pytest.mark.parametrize("command", _of("bench"))
+def test_a_bench_module_of_the_docs_takes_the_flags_shown(command: Command) -> None:
+    """The module's --help lists every flag."""
+    words = shlex.split(command.text)
+    module = words[words.index("-m") + 1]
+    shown = _module_flags(module)
+    for flag in (w for w in words if w.startswith("--")):
+        assert re.search(rf"(^|\s){re.escape(flag)}\b", shown), f"{module} has no {flag}"
+
+
+@pytest.mark.parametrize("command", _of("variable"))
+def test_a_variable_of_the_docs_is_read(command: Command) -> None:
+    """Set for the page's next commands, or for the e2e scripts that read it."""
+    names = re.findall(r"([A-Z_]+)=", command.text)
+    later = " ".join(c.text for c in COMMANDS if c.page == command.page and c.line > command.line)
+    scripts = " ".join(p.read_text() for p in (REPO / "e2e").rglob("*.sh"))
+    for name in names:
+        used = re.compile(rf"\${{?{name}\b")
+        assert used.search(later) or used.search(scripts), f"{command.where}: nothing reads {name}"
+
+
+# -- pip, images and the release -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", _of("pip"))
+def test_pip_finds_the_release_the_docs_install(command: Command, tmp_path: Path) -> None:
+    """genericdp==VERSION resolves from this tree's wheel, versioned as the release job does."""
+    wheels = tmp_path / "wheels"
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "--wheel-dir", str(wheels), str(REPO)],
+        env={**_env(), "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_GENERICDP": CHART_VERSION},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    requirement = shlex.split(_swapped(command.text))[-1]
+    resolved = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--no-index",
+         "--find-links", str(wheels), requirement],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert resolved.returncode == 0, resolved.stdout + resolved.stderr
+    assert f"Would install genericdp-{CHART_VERSION}" in resolved.stdout, resolved.stdout
+
+
+def _build_args(words: list[str]) -> dict[str, str]:
+    return dict(words[i + 1].split("=", 1) for i, w in enumerate(words) if w == "--build-arg")
+
+
+@pytest.mark.parametrize("command", _of("image"))
+def test_an_image_command_of_the_docs_names_what_exists(command: Command) -> None:
+    """Each --build-arg is an ARG, the platforms are the release's; a pushed tag was built."""
+    words = shlex.split(command.text)
+    release = (REPO / ".github/workflows/release.yaml").read_text()
+    if words[:2] == ["podman", "push"]:
+        built = [c.text for c in COMMANDS if c.page == command.page and c.line < command.line]
+        assert any(f"-t {words[2]}" in text for text in built), f"nothing builds {words[2]}"
+        return
+    context = REPO / words[-1]
+    containerfile = (
+        REPO / words[words.index("-f") + 1] if "-f" in words else context / "Containerfile"
+    )
+    declared = set(re.findall(r"^ARG (\w+)", containerfile.read_text(), re.MULTILINE))
+    assert set(_build_args(words)) <= declared, declared
+    for flag in (w for w in words if w.startswith("--platform")):
+        platforms = words[words.index(flag) + 1]
+        assert f"PLATFORMS: {platforms}\n" in release
+    for flag in ("--sbom=true", "--provenance=mode=max"):
+        if flag in words:
+            key, value = flag[2:].split("=", 1)
+            assert f"{key}: {value}\n" in release, f"the release builds without {flag}"
+
+
+@pytest.mark.parametrize("command", _of("release"))
+def test_a_release_command_of_the_docs_reads_what_the_release_makes(command: Command) -> None:
+    """cosign verify names the release workflow that signs; SBOM and provenance are attested."""
+    release = (REPO / ".github/workflows/release.yaml").read_text()
+    words = shlex.split(command.text)
+    if words[0] == "cosign":
+        identity = words[words.index("--certificate-identity") + 1]
+        workflow = re.search(r"/genericdp/(\.github/workflows/[\w.-]+)@refs/tags/v", identity)
+        assert workflow, identity
+        assert (REPO / workflow[1]).read_text() == release
+        assert 'cosign sign --yes "$IMAGE@$DIGEST"' in release
+        return
+    shown = words[words.index("--format") + 1]
+    needs = {".SBOM": "sbom: true\n", ".Provenance": "provenance: mode=max\n", ".Manifest": ""}
+    (field,) = [f for f in needs if f in shown]
+    assert needs[field] in release, f"the release attests no {field}"
