@@ -15,13 +15,22 @@ import ast
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import get_args
+
+from genericdp.daemon import backend_package, backend_serving
+from genericdp.settings import Settings
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "genericdp"
 
+# The backend packages, each the name of a ``--backend`` choice without its
+# dashes (``settings.Settings.backend``, ``daemon.backend_serving``).
+BACKENDS = frozenset({"deviceplugin", "dra"})
+# The one backend that speaks the device-plugin protocol.
+PROTOCOL_BACKEND = "deviceplugin"
 # Top to bottom: each may import only what is in a lower layer, never its
 # neighbours on the same layer nor anything above it. ``__init__`` is the
-# package itself (``__version__``). The two backends share a layer, so
-# neither imports the other; both sit on ``runtime``.
+# package itself (``__version__``). The backends share a layer, so none
+# imports another; all sit on ``runtime``.
 LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(layer.split())
     for layer in (
@@ -29,7 +38,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "cli",
         "daemon simulate report convert configsources classdaemon",
         "metrics nodewatch classmetrics nodefeature featuresfile",
-        "deviceplugin dra",
+        " ".join(sorted(BACKENDS)),
         "runtime",
         "kubelet allocation health",
         "hooks lastgood",
@@ -41,7 +50,6 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "errors exits k8snames replicaids atomicfile protogen memtrim __init__",
     )
 )
-BACKENDS = frozenset({"deviceplugin", "dra"})
 # The shared core that every backend uses, and the device-plugin protocol:
 # neither imports the other, so a second backend needs no gRPC or kubelet type.
 CORE = frozenset({"allocation", "health", "hooks", "execution", "discovery", "reaper", "config"})
@@ -51,14 +59,10 @@ PROTOCOL_LIBRARIES = ("grpc", "google.protobuf")
 # backend it does not know by name, and the device-plugin protocol is the
 # device-plugin backend's (and the commands') alone.
 FORBIDDEN: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("runtime", "kubelet"),
-        ("runtime", "deviceplugin"),
-        ("runtime", "dra"),
-        ("dra", "kubelet"),
-        ("dra", "deviceplugin"),
-        ("deviceplugin", "dra"),
-    }
+    {("runtime", "kubelet")}
+    | {("runtime", backend) for backend in BACKENDS}
+    | {(backend, "kubelet") for backend in BACKENDS - {PROTOCOL_BACKEND}}
+    | {(a, b) for a in BACKENDS for b in BACKENDS if a != b}
 )
 
 
@@ -201,6 +205,29 @@ def test_both_backends_stand_on_the_runtime() -> None:
             for t in targets
         }
         assert "runtime" in into, backend
+
+
+def test_every_backend_is_chosen_in_one_place() -> None:
+    """A backend is a package and its name among ``Settings.backend``'s choices, nothing
+    else: each choice is one of ``BACKENDS`` (a package beside the others), each package
+    is a choice, and ``daemon.backend_serving`` opens the package's own ``serving``."""
+    choices = get_args(Settings.model_fields["backend"].annotation)
+    assert {backend_package(name) for name in choices} == BACKENDS
+    for name in choices:
+        serving = backend_serving(name)
+        assert serving.__module__ == f"genericdp.{backend_package(name)}.backend", name
+        assert getattr(serving, "__name__", None) == "serving", name
+
+
+def test_the_daemon_imports_no_backend() -> None:
+    """``serve`` finds each backend by its name (``backend_serving``), so a new backend
+    changes no line of ``daemon.py``: it imports no backend's package itself."""
+    named = sorted(
+        name
+        for name in _imports(SRC / "daemon.py")
+        if name.startswith("genericdp.") and _component(name) in BACKENDS
+    )
+    assert named == []
 
 
 def test_grpc_stays_out_of_the_core() -> None:

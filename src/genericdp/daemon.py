@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from genericdp.aio import Backoff, StopSignals, TaskSet
 from genericdp.config.loader import Source, load_sources
@@ -63,16 +63,20 @@ class Serving(Protocol):
 
 
 def backend_serving(name: str) -> Serving:
-    """The ``serving`` of the backend named ``name`` (``settings.backend``): the one
-    place backends are chosen. Each is loaded only when chosen: the device-plugin
+    """The ``serving`` of the backend named ``name`` (``settings.backend``, whose
+    choices are the one list of backends): ``serving`` in the module
+    ``genericdp.<name>.backend``, the name without its dashes (``device-plugin``
+    is ``deviceplugin``). Each is loaded only when chosen: the device-plugin
     backend never loads DRA or the API client."""
-    if name == "dra":
-        from genericdp.dra.backend import serving as dra
+    from importlib import import_module
 
-        return dra
-    from genericdp.deviceplugin.backend import serving as device_plugin
+    module = import_module(f"genericdp.{backend_package(name)}.backend")
+    return cast("Serving", module.serving)
 
-    return device_plugin
+
+def backend_package(name: str) -> str:
+    """The package of the backend named ``name``: ``device-plugin`` -> ``deviceplugin``."""
+    return name.replace("-", "")
 
 
 @dataclass

@@ -154,6 +154,7 @@ class Settings(DiscoverySettings):
     """Everything ``genericdp serve`` needs."""
 
     config: Path = Field(Path("/etc/genericdp"), description="config file or directory")
+    # The one list of backends: each name is a package (``daemon.backend_serving``).
     backend: Literal["device-plugin", "dra"] = Field(
         "device-plugin",
         description="serve the resources through the kubelet's device-plugin API or as a DRA"

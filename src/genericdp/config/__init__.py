@@ -13,7 +13,7 @@ and ``messages`` (the assembled JSON Schema and its errors in words),
 ``semantic`` (rules beyond the schema), ``regex`` (user patterns, matched by
 RE2), ``templates`` and ``convert`` (templates checked and compiled at load,
 problems located), ``sandbox`` (where templates render, and its limits),
-``templatevalues`` (compiled templates as values), ``loader`` (files, limits,
+``templatevalues`` (a compiled template as a value), ``loader`` (files, limits,
 order of work), ``durations`` and ``names`` (small shared rules), ``model``
 (the result, by the names the rest of the tree imports).
 """

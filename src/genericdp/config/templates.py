@@ -6,7 +6,10 @@ load time by ``compile_templates`` in the sandbox of ``genericdp.config.sandbox`
 (``StrictUndefined``) so that syntax errors and unknown top-level names are
 validation errors, and rendered per allocation by
 ``genericdp.allocation.plan.plan_allocation`` inside ``allocation_budget()``.
-The compiled values are the types of ``genericdp.config.templatevalues``.
+Each compiled source is a ``genericdp.config.templatevalues.TemplateValue``;
+``CompiledTemplates``, the compiled form of a whole ``allocate`` section, is
+built here and only here, so a templated field is compiled and held in this
+one module.
 
 What the sandbox would refuse while rendering (other templates, macros, call
 blocks, recursive loops, private attributes, names a template does not see) is
@@ -37,7 +40,7 @@ from genericdp.config.sandbox import (
     allocation_budget,
 )
 from genericdp.config.templatefields import ALLOCATE_CONTEXT, NODE_CONTEXT, field_problems
-from genericdp.config.templatevalues import CompiledTemplates, MountTemplate, TemplateValue
+from genericdp.config.templatevalues import TemplateValue
 from genericdp.config.v1.allocate import AllocateSpec
 
 # What the rest of the tree imports from here, wherever it is defined.
@@ -281,6 +284,42 @@ def _compiled(
     except RecursionError:  # Jinja's parser and compiler recurse per nesting level
         return None, (TemplateProblem("", "expressions or blocks are nested too deeply"),)
     return _Compiled(template, plan, names, fields), ()
+
+
+@dataclass(frozen=True)
+class MountTemplate:
+    """A mount whose paths are compiled (``AllocateSpec.mounts``' sources)."""
+
+    host_path: TemplateValue
+    container_path: TemplateValue
+    read_only: bool
+
+
+class CompiledTemplates:
+    """The compiled form of an ``AllocateSpec``."""
+
+    def __init__(
+        self,
+        env: Sequence[tuple[str, TemplateValue]],
+        mounts: Sequence[MountTemplate],
+        annotations: Sequence[tuple[str, TemplateValue]],
+    ) -> None:
+        self.env = tuple(env)
+        self.mounts = tuple(mounts)
+        self.annotations = tuple(annotations)
+        values = [
+            *(v for _, v in self.env),
+            *(v for m in self.mounts for v in (m.host_path, m.container_path)),
+            *(v for _, v in self.annotations),
+        ]
+        # Every context name some template reads: only those are built per Allocate.
+        self.names: frozenset[str] = frozenset().union(*(v.names for v in values))
+
+    def __repr__(self) -> str:
+        return (
+            f"CompiledTemplates(env={len(self.env)}, mounts={len(self.mounts)},"
+            f" annotations={len(self.annotations)})"
+        )
 
 
 def compile_templates(spec: AllocateSpec) -> CompiledTemplates:

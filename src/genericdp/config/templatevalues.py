@@ -1,10 +1,10 @@
-"""Compiled templates as values: what ``genericdp.config.templates`` builds at
-load and ``genericdp.allocation`` renders at every allocation."""
+"""A compiled template as a value (``TemplateValue``): what
+``genericdp.config.templates`` builds at load for each source and
+``genericdp.allocation`` renders at every allocation."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from jinja2.environment import Template
@@ -80,37 +80,3 @@ def _literal_text(source: str) -> str:
     normalised, one trailing newline dropped (``keep_trailing_newline=False``)."""
     text = source.replace("\r\n", "\n").replace("\r", "\n")
     return text.removesuffix("\n")
-
-
-@dataclass(frozen=True)
-class MountTemplate:
-    host_path: TemplateValue
-    container_path: TemplateValue
-    read_only: bool
-
-
-class CompiledTemplates:
-    """The compiled form of an ``AllocateSpec``."""
-
-    def __init__(
-        self,
-        env: Sequence[tuple[str, TemplateValue]],
-        mounts: Sequence[MountTemplate],
-        annotations: Sequence[tuple[str, TemplateValue]],
-    ) -> None:
-        self.env = tuple(env)
-        self.mounts = tuple(mounts)
-        self.annotations = tuple(annotations)
-        values = [
-            *(v for _, v in self.env),
-            *(v for m in self.mounts for v in (m.host_path, m.container_path)),
-            *(v for _, v in self.annotations),
-        ]
-        # Every context name some template reads: only those are built per Allocate.
-        self.names: frozenset[str] = frozenset().union(*(v.names for v in values))
-
-    def __repr__(self) -> str:
-        return (
-            f"CompiledTemplates(env={len(self.env)}, mounts={len(self.mounts)},"
-            f" annotations={len(self.annotations)})"
-        )
