@@ -24,6 +24,7 @@ from genericdp.allocation.cdi import (
 from genericdp.config.model import Config
 from genericdp.deviceplugin.sockets import socket_path
 from genericdp.errors import KubeletError
+from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.metrics import Metrics
 from genericdp.runtime.supervisor import Supervisor
@@ -89,14 +90,16 @@ BIG = "example.com/big"
 
 
 async def test_allocate_answer_over_4_mib_is_refused_and_counted(base: Path) -> None:
-    """An answer larger than the kubelet accepts fails in the daemon, counted as refused."""
-    env = "".join(f"      V{i}: \"{{{{ 'x' * 60000 }}}}\"\n" for i in range(80))
+    """An answer larger than the kubelet accepts fails in the daemon, counted as refused:
+    five containers of about 1 MiB each (the most one allocation may render)."""
+    env = "".join(f"      V{i}: \"{{{{ 'x' * 60000 }}}}\"\n" for i in range(17))
     cfg = config(
         f"resources:\n- name: {BIG}\n  match: [glob: /dev/x*]\n  allocate:\n    env:\n{env}"
     )
     settings = settings_for(base)
     metrics = Metrics(process=False)
-    discovery = ScriptedDiscovery({BIG: [unit("x0")]})
+    units = [f"x{i}" for i in range(5)]
+    discovery = ScriptedDiscovery({BIG: [unit(u) for u in units]})
     async with EmbeddedKubelet(settings.plugin_dir) as kubelet:
         backend = device_plugin(settings)
         supervisor = Supervisor(settings, backend, discover=discovery, metrics=metrics)
@@ -104,13 +107,16 @@ async def test_allocate_answer_over_4_mib_is_refused_and_counted(base: Path) -> 
         try:
             rt = Running(kubelet, supervisor, settings, backend)
             await rt.registered([BIG])
+            containers = [pb.ContainerAllocateRequest(devices_ids=[u]) for u in units]
             async with plugin_stub(rt.socket(BIG)) as stub:
                 with pytest.raises(grpc.aio.AioRpcError) as caught:
-                    await stub.Allocate(allocate_request("x0"))
+                    await stub.Allocate(pb.AllocateRequest(container_requests=containers))
         finally:
             assert await supervisor.stop() == ()
     assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert "over the kubelet's 4194304-byte message limit" in (caught.value.details() or "")
+    details = caught.value.details() or ""
+    assert "for 5 container(s)" in details
+    assert "over the kubelet's 4194304-byte message limit" in details
 
     def count(result: str) -> float:
         labels = {"resource": BIG, "result": result}

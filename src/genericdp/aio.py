@@ -10,7 +10,8 @@
   one-shot coroutine whose failure is logged, never lost. Shutdown is
   cancellation plus a bounded wait that names the stragglers.
 - ``Backoff``: exponential, with jitter.
-- ``wait_event``: an event with a timeout that never swallows a cancel.
+- ``wait_event``: an event with a timeout that never swallows a cancel;
+  ``next_by``: an async iterator's next item before a deadline.
 - ``Changes``: "something changed", for any number of waiters on a condition.
 - ``StopSignals``: SIGTERM and SIGINT as a request to stop, for every process.
 - ``inotify_events``: one non-blocking inotify instance read from the loop.
@@ -25,7 +26,7 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from inotify_simple import INotify
 
@@ -35,6 +36,7 @@ from genericdp.errors import GenericdpError
 log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -195,6 +197,14 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:  # no
     except TimeoutError:
         return False
     return True
+
+
+async def next_by(items: AsyncIterator[_T], deadline: float) -> _T:
+    """The next of ``items``, or TimeoutError once the loop's clock reaches ``deadline``
+    (StopAsyncIteration at their end). Only the wait is bounded, never what the
+    caller does with an item; ``asyncio.timeout_at``, for ``wait_event``'s reason."""
+    async with asyncio.timeout_at(deadline):
+        return await anext(items)
 
 
 class Changes:

@@ -27,7 +27,9 @@ ever handle our own types::
      ├── DeviceClassError       (dra.deviceclasses) two resources derive one DeviceClass name
      ├── ApiSetupError          (dra.kubeapi) no way to reach the API server
      ├── ApiRequestError        (dra.kubeapi) the API server refused or failed a request
+     │    └── ApiTimeoutError   (dra.kubeapi) the same, not answered whole within its deadline
      ├── ExpiredError           (dra.listwatch) a watch's version is gone: list again
+     ├── BrokenWatchError       (dra.listwatch) a watch stream open too long or a line too long
      ├── SliceError             (dra.slices) a resource that cannot be published as DRA devices
      └── ClaimError             (dra.claims) what is wrong with which claim
 

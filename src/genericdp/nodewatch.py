@@ -23,6 +23,7 @@ from typing import Any
 
 from genericdp.aio import Backoff, Sleep
 from genericdp.dra.kubeapi import (
+    REQUEST_DEADLINE,
     AsyncClient,
     connect,
     http_of,
@@ -50,6 +51,7 @@ class NodeWatch:
     backoff: Backoff = field(default_factory=lambda: Backoff(initial=0.5, maximum=30.0, jitter=0.5))
     sleep: Sleep | None = None
     rng: random.Random = field(default_factory=random.Random)
+    deadline: float = REQUEST_DEADLINE  # seconds for each list
     requests: int = 0  # lists and watches sent (tests and the fleet benchmark read it)
     _told: bool = field(default=False, init=False)
     _last: Labels = field(default=None, init=False)
@@ -62,7 +64,9 @@ class NodeWatch:
         """List this Node: tell its labels; the list's resourceVersion."""
         self.requests += 1
         http = http_of(self.client)
-        items, version = await list_objects(http, NODES, self._selector(), f"Node {self.node}")
+        what = f"Node {self.node}"
+        selector = self._selector()
+        items, version = await list_objects(http, NODES, selector, what, deadline=self.deadline)
         await self._tell(_labels(items[0]) if items else None)
         return version
 

@@ -25,7 +25,13 @@ from typing import Any
 
 from genericdp.allocation.cdi import qualified_name
 from genericdp.allocation.devices import DeviceSpec, device_nodes, merged
-from genericdp.allocation.render import render_path, render_value, template_context, units_named
+from genericdp.allocation.render import (
+    check_allocation_bytes,
+    render_path,
+    render_value,
+    template_context,
+    units_named,
+)
 from genericdp.config.model import ResourceDefinition, frozen_map
 from genericdp.config.templates import allocation_budget
 from genericdp.discovery.model import Unit
@@ -174,6 +180,8 @@ def plan_allocation(
         annotations = {
             k: render_value(name, "annotations", k, v, context) for k, v in templates.annotations
         }
+    paths = [(m.host_path, m.container_path) for m in mounts]
+    check_allocation_bytes(name, units, env, paths, annotations)
     nodes = tuple(device_nodes(definition, u) for u in units)
     cdi_devices = (
         tuple(dict.fromkeys(qualified_name(name, u.id) for u in units))

@@ -17,7 +17,13 @@ from typing import Any, TypeVar, cast
 
 from genericdp.allocation.confine import check_value, confine_path
 from genericdp.config.model import ResourceDefinition
-from genericdp.config.templates import TEMPLATE_NAMES, SliceSpent, TemplateValue
+from genericdp.config.templates import (
+    MAX_ALLOCATION_BYTES,
+    MAX_VALUE_BYTES,
+    TEMPLATE_NAMES,
+    SliceSpent,
+    TemplateValue,
+)
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.errors import TemplateRenderError, ellipsized, first_of
 
@@ -145,7 +151,50 @@ def render_value(
     rendered = _render(resource, section, name, value, context)
     if "\x00" in rendered:  # check_value's rule, tested here so the message is built only then
         check_value(rendered, what=f"resource {resource}: allocate.{section}.{name}")
+    # A character is at most 4 bytes: most values need no encoding to be measured.
+    if len(rendered) * 4 > MAX_VALUE_BYTES and (size := _utf8(rendered)) > MAX_VALUE_BYTES:
+        source = ellipsized(value.source, 80, "...")
+        raise TemplateRenderError(
+            f"resource {resource}: allocate.{section}.{name} {source!r}: rendered {size} bytes,"
+            f" more than the {MAX_VALUE_BYTES} bytes a rendered value may have"
+        )
     return rendered
+
+
+def check_allocation_bytes(
+    resource: str,
+    units: Sequence[Unit],
+    env: Mapping[str, str],
+    paths: Sequence[tuple[str, str]],
+    annotations: Mapping[str, str],
+) -> None:
+    """Refuse an allocation whose rendered names and values (``paths``: each mount's
+    host and container path) pass ``MAX_ALLOCATION_BYTES`` in UTF-8, naming the key
+    at which they do."""
+    chars = sum(len(k) + len(v) for k, v in env.items())
+    chars += sum(len(h) + len(c) for h, c in paths)
+    chars += sum(len(k) + len(v) for k, v in annotations.items())
+    if chars * 4 <= MAX_ALLOCATION_BYTES:
+        return  # a character is at most 4 bytes
+    parts = [
+        *((f"env.{k}", (k, v)) for k, v in env.items()),
+        *((f"mounts[{i}]", path) for i, path in enumerate(paths)),
+        *((f"annotations.{k}", (k, v)) for k, v in annotations.items()),
+    ]
+    total = 0
+    for key, texts in parts:
+        total += sum(_utf8(t) for t in texts)
+        if total > MAX_ALLOCATION_BYTES:
+            raise TemplateRenderError(
+                f"resource {resource}: {units_named(units)}: allocate.{key}: the allocation"
+                f" renders {total} bytes by here (names included), more than the"
+                f" {MAX_ALLOCATION_BYTES} bytes one allocation may render: make the"
+                " allocate templates render less"
+            )
+
+
+def _utf8(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def units_named(units: Sequence[Unit]) -> str:

@@ -31,6 +31,13 @@ from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 MAX_VALUE_CHARS = 65_536  # one rendered value; a kubelet response must stay far below 4 MiB
+# One rendered value in UTF-8: NAME=value must fit the kernel's 128 KiB for one
+# string of a process's environment (MAX_ARG_STRLEN), or the container cannot start.
+MAX_VALUE_BYTES = 65_536
+# Everything one allocation renders (env and annotation names and values, mount
+# paths), in UTF-8: half the 2 MiB a process's environment and arguments may take
+# together (ARG_MAX), a quarter of the kubelet's 4 MiB answer.
+MAX_ALLOCATION_BYTES = 1_048_576
 MAX_TEMPLATE_CHARS = 16_384  # one template source (or literal value) in the config
 MAX_VALUE_SIZE = 1_048_576  # any value a template builds, as printed, shared parts in full
 MAX_WORK = 8 * MAX_VALUE_SIZE  # per allocation: the sizes of every value built, and loop steps

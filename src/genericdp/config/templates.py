@@ -32,21 +32,26 @@ from jinja2.visitor import NodeTransformer
 from genericdp.config import sandbox
 from genericdp.config.directrender import Plan, plan_of
 from genericdp.config.sandbox import (
+    MAX_ALLOCATION_BYTES,
     MAX_RENDER_SECONDS,
     MAX_TEMPLATE_CHARS,
+    MAX_VALUE_BYTES,
     MAX_VALUE_CHARS,
     SANDBOX,
     SliceSpent,
     allocation_budget,
 )
 from genericdp.config.templatefields import ALLOCATE_CONTEXT, NODE_CONTEXT, field_problems
+from genericdp.config.templatesize import least_output
 from genericdp.config.templatevalues import TemplateValue
 from genericdp.config.v1.allocate import AllocateSpec
 
 # What the rest of the tree imports from here, wherever it is defined.
 __all__ = [
     "LABEL_TEMPLATE_NAMES",
+    "MAX_ALLOCATION_BYTES",
     "MAX_RENDER_SECONDS",
+    "MAX_VALUE_BYTES",
     "MAX_VALUE_CHARS",
     "NODE_TEMPLATE_NAMES",
     "TEMPLATE_NAMES",
@@ -242,7 +247,9 @@ def _compile_one(
         return TemplateValue(source, None)
     fields = compiled.field_problems
     problems.extend(TemplateProblem(key, p.message, p.line) for p in fields)
-    return TemplateValue(source, compiled.template, compiled.plan, compiled.names)
+    value = TemplateValue(source, compiled.template, compiled.plan, compiled.names)
+    value.least_bytes = compiled.least_bytes
+    return value
 
 
 @dataclass(frozen=True)
@@ -253,6 +260,7 @@ class _Compiled:
     # Fields it reads that no record it sees has: a config error, kept apart so
     # that the renderers can be compared on any context (tests/test_render_direct.py).
     field_problems: tuple[TemplateProblem, ...] = ()
+    least_bytes: int = 0  # what it renders at least, in UTF-8 (``templatesize``)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -269,9 +277,10 @@ def _compiled(
     """
     try:
         tree = SANDBOX.parse(source)
-        found = _static_problems("", tree, known)
+        found = _static_problems("", tree, known) or _too_large(tree)
         if found:
             return None, tuple(found)
+        least = sum(size for size, _ in least_output(tree))
         names = frozenset(meta.find_undeclared_variables(tree))
         fields = tuple(_field_problems(tree, known))
         plan = plan_of(tree)  # before _Harden rewrites the tree
@@ -283,7 +292,50 @@ def _compiled(
         return None, (TemplateProblem("", message + _filter_hint(message), exc.lineno),)
     except RecursionError:  # Jinja's parser and compiler recurse per nesting level
         return None, (TemplateProblem("", "expressions or blocks are nested too deeply"),)
-    return _Compiled(template, plan, names, fields), ()
+    return _Compiled(template, plan, names, fields, least), ()
+
+
+def _too_large(tree: nodes.Template) -> list[TemplateProblem]:
+    """A template whose text and constants alone render past ``MAX_VALUE_BYTES``."""
+    total = 0
+    for size, line in least_output(tree):
+        total += size
+        if total > MAX_VALUE_BYTES:
+            message = (
+                f"renders at least {total} bytes whatever it is given, more than the"
+                f" {MAX_VALUE_BYTES} bytes a rendered value may have"
+            )
+            return [TemplateProblem("", message, line)]
+    return []
+
+
+def _allocation_too_large(compiled: CompiledTemplates) -> list[TemplateProblem]:
+    """The values of one resource whose text and constants alone render, together, past
+    ``MAX_ALLOCATION_BYTES``: said at the value that passes it."""
+    parts = [
+        *((f"env.{k}", _utf8(k), v) for k, v in compiled.env),
+        *(
+            (f"mounts[{i}].{key}", 0, value)
+            for i, m in enumerate(compiled.mounts)
+            for key, value in (("hostPath", m.host_path), ("containerPath", m.container_path))
+        ),
+        *((f"annotations.{k}", _utf8(k), v) for k, v in compiled.annotations),
+    ]
+    total = 0
+    for key, name_bytes, value in parts:
+        total += name_bytes + value.least_bytes
+        if total > MAX_ALLOCATION_BYTES:
+            message = (
+                f"the allocate values of this resource render at least {total} bytes in all"
+                f" by here (names included), more than the {MAX_ALLOCATION_BYTES} bytes one"
+                " allocation may render"
+            )
+            return [TemplateProblem(key, message)]
+    return []
+
+
+def _utf8(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 @dataclass(frozen=True)
@@ -339,9 +391,11 @@ def compile_templates(spec: AllocateSpec) -> CompiledTemplates:
         (name, _compile_one(f"annotations.{name}", src, problems))
         for name, src in spec.annotations.items()
     ]
+    compiled = CompiledTemplates(env, mounts, annotations)
+    problems += _allocation_too_large(compiled)
     if problems:
         raise TemplateSyntaxErrors(problems)
-    return CompiledTemplates(env, mounts, annotations)
+    return compiled
 
 
 @functools.lru_cache(maxsize=1024)

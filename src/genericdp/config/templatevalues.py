@@ -30,6 +30,9 @@ class TemplateValue:
         self.plan = plan  # how to render it without Jinja, when ``directrender`` can
         self.names = names  # the context names the template reads (none: literal text)
         self._literal = _literal_text(source) if template is None else ""
+        # What it renders at least, in UTF-8: all of a literal; of a template, its
+        # text and constants (``templatesize``, set by the compiler).
+        self.least_bytes = len(self._literal.encode("utf-8", "surrogatepass"))
 
     def render(self, context: Mapping[str, Any]) -> str:
         if self.template is None:

@@ -20,13 +20,20 @@ loop of its own. A version the server cannot watch from is ``ExpiredError``:
 410 Gone (older than the server keeps) or 504 "Too large resource version"
 (newer than its watch cache, which an API server whose cache has seen no
 event of the kind since it started answers to a watch without a version).
+
+Every request but a watch has an overall deadline (``REQUEST_DEADLINE``;
+``ApiTimeoutError`` after it): the client's timeout is per read, and a
+server trickling its answer a byte at a time never trips it. A watch is
+bounded by its caller (``dra/listwatch.py``: its timeoutSeconds and a
+margin) and its lines by ``dra/watchlines.py``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -39,9 +46,10 @@ from lightkube.generic_resource import (
     create_namespaced_resource,
 )
 
-from genericdp.dra.listwatch import ExpiredError, version_of
+from genericdp.dra.listwatch import BrokenWatchError, ExpiredError, version_of
 from genericdp.dra.naming import DEFAULT_DRIVER
 from genericdp.dra.slicestore import Listing
+from genericdp.dra.watchlines import lines
 from genericdp.errors import GenericdpError
 
 __all__ = [
@@ -51,6 +59,7 @@ __all__ = [
     "ApiRequestError",
     "ApiSetupError",
     "ApiSlices",
+    "ApiTimeoutError",
     "AsyncClient",
     "as_slice",
     "connect",
@@ -68,7 +77,10 @@ DEVICE_CLASS = create_global_resource(GROUP, VERSION, "DeviceClass", "deviceclas
 RESOURCE_CLAIM = create_namespaced_resource(GROUP, VERSION, "ResourceClaim", "resourceclaims")
 SLICES = f"/apis/{GROUP}/{VERSION}/resourceslices"
 FIELD_MANAGER = "genericdp"
-REQUEST_TIMEOUT = 10.0  # seconds per request; the publisher retries after it
+REQUEST_TIMEOUT = 10.0  # seconds per read (and to connect); the publisher retries after it
+# Seconds for a whole request but a watch (a list, a write, a get), however the
+# server answers; a list of a node's slices or of its Node takes milliseconds.
+REQUEST_DEADLINE = 30.0
 
 
 class ApiSetupError(GenericdpError):
@@ -97,10 +109,19 @@ def connect(kubeconfig: Path | None = None) -> AsyncClient:
 class ApiRequestError(GenericdpError):
     """The API server refused a request; ``code`` is its HTTP status (0: none sent)."""
 
-    def __init__(self, what: str, code: int, reason: str) -> None:
-        super().__init__(f"{what}: the API server answered {code}: {reason}")
+    def __init__(self, what: str, code: int, reason: str, *, message: str = "") -> None:
+        super().__init__(message or f"{what}: the API server answered {code}: {reason}")
         self.code = code
         self.reason = reason
+
+
+class ApiTimeoutError(ApiRequestError):
+    """A request the API server did not finish answering within its deadline (code 0)."""
+
+    def __init__(self, what: str, seconds: float) -> None:
+        reason = f"no whole answer within {seconds:g}s"
+        message = f"{what}: the API server did not answer within {seconds:g}s"
+        super().__init__(what, 0, reason, message=message)
 
 
 def _status_code(err: ApiError) -> int:
@@ -108,18 +129,22 @@ def _status_code(err: ApiError) -> int:
     return code if isinstance(code, int) else 0
 
 
-@contextmanager
-def _answered(what: str) -> Iterator[None]:
-    """Turn lightkube's ``ApiError`` into ours, naming the request."""
+@asynccontextmanager
+async def _answered(what: str, deadline: float = REQUEST_DEADLINE) -> AsyncIterator[None]:
+    """Turn lightkube's ``ApiError`` into ours, naming the request, and end the request
+    after ``deadline`` seconds (``ApiTimeoutError``)."""
     try:
-        yield
+        async with asyncio.timeout(deadline):
+            yield
+    except TimeoutError as err:
+        raise ApiTimeoutError(what, deadline) from err
     except ApiError as err:
         raise ApiRequestError(what, _status_code(err), str(err.status.message)) from err
 
 
 async def get_claim(client: AsyncClient, namespace: str, name: str) -> dict[str, Any]:
     """The ResourceClaim ``namespace/name``; raises ApiRequestError (404: not there)."""
-    with _answered(f"ResourceClaim {namespace}/{name}"):
+    async with _answered(f"ResourceClaim {namespace}/{name}"):
         return dict(await client.get(RESOURCE_CLAIM, name, namespace=namespace))
 
 
@@ -135,12 +160,19 @@ def http_of(client: AsyncClient) -> httpx2.AsyncClient:
 
 
 async def list_objects(
-    http: httpx2.AsyncClient, path: str, params: Mapping[str, str], what: str
+    http: httpx2.AsyncClient,
+    path: str,
+    params: Mapping[str, str],
+    what: str,
+    *,
+    deadline: float = REQUEST_DEADLINE,
 ) -> tuple[list[dict[str, Any]], str]:
-    """The objects at ``path`` (``params``: the selectors) and the list's resourceVersion."""
+    """The objects at ``path`` (``params``: the selectors) and the list's resourceVersion,
+    answered within ``deadline`` seconds."""
     what = f"listing {what}"
     try:
-        response = await http.get(path, params=dict(params), timeout=REQUEST_TIMEOUT)
+        async with _answered(what, deadline):
+            response = await http.get(path, params=dict(params), timeout=REQUEST_TIMEOUT)
     except httpx2.HTTPError as err:
         raise ApiRequestError(what, 0, str(err) or type(err).__name__) from err
     body = _answer(response, what)
@@ -169,12 +201,19 @@ async def watch_events(
         "timeoutSeconds": str(seconds),
     }
     timeout = httpx2.Timeout(REQUEST_TIMEOUT, read=seconds + 30.0)
+    # Raw bytes, cut into lines here: only then is a line's length ours to bound.
+    headers = {"Accept-Encoding": "identity"}
     try:
-        async with http.stream("GET", path, params=query, timeout=timeout) as response:
+        async with http.stream(
+            "GET", path, params=query, headers=headers, timeout=timeout
+        ) as response:
             if response.status_code != httpx2.codes.OK:
                 await response.aread()
                 _answer(response, what)
-            async for line in response.aiter_lines():
+            encoding = response.headers.get("content-encoding", "identity")
+            if encoding.lower() != "identity":
+                raise BrokenWatchError(f"{what}: an answer encoded {encoding}, asked for none")
+            async for line in lines(response.aiter_raw(), what=what):
                 if line.strip():
                     yield _event(line, what)
     except httpx2.HTTPError as err:
@@ -194,7 +233,7 @@ def _answer(response: httpx2.Response, what: str) -> dict[str, Any]:
     return body
 
 
-def _event(line: str, what: str) -> tuple[str, dict[str, Any]]:
+def _event(line: bytes, what: str) -> tuple[str, dict[str, Any]]:
     try:
         event = json.loads(line)
     except ValueError as err:
@@ -233,14 +272,24 @@ def as_slice(obj: dict[str, Any]) -> GenericGlobalResource:
 class ApiSlices:
     """The ResourceSlices of ``node`` and ``driver`` on the API server (a ``SliceStore``)."""
 
-    def __init__(self, client: AsyncClient, *, node: str, driver: str = DEFAULT_DRIVER) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        node: str,
+        driver: str = DEFAULT_DRIVER,
+        deadline: float = REQUEST_DEADLINE,
+    ) -> None:
         self._client = client
         self.node = node
         self.driver = driver
+        self._deadline = deadline  # seconds for each request but a watch
 
     async def list(self) -> Listing:
+        http = http_of(self._client)
+        what = self._what()
         items, version = await list_objects(
-            http_of(self._client), SLICES, self._selector(), self._what()
+            http, SLICES, self._selector(), what, deadline=self._deadline
         )
         return Listing({str(item["metadata"]["name"]): item for item in items}, version)
 
@@ -255,11 +304,11 @@ class ApiSlices:
         )
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        with _answered(f"creating ResourceSlice {obj['metadata']['name']}"):
+        async with _answered(f"creating ResourceSlice {obj['metadata']['name']}", self._deadline):
             return dict(await self._client.create(as_slice(obj)))
 
     async def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
-        with _answered(f"replacing ResourceSlice {obj['metadata']['name']}"):
+        async with _answered(f"replacing ResourceSlice {obj['metadata']['name']}", self._deadline):
             return dict(await self._client.replace(as_slice(obj)))
 
     def _selector(self) -> dict[str, str]:
@@ -271,7 +320,7 @@ class ApiSlices:
     async def delete(self, name: str) -> None:
         """Delete slice ``name``; one already gone is no error."""
         try:
-            with _answered(f"deleting ResourceSlice {name}"):
+            async with _answered(f"deleting ResourceSlice {name}", self._deadline):
                 await self._client.delete(RESOURCE_SLICE, name)
         except ApiRequestError as err:
             if err.code != HTTPStatus.NOT_FOUND:

@@ -14,6 +14,11 @@ server's watch cache, seen on an API server whose cache has had no event of
 the kind since it started). With ``resync``, the loop also lists again that
 often (give or take a tenth), so whatever a watch could miss is found.
 
+A watch the server keeps open past its ``timeoutSeconds`` and a margin (a
+stream gone silent, or trickling) is closed and the objects listed again, and
+so is one whose stream breaks its form (``BrokenWatchError``: an event line
+over ``dra/watchlines.py``'s bound): whatever it held back is in the list.
+
 The requests themselves are the source's (``dra/kubeapi.py``'s ``list_objects``
 and ``watch_events``, which raise ``ExpiredError`` for the two answers above);
 the loop logs whatever ends a watch and watches again, so nothing reaches its
@@ -30,13 +35,15 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from genericdp.aio import Backoff, Sleep
+from genericdp.aio import Backoff, Sleep, next_by
 from genericdp.errors import GenericdpError
 
 log = logging.getLogger(__name__)
 
 # The server ends each watch after this long (give or take a tenth).
 WATCH_SECONDS = 300
+# A watch still open this long after its timeoutSeconds is closed and listed again.
+WATCH_MARGIN = 30.0
 SPREAD = 0.1  # the fraction by which watch lengths and resyncs are jittered
 # Why a watch was opened again (``ListWatch.restarts``): the server ended it
 # (at its timeout, or at once), its version could not be watched from (listed
@@ -49,6 +56,10 @@ FAILURE_LOG_EVERY = 30.0
 
 class ExpiredError(GenericdpError):
     """A watch's resourceVersion cannot be watched from (410 Gone, or 504 too large): list again."""
+
+
+class BrokenWatchError(GenericdpError):
+    """A watch stream that broke its form (silent past its end, an event too long): list again."""
 
 
 class Followed(Protocol):
@@ -75,6 +86,8 @@ class ListWatch:
     sleep: Sleep | None = None
     rng: random.Random = field(default_factory=random.Random)
     restarts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RESTART_REASONS, 0))
+    watch_seconds: int = WATCH_SECONDS  # the timeoutSeconds asked of the server (jittered)
+    margin: float = WATCH_MARGIN
     _failing_since: float | None = field(default=None, init=False)  # a run of failures began
 
     async def run(self, version: str | None = None) -> None:
@@ -93,36 +106,57 @@ class ListWatch:
                     self._answered(loop.time())
                     if self.resync is not None:
                         resync_at = loop.time() + self._spread(self.resync)
-                seconds = self._spread(WATCH_SECONDS)
+                seconds = self._spread(self.watch_seconds)
                 seconds = max(1, math.ceil(min(seconds, resync_at - loop.time())))
-                async for seen in self.source.follow(version, seconds):
-                    self._answered(loop.time())
-                    # A watch that fails goes on from its last event; never from none
-                    # (a watch without a version waits for the server's cache).
-                    version = seen or version
+                version = await self._watch(version, seconds)
                 reason = "ended"
                 log.debug("the watch of %s ended after %.1fs", self.what, loop.time() - started)
             except ExpiredError as err:
                 log.info("the watch of %s: %s: listing again", self.what, err)
                 version, reason = None, "expired"
+            except BrokenWatchError as err:
+                log.warning(
+                    "the watch of %s broke: %s (listing again after a backoff)", self.what, err
+                )
+                version, reason = None, "failed"
             except Exception as err:  # noqa: BLE001 -- whatever ends a watch, it is watched again
-                now = loop.time()
-                if self._failing_since is None or now - last_warning >= FAILURE_LOG_EVERY:
-                    log.warning(
-                        "the watch of %s failed: %s (retrying with backoff)",
-                        self.what,
-                        describe(err),
-                    )
-                    last_warning = now
-                else:
-                    log.debug("the watch of %s failed again: %s", self.what, describe(err))
-                if self._failing_since is None:
-                    self._failing_since = now
+                last_warning = self._failed(err, loop.time(), last_warning)
                 reason = "failed"
             self.restarts[reason] += 1
             if loop.time() - started > self.backoff.maximum:
                 self.backoff.reset()  # it watched fine for a while
             await sleep(self.backoff.next())
+
+    async def _watch(self, version: str, seconds: int) -> str:
+        """One watch from ``version`` that the server ends after ``seconds``: the last
+        version seen. Closed (BrokenWatchError) when still open ``margin`` later."""
+        loop = asyncio.get_running_loop()
+        events = self.source.follow(version, seconds)
+        deadline = loop.time() + seconds + self.margin
+        while True:
+            try:
+                seen = await next_by(events, deadline)
+            except StopAsyncIteration:
+                return version
+            except TimeoutError as err:
+                raise BrokenWatchError(self._overdue(seconds)) from err
+            self._answered(loop.time())
+            # A watch that fails goes on from its last event; never from none
+            # (a watch without a version waits for the server's cache).
+            version = seen or version
+
+    def _failed(self, err: Exception, now: float, last_warning: float) -> float:
+        """Log a failure (a warning once in ``FAILURE_LOG_EVERY``); when the last warning was."""
+        if self._failing_since is None or now - last_warning >= FAILURE_LOG_EVERY:
+            log.warning(
+                "the watch of %s failed: %s (retrying with backoff)", self.what, describe(err)
+            )
+            last_warning = now
+        else:
+            log.debug("the watch of %s failed again: %s", self.what, describe(err))
+        if self._failing_since is None:
+            self._failing_since = now
+        return last_warning
 
     def _answered(self, now: float) -> None:
         """The server answered: say so once after failures (they are warned of once)."""
@@ -133,6 +167,12 @@ class ListWatch:
                 now - self._failing_since,
             )
             self._failing_since = None
+
+    def _overdue(self, seconds: int) -> str:
+        return (
+            f"the API server kept the watch open past its {seconds}s timeout and a"
+            f" {self.margin:g}s margin: closed"
+        )
 
     def _spread(self, seconds: float) -> float:
         return seconds * (1.0 - SPREAD + 2 * SPREAD * self.rng.random())

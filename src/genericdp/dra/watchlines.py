@@ -1,0 +1,58 @@
+"""A watch answer's lines, each at most ``MAX_EVENT_BYTES``: what a watch may make us hold.
+
+A watch event is one JSON line. httpx's ``aiter_lines`` keeps whatever comes
+until a newline does, so an API server (or something in its place) sending a
+line of gigabytes would have the daemon hold it all. Here the raw bytes are
+cut at newlines as they come, and a line that grows past the limit ends the
+stream (``BrokenWatchError``: the watch is closed and the objects listed
+again) with no more of it read.
+
+The figure: the largest object a watch of ours can carry is a ResourceSlice
+of another writer's (ours hold at most 64 devices) of 128 devices, each with
+32 attributes of the longest names (a 63-character domain and a 32-character
+identifier) and values (64 bytes, each byte escaped as ``\\u00XX`` in JSON), and
+4 taints: about 2.6 MiB of JSON with its ``managedFields``; a Node is smaller
+(its labels and annotations are at most 256 KiB each, its image list 50 entries).
+etcd stores no object over 1.5 MiB (its ``--max-request-bytes``) and the API
+server accepts no JSON body over 3 MiB. 8 MiB holds any of them with room to
+spare, and a line that long costs far less than the DaemonSet's 256 MiB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from genericdp.dra.listwatch import BrokenWatchError
+
+MAX_EVENT_BYTES = 8 * 1024 * 1024
+
+
+async def lines(
+    chunks: AsyncIterator[bytes], *, what: str, limit: int = MAX_EVENT_BYTES
+) -> AsyncIterator[bytes]:
+    """The lines of ``chunks`` without their newlines (the last one even without);
+    raises ``BrokenWatchError`` naming ``what`` once a line passes ``limit`` bytes."""
+    pending = bytearray()
+    async for chunk in chunks:
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            _check(len(pending) + end - start, limit, what)
+            if pending:
+                pending += chunk[start:end]
+                yield bytes(pending)
+                pending.clear()
+            else:
+                yield chunk[start:end]
+            start = end + 1
+        _check(len(pending) + len(chunk) - start, limit, what)
+        pending += memoryview(chunk)[start:]
+    if pending:
+        yield bytes(pending)
+
+
+def _check(size: int, limit: int, what: str) -> None:
+    if size > limit:
+        raise BrokenWatchError(
+            f"{what}: a watch event longer than {limit} bytes ({size} bytes read without"
+            " a newline): the stream is dropped"
+        )
