@@ -873,10 +873,18 @@ check_node_feature() {
   node_exec mknod -m 0600 /dev/gdp-e2e-lab1 c 1 3
   LAST_SEEN=""
   wait_for 30 "NodeFeature $NODE_FEATURE with $LABELLED.count 2" labelled_labels_are "$two"
-  seconds=$(seconds_between "$started" "$(now)")
-  timing "node labels: hotplug -> NodeFeature's count label follows" "$seconds"
+  timing "node labels: hotplug -> NodeFeature's count label follows (polled)" \
+    "$(seconds_between "$started" "$(now)")"
+  # genericdp's own figure, without the poll's kubectl and python3: from the
+  # node made to its log line saying the write went through (one clock on
+  # the local node; the node's on kind).
+  written=$(k -n "$NAMESPACE" logs --timestamps "$pod" | grep -F "node labels: NodeFeature" |
+    tail -1 | cut -d' ' -f1)
+  [[ -n $written ]] || fail "genericdp ($pod) logged no write of NodeFeature $NODE_FEATURE"
+  seconds=$(seconds_between "$started" "$(date -d "$written" +%s.%N)")
+  timing "node labels: hotplug -> NodeFeature written (genericdp's log)" "$seconds"
   awk -v s="$seconds" 'BEGIN { exit !(s <= 2) }' ||
-    fail "the NodeFeature followed the hotplug in ${seconds}s, more than 2s"
+    fail "genericdp wrote the NodeFeature ${seconds}s after the hotplug, more than 2s"
 
   log "check: no write at idle (10 s) nor across a genericdp pod restart (the resourceVersion stays)"
   version=$(node_feature_field '{.metadata.resourceVersion}')
