@@ -839,7 +839,7 @@ node_feature_version_is() {
 
 check_node_feature() {
   log "check: node labels from discovery as a NodeFeature (the node-features component, NFD's CRD)"
-  local dir=$ARTIFACTS/node-features pod new started seconds version uid owner said
+  local dir=$ARTIFACTS/node-features pod new started written seconds version uid owner said
   local one="{\"$LABELLED.count\": \"1\", \"$LABELLED.present\": \"true\"}"
   local two="{\"$LABELLED.count\": \"2\", \"$LABELLED.present\": \"true\"}"
   k apply -f "$NODE_FEATURE_CRD"
@@ -879,7 +879,7 @@ check_node_feature() {
   # node made to its log line saying the write went through (one clock on
   # the local node; the node's on kind).
   written=$(k -n "$NAMESPACE" logs --timestamps "$pod" | grep -F "node labels: NodeFeature" |
-    tail -1 | cut -d' ' -f1)
+    grep -F " holds " | tail -1 | cut -d' ' -f1)
   [[ -n $written ]] || fail "genericdp ($pod) logged no write of NodeFeature $NODE_FEATURE"
   seconds=$(seconds_between "$started" "$(date -d "$written" +%s.%N)")
   timing "node labels: hotplug -> NodeFeature written (genericdp's log)" "$seconds"
