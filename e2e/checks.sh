@@ -775,6 +775,144 @@ EOM
   wait_for 180 "the deployed ConfigMap to reach pod $pod again" pod_config_lacks "$pod" e2e-selected
 }
 
+NODE_FEATURE_CRD=$REPO_ROOT/tests/data/nfd-nodefeature-crd.yaml
+NODE_FEATURE=genericdp-$NODE # nodefeature.object_name
+LABELLED=example.com/e2e-labels
+
+# node_features_overlay DIR: a kustomization in DIR of the way's overlay with
+# the component users add to publish labels (deploy/kustomize/components/
+# node-features), and one more config file: LABELLED with a label of its own.
+node_features_overlay() {
+  local dir=$1
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  cat >"$dir/labels.yaml" <<EOM
+version: v1
+resources:
+  - name: $LABELLED
+    match:
+      - glob: /dev/gdp-e2e-lab*
+    labels:
+      $LABELLED.count: "{{ units | length }}"
+EOM
+  cat >"$dir/kustomization.yaml" <<EOM
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+# The component's RoleBinding subject too.
+namespace: $NAMESPACE
+resources:
+  - $(realpath --relative-to="$dir" "$OVERLAY")
+components:
+  - $(realpath --relative-to="$dir" "$REPO_ROOT/deploy/kustomize/components/node-features")
+configMapGenerator:
+  - name: genericdp-config
+    behavior: merge
+    files: [labels.yaml]
+    options: {disableNameSuffixHash: true}
+EOM
+}
+
+# node_feature_field JSONPATH: a field of the node's NodeFeature object.
+node_feature_field() {
+  k -n "$NAMESPACE" get nodefeature "$NODE_FEATURE" -o "jsonpath=$1"
+}
+
+# labelled_labels_are JSON: the NodeFeature's spec.labels under LABELLED's
+# name are exactly JSON (sorted keys); LAST_SEEN says what they are.
+labelled_labels_are() {
+  local json
+  json=$(k -n "$NAMESPACE" get nodefeature "$NODE_FEATURE" -o json 2>&1) || {
+    LAST_SEEN=$json
+    return 1
+  }
+  LAST_SEEN=$(python3 -c 'import json, sys
+labels = json.load(sys.stdin)["spec"].get("labels") or {}
+print(json.dumps({k: v for k, v in labels.items() if k.startswith(sys.argv[1] + ".")}, sort_keys=True))' \
+    "$LABELLED" <<<"$json") || return 1
+  [[ $LAST_SEEN == "$1" ]]
+}
+
+node_feature_version_is() {
+  LAST_SEEN=$(node_feature_field '{.metadata.resourceVersion}') || return 1
+  [[ $LAST_SEEN == "$1" ]]
+}
+
+check_node_feature() {
+  log "check: node labels from discovery as a NodeFeature (the node-features component, NFD's CRD)"
+  local dir=$ARTIFACTS/node-features pod new started written seconds version uid owner said
+  local one="{\"$LABELLED.count\": \"1\", \"$LABELLED.present\": \"true\"}"
+  local two="{\"$LABELLED.count\": \"2\", \"$LABELLED.present\": \"true\"}"
+  k apply -f "$NODE_FEATURE_CRD"
+  k wait --for=condition=Established crd/nodefeatures.nfd.k8s-sigs.io --timeout=60s ||
+    fail "NFD's NodeFeature CRD ($NODE_FEATURE_CRD) was not Established within 60s"
+  node_exec mknod -m 0600 /dev/gdp-e2e-lab0 c 1 3
+  node_features_overlay "$dir"
+  pod=$(daemon_pod)
+  started=$(now)
+  k apply -k "$dir" || fail "the API server refused the e2e overlay with the node-features component ($dir)"
+  k -n "$NAMESPACE" rollout status daemonset/genericdp --timeout=180s ||
+    fail "the genericdp DaemonSet publishing node labels did not become ready within 180s"
+  wait_for 60 "a genericdp pod (not $pod) publishing node labels to be Ready" new_daemon_pod_ready "$pod"
+  pod=$LAST_SEEN
+  LAST_SEEN=""
+  wait_for 60 "NodeFeature $NAMESPACE/$NODE_FEATURE with the labels of one unit of $LABELLED" \
+    labelled_labels_are "$one"
+  timing "node labels: component applied -> NodeFeature written (rollout included)" \
+    "$(seconds_between "$started" "$(now)")"
+  expect "label nfd.node.kubernetes.io/node-name of NodeFeature $NODE_FEATURE" "$NODE" \
+    "$(node_feature_field '{.metadata.labels.nfd\.node\.kubernetes\.io/node-name}')"
+  uid=$(k -n "$NAMESPACE" get daemonset genericdp -o 'jsonpath={.metadata.uid}')
+  owner=$(node_feature_field '{range .metadata.ownerReferences[*]}{.apiVersion} {.kind} {.name} {.uid};{end}')
+  expect "the ownerReferences of NodeFeature $NODE_FEATURE" "apps/v1 DaemonSet genericdp $uid;" "$owner"
+  said=$(node_feature_field '{.spec.labels.example\.com/e2e-dev\.present}')
+  expect "the default label example.com/e2e-dev.present (a resource without labels:)" true "$said"
+  log "  spec.labels: $(node_feature_field '{.spec.labels}' | cut -c1-400)"
+
+  log "check: a hotplug changes the labels within 2 s"
+  started=$(now)
+  node_exec mknod -m 0600 /dev/gdp-e2e-lab1 c 1 3
+  LAST_SEEN=""
+  wait_for 30 "NodeFeature $NODE_FEATURE with $LABELLED.count 2" labelled_labels_are "$two"
+  timing "node labels: hotplug -> NodeFeature's count label follows (polled)" \
+    "$(seconds_between "$started" "$(now)")"
+  # genericdp's own figure, without the poll's kubectl and python3: from the
+  # node made to its log line saying the write went through (one clock on
+  # the local node; the node's on kind).
+  written=$(k -n "$NAMESPACE" logs --timestamps "$pod" | grep -F "node labels: NodeFeature" |
+    grep -F " holds " | tail -1 | cut -d' ' -f1)
+  [[ -n $written ]] || fail "genericdp ($pod) logged no write of NodeFeature $NODE_FEATURE"
+  seconds=$(seconds_between "$started" "$(date -d "$written" +%s.%N)")
+  timing "node labels: hotplug -> NodeFeature written (genericdp's log)" "$seconds"
+  awk -v s="$seconds" 'BEGIN { exit !(s <= 2) }' ||
+    fail "genericdp wrote the NodeFeature ${seconds}s after the hotplug, more than 2s"
+
+  log "check: no write at idle (10 s) nor across a genericdp pod restart (the resourceVersion stays)"
+  version=$(node_feature_field '{.metadata.resourceVersion}')
+  hold_for 10 "NodeFeature $NODE_FEATURE at resourceVersion $version while idle" \
+    node_feature_version_is "$version"
+  started=$(now)
+  k -n "$NAMESPACE" delete pod "$pod" --wait=false
+  wait_for 120 "a new genericdp pod (not $pod) to be Ready" new_daemon_pod_ready "$pod"
+  new=$LAST_SEEN
+  timing "node labels: genericdp pod deleted -> new pod Ready" "$(seconds_between "$started" "$(now)")"
+  # Ready: every resource scanned once; the labels are compared within a
+  # second of that (their health probes' first round, every 2 s, included).
+  hold_for 10 "NodeFeature $NODE_FEATURE at resourceVersion $version after the restart" \
+    node_feature_version_is "$version"
+  labelled_labels_are "$two" || fail "NodeFeature $NODE_FEATURE after the restart: $LAST_SEEN"
+  ! daemon_log_has "$new" "node labels:" ||
+    fail "genericdp ($new) wrote or failed to write the labels after its restart: $(k -n "$NAMESPACE" logs "$new" | grep -F 'node labels:' | head -3)"
+
+  log "back to the deployment without node labels"
+  node_exec rm -f /dev/gdp-e2e-lab0 /dev/gdp-e2e-lab1
+  k apply -k "$OVERLAY"
+  k -n "$NAMESPACE" delete role,rolebinding genericdp-nodefeatures --ignore-not-found
+  k delete -f "$NODE_FEATURE_CRD" --wait=true
+  k -n "$NAMESPACE" rollout status daemonset/genericdp --timeout=180s ||
+    fail "the genericdp DaemonSet did not become ready again within 180s"
+  wait_for 60 "a genericdp pod without node labels (not $new) to be Ready" new_daemon_pod_ready "$new"
+}
+
 STATE_DIR=/var/lib/genericdp # in the pod (GENERICDP_STATE_DIR), a hostPath
 
 # pod_mode POD PATH: the permission bits of PATH in POD, in octal (a
@@ -993,7 +1131,7 @@ EOM
 ALL_CHECKS=(
   startup_probes server_dry_run capacity consumer_pod allocate_devices over_request hotplug health hot_reload cleanup_hook
   node_selector last_good unbounded unplug_in_use kubelet_restarts daemon_pod_recreated privileged
-  docs_commands
+  docs_commands node_feature
 )
 
 main() {
@@ -1002,7 +1140,8 @@ main() {
     e2e-unplug e2e-selected e2e-last-good --ignore-not-found --wait=true
   k -n "$NAMESPACE" delete pod -l genericdp-e2e=shared --ignore-not-found --wait=true
   k label node "$NODE" "$SELECTED_LABEL-" >/dev/null
-  node_exec rm -f "$FLAG" /dev/gdp-e2e-hp0 /dev/gdp-e2e-hp1 /dev/gdp-e2e-unplug0 /dev/gdp-e2e-sel0
+  node_exec rm -f "$FLAG" /dev/gdp-e2e-hp0 /dev/gdp-e2e-hp1 /dev/gdp-e2e-unplug0 /dev/gdp-e2e-sel0 \
+    /dev/gdp-e2e-lab0 /dev/gdp-e2e-lab1
   log "node $NODE, daemon pod $(daemon_pod), image $IMAGE"
   (($#)) || set -- "${ALL_CHECKS[@]}"
   for check in "$@"; do

@@ -45,7 +45,9 @@ def test_validate_says_which_resources_the_labels_select(tmp_path: Path) -> None
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[1:] == [
         f"  example.com/serial  ({cfg}:3)  not served: {NEEDS_ZONE}",
+        "    node labels: example.com/serial.present",
         f"  example.com/fuse  ({cfg}:9)  served",
+        "    node labels: example.com/fuse.present",
     ]
     result = run("validate", str(cfg), "--node-labels", "example.com/serial=present")
     assert f"  example.com/serial  ({cfg}:3)  served" in result.stdout.splitlines()

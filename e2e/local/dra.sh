@@ -264,6 +264,249 @@ check_dra_deviceclasses() {
   log "  $(k get deviceclasses -o name | tr '\n' ' ')"
 }
 
+RECONCILER_SELECTOR=app.kubernetes.io/name=genericdp,app.kubernetes.io/component=deviceclasses
+CLASS_LEASE=genericdp-deviceclasses-$DRIVER
+ELSEWHERE_SLICE=gdp-e2e-elsewhere
+
+# classes_config_patch FILE|"": the ConfigMap patch adding FILE as the key
+# classes.yaml, or removing that key.
+classes_config_patch() {
+  python3 -c 'import json, sys
+text = open(sys.argv[1]).read() if sys.argv[1] else None
+print(json.dumps({"data": {"classes.yaml": text}}))' "$1"
+}
+
+# class_name_of RESOURCE: genericdp.dra.deviceclasses.class_name, in the image.
+class_name_of() {
+  k -n "$NAMESPACE" exec "$(daemon_pod)" -- python3 -c \
+    'import sys; from genericdp.dra.deviceclasses import class_name; print(class_name(sys.argv[1]))' "$1" |
+    tr -d '\r'
+}
+
+class_version() {
+  k get deviceclass "$1" -o 'jsonpath={.metadata.resourceVersion}'
+}
+
+# class_versions_are "NAME=VERSION ...": every class at its resourceVersion.
+class_versions_are() {
+  local pair
+  for pair in $1; do
+    LAST_SEEN="$pair: $(class_version "${pair%=*}" 2>&1)"
+    [[ $LAST_SEEN == "$pair: ${pair#*=}" ]] || return 1
+  done
+}
+
+# reconciler_pod: the running reconciler pod not being deleted.
+reconciler_pod() {
+  k -n "$NAMESPACE" get pods -l "$RECONCILER_SELECTOR" --field-selector=status.phase=Running \
+    -o 'jsonpath={range .items[*]}{.metadata.name} {.metadata.deletionTimestamp}{"\n"}{end}' |
+    awk '$2 == "" { print $1; exit }'
+}
+
+class_gone() {
+  ! k get deviceclass "$1" >/dev/null 2>&1
+}
+
+reconciler_said() {
+  # Not grep -q: under pipefail kubectl's SIGPIPE would fail a match.
+  k -n "$NAMESPACE" logs -l "$RECONCILER_SELECTOR" --tail=-1 2>/dev/null | grep -F -- "$1" >/dev/null
+}
+
+lease_holder() {
+  k -n "$NAMESPACE" get lease "$CLASS_LEASE" -o 'jsonpath={.spec.holderIdentity}'
+}
+
+# lease_held_by POD: the Lease's holder is POD (identity "<pod name>-<pid>").
+lease_held_by() {
+  LAST_SEEN="holder $(lease_holder 2>&1)"
+  [[ $LAST_SEEN == "holder $1-"* ]]
+}
+
+# new_reconciler_running OLD: a running reconciler pod other than OLD (in LAST_SEEN).
+new_reconciler_running() {
+  local pod
+  pod=$(k -n "$NAMESPACE" get pods -l "$RECONCILER_SELECTOR" \
+    -o 'jsonpath={range .items[*]}{.metadata.name} {.status.containerStatuses[0].state.running.startedAt}{"\n"}{end}' |
+    awk -v old="$1" '$1 != old && $2 != "" { print $1; exit }') || return 1
+  LAST_SEEN=$pod
+  [[ -n $pod ]]
+}
+
+# elsewhere_slice RESOURCE: a ResourceSlice of the driver for another node,
+# listing one device of RESOURCE (as a node still running the old config would).
+elsewhere_slice() {
+  cat <<EOM
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata:
+  name: $ELSEWHERE_SLICE
+spec:
+  driver: $DRIVER
+  nodeName: $ELSEWHERE_SLICE
+  pool: {name: $ELSEWHERE_SLICE, generation: 1, resourceSliceCount: 1}
+  devices:
+    - name: e2e-elsewhere-0
+      attributes:
+        resource: {string: $1}
+EOM
+}
+
+# lease_handover deleted|stopped: force-delete the reconciler pod holding
+# the Lease (the way a node that is gone is cleared), and wait for the new
+# pod to take it. "stopped" SIGSTOPs the holder's process first, so it can
+# neither renew nor release: the new pod must wait for the Lease to expire.
+# HANDOVER_TO is the new holder's pod.
+HANDOVER_TO=""
+lease_handover() {
+  local how=$1 old duration transitions id pid started running new seconds waited
+  old=$(reconciler_pod)
+  [[ -n $old ]] || fail "no running reconciler pod"
+  lease_held_by "$old" || fail "Lease $NAMESPACE/$CLASS_LEASE is not held by $old: $LAST_SEEN"
+  duration=$(k -n "$NAMESPACE" get lease "$CLASS_LEASE" -o 'jsonpath={.spec.leaseDurationSeconds}')
+  transitions=$(k -n "$NAMESPACE" get lease "$CLASS_LEASE" -o 'jsonpath={.spec.leaseTransitions}')
+  if [[ $how == stopped ]]; then
+    id=$(container_id "$old")
+    pid=$(ctr_k8s tasks ls | awk -v id="$id" '$1 == id { print $2 }')
+    [[ -n $pid ]] || fail "no containerd task for container $id of reconciler pod $old"
+    kill -STOP "$pid"
+  fi
+  started=$(now)
+  k -n "$NAMESPACE" delete pod "$old" --force --grace-period=0
+  wait_for 120 "a new reconciler pod (not $old) running" new_reconciler_running "$old"
+  new=$LAST_SEEN
+  running=$(now)
+  wait_for $((duration * 4)) "reconciler pod $new to take Lease $NAMESPACE/$CLASS_LEASE" lease_held_by "$new"
+  waited=$(seconds_between "$started" "$(now)")
+  seconds=$(seconds_between "$running" "$(now)")
+  timing "DRA classes: reconciler pod force-deleted ($how) -> new pod holds the Lease" "$waited"
+  timing "DRA classes: its new pod running -> holds the Lease ($how, lease ${duration}s)" "$seconds"
+  expect "leaseTransitions of Lease $CLASS_LEASE" $((transitions + 1)) \
+    "$(k -n "$NAMESPACE" get lease "$CLASS_LEASE" -o 'jsonpath={.spec.leaseTransitions}')"
+  if [[ $how == deleted ]]; then
+    awk -v s="$waited" -v d="$duration" 'BEGIN { exit !(s <= d) }' ||
+      fail "the Lease was taken ${waited}s after the holder's pod was deleted, not within its ${duration}s"
+    if k -n "$NAMESPACE" logs "$new" | grep -F "has not renewed for" >/dev/null; then
+      fail "reconciler pod $new waited for the Lease to expire: the deleted holder did not release it"
+    fi
+  else
+    k -n "$NAMESPACE" logs "$new" | grep -F "has not renewed for ${duration}s: taking it" >/dev/null ||
+      fail "reconciler pod $new did not log taking the expired Lease"
+    # Not before the old record stayed unchanged for the duration, by the
+    # new pod's clock from its first look (its start line, just before);
+    # then within one retry (duration/5), a second given for a busy machine.
+    awk -v s="$waited" -v d="$duration" 'BEGIN { exit !(s >= d) }' ||
+      fail "the Lease of a stopped holder was taken ${waited}s after, before its ${duration}s ran out"
+    seconds=$(k -n "$NAMESPACE" logs --timestamps "$new" | python3 -c '
+import datetime, sys
+def at(text):
+    line = next(l for l in sys.stdin if text in l)
+    return datetime.datetime.fromisoformat(line.split()[0][:26].rstrip("Z"))
+start = at("keeping the DeviceClasses")
+print("%.2f" % (at("has not renewed for") - start).total_seconds())') ||
+      fail "no start and take lines in the log of reconciler pod $new"
+    timing "DRA classes: the new pod started -> took the expired Lease (its log)" "$seconds"
+    awk -v s="$seconds" -v d="$duration" 'BEGIN { exit !(s >= d && s <= d + d / 5 + 1) }' ||
+      fail "reconciler pod $new took the expired Lease ${seconds}s after its start, not within ${duration}s and one retry"
+  fi
+  HANDOVER_TO=$new
+}
+
+check_dra_deviceclasses_more() {
+  log "check: a resource added to the ConfigMap (a new key) gets its DeviceClass; a pod with its limits runs"
+  local fresh=example.com/e2e-classnew taken=example.com/e2e-classtaken
+  local config patched fresh_class taken_class versions started class new
+  fresh_class=$(class_name_of "$fresh")
+  taken_class=$(class_name_of "$taken")
+  # Not ours: no labels at all, and one holding the name $taken wants.
+  k apply -f - <<EOM
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata:
+  name: e2e-unlabelled.example.com
+spec:
+  selectors: [{cel: {expression: 'device.driver == "e2e.example.com"'}}]
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata:
+  name: $taken_class
+  labels: {app.kubernetes.io/managed-by: someone-else}
+spec:
+  selectors: [{cel: {expression: 'device.driver == "e2e.example.com"'}}]
+EOM
+  versions="e2e-unlabelled.example.com=$(class_version e2e-unlabelled.example.com) $taken_class=$(class_version "$taken_class")"
+  mknod -m 0666 /dev/gdp-e2e-cn0 c 1 3
+  config=$(mktemp)
+  cat >"$config" <<EOM
+version: v1
+resources:
+  - name: $fresh
+    match:
+      - glob: /dev/gdp-e2e-cn0
+  - name: $taken
+    match:
+      - glob: /dev/gdp-e2e-taken*
+EOM
+  started=$(now)
+  k -n "$NAMESPACE" patch configmap genericdp-config --type merge -p "$(classes_config_patch "$config")"
+  rm -f "$config"
+  patched=$started
+  wait_for 120 "the reconciler to make DeviceClass $fresh_class for $fresh" k get deviceclass "$fresh_class"
+  timing "DRA classes: ConfigMap key added -> DeviceClass made (the kubelet's ConfigMap sync included)" \
+    "$(seconds_between "$started" "$(now)")"
+  expect "the driver label of DeviceClass $fresh_class" "$DRIVER" \
+    "$(k get deviceclass "$fresh_class" -o 'jsonpath={.metadata.labels.genericdp\.io/driver}')"
+  expect "the extendedResourceName of DeviceClass $fresh_class" "$fresh" \
+    "$(k get deviceclass "$fresh_class" -o 'jsonpath={.spec.extendedResourceName}')"
+  LAST_SEEN=""
+  wait_for 120 "1 device of $fresh in the slices of $NODE" devices_are "$fresh" 1 1
+  limits_pod e2e-dra-classnew "$fresh" classnew
+  k -n "$NAMESPACE" wait --for=condition=Ready pod/e2e-dra-classnew --timeout=120s ||
+    fail "pod e2e-dra-classnew (limits $fresh: 1) did not become Ready"
+  timing "DRA classes: ConfigMap key added -> pod with its limits Ready" "$(seconds_between "$patched" "$(now)")"
+
+  log "check: classes without the reconciler's labels keep their resourceVersion, a wanted name among them"
+  wait_for 30 "the reconciler to log that DeviceClass $taken_class is not its own" \
+    reconciler_said "DeviceClass $taken_class exists without the labels"
+  hold_for 5 "the classes not ours unchanged ($versions)" class_versions_are "$versions"
+  expect "the labels of DeviceClass $taken_class" '{"app.kubernetes.io/managed-by":"someone-else"}' \
+    "$(k get deviceclass "$taken_class" -o 'jsonpath={.metadata.labels}')"
+
+  log "check: a removed key's class stays while a slice lists its resource, and goes once none does"
+  elsewhere_slice "$fresh" | k apply -f -
+  k -n "$NAMESPACE" delete pod e2e-dra-classnew --wait=true
+  started=$(now)
+  k -n "$NAMESPACE" patch configmap genericdp-config --type merge -p "$(classes_config_patch "")"
+  LAST_SEEN=""
+  wait_for 120 "no device of $fresh in the slices of $NODE (the key removed)" devices_are "$fresh" 0
+  wait_for 60 "the reconciler to keep DeviceClass $fresh_class while slice $ELSEWHERE_SLICE lists $fresh" \
+    reconciler_said "DeviceClass $fresh_class: left the config, kept while a node publishes it"
+  timing "DRA classes: ConfigMap key removed -> class kept (the kubelet's ConfigMap sync included)" \
+    "$(seconds_between "$started" "$(now)")"
+  hold_for 5 "DeviceClass $fresh_class kept while slice $ELSEWHERE_SLICE lists $fresh" \
+    k get deviceclass "$fresh_class"
+  started=$(now)
+  k delete resourceslice "$ELSEWHERE_SLICE"
+  wait_for 30 "the reconciler to delete DeviceClass $fresh_class (no slice lists $fresh)" \
+    class_gone "$fresh_class"
+  timing "DRA classes: last slice listing the resource deleted -> class deleted" \
+    "$(seconds_between "$started" "$(now)")"
+  class_versions_are "$versions" || fail "a class not ours changed: $LAST_SEEN"
+  k delete deviceclass e2e-unlabelled.example.com "$taken_class"
+  rm -f /dev/gdp-e2e-cn0
+
+  log "check: the reconciler's pod force-deleted, the new pod takes the Lease at once (the kubelet's SIGTERM releases it)"
+  lease_handover deleted
+  log "check: the same with the holder stopped first (SIGSTOP: no renewal, no release, as a node gone): taken once it expires"
+  lease_handover stopped
+  new=$HANDOVER_TO
+  class=$(class_for example.com/e2e-dra)
+  started=$(now)
+  k delete deviceclass "$class"
+  wait_for 30 "the new leader ($new) to make DeviceClass $class again" k get deviceclass "$class"
+  timing "DRA classes: a class deleted -> made again by the new leader" "$(seconds_between "$started" "$(now)")"
+}
+
 check_dra_claim_pod() {
   log "check: a pod with a ResourceClaim for example.com/e2e-dra runs with its device, env and mount through CDI"
   local class started claim uid mine other nodes cdi said numbers
@@ -749,7 +992,7 @@ finish() {
   exit "$status"
 }
 
-ALL_DRA_CHECKS=(dra_registered dra_slices dra_deviceclasses dra_claim_pod dra_metadata dra_limits_pod dra_unprepare
+ALL_DRA_CHECKS=(dra_registered dra_slices dra_deviceclasses dra_deviceclasses_more dra_claim_pod dra_metadata dra_limits_pod dra_unprepare
   dra_hotplug dra_health dra_health_message dra_standard_attributes dra_nonroot dra_unplug_in_use
   dra_sharing dra_slice_restored dra_kubelet_restart)
 

@@ -230,7 +230,7 @@ def _print_config_error(exc: ConfigError, out: TextIO) -> None:
 def cmd_validate(args: argparse.Namespace) -> int:
     from genericdp import configsources
     from genericdp.config import load
-    from genericdp.report import served_note
+    from genericdp.report import label_keys_note, served_note
 
     if not args.paths and not args.helm_values:
         raise UsageError("validate needs a PATH or --helm-values FILE")
@@ -252,6 +252,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"ok: {len(config.resources)} resource(s) in {len(config.files)} file(s)")
         for r in config.resources:
             print(f"  {r.name}  ({r.source.file}:{r.source.line}){served_note(r, labels)}")
+            if note := label_keys_note(r):
+                print(note)
     if issues:
         raise ConfigError(issues)
     groups = [configsources.from_helm_values(p) for p in args.helm_values]

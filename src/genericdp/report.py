@@ -1,6 +1,7 @@
-"""What `genericdp discover` shows: per resource, the units it would advertise
-and what an allocation of one unit would give a container. Pure: built from a
-config and discovered units, rendered as text for people or JSON for machines."""
+"""What `genericdp discover` shows: per resource, the units it would advertise,
+what an allocation of one unit would give a container, and the node labels it
+would publish. Pure: built from a config and discovered units, rendered as
+text for people or JSON for machines."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from genericdp.config.model import UNBOUNDED, ResourceDefinition
 from genericdp.deviceplugin.sharing import idle_ids, sharing_text
 from genericdp.discovery.model import Unit
 from genericdp.errors import GenericdpError
+from genericdp.runtime.nodelabels import Dropped, label_lines, resource_labels
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,9 @@ class ResourceReport:
     example: Allocation | None  # what one unit would give a container
     error: str | None = None  # discovery or rendering failed
     not_served: str | None = None  # why a node with the given labels would not serve it
+    # The node labels it would publish over its units (those not Unhealthy), and dropped.
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    dropped: tuple[Dropped, ...] = ()
 
     @property
     def device_ids(self) -> tuple[str, ...]:
@@ -52,7 +57,9 @@ def build_report(
             ).receives
         except GenericdpError as exc:
             error = f"allocation of {first.id} would fail: {exc}"
-    return ResourceReport(definition, tuple(units), example, error)
+    healthy = [u for u in units if unit_health(definition, u) != "Unhealthy"]
+    labels, dropped = resource_labels(definition, healthy, node_name)
+    return ResourceReport(definition, tuple(units), example, error, None, labels, tuple(dropped))
 
 
 def unit_health(definition: ResourceDefinition, unit: Unit) -> str:
@@ -129,6 +136,13 @@ def report_dict(report: ResourceReport) -> dict[str, Any]:
         "served": report.not_served is None,
         "notServed": report.not_served,
         "healthProbe": _probe_dict(d),
+        "nodeLabels": {} if report.not_served else dict(sorted(report.labels.items())),
+        "nodeLabelsDropped": []
+        if report.not_served
+        else [
+            {"key": x.key, "reason": x.reason, "detail": x.detail}
+            for x in sorted(report.dropped, key=lambda x: x.key)
+        ],
     }
 
 
@@ -187,8 +201,26 @@ def to_text(reports: Sequence[ResourceReport]) -> str:
             out.append(f"  one unit ({r.units[0].id}) gives a container:")
             # discover has never listed the CDI names (nor has its JSON).
             out.extend(dataclasses.replace(r.example, cdi_devices=()).lines())
+        out.extend(_labels_text(r))
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _labels_text(report: ResourceReport) -> list[str]:
+    """The node labels a resource would publish here (none when not served)."""
+    d = report.definition
+    if report.not_served or not d.labels.templates(d.name):
+        return []
+    if not report.labels and not report.dropped:
+        return ["  node labels: none (no healthy unit)"]
+    when = " once its units pass their probe" if d.health is not None else ""
+    return [f"  node labels it would publish{when}:", *label_lines(report.labels, report.dropped)]
+
+
+def label_keys_note(definition: ResourceDefinition) -> str:
+    """What ``validate`` says of a resource's node labels: their keys, or nothing."""
+    keys = [key for key, _ in definition.labels.templates(definition.name)]
+    return f"    node labels: {', '.join(keys)}" if keys else ""
 
 
 def served_note(definition: ResourceDefinition, labels: Mapping[str, str] | None) -> str:

@@ -33,6 +33,7 @@ from genericdp.exits import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_OK
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.state import EventKind, ResourceSnapshot
+from genericdp.runtime.nodelabels import source_lines
 from genericdp.runtime.reconcile import LABELS_UNKNOWN
 from genericdp.settings import Settings
 
@@ -143,9 +144,7 @@ def _received(container: pb.ContainerAllocateResponse) -> Allocation:
 
 
 def _describe_response(response: pb.AllocateResponse) -> list[str]:
-    lines: list[str] = []
-    for container in response.container_responses:
-        lines.extend(_received(container).lines())
+    lines = [line for c in response.container_responses for line in _received(c).lines()]
     return lines or ["    (nothing)"]
 
 
@@ -280,6 +279,8 @@ async def simulate(
                 print("\nnode status:", file=stream)
                 for line in _table(kubelet.resources, names):
                     print(line, file=stream)
+                print("\nnode labels (published with GENERICDP_NODE_FEATURES):", file=stream)
+                print(*source_lines(supervisor, run_settings.node_name), sep="\n", file=stream)
                 # By default, show what one unit of every resource gives a container.
                 wanted = requests or tuple(
                     AllocationRequest(n, 1)

@@ -113,6 +113,36 @@ def resource_labels(
     return labels, dropped
 
 
+def label_lines(labels: Labels, dropped: Sequence[Dropped], indent: str = "    ") -> list[str]:
+    """As people read them (``discover``, ``simulate``): one line per label, by key,
+    then one per label dropped, with why."""
+    lines = [f"{indent}label  {key}={value}" for key, value in sorted(labels.items())]
+    lines += [
+        f"{indent}dropped {d.key} ({d.reason.replace('_', ' ')}): {clip(d.detail, 200)}"
+        for d in sorted(dropped, key=lambda d: d.key)
+    ]
+    return lines
+
+
+def source_lines(source: LabelSource, node_name: str) -> list[str]:
+    """The labels each of ``source``'s resources would publish now, as ``simulate``
+    shows them: a line per resource, then its labels (``label_lines``)."""
+    lines = []
+    for definition, state, settled in sorted(source.labelled(), key=lambda p: p[0].name):
+        name = definition.name
+        if not definition.labels.templates(name):
+            continue
+        if not settled:
+            lines.append(f"  {name}: none yet (its first scan or probes are not done)")
+            continue
+        labels, dropped = resource_labels(definition, healthy_units(state), node_name)
+        if not labels and not dropped:
+            lines.append(f"  {name}: none (no healthy unit)")
+            continue
+        lines += [f"  {name}:", *label_lines(labels, dropped)]
+    return lines or ["  (none)"]
+
+
 @dataclass
 class LabelFollower:
     """Keeps ``sink`` equal to the labels of ``source``'s resources, until cancelled."""
@@ -239,5 +269,7 @@ __all__ = [
     "LabelSink",
     "LabelSource",
     "healthy_units",
+    "label_lines",
     "resource_labels",
+    "source_lines",
 ]
