@@ -36,6 +36,7 @@ from tests.docs_commands import (
     write_node_files,
     yaml_block_before,
 )
+from tests.fakesys import FakeHost
 from tests.npm_tools import helm_binary
 
 COMMANDS = every_command()
@@ -112,6 +113,19 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
 
 
+def _serial_host(root: Path) -> dict[str, str]:
+    """The node the docs show ``discover`` and ``simulate`` output of: two FTDI
+    FT232R serial adapters, as the settings that point discovery at it."""
+    host = FakeHost(root)
+    host.add_usb_serial(port="1-2", serial="AAA111", ttys=("ttyUSB0",))
+    host.add_usb_serial(port="1-3", serial="BBB222", ttys=("ttyUSB1",))
+    return {
+        "GENERICDP_DEV_ROOT": str(host.dev),
+        "GENERICDP_SYS_ROOT": str(host.sys),
+        "GENERICDP_UDEV_ROOT": str(host.udev),
+    }
+
+
 def _squeezed(text: str) -> str:
     return re.sub(r"[ \t]+", " ", text)
 
@@ -135,8 +149,11 @@ def test_a_genericdp_command_of_the_docs_runs(command: Command, tmp_path: Path) 
     work = _workdir(command, tmp_path)
     genericdp = f"{shlex.quote(sys.executable)} -m genericdp"
     shell = re.sub(r"^(\.venv/bin/)?genericdp", genericdp, _swapped(command.text))
+    env = _env()
+    if command.output and re.match(r"genericdp (discover|simulate) ", command.text):
+        env |= _serial_host(tmp_path / "host")
     done = subprocess.run(
-        ["bash", "-c", shell], cwd=work, env=_env(), capture_output=True, text=True,
+        ["bash", "-c", shell], cwd=work, env=env, capture_output=True, text=True,
         timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
