@@ -36,7 +36,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
     for layer in (
         "__main__",
         "cli",
-        "daemon simulate report convert configsources classdaemon",
+        "cliparser daemon simulate report convert configsources classdaemon",
         "metrics nodewatch classmetrics nodefeature featuresfile",
         " ".join(sorted(BACKENDS)),
         "runtime",
