@@ -153,7 +153,22 @@ class Running:
         predicate: Callable[[EmbeddedKubelet], bool],
         timeout: float = 5.0,  # noqa: ASYNC109
     ) -> None:
-        await self.kubelet.wait_until(predicate, timeout)
+        """Wait until ``predicate(kubelet)`` holds, checked again at every change of the
+        kubelet and of the daemon's statuses (a predicate may read both, and the
+        daemon often changes last: it marks itself registered after the kubelet's
+        events). Raises the kubelet's TimeoutError, describing its state."""
+        kubelet_side = asyncio.ensure_future(self.kubelet.wait_until(predicate, timeout))
+        daemon_side = asyncio.ensure_future(
+            self.supervisor.wait_for(lambda _: predicate(self.kubelet), timeout=timeout)
+        )
+        try:
+            await asyncio.wait((kubelet_side, daemon_side), return_when=asyncio.FIRST_COMPLETED)
+            if daemon_side.done() and daemon_side.exception() is None:
+                return
+            await kubelet_side
+        finally:
+            kubelet_side.cancel()
+            daemon_side.cancel()
 
     def socket(self, name: str) -> Path:
         path = self.supervisor.status()[name].socket

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import sys
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -319,31 +320,6 @@ async def test_run_http_server_serves_until_cancelled() -> None:
 # -- floods ----------------------------------------------------------------------------
 
 
-async def _idle(port: int, stop: asyncio.Event) -> None:
-    """A client that connects and sends nothing, reconnecting whenever it is dropped."""
-    while not stop.is_set():
-        with contextlib.suppress(OSError):
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            try:
-                await reader.read()  # until the server drops us
-            finally:
-                writer.close()
-
-
-async def _dribble(port: int, stop: asyncio.Event) -> None:
-    """A client that sends one byte of its request head a second, reconnecting when dropped."""
-    while not stop.is_set():
-        with contextlib.suppress(OSError):
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-            try:
-                for byte in b"GET /healthz HTTP/1.1\r\n\r\n":
-                    writer.write(bytes([byte]))
-                    await writer.drain()
-                    await asyncio.sleep(1)
-            finally:
-                writer.close()
-
-
 def _kubelet_probe(port: int) -> float:
     """GET /healthz as the kubelet does (another process: the request goes out at once)."""
     started_at = time.monotonic()
@@ -366,24 +342,22 @@ async def _probe_times(port: int, rounds: int) -> list[float]:
     return times
 
 
-@pytest.mark.parametrize("client", [_idle, _dribble], ids=["silent", "one-byte-a-second"])
+@pytest.mark.parametrize("kind", ["silent", "dribble"], ids=["silent", "one-byte-a-second"])
 async def test_healthz_answers_under_a_flood_of_slow_clients(
-    client: object, caplog: pytest.LogCaptureFixture
+    kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """96 slow clients that reconnect when dropped: /healthz still answers within 1 s, few logs."""
-    assert callable(client)
     async with started(routes(Metrics(), Ready())) as server:
         ((_, port),) = server.addresses
-        stop = asyncio.Event()
-        flood = [asyncio.create_task(client(port, stop)) for _ in range(96)]
+        flood = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tests.slow_clients", str(port), kind, "96"
+        )
         try:
             await until_connections(server, 64)  # the cap: every slot taken by the flood
             times = await _probe_times(port, 20)
         finally:
-            stop.set()
-            for task in flood:
-                task.cancel()
-            await asyncio.gather(*flood, return_exceptions=True)
+            flood.kill()
+            await flood.wait()
     assert max(times) < 1.0, times
     assert server.shed >= 20, "each probe made room by dropping an idle client"
     lines = [r for r in caplog.records if r.name == "genericdp.httpserver"]
@@ -396,19 +370,19 @@ async def test_reconnecting_clients_are_logged_a_bounded_number_of_times(
     """80 clients reconnecting as fast as they can for 2 s: a few log lines, not thousands."""
     async with started(routes(Metrics(), Ready())) as server:  # 64 connections at most
         ((_, port),) = server.addresses
-        stop = asyncio.Event()
-        flood = [asyncio.create_task(_idle(port, stop)) for _ in range(80)]
+        flood = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tests.slow_clients", str(port), "silent", "80"
+        )
         try:
+            await until_connections(server, 64)  # the flood is there
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 2.0
             times = []
             while loop.time() < deadline:
                 times += await _probe_times(port, 1)
         finally:
-            stop.set()
-            for task in flood:
-                task.cancel()
-            await asyncio.gather(*flood, return_exceptions=True)
+            flood.kill()
+            await flood.wait()
     assert max(times) < 1.0, times
     assert server.shed > 100, server.shed
     lines = [r for r in caplog.records if r.name == "genericdp.httpserver"]

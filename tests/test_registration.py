@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import grpc
 import pytest
 
 from genericdp.errors import RegistrationError
+from genericdp.kubelet.api import deviceplugin_pb2 as pb
+from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.options import PluginOptions
 from genericdp.kubelet.registration import register
@@ -71,3 +74,78 @@ async def test_socket_path_too_long_is_a_registration_error(base: Path) -> None:
     socket = base / ("d" * 100) / "kubelet.sock"
     with pytest.raises(RegistrationError, match="limit is 107 bytes"):
         await register(socket, endpoint="x.sock", resource_name=SERIAL, options=PluginOptions())
+
+
+# -- a kubelet that dies with our Register unread ----------------------------------------
+
+_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_SETTINGS, _HEADERS, _GOAWAY = 0x4, 0x1, 0x7
+_ACK = 0x1
+
+
+def _frame(kind: int, flags: int = 0, payload: bytes = b"", stream: int = 0) -> bytes:
+    return (
+        len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream.to_bytes(4, "big") + payload
+    )
+
+
+class Recording(pb_grpc.RegistrationServicer):
+    """A kubelet's Registration service that accepts and keeps every request."""
+
+    def __init__(self) -> None:
+        self.requests: list[pb.RegisterRequest] = []
+
+    async def Register(
+        self,
+        request: pb.RegisterRequest,
+        context: grpc.aio.ServicerContext[object, object],  # noqa: ARG002 -- the gRPC signature
+    ) -> pb.Empty:
+        self.requests.append(request)
+        return pb.Empty()
+
+
+async def test_a_register_the_dying_kubelet_never_read_is_not_sent_to_the_next(
+    base: Path,
+) -> None:
+    """A kubelet that dies with our Register unread fails it; it never reaches the next one."""
+    kubelet_sock = base / "kubelet.sock"
+    # The next kubelet is listening, its socket ready to take the path.
+    successor = Recording()
+    server = grpc.aio.server()
+    pb_grpc.add_RegistrationServicer_to_server(successor, server)  # type: ignore[no-untyped-call]
+    server.add_insecure_port(f"unix:{base / 'next.sock'}")
+    await server.start()
+    died = asyncio.Event()
+
+    async def dying(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # HTTP/2 by hand: our settings, an ack of the client's, then the client's frames
+        # until its Register (a HEADERS frame) is on the wire.
+        await reader.readexactly(len(_PREFACE))
+        writer.write(_frame(_SETTINGS))
+        while True:
+            head = await reader.readexactly(9)
+            await reader.readexactly(int.from_bytes(head[:3], "big"))
+            kind, flags = head[3], head[4]
+            if kind == _SETTINGS and not flags & _ACK:
+                writer.write(_frame(_SETTINGS, _ACK))
+            if kind == _HEADERS:
+                break
+        # Replaced by the next kubelet, and gone with the Register unread (last
+        # stream 0: none was processed, so gRPC may send it again elsewhere).
+        (base / "next.sock").rename(kubelet_sock)
+        writer.write(_frame(_GOAWAY, payload=bytes(8)))
+        await writer.drain()
+        writer.close()
+        died.set()
+
+    first = await asyncio.start_unix_server(dying, path=str(kubelet_sock))
+    try:
+        with pytest.raises(RegistrationError, match="is not reachable"):
+            await register(
+                kubelet_sock, endpoint="x.sock", resource_name=SERIAL, options=PluginOptions()
+            )
+        assert died.is_set()
+        assert successor.requests == []
+    finally:
+        first.close()
+        await server.stop(None)

@@ -25,7 +25,15 @@ from genericdp.unixgrpc import unix_address
 
 _READY = grpc.ChannelConnectivity.READY
 _FAILED = (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN)
-_CHANNEL_OPTIONS = [("grpc.use_local_subchannel_pool", 1)]
+_CHANNEL_OPTIONS = [
+    ("grpc.use_local_subchannel_pool", 1),
+    # No transparent retry: gRPC would send a Register that the dying kubelet it
+    # went to never read again, on a new connection, to whatever kubelet listens
+    # at the path by then. That kubelet deleted the socket the Register names
+    # when it started, after ``before_send`` checked it: the Register must fail
+    # instead, and the next one names a socket served for that kubelet.
+    ("grpc.enable_retries", 0),
+]
 CONNECT_ATTEMPT = 1.0  # seconds one connection may take before a fresh one is tried
 
 
