@@ -280,7 +280,7 @@ def test_inspect_pairs_the_calls_of_two_endpoints_by_claim(tmp_path: Path) -> No
     """`calls`: overlapping calls on two sockets (a rolling update) end where they began."""
     old, new = "/p/genericdp.io/dra-old.sock", "/p/genericdp.io/dra-new.sock"
     prep, done = "Calling NodePrepareResources rpc", "Done calling NodePrepareResources rpc"
-    unprep = "Calling NodeUnprepareResources rpc"
+    unprep = "Calling NodeUnprepareResource rpc"  # sic, the 1.36 kubelet's
     lines = [
         _call(100.0, prep, old, request=_claims("uid", "a")),
         _call(100.1, prep, old, request=_claims("uid", "b")),
@@ -297,15 +297,15 @@ def test_inspect_pairs_the_calls_of_two_endpoints_by_claim(tmp_path: Path) -> No
     result = inspect("calls", str(log), "genericdp.io", "0")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
-        "Prepare 0.200 dra-old.sock ok",
-        "Prepare 0.300 dra-new.sock ok",
-        "Prepare 0.900 dra-old.sock error",
-        "Unprepare 0.500 dra-new.sock ok",
+        "Prepare 0.200 dra-old.sock ok 100.300",
+        "Prepare 0.300 dra-new.sock ok 100.500",
+        "Prepare 0.900 dra-old.sock error 100.900",
+        "Unprepare 0.500 dra-new.sock ok 101.500",
     ]
     since = inspect("calls", str(log), "genericdp.io", "100.4", "101")
     assert since.stdout.splitlines() == [
-        "Prepare 0.300 dra-new.sock ok",
-        "Prepare 0.900 dra-old.sock error",
+        "Prepare 0.300 dra-new.sock ok 100.500",
+        "Prepare 0.900 dra-old.sock error 100.900",
     ], "ended after SINCE, began before UNTIL"
 
 

@@ -23,8 +23,9 @@ Standard library only: it runs with the host's python3, not genericdp's venv.
   dra-inspect.py calls KUBELET_LOG DRIVER SINCE [UNTIL]
       every NodePrepareResources and NodeUnprepareResources call to DRIVER
       that ended after SINCE (and began before UNTIL): one line "Prepare|Unprepare
-      SECONDS SOCKET ok|error" per call, paired by endpoint and claim UIDs
-      (the calls of one endpoint overlap), SOCKET the endpoint's file name
+      SECONDS SOCKET ok|error END" per call, paired by endpoint and claim UIDs
+      (the calls of one endpoint overlap), SOCKET the endpoint's file name, END
+      the unix time it ended
   kubectl get --watch --output-watch-events -o json ... | dra-inspect.py watch-events
       one line "TYPE NAME" per event of the stream (ADDED, MODIFIED, DELETED)
   kubectl get resourceclaims -A -o json | dra-inspect.py held CHECKPOINT CDI_DIR NODE DRIVER
@@ -200,9 +201,12 @@ def prepares(log_path: str, driver: str, since: float) -> list[str]:
 
 _UID = re.compile(r'uid:\\?"([^"\\]+)\\?"')
 _KEY = re.compile(r'key:\\?"([^"\\]+)\\?"')
+# The 1.36 kubelet logs "Calling NodeUnprepareResource rpc" (singular), then
+# "Done calling NodeUnprepareResources rpc".
 _CALLS = {
     "Calling NodePrepareResources rpc": ("Prepare", True),
     "Done calling NodePrepareResources rpc": ("Prepare", False),
+    "Calling NodeUnprepareResource rpc": ("Unprepare", True),
     "Calling NodeUnprepareResources rpc": ("Unprepare", True),
     "Done calling NodeUnprepareResources rpc": ("Unprepare", False),
 }
@@ -218,7 +222,7 @@ def calls(log_path: str, driver: str, since: float, until: float) -> list[str]:
     lines = []
     with open(log_path, encoding="utf-8", errors="replace") as log:
         for line in log:
-            if "Resources rpc" not in line or not line.startswith("{"):
+            if " rpc" not in line or not line.startswith("{"):
                 continue
             try:
                 entry = json.loads(line)
@@ -244,7 +248,8 @@ def calls(log_path: str, driver: str, since: float, until: float) -> list[str]:
                 continue
             failed = entry.get("err") is not None
             socket = endpoint.rpartition("/")[2]
-            lines.append(f"{method} {at - began:.3f} {socket} {'error' if failed else 'ok'}")
+            result = "error" if failed else "ok"
+            lines.append(f"{method} {at - began:.3f} {socket} {result} {at:.3f}")
     return lines
 
 

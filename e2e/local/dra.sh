@@ -788,28 +788,45 @@ sample_registry() {
 # churn OUT STOP: about every second a pod holding one example.com/e2e-shared
 # (through limits: a claim the scheduler makes) is created, and each churn pod
 # seen Running is deleted (its claim unprepared), until the file STOP exists.
-# Writes "created|running NAME UNIXTIME" and "unapplied NAME" lines to OUT.
+# Each kubectl runs beside the loop, so that a slow one (a loaded machine)
+# does not slow the loop down. Writes "created|running NAME UNIXTIME" and
+# "unapplied NAME" lines to OUT; waits for its kubectl calls before it returns.
 churn() {
-  local out=$1 stop=$2 n=0 name phase deleting began
+  local out=$1 stop=$2 n=0 began reaper=""
   while [[ ! -e $stop ]]; do
     began=$EPOCHREALTIME
-    name=e2e-churn-$n
+    churn_create "e2e-churn-$n" "$out" &
     n=$((n + 1))
-    if device_pod_manifest "$name" example.com/e2e-shared churn |
-      k --request-timeout=20s -n "$NAMESPACE" apply -f - >/dev/null 2>&1; then
-      echo "created $name $EPOCHREALTIME" >>"$out"
-    else
-      echo "unapplied $name" >>"$out"
+    if [[ -z $reaper ]] || ! kill -0 "$reaper" 2>/dev/null; then
+      churn_reap "$out" &
+      reaper=$!
     fi
-    while read -r name phase deleting; do
-      [[ $phase == Running && -z $deleting ]] || continue
-      echo "running $name $EPOCHREALTIME" >>"$out"
-      k --request-timeout=20s -n "$NAMESPACE" delete pod "$name" --wait=false >/dev/null 2>&1 || true
-    done < <(k --request-timeout=20s -n "$NAMESPACE" get pods -l genericdp-e2e=churn \
-      -o 'jsonpath={range .items[*]}{.metadata.name} {.status.phase} {.metadata.deletionTimestamp}{"\n"}{end}' \
-      2>/dev/null || true)
     sleep "$(awk -v b="$began" -v n="$EPOCHREALTIME" 'BEGIN { d = 1 - (n - b); printf "%.2f", (d > 0 ? d : 0) }')"
   done
+  wait
+}
+
+churn_create() {
+  local began=$EPOCHREALTIME
+  if device_pod_manifest "$1" example.com/e2e-shared churn |
+    k --request-timeout=20s -n "$NAMESPACE" apply -f - >/dev/null 2>&1; then
+    echo "created $1 $began" >>"$2"
+  else
+    echo "unapplied $1" >>"$2"
+  fi
+}
+
+# churn_reap OUT: delete the churn pods that are Running (and not being deleted).
+churn_reap() {
+  local name phase deleting
+  while read -r name phase deleting; do
+    [[ $phase == Running && -z $deleting ]] || continue
+    echo "running $name $EPOCHREALTIME" >>"$1"
+    k --request-timeout=20s -n "$NAMESPACE" delete pod "$name" --wait=false >/dev/null 2>&1 &
+  done < <(k --request-timeout=20s -n "$NAMESPACE" get pods -l genericdp-e2e=churn \
+    -o 'jsonpath={range .items[*]}{.metadata.name} {.status.phase} {.metadata.deletionTimestamp}{"\n"}{end}' \
+    2>/dev/null || true)
+  wait
 }
 
 # churn_unseen OUT: the churn pods created but not seen Running.
@@ -865,7 +882,7 @@ new_daemon_pod() {
 check_dra_rollout() {
   log "check: a rolling update of the DaemonSet (maxSurge 1) while a claim is held and pods with claims come and go"
   local dir=$ARTIFACTS/rollout since_iso class claim uid mine container old old_uid new new_uid
-  local started rolled gone stop out names expected line overlap calls said n unseen
+  local started rolled gone stop out names expected line both overlap calls said n unseen
   local sampler watch churner
   rm -rf "$dir"
   mkdir -p "$dir"
@@ -943,14 +960,15 @@ from pathlib import Path
 from genericdp.dra.socketnames import registration_socket
 print(" ".join(sorted(registration_socket(Path(sys.argv[1]), sys.argv[2], uid).name for uid in sys.argv[3:])))
 ' "$REGISTRY_DIR" "$DRIVER" "$old_uid" "$new_uid") || fail "could not compute the socket names in $new"
-  line=$(awk 'NF >= 3 { print; exit }' "$dir/registry.txt")
-  if [[ -z $line ]]; then
+  both=$(awk 'NF >= 3 { print; exit }' "$dir/registry.txt")
+  overlap=none
+  if [[ -z $both ]]; then
     problem "never two registration sockets of $DRIVER at once in $REGISTRY_DIR"
   else
-    names=$(cut -d' ' -f2- <<<"$line" | tr ' ' '\n' | sort | tr '\n' ' ')
+    names=$(cut -d' ' -f2- <<<"$both" | tr ' ' '\n' | sort | tr '\n' ' ')
     [[ $names == "$expected " ]] ||
       problem "the registration sockets at once are '$names', not the old and the new pod's ($expected)"
-    overlap=$(awk -v t="${line%% *}" '$1 > t && NF < 3 { printf "%.2f", $1 - t; found = 1; exit }
+    overlap=$(awk -v t="${both%% *}" '$1 > t && NF < 3 { printf "%.2f", $1 - t; found = 1; exit }
       END { if (!found) print "none" }' "$dir/registry.txt")
     if [[ $overlap == none ]]; then
       problem "the old pod's registration socket stayed after the rollout"
@@ -982,6 +1000,11 @@ print(" ".join(sorted(registration_socket(Path(sys.argv[1]), sys.argv[2], uid).n
     log "  calls answered by the ${line#* } pod: $(awk -v s="${line% *}" '$3 == s { c[$1 " " $4]++ }
       END { for (k in c) printf "%s %d, ", k, c[k] }' <<<"$calls")"
   done
+  if [[ $overlap != none ]]; then
+    log "  calls the new pod answered while both were registered: $(awk -v s="dra-$new_uid.sock" \
+      -v a="${both%% *}" -v b="$(awk -v a="${both%% *}" -v o="$overlap" 'BEGIN { printf "%.3f", a + o }')" \
+      '$3 == s && $5 > a && $5 < b { c++ } END { print c + 0 }' <<<"$calls")"
+  fi
   said=$(awk '$4 != "ok"' <<<"$calls")
   [[ -z $said ]] || problem "calls of the kubelet failed during the rollout: $(tr '\n' ';' <<<"$said")"
   if grep -q '^Prepare ' <<<"$calls"; then
