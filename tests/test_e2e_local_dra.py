@@ -266,6 +266,115 @@ def test_inspect_times_the_kubelets_prepare_calls(tmp_path: Path) -> None:
     assert inspect("prepares", str(log), "genericdp.io", "1796123829").stdout.strip() == ""
 
 
+def _call(ts: float, msg: str, endpoint: str, **fields: str | None) -> str:
+    entry = {"ts": ts * 1000, "logger": "dra-plugin", "msg": msg, "driverName": "genericdp.io"}
+    return json.dumps(entry | {"endpoint": endpoint, "v": 4} | fields)
+
+
+def _claims(key: str, *uids: str) -> str:
+    """The kubelet's text form of a request (key uid) or a response (key key)."""
+    return " ".join(f'claims:{{{key}:"{uid}"}}' for uid in uids)
+
+
+def test_inspect_pairs_the_calls_of_two_endpoints_by_claim(tmp_path: Path) -> None:
+    """`calls`: overlapping calls on two sockets (a rolling update) end where they began."""
+    old, new = "/p/genericdp.io/dra-old.sock", "/p/genericdp.io/dra-new.sock"
+    prep, done = "Calling NodePrepareResources rpc", "Done calling NodePrepareResources rpc"
+    unprep = "Calling NodeUnprepareResource rpc"  # sic, the 1.36 kubelet's
+    lines = [
+        _call(100.0, prep, old, request=_claims("uid", "a")),
+        _call(100.1, prep, old, request=_claims("uid", "b")),
+        _call(100.2, prep, new, request=_claims("uid", "c")),
+        _call(100.3, done, old, response=_claims("key", "b"), err=None),
+        _call(100.5, done, new, response=_claims("key", "c"), err=None),
+        _call(100.9, done, old, response="", err="rpc error: connection refused"),
+        _call(101.0, unprep, new, request=_claims("uid", "c")),
+        _call(101.5, "Done calling NodeUnprepareResources rpc", new, response=_claims("key", "c")),
+        _call(102.0, prep, new, request=_claims("uid", "d")),
+    ]
+    log = tmp_path / "kubelet.log"
+    log.write_text("\n".join([*lines, "plain text Resources rpc"]) + "\n")
+    result = inspect("calls", str(log), "genericdp.io", "0")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "Prepare 0.200 dra-old.sock ok 100.300",
+        "Prepare 0.300 dra-new.sock ok 100.500",
+        "Prepare 0.900 dra-old.sock error 100.900",
+        "Unprepare 0.500 dra-new.sock ok 101.500",
+    ]
+    since = inspect("calls", str(log), "genericdp.io", "100.4", "101")
+    assert since.stdout.splitlines() == [
+        "Prepare 0.300 dra-new.sock ok 100.500",
+        "Prepare 0.900 dra-old.sock error 100.900",
+    ], "ended after SINCE, began before UNTIL"
+
+
+def test_inspect_names_the_events_of_a_watch() -> None:
+    """`watch-events`: kubectl's pretty-printed event documents, one after another."""
+    events = [
+        {"type": "ADDED", "object": {"metadata": {"name": "s-1"}}},
+        {"type": "DELETED", "object": {"metadata": {"name": "s-2"}}},
+    ]
+    stream = "".join(json.dumps(e, indent=4) + "\n" for e in events)
+    result = inspect("watch-events", stdin=stream)
+    assert (result.returncode, result.stdout.splitlines()) == (0, ["ADDED s-1", "DELETED s-2"])
+    assert inspect("watch-events", stdin="").stdout.strip() == ""
+
+
+def _claim(uid: str, name: str, *, pool: str = "node-a", reserved: bool = True) -> dict[str, Any]:
+    result = {"driver": "genericdp.io", "pool": pool, "device": "d", "request": "r"}
+    status: dict[str, Any] = {"allocation": {"devices": {"results": [result]}}}
+    if reserved:
+        status["reservedFor"] = [{"resource": "pods", "name": "p", "uid": "p1"}]
+    return {"metadata": {"uid": uid, "namespace": "ns", "name": name}, "status": status}
+
+
+def _node_state(tmp_path: Path, recorded: dict[str, str], specs: list[str]) -> list[str]:
+    checkpoint, cdi = tmp_path / "checkpoint.json", tmp_path / "cdi"
+    cdi.mkdir(exist_ok=True)
+    entries = {
+        uid: {"namespace": "ns", "name": f"c-{uid}", "state": state,
+              "spec": f"gdp-claim-genericdp.io_{uid}.json"}
+        for uid, state in recorded.items()
+    }  # fmt: skip
+    checkpoint.write_text(json.dumps({"version": 1, "claims": entries}))
+    for uid in specs:
+        (cdi / f"gdp-claim-genericdp.io_{uid}.json").write_text("{}")
+    (cdi / "gdp-claim-other.io_x.json").write_text("{}")  # another driver's
+    return [str(checkpoint), str(cdi), "node-a", "genericdp.io"]
+
+
+def test_inspect_checks_the_checkpoint_and_specs_against_the_held_claims(tmp_path: Path) -> None:
+    """`held`: prepared in the checkpoint and a CDI spec for exactly the reserved claims."""
+    claims = json.dumps(
+        {
+            "items": [
+                _claim("u1", "held-1"),
+                _claim("u2", "held-2"),
+                _claim("u3", "free", reserved=False),
+                _claim("u4", "elsewhere", pool="node-b"),
+            ]
+        }
+    )
+    args = _node_state(tmp_path, {"u1": "prepared", "u2": "prepared"}, ["u1", "u2"])
+    result = inspect("held", *args, stdin=claims)
+    assert (result.returncode, result.stdout.splitlines()) == (0, ["ns/held-1 u1", "ns/held-2 u2"])
+
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    args = _node_state(wrong, {"u1": "preparing", "u3": "prepared"}, ["u3"])
+    result = inspect("held", *args, stdin=claims)
+    assert result.returncode == 1
+    for said in (
+        "ns/held-2 (u2) is held but not in the checkpoint",
+        "the checkpoint lists ns/c-u3 (u3), which nothing holds",
+        "ns/held-1 is 'preparing' in the checkpoint",
+        "no CDI spec gdp-claim-genericdp.io_u1.json for ns/held-1",
+        "the CDI spec gdp-claim-genericdp.io_u3.json is of no held claim",
+    ):
+        assert said in result.stderr
+
+
 @pytest.mark.parametrize("args", [[], ["devices"], ["pool", "n"], ["nonsense", "a"]])
 def test_inspect_usage(args: list[str]) -> None:
     result = inspect(*args)

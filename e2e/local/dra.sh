@@ -983,9 +983,362 @@ check_dra_slice_restored() {
   hold_for 5 "every device in the slices after the restore" slices_complete
 }
 
+# -- dra_rollout: a rolling update of the DaemonSet while claims come and go -----------------
+
+ROLLOUT_POD=e2e-dra-rollout
+# The pids of the check's background jobs: stop_background ends them, also on failure.
+BACKGROUND=()
+ROLLOUT_PROBLEMS=()
+
+# kubectl_exec ARGS...: kubectl in place of the calling subshell, so that the
+# pid of `(kubectl_exec ...) &` is kubectl's own and stop_background ends it.
+kubectl_exec() {
+  exec nsenter --net="$NETNS_PATH" "$(kube_bin kubectl)" --kubeconfig "$ADMIN_KUBECONFIG" "$@"
+}
+
+stop_background() {
+  local pid
+  for pid in "${BACKGROUND[@]}"; do
+    kill "$pid" 2>/dev/null || true
+  done
+  for pid in "${BACKGROUND[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+  BACKGROUND=()
+}
+
+# stop_job PID [wait]: end one background job (or, with wait, let it end on
+# its own) and reap it.
+stop_job() {
+  local pid kept=()
+  [[ ${2:-} == wait ]] || kill "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+  for pid in "${BACKGROUND[@]}"; do
+    [[ $pid == "$1" ]] || kept+=("$pid")
+  done
+  BACKGROUND=("${kept[@]}")
+}
+
+# problem WHAT: an observation of the rolling update that does not hold; the
+# check goes on observing and fails at its end, naming them all.
+problem() {
+  ROLLOUT_PROBLEMS+=("$*")
+  log "  does not hold: $*"
+}
+
+# within TIMEOUT COMMAND...: poll COMMAND until it succeeds (0) or TIMEOUT
+# seconds have passed (1); wait_for without the failure.
+within() {
+  local deadline
+  deadline=$(awk -v n="$(now)" -v t="$1" 'BEGIN { printf "%.3f", n + t }')
+  shift
+  until "$@" >/dev/null 2>&1; do
+    awk -v n="$(now)" -v d="$deadline" 'BEGIN { exit !(n > d) }' && return 1
+    sleep "$POLL"
+  done
+}
+
+# sample_registry: a line "UNIXTIME NAME..." each time the set of the driver's
+# registration sockets named after a pod (<driver>-<pod UID or its hash>-reg.sock)
+# changes, sampled every 20 ms, until killed.
+sample_registry() {
+  local last=- names
+  shopt -s nullglob
+  while :; do
+    names=("$REGISTRY_DIR/$DRIVER"-*-reg.sock)
+    names=("${names[@]##*/}")
+    if [[ ${names[*]} != "$last" ]]; then
+      printf '%s %s\n' "$EPOCHREALTIME" "${names[*]}"
+      last=${names[*]}
+    fi
+    sleep 0.02
+  done
+}
+
+# churn OUT STOP: about every second a pod holding one example.com/e2e-shared
+# (through limits: a claim the scheduler makes) is created, and each churn pod
+# seen Running is deleted (its claim unprepared), until the file STOP exists.
+# Each kubectl runs beside the loop, so that a slow one (a loaded machine)
+# does not slow the loop down. Writes "created|running NAME UNIXTIME" and
+# "unapplied NAME" lines to OUT; waits for its kubectl calls before it returns.
+churn() {
+  local out=$1 stop=$2 n=0 began reaper=""
+  while [[ ! -e $stop ]]; do
+    began=$EPOCHREALTIME
+    churn_create "e2e-churn-$n" "$out" &
+    n=$((n + 1))
+    if [[ -z $reaper ]] || ! kill -0 "$reaper" 2>/dev/null; then
+      churn_reap "$out" &
+      reaper=$!
+    fi
+    sleep "$(awk -v b="$began" -v n="$EPOCHREALTIME" 'BEGIN { d = 1 - (n - b); printf "%.2f", (d > 0 ? d : 0) }')"
+  done
+  wait
+}
+
+churn_create() {
+  local began=$EPOCHREALTIME
+  if device_pod_manifest "$1" example.com/e2e-shared churn |
+    k --request-timeout=20s -n "$NAMESPACE" apply -f - >/dev/null 2>&1; then
+    echo "created $1 $began" >>"$2"
+  else
+    echo "unapplied $1" >>"$2"
+  fi
+}
+
+# churn_reap OUT: delete the churn pods that are Running (and not being deleted).
+churn_reap() {
+  local name phase deleting
+  while read -r name phase deleting; do
+    [[ $phase == Running && -z $deleting ]] || continue
+    echo "running $name $EPOCHREALTIME" >>"$1"
+    k --request-timeout=20s -n "$NAMESPACE" delete pod "$name" --wait=false >/dev/null 2>&1 &
+  done < <(k --request-timeout=20s -n "$NAMESPACE" get pods -l genericdp-e2e=churn \
+    -o 'jsonpath={range .items[*]}{.metadata.name} {.status.phase} {.metadata.deletionTimestamp}{"\n"}{end}' \
+    2>/dev/null || true)
+  wait
+}
+
+# churn_unseen OUT: the churn pods created but not seen Running.
+churn_unseen() {
+  awk '$1 == "created" { c[$2] = 1 } $1 == "running" { r[$2] = 1 }
+    END { for (n in c) if (!(n in r)) print n }' "$1"
+}
+
+# churn_all_ran OUT: every churn pod created has been seen Running (those the
+# loop did not see are looked at now); LAST_SEEN names the others.
+churn_all_ran() {
+  local name phase
+  LAST_SEEN=""
+  for name in $(churn_unseen "$1"); do
+    phase=$(k -n "$NAMESPACE" get pod "$name" -o 'jsonpath={.status.phase}' 2>&1) || phase="unreadable: $phase"
+    if [[ $phase == Running ]]; then
+      echo "running $name $EPOCHREALTIME" >>"$1"
+    else
+      LAST_SEEN+="$name ${phase:-no phase}; "
+    fi
+  done
+  [[ -z $LAST_SEEN ]]
+}
+
+churn_ran_since() {
+  awk -v t="$2" -v n="$3" '$1 == "running" && $3 > t { c++ } END { exit !(c >= n) }' "$1"
+}
+
+# failed_prepares SINCE: the FailedPrepareDynamicResources events of any pod
+# last seen at or after SINCE (RFC 3339, UTC), one a line.
+failed_prepares() {
+  k get events -A --field-selector reason=FailedPrepareDynamicResources \
+    -o 'jsonpath={range .items[*]}{.lastTimestamp} {.involvedObject.namespace}/{.involvedObject.name}: {.message}{"\n"}{end}' |
+    awk -v t="$1" '$1 >= t'
+}
+
+# node_state_held: the driver's checkpoint lists, prepared, exactly the claims
+# allocated on the node that have consumers, and the CDI directory holds
+# exactly their specs (dra-inspect.py held); LAST_SEEN says which or what differs.
+node_state_held() {
+  local claims
+  claims=$(k get resourceclaims -A -o json) || return 1
+  LAST_SEEN=$(python3 "$INSPECT" held "$KUBELET_ROOT/plugins/$DRIVER/checkpoint.json" "$CDI_DIR" \
+    "$NODE" "$DRIVER" <<<"$claims" 2>&1)
+}
+
+# new_daemon_pod OLD: the DaemonSet's pod on the node that is not OLD.
+new_daemon_pod() {
+  k -n "$NAMESPACE" get pods -l "$DS_SELECTOR" --field-selector "spec.nodeName=$NODE" \
+    -o 'jsonpath={range .items[*]}{.metadata.name}{"\n"}{end}' | grep -vxF "$1" | head -1
+}
+
+check_dra_rollout() {
+  log "check: a rolling update of the DaemonSet (maxSurge 1) while a claim is held and pods with claims come and go"
+  local dir=$ARTIFACTS/rollout since_iso class claim uid mine container old old_uid new new_uid
+  local started rolled gone stop out names expected line both overlap calls said n unseen
+  local sampler watch churner
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  ROLLOUT_PROBLEMS=()
+  since_iso=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  wait_for 60 "a DeviceClass for every resource (the reconciler)" classes_made
+  class=$(class_for example.com/e2e-dra)
+  template_pod "$ROLLOUT_POD" example.com/e2e-dra
+  k -n "$NAMESPACE" wait --for=condition=Ready "pod/$ROLLOUT_POD" --timeout=120s ||
+    fail "pod $ROLLOUT_POD (a claim of class $class) did not become Ready"
+  claim=$(pod_claim "$ROLLOUT_POD") || fail "pod $ROLLOUT_POD has no ResourceClaim"
+  uid=$(claim_uid "$claim")
+  mine=$(env_of "$ROLLOUT_POD" E2E_DRA_PATHS)
+  [[ $mine == /dev/gdp-e2e-dra[01] ]] || fail "E2E_DRA_PATHS in pod $ROLLOUT_POD is '$mine'"
+  container=$(container_id "$ROLLOUT_POD")
+  rm -f "$MARKERS/cleanup-${mine#/dev/}" # an earlier check's unprepare of the same unit
+  old=$(daemon_pod)
+  old_uid=$(k -n "$NAMESPACE" get pod "$old" -o 'jsonpath={.metadata.uid}')
+  log "  $ROLLOUT_POD holds claim $claim ($uid, $mine); genericdp pod $old ($old_uid)"
+
+  sample_registry >"$dir/registry.txt" &
+  sampler=$!
+  (kubectl_exec get resourceslices --field-selector "spec.nodeName=$NODE,spec.driver=$DRIVER" \
+    --watch --output-watch-events -o json) >"$dir/slices.watch" 2>"$dir/slices.watch.err" &
+  watch=$!
+  # The old pod's log, which goes with it.
+  (kubectl_exec -n "$NAMESPACE" logs -f --timestamps "$old") >"$dir/old-pod.log" 2>&1 &
+  BACKGROUND+=("$sampler" "$watch" $!)
+  out=$dir/churn.txt stop=$dir/churn.stop
+  : >"$out"
+  churn "$out" "$stop" &
+  churner=$!
+  BACKGROUND+=("$churner")
+  wait_for 30 "the slice watch to list the slices of $NODE" test -s "$dir/slices.watch"
+  wait_for 60 "a first churn pod to run" churn_ran_since "$out" 0 1
+
+  log "  kubectl rollout restart daemonset/genericdp"
+  started=$(now)
+  k -n "$NAMESPACE" rollout restart daemonset/genericdp
+  k -n "$NAMESPACE" rollout status daemonset/genericdp --timeout=180s ||
+    problem "the rollout of daemonset/genericdp did not finish within 180 s"
+  rolled=$(now)
+  timing "DRA rollout: rollout restart -> rollout status done" "$(seconds_between "$started" "$rolled")"
+  k -n "$NAMESPACE" wait --for=delete "pod/$old" --timeout=60s ||
+    problem "the old genericdp pod $old was still there 60 s after the rollout"
+  gone=$(now)
+  new=$(new_daemon_pod "$old")
+  [[ -n $new ]] || fail "no new genericdp pod on $NODE after the rollout"
+  new_uid=$(k -n "$NAMESPACE" get pod "$new" -o 'jsonpath={.metadata.uid}')
+  log "  new genericdp pod $new ($new_uid); the old one gone $(seconds_between "$started" "$gone") s after the restart"
+  # The new pod alone serves the next few prepares and unprepares too.
+  within 60 churn_ran_since "$out" "$gone" 3 ||
+    problem "fewer than 3 churn pods ran within 60 s after the old genericdp pod left"
+  touch "$stop"
+  stop_job "$churner" wait
+  if ! within 60 churn_all_ran "$out"; then
+    unseen=$(churn_unseen "$out" | head -1)
+    problem "churn pods that never ran: $LAST_SEEN ($unseen's events: $(k -n "$NAMESPACE" get events \
+      --field-selector "involvedObject.name=$unseen" -o 'jsonpath={range .items[*]}{.reason}: {.message}{"\n"}{end}' |
+      tail -3 | tr '\n' ';'))"
+  fi
+  n=$(grep -c '^created ' "$out" || true)
+  log "  churn: $n pods created, $(awk '$1 == "running" { r[$2] = 1 } END { print length(r) }' "$out") seen Running, $(grep -c '^unapplied ' "$out" || true) not applied"
+  grep -q '^unapplied ' "$out" && problem "the API server refused churn pods: $(grep '^unapplied ' "$out" | tr '\n' ' ')"
+  timing "DRA rollout: churn pod created -> seen Running, the slowest" "$(awk '
+    $1 == "created" { c[$2] = $3 } $1 == "running" && !($2 in r) { r[$2] = $3 }
+    END { for (n in r) if (n in c && r[n] - c[n] > m) m = r[n] - c[n]; printf "%.2f", m }' "$out")"
+
+  log "check: two registration sockets, the old pod's and the new one's, exist at once"
+  stop_job "$sampler"
+  log "  $REGISTRY_DIR over time: $(tr '\n' ';' <"$dir/registry.txt" | cut -c1-600)"
+  expected=$(k -n "$NAMESPACE" exec "$new" -- python3 -c '
+import sys
+from pathlib import Path
+from genericdp.dra.socketnames import registration_socket
+print(" ".join(sorted(registration_socket(Path(sys.argv[1]), sys.argv[2], uid).name for uid in sys.argv[3:])))
+' "$REGISTRY_DIR" "$DRIVER" "$old_uid" "$new_uid") || fail "could not compute the socket names in $new"
+  both=$(awk 'NF >= 3 { print; exit }' "$dir/registry.txt")
+  overlap=none
+  if [[ -z $both ]]; then
+    problem "never two registration sockets of $DRIVER at once in $REGISTRY_DIR"
+  else
+    names=$(cut -d' ' -f2- <<<"$both" | tr ' ' '\n' | sort | tr '\n' ' ')
+    [[ $names == "$expected " ]] ||
+      problem "the registration sockets at once are '$names', not the old and the new pod's ($expected)"
+    overlap=$(awk -v t="${both%% *}" '$1 > t && NF < 3 { printf "%.2f", $1 - t; found = 1; exit }
+      END { if (!found) print "none" }' "$dir/registry.txt")
+    if [[ $overlap == none ]]; then
+      problem "the old pod's registration socket stayed after the rollout"
+    else
+      timing "DRA rollout: both registration sockets there (the overlap)" "$overlap"
+    fi
+  fi
+  said=$(grep -F '"msg":"Registered DRA plugin"' "$LOG_DIR/kubelet.log" | grep -F "dra-$new_uid.sock" |
+    grep -oE '"numPlugins":[0-9]+' | head -1 || true)
+  log "  the kubelet registered the new pod's socket with ${said:-no numPlugins}"
+
+  log "check: the new pod serves claims at once and takes over the slices once the old one is gone"
+  k -n "$NAMESPACE" logs "$new" >"$dir/new-pod.log" 2>&1 || true
+  grep -F "holds $KUBELET_ROOT/plugins/$DRIVER/lock: waiting for it to exit before publishing" \
+    "$dir/new-pod.log" >/dev/null ||
+    problem "the new pod $new did not log that it waits for the old one before publishing the slices"
+  said=$(grep -F ': taking over' "$dir/new-pod.log" | head -1 || true)
+  if [[ -z $said ]]; then
+    problem "the new pod $new did not log 'taking over' (the slice lock)"
+  else
+    log "  $new: ${said:0:300}"
+    timing "DRA rollout: the new pod waited for the slice lock (its log)" \
+      "$(grep -oE 'after [0-9.]+s: taking over' <<<"$said" | grep -oE '[0-9.]+' | head -1)"
+  fi
+  calls=$(python3 "$INSPECT" calls "$LOG_DIR/kubelet.log" "$DRIVER" "$started" "$(now)") ||
+    fail "could not read the kubelet's calls: $calls"
+  printf '%s\n' "$calls" >"$dir/calls.txt"
+  for line in "dra-$old_uid.sock old" "dra-$new_uid.sock new"; do
+    log "  calls answered by the ${line#* } pod: $(awk -v s="${line% *}" '$3 == s { c[$1 " " $4]++ }
+      END { for (k in c) printf "%s %d, ", k, c[k] }' <<<"$calls")"
+  done
+  if [[ $overlap != none ]]; then
+    log "  calls the new pod answered while both were registered: $(awk -v s="dra-$new_uid.sock" \
+      -v a="${both%% *}" -v b="$(awk -v a="${both%% *}" -v o="$overlap" 'BEGIN { printf "%.3f", a + o }')" \
+      '$3 == s && $5 > a && $5 < b { c++ } END { print c + 0 }' <<<"$calls")"
+  fi
+  said=$(awk '$4 != "ok"' <<<"$calls")
+  [[ -z $said ]] || problem "calls of the kubelet failed during the rollout: $(tr '\n' ';' <<<"$said")"
+  if grep -q '^Prepare ' <<<"$calls"; then
+    timing "DRA rollout: NodePrepareResources during it, median (kubelet)" \
+      "$(awk '$1 == "Prepare" { print $2 }' <<<"$calls" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')"
+    timing "DRA rollout: NodePrepareResources during it, slowest (kubelet)" \
+      "$(awk '$1 == "Prepare" { print $2 }' <<<"$calls" | sort -n | tail -1)"
+  else
+    problem "the kubelet made no NodePrepareResources call during the rollout"
+  fi
+
+  log "check: no FailedPrepareDynamicResources event"
+  said=$(failed_prepares "$since_iso") || fail "could not list the events"
+  [[ -z $said ]] || problem "FailedPrepareDynamicResources events: $(tr '\n' ';' <<<"$said" | cut -c1-800)"
+
+  log "check: afterwards the checkpoint lists exactly the node's held claims, and $CDI_DIR holds exactly their specs"
+  k -n "$NAMESPACE" delete pod -l genericdp-e2e=churn --wait=true --timeout=60s >/dev/null ||
+    problem "the churn pods did not go away within 60 s"
+  if within 60 node_state_held; then
+    log "  held: $(tr '\n' ';' <<<"$LAST_SEEN")"
+  else
+    problem "the checkpoint and the claim specs differ from the node's held claims: $LAST_SEEN"
+  fi
+  [[ $(container_id "$ROLLOUT_POD") == "$container" ]] ||
+    problem "pod $ROLLOUT_POD's container changed during the rollout ($container -> $(container_id "$ROLLOUT_POD"))"
+  said=$(pod_in "$ROLLOUT_POD" sh -c "exec 3<>$mine" 2>&1 || true)
+  [[ $said != *"Operation not permitted"* ]] || problem "pod $ROLLOUT_POD can no longer open $mine: $said"
+
+  log "check: deleting $ROLLOUT_POD makes the new pod unprepare its claim: cleanup hook, spec removed"
+  started=$(now)
+  k -n "$NAMESPACE" delete pod "$ROLLOUT_POD" --wait=false
+  if within 60 test -e "$MARKERS/cleanup-${mine#/dev/}"; then
+    timing "DRA rollout: held pod deleted -> cleanup hook ran (new pod)" "$(seconds_between "$started" "$(now)")"
+  else
+    problem "the cleanup hook of example.com/e2e-dra left no $MARKERS/cleanup-${mine#/dev/} within 60 s"
+  fi
+  within 30 test ! -e "$CDI_DIR/gdp-claim-${DRIVER}_$uid.json" ||
+    problem "$CDI_DIR/gdp-claim-${DRIVER}_$uid.json is still there 30 s after the pod was deleted"
+  within 30 daemon_log_has "$new" "unprepared claim $NAMESPACE/$claim (UID $uid)" ||
+    problem "the new pod $new did not log 'unprepared claim $NAMESPACE/$claim (UID $uid)'"
+  grep -F '"msg":"Done calling NodeUnprepareResources rpc"' "$LOG_DIR/kubelet.log" | grep -F "$uid" |
+    grep -F "dra-$new_uid.sock" >/dev/null ||
+    problem "the kubelet did not send the NodeUnprepareResources of claim $uid to the new pod (dra-$new_uid.sock)"
+
+  log "check: no ResourceSlice of $NODE deleted, the kubelet's 30 s after the old pod's connection dropped included"
+  n=$(awk -v g="$gone" -v n="$(now)" 'BEGIN { d = g + 35 - n; print (d > 0 ? int(d) + 1 : 1) }')
+  hold_for "$n" "every device in the slices after the old pod left" slices_complete
+  stop_job "$watch"
+  said=$(python3 "$INSPECT" watch-events <"$dir/slices.watch" 2>&1) ||
+    problem "could not read the slice watch ($dir/slices.watch): $said"
+  log "  slice events: $(awk '{ c[$1]++ } END { for (t in c) printf "%s %d ", t, c[t] }' <<<"$said")"
+  grep '^DELETED ' <<<"$said" >/dev/null &&
+    problem "ResourceSlices deleted during the rollout: $(grep '^DELETED ' <<<"$said" | tr '\n' ' ')"
+  [[ ! -s $dir/slices.watch.err ]] || log "  the slice watch said: $(tr '\n' ' ' <"$dir/slices.watch.err")"
+  stop_background
+  if ((${#ROLLOUT_PROBLEMS[@]})); then
+    fail "the rolling update: $(printf '%s; ' "${ROLLOUT_PROBLEMS[@]}")"
+  fi
+}
+
 finish() {
   local status=$?
   trap - EXIT
+  stop_background
   # genericdp's log outlives its pod (the kubelet's and the others' are in $LOG_DIR).
   k -n "$NAMESPACE" logs -l "$DS_SELECTOR" --tail=-1 --timestamps >"$LOG_DIR/genericdp-dra.log" 2>&1 || true
   "$LOCAL_DIR/down.sh" || status=1
@@ -994,7 +1347,7 @@ finish() {
 
 ALL_DRA_CHECKS=(dra_registered dra_slices dra_deviceclasses dra_deviceclasses_more dra_claim_pod dra_metadata dra_limits_pod dra_unprepare
   dra_hotplug dra_health dra_health_message dra_standard_attributes dra_nonroot dra_unplug_in_use
-  dra_sharing dra_slice_restored dra_kubelet_restart)
+  dra_sharing dra_rollout dra_slice_restored dra_kubelet_restart)
 
 trap finish EXIT
 started=$(now)
