@@ -16,7 +16,7 @@ from genericdp.allocation.plan import DeviceSpec, plan_allocation
 from genericdp.discovery import discover
 from genericdp.errors import UnsafeAllocationError
 from genericdp.kubelet.embedded import AllocationError
-from genericdp.metrics import readiness
+from genericdp.probes import readiness
 from genericdp.report import build_report, report_dict, to_text
 from genericdp.runtime.state import DeviceState
 from tests.fakesys import FakeHost

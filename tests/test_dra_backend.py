@@ -22,7 +22,8 @@ from genericdp.dra.naming import device_name
 from genericdp.dra.publisher import SlicePublisher
 from genericdp.dra.slices import DEFAULT_OPTIONS, DeviceOptions
 from genericdp.hooks import HookRun
-from genericdp.metrics import Metrics, readiness
+from genericdp.metrics import Metrics
+from genericdp.probes import readiness
 from genericdp.runtime.supervisor import Supervisor
 from genericdp.settings import Settings
 from tests.dra_fakes import MemoryClaims, MemorySlices

@@ -16,7 +16,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
 from genericdp.httpserver import HttpServer, ListenError, Response, Route, run_http_server
-from genericdp.metrics import Metrics, Verdict, routes
+from genericdp.metrics import Metrics
+from genericdp.probes import Verdict, routes
 from genericdp.settings import ListenAddress
 
 LOCAL = ListenAddress("127.0.0.1", 0)

@@ -37,7 +37,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "__main__",
         "cli",
         "cliparser daemon simulate report convert configsources classdaemon",
-        "metrics nodewatch classmetrics nodefeature featuresfile",
+        "metrics probes nodewatch classmetrics nodefeature featuresfile",
         " ".join(sorted(BACKENDS)),
         "runtime",
         "kubelet allocation health",

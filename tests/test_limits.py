@@ -26,7 +26,8 @@ from genericdp.config.model import ResourceDefinition
 from genericdp.discovery import discover
 from genericdp.discovery.model import Roots, Unit
 from genericdp.errors import ConfigError
-from genericdp.metrics import Metrics, readiness
+from genericdp.metrics import Metrics
+from genericdp.probes import readiness
 from genericdp.runtime.budget import Limits, NodeBudget
 from tests.fakesys import can_mknod
 from tests.polling import eventually

@@ -20,7 +20,8 @@ from genericdp.dra.publisher import SlicePublisher
 from genericdp.errors import CdiSpecError, HookError, InvalidDevicesError, TemplateRenderError
 from genericdp.execution import ExecResult
 from genericdp.hooks import HookRun, HookRunError
-from genericdp.metrics import Metrics, liveness, readiness
+from genericdp.metrics import Metrics
+from genericdp.probes import liveness, readiness
 from genericdp.runtime.backend import Gauge
 from genericdp.runtime.edge import PluginStatus
 from genericdp.runtime.recorder import (

@@ -29,7 +29,7 @@ from genericdp.dra.lease import LeaseElector
 from genericdp.errors import ConfigError, GenericdpError
 from genericdp.exits import EXIT_OK
 from genericdp.httpserver import run_http_server
-from genericdp.metrics import Verdict, routes
+from genericdp.probes import Verdict, routes
 from genericdp.runtime.configwatch import ReloadResult, start_config_watch
 from genericdp.settings import ClassSettings
 

@@ -33,7 +33,8 @@ from genericdp.errors import ConfigError
 from genericdp.exits import EXIT_OK
 from genericdp.httpserver import run_http_server
 from genericdp.lastgood import LastGood, Reading
-from genericdp.metrics import Metrics, Verdict, readiness, routes, with_config_problem
+from genericdp.metrics import Metrics
+from genericdp.probes import Verdict, readiness, routes, with_config_problem
 from genericdp.reaper import SUBREAPER
 from genericdp.settings import ListenAddress, Settings
 

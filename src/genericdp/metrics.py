@@ -1,4 +1,4 @@
-"""What the daemon says about itself: Prometheus metrics and the probe verdicts.
+"""What the daemon says about itself: its Prometheus metrics (the probes: ``genericdp.probes``).
 
 The runtime reports events through the ``Recorder`` it owns
 (``genericdp.runtime.recorder``; ``NO_METRICS`` when nobody listens, so the
@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
@@ -37,7 +35,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from genericdp import __version__
-from genericdp.httpserver import Response, Route
 from genericdp.runtime.recorder import ALLOCATION_RESULTS, CLAIM_RESULTS, REGISTRATION_RESULTS
 
 if TYPE_CHECKING:
@@ -364,88 +361,3 @@ class _StatusCollector(Collector):
             if statuses is not None:
                 family.add_metric([value for _, value in gauge.labels], gauge.value)
         yield from families.values()
-
-
-# -- /healthz and /readyz ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A probe's answer: ``ok`` gives 200, else 503; ``text`` is the body."""
-
-    ok: bool
-    text: str
-
-
-def liveness() -> Verdict:
-    """Answered from the event loop, so an answer at all means the loop is alive.
-
-    Nothing else fails it on purpose: the kubelet restarts a container whose
-    liveness fails, and no other trouble we know (a kubelet directory that
-    cannot be watched, a resource that cannot register) is cured by a restart.
-    Those show in /readyz and in the metrics instead.
-    """
-    return Verdict(ok=True, text="ok")
-
-
-def readiness(
-    statuses: Mapping[str, PluginStatus], *, started: bool, notes: Sequence[str] = ()
-) -> Verdict:
-    """Ready once every resource of the running config has registered at least once.
-
-    Not before the config is applied (``started``); a config without resources
-    is ready. Readiness does not drop when the kubelet restarts: re-registering
-    takes under a second and is the daemon's job, not a rollout's concern.
-
-    A resource whose units are all Unhealthy because a required
-    ``allocate.devices`` node is missing is listed with the reason but does
-    not fail readiness: the daemon is doing its job (the kubelet sees the
-    units Unhealthy), and a driver not loaded on one node must not stall a
-    DaemonSet rollout across the cluster. ``notes`` (a root a resource needs
-    and the host lacks, ``discovery.roots``) and units left out over the node's
-    limits (``runtime/budget.py``) are listed on the same terms.
-    """
-    if not started:
-        return Verdict(ok=False, text="not ready: starting")
-    waiting = {n: s for n, s in statuses.items() if s.registrations == 0}
-    faults = [f"{n}: Unhealthy: {s.fault}" for n, s in statuses.items() if s.fault]
-    faults += [s.limited for s in statuses.values() if s.limited]
-    faults += notes
-    if not waiting:
-        text = f"ready: {len(statuses)} resource(s) registered"
-        return Verdict(ok=True, text="\n".join([text, *faults]))
-    lines = [f"not ready: {len(waiting)} of {len(statuses)} resource(s) never registered"]
-    lines += [f"{n}: {s.last_error or 'not registered yet'}" for n, s in waiting.items()]
-    return Verdict(ok=False, text="\n".join([*lines, *faults]))
-
-
-def with_config_problem(verdict: Verdict, problem: str | None) -> Verdict:
-    """``verdict``, not ready while ``problem`` (the config was invalid at start and
-    has not been fixed since) holds: the rollout stops at the first node."""
-    if problem is None:
-        return verdict
-    rest = verdict.text.removeprefix("ready: ")
-    return Verdict(ok=False, text=f"not ready: {problem}\n{rest}")
-
-
-class Exposition(Protocol):
-    """What /metrics serves: ``Metrics``, or ``reconcile-classes``' own."""
-
-    def exposition(self) -> bytes: ...
-
-
-def routes(metrics: Exposition, ready: Callable[[], Verdict]) -> dict[str, Route]:
-    """``/metrics``, ``/healthz`` and ``/readyz`` for the HTTP server."""
-
-    def verdict(check: Callable[[], Verdict]) -> Route:
-        def answer() -> Response:
-            v = check()
-            return Response(200 if v.ok else 503, (v.text + "\n").encode())
-
-        return answer
-
-    return {
-        "/metrics": lambda: Response(200, metrics.exposition(), CONTENT_TYPE_LATEST),
-        "/healthz": verdict(liveness),
-        "/readyz": verdict(ready),
-    }

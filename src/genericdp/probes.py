@@ -1,0 +1,101 @@
+"""What ``/healthz`` and ``/readyz`` answer, and the routes of the HTTP server.
+
+The verdicts are pure: the daemon hands in its resources' statuses and notes;
+``routes`` puts them and ``/metrics`` (``genericdp.metrics``) behind
+``genericdp.httpserver``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from genericdp.httpserver import Response, Route
+
+if TYPE_CHECKING:
+    from genericdp.runtime.edge import PluginStatus
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A probe's answer: ``ok`` gives 200, else 503; ``text`` is the body."""
+
+    ok: bool
+    text: str
+
+
+def liveness() -> Verdict:
+    """Answered from the event loop, so an answer at all means the loop is alive.
+
+    Nothing else fails it on purpose: the kubelet restarts a container whose
+    liveness fails, and no other trouble we know (a kubelet directory that
+    cannot be watched, a resource that cannot register) is cured by a restart.
+    Those show in /readyz and in the metrics instead.
+    """
+    return Verdict(ok=True, text="ok")
+
+
+def readiness(
+    statuses: Mapping[str, PluginStatus], *, started: bool, notes: Sequence[str] = ()
+) -> Verdict:
+    """Ready once every resource of the running config has registered at least once.
+
+    Not before the config is applied (``started``); a config without resources
+    is ready. Readiness does not drop when the kubelet restarts: re-registering
+    takes under a second and is the daemon's job, not a rollout's concern.
+
+    A resource whose units are all Unhealthy because a required
+    ``allocate.devices`` node is missing is listed with the reason but does
+    not fail readiness: the daemon is doing its job (the kubelet sees the
+    units Unhealthy), and a driver not loaded on one node must not stall a
+    DaemonSet rollout across the cluster. ``notes`` (a root a resource needs
+    and the host lacks, ``discovery.roots``) and units left out over the node's
+    limits (``runtime/budget.py``) are listed on the same terms.
+    """
+    if not started:
+        return Verdict(ok=False, text="not ready: starting")
+    waiting = {n: s for n, s in statuses.items() if s.registrations == 0}
+    faults = [f"{n}: Unhealthy: {s.fault}" for n, s in statuses.items() if s.fault]
+    faults += [s.limited for s in statuses.values() if s.limited]
+    faults += notes
+    if not waiting:
+        text = f"ready: {len(statuses)} resource(s) registered"
+        return Verdict(ok=True, text="\n".join([text, *faults]))
+    lines = [f"not ready: {len(waiting)} of {len(statuses)} resource(s) never registered"]
+    lines += [f"{n}: {s.last_error or 'not registered yet'}" for n, s in waiting.items()]
+    return Verdict(ok=False, text="\n".join([*lines, *faults]))
+
+
+def with_config_problem(verdict: Verdict, problem: str | None) -> Verdict:
+    """``verdict``, not ready while ``problem`` (the config was invalid at start and
+    has not been fixed since) holds: the rollout stops at the first node."""
+    if problem is None:
+        return verdict
+    rest = verdict.text.removeprefix("ready: ")
+    return Verdict(ok=False, text=f"not ready: {problem}\n{rest}")
+
+
+class Exposition(Protocol):
+    """What /metrics serves: ``Metrics``, or ``reconcile-classes``' own."""
+
+    def exposition(self) -> bytes: ...
+
+
+def routes(metrics: Exposition, ready: Callable[[], Verdict]) -> dict[str, Route]:
+    """``/metrics``, ``/healthz`` and ``/readyz`` for the HTTP server."""
+
+    def verdict(check: Callable[[], Verdict]) -> Route:
+        def answer() -> Response:
+            v = check()
+            return Response(200 if v.ok else 503, (v.text + "\n").encode())
+
+        return answer
+
+    return {
+        "/metrics": lambda: Response(200, metrics.exposition(), CONTENT_TYPE_LATEST),
+        "/healthz": verdict(liveness),
+        "/readyz": verdict(ready),
+    }
