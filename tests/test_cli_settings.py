@@ -13,7 +13,7 @@ from typing import Literal, get_args, get_origin
 
 import pytest
 
-from genericdp import cli, exits
+from genericdp import cli, cliparser, exits
 from genericdp.discovery.model import Roots
 from genericdp.settings import SIMULATE_SKIPS, DiscoverySettings, Settings
 from tests.fakesys import FakeHost
@@ -51,13 +51,13 @@ def test_every_setting_is_a_flag(
     command: str, model: type[DiscoverySettings], skip: frozenset[str]
 ) -> None:
     """Each field of the settings model parses as a flag of the commands that use it."""
-    parser = cli.build_parser()
+    parser = cliparser.build_parser()
     positional = [] if command == "serve" else ["c.yaml"]
     for name, field in model.model_fields.items():
         if name in skip:
             continue
         value = _sample(field.annotation)
-        args = parser.parse_args([command, *positional, cli.flag(name), value])
+        args = parser.parse_args([command, *positional, cliparser.flag(name), value])
         assert str(getattr(args, name)) == value, name
         assert name in args.settings
 
