@@ -16,7 +16,9 @@
 #   - deleting a pod unprepares its claim: the cleanup hook runs, the spec goes;
 #   - hotplug and health show in the slices within seconds;
 #   - slices deleted by someone else right after a daemon start come back;
-#   - after a kubelet restart (which deletes the node's slices) they are back.
+#   - after a kubelet restart (which deletes the node's slices) they are back;
+#   - a node moves from the device plugin to DRA as docs/dra.md says, with
+#     a pod running (dra-node-move-lib.sh).
 # Then down (also on failure). Root.
 #   KUBE_BIN_DIR=DIR e2e/local/dra.sh IMAGES_DIR [CHECK...]
 set -euo pipefail
@@ -34,6 +36,8 @@ CDI_CONTAINERD=${CDI_CONTAINERD:-$ARTIFACTS/containerd-cdi}
 INSPECT=$LOCAL_DIR/dra-inspect.py
 CLAIM_POD=e2e-dra-claim
 EXT_POD=e2e-dra-limits
+# shellcheck source-path=SCRIPTDIR source=dra-node-move-lib.sh
+source "$LOCAL_DIR/dra-node-move-lib.sh"
 # The kubelet logs its DRA plugin registration at -v=3, prepare calls at -v=4.
 export KUBELET_VERBOSITY=4
 # Devices per resource (loop and fuse depend on the machine): one per unit,
@@ -1347,7 +1351,7 @@ finish() {
 
 ALL_DRA_CHECKS=(dra_registered dra_slices dra_deviceclasses dra_deviceclasses_more dra_claim_pod dra_metadata dra_limits_pod dra_unprepare
   dra_hotplug dra_health dra_health_message dra_standard_attributes dra_nonroot dra_unplug_in_use
-  dra_sharing dra_rollout dra_slice_restored dra_kubelet_restart)
+  dra_sharing dra_rollout dra_slice_restored dra_kubelet_restart dra_node_move)
 
 trap finish EXIT
 started=$(now)
