@@ -11,31 +11,58 @@ lightkube's model.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
-from lightkube import ApiError, AsyncClient
+import httpx2
+from lightkube import AsyncClient
 from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
-from genericdp.dra.kubeapi import DEVICE_CLASS, RESOURCE_SLICE, ApiRequestError
+from genericdp.dra.kubeapi import (
+    CLASSES,
+    DEVICE_CLASS,
+    RESOURCE_SLICE,
+    SLICES,
+    ApiRequestError,
+    answered,
+    http_of,
+    list_objects,
+    version_of,
+    watch_events,
+)
 
 __all__ = ["ClassApi", "Lease", "LeaseSpec", "ObjectMeta"]
 
 NOT_FOUND, CONFLICT = 404, 409
 
 
-@contextmanager
-def _answered(what: str) -> Iterator[None]:
-    try:
-        yield
-    except ApiError as err:
-        code = getattr(err.status, "code", None)
-        raise ApiRequestError(
-            what, code if isinstance(code, int) else 0, str(err.status.message)
-        ) from err
+@dataclass
+class Changes:
+    """The list and the watches of one kind (``dra/listwatch.py``'s source): each
+    list, and each event of a watch but a bookmark, calls ``on_change``."""
+
+    http: httpx2.AsyncClient
+    path: str
+    params: dict[str, str]
+    what: str
+    on_change: Callable[[], object]
+
+    async def relist(self) -> str:
+        _objects, version = await list_objects(self.http, self.path, self.params, self.what)
+        self.on_change()
+        return version
+
+    async def follow(self, version: str, seconds: int) -> AsyncIterator[str]:
+        events = watch_events(
+            self.http, self.path, self.params, version=version, seconds=seconds, what=self.what
+        )
+        async for kind, obj in events:
+            if kind != "BOOKMARK":
+                self.on_change()
+            yield version_of(obj)
 
 
 class ClassApi:
@@ -47,7 +74,7 @@ class ClassApi:
 
     async def classes(self) -> dict[str, dict[str, Any]]:
         """``{name: DeviceClass}`` of every DeviceClass of the cluster."""
-        with _answered("listing the DeviceClasses"):
+        async with answered("listing the DeviceClasses"):
             return {
                 str(item["metadata"]["name"]): dict(item)
                 async for item in self.client.list(DEVICE_CLASS)
@@ -55,18 +82,18 @@ class ClassApi:
 
     async def create_class(self, obj: dict[str, Any]) -> None:
         """Create ``obj``; raises ApiRequestError 409 when a class of that name exists."""
-        with _answered(f"creating DeviceClass {obj['metadata']['name']}"):
+        async with answered(f"creating DeviceClass {obj['metadata']['name']}"):
             await self.client.create(DEVICE_CLASS.from_dict(obj))
 
     async def replace_class(self, obj: dict[str, Any]) -> None:
         """Replace ``obj`` (its resourceVersion makes a concurrent change a 409)."""
-        with _answered(f"updating DeviceClass {obj['metadata']['name']}"):
+        async with answered(f"updating DeviceClass {obj['metadata']['name']}"):
             await self.client.replace(DEVICE_CLASS.from_dict(obj))
 
     async def delete_class(self, name: str) -> None:
         """Delete class ``name``; one already gone is no error."""
         try:
-            with _answered(f"deleting DeviceClass {name}"):
+            async with answered(f"deleting DeviceClass {name}"):
                 await self.client.delete(DEVICE_CLASS, name)
         except ApiRequestError as err:
             if err.code != NOT_FOUND:
@@ -76,7 +103,7 @@ class ClassApi:
         """The resources some node's slices of our driver hold devices of (the ``resource``
         attribute every device we publish carries, dra/slices.py)."""
         found: set[str] = set()
-        with _answered(f"listing the ResourceSlices of driver {self.driver}"):
+        async with answered(f"listing the ResourceSlices of driver {self.driver}"):
             async for item in self.client.list(RESOURCE_SLICE, fields={"spec.driver": self.driver}):
                 for device in (item.get("spec") or {}).get("devices") or ():
                     value = ((device.get("attributes") or {}).get("resource") or {}).get("string")
@@ -84,20 +111,19 @@ class ClassApi:
                         found.add(value)
         return found
 
-    async def changes(self, kind: str) -> AsyncIterator[str]:
-        """One item per change of a DeviceClass (``kind`` ``classes``) or of our driver's
-        slices (``slices``), the objects there at the start included; raises on failure."""
+    def changes(self, kind: str, on_change: Callable[[], object]) -> Changes:
+        """What a ``ListWatch`` follows to call ``on_change`` at every change of the
+        DeviceClasses (``kind`` ``classes``) or of our driver's slices (``slices``),
+        the list at each start included."""
+        http = http_of(self.client)
         if kind == "classes":
-            stream = self.client.watch(DEVICE_CLASS)
-        else:
-            stream = self.client.watch(RESOURCE_SLICE, fields={"spec.driver": self.driver})
-        with _answered(f"watching {kind}"):
-            async for event, _obj in stream:
-                yield event
+            return Changes(http, CLASSES, {}, "the DeviceClasses", on_change)
+        selector = {"fieldSelector": f"spec.driver={self.driver}"}
+        return Changes(http, SLICES, selector, f"the ResourceSlices of {self.driver}", on_change)
 
     async def get_lease(self, namespace: str, name: str) -> Lease | None:
         try:
-            with _answered(f"reading Lease {namespace}/{name}"):
+            async with answered(f"reading Lease {namespace}/{name}"):
                 lease: Lease = await self.client.get(Lease, name, namespace=namespace)
                 return lease
         except ApiRequestError as err:
@@ -108,13 +134,13 @@ class ClassApi:
     async def create_lease(self, lease: Lease) -> Lease:
         if lease.metadata is None:
             raise TypeError("a Lease without metadata")
-        with _answered(f"creating Lease {lease.metadata.namespace}/{lease.metadata.name}"):
+        async with answered(f"creating Lease {lease.metadata.namespace}/{lease.metadata.name}"):
             made: Lease = await self.client.create(lease)
             return made
 
     async def replace_lease(self, lease: Lease) -> Lease:
         if lease.metadata is None:
             raise TypeError("a Lease without metadata")
-        with _answered(f"updating Lease {lease.metadata.namespace}/{lease.metadata.name}"):
+        async with answered(f"updating Lease {lease.metadata.namespace}/{lease.metadata.name}"):
             made: Lease = await self.client.replace(lease)
             return made

@@ -35,6 +35,7 @@ from genericdp.config.model import Config
 from genericdp.dra.classapi import ClassApi
 from genericdp.dra.deviceclasses import class_name, device_classes, owner_labels
 from genericdp.dra.kubeapi import ApiRequestError
+from genericdp.dra.listwatch import ListWatch
 from genericdp.runtime.reconcile import Plan, plan
 
 log = logging.getLogger(__name__)
@@ -250,15 +251,9 @@ class ClassReconciler:
 
     async def watch(self, kind: str) -> None:
         """Wake on every change of the DeviceClasses (``classes``) or the driver's slices
-        (``slices``), reopening a watch that ends, until cancelled."""
-        backoff = Backoff(initial=0.5, maximum=30.0)
+        (``slices``), and at each list: a list, then watches from its resourceVersion,
+        each reopened after our own backoff however it ends (``ListWatch``), until
+        cancelled."""
         on_event = self.wake if kind == "classes" else self.published_changed
-        while True:
-            on_event()  # whatever changed while nothing watched
-            try:
-                async for _ in self._api.changes(kind):
-                    on_event()
-                    backoff.reset()
-            except ApiRequestError as err:
-                log.warning("DeviceClass reconciler: %s", err)
-            await asyncio.sleep(backoff.next())
+        source = self._api.changes(kind, on_event)
+        await ListWatch(source.what, source, Backoff(initial=0.5, maximum=30.0)).run()

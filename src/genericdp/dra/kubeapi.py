@@ -61,6 +61,7 @@ __all__ = [
     "ApiSlices",
     "ApiTimeoutError",
     "AsyncClient",
+    "answered",
     "as_slice",
     "connect",
     "get_claim",
@@ -76,6 +77,7 @@ RESOURCE_SLICE = create_global_resource(GROUP, VERSION, "ResourceSlice", "resour
 DEVICE_CLASS = create_global_resource(GROUP, VERSION, "DeviceClass", "deviceclasses")
 RESOURCE_CLAIM = create_namespaced_resource(GROUP, VERSION, "ResourceClaim", "resourceclaims")
 SLICES = f"/apis/{GROUP}/{VERSION}/resourceslices"
+CLASSES = f"/apis/{GROUP}/{VERSION}/deviceclasses"
 FIELD_MANAGER = "genericdp"
 REQUEST_TIMEOUT = 10.0  # seconds per read (and to connect); the publisher retries after it
 # Seconds for a whole request but a watch (a list, a write, a get), however the
@@ -130,7 +132,7 @@ def _status_code(err: ApiError) -> int:
 
 
 @asynccontextmanager
-async def _answered(what: str, deadline: float = REQUEST_DEADLINE) -> AsyncIterator[None]:
+async def answered(what: str, deadline: float = REQUEST_DEADLINE) -> AsyncIterator[None]:
     """Turn lightkube's ``ApiError`` into ours, naming the request, and end the request
     after ``deadline`` seconds (``ApiTimeoutError``)."""
     try:
@@ -144,7 +146,7 @@ async def _answered(what: str, deadline: float = REQUEST_DEADLINE) -> AsyncItera
 
 async def get_claim(client: AsyncClient, namespace: str, name: str) -> dict[str, Any]:
     """The ResourceClaim ``namespace/name``; raises ApiRequestError (404: not there)."""
-    async with _answered(f"ResourceClaim {namespace}/{name}"):
+    async with answered(f"ResourceClaim {namespace}/{name}"):
         return dict(await client.get(RESOURCE_CLAIM, name, namespace=namespace))
 
 
@@ -171,7 +173,7 @@ async def list_objects(
     answered within ``deadline`` seconds."""
     what = f"listing {what}"
     try:
-        async with _answered(what, deadline):
+        async with answered(what, deadline):
             response = await http.get(path, params=dict(params), timeout=REQUEST_TIMEOUT)
     except httpx2.HTTPError as err:
         raise ApiRequestError(what, 0, str(err) or type(err).__name__) from err
@@ -304,11 +306,11 @@ class ApiSlices:
         )
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        async with _answered(f"creating ResourceSlice {obj['metadata']['name']}", self._deadline):
+        async with answered(f"creating ResourceSlice {obj['metadata']['name']}", self._deadline):
             return dict(await self._client.create(as_slice(obj)))
 
     async def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
-        async with _answered(f"replacing ResourceSlice {obj['metadata']['name']}", self._deadline):
+        async with answered(f"replacing ResourceSlice {obj['metadata']['name']}", self._deadline):
             return dict(await self._client.replace(as_slice(obj)))
 
     def _selector(self) -> dict[str, str]:
@@ -320,7 +322,7 @@ class ApiSlices:
     async def delete(self, name: str) -> None:
         """Delete slice ``name``; one already gone is no error."""
         try:
-            async with _answered(f"deleting ResourceSlice {name}", self._deadline):
+            async with answered(f"deleting ResourceSlice {name}", self._deadline):
                 await self._client.delete(RESOURCE_SLICE, name)
         except ApiRequestError as err:
             if err.code != HTTPStatus.NOT_FOUND:
