@@ -81,10 +81,6 @@ def _json_documents(text: str) -> list[dict[str, Any]]:
     return found
 
 
-def _roots(host: FakeHost) -> list[str]:
-    return ["--dev-root", str(host.dev), "--sys-root", str(host.sys), "--udev-root", str(host.udev)]
-
-
 def test_deviceclasses_prints_one_class_per_resource(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text(CONFIG)
@@ -206,7 +202,7 @@ def test_simulate_backend_dra_shows_slices_and_a_claims_prepare(tmp_path: Path) 
     cfg.write_text(CONFIG)
     done = run(
         "simulate", str(cfg), "--backend", "dra", "--node-name", "n1",
-        "--allocate", "example.com/serial=2", *_roots(host),
+        "--allocate", "example.com/serial=2", *host.root_flags(),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     out = done.stdout
@@ -231,7 +227,7 @@ def test_simulate_backend_dra_refuses_what_cannot_be_had(tmp_path: Path) -> None
     cfg.write_text(CONFIG)
     done = run(
         "simulate", str(cfg), "--backend", "dra", "--allocate", "example.com/serial=3",
-        "--allocate", "example.com/nope=1", *_roots(host),
+        "--allocate", "example.com/nope=1", *host.root_flags(),
     )  # fmt: skip
     assert done.returncode == EXIT_FAILED
     assert "unsatisfiable: 2 device(s) published" in done.stdout
@@ -302,7 +298,7 @@ def test_simulate_dra_publishes_the_driver_name_of_the_setting(
     host = _host(tmp_path)
     cfg = tmp_path / "c.yaml"
     cfg.write_text(CONFIG)
-    done = _run_with(env, "simulate", str(cfg), "--backend", "dra", *flags, *_roots(host))
+    done = _run_with(env, "simulate", str(cfg), "--backend", "dra", *flags, *host.root_flags())
     assert done.returncode == 0, done.stderr
     assert "driver: b.example" in done.stdout
     assert "genericdp.io" not in done.stdout

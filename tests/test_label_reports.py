@@ -53,10 +53,6 @@ def _host(tmp_path: Path) -> tuple[FakeHost, Path]:
     return host, cfg
 
 
-def _roots(host: FakeHost) -> list[str]:
-    return ["--dev-root", str(host.dev), "--sys-root", str(host.sys), "--udev-root", str(host.udev)]
-
-
 def test_validate_names_the_label_keys_of_each_resource(tmp_path: Path) -> None:
     """Each resource's keys, the default .present included unless mapped to null."""
     _, cfg = _host(tmp_path)
@@ -77,7 +73,7 @@ def test_discover_shows_the_labels_over_the_units_found(tmp_path: Path) -> None:
     """Two dongles: count 2, the first one's model, the default; a value that is no label
     value is shown dropped; no units, no labels; a resource not served shows none."""
     host, cfg = _host(tmp_path)
-    result = run("discover", str(cfg), *_roots(host))
+    result = run("discover", str(cfg), *host.root_flags())
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     at = lines.index("  node labels it would publish:")
@@ -94,7 +90,7 @@ def test_discover_shows_the_labels_over_the_units_found(tmp_path: Path) -> None:
 def test_discover_json_has_the_labels_and_the_dropped(tmp_path: Path) -> None:
     """--json: nodeLabels by key and nodeLabelsDropped with key, reason and detail."""
     host, cfg = _host(tmp_path)
-    result = run("discover", str(cfg), "--json", "--node-labels", "zone=a", *_roots(host))
+    result = run("discover", str(cfg), "--json", "--node-labels", "zone=a", *host.root_flags())
     assert result.returncode == 0, result.stderr
     serial, fuse, kvm, zigbee = json.loads(result.stdout)["resources"]
     assert serial["nodeLabels"] == {
@@ -118,7 +114,7 @@ def test_discover_labels_only_the_units_that_are_not_unhealthy(tmp_path: Path) -
         "    match: [{glob: /dev/ttyUSB*}]\n"
         "    allocate: {devices: [{path: /dev/gdp-missing}]}\n"
     )
-    result = run("discover", str(cfg), *_roots(host))
+    result = run("discover", str(cfg), *host.root_flags())
     assert result.returncode == 0, result.stderr
     assert "  node labels: none (no healthy unit)" in result.stdout.splitlines()
 
@@ -127,7 +123,7 @@ def test_simulate_shows_the_labels_the_daemon_would_publish(tmp_path: Path) -> N
     """The served resources' labels from the running supervisor's state, as the daemon
     renders them; a resource the node does not serve has none."""
     host, cfg = _host(tmp_path)
-    result = run("simulate", str(cfg), "--once", *_roots(host))
+    result = run("simulate", str(cfg), "--once", *host.root_flags())
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     at = lines.index("node labels (published with GENERICDP_NODE_FEATURES):")

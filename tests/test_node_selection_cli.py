@@ -34,10 +34,6 @@ def _host(tmp_path: Path) -> tuple[FakeHost, Path]:
     return host, cfg
 
 
-def _roots(host: FakeHost) -> list[str]:
-    return ["--dev-root", str(host.dev), "--sys-root", str(host.sys), "--udev-root", str(host.udev)]
-
-
 def test_validate_says_which_resources_the_labels_select(tmp_path: Path) -> None:
     """Each resource is served or not, with the first requirement the labels fail."""
     _, cfg = _host(tmp_path)
@@ -65,7 +61,7 @@ def test_discover_marks_resources_a_node_would_not_serve(tmp_path: Path) -> None
     """discover shows every resource's units, and why one is not served with these labels
     (or that the labels are unknown without --node-labels)."""
     host, cfg = _host(tmp_path)
-    result = run("discover", str(cfg), "--json", "--node-labels", "zone=b", *_roots(host))
+    result = run("discover", str(cfg), "--json", "--node-labels", "zone=b", *host.root_flags())
     assert result.returncode == 0, result.stderr
     serial, fuse = json.loads(result.stdout)["resources"]
     assert (serial["served"], serial["notServed"]) == (
@@ -74,7 +70,7 @@ def test_discover_marks_resources_a_node_would_not_serve(tmp_path: Path) -> None
     )
     assert serial["capacity"] == 1
     assert (fuse["served"], fuse["notServed"]) == (True, None)
-    result = run("discover", str(cfg), *_roots(host))
+    result = run("discover", str(cfg), *host.root_flags())
     assert (
         "  not served on this node: this node's labels are unknown (give them with --node-labels)"
         in result.stdout.splitlines()
@@ -86,7 +82,7 @@ def test_simulate_serves_only_what_the_labels_select(tmp_path: Path) -> None:
     host, cfg = _host(tmp_path)
 
     def simulate(labels: str) -> str:
-        done = run("simulate", str(cfg), "--once", "--node-labels", labels, *_roots(host))
+        done = run("simulate", str(cfg), "--once", "--node-labels", labels, *host.root_flags())
         assert done.returncode == 0, done.stderr
         return done.stdout
 
