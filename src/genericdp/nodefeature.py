@@ -27,7 +27,14 @@ from typing import Any
 
 import httpx2
 
-from genericdp.dra.kubeapi import FIELD_MANAGER, ApiRequestError, AsyncClient, connect, http_of
+from genericdp.dra.kubeapi import (
+    FIELD_MANAGER,
+    ApiRequestError,
+    AsyncClient,
+    connect,
+    http_of,
+    unanswered,
+)
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +165,7 @@ class NodeFeatureSink:
         try:
             return await http.request(method, path, timeout=REQUEST_TIMEOUT, **kwargs)
         except httpx2.HTTPError as err:
-            raise ApiRequestError(what, 0, str(err) or type(err).__name__) from err
+            raise unanswered(what, err) from err
 
 
 def _body(response: httpx2.Response, what: str) -> dict[str, Any]:

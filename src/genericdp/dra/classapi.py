@@ -21,6 +21,7 @@ from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
+from genericdp.dra.answersize import LIST_PAGE
 from genericdp.dra.kubeapi import (
     CLASSES,
     DEVICE_CLASS,
@@ -29,7 +30,7 @@ from genericdp.dra.kubeapi import (
     ApiRequestError,
     answered,
     http_of,
-    list_objects,
+    list_version,
     version_of,
     watch_events,
 )
@@ -51,7 +52,7 @@ class Changes:
     on_change: Callable[[], object]
 
     async def relist(self) -> str:
-        _objects, version = await list_objects(self.http, self.path, self.params, self.what)
+        version = await list_version(self.http, self.path, self.params, self.what)
         self.on_change()
         return version
 
@@ -77,7 +78,7 @@ class ClassApi:
         async with answered("listing the DeviceClasses"):
             return {
                 str(item["metadata"]["name"]): dict(item)
-                async for item in self.client.list(DEVICE_CLASS)
+                async for item in self.client.list(DEVICE_CLASS, chunk_size=LIST_PAGE)
             }
 
     async def create_class(self, obj: dict[str, Any]) -> None:
@@ -104,7 +105,10 @@ class ClassApi:
         attribute every device we publish carries, dra/slices.py)."""
         found: set[str] = set()
         async with answered(f"listing the ResourceSlices of driver {self.driver}"):
-            async for item in self.client.list(RESOURCE_SLICE, fields={"spec.driver": self.driver}):
+            slices = self.client.list(
+                RESOURCE_SLICE, fields={"spec.driver": self.driver}, chunk_size=LIST_PAGE
+            )
+            async for item in slices:
                 for device in (item.get("spec") or {}).get("devices") or ():
                     value = ((device.get("attributes") or {}).get("resource") or {}).get("string")
                     if isinstance(value, str):

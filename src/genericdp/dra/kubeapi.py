@@ -25,7 +25,9 @@ Every request but a watch has an overall deadline (``REQUEST_DEADLINE``;
 ``ApiTimeoutError`` after it): the client's timeout is per read, and a
 server trickling its answer a byte at a time never trips it. A watch is
 bounded by its caller (``dra/listwatch.py``: its timeoutSeconds and a
-margin) and its lines by ``dra/watchlines.py``.
+margin) and its lines by ``dra/watchlines.py``. Every other answer is bounded
+in bytes and JSON values as it is read (``dra/answersize.py``), and a list is
+read in pages of ``LIST_PAGE`` objects, at most ``MAX_LIST_OBJECTS`` in all.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from lightkube.generic_resource import (
     create_namespaced_resource,
 )
 
+from genericdp.dra.answersize import LIST_PAGE, bound
 from genericdp.dra.listwatch import BrokenWatchError, ExpiredError, version_of
 from genericdp.dra.naming import DEFAULT_DRIVER
 from genericdp.dra.slicestore import Listing
@@ -68,6 +71,8 @@ __all__ = [
     "http_of",
     "list_objects",
     "list_slices",
+    "list_version",
+    "unanswered",
     "version_of",
     "watch_events",
 ]
@@ -83,6 +88,9 @@ REQUEST_TIMEOUT = 10.0  # seconds per read (and to connect); the publisher retri
 # Seconds for a whole request but a watch (a list, a write, a get), however the
 # server answers; a list of a node's slices or of its Node takes milliseconds.
 REQUEST_DEADLINE = 30.0
+# Objects in one list, over its pages: a node's slices are at most a few hundred
+# (docs/config.md, Limits: 10,000 units in slices of 64, one pool per resource).
+MAX_LIST_OBJECTS = 10_000
 
 
 class ApiSetupError(GenericdpError):
@@ -105,7 +113,13 @@ def connect(kubeconfig: Path | None = None) -> AsyncClient:
         where = f"kubeconfig {kubeconfig}" if kubeconfig else "the pod's service account"
         detail = f"{err} is not set" if isinstance(err, KeyError) else str(err)
         raise ApiSetupError(f"cannot reach the API server through {where}: {detail}") from err
-    return AsyncClient(config, field_manager=FIELD_MANAGER, timeout=httpx2.Timeout(REQUEST_TIMEOUT))
+    client = AsyncClient(
+        config, field_manager=FIELD_MANAGER, timeout=httpx2.Timeout(REQUEST_TIMEOUT)
+    )
+    http = http_of(client)
+    http.headers["Accept-Encoding"] = "identity"  # an encoded answer is refused (answersize)
+    http.event_hooks = {**http.event_hooks, "response": [*http.event_hooks["response"], bound]}
+    return client
 
 
 class ApiRequestError(GenericdpError):
@@ -126,6 +140,12 @@ class ApiTimeoutError(ApiRequestError):
         super().__init__(what, 0, reason, message=message)
 
 
+def unanswered(what: str, err: httpx2.HTTPError) -> ApiRequestError:
+    """``err`` (no answer, a broken one, one too large) as ours, code 0."""
+    reason = str(err) or type(err).__name__
+    return ApiRequestError(what, 0, reason, message=f"{what}: no whole answer: {reason}")
+
+
 def _status_code(err: ApiError) -> int:
     code = getattr(err.status, "code", None)
     return code if isinstance(code, int) else 0
@@ -133,8 +153,9 @@ def _status_code(err: ApiError) -> int:
 
 @asynccontextmanager
 async def answered(what: str, deadline: float = REQUEST_DEADLINE) -> AsyncIterator[None]:
-    """Turn lightkube's ``ApiError`` into ours, naming the request, and end the request
-    after ``deadline`` seconds (``ApiTimeoutError``)."""
+    """Turn lightkube's ``ApiError`` and httpx's errors (no answer, one too large) into
+    ours, naming the request, and end the request after ``deadline`` seconds
+    (``ApiTimeoutError``)."""
     try:
         async with asyncio.timeout(deadline):
             yield
@@ -142,6 +163,8 @@ async def answered(what: str, deadline: float = REQUEST_DEADLINE) -> AsyncIterat
         raise ApiTimeoutError(what, deadline) from err
     except ApiError as err:
         raise ApiRequestError(what, _status_code(err), str(err.status.message)) from err
+    except httpx2.HTTPError as err:
+        raise unanswered(what, err) from err
 
 
 async def get_claim(client: AsyncClient, namespace: str, name: str) -> dict[str, Any]:
@@ -170,17 +193,34 @@ async def list_objects(
     deadline: float = REQUEST_DEADLINE,
 ) -> tuple[list[dict[str, Any]], str]:
     """The objects at ``path`` (``params``: the selectors) and the list's resourceVersion,
-    answered within ``deadline`` seconds."""
+    read in pages of ``LIST_PAGE`` and answered within ``deadline`` seconds in all."""
     what = f"listing {what}"
-    try:
-        async with answered(what, deadline):
-            response = await http.get(path, params=dict(params), timeout=REQUEST_TIMEOUT)
-    except httpx2.HTTPError as err:
-        raise ApiRequestError(what, 0, str(err) or type(err).__name__) from err
-    body = _answer(response, what)
-    items = body.get("items")
-    objects = [dict(item) for item in items if isinstance(item, dict)] if items else []
-    return objects, version_of(body)
+    objects: list[dict[str, Any]] = []
+    query = {**params, "limit": str(LIST_PAGE)}
+    version = ""
+    async with answered(what, deadline):
+        while True:
+            body = _answer(await http.get(path, params=query, timeout=REQUEST_TIMEOUT), what)
+            items = body.get("items")
+            objects += [dict(item) for item in items if isinstance(item, dict)] if items else []
+            version = version or version_of(body)  # every page is of the first one's version
+            if len(objects) > MAX_LIST_OBJECTS:
+                raise ApiRequestError(what, 200, f"more than {MAX_LIST_OBJECTS} objects")
+            metadata = body.get("metadata")
+            token = metadata.get("continue") if isinstance(metadata, dict) else None
+            if not token or not isinstance(token, str):
+                return objects, version
+            query["continue"] = token
+
+
+async def list_version(
+    http: httpx2.AsyncClient, path: str, params: Mapping[str, str], what: str
+) -> str:
+    """The resourceVersion of a list at ``path``, with one object at most read."""
+    what = f"listing {what}"
+    async with answered(what):
+        response = await http.get(path, params={**params, "limit": "1"}, timeout=REQUEST_TIMEOUT)
+        return version_of(_answer(response, what))
 
 
 async def watch_events(
@@ -219,7 +259,7 @@ async def watch_events(
                 if line.strip():
                     yield _event(line, what)
     except httpx2.HTTPError as err:
-        raise ApiRequestError(what, 0, str(err) or type(err).__name__) from err
+        raise unanswered(what, err) from err
 
 
 def _answer(response: httpx2.Response, what: str) -> dict[str, Any]:
