@@ -98,13 +98,16 @@ class DraBackend:
         return ONE_PER_UNIT  # one DRA device per unit; ``count`` is its shares (slices.py)
 
     def edge(self, parts: ResourceParts) -> DraEdge:
+        registration = self.driver.registration.service
+        registration.on_change = parts.context.on_status  # one callback, the fleet's
         edge = DraEdge(
             parts.definition,
             parts.state,
             inventory=self.driver.inventory,
             publisher=self.publisher,
-            registration=self.driver.registration.service,
+            registration=registration,
             stopping=lambda: self.stopping,
+            on_status=parts.context.on_status,
         )
         if self._edges is not None:
             self._edges.append(edge)

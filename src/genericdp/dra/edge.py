@@ -66,6 +66,7 @@ class DraEdge:
         publisher: Publisher,
         registration: RegistrationService,
         stopping: Callable[[], bool] = lambda: False,
+        on_status: Callable[[], None] = lambda: None,
     ) -> None:
         self._definition = definition
         self.state = state
@@ -73,6 +74,7 @@ class DraEdge:
         self._publisher = publisher
         self._registration = registration
         self._stopping = stopping
+        self._on_status = on_status  # what ``status()`` shows changed
         # The first write of the node's slices (the takeover) waits for this resource.
         publisher.expect(definition().name)
         self._woken = asyncio.Event()
@@ -87,8 +89,10 @@ class DraEdge:
         while not self.state.closed:
             changed = self.state.next_change()  # before reading: no change is missed
             await self._sync()
-            self._handed = True
-            self.handed.set()
+            if not self._handed:
+                self._handed = True
+                self.handed.set()
+                self._on_status()
             await changed.wait()
 
     async def _sync(self) -> None:
@@ -111,7 +115,9 @@ class DraEdge:
         except GenericdpError as exc:
             self._failed(f"cannot publish the ResourceSlice of {definition.name}: {exc}")
         else:
-            self._last_error = None
+            if self._last_error is not None:
+                self._last_error = None
+                self._on_status()
 
     def _health_messages(self, units: Sequence[Unit], gone: AbstractSet[str]) -> Mapping[str, str]:
         """Why each unit is Unhealthy: its nodes gone, its probe's failure, else its
@@ -165,7 +171,8 @@ class DraEdge:
     def _failed(self, message: str) -> None:
         if message != self._last_error:
             log.error("%s", message)
-        self._last_error = message
+            self._last_error = message
+            self._on_status()
 
 
 def gone_message(unit: Unit) -> str:

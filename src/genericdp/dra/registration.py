@@ -17,9 +17,8 @@ serving again, whenever it is deleted or replaced.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +47,8 @@ class RegistrationService(reg_grpc.RegistrationServicer):
         self.registered = False
         self.registrations = 0  # successful verdicts since start
         self.last_error: str | None = None
-        self.changed = asyncio.Event()
+        # Called at each verdict: every resource's status shows the registration.
+        self.on_change: Callable[[], None] = lambda: None
 
     async def GetInfo(  # noqa: N802 -- the gRPC method name
         self,
@@ -70,7 +70,7 @@ class RegistrationService(reg_grpc.RegistrationServicer):
         else:
             self.last_error = clip(request.error, 1024)
             log.error("the kubelet refused DRA driver %s: %s", self._info.name, self.last_error)
-        self.changed.set()
+        self.on_change()
         return reg_pb.RegistrationStatusResponse()
 
 
