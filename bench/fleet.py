@@ -74,14 +74,8 @@ FULL = Mode(nodes=(10, 30, 100), idle_seconds=60.0)
 
 # Budgets, per node at the budgeted N: the targets of DESIGN.md 6a where met
 # (no writes at idle, one write per change, only the labelled node answers),
-# else the figure measured with a margin (docs/performance.md, "A fleet").
-# Measured at N=10 on the shared 2-core machine: 5 requests at start, none at
-# idle, 2 watches, 1 write per hotplug, 2 per label change (the new slice and
-# the pool's generation on the other), at most 6 requests a node in the
-# reconnect (4.1-5.1 on average), all within the first second kube-apiserver
-# serves (it answers what waited in its listen queue at once), every pool
-# right 3-9.4 s after its exec (it is ready 2.3-11.8 s after it),
-# kube-apiserver + etcd RSS within the noise of the baseline.
+# else the figure measured with a margin. The measured figures and their
+# spread are in docs/performance.md, "A fleet".
 BUDGETS = {
     "requests at start": 6.0,
     "requests per hour at idle": 30.0,
