@@ -223,10 +223,11 @@ def test_renovate_updates_the_base_digest_and_the_kind_node_images() -> None:
     assert expected == {}
 
 
-def test_renovate_refreshes_both_locks() -> None:
-    """The pip-compile manager covers requirements/image.lock and requirements/release.lock."""
+def test_renovate_refreshes_every_lock() -> None:
+    """The pip-compile manager covers requirements/dev.lock, image.lock and release.lock."""
     found = files_matching(renovate()["pip-compile"]["managerFilePatterns"])
-    assert found == ["requirements/image.lock", "requirements/release.lock"]
+    locks = ["dev.lock", "image.lock", "release.lock"]
+    assert found == [f"requirements/{lock}" for lock in locks]
 
 
 def test_renovate_moves_grpc_and_its_stubs_together() -> None:
