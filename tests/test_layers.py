@@ -47,7 +47,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "settings httpserver unixgrpc",
         "aio",
         "logsetup",
-        "errors exits k8snames replicaids atomicfile protogen memtrim __init__",
+        "errors exits k8snames replicaids atomicfile protogen __init__",
     )
 )
 # The shared core that every backend uses, and the device-plugin protocol:
