@@ -86,15 +86,11 @@ BUDGETS = {
     "writes per label change": 2.0,
     "requests of the other nodes at a label change": 0.0,
     "log lines of the other nodes at a label change": 0.0,
-    "seconds from API server start to every pool right": 30.0,
     "requests during the reconnect": 10.0,
     "peak requests per second during the reconnect": 6.0,
     "kube-apiserver + etcd RSS": 2.0,
 }
-UNITS = {
-    "seconds from API server ready to every pool right": "s",
-    "kube-apiserver + etcd RSS": "MiB",
-}
+UNITS = {"kube-apiserver + etcd RSS": "MiB"}
 
 
 @dataclass
@@ -279,7 +275,10 @@ def reconnect(
         time.sleep(POLL)
     figures.ready_after = became_ready.result(WAIT)
     ready = launched + figures.ready_after
-    figures.add("seconds from API server start to every pool right", figures.reconnect[-1][0])
+    # A wall time, which other work on the machine stretches: reported, not budgeted.
+    figures.notes.append(
+        f"reconnect: {figures.reconnect[-1][0]:.1f}s from API server start to every pool right"
+    )
     until(lambda: all_watching(audit, nodes), "every watch open again after the restart")
     watching = time.time() - ready
     done = quiet(audit)

@@ -16,18 +16,19 @@ What is measured, and on what:
   directory: the demo config, and 100 resources after churn
   (ConfigMap swaps adding and removing a resource, kubelet restarts). ``VmRSS``
   from /proc/<pid>/status once everything is registered again;
-- startup: wall time from exec of ``genericdp serve`` with 100 resources to
-  the kubelet seeing all of them registered (imports included), median of
-  several starts;
+- startup: the daemon's CPU seconds (all its threads: the process's CPU
+  clock) from exec of ``genericdp serve`` with 100 resources to the kubelet
+  seeing all of them registered (imports included), median of several
+  starts; the wall time is printed beside it, not budgeted;
 - idle CPU: the same daemon after the churn, CPU time of all its threads
   (the process's CPU clock: nanoseconds, ended threads included) over a
   quiet window;
 - Allocate handling: the servicer's Allocate from request received (parsed)
-  to response built, templates, checks and claims included, timed inside a
-  daemon run in this process against the embedded kubelet (whose own share,
-  and gRPC's C core, are left out), for a unit with a few env templates;
-- over budget, the startup and Allocate figures are measured again, up to
-  three tries in all, and the best of each counts (``TIMING_TRIES``);
+  to response built, templates, checks and claims included: the CPU time of
+  the event loop's thread while it runs (the handler does not yield when no
+  hook or CDI check waits), inside a daemon run in this process against the
+  embedded kubelet (whose own share, and gRPC's C core, are left out), for a
+  unit with a few env templates; its wall time is printed, not budgeted;
 - image size: only with ``--image-archive`` (the OCI archive that
   e2e/local/images.sh writes), uncompressed, per layer.
 """
@@ -60,11 +61,9 @@ from tests.test_configwatch import ConfigMapVolume  # noqa: E402
 
 MIB = 1024 * 1024
 WAIT = 60.0  # seconds any one step may take under load before the bench gives up
-# The startup and Allocate figures are wall times: on a machine busy with other
-# work, the scheduler's delays land in them (Allocate p99 7.5 ms at load 12,
-# against 0.26 ms idle). Over budget, they are measured again, up to this many
-# tries in all, and the best of each counts: a slower daemon is slower in every try.
-TIMING_TRIES = 3
+# The startup and Allocate figures budgeted are CPU times of our process or thread:
+# on a machine busy with other work the scheduler's delays land in wall times
+# (Allocate p99 7.5 ms at load 12, against 0.26 ms idle), not in CPU times.
 
 
 @dataclass(frozen=True)
@@ -103,12 +102,15 @@ class Target:
 # shared libraries were just written, see "page cache"), 100 resources after
 # churn 76.1-76.6 MiB, startup 1.63-1.72 s, Allocate median 0.24-0.29 ms and
 # p99 0.47-0.58 ms, idle CPU 4.0-4.1 mc over whole rescan minutes (most of it
-# the safety-net rescan of 100 resources: 0.8 mc with the rescan off).
+# the safety-net rescan of 100 resources: 0.8 mc with the rescan off). The startup
+# and Allocate budgets are CPU times since issue 32 (one YAML reader, Jinja alone):
+# startup 1.10-1.47 s of the daemon's CPU, Allocate CPU median 0.20-0.27 ms and p99
+# 0.38-0.54 ms, on the same machine at load 4-8, two CPU hogs beside it included.
 RSS_DEMO = Target(budget=70.0, target=50.0, unit="MiB")
 RSS_100 = Target(budget=84.0, target=60.0, unit="MiB")
-ALLOCATE_MEDIAN = Target(budget=0.6, target=0.15, unit="ms")
-ALLOCATE_P99 = Target(budget=1.5, target=1.0, unit="ms")
-STARTUP_100 = Target(budget=3.0, target=0.5, unit="s")
+ALLOCATE_MEDIAN = Target(budget=0.4, target=0.15, unit="ms")
+ALLOCATE_P99 = Target(budget=1.0, target=1.0, unit="ms")
+STARTUP_100 = Target(budget=2.0, target=0.5, unit="s")
 IDLE_CPU = Target(budget=6.0, target=1.0, unit="mc")
 # The archive e2e/local/images.sh builds is on its stand-in base; the target is
 # for the official python:3.11-slim. 229.2 MB once the DRA backend brought
@@ -468,15 +470,6 @@ def run(lengths: Lengths, image_archive: Path | None = None) -> list[Result]:
         results.append(result("RSS of serve, 100 resources after churn", many.rss, RSS_100))
         results.append(result("idle CPU of serve, 100 resources", many.idle_mc, IDLE_CPU))
         timed = timing_results(base, lengths, many.start)
-        for attempt in range(2, TIMING_TRIES + 1):
-            if all(r.ok for r in timed):
-                break
-            print(
-                f"  a timing figure is over budget at load {os.getloadavg()[0]:.1f}:"
-                f" measuring the timings again (try {attempt} of {TIMING_TRIES}, the best counts)"
-            )
-            again = timing_results(base / f"try{attempt}", lengths, None)
-            timed = [min(a, b, key=lambda r: r.value) for a, b in zip(timed, again, strict=True)]
         results.extend(timed)
     if image_archive is not None:
         results.extend(image_results(image_archive))
@@ -484,7 +477,7 @@ def run(lengths: Lengths, image_archive: Path | None = None) -> list[Result]:
 
 
 def timing_results(base: Path, lengths: Lengths, first: Start | None) -> list[Result]:
-    """The startup and Allocate figures: wall times, which a loaded machine stretches."""
+    """The startup and Allocate figures: CPU times budgeted, wall times printed."""
     base.mkdir(parents=True, exist_ok=True)
     results: list[Result] = []
     starts = [] if first is None else [first]
@@ -493,7 +486,7 @@ def timing_results(base: Path, lengths: Lengths, first: Start | None) -> list[Re
     print(
         "  starts, 100 resources (wall/CPU of the daemon): "
         + ", ".join(f"{s.wall:.2f}/{s.cpu:.2f}" for s in starts)
-        + " s"
+        + f" s; wall median {statistics.median(s.wall for s in starts):.2f} s (not budgeted)"
     )
     print(
         "  startup split, the daemon's CPU (medians): imports"
@@ -504,23 +497,23 @@ def timing_results(base: Path, lengths: Lengths, first: Start | None) -> list[Re
     )
     results.append(
         result(
-            "startup of serve to 100 resources registered (median)",
-            statistics.median(s.wall for s in starts),
+            "startup of serve to 100 registered, CPU (median)",
+            statistics.median(s.cpu for s in starts),
             STARTUP_100,
         )
     )
     handling, cpu, whole = asyncio.run(allocate_handling(base, lengths.allocations))
     print(
-        f"  Allocate through the embedded kubelet (for scale, not budgeted):"
-        f" median {statistics.median(whole) * 1000:.3f} ms, n={len(whole)};"
-        f" CPU time of our handling: median {statistics.median(cpu) * 1000:.3f} ms,"
-        f" p99 {percentile(cpu, 0.99) * 1000:.3f} ms"
+        f"  Allocate (wall times, not budgeted): our handling median"
+        f" {statistics.median(handling) * 1000:.3f} ms, p99"
+        f" {percentile(handling, 0.99) * 1000:.3f} ms; through the embedded kubelet"
+        f" median {statistics.median(whole) * 1000:.3f} ms, n={len(whole)}"
     )
     results.append(
-        result("Allocate handling, median", statistics.median(handling) * 1000, ALLOCATE_MEDIAN)
+        result("Allocate handling, CPU, median", statistics.median(cpu) * 1000, ALLOCATE_MEDIAN)
     )
     results.append(
-        result("Allocate handling, p99", percentile(handling, 0.99) * 1000, ALLOCATE_P99)
+        result("Allocate handling, CPU, p99", percentile(cpu, 0.99) * 1000, ALLOCATE_P99)
     )
     return results
 

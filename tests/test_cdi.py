@@ -386,22 +386,6 @@ def test_two_drivers_specs_of_one_claim_are_two_files_each_its_own(tmp_path: Pat
     assert set(tmp_path.iterdir()) == {theirs, posing}
 
 
-def test_a_spec_under_the_name_without_the_driver_is_kept_while_prepared_then_removed(
-    tmp_path: Path,
-) -> None:
-    """A claim prepared before spec names carried the driver keeps its spec at start and
-    has it removed at unprepare; a stale one of ours goes, another driver's stays."""
-    ours = json.dumps({"kind": claim_kind("genericdp.io")})
-    prepared, stale, other = (tmp_path / f"gdp-claim-uid-{n}.json" for n in (1, 2, 3))
-    prepared.write_text(ours)
-    stale.write_text(ours)
-    other.write_text(json.dumps({"kind": claim_kind("other.io")}))
-    assert remove_stale_claim_specs(tmp_path, "genericdp.io", ["uid-1"]) == [stale]
-    assert remove_claim_spec(tmp_path, "genericdp.io", "uid-1")
-    assert not remove_claim_spec(tmp_path, "genericdp.io", "uid-3")
-    assert set(tmp_path.iterdir()) == {other}
-
-
 def test_the_temporary_of_a_claim_spec_write_cut_short_is_removed_at_start(
     tmp_path: Path,
 ) -> None:

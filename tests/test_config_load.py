@@ -282,6 +282,16 @@ def test_load_text_names_the_file_in_messages() -> None:
     assert str(caught.value).startswith("inline.yaml:2:12: resources:")
 
 
+def test_schema_errors_are_located_where_they_are() -> None:
+    """A schema problem of a plain config is said at its file, line and column."""
+    text = "version: v1\nresources:\n  - name: example.com/a\n    match: [{glob: /dev/null}]\n"
+    text += "    count: zero\n"
+    with pytest.raises(ConfigError) as caught:
+        load_text(text, "c.yaml")
+    (issue,) = caught.value.issues
+    assert (issue.line, issue.column, issue.path) == (5, 12, "resources[0].count")
+
+
 def test_template_problems_are_located_at_their_values() -> None:
     """Each template that does not compile is reported at its own value."""
     text = MINIMAL.format(name="a") + textwrap.indent(

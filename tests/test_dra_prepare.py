@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from genericdp.allocation.cdi import claim_spec_name, remove_stale_claim_specs
+from genericdp.allocation.cdi import claim_spec_name
 from genericdp.config import load
 from genericdp.config.model import HealthCheck, Hooks, MountTemplate
 from genericdp.discovery import discover
@@ -128,27 +128,6 @@ async def test_a_restarted_daemon_answers_and_unprepares_from_the_checkpoint(bas
     # The unit is gone: cleanup still gets its nodes as they were at prepare time.
     assert hooks.runs == [("cleanup", SERIAL, ("A0",), (device_name(SERIAL, "A0"),))]
     assert not (t.cdi_dir / claim_spec_name(DRIVER, claim().uid)).exists()
-
-
-async def test_a_claim_prepared_before_spec_names_carried_the_driver_is_unprepared(
-    base: Path,
-) -> None:
-    """Upgrade: a claim whose spec and checkpoint entry have the name without the driver
-    keeps its spec through the new daemon's start, and unprepare removes it."""
-    s = setup(base, [(definition(hooks=ALL_HOOKS), [unit(0)])])
-    s.claims.add(claim(), allocated(SERIAL, unit(0)))
-    await s.preparer.prepare([claim()])
-    legacy = s.cdi_dir / f"gdp-claim-{claim().uid}.json"
-    (s.cdi_dir / claim_spec_name(DRIVER, claim().uid)).rename(legacy)
-    doc = json.loads(s.checkpoint.path.read_text())
-    doc["claims"][claim().uid]["spec"] = legacy.name
-    s.checkpoint.path.write_text(json.dumps(doc))
-    t = setup(base, [(definition(hooks=ALL_HOOKS), [unit(0)])])
-    kept = [p.claim.uid for p in t.checkpoint]
-    assert remove_stale_claim_specs(t.cdi_dir, DRIVER, kept) == []
-    assert legacy.exists()
-    assert await t.preparer.unprepare([claim()]) == {claim().uid: ""}
-    assert list(t.cdi_dir.iterdir()) == []
 
 
 async def test_a_failed_hook_fails_the_claim_and_unprepare_still_cleans(base: Path) -> None:

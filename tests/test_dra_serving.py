@@ -4,6 +4,7 @@ allocated in the API server, and the slices left in place at shutdown."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import re
@@ -12,14 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ruamel.yaml import YAML
 
+from genericdp.config import load
 from genericdp.dra.backend import serving
 from genericdp.dra.embedded import EmbeddedDraKubelet, resolve_cdi
 from genericdp.dra.naming import DEFAULT_DRIVER, device_name
+from genericdp.dra.slices import SHARES_CAPACITY, comparable
 from genericdp.hooks import HookRun
 from genericdp.runtime.supervisor import Supervisor
+from genericdp.simulate import simulate_dra
 from tests.apiserver import ApiServer
 from tests.dra_claims import allocated_claim
+from tests.fakesys import FakeHost
 from tests.polling import eventually
 from tests.runtime_harness import ScriptedDiscovery, config, settings_for, unit
 
@@ -173,3 +179,76 @@ def startup_slices(apiserver: ApiServer) -> list[dict[str, Any]]:
 
 async def _no_hook(hook: HookRun) -> None:
     """Hooks are not what this test is about."""
+
+
+SHARED_NODE = "dra-simulated-node"
+SHARED_CONFIG = """\
+version: v1
+resources:
+- name: example.com/shared
+  match: [glob: /dev/kvm*]
+  count: 4
+- name: example.com/any
+  match: [glob: /dev/tun*]
+  count: unbounded
+- name: example.com/serial
+  match: [udev: {subsystem: tty, kernel: "ttyUSB*"}]
+  dra: {attributes: {model: FT232R}, taintEffect: NoExecute}
+"""
+
+
+async def test_simulate_shows_the_slices_serve_publishes(apiserver: ApiServer, base: Path) -> None:
+    """``simulate --backend dra`` prints the pool ``serve`` writes to the API server: the
+    same slices, each device with the sharing (``count: 4``: allowMultipleAllocations and
+    four shares; ``count: unbounded``: the flag) and attributes serve publishes."""
+    host = FakeHost(base / "host")
+    host.add_plain("/dev/kvm0")
+    host.add_plain("/dev/kvm1")
+    host.add_plain("/dev/tun0")
+    host.add_usb_serial(port="1-2", serial="AAA111", ttys=("ttyUSB0",))
+    path = base / "shared.yaml"
+    path.write_text(SHARED_CONFIG)
+    settings = settings_for(
+        base,
+        backend="dra",
+        node_name=SHARED_NODE,
+        kubeconfig=str(apiserver.kubeconfig),
+        dev_root=host.dev,
+        sys_root=host.sys,
+        udev_root=host.udev,
+        dra_registration_dir=base / "registry",
+        dra_plugins_dir=base / "plugins",
+    )
+    out = io.StringIO()
+    assert simulate_dra(path, settings, driver=DEFAULT_DRIVER, out=out) == 0
+    printed = out.getvalue().split("ResourceSlices (3):\n", 1)[1].split("\nclaim for", 1)[0]
+    simulated = {
+        s["metadata"]["name"]: comparable(s["spec"])
+        for s in YAML(typ="safe", pure=True).load_all(printed)
+        if s
+    }
+    async with (
+        EmbeddedDraKubelet(base / "registry") as kubelet,
+        serving(settings, run_hook=_no_hook) as dra,
+    ):
+        supervisor = Supervisor(settings, dra, run_hook=_no_hook)
+        await supervisor.start(load([path]))
+        try:
+            await kubelet.wait_until(lambda k: k.registered(DEFAULT_DRIVER))
+
+            def published() -> dict[str, Any]:
+                found = json.loads(apiserver.kubectl("get", "resourceslices", "-o", "json"))
+                return {
+                    s["metadata"]["name"]: comparable(s["spec"])
+                    for s in found["items"]
+                    if s["spec"].get("nodeName") == SHARED_NODE
+                }
+
+            await eventually(lambda: len(published()) == 3, "the pool in the API server")
+            assert published() == simulated
+        finally:
+            supervisor.shutting_down()
+            await supervisor.stop()
+    shared = next(s for s in simulated.values() if s["devices"][0]["name"].startswith("shared"))
+    assert shared["devices"][0]["allowMultipleAllocations"] is True
+    assert shared["devices"][0]["capacity"][SHARES_CAPACITY]["value"] == "4"

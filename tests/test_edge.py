@@ -8,17 +8,18 @@ would write.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from genericdp.aio import TaskSet
 from genericdp.config.model import ResourceDefinition
 from genericdp.hooks import HookRun
 from genericdp.runtime.backend import Backend, Fleet, Gauge, ResourceParts
+from genericdp.runtime.cleanup import Release
 from genericdp.runtime.edge import Edge, PluginStatus
 from genericdp.runtime.state import ONE_PER_UNIT, DeviceIds
 from genericdp.runtime.supervisor import Supervisor
-from genericdp.runtime.usage import NoUsage
 from tests.polling import eventually
 from tests.runtime_harness import ScriptedDiscovery, config, settings_for, unit
 
@@ -69,12 +70,26 @@ class PublishingEdge:
 EDGES: list[PublishingEdge] = []
 
 
-class HandedOut(NoUsage):
-    """Nobody is seen holding anything, but what the allocator hands out is kept."""
+class HandedOut:
+    """The runtime's ``Usage``: nobody is seen holding anything, but what the allocator
+    hands out is kept."""
 
     def __init__(self) -> None:
-        super().__init__()
+        self.settled = asyncio.Event()
+        self.settled.set()
         self.handed: dict[str, set[str]] = {}
+
+    def in_use(self, resource: str) -> frozenset[str]:  # noqa: ARG002 -- the Usage protocol's signature
+        return frozenset()
+
+    def held(self, resource: str) -> frozenset[str]:  # noqa: ARG002 -- the Usage protocol's signature
+        return frozenset()
+
+    def watch(self, resource: str, callback: Callable[[], None] | None) -> None:  # noqa: ARG002 -- the Usage protocol's signature
+        return None
+
+    def claim(self, resource: str, device_ids: Iterable[str]) -> tuple[Release, ...]:  # noqa: ARG002 -- the Usage protocol's signature
+        return ()
 
     def handed_out(self, resource: str, device_ids: Iterable[str]) -> None:
         self.handed.setdefault(resource, set()).update(device_ids)

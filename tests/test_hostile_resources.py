@@ -199,8 +199,6 @@ async def test_specs_of_resources_removed_while_down_are_removed_at_start(base: 
     kept = config("resources:\n- name: example.com/kept\n  match: [glob: /dev/x*]\n")
     write_spec(cdi_dir, gone.resources[0], [unit("x0")])
     write_spec(cdi_dir, kept.resources[0], [unit("x1")])
-    legacy = cdi_dir / "genericdp-example.com-kept.json"  # the name earlier versions used
-    legacy.write_text(json.dumps({"cdiVersion": "0.5.0", "kind": "example.com/kept"}))
     foreign = {
         "genericdp-vendor.json": json.dumps({"kind": "vendor.com/thing"}),
         "genericdp-example.com_other.json": json.dumps({"kind": "example.com/not-other"}),

@@ -7,11 +7,16 @@ the two backends (``deviceplugin``, ``dra``) never import each other.
 Every import counts: at the top of a module, inside a function and under
 ``if TYPE_CHECKING:``. A new top-level module or package must be placed in
 ``LAYERS`` (and in the drawing) before it can be imported at all.
+
+Nothing in src/ exists for the tests alone: every module is imported from an
+entry point (``genericdp`` the command, ``python -m genericdp``, the modules
+``./dev`` runs, the backend packages ``daemon.backend_serving`` imports by name).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +25,8 @@ from typing import get_args
 from genericdp.daemon import backend_package, backend_serving
 from genericdp.settings import Settings
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "genericdp"
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "genericdp"
 
 # The backend packages, each the name of a ``--backend`` choice without its
 # dashes (``settings.Settings.backend``, ``daemon.backend_serving``).
@@ -47,7 +53,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "settings httpserver unixgrpc",
         "aio",
         "logsetup",
-        "errors exits k8snames replicaids atomicfile protogen memtrim __init__",
+        "errors exits k8snames replicaids atomicfile protogen __init__",
     )
 )
 # The shared core that every backend uses, and the device-plugin protocol:
@@ -263,3 +269,69 @@ def test_the_checks_see_a_cycle_and_an_upward_import() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": {"c"}}) is None
     assert "genericdp.cli" in _modules()["genericdp.__main__"]
+
+
+# Modules of src/ that only tests import, each with why it is still there; the test
+# below fails when one is added, and when one stops being test-only (drop it here).
+TEST_ONLY: dict[str, str] = {
+    "genericdp.dra.embedded": (
+        "the embedded DRA kubelet: ``simulate --backend dra`` is to drive the real DRA"
+        " backend against it (issue 32); until then only tests run it"
+    ),
+}
+
+
+def _entry_points() -> set[str]:
+    """The modules something other than a test starts from: the console script and
+    ``python -m genericdp`` (pyproject.toml), what ``./dev`` runs with ``-m``, and each
+    backend's package, which ``daemon.backend_serving`` imports by name."""
+    script = re.search(r'genericdp = "([\w.]+):', (ROOT / "pyproject.toml").read_text())
+    assert script is not None, "pyproject.toml names the genericdp console script"
+    run = re.findall(r"-m (genericdp[\w.]*)", (ROOT / "dev").read_text())
+    backends = {f"genericdp.{backend}.backend" for backend in BACKENDS}
+    return {script[1], "genericdp.__main__", *run, *backends}
+
+
+def _reached(modules: dict[str, set[str]], roots: set[str]) -> set[str]:
+    """Every module of ours imported, directly or not, from ``roots`` (importing
+    ``a.b.c`` imports the packages ``a.b`` and ``a`` too)."""
+    seen: set[str] = set()
+    stack = sorted(roots)
+    while stack:
+        module = stack.pop()
+        if module in seen or module not in modules:
+            continue
+        seen.add(module)
+        for target in modules[module]:
+            parts = target.split(".")
+            stack.extend(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return seen
+
+
+def _known(module: str) -> str:
+    """The entry of ``TEST_ONLY`` holding ``module``, else the module itself."""
+    for known in TEST_ONLY:
+        if module == known or module.startswith(known + "."):
+            return known
+    return module
+
+
+def test_nothing_in_src_is_imported_only_by_tests() -> None:
+    """Every module is reached by imports from an entry point, but those ``TEST_ONLY``
+    names (a module only tests import belongs in tests/)."""
+    modules = _modules()
+    unreached = set(modules) - _reached(modules, _entry_points())
+    assert {_known(m) for m in unreached} == set(TEST_ONLY)
+
+
+def test_the_reach_finds_a_module_nothing_imports() -> None:
+    """The import walk follows imports and their packages, and nothing else."""
+    modules = {
+        "genericdp.cli": {"genericdp.a.b"},
+        "genericdp.a": set(),
+        "genericdp.a.b": set(),
+        "genericdp.c": {"genericdp.cli"},
+    }
+    assert _reached(modules, {"genericdp.cli"}) == {"genericdp.cli", "genericdp.a", "genericdp.a.b"}
+    assert "genericdp.cli" in _entry_points()
+    assert "genericdp.kubelet.api.generate" in _entry_points()  # ./dev protos

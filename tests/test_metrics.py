@@ -26,8 +26,6 @@ from genericdp.runtime.backend import Gauge
 from genericdp.runtime.edge import PluginStatus
 from genericdp.runtime.recorder import (
     CLAIM_RESULTS,
-    NO_METRICS,
-    Recorder,
     TimedHooks,
     allocation_result,
     exec_result,
@@ -86,19 +84,6 @@ def result(*, returncode: int | None = 0, timed_out: bool = False) -> ExecResult
     return ExecResult(
         argv=("x",), returncode=returncode, timed_out=timed_out, output="", duration=0.5, error=None
     )
-
-
-def test_no_metrics_is_a_recorder() -> None:
-    """The runtime's default recorder takes every event and keeps nothing."""
-    recorder: Recorder = NO_METRICS
-    recorder.registration(SERIAL, ok=True)
-    recorder.allocation(SERIAL, "ok", 0.1)
-    recorder.hook_run(SERIAL, "init", "ok", 0.1)
-    recorder.health_probe(SERIAL, "ok", 0.1)
-    recorder.kubelet_restart()
-    recorder.config_reload("applied")
-    recorder.claim_prepare("genericdp.io", "ok", 0.1)
-    recorder.claim_unprepare("genericdp.io", "ok", 0.1)
 
 
 def test_each_metrics_owns_its_registry() -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,21 @@ from tests.runtime_harness import Running, ScriptedDiscovery, unit
 from tests.test_cleanup import SERIAL, Hook, serving
 
 LABEL = "example.com/serial"
+
+
+@dataclass
+class CountedWatch(NodeWatch):
+    """The daemon's Node watch, with the lists and watches it sends counted."""
+
+    sent: int = 0
+
+    async def relist(self) -> str:
+        self.sent += 1
+        return await super().relist()
+
+    def follow(self, version: str, seconds: int) -> AsyncIterator[str]:
+        self.sent += 1
+        return super().follow(version, seconds)
 
 
 def node(apiserver: ApiServer, name: str, **labels: str) -> None:
@@ -39,7 +56,7 @@ async def test_the_watch_follows_only_its_own_node(apiserver: ApiServer) -> None
         seen.append(None if labels is None else dict(labels))  # type: ignore[call-overload]
 
     client = connect(apiserver.kubeconfig)
-    watch = NodeWatch(client, "watch-me", on_labels)
+    watch = CountedWatch(client, "watch-me", on_labels)
     tasks = TaskSet()
     try:
         tasks.spawn("node-watch", watch.run)
@@ -55,14 +72,14 @@ async def test_the_watch_follows_only_its_own_node(apiserver: ApiServer) -> None
         apiserver.kubectl("delete", "node", "watch-me")
         await eventually(lambda: len(seen) == 4)
         assert seen[3] is None
-        assert watch.requests == 2
+        assert watch.sent == 2
     finally:
         await tasks.stop()
         await client.close()
         apiserver.kubectl("delete", "node", "not-me", "--ignore-not-found")
 
 
-async def six_delays(url: str, tmp_path: Path) -> tuple[list[float], NodeWatch]:
+async def six_delays(url: str, tmp_path: Path) -> tuple[list[float], CountedWatch]:
     """The first six backoff delays of a watch of Node ``n`` on ``url`` (0.5 s doubling,
     no jitter), its sleeps recorded, the sixth never ending; the watch."""
     delays: list[float] = []
@@ -79,7 +96,7 @@ async def six_delays(url: str, tmp_path: Path) -> tuple[list[float], NodeWatch]:
 
     client = connect(kubeconfig(tmp_path / "kubeconfig", url))
     backoff = Backoff(initial=0.5, maximum=30.0, jitter=0.0)
-    watch = NodeWatch(client, "n", on_labels, backoff=backoff, sleep=sleep)
+    watch = CountedWatch(client, "n", on_labels, backoff=backoff, sleep=sleep)
     tasks = TaskSet()
     tasks.spawn("node-watch", watch.run)
     try:
@@ -118,7 +135,7 @@ async def test_an_unreachable_api_server_is_warned_of_once_not_at_every_retry(
     assert len(warnings) == 1, warnings
     assert "listing Node n" in warnings[0]
     assert "retrying with backoff" in warnings[0]
-    assert watch.requests == 6
+    assert watch.sent == 6
 
 
 async def test_labelling_the_node_serves_the_resource_and_unlabelling_stops_it(

@@ -52,7 +52,6 @@ class NodeWatch:
     sleep: Sleep | None = None
     rng: random.Random = field(default_factory=random.Random)
     deadline: float = REQUEST_DEADLINE  # seconds for each list
-    requests: int = 0  # lists and watches sent (tests and the fleet benchmark read it)
     _told: bool = field(default=False, init=False)
     _last: Labels = field(default=None, init=False)
 
@@ -62,7 +61,6 @@ class NodeWatch:
 
     async def relist(self) -> str:
         """List this Node: tell its labels; the list's resourceVersion."""
-        self.requests += 1
         http = http_of(self.client)
         what = f"Node {self.node}"
         selector = self._selector()
@@ -72,7 +70,6 @@ class NodeWatch:
 
     async def follow(self, version: str, seconds: int) -> AsyncIterator[str]:
         """One watch request: tell each change of the labels."""
-        self.requests += 1
         http = http_of(self.client)
         what = f"Node {self.node}"
         events = watch_events(

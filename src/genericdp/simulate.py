@@ -328,7 +328,7 @@ def simulate_dra(
     """
     from genericdp.discovery import discover
     from genericdp.discovery.model import Roots
-    from genericdp.dra.slices import devices, pool_slices
+    from genericdp.dra.publisher import first_pool
 
     stream = out or sys.stdout
     config = _config(path, settings)
@@ -337,11 +337,8 @@ def simulate_dra(
     roots = Roots(dev=settings.dev_root, sys=settings.sys_root, udev=settings.udev_root)
     node = settings.node_name or "simulated-node"
     units = {r.name: discover(r, roots) for r in config.resources}
-    by_resource = {
-        r.name: devices(r.name, units[r.name], set(), driver=driver, own=r.dra.attributes)
-        for r in config.resources
-    }
-    published = pool_slices(by_resource, node=node, driver=driver, generation=1)
+    served = [(r, units[r.name]) for r in config.resources]
+    published = first_pool(served, node=node, driver=driver)
     print(
         f"genericdp simulate --backend dra: {path} ({len(config.resources)} resource(s)); "
         f"driver {driver}, node {node}",

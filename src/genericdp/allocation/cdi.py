@@ -49,11 +49,9 @@ A DRA claim's spec (its content is ``dra/cdispec.py``'s) is
 claim and driver (a claim may hold devices of two genericdp drivers, and
 ``_`` never occurs in a driver name, so no two share a file), so unprepare
 removes exactly it, and neither backend nor another driver ever takes the
-other's files for its own. A spec under the name without the driver
-(``gdp-claim-<claim UID>.json``, of a claim prepared by an earlier version)
-is ours when its kind is, and is kept while its claim is prepared. Whose a
-file is, is read from the file in one way for both (``_kind_of``: a regular
-file, not a link, of sane size, holding JSON with a ``kind``).
+other's files for its own. Whose a file is, is read from the file in one
+way for both (``_kind_of``: a regular file, not a link, of sane size,
+holding JSON with a ``kind``).
 """
 
 from __future__ import annotations
@@ -146,11 +144,6 @@ def claim_spec_prefix(driver: str) -> str:
     return f"{CLAIM_SPEC_PREFIX}{driver}_"
 
 
-def legacy_claim_spec_name(uid: str) -> str:
-    """The name a claim's spec had before it carried the driver (one per claim UID)."""
-    return f"{CLAIM_SPEC_PREFIX}{uid}.json"
-
-
 def claim_device_name(uid: str, device: str) -> str:
     """The CDI device of one device of a claim: unique among all specs of the kind."""
     return cdi_device_name(f"{uid}-{device}")
@@ -175,16 +168,6 @@ def spec_file_name(resource: str) -> str:
     """
     domain, _, name = resource.partition("/")
     stem = f"{SPEC_PREFIX}{domain}_{name}"
-    if len(stem) > _MAX_FILE_STEM:
-        digest = hashlib.sha256(resource.encode()).hexdigest()[:_HASH_LENGTH]
-        stem = f"{stem[: _MAX_FILE_STEM - _HASH_LENGTH - 1]}-{digest}"
-    return f"{stem}.json"
-
-
-def _legacy_file_name(resource: str) -> str:
-    """The name genericdp used before ``spec_file_name`` (``genericdp-<vendor>-<class>``)."""
-    vendor, _, device_class = cdi_kind(resource).partition("/")
-    stem = f"{SPEC_PREFIX}{vendor}-{device_class}"
     if len(stem) > _MAX_FILE_STEM:
         digest = hashlib.sha256(resource.encode()).hexdigest()[:_HASH_LENGTH]
         stem = f"{stem[: _MAX_FILE_STEM - _HASH_LENGTH - 1]}-{digest}"
@@ -263,14 +246,8 @@ def write_claim_spec(cdi_dir: Path, driver: str, uid: str, spec: Mapping[str, An
 
 
 def remove_claim_spec(cdi_dir: Path, driver: str, uid: str) -> bool:
-    """Remove the claim's spec of ``driver``, under its name or the name without the
-    driver (when that file's kind is the driver's); whether there was one.
-    Raises CdiSpecError."""
-    removed = _remove(cdi_dir / claim_spec_name(driver, uid))
-    legacy = cdi_dir / legacy_claim_spec_name(uid)
-    if _kind_of(legacy) == claim_kind(driver):
-        removed = _remove(legacy) or removed
-    return removed
+    """Remove the claim's spec of ``driver``; whether there was one. Raises CdiSpecError."""
+    return _remove(cdi_dir / claim_spec_name(driver, uid))
 
 
 def owner_of(path: Path) -> str | None:
@@ -278,9 +255,8 @@ def owner_of(path: Path) -> str | None:
 
     Ours means: a file of ours (``_kind_of``) named with our prefix, whose
     ``kind`` maps back (``resource_of_kind``) to a resource whose spec file
-    has exactly this name (``spec_file_name``, or the name earlier versions
-    used). Anything else in the directory belongs to someone else and is
-    never touched.
+    has exactly this name (``spec_file_name``). Anything else in the directory
+    belongs to someone else and is never touched.
     """
     if not path.name.startswith(SPEC_PREFIX) or path.suffix != ".json":
         return None
@@ -288,16 +264,16 @@ def owner_of(path: Path) -> str | None:
     if kind is None or "/" not in kind:
         return None
     resource = resource_of_kind(kind)
-    if path.name in (spec_file_name(resource), _legacy_file_name(resource)):
+    if path.name == spec_file_name(resource):
         return resource
     return None
 
 
 def remove_stale_specs(cdi_dir: Path, keep: Iterable[str]) -> list[Path]:
     """Remove the specs genericdp wrote for resources not in ``keep`` (their CDI is
-    off, or they left the config while the daemon was down), and specs under a
-    name earlier versions used; return what was removed. Never raises: a spec
-    that cannot be removed is left (and retried at the next start).
+    off, or they left the config while the daemon was down); return what was
+    removed. Never raises: a spec that cannot be removed is left (and retried
+    at the next start).
     """
     wanted = {spec_file_name(name) for name in keep}
     return _remove_stale(cdi_dir, SPEC_PREFIX, wanted, lambda path: owner_of(path) is not None)
@@ -309,17 +285,15 @@ def remove_stale_claim_specs(cdi_dir: Path, driver: str, keep: Iterable[str]) ->
     writes it was killed in the middle of (the driver holds the node's lock: no
     write of its own is under way). Never raises.
 
-    Ours: named for ``driver`` (or without a driver, the earlier name) and of
-    its kind; another driver's specs are never read as ours, whatever they hold.
+    Ours: named for ``driver`` and of its kind; another driver's specs are
+    never read as ours, whatever they hold.
     """
     keep = list(keep)
     wanted = {claim_spec_name(driver, uid) for uid in keep}
-    wanted |= {legacy_claim_spec_name(uid) for uid in keep}
     kind, prefix = claim_kind(driver), claim_spec_prefix(driver)
 
     def ours(path: Path) -> bool:
-        named = path.name.startswith(prefix) or "_" not in path.name
-        return named and _kind_of(path) == kind
+        return path.name.startswith(prefix) and _kind_of(path) == kind
 
     removed = _remove_stale(cdi_dir, CLAIM_SPEC_PREFIX, wanted, ours)
     with contextlib.suppress(OSError):

@@ -30,7 +30,6 @@ from jinja2.environment import Template
 from jinja2.visitor import NodeTransformer
 
 from genericdp.config import sandbox
-from genericdp.config.directrender import Plan, plan_of
 from genericdp.config.sandbox import (
     MAX_ALLOCATION_BYTES,
     MAX_RENDER_SECONDS,
@@ -247,7 +246,7 @@ def _compile_one(
         return TemplateValue(source, None)
     fields = compiled.field_problems
     problems.extend(TemplateProblem(key, p.message, p.line) for p in fields)
-    value = TemplateValue(source, compiled.template, compiled.plan, compiled.names)
+    value = TemplateValue(source, compiled.template, compiled.names)
     value.least_bytes = compiled.least_bytes
     return value
 
@@ -255,10 +254,8 @@ def _compile_one(
 @dataclass(frozen=True)
 class _Compiled:
     template: Template
-    plan: Plan | None  # when ``directrender`` can render it
     names: frozenset[str]  # the context names it reads
-    # Fields it reads that no record it sees has: a config error, kept apart so
-    # that the renderers can be compared on any context (tests/test_render_direct.py).
+    # Fields it reads that no record it sees has: a config error.
     field_problems: tuple[TemplateProblem, ...] = ()
     least_bytes: int = 0  # what it renders at least, in UTF-8 (``templatesize``)
 
@@ -283,7 +280,6 @@ def _compiled(
         least = sum(size for size, _ in least_output(tree))
         names = frozenset(meta.find_undeclared_variables(tree))
         fields = tuple(_field_problems(tree, known))
-        plan = plan_of(tree)  # before _Harden rewrites the tree
         _Harden().visit(tree)
         code = SANDBOX.compile(tree)
         template = SANDBOX.template_class.from_code(SANDBOX, code, SANDBOX.make_globals(None))
@@ -292,7 +288,7 @@ def _compiled(
         return None, (TemplateProblem("", message + _filter_hint(message), exc.lineno),)
     except RecursionError:  # Jinja's parser and compiler recurse per nesting level
         return None, (TemplateProblem("", "expressions or blocks are nested too deeply"),)
-    return _Compiled(template, plan, names, fields, least), ()
+    return _Compiled(template, names, fields, least), ()
 
 
 def _too_large(tree: nodes.Template) -> list[TemplateProblem]:

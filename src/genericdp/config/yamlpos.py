@@ -22,7 +22,6 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
 
 from genericdp.config.yamldepth import flow_too_deep, too_deep_for_parser
-from genericdp.config.yamlfast import plain_scalar, read_fast
 from genericdp.errors import ConfigIssue
 
 _SHOWN = 40  # characters of a user's value quoted in a message
@@ -130,17 +129,11 @@ def parse_yaml(text: str, file: str) -> tuple[Document | None, list[ConfigIssue]
     too_deep = flow_too_deep(text, file)
     if too_deep is not None:
         return None, [too_deep]
-    fast = read_fast(text, max_values=MAX_VALUES, max_text=MAX_TEXT)
-    if fast is None:
-        # Anything the fast path declines, errors included, is read and judged here.
-        return parse_round_trip(text, file)
-    keys = {path: Pos(*at) for path, at in fast.keys.items()}
-    values = {path: Pos(*at) for path, at in fast.values.items()}
-    return Document(file, fast.data, keys, values, tuple(text.splitlines())), []
+    return _parsed(text, file)
 
 
-def parse_round_trip(text: str, file: str) -> tuple[Document | None, list[ConfigIssue]]:
-    """``parse_yaml`` with ruamel's round-trip reader alone (flow nesting already checked)."""
+def _parsed(text: str, file: str) -> tuple[Document | None, list[ConfigIssue]]:
+    """``parse_yaml`` once flow nesting is checked: ruamel's round-trip reader."""
     yaml = YAML(typ="rt", pure=True)
     yaml.version = (1, 2)  # "on", "yes" and "no" are strings, not booleans
     try:
@@ -408,13 +401,33 @@ class _Builder:
     def _scalar(self, node: Any, path: KeyPath) -> Any:
         if isinstance(node, TaggedScalar):
             self._check_tag(node, path)
-        value = plain_scalar(node)
+        value = _plain_scalar(node)
         # A hexadecimal number is read whatever its length, but printing it in a
         # message would fail (str() of an int is bounded like int() of a string).
         if isinstance(value, int) and value.bit_length() > _MAX_BITS:
             message = f"a number of {value.bit_length()} bits is far too large for any setting"
             raise _TooLarge(self._located(path, message))
         return value
+
+
+def _plain_scalar(node: Any) -> Any:
+    """A scalar ruamel constructed, as the plain value the checks want.
+
+    ruamel subclasses int, float, str and bool to keep formatting; the checks
+    downstream want the plain types (a ScalarBoolean is an int!).
+    """
+    if node is None or type(node) in (str, int, float, bool):
+        return node
+    if type(node).__name__ == "ScalarBoolean":
+        return bool(node)
+    if isinstance(node, TaggedScalar):
+        return str(node.value)
+    for kind in (str, float, int):
+        if isinstance(node, kind):
+            return kind(node)
+    # Dates, binary data and sets have no JSON form; they stay as they are
+    # and fail the schema's type checks with a message naming what they are.
+    return node
 
 
 def describe(value: Any) -> str:  # noqa: PLR0911 - one return per kind reads best

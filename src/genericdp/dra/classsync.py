@@ -141,7 +141,6 @@ class ClassReconciler:
         self._desired: list[dict[str, Any]] = []
         self._wake = asyncio.Event()
         self.status = SyncStatus()
-        self.writes = 0  # classes created, updated or deleted (tests count them)
         self._foreign_said: set[str] = set()
 
     async def apply(self, config: Config, *, if_changed: bool = False) -> Plan:  # noqa: ARG002 -- the ReloadTarget signature
@@ -224,7 +223,6 @@ class ClassReconciler:
         except ApiRequestError:
             self._recorder.write(action, ok=False)
             raise
-        self.writes += 1
         self._recorder.write(action, ok=True)
         done = WRITTEN.get(action, "deleted: its resource left the config and no node publishes it")
         log.info("DeviceClass %s: %s", name, done)

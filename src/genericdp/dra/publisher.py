@@ -46,7 +46,7 @@ from http import HTTPStatus
 from typing import Any
 
 from genericdp.aio import Backoff, TaskSet, wait_event
-from genericdp.config.model import AttributeValue
+from genericdp.config.model import AttributeValue, ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.dra import slices
 from genericdp.dra.listwatch import ListWatch, describe
@@ -179,9 +179,7 @@ class SlicePublisher:
         self._answer(resource)  # even one that cannot be published: its old slices go
         if not self._sharing:
             options = replace(options, sharing=False)
-        found = slices.devices(
-            resource, units, unhealthy, driver=self.driver, own=attributes, options=options
-        )
+        found = _devices(resource, units, unhealthy, self.driver, attributes, options)
         if self._desired.get(resource) == found:
             return
         self._desired[resource] = found
@@ -396,9 +394,7 @@ class SlicePublisher:
         ``TAKEN_RETRY``): a name we cannot have never holds back the rest."""
         now = time.monotonic()
         self._taken = {n: at for n, at in self._taken.items() if now - at < TAKEN_RETRY}
-        pool = slices.pool_slices(
-            self._desired, node=self.node, driver=self.driver, generation=generation
-        )
+        pool = _pool(self._desired, self.node, self.driver, generation)
         if self._taken:
             for name in self._taken:
                 pool.pop(name, None)
@@ -423,6 +419,42 @@ class SlicePublisher:
     async def _delete(self, name: str) -> tuple[str, None]:
         await self._store.delete(name)
         return name, None
+
+
+def _devices(  # noqa: PLR0917 -- publish's arguments, passed on
+    resource: str,
+    units: Sequence[Unit],
+    unhealthy: AbstractSet[str],
+    driver: str,
+    attributes: Mapping[str, AttributeValue] | None,
+    options: slices.DeviceOptions,
+) -> list[dict[str, Any]]:
+    """The devices ``publish`` puts in the pool for ``resource``."""
+    return slices.devices(
+        resource, units, unhealthy, driver=driver, own=attributes, options=options
+    )
+
+
+def _pool(
+    desired: Mapping[str, Sequence[dict[str, Any]]], node: str, driver: str, generation: int
+) -> dict[str, dict[str, Any]]:
+    return slices.pool_slices(desired, node=node, driver=driver, generation=generation)
+
+
+def first_pool(
+    served: Sequence[tuple[ResourceDefinition, Sequence[Unit]]], *, node: str, driver: str
+) -> dict[str, dict[str, Any]]:
+    """The pool the publisher writes first for ``served`` (each resource's definition
+    and units, every unit healthy): ``{slice name: ResourceSlice}``, built as
+    ``publish`` and the writer build it, with the options the DRA edge gives each
+    resource (``DeviceOptions.of``). What ``simulate --backend dra`` prints."""
+    desired = {
+        definition.name: _devices(
+            definition.name, units, set(), driver, None, slices.DeviceOptions.of(definition)
+        )
+        for definition, units in served
+    }
+    return _pool(desired, node, driver, 1)
 
 
 def _same(wanted: dict[str, dict[str, Any]], held: dict[str, dict[str, Any]]) -> bool:

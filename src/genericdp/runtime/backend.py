@@ -89,7 +89,7 @@ class Backend(Protocol):
 
     @property
     def usage(self) -> Usage:
-        """Who holds which device IDs, for every resource (``NoUsage``: nobody)."""
+        """Who holds which device IDs, for every resource."""
         ...
 
     @property

@@ -28,7 +28,6 @@ from genericdp.aio import Backoff, TaskSet
 from genericdp.allocation.cdi import remove_stale_specs
 from genericdp.config.model import Config, ResourceDefinition
 from genericdp.hooks import HookRunner
-from genericdp.memtrim import Trimmer
 from genericdp.runtime.backend import Backend, Gauge
 from genericdp.runtime.cleanup import Release
 from genericdp.runtime.context import SETTLE, Discover, ResourceContext
@@ -106,8 +105,6 @@ class Supervisor:
         self._served: tuple[ResourceDefinition, ...] = ()  # what the runners run
         self._skipped: dict[str, str] = {}  # resources of the config not served, and why
         self._stopping = 0  # resources being removed
-        # A reload or a kubelet restart frees memory in the middle of the heaps.
-        self._trimmer = Trimmer()
 
     @property
     def config(self) -> Config:
@@ -229,7 +226,6 @@ class Supervisor:
             results = await asyncio.gather(*(r.stop(timeout=timeout) for r in runners))
             self._config, self._served = Config(resources=()), ()
             self._notify()
-            self._trimmer.cancel()
         for names in results:
             stragglers.extend(names)
         log.info("stopped %d resource(s)", len(runners))
@@ -307,7 +303,6 @@ class Supervisor:
     def _notify(self) -> None:
         old, self._changed = self._changed, asyncio.Event()
         old.set()
-        self._trimmer.poke()
 
     # -- hotplug -----------------------------------------------------------------
 

@@ -4,8 +4,8 @@ The device list follows what is held (a unit that vanishes while held stays
 listed Unhealthy; unbounded sharing lists the held IDs), a resource that
 leaves the config cleans the units in use, and an Allocate of IDs still held
 means their holder is done. Only a backend can know who holds what (the
-device plugin polls the kubelet's PodResources, ``deviceplugin/usage.py``);
-one that cannot, or need not, uses ``NO_USAGE``: nothing is ever held.
+device plugin polls the kubelet's PodResources, ``deviceplugin/usage.py``;
+DRA reads its checkpoint's prepared claims, ``dra/usage.py``).
 """
 
 from __future__ import annotations
@@ -43,26 +43,3 @@ class Usage(Protocol):
     def handed_out(self, resource: str, device_ids: Iterable[str]) -> None:
         """An Allocate gave these IDs to a container."""
         ...
-
-
-class NoUsage:
-    """Nothing is ever held: a backend that does not track holders."""
-
-    def __init__(self) -> None:
-        self.settled = asyncio.Event()
-        self.settled.set()
-
-    def in_use(self, resource: str) -> frozenset[str]:  # noqa: ARG002 -- the Usage protocol's signature
-        return frozenset()
-
-    def held(self, resource: str) -> frozenset[str]:  # noqa: ARG002 -- the Usage protocol's signature
-        return frozenset()
-
-    def watch(self, resource: str, callback: Callable[[], None] | None) -> None:  # noqa: ARG002 -- the Usage protocol's signature
-        return None
-
-    def claim(self, resource: str, device_ids: Iterable[str]) -> tuple[Release, ...]:  # noqa: ARG002 -- the Usage protocol's signature
-        return ()
-
-    def handed_out(self, resource: str, device_ids: Iterable[str]) -> None:  # noqa: ARG002 -- the Usage protocol's signature
-        return None
