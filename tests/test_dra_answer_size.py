@@ -19,6 +19,7 @@ import pytest
 
 from genericdp.dra import kubeapi
 from genericdp.dra.answersize import LIST_PAGE, MAX_ANSWER_BYTES, MAX_ANSWER_VALUES
+from genericdp.dra.classapi import ClassApi
 from genericdp.dra.naming import DEFAULT_DRIVER
 from tests.dra_apislices import fresh_node
 from tests.ending_api import kubeconfig
@@ -147,7 +148,7 @@ async def test_a_list_of_128_mib_is_dropped_at_the_bound_in_bounded_memory(
         peak = await within_memory(listing)
     message = str(failure[0])
     assert message.startswith("listing the ResourceSlices of node n: "), message
-    assert f"an answer of more than {MAX_ANSWER_BYTES} bytes: not read further" in message
+    assert f"more than {MAX_ANSWER_BYTES} bytes decoded: not read further" in message
     assert server.sent < MAX_ANSWER_BYTES + BUFFERED < BIG
     assert peak < 3 * MAX_ANSWER_BYTES, peak
 
@@ -170,7 +171,7 @@ async def test_a_get_through_lightkube_is_bounded_too(tmp_path: Path) -> None:
         with pytest.raises(kubeapi.ApiRequestError) as caught:
             await kubeapi.get_claim(client, "ns", "claim")
     assert str(caught.value).startswith("ResourceClaim ns/claim: no whole answer: GET ")
-    assert f"more than {MAX_ANSWER_BYTES} bytes" in str(caught.value)
+    assert f"more than {MAX_ANSWER_BYTES} bytes decoded" in str(caught.value)
     assert server.sent < MAX_ANSWER_BYTES + BUFFERED < BIG
 
 
@@ -284,3 +285,123 @@ async def test_the_real_api_server_answers_a_node_of_many_slices_in_pages(
     assert "continue=" in pages[1]
     assert "continue=" in pages[2]
     assert listing.version.isdigit()
+
+
+def paged(page_bytes: int, count: int, path_kind: str = "") -> Callable[[str], Answer]:
+    """``count`` pages, each one object holding a string of ``page_bytes``, chained by
+    continue tokens: every page well under one answer's bound."""
+
+    def answer(target: str) -> Answer:
+        query = parse_qs(urlsplit(target).query)
+        page = int(query.get("continue", ["0"])[0])
+        token = f',"continue":"{page + 1}"' if page + 1 < count else ""
+        head = (
+            b'{"metadata":{"resourceVersion":"7"%s},"items":[{%s"metadata":{"name":"o%d"},"x":"'
+            % (token.encode(), path_kind.encode(), page)
+        )
+        return {}, _chain(_repeat(head, b"y" * _CHUNK, page_bytes), _once(b'"}]}'))
+
+    return answer
+
+
+async def _chain(*parts: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    for part in parts:
+        async for chunk in part:
+            yield chunk
+
+
+async def test_a_list_is_one_budget_over_all_its_pages(tmp_path: Path) -> None:
+    """Six pages of 10 MiB, each far under an answer's bound: a list keeps every object,
+    so its pages share one budget and the list fails at the fourth page, in memory
+    near one bound (the old bound per page let 32 pages of 20 MiB hold 600 MiB)."""
+    page = 10 * _CHUNK
+    async with serving(paged(page, 6), tmp_path) as (server, client):
+        failure: list[kubeapi.ApiRequestError] = []
+
+        async def listing() -> None:
+            with pytest.raises(kubeapi.ApiRequestError) as caught:
+                await kubeapi.ApiSlices(client, node="n").list()
+            failure.append(caught.value)
+
+        peak = await within_memory(listing)
+    message = str(failure[0])
+    assert message.startswith("listing the ResourceSlices of node n: no whole answer: "), message
+    assert f"more than {MAX_ANSWER_BYTES} bytes decoded over its pages" in message
+    assert len(server.targets) == MAX_ANSWER_BYTES // page + 1
+    assert peak < 2 * MAX_ANSWER_BYTES, peak
+
+
+async def test_the_device_class_list_is_one_budget_too(tmp_path: Path) -> None:
+    """The reconciler keeps every DeviceClass: six pages of 10 MiB fail as one list
+    (lightkube's paged list kept them all: 446-506 MiB against the chart's 192 Mi)."""
+    async with serving(paged(10 * _CHUNK, 6), tmp_path) as (server, client):
+        with pytest.raises(kubeapi.ApiRequestError) as caught:
+            await ClassApi(client, driver=DEFAULT_DRIVER).classes()
+    assert str(caught.value).startswith("listing the DeviceClasses: no whole answer: ")
+    assert "bytes decoded over its pages" in str(caught.value)
+    assert all(t.startswith("/apis/resource.k8s.io/v1/deviceclasses?") for t in server.targets)
+
+
+async def test_the_reconcilers_slice_pages_are_not_kept(tmp_path: Path) -> None:
+    """Our driver's slices over the cluster are many and only their resource names are
+    kept: six pages of 10 MiB are read page by page, each within its own budget."""
+    resource = '"spec":{"devices":[{"attributes":{"resource":{"string":"gpu"}}}]},'
+    async with serving(paged(10 * _CHUNK, 6, resource), tmp_path) as (server, client):
+        found = await ClassApi(client, driver=DEFAULT_DRIVER).published_resources()
+    assert found == {"gpu"}
+    assert len(server.targets) == 6
+
+
+def wide(text: bytes, where: str) -> Callable[[str], Answer]:
+    """A list of one object whose string of 31 MiB holds ``text`` at ``where``."""
+    size = 31 * _CHUNK
+
+    def answer(_target: str) -> Answer:
+        head = b'{"metadata":{},"items":[{"metadata":{"name":"o"},"x":"'
+        if where == "start":
+            return {}, _chain(_repeat(head + text, b"y" * _CHUNK, size), _once(b'"}]}'))
+        return {}, _chain(_repeat(head, b"y" * _CHUNK, size), _once(text + b'"}]}'))
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("\N{GRINNING FACE}".encode(), "start"),
+        ("\N{GRINNING FACE}".encode(), "end"),
+        (b"\\ud83d\\ude00", "end"),
+    ],
+    ids=["emoji-first", "emoji-last", "escaped-surrogates"],
+)
+async def test_an_answer_is_bounded_by_what_it_decodes_to(
+    tmp_path: Path, text: bytes, where: str
+) -> None:
+    """31 MiB of text with one character past U+FFFF (raw or escaped) decodes and parses
+    at 4 bytes a character (peak 393 MiB where 75 was measured for ASCII): refused as
+    more than the bound decoded, before it is parsed, in memory near the bytes read."""
+    async with serving(wide(text, where), tmp_path) as (server, client):
+        failure: list[kubeapi.ApiRequestError] = []
+
+        async def listing() -> None:
+            with pytest.raises(kubeapi.ApiRequestError) as caught:
+                await kubeapi.ApiSlices(client, node="n").list()
+            failure.append(caught.value)
+
+        peak = await within_memory(listing)
+    assert f"more than {MAX_ANSWER_BYTES} bytes decoded: not read further" in str(failure[0])
+    if where == "start":
+        assert server.sent < MAX_ANSWER_BYTES // 4 + BUFFERED
+    assert peak < 2 * MAX_ANSWER_BYTES, peak
+
+
+async def test_text_of_any_script_within_the_bound_is_read_whole(tmp_path: Path) -> None:
+    """Characters of every width, raw and escaped, come back as sent."""
+    values = ["\u00e9t\u00e9", "\u6f22\u5b57", "\N{GRINNING FACE}", "a&b<c>"]
+    items = [{"metadata": {"name": v}} for v in values]
+    raw = json.dumps({"metadata": {}, "items": items}, ensure_ascii=False)
+    escaped = raw.replace("&", "\\u0026")
+
+    async with serving(lambda _t: ({}, _once(escaped.encode())), tmp_path) as (_s, client):
+        items, _ = await kubeapi.list_objects(kubeapi.http_of(client), kubeapi.SLICES, {}, "x")
+    assert [item["metadata"]["name"] for item in items] == values

@@ -6,6 +6,7 @@ so the tests share the session's API server without seeing each other.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 
 from genericdp.dra import kubeapi
 from genericdp.dra.naming import DEFAULT_DRIVER, device_name
+from genericdp.dra.publisher import MIN_WRITE_GAP
 from genericdp.dra.slices import MAX_DEVICES_PER_SLICE
 from tests.apiserver import ApiServer, free_port
 from tests.dra_apislices import api_slices, devices_of, fresh_node, held, running, unit
@@ -347,3 +349,33 @@ async def test_two_resources_whose_names_read_alike_are_both_published(
             device_name("a.com/x.y", "a"),
             device_name("a.com.x/y", "b"),
         }
+
+
+async def test_a_flapping_device_is_a_few_pool_writes_a_second_ending_in_its_last_state(
+    client: kubeapi.AsyncClient, node_name: str
+) -> None:
+    """A unit that appears and disappears 90 times a second for 1.5 s: the pool is
+    rewritten at most once each ``MIN_WRITE_GAP`` (it was 52-70 whole-pool rewrites in
+    15 s, every flap one), and the slices end in the last state (the first change of a
+    quiet pool still goes out at once: the latency test above)."""
+    store = api_slices(client, node_name)
+    async with running(store) as publisher:
+        await publisher.publish(RESOURCE, [unit("a")], set())
+        assert await publisher.flush()
+        before = store.writes
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        flaps = 0
+        while (elapsed := loop.time() - started) < 1.5:
+            flaps += 1
+            present = [unit("a"), unit("b")] if flaps % 2 else [unit("a")]
+            await publisher.publish(RESOURCE, present, set())
+            await asyncio.sleep(1 / 90)  # the device's pace, not a wait for the publisher
+        assert await publisher.flush()
+        writes = store.writes - before
+        last = {device_name(RESOURCE, "a")}
+        if flaps % 2:
+            last.add(device_name(RESOURCE, "b"))
+        assert set(devices_of(await held(client, node_name))) == last
+    assert flaps > 60, flaps
+    assert 1 <= writes <= elapsed / MIN_WRITE_GAP + 2, (writes, flaps, elapsed)

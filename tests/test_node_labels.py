@@ -166,14 +166,20 @@ async def test_a_restart_that_changes_nothing_writes_nothing(base: Path) -> None
     assert await _published(base, path) == (0, inode)
 
 
-async def test_serve_keeps_the_feature_file_and_leaves_it_at_exit(base: Path) -> None:
+@pytest.mark.parametrize("fifo", [False, True], ids=["file", "fifo-in-its-place"])
+async def test_serve_keeps_the_feature_file_and_leaves_it_at_exit(base: Path, fifo: bool) -> None:
     """``serve --node-features file`` writes the labels of what it found; they stay after
-    SIGTERM (a pod's restart must not remove the node's labels)."""
+    SIGTERM (a pod's restart must not remove the node's labels). A FIFO at the path
+    (opening it for reading waited for a writer for ever: no labels, and SIGTERM hung)
+    is said, replaced by the file, and SIGTERM ends serve at once."""
     host = FakeHost(base / "host")
     host.add_usb_serial(port="1-1", serial="OLD", ttys=("ttyUSB0",))
     cfg = base / "config.yaml"
     cfg.write_text("version: v1\n" + CONFIG)
     path = base / "features.d" / "genericdp"
+    if fifo:
+        path.parent.mkdir(parents=True)
+        os.mkfifo(path)
     plugin_dir = base / "dp"
     argv = [
         "-m", "genericdp", "serve",
@@ -208,6 +214,8 @@ async def test_serve_keeps_the_feature_file_and_leaves_it_at_exit(base: Path) ->
                 await proc.wait()
     assert proc.returncode == 0, "".join(seen) + output.decode()
     assert parse_features(path.read_text())["example.com/serial.first"] == "OLD"
+    refused = f"feature file {path} is a FIFO, not a regular file: not read, replaced by one"
+    assert any(refused in line for line in seen) == fifo, "".join(seen)
 
 
 async def test_a_resource_whose_discovery_fails_keeps_its_labels_and_holds_back_none(

@@ -41,11 +41,16 @@ def cluster(apiserver: ApiServer) -> str:
     install_crd(apiserver)
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
     apiserver.kubectl("apply", "-f", "-", input_text=json.dumps(namespace))
-    labels = {"app": OWNER}
+    return daemonset(apiserver, OWNER)
+
+
+def daemonset(apiserver: ApiServer, name: str) -> str:
+    """A DaemonSet ``name`` in the namespace; its UID."""
+    labels = {"app": name}
     daemonset = {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": {"name": OWNER, "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
             "selector": {"matchLabels": labels},
             "template": {
@@ -56,14 +61,28 @@ def cluster(apiserver: ApiServer) -> str:
     }
     apiserver.kubectl("apply", "-f", "-", input_text=json.dumps(daemonset))
     return apiserver.kubectl(
-        "get", "daemonset", OWNER, "-n", NAMESPACE, "-o", "jsonpath={.metadata.uid}"
+        "get", "daemonset", name, "-n", NAMESPACE, "-o", "jsonpath={.metadata.uid}"
     )
 
 
-def _object(apiserver: ApiServer, node: str) -> dict[str, Any]:
-    out = apiserver.kubectl("get", "nodefeature", object_name(node), "-n", NAMESPACE, "-o", "json")
+def _object(apiserver: ApiServer, node: str, owner: str = OWNER) -> dict[str, Any]:
+    name = object_name(node, owner)
+    out = apiserver.kubectl(
+        "get", "nodefeature", name, "-n", NAMESPACE, "-o", "json", "--show-managed-fields"
+    )
     found: dict[str, Any] = json.loads(out)
     return found
+
+
+def _node_labels(apiserver: ApiServer, node: str) -> dict[str, str]:
+    """What nfd-master gives ``node``: the labels of every NodeFeature naming it."""
+    out = apiserver.kubectl(
+        "get", "nodefeatures", "-n", NAMESPACE, "-l", f"{NODE_NAME_LABEL}={node}", "-o", "json"
+    )
+    labels: dict[str, str] = {}
+    for item in json.loads(out)["items"]:
+        labels.update(item["spec"].get("labels") or {})
+    return labels
 
 
 @pytest.fixture
@@ -166,7 +185,7 @@ async def test_a_missing_owner_is_said_and_the_labels_are_still_published(
     node = "node-nf-3"
     sink = NodeFeatureSink(client, node, NAMESPACE, "no-such-daemonset")
     await sink.publish({"example.com/x": "1"})
-    obj = _object(apiserver, node)
+    obj = _object(apiserver, node, "no-such-daemonset")
     assert obj["spec"]["labels"] == {"example.com/x": "1"}
     assert "ownerReferences" not in obj["metadata"]
     assert "reading DaemonSet genericdp-labels/no-such-daemonset: the API server answered 404" in (
@@ -182,3 +201,76 @@ async def test_a_write_the_server_cannot_place_says_what_to_check(client: Any) -
         await sink.publish({"example.com/x": "1"})
     assert caught.value.code == 404
     assert "is NFD's NodeFeature CRD installed, and the namespace there?" in str(caught.value)
+
+
+@pytest.mark.usefixtures("cluster")
+async def test_two_daemonsets_in_one_namespace_keep_each_their_labels(
+    apiserver: ApiServer, client: Any
+) -> None:
+    """Two DaemonSets label one node: each keeps its own object (named for it, written by
+    a field manager named for it, owned by it), so the later apply erases nothing of the
+    other's (one object ``genericdp-<node>`` with one manager and force lost the
+    first's labels and owner), and each one's next apply removes only its own."""
+    node = "node-nf-two"
+    uids = {name: daemonset(apiserver, name) for name in ("gdp-serial", "gdp-gpu")}
+    serial = NodeFeatureSink(client, node, NAMESPACE, "gdp-serial")
+    gpu = NodeFeatureSink(client, node, NAMESPACE, "gdp-gpu")
+    for sink in (serial, gpu):
+        assert await sink.current() == {}
+    await serial.publish({"example.com/serial.present": "true", "example.com/serial.count": "1"})
+    await gpu.publish({"example.com/gpu.present": "true"})
+    assert _node_labels(apiserver, node) == {
+        "example.com/serial.present": "true",
+        "example.com/serial.count": "1",
+        "example.com/gpu.present": "true",
+    }
+    for name, uid in uids.items():
+        obj = _object(apiserver, node, name)
+        assert [o["uid"] for o in obj["metadata"]["ownerReferences"]] == [uid]
+        assert [m["manager"] for m in obj["metadata"]["managedFields"]] == [name]
+    await serial.publish({"example.com/serial.present": "true"})
+    assert _node_labels(apiserver, node) == {
+        "example.com/serial.present": "true",
+        "example.com/gpu.present": "true",
+    }
+
+
+@pytest.mark.usefixtures("cluster")
+async def test_an_upgrade_deletes_the_object_of_the_old_name_only_when_it_is_its_own(
+    apiserver: ApiServer, client: Any
+) -> None:
+    """An object ``genericdp-<node>`` that this DaemonSet alone owns (what it wrote before
+    NodeFeature names carried the DaemonSet's) is deleted at start, so no stale labels
+    stay beside the new object; one another DaemonSet owns is left alone."""
+    uid = daemonset(apiserver, "gdp-upgraded")
+    other = daemonset(apiserver, "gdp-other")
+    for node, owner_uid, owner in (
+        ("node-nf-up", uid, "gdp-upgraded"),
+        ("node-nf-up2", other, "gdp-other"),
+    ):
+        old = {
+            "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
+            "kind": "NodeFeature",
+            "metadata": {
+                "name": object_name(node),
+                "namespace": NAMESPACE,
+                "labels": {NODE_NAME_LABEL: node},
+                "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": owner, "uid": owner_uid}
+                ],
+            },
+            "spec": {"labels": {"example.com/stale": "true"}},
+            "status": {},
+        }
+        apiserver.kubectl(
+            "apply", "--server-side", "--field-manager=genericdp", "-f", "-",
+            input_text=json.dumps(old),
+        )  # fmt: skip
+    upgraded = NodeFeatureSink(client, "node-nf-up", NAMESPACE, "gdp-upgraded")
+    assert await upgraded.current() == {}
+    await upgraded.publish({"example.com/serial.present": "true"})
+    assert _node_labels(apiserver, "node-nf-up") == {"example.com/serial.present": "true"}
+
+    kept = NodeFeatureSink(client, "node-nf-up2", NAMESPACE, "gdp-upgraded")
+    assert await kept.current() == {}
+    assert _node_labels(apiserver, "node-nf-up2") == {"example.com/stale": "true"}

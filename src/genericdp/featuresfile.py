@@ -5,17 +5,24 @@ NFD's local source reads every file of its ``features.d`` directory, one
 ``key=value`` per line, and ignores names that start with a dot, which is how
 ``atomicfile`` names its temporary file: the worker reads the old file or the
 new one, never half of one. No labels removes the file (NFD removes the
-labels it gave). A ``LabelSink`` (``runtime/nodelabels.py``).
+labels it gave). Whatever is at the path but a regular file (a FIFO, which
+would block its reader for ever; a device) is not read but replaced, with a
+warning. A ``LabelSink`` (``runtime/nodelabels.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
 from genericdp.atomicfile import write_atomically
+
+log = logging.getLogger(__name__)
 
 MAX_READ = 1 << 20  # what ``current`` reads of an existing file: far more than 64 labels a resource
 
@@ -39,12 +46,22 @@ class FeaturesFile:
 
     def _read(self) -> dict[str, str] | None:
         try:
-            with self.path.open("rb") as file:
-                data = file.read(MAX_READ)
+            # Not blocking: opening a FIFO for reading waits for a writer, for ever.
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             return {}
         except OSError:
             return None  # whatever it is, writing it anew is the way out
+        with os.fdopen(fd, "rb") as file:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                log.warning(
+                    "node labels: %s is %s, not a regular file: not read, replaced by one",
+                    self.what,
+                    _kind(mode),
+                )
+                return None
+            data = file.read(MAX_READ)
         try:
             return parse_features(data.decode())
         except UnicodeDecodeError:
@@ -57,6 +74,17 @@ class FeaturesFile:
             return
         # Readable by NFD's worker, whoever it runs as.
         write_atomically(self.path, render_features(labels).encode(), mode=0o644)
+
+
+def _kind(mode: int) -> str:
+    kinds = {
+        stat.S_ISFIFO: "a FIFO",
+        stat.S_ISSOCK: "a socket",
+        stat.S_ISCHR: "a character device",
+        stat.S_ISBLK: "a block device",
+        stat.S_ISDIR: "a directory",
+    }
+    return next((kind for test, kind in kinds.items() if test(mode)), "of another kind")
 
 
 def render_features(labels: Mapping[str, str]) -> str:

@@ -8,11 +8,19 @@ when the object goes. The object is owned by the DaemonSet
 (``GENERICDP_NODE_FEATURES_OWNER``; its UID read once from the API server), not
 by the pod: a pod's restart or rolling update keeps the labels, deleting the
 DaemonSet removes them (garbage collection). Each write is one server-side
-apply (field manager ``genericdp``), so labels no longer given are removed and
-nobody else's fields are touched; ``current`` reads the object once at start,
-so a restart that changes nothing writes nothing. A ``LabelSink``
-(``runtime/nodelabels.py``), on lightkube's HTTP client, which carries the
-kubeconfig's or the service account's credentials.
+apply, so labels no longer given are removed and nobody else's fields are
+touched; ``current`` reads the object once at start, so a restart that
+changes nothing writes nothing. A ``LabelSink`` (``runtime/nodelabels.py``),
+on lightkube's HTTP client, which carries the kubeconfig's or the service
+account's credentials.
+
+One object per DaemonSet and node: its name is ``<DaemonSet>-<node>`` and its
+field manager the DaemonSet's name (``genericdp`` for both when no owner is
+set), so two DaemonSets in one namespace keep two objects and neither's apply
+takes the other's labels. The name was ``genericdp-<node>`` for every
+DaemonSet before; an object of that name owned by this DaemonSet alone is
+deleted at start (``_drop_old``), so an upgrade leaves no second object with
+stale labels.
 """
 
 from __future__ import annotations
@@ -42,23 +50,35 @@ GROUP, VERSION, KIND = "nfd.k8s-sigs.io", "v1alpha1", "NodeFeature"
 NODE_NAME_LABEL = "nfd.node.kubernetes.io/node-name"
 NAME_PREFIX = "genericdp-"
 MAX_NAME = 253
+MAX_MANAGER = 128
 REQUEST_TIMEOUT = 10.0
-_NOT_FOUND = 404
+_NOT_FOUND, _CONFLICT = 404, 409
 
 
-def object_name(node: str) -> str:
-    """``genericdp-<node>``, shortened with a hash to fit 253 characters."""
-    name = NAME_PREFIX + node
+def object_name(node: str, owner: str = "") -> str:
+    """``<owner>-<node>`` (``genericdp-<node>`` without owner), shortened with a hash to
+    fit 253 characters."""
+    name = f"{owner or NAME_PREFIX.rstrip('-')}-{node}"
     if len(name) <= MAX_NAME:
         return name
-    digest = hashlib.sha256(node.encode()).hexdigest()[:12]
+    digest = hashlib.sha256((name if owner else node).encode()).hexdigest()[:12]
     head = name[: MAX_NAME - len(digest) - 1].rstrip(".-")
     return f"{head}-{digest}"
 
 
+def field_manager(owner: str) -> str:
+    """The DaemonSet's name (``genericdp`` without owner), shortened with a hash to fit
+    a field manager's 128 characters."""
+    name = owner or FIELD_MANAGER
+    if len(name) <= MAX_MANAGER:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:12]
+    return f"{name[: MAX_MANAGER - len(digest) - 1]}-{digest}"
+
+
 @dataclass
 class NodeFeatureSink:
-    """NodeFeature ``genericdp-<node>`` in ``namespace``, owned by DaemonSet ``owner``."""
+    """NodeFeature ``<owner>-<node>`` in ``namespace``, owned by DaemonSet ``owner``."""
 
     client: AsyncClient
     node: str
@@ -70,19 +90,21 @@ class NodeFeatureSink:
 
     @property
     def name(self) -> str:
-        return object_name(self.node)
+        return object_name(self.node, self.owner)
 
     @property
     def what(self) -> str:
         return f"NodeFeature {self.namespace}/{self.name}"
 
-    def _path(self) -> str:
-        return f"/apis/{GROUP}/{VERSION}/namespaces/{self.namespace}/nodefeatures/{self.name}"
+    def _path(self, name: str = "") -> str:
+        objects = f"/apis/{GROUP}/{VERSION}/namespaces/{self.namespace}/nodefeatures"
+        return f"{objects}/{name or self.name}"
 
     async def current(self) -> Mapping[str, str] | None:
         """The object's labels (none when it is missing); None when its node label or
         owner is not what this daemon writes, so that the next write fixes them."""
         await self._find_owner()
+        await self._drop_old()
         response = await self._send("GET", self._path(), f"reading {self.what}")
         if response.status_code == _NOT_FOUND:
             return {}
@@ -118,7 +140,7 @@ class NodeFeatureSink:
             "PATCH",
             self._path(),
             what,
-            params={"fieldManager": FIELD_MANAGER, "force": "true"},
+            params={"fieldManager": field_manager(self.owner), "force": "true"},
             content=json.dumps(body),  # JSON is YAML
             headers={"Content-Type": "application/apply-patch+yaml"},
         )
@@ -128,6 +150,45 @@ class NodeFeatureSink:
 
     async def close(self) -> None:
         await self.client.close()
+
+    async def _drop_old(self) -> None:
+        """Delete the object of the name every DaemonSet used before, ``genericdp-<node>``,
+        when this DaemonSet alone owns it (an upgrade's leftover); another DaemonSet's, or
+        one whose owner is not known, is left alone. A failure is a warning: the labels
+        are published all the same."""
+        old = object_name(self.node)
+        if old == self.name or self._owner_ref is None:
+            return
+        what = f"NodeFeature {self.namespace}/{old}"
+        try:
+            await self._delete_if_ours(old, what, str(self._owner_ref["uid"]))
+        except ApiRequestError as err:
+            log.warning("node labels: %s; its labels stay until it is deleted", err)
+
+    async def _delete_if_ours(self, old: str, what: str, uid: str) -> None:
+        response = await self._send("GET", self._path(old), f"reading {what}")
+        if response.status_code == _NOT_FOUND:
+            return
+        metadata = _body(response, f"reading {what}").get("metadata") or {}
+        owners = [ref.get("uid") for ref in metadata.get("ownerReferences") or ()]
+        if owners != [uid]:
+            return
+        precondition = {
+            "uid": metadata.get("uid"),
+            "resourceVersion": metadata.get("resourceVersion"),
+        }
+        response = await self._send(
+            "DELETE",
+            self._path(old),
+            f"deleting {what}",
+            content=json.dumps(
+                {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": precondition}
+            ),
+            headers={"Content-Type": "application/json"},
+        )
+        if response.status_code not in (_NOT_FOUND, _CONFLICT):
+            _body(response, f"deleting {what}")
+            log.info("node labels: deleted %s, this DaemonSet's object before %s", what, self.name)
 
     async def _find_owner(self) -> None:
         """The DaemonSet's UID for the owner reference, looked up once."""

@@ -11,6 +11,7 @@ lightkube's model.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,16 +22,16 @@ from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
-from genericdp.dra.answersize import LIST_PAGE
 from genericdp.dra.kubeapi import (
     CLASSES,
     DEVICE_CLASS,
-    RESOURCE_SLICE,
     SLICES,
     ApiRequestError,
     answered,
     http_of,
+    list_objects,
     list_version,
+    read_pages,
     version_of,
     watch_events,
 )
@@ -38,6 +39,8 @@ from genericdp.dra.kubeapi import (
 __all__ = ["ClassApi", "Lease", "LeaseSpec", "ObjectMeta"]
 
 NOT_FOUND, CONFLICT = 404, 409
+# Resources the slices of our driver may name, over all nodes (a config has a few).
+MAX_RESOURCES = 10_000
 
 
 @dataclass
@@ -74,12 +77,10 @@ class ClassApi:
         self.driver = driver
 
     async def classes(self) -> dict[str, dict[str, Any]]:
-        """``{name: DeviceClass}`` of every DeviceClass of the cluster."""
-        async with answered("listing the DeviceClasses"):
-            return {
-                str(item["metadata"]["name"]): dict(item)
-                async for item in self.client.list(DEVICE_CLASS, chunk_size=LIST_PAGE)
-            }
+        """``{name: DeviceClass}`` of every DeviceClass of the cluster, all kept: the
+        whole list within one answer's budget (``kubeapi.list_objects``)."""
+        items, _ = await list_objects(http_of(self.client), CLASSES, {}, "the DeviceClasses")
+        return {str(item["metadata"]["name"]): item for item in items}
 
     async def create_class(self, obj: dict[str, Any]) -> None:
         """Create ``obj``; raises ApiRequestError 409 when a class of that name exists."""
@@ -102,17 +103,27 @@ class ClassApi:
 
     async def published_resources(self) -> set[str]:
         """The resources some node's slices of our driver hold devices of (the ``resource``
-        attribute every device we publish carries, dra/slices.py)."""
+        attribute every device we publish carries, dra/slices.py). Slices are many in a
+        big cluster and not kept: each page is read within an answer's budget and
+        dropped, and at most ``MAX_RESOURCES`` names are kept."""
         found: set[str] = set()
-        async with answered(f"listing the ResourceSlices of driver {self.driver}"):
-            slices = self.client.list(
-                RESOURCE_SLICE, fields={"spec.driver": self.driver}, chunk_size=LIST_PAGE
-            )
-            async for item in slices:
+        what = f"the ResourceSlices of driver {self.driver}"
+
+        def keep(items: list[dict[str, Any]]) -> None:
+            for item in items:
                 for device in (item.get("spec") or {}).get("devices") or ():
                     value = ((device.get("attributes") or {}).get("resource") or {}).get("string")
                     if isinstance(value, str):
                         found.add(value)
+            if len(found) > MAX_RESOURCES:
+                raise ApiRequestError(
+                    f"listing {what}", 200, f"devices of more than {MAX_RESOURCES} resources"
+                )
+
+        selector = {"fieldSelector": f"spec.driver={self.driver}"}
+        await read_pages(
+            http_of(self.client), SLICES, selector, what, keep, max_objects=sys.maxsize
+        )
         return found
 
     def changes(self, kind: str, on_change: Callable[[], object]) -> Changes:

@@ -26,15 +26,16 @@ Every request but a watch has an overall deadline (``REQUEST_DEADLINE``;
 server trickling its answer a byte at a time never trips it. A watch is
 bounded by its caller (``dra/listwatch.py``: its timeoutSeconds and a
 margin) and its lines by ``dra/watchlines.py``. Every other answer is bounded
-in bytes and JSON values as it is read (``dra/answersize.py``), and a list is
-read in pages of ``LIST_PAGE`` objects, at most ``MAX_LIST_OBJECTS`` in all.
+in decoded bytes and JSON values as it is read (``dra/answersize.py``), a list
+over all its pages, read in pages of ``LIST_PAGE`` objects, at most
+``MAX_LIST_OBJECTS`` in all.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from http import HTTPStatus
 from pathlib import Path
@@ -48,7 +49,7 @@ from lightkube.generic_resource import (
     create_namespaced_resource,
 )
 
-from genericdp.dra.answersize import LIST_PAGE, bound
+from genericdp.dra.answersize import LIST_PAGE, bound, one_budget
 from genericdp.dra.listwatch import BrokenWatchError, ExpiredError, version_of
 from genericdp.dra.naming import DEFAULT_DRIVER
 from genericdp.dra.slicestore import Listing
@@ -72,6 +73,7 @@ __all__ = [
     "list_objects",
     "list_slices",
     "list_version",
+    "read_pages",
     "unanswered",
     "version_of",
     "watch_events",
@@ -193,23 +195,46 @@ async def list_objects(
     deadline: float = REQUEST_DEADLINE,
 ) -> tuple[list[dict[str, Any]], str]:
     """The objects at ``path`` (``params``: the selectors) and the list's resourceVersion,
-    read in pages of ``LIST_PAGE`` and answered within ``deadline`` seconds in all."""
-    what = f"listing {what}"
+    read in pages of ``LIST_PAGE``, all of them within one answer's budget (every object
+    is kept: ``answersize.one_budget``) and answered within ``deadline`` seconds in all."""
     objects: list[dict[str, Any]] = []
+    with one_budget():
+        version = await read_pages(http, path, params, what, objects.extend, deadline=deadline)
+    return objects, version
+
+
+async def read_pages(
+    http: httpx2.AsyncClient,
+    path: str,
+    params: Mapping[str, str],
+    what: str,
+    on_page: Callable[[list[dict[str, Any]]], object],
+    *,
+    deadline: float = REQUEST_DEADLINE,
+    max_objects: int = MAX_LIST_OBJECTS,
+) -> str:
+    """Call ``on_page`` with each page's objects of the list at ``path``, at most
+    ``max_objects`` in all, within ``deadline`` seconds in all; the list's
+    resourceVersion. Each page is within an answer's budget; a caller that keeps the
+    objects reads them all within one (``list_objects``)."""
+    what = f"listing {what}"
     query = {**params, "limit": str(LIST_PAGE)}
     version = ""
+    count = 0
     async with answered(what, deadline):
         while True:
             body = _answer(await http.get(path, params=query, timeout=REQUEST_TIMEOUT), what)
             items = body.get("items")
-            objects += [dict(item) for item in items if isinstance(item, dict)] if items else []
+            kept = [dict(item) for item in items if isinstance(item, dict)] if items else []
+            count += len(kept)
+            if count > max_objects:
+                raise ApiRequestError(what, 200, f"more than {max_objects} objects")
             version = version or version_of(body)  # every page is of the first one's version
-            if len(objects) > MAX_LIST_OBJECTS:
-                raise ApiRequestError(what, 200, f"more than {MAX_LIST_OBJECTS} objects")
+            on_page(kept)
             metadata = body.get("metadata")
             token = metadata.get("continue") if isinstance(metadata, dict) else None
             if not token or not isinstance(token, str):
-                return objects, version
+                return version
             query["continue"] = token
 
 

@@ -57,6 +57,10 @@ from genericdp.errors import GenericdpError
 log = logging.getLogger(__name__)
 
 COALESCE = 0.05  # seconds a burst of changes is gathered before one write
+# Seconds from one write of the pool to the next at least: a device that appears and
+# disappears 90 times a second is at most four pool rewrites a second, of its latest
+# state, while a change after a quiet spell still goes out after COALESCE.
+MIN_WRITE_GAP = 0.25
 # The longest the first write waits for an expected resource's first publish: a
 # resource whose first scan fails (retried with backoff) does not hold the others back.
 ADOPT_GRACE = 5.0
@@ -92,6 +96,7 @@ class SlicePublisher:
         store: SliceStore,
         *,
         coalesce: float = COALESCE,
+        min_write_gap: float = MIN_WRITE_GAP,
         adopt_grace: float = ADOPT_GRACE,
         resync: float = RESYNC,
     ) -> None:
@@ -99,6 +104,8 @@ class SlicePublisher:
         self.node = store.node
         self.driver = store.driver
         self._coalesce = coalesce
+        self._min_write_gap = min_write_gap
+        self._last_sync = -min_write_gap  # time.monotonic() at the end of the last write
         self._adopt_grace = adopt_grace
         self._desired: dict[str, list[dict[str, Any]]] = {}
         self._held: dict[str, dict[str, Any]] | None = None  # slice name -> what the server holds
@@ -227,11 +234,14 @@ class SlicePublisher:
             self._idle.clear()
             if self._adopted:
                 await asyncio.sleep(self._coalesce)
+                # Changes keep gathering (in _desired) while the last write is too recent.
+                await asyncio.sleep(self._last_sync + self._min_write_gap - time.monotonic())
             else:
                 await self._takeover_ready()
             self._wake.clear()
             try:
                 await self._sync()
+                self._last_sync = time.monotonic()
             except Exception as err:  # noqa: BLE001 -- the daemon keeps serving; retried below
                 self._held = None  # list again before the next try
                 delay = backoff.next()
