@@ -174,6 +174,17 @@ class DraBackend:
                 len(self.driver.checkpoint.uncleaned),
             ),
             Gauge(
+                "genericdp_dra_taints_dropped",
+                "1 once the API server was seen dropping device taints (its DRADeviceTaints"
+                " feature gate is off): unhealthy devices are then left out of the slices.",
+                1 if publisher is not None and publisher.taints_dropped else 0,
+            ),
+            Gauge(
+                "genericdp_dra_unhealthy_devices_unpublished",
+                "Unhealthy devices left out of the slices because the API server drops taints.",
+                publisher.untainted if publisher is not None else 0,
+            ),
+            Gauge(
                 "genericdp_dra_slice_names_taken",
                 "ResourceSlice names of this node held by a slice of another node or driver"
                 " (their devices are not published).",
