@@ -6,6 +6,8 @@ appending to a file), the embedded DRA kubelet on real sockets."""
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -15,6 +17,7 @@ import pytest
 
 from genericdp.config.model import Config
 from genericdp.discovery.model import Unit
+from genericdp.dra import uncleaned
 from genericdp.dra.backend import DraBackend
 from genericdp.dra.claims import AllocatedDevice, ClaimRef
 from genericdp.dra.embedded import DraEventKind, DraKubeletError, EmbeddedDraKubelet
@@ -193,3 +196,25 @@ async def test_a_unit_whose_definition_left_stays_out_until_released(base: Path)
             await kubelet.prepare_pod(DRIVER, [ref(2)])
             await kubelet.unprepare(DRIVER, [ref(2)])
             assert cleanups(log) == ["A ttyUSB0"]
+
+
+def test_uncleaned_files_are_read_as_hostile_input(
+    base: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A FIFO, an oversized file, non-JSON and a record under another unit's name are
+    logged and not used (none blocks or is trusted); a record under its own name is."""
+    directory = base / "plugin"
+    directory.mkdir()
+    entry = uncleaned.Uncleaned(NAME, "ttyUSB0", USB0, "default/pod-1", "now", "why")
+    uncleaned.record(directory, entry)
+    os.mkfifo(directory / "uncleaned-fifo.json")
+    (directory / "uncleaned-big.json").write_bytes(b" " * (uncleaned.MAX_BYTES + 1))
+    (directory / "uncleaned-text.json").write_text("not json")
+    other = uncleaned.Uncleaned(NAME, "ttyUSB9", "x", "default/pod-2", "now", "why")
+    (directory / "uncleaned-moved.json").write_text(
+        json.dumps(
+            {k: getattr(other, k) for k in ("resource", "unit", "device", "claim", "since", "why")}
+        )
+    )
+    assert uncleaned.load(directory) == {(NAME, "ttyUSB0"): entry}
+    assert len([r for r in caplog.records if "uncleaned-" in r.getMessage()]) == 4
