@@ -40,7 +40,9 @@ def new_driver(
         run_hook=run_hook or RecordedHooks(),
         **options,
     )
-    made.inventory.set_resource(resource or definition(), list(units) or [unit(0), unit(1)])
+    served = resource or definition()
+    made.inventory.set_resource(served, list(units) or [unit(0), unit(1)])
+    made.preparer.configured = frozenset({served.name})
     return made
 
 

@@ -155,6 +155,7 @@ def setup(
         run_hook=hooks,
         node_name=NODE,
     )
+    preparer.configured = frozenset(d.name for d, _ in definitions)
     return Setup(inventory, claims, checkpoint, hooks, preparer, cdi_dir)
 
 

@@ -123,6 +123,7 @@ async def test_trickled_reads_never_hold_back_claims_that_need_no_read(
         run_hook=RecordedHooks(),
         node_name=NODE,
     )
+    preparer.configured = frozenset({definition().name})
     slow = [
         asyncio.create_task(preparer.prepare([claim(n)]), name=f"slow-{n}")
         for n in range(3, 3 + DEFAULT_CONCURRENCY)

@@ -257,3 +257,38 @@ async def test_a_checkpoint_naming_paths_outside_is_never_written_or_removed_the
         ref = ClaimRef("../../../victim", "claim-1", claim().uid)
         assert await d.preparer.unprepare([ref]) == {claim().uid: ""}
     assert (victim / "keep").read_text() == "mine"
+
+
+LONGEST_NAME = ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * 61])  # a DNS subdomain: 253
+
+
+async def test_claims_with_the_longest_valid_names_get_their_metadata(base: Path) -> None:
+    """A claim name of 253 characters, in a namespace of 7 and of 63: its files fit in
+    file names (cut, with a digest), are mounted, and go at unprepare; a short name
+    keeps its readable directory."""
+    refs = [
+        ClaimRef("default", LONGEST_NAME, "00000001-aaaa-bbbb-cccc-dddddddddddd"),
+        ClaimRef("n" * 63, LONGEST_NAME, "00000002-aaaa-bbbb-cccc-dddddddddddd"),
+        ClaimRef("default", "claim-3", "00000003-aaaa-bbbb-cccc-dddddddddddd"),
+    ]
+    claims = MemoryClaims({ref: allocated(SERIAL, unit(n)) for n, ref in enumerate(refs)})
+    top = base / "plugins" / DRIVER / "dra-device-metadata"
+    async with (
+        EmbeddedDraKubelet(base / "registry") as kubelet,
+        driver(base, claims, unit(0), unit(1), unit(2)),
+    ):
+        await kubelet.wait_until(lambda k: k.registered(DRIVER))
+        ids = await kubelet.prepare_pod(DRIVER, refs)
+        mounts = resolve_cdi(base / "cdi", ids)["mounts"]
+        dirs = sorted(p.name for p in top.iterdir())
+        assert len(dirs) == len(refs)
+        assert all(len(d.encode()) <= 255 for d in dirs)
+        assert "default_claim-3" in dirs
+        assert sorted(d.split("~")[0][:20] for d in dirs if "~" in d) == [
+            "default_aaaaaaaaaaaa",
+            "nnnnnnnnnnnnnnnnnnnn",
+        ]
+        assert {m["hostPath"] for m in mounts} == {str(p) for p in top.glob("*/req/metadata.json")}
+        assert all(objects(Path(m["hostPath"]))[0]["kind"] == "DeviceMetadata" for m in mounts)
+        await kubelet.unprepare(DRIVER, refs)
+        assert list(top.iterdir()) == []

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from genericdp.aio import TaskSet
-from genericdp.config.model import ResourceDefinition
+from genericdp.config.model import Config, ResourceDefinition
 from genericdp.hooks import HookRun
 from genericdp.runtime.backend import Backend, Fleet, Gauge, ResourceParts
 from genericdp.runtime.cleanup import Release
@@ -124,6 +124,12 @@ class PublishingBackend:
 
     def shutting_down(self) -> None:
         pass
+
+    def configured(self, config: Config) -> None:
+        pass
+
+    def notes(self) -> tuple[str, ...]:
+        return ()
 
 
 def _is_edge(edge: Edge) -> Edge:  # mypy checks that PublishingEdge meets the protocol

@@ -202,7 +202,7 @@ async def _serve(
             readiness(
                 supervisor.status(),
                 started=started.is_set(),
-                notes=root_notes(supervisor.config.resources, roots),
+                notes=[*root_notes(supervisor.config.resources, roots), *supervisor.notes()],
             ),
             start.problem,
         ),

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genericdp.aio import Backoff, TaskSet
-from genericdp.config.model import ResourceDefinition
+from genericdp.config.model import Config, ResourceDefinition
 from genericdp.dra.claims import ClaimSource
 from genericdp.dra.driver import DraDriver, DriverPaths
 from genericdp.dra.edge import DraEdge, Publisher
@@ -108,10 +108,27 @@ class DraBackend:
             registration=registration,
             stopping=lambda: self.stopping,
             on_status=parts.context.on_status,
+            uncleaned=self.uncleaned_units,
         )
         if self._edges is not None:
             self._edges.append(edge)
         return edge
+
+    def uncleaned_units(self, resource: str) -> frozenset[str]:
+        """The units of ``resource`` out of service until an admin releases them."""
+        return frozenset(u for r, u in self.driver.checkpoint.uncleaned if r == resource)
+
+    def configured(self, config: Config) -> None:
+        self.driver.preparer.configured = frozenset(d.name for d in config.resources)
+
+    def notes(self) -> tuple[str, ...]:
+        found = sorted(
+            self.driver.checkpoint.uncleaned.values(), key=lambda u: (u.resource, u.unit)
+        )
+        return tuple(
+            f"{u.resource}: unit {u.unit} out of service since {u.since}: {u.why}"
+            for u in found[:10]
+        )
 
     def renews(self, before: ResourceDefinition, after: ResourceDefinition) -> bool:  # noqa: ARG002 -- the Backend protocol's signature
         return False  # the driver learns nothing of a definition at registration
@@ -120,7 +137,14 @@ class DraBackend:
         """Start the driver (it serves its own sockets); from then on every
         resource's list follows what the claims in its checkpoint hold."""
         await self.driver.start(register=False)
-        self.usage.listen(fleet.usage_changed)
+
+        def changed() -> None:
+            fleet.usage_changed()
+            for edge in fleet.edges():
+                if isinstance(edge, DraEdge):
+                    edge.refresh()  # a unit released from ``uncleaned`` is published again
+
+        self.usage.listen(changed)
         self.usage.settled.set()
 
     def started(self, fleet: Fleet, tasks: TaskSet) -> None:  # noqa: ARG002 -- the Backend protocol's signature
@@ -143,6 +167,23 @@ class DraBackend:
         taken = publisher.taken if publisher else ()
         restarts = publisher.watch_restarts if publisher else {}
         return (
+            Gauge(
+                "genericdp_dra_units_uncleaned",
+                "Units handed out whose cleanup hook cannot run (their definition left the"
+                " config): out of service until an admin deletes their uncleaned-*.json file.",
+                len(self.driver.checkpoint.uncleaned),
+            ),
+            Gauge(
+                "genericdp_dra_taints_dropped",
+                "1 once the API server was seen dropping device taints (its DRADeviceTaints"
+                " feature gate is off): unhealthy devices are then left out of the slices.",
+                1 if publisher is not None and publisher.taints_dropped else 0,
+            ),
+            Gauge(
+                "genericdp_dra_unhealthy_devices_unpublished",
+                "Unhealthy devices left out of the slices because the API server drops taints.",
+                publisher.untainted if publisher is not None else 0,
+            ),
             Gauge(
                 "genericdp_dra_slice_names_taken",
                 "ResourceSlice names of this node held by a slice of another node or driver"

@@ -14,6 +14,11 @@ overwritten, and the checkpoint is then *incomplete*: start-up removes no
 claim spec, since the file may have listed it (so too while a file set aside
 is still there). An entry that does not have the expected shape is logged and
 dropped, the others are kept, and its UID is *unaccounted*: its spec stays.
+
+Each device records the ``cleanup`` hook of the definition it was handed out
+under, so its unprepare runs that hook whatever selectors, reloads or
+restarts happened since. Units whose cleanup cannot run are kept beside the
+file (``uncleaned.py``) and loaded with it.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from genericdp.atomicfile import reason, write_atomically
+from genericdp.config.model import Exec
+from genericdp.dra import uncleaned
 from genericdp.dra.claims import ClaimRef, valid_uid
 from genericdp.errors import clip
 
@@ -62,6 +69,10 @@ class PreparedDevice:
     # Its device metadata attributes, (name, type, value): ``dra/metadata.py``.
     attributes: tuple[tuple[str, str, Any], ...] = ()
     share_id: str = ""  # the allocation's shareID, for a device shared by several claims
+    # The cleanup hook of the definition the device was handed out under (None: it had
+    # none); ``recorded`` False: an entry written before hooks were recorded.
+    cleanup: Exec | None = None
+    recorded: bool = True
 
 
 @dataclass(frozen=True)
@@ -86,6 +97,9 @@ class Checkpoint:
         self.complete = True
         self.unaccounted: set[str] = set()  # UIDs of entries dropped as unusable
         self._seen: _FileId | None = None  # the file as last read or written here
+        # Units whose cleanup is owed and cannot run, by (resource, unit): ``uncleaned.py``.
+        self.uncleaned: dict[tuple[str, str], uncleaned.Uncleaned] = {}
+        self._uncleaned_seen: uncleaned.DirId = frozenset()
 
     def __iter__(self) -> Iterator[PreparedClaim]:
         return iter(tuple(self._claims.values()))
@@ -112,6 +126,8 @@ class Checkpoint:
         elif doc is not None:
             self._take(doc["claims"], claims, unaccounted)
         self._claims, self.unaccounted, self._seen = claims, unaccounted, seen
+        self._uncleaned_seen = uncleaned.identity(self.path.parent)
+        self.uncleaned = uncleaned.load(self.path.parent)
         aside = sorted(self.path.parent.glob(self.path.name + UNUSABLE + "*"))
         self.complete = complete and not aside
         if aside:
@@ -136,8 +152,19 @@ class Checkpoint:
             return None, f"cannot be read: {reason(exc)}"
 
     def changed_on_disk(self) -> bool:
-        """Whether the file is not the one this instance last read or wrote."""
-        return _identity(self.path) != self._seen
+        """Whether the file, or the set of uncleaned units, is not what this instance
+        last read or wrote."""
+        return (
+            _identity(self.path) != self._seen
+            or uncleaned.identity(self.path.parent) != self._uncleaned_seen
+        )
+
+    async def owe(self, entry: uncleaned.Uncleaned) -> None:
+        """Record a unit whose cleanup cannot run; raises OSError when it cannot be."""
+        directory = self.path.parent
+        await asyncio.to_thread(uncleaned.record, directory, entry)
+        self.uncleaned[entry.resource, entry.unit] = entry
+        self._uncleaned_seen = await asyncio.to_thread(uncleaned.identity, directory)
 
     def _set_aside(self, problem: str) -> bool:
         """Keep an unusable file under a name of its own; ours is written anew. False:
@@ -301,7 +328,8 @@ def _dump(prepared: PreparedClaim) -> dict[str, Any]:
         "pod_claim": prepared.pod_claim,
         "devices": [
             {
-                **asdict(d),
+                **{k: v for k, v in asdict(d).items() if k != "recorded"},
+                "cleanup": _dump_exec(d.cleanup) if d.recorded else _UNRECORDED,
                 "cdi_ids": list(d.cdi_ids),
                 "nodes": [list(n) for n in d.nodes],
                 "attributes": [list(a) for a in d.attributes],
@@ -357,11 +385,40 @@ def _parse(uid: object, entry: object) -> PreparedClaim:
                 nodes=tuple((n[0], n[1]) for n in nodes),
                 attributes=_attributes(device.get("attributes", [])),
                 share_id=_text(device, "share_id", limit=128) if "share_id" in device else "",
+                cleanup=_exec(device.get("cleanup")),
+                recorded=device.get("cleanup", _UNRECORDED) != _UNRECORDED,
             )
         )
     claim = ClaimRef(_text(entry, "namespace"), _text(entry, "name"), uid)
     pod_claim = _text(entry, "pod_claim", limit=63) if "pod_claim" in entry else ""
     return PreparedClaim(claim, state, tuple(parsed), spec, pod_claim)
+
+
+_UNRECORDED = "unrecorded"  # an entry from before hooks were recorded
+_MAX_ARGV = 256  # words of a recorded hook's command
+
+
+def _dump_exec(spec: Exec | None) -> dict[str, Any] | None:
+    return None if spec is None else {"argv": list(spec.argv), "timeout": spec.timeout}
+
+
+def _exec(found: object) -> Exec | None:
+    """A recorded cleanup hook: {argv, timeout}, None (the definition had none), or
+    absent (an older entry: the current definition's hook, ``prepare.py``)."""
+    if found is None or found == _UNRECORDED:
+        return None
+    if not isinstance(found, dict):
+        raise TypeError("cleanup is not a mapping")
+    argv, timeout = found.get("argv"), found.get("timeout")
+    if (
+        not isinstance(argv, list)
+        or not 0 < len(argv) <= _MAX_ARGV
+        or not all(isinstance(a, str) and len(a) <= 4096 for a in argv)  # noqa: PLR2004 -- as _text's limit
+    ):
+        raise TypeError("cleanup.argv is not a list of strings")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise ValueError("cleanup.timeout is not a positive number")
+    return Exec(tuple(argv), float(timeout))
 
 
 _ATTRIBUTE_TYPES = {"string": str, "version": str, "int": int, "bool": bool}

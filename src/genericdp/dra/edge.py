@@ -67,6 +67,7 @@ class DraEdge:
         registration: RegistrationService,
         stopping: Callable[[], bool] = lambda: False,
         on_status: Callable[[], None] = lambda: None,
+        uncleaned: Callable[[str], AbstractSet[str]] = lambda _: frozenset(),
     ) -> None:
         self._definition = definition
         self.state = state
@@ -75,6 +76,8 @@ class DraEdge:
         self._registration = registration
         self._stopping = stopping
         self._on_status = on_status  # what ``status()`` shows changed
+        self._uncleaned = uncleaned  # units owed a cleanup that cannot run: never served
+        self._refreshed = asyncio.Event()
         # The first write of the node's slices (the takeover) waits for this resource.
         publisher.expect(definition().name)
         self._woken = asyncio.Event()
@@ -88,16 +91,23 @@ class DraEdge:
         await self._woken.wait()
         while not self.state.closed:
             changed = self.state.next_change()  # before reading: no change is missed
+            self._refreshed.clear()
             await self._sync()
             if not self._handed:
                 self._handed = True
                 self.handed.set()
                 self._on_status()
-            await changed.wait()
+            await _either(changed, self._refreshed)
+
+    def refresh(self) -> None:
+        """Publish again: what the driver keeps out of service changed."""
+        self._refreshed.set()
 
     async def _sync(self) -> None:
         definition = self._definition()
-        units = self.state.listed_units()  # with those gone while a claim holds them
+        out = self._uncleaned(definition.name)
+        # With those gone while a claim holds them; without those owed a cleanup.
+        units = tuple(u for u in self.state.listed_units() if u.id not in out)
         gone = self.state.gone
         unhealthy = self.state.unhealthy | gone
         self._inventory.set_resource(definition, units)
@@ -173,6 +183,16 @@ class DraEdge:
             log.error("%s", message)
             self._last_error = message
             self._on_status()
+
+
+async def _either(first: asyncio.Event, second: asyncio.Event) -> None:
+    """Wait until one of the two is set."""
+    waits = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
 
 
 def gone_message(unit: Unit) -> str:

@@ -7,7 +7,10 @@ The layout is the one the Go kubelet plugin helper writes
 
 - on the host, one file per claim and request:
   ``<plugins dir>/<driver>/dra-device-metadata/<namespace>_<claim>/<request>/metadata.json``
-  (mode 0644, directories 0755), replaced atomically;
+  (mode 0644, directories 0755), replaced atomically; a claim whose
+  ``<namespace>_<claim>`` is longer than a file name may be (a name of 253
+  characters is valid) keeps its first characters and ends in ``~`` and a
+  digest of both names (``claim_dir_name``: no valid name holds ``~``);
 - in the container, mounted read-only by a CDI device of the claim's spec
   (``<driver>/claim=<claim UID>_<request>``, listed with every device of that
   request, so a container sees only the requests it uses), at
@@ -28,6 +31,7 @@ paths are made of names checked as the API server checks them (``problem``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -112,8 +116,22 @@ def attributes(
     return tuple(out)
 
 
+MAX_DIR_NAME = 255  # bytes of a file name (NAME_MAX)
+_DIGEST_CHARS = 32
+
+
+def claim_dir_name(namespace: str, name: str) -> str:
+    """``<namespace>_<name>``; when longer than a file name may be, cut and ended with
+    ``~<digest>`` of both (readable, unique, and no valid claim's short name)."""
+    whole = f"{namespace}_{name}"
+    if len(whole.encode()) <= MAX_DIR_NAME:
+        return whole
+    digest = hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[:_DIGEST_CHARS]
+    return f"{whole[: MAX_DIR_NAME - _DIGEST_CHARS - 1]}~{digest}"
+
+
 def claim_dir(plugin_dir: Path, namespace: str, name: str) -> Path:
-    return plugin_dir / SUBDIR / f"{namespace}_{name}"
+    return plugin_dir / SUBDIR / claim_dir_name(namespace, name)
 
 
 def host_path(plugin_dir: Path, namespace: str, name: str, request: str) -> Path:
@@ -246,7 +264,10 @@ def remove(plugin_dir: Path, namespace: str, name: str) -> bool:
     Kubernetes names have no files (none are written for them)."""
     if problem(namespace, name, (), ""):
         return False
-    path = claim_dir(plugin_dir, namespace, name)
+    return _remove_dir(claim_dir(plugin_dir, namespace, name))
+
+
+def _remove_dir(path: Path) -> bool:
     try:
         if stat.S_ISLNK(path.lstat().st_mode):
             path.unlink()
@@ -262,7 +283,7 @@ def remove(plugin_dir: Path, namespace: str, name: str) -> bool:
 def stale(plugin_dir: Path, keep: Iterable[tuple[str, str]]) -> list[Path]:
     """Remove the files of claims not in ``keep`` (namespace, name); what was removed.
     Never raises: what cannot be removed is left for the next start."""
-    wanted = {f"{namespace}_{name}" for namespace, name in keep}
+    wanted = {claim_dir_name(namespace, name) for namespace, name in keep}
     removed: list[Path] = []
     try:
         entries = sorted((plugin_dir / SUBDIR).iterdir())
@@ -273,7 +294,7 @@ def stale(plugin_dir: Path, keep: Iterable[tuple[str, str]]) -> list[Path]:
         if entry.name in wanted or not namespace or not name:
             continue
         try:
-            remove(plugin_dir, namespace, name)
+            _remove_dir(entry)
         except CdiSpecError:
             continue
         removed.append(entry)

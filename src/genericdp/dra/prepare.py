@@ -13,7 +13,12 @@ prepared gets the same answer, without running anything again.
 
 Unprepare runs the ``cleanup`` hook on the claim's units, removes its CDI
 spec and device metadata and forgets it. A claim we never prepared (or already unprepared) is
-a success: that is what the kubelet needs to hear to move on.
+a success: that is what the kubelet needs to hear to move on. The hook is the
+one of the definition each unit was handed out under, recorded in the
+checkpoint: it runs whether or not the node serves the resource now (a
+``nodeSelector`` that stopped matching, a reload, a restart). When the
+definition has left the config, the unit is recorded as uncleaned instead
+(``uncleaned.py``) and prepare refuses it until an admin releases it.
 
 Shared devices (``count``, KEP-5075's ``allowMultipleAllocations``): several
 claims may name one unit, each with its own checkpoint entry and CDI spec.
@@ -51,6 +56,7 @@ from genericdp.allocation.cdi import (
 )
 from genericdp.allocation.plan import Plan, plan_allocation
 from genericdp.allocation.render import rendered_soon
+from genericdp.config.model import Exec
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.dra import metadata
 from genericdp.dra.cdispec import claim_spec, undelivered
@@ -71,6 +77,7 @@ from genericdp.dra.claims import (
 )
 from genericdp.dra.inventory import Inventory, Located
 from genericdp.dra.turns import TurnError, Turns
+from genericdp.dra.uncleaned import Uncleaned, file_name
 from genericdp.errors import GenericdpError, clip, cut, first_of
 from genericdp.hooks import CLEANUP, INIT, PRE_START, HookRun, HookRunner
 from genericdp.runtime.recorder import NO_METRICS, Recorder, allocation_result
@@ -129,6 +136,9 @@ class Preparer:
         self._unit_locks: dict[tuple[str, str], asyncio.Lock] = {}  # per (resource, unit)
         # Called after each change of the recorded claims (what they hold: ``DraUsage``).
         self.on_change: Callable[[], None] = lambda: None
+        # The names of every resource of the config applied (served here or not); None
+        # until the first is applied: unprepare waits for it (the kubelet retries).
+        self.configured: frozenset[str] | None = None
 
     # -- batches -----------------------------------------------------------------
 
@@ -305,6 +315,12 @@ class Preparer:
                 f"device {device} is in pool {clip(alloc.pool, 80)}, not in this node's pool"
                 f" {self._inventory.pool}"
             )
+        for owed in self._checkpoint.uncleaned.values():
+            if owed.device == alloc.device:
+                raise ClaimError(
+                    f"device {device} ({owed.resource} unit {clip(owed.unit, 80)}) is out of"
+                    f" service: {owed.why}"
+                )
         located = self._inventory.locate(alloc.device)
         if located is None:
             raise ClaimError(f"device {device} is not on this node (unknown, or gone)")
@@ -339,6 +355,8 @@ class Preparer:
         known = self._checkpoint.get(claim.uid)
         if known is None:
             return ClaimResult()  # never prepared here, or unprepared already
+        if self.configured is None:
+            raise ClaimError("the daemon has not applied its config yet (the kubelet retries)")
         units = [(d.resource, d.unit) for d in known.devices]
         async with self._slots, self._units_locked(units):
             await self._cleanup(known)
@@ -356,14 +374,16 @@ class Preparer:
         return ClaimResult()
 
     async def _cleanup(self, known: PreparedClaim) -> None:
-        """Run ``cleanup`` on the claim's units that no other recorded claim names."""
+        """Run ``cleanup`` on the claim's units that no other recorded claim names: the
+        hook each was handed out under, or, its definition gone from the config, record
+        the unit as uncleaned (out of service until an admin releases it)."""
         shared = {
             (d.resource, d.unit)
             for other in self._checkpoint
             if other.claim.uid != known.claim.uid
             for d in other.devices
         }
-        by_resource: dict[str, dict[str, PreparedDevice]] = defaultdict(dict)
+        runs: dict[tuple[str, Exec], dict[str, PreparedDevice]] = defaultdict(dict)
         for device in known.devices:
             if (device.resource, device.unit) in shared:
                 log.info(
@@ -374,28 +394,64 @@ class Preparer:
                     device.unit,
                 )
                 continue
-            by_resource[device.resource].setdefault(device.device, device)
-        for resource, named in by_resource.items():
-            devices = list(named.values())
-            definition = self._inventory.definition(resource)
-            if definition is None:
-                log.warning(
-                    "unprepare claim %s: resource %s is no longer served, its cleanup hook"
-                    " cannot run",
-                    known.claim.named,
-                    resource,
+            hook = self._owed_hook(device)
+            if hook is not None:
+                runs[device.resource, hook].setdefault(device.device, device)
+        for (resource, hook), named in runs.items():
+            if hook is _UNKNOWN_HOOK or resource not in (self.configured or ()):
+                why = (
+                    f"{resource} left the config"
+                    if hook is not _UNKNOWN_HOOK
+                    else f"the checkpoint does not record the cleanup hook of {resource} and"
+                    " the node does not serve it"
                 )
+                for device in named.values():
+                    await self._owe(known, device, why)
                 continue
-            run = HookRun.of(
-                CLEANUP,
-                definition,
-                [self._unit(resource, d) for d in devices],
-                [d.device for d in devices],
-                node_name=self._node_name,
-                logger=log,
+            devices = list(named.values())
+            await self._run_hook(
+                HookRun(
+                    CLEANUP,
+                    hook,
+                    resource,
+                    [self._unit(resource, d) for d in devices],
+                    [d.device for d in devices],
+                    node_name=self._node_name,
+                    logger=log,
+                )
             )
-            if run is not None:
-                await self._run_hook(run)
+
+    def _owed_hook(self, device: PreparedDevice) -> Exec | None:
+        """The cleanup hook the device was handed out under (an entry from before hooks
+        were recorded: its definition's now, when the config has it)."""
+        if device.recorded:
+            return device.cleanup
+        definition = self._inventory.definition(device.resource)
+        if definition is not None:
+            return definition.hooks.cleanup
+        return _UNKNOWN_HOOK
+
+    async def _owe(self, known: PreparedClaim, device: PreparedDevice, why: str) -> None:
+        entry = Uncleaned(
+            resource=device.resource,
+            unit=device.unit,
+            device=device.device,
+            claim=known.claim.named,
+            since=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            why=(
+                f"{why} while claim {known.claim.named} held the unit, so its cleanup hook"
+                " cannot run; clean the device, then delete"
+                f" {self._checkpoint.path.parent / file_name(device.resource, device.unit)}"
+            ),
+        )
+        await self._checkpoint.owe(entry)
+        log.error(
+            "unprepare claim %s: %s unit %s is not cleaned and stays out of service: %s",
+            known.claim.named,
+            device.resource,
+            device.unit,
+            entry.why,
+        )
 
     @asynccontextmanager
     async def _units_locked(self, keys: Iterable[tuple[str, str]]) -> AsyncIterator[None]:
@@ -429,7 +485,12 @@ def _prepared(
         nodes=tuple((n.host_path, n.container_path) for n in located.unit.nodes),
         attributes=attributes,
         share_id=alloc.share_id,
+        cleanup=located.definition.hooks.cleanup,
     )
+
+
+# A hook that cannot be known: the unit is owed a cleanup (``_cleanup``).
+_UNKNOWN_HOOK = Exec(("<unrecorded>",), 1.0)
 
 
 def _names(names: Iterable[str]) -> str:

@@ -111,6 +111,8 @@ class SlicePublisher:
         self._held: dict[str, dict[str, Any]] | None = None  # slice name -> what the server holds
         self._generation = 0
         self._sharing = True  # until the API server drops allowMultipleAllocations
+        self._tainting = True  # until the API server drops a device's taints
+        self._untainted: dict[str, int] = {}  # resource -> tainted devices left out
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -187,6 +189,8 @@ class SlicePublisher:
         if not self._sharing:
             options = replace(options, sharing=False)
         found = _devices(resource, units, unhealthy, self.driver, attributes, options)
+        if not self._tainting:
+            found = self._leave_tainted_out(resource, found)
         if self._desired.get(resource) == found:
             return
         self._desired[resource] = found
@@ -195,6 +199,7 @@ class SlicePublisher:
     async def withdraw(self, resource: str) -> None:
         """``resource`` is no longer served here: its slices go."""
         self._answer(resource)
+        self._untainted.pop(resource, None)
         if self._desired.pop(resource, None) is not None:
             self._changed()
 
@@ -215,6 +220,16 @@ class SlicePublisher:
     def watch_restarts(self) -> dict[str, int]:
         """Watches opened again, by why (``genericdp_dra_slice_watch_restarts_total``)."""
         return dict(self._watch.restarts)
+
+    @property
+    def taints_dropped(self) -> bool:
+        """Whether the API server was seen dropping taints (``genericdp_dra_taints_dropped``)."""
+        return not self._tainting
+
+    @property
+    def untainted(self) -> int:
+        """Unhealthy devices left out of the slices because the server drops taints."""
+        return sum(self._untainted.values())
 
     @property
     def taken(self) -> tuple[str, ...]:
@@ -359,6 +374,7 @@ class SlicePublisher:
                 else:
                     held[name] = written
                     self._check_sharing(wanted[name], written)
+                    self._check_taints(wanted[name], written)
         finally:
             self._followed.written()  # our own writes among the events held back change nothing
         log.debug(
@@ -382,6 +398,29 @@ class SlicePublisher:
             " are published for one claim at a time, pods share one only by sharing a claim",
             self.node,
         )
+
+    def _check_taints(self, wanted: dict[str, Any], written: dict[str, Any]) -> None:
+        """Leave tainted devices out of the slices from now on if the server dropped
+        their taints: an unhealthy device must not be published as allocatable
+        (docs/dra.md, Unhealthy and unplugged devices). Said once."""
+        if not self._tainting or not slices.taints_dropped(wanted["spec"], written["spec"]):
+            return
+        self._tainting = False
+        self._desired = {r: self._leave_tainted_out(r, f) for r, f in self._desired.items()}
+        log.warning(
+            "the API server dropped the taints from the ResourceSlices of node %s (its"
+            " DRADeviceTaints feature gate is off): unhealthy devices, and unplugged ones"
+            " still held, are left out of the slices until they are healthy again",
+            self.node,
+        )
+        self._changed()  # the devices just written untainted go at once
+
+    def _leave_tainted_out(
+        self, resource: str, found: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        kept = slices.untainted(found)
+        self._untainted[resource] = len(found) - len(kept)
+        return kept
 
     def _first_sync(self, writes: int) -> None:
         """Say once how long the node's pool took to be right after start (docs/dra.md)."""

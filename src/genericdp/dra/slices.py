@@ -192,6 +192,22 @@ def sharing_dropped(wanted: Mapping[str, Any], written: Mapping[str, Any]) -> bo
     )
 
 
+def taints_dropped(wanted: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
+    """Whether the server dropped the taints of a device of slice spec ``wanted`` in what
+    it stored (``written``): an API server whose DRADeviceTaints gate is off drops them,
+    and the device is then allocatable, its being unhealthy unsaid."""
+    kept = {d.get("name"): d for d in written.get("devices") or []}
+    return any(
+        d.get("taints") and not kept.get(d.get("name"), {}).get("taints")
+        for d in wanted.get("devices") or []
+    )
+
+
+def untainted(found: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``found`` without its tainted devices: what a server that drops taints is given."""
+    return [entry for entry in found if not entry.get("taints")]
+
+
 def unshared(found: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """``found`` devices as an API server without consumable capacity stores them."""
     out = []

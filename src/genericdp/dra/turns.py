@@ -19,7 +19,8 @@ each of its claims with a message naming the lock, and the kubelet retries.
 Between turns, ``follow`` watches the plugin directory and reloads the
 checkpoint when another instance replaced it, so what this instance streams
 as health and keeps listed as held (``usage.py``) includes the claims the
-other prepared.
+other prepared. It reloads too when an ``uncleaned-*.json`` file comes or
+goes (``uncleaned.py``): an admin's deleting one serves its unit again.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from inotify_simple import flags
 from genericdp.aio import inotify_events
 from genericdp.dra.checkpoint import Checkpoint
 from genericdp.dra.lockfile import open_lock_file, try_lock
+from genericdp.dra.uncleaned import PREFIX as UNCLEANED
 from genericdp.errors import GenericdpError, KubeletError
 
 log = logging.getLogger(__name__)
@@ -106,15 +108,21 @@ class Turns:
         """Read the checkpoint again if another instance replaced it since we last saw it."""
         if not await asyncio.to_thread(self.checkpoint.changed_on_disk):
             return
-        before = {p.claim.uid: p for p in self.checkpoint}
+        before = {p.claim.uid: p for p in self.checkpoint}, dict(self.checkpoint.uncleaned)
         await asyncio.to_thread(self.checkpoint.load)
-        after = {p.claim.uid: p for p in self.checkpoint}
-        if after != before:
+        after = {p.claim.uid: p for p in self.checkpoint}, dict(self.checkpoint.uncleaned)
+        if after[1] != before[1]:
+            log.warning(
+                "DRA units out of service until their cleanup: %s",
+                ", ".join(f"{r} unit {u}" for r, u in sorted(after[1])) or "none now",
+            )
+        if after[0] != before[0]:
             log.info(
                 "DRA checkpoint %s changed by another instance: %d claim(s) prepared",
                 self.checkpoint.path,
-                len(after),
+                len(after[0]),
             )
+        if after != before:
             self.on_change()
 
     async def follow(self) -> None:
@@ -142,7 +150,9 @@ class Turns:
                 events = inotify.read(timeout=0)
                 if any(event.mask & _LOST for event in events):
                     raise KubeletError(f"{directory} was removed or replaced; watching again")
-                ours = any(event.name == name for event in events)
+                ours = any(
+                    event.name == name or event.name.startswith(UNCLEANED) for event in events
+                )
 
     async def refresh(self) -> None:
         """Between turns: take up what another instance wrote (a turn of ours reads it anyway)."""

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from genericdp.config.model import ResourceDefinition
+from genericdp.config.model import Config, ResourceDefinition
 from genericdp.runtime.cleanup import Release
 from genericdp.runtime.context import ResourceContext
 from genericdp.runtime.edge import Edge
@@ -125,6 +125,14 @@ class Backend(Protocol):
 
     def gauges(self) -> tuple[Gauge, ...]:
         """Its own metrics, now."""
+        ...
+
+    def configured(self, config: Config) -> None:
+        """The config being applied: every resource of it, served on this node or not."""
+        ...
+
+    def notes(self) -> tuple[str, ...]:
+        """What ``/readyz`` should list without failing (units kept out of service)."""
         ...
 
     def shutting_down(self) -> None:

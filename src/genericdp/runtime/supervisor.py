@@ -150,6 +150,7 @@ class Supervisor:
             return await self._apply(config, if_changed=if_changed)
 
     async def _apply(self, config: Config, *, if_changed: bool) -> Plan:
+        self._backend.configured(config)  # before a removed resource's units are released
         wanted, skipped = served(config.resources, self._labels)
         self._say_skipped(skipped)
         steps = plan(self._served, wanted, self._backend.renews)
@@ -247,6 +248,10 @@ class Supervisor:
     def gauges(self) -> tuple[Gauge, ...]:
         """The backend's own metrics."""
         return self._backend.gauges()
+
+    def notes(self) -> tuple[str, ...]:
+        """What /readyz lists of the backend without failing."""
+        return self._backend.notes()
 
     def status(self) -> dict[str, PluginStatus]:
         return {name: r.status() for name, r in sorted(self._runners.items())}

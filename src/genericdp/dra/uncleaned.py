@@ -1,0 +1,126 @@
+"""Units whose cleanup is owed and cannot run: out of service until an admin releases them.
+
+A unit a claim held is cleaned at the claim's unprepare with the ``cleanup``
+hook of the definition it was handed out under (recorded in the checkpoint),
+whether or not the node still serves that resource. When the definition has
+left the config by then, no command the config no longer names is run: the
+unit is recorded here instead, one file per unit in the driver's plugin
+directory, ``uncleaned-<digest>.json``, written before the claim is
+forgotten. While its file is there the unit is left out of the node's
+ResourceSlice and prepare refuses it, whatever the config says, and
+``/readyz``, the log and ``genericdp_dra_units_uncleaned`` say so. An admin
+who has cleaned the device (or knows it needs none) deletes the file: the
+daemon sees it go (``turns.follow``) and serves the unit again.
+
+The files are ours but live on the host: each is read as hostile input
+(a regular file, small, the expected keys); one that cannot be read is
+logged and left where it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from genericdp.atomicfile import reason, write_atomically
+from genericdp.errors import clip
+
+log = logging.getLogger(__name__)
+
+PREFIX = "uncleaned-"
+MAX_BYTES = 64 * 1024
+MAX_FILES = 4096  # far above the units of a node
+_KEYS = ("resource", "unit", "device", "claim", "since", "why")
+
+DirId = frozenset[tuple[str, int, int]]
+
+
+@dataclass(frozen=True)
+class Uncleaned:
+    """A unit handed out whose cleanup cannot run, and why."""
+
+    resource: str
+    unit: str
+    device: str  # its DRA device name
+    claim: str  # <namespace>/<name> of the last claim that held it
+    since: str  # UTC, ISO 8601
+    why: str
+
+    @property
+    def file_name(self) -> str:
+        return file_name(self.resource, self.unit)
+
+
+def file_name(resource: str, unit: str) -> str:
+    digest = hashlib.sha256(f"{resource}\0{unit}".encode()).hexdigest()[:20]
+    return f"{PREFIX}{digest}.json"
+
+
+def record(directory: Path, entry: Uncleaned) -> Path:
+    """Write the unit's file (replaced atomically); raises OSError."""
+    path = directory / entry.file_name
+    data = json.dumps({k: getattr(entry, k) for k in _KEYS}, indent=1) + "\n"
+    write_atomically(path, data.encode())
+    return path
+
+
+def _names(directory: Path) -> list[str]:
+    try:
+        names = [
+            p.name for p in directory.iterdir() if p.name.startswith(PREFIX) and p.suffix == ".json"
+        ]
+    except OSError:
+        return []
+    return sorted(names)[:MAX_FILES]
+
+
+def identity(directory: Path) -> DirId:
+    """Which files are there now (name, inode, change time): what ``load`` would read."""
+    found = set()
+    for name in _names(directory):
+        try:
+            info = os.lstat(directory / name)
+        except OSError:
+            continue
+        found.add((name, info.st_ino, info.st_mtime_ns))
+    return frozenset(found)
+
+
+def load(directory: Path) -> dict[tuple[str, str], Uncleaned]:
+    """Every usable file's unit, by (resource, unit); never raises."""
+    out: dict[tuple[str, str], Uncleaned] = {}
+    for name in _names(directory):
+        path = directory / name
+        try:
+            entry = _read(path)
+        except (OSError, ValueError, TypeError) as exc:
+            why = reason(exc) if isinstance(exc, OSError) else str(exc)
+            log.error("%s cannot be used (%s); delete it if it is not ours", path, clip(why, 200))
+            continue
+        if entry.file_name != name:
+            log.error("%s names another unit (%s); it is not ours", path, entry.file_name)
+            continue
+        out[entry.resource, entry.unit] = entry
+    return out
+
+
+def _read(path: Path) -> Uncleaned:
+    if not stat.S_ISREG(path.lstat().st_mode):
+        raise ValueError("not a regular file")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as file:
+        data = file.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise ValueError(f"over {MAX_BYTES} bytes")
+    doc = json.loads(data)
+    if not isinstance(doc, dict):
+        raise TypeError("not a mapping")
+    values = [doc.get(k) for k in _KEYS]
+    if not all(isinstance(v, str) and len(v) <= 4096 for v in values):  # noqa: PLR2004 -- as the checkpoint's strings
+        raise TypeError(f"not {', '.join(_KEYS)} as strings")
+    return Uncleaned(**{k: str(doc[k]) for k in _KEYS})
