@@ -5,8 +5,11 @@ against ``deploy/helm/genericdp/values.schema.json``; with the config schema
 (``genericdp schema``) as its ``config`` property, a misspelt key, a resource
 name without a domain or an unquoted USB ID (``idVendor: 0403``, which Helm
 reads as the number 259) fails there, with the value's path, before any node
-sees it. The rest of the values schema is written by hand; this tool only
-replaces ``config`` and keeps the file in the form it is checked in.
+sees it. The values that become ``serve``'s settings (``SETTING_VALUES``)
+take their schema from the settings model, so ``helm lint`` refuses what
+``serve`` would refuse on every node (``rescanInterval: 30s``), naming the
+value. The rest of the values schema is written by hand; this tool only
+replaces those properties and keeps the file in the form it is checked in.
 
     python -m tools.chart_schema write    rewrite the file (./dev chart-schema)
     python -m tools.chart_schema check    exit 1 when the file is stale
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from genericdp.config import schema
+from genericdp.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 VALUES_SCHEMA = ROOT / "deploy" / "helm" / "genericdp" / "values.schema.json"
@@ -38,10 +42,63 @@ def config_property() -> dict[str, Any]:
     return embedded
 
 
+# The chart's values that templates/daemonset.yaml passes to the daemon as one
+# setting each, by path -> (the setting, whether "" leaves it to genericdp's
+# default: the template then sets no variable).
+SETTING_VALUES: dict[tuple[str, ...], tuple[str, bool]] = {
+    ("backend",): ("backend", False),
+    ("dra", "driverName"): ("dra_driver_name", False),
+    ("logLevel",): ("log_level", False),
+    ("logFormat",): ("log_format", False),
+    ("nodeFeatures", "publish"): ("node_features", True),
+    ("rescanInterval",): ("rescan_interval", True),
+}
+
+
+def setting_property(field: str, *, empty: bool, description: str = "") -> dict[str, Any]:
+    """The JSON schema the settings model gives FIELD, as a chart value described by
+    DESCRIPTION (the setting's own description when empty).
+
+    With EMPTY, "" is valid too. A number setting then takes "" or a number:
+    any other string is refused as not a number (Helm's message says so),
+    although the variable would be a string, since a string's bounds cannot
+    be checked (``"100000"``)."""
+    model = Settings.model_json_schema()["properties"][field]
+    prop = {k: v for k, v in model.items() if k not in ("title", "default")}
+    if not description:
+        description = f"GENERICDP_{field.upper()}: {prop['description']}"
+        if empty:
+            description += f"; empty: genericdp's default ({model['default']})"
+    del prop["description"]
+    if empty and "enum" in prop:
+        prop["enum"] = ["", *prop["enum"]]
+    elif empty:
+        kind = prop.pop("type")
+        prop = {
+            "type": [kind, "string"],
+            **prop,
+            "if": {"type": "string", "minLength": 1},
+            "then": {"type": kind},
+        }
+    return {"description": description, **prop}
+
+
+def _with_settings(properties: dict[str, Any]) -> dict[str, Any]:
+    updated: dict[str, Any] = json.loads(json.dumps(properties))
+    for path, (field, empty) in SETTING_VALUES.items():
+        where = updated
+        for key in path[:-1]:
+            where = where[key]["properties"]
+        written = where.get(path[-1], {}).get("description", "")
+        where[path[-1]] = setting_property(field, empty=empty, description=written)
+    return updated
+
+
 def render(current: dict[str, Any]) -> str:
-    """``current`` with the config schema in place, as the file is written."""
+    """``current`` with the config schema and the settings' schemas in place, as the
+    file is written."""
     updated = {"$schema": DRAFT, **{k: v for k, v in current.items() if k != "$schema"}}
-    updated["properties"] = {**current["properties"], "config": config_property()}
+    updated["properties"] = {**_with_settings(current["properties"]), "config": config_property()}
     return json.dumps(updated, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -56,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if text != wanted:
         print(
-            f"{VALUES_SCHEMA.relative_to(ROOT)} is stale (the config schema changed):"
+            f"{VALUES_SCHEMA.relative_to(ROOT)} is stale (the config schema or the settings"
+            " changed):"
             " run ./dev chart-schema",
             file=sys.stderr,
         )
