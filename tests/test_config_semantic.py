@@ -95,3 +95,33 @@ def test_issue_text_has_file_line_column_and_path() -> None:
     """Each issue prints as file:line:column: path: message."""
     (issue,) = _issues("    count: 1001\n")
     assert str(issue) == "c.yaml:6:12: resources[0].count: must be between 1 and 1000, not 1001"
+
+
+@pytest.mark.parametrize(
+    ("extra", "path"),
+    [
+        (
+            '    hooks:\n      init:\n        exec: [/bin/echo, "path={{ devices[0].path }}"]\n',
+            "resources[0].hooks.init.exec[1]",
+        ),
+        (
+            "    hooks:\n      cleanup: {exec: [/bin/sh, -c, '{% for d in devices %}x{% endfor %}']}\n",  # noqa: E501
+            "resources[0].hooks.cleanup.exec[2]",
+        ),
+        (
+            '    health: {exec: [/usr/bin/test, -c, "{{ unit.id }}"]}\n',
+            "resources[0].health.exec[2]",
+        ),
+    ],
+)
+def test_a_template_in_a_command_is_refused_where_it_is(extra: str, path: str) -> None:
+    """Hook and probe arguments are never rendered: a template there would reach the
+    command as written, so validation says so, at the item's line and column."""
+    (issue,) = _issues(extra)
+    assert issue.path == path
+    assert "never rendered as templates" in issue.message
+    assert "GENERICDP_" in issue.message
+    assert issue.line is not None
+    assert issue.column is not None
+    line = (HEAD + extra).splitlines()[issue.line - 1]
+    assert line[issue.column - 1 :].startswith(('"', "'")), (issue.line, issue.column)
