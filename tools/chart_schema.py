@@ -31,10 +31,57 @@ VALUES_SCHEMA = ROOT / "deploy" / "helm" / "genericdp" / "values.schema.json"
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
 
+def _one_key_objects(branches: list[Any]) -> list[str] | None:
+    """The keys of a oneOf whose every branch is a closed object told apart by one
+    required key (the matcher: glob or udev), or None."""
+    keys: list[str] = []
+    if not isinstance(branches, list) or len(branches) < 2:  # noqa: PLR2004 -- a choice
+        return None
+    for branch in branches:
+        if not (
+            isinstance(branch, dict)
+            and branch.get("type") == "object"
+            and branch.get("additionalProperties") is False
+            and len(branch.get("required", ())) == 1
+        ):
+            return None
+        keys.append(branch["required"][0])
+    return keys if len(set(keys)) == len(keys) else None
+
+
+def for_helm(node: Any) -> Any:
+    """The schema with each oneOf of closed objects told apart by one key (``match``
+    items) written as one object: every branch's properties, at least one of the keys
+    and never two. The same values pass; but Helm's validators report a wrong value
+    inside a branch at its own path, instead of first every branch's missing and
+    unknown keys (``missing property 'glob'`` before ``got number, want string``)."""
+    if isinstance(node, list):
+        return [for_helm(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    node = {k: for_helm(v) for k, v in node.items()}
+    keys = _one_key_objects(node.get("oneOf", []))
+    if keys is None:
+        return node
+    branches = node.pop("oneOf")
+    properties: dict[str, Any] = {}
+    for branch in branches:
+        properties.update(branch["properties"])
+    return {
+        **node,
+        "type": "object",
+        "additionalProperties": False,
+        "properties": properties,
+        "anyOf": [{"required": [key]} for key in keys],
+        "not": {"anyOf": [{"required": [a, b]} for a in keys for b in keys if a < b]},
+    }
+
+
 def config_property() -> dict[str, Any]:
     """The config schema as an embedded resource: its ``$id`` keeps its ``#/$defs`` refs
-    pointing into itself; only the root says which draft."""
-    embedded = {k: v for k, v in schema().items() if k != "$schema"}
+    pointing into itself; only the root says which draft. Written for Helm's
+    validators (``for_helm``)."""
+    embedded = {k: v for k, v in for_helm(schema()).items() if k != "$schema"}
     embedded["description"] = (
         "A config v1 file (docs/config.md), rendered as config.yaml; ignored when"
         " configYaml is set. " + str(embedded.get("description", ""))
