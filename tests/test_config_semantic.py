@@ -125,3 +125,19 @@ def test_a_template_in_a_command_is_refused_where_it_is(extra: str, path: str) -
     assert issue.column is not None
     line = (HEAD + extra).splitlines()[issue.line - 1]
     assert line[issue.column - 1 :].startswith(('"', "'")), (issue.line, issue.column)
+
+
+@pytest.mark.parametrize(("parent", "key"), [("allocate", "env"), ("hooks", "init")])
+def test_a_key_indented_one_level_too_little_is_one_issue_at_its_line(
+    parent: str, key: str
+) -> None:
+    """`allocate:` left empty with `env:` below it at its indentation: one issue, at the
+    line of env, not an unknown key plus an empty allocate placed at env's line."""
+    value = '{A: "x"}' if key == "env" else "{exec: [/bin/true]}"
+    (issue,) = _issues(f"    {parent}:\n    {key}: {value}\n")
+    assert issue.path == f"resources[0].{parent}"
+    assert (issue.line, issue.column) == (7, 5)
+    assert issue.message == (
+        f"{key!r} belongs under {parent!r} (line 6), which is empty: indent {key!r} and what"
+        " follows two spaces more"
+    )
