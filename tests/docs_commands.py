@@ -51,7 +51,7 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("apply", r"^kubectl apply -k deploy/kustomize/\S+$"),
         ("node", r"^(POD=\$\()?kubectl "),
         ("helm", r"^helm (install|upgrade) "),
-        ("genericdp", r"^(\.venv/bin/)?genericdp "),
+        ("genericdp", r"^\.venv/bin/genericdp "),
         ("script", r"^([A-Z_]+=\S+ )*(\./dev|e2e/\S+\.sh)( |$)"),
         ("bench", r"^\.venv/bin/python -m bench\.\w+ "),
         ("pip", r"^pip install genericdp==X\.Y\.Z$"),
