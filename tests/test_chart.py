@@ -567,3 +567,22 @@ def test_the_daemonset_stays_on_linux_and_its_tolerations_can_be_narrowed(helm: 
     assert chosen["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     ]
+
+
+def test_an_unquoted_usb_id_in_config_yaml_fails_the_render(helm: Path, tmp_path: Path) -> None:
+    """configYaml is text the schema cannot read: the template refuses a udev value YAML
+    reads as a number (helm template and install; helm lint lets templates' fail pass)."""
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        "configYaml: |\n  version: v1\n  resources:\n    - name: example.com/serial\n"
+        "      match: [{udev: {subsystem: tty, attributes: {idVendor: 0403}}}]\n"
+    )
+    rendered = helm_run(helm, "template", "gdp", str(CHART), "-f", str(values))
+    assert rendered.returncode != 0
+    assert (
+        "configYaml: resources[0].match[0].udev.attributes.idVendor is 259, not a string"
+        in rendered.stderr
+    ), rendered.stderr
+    values.write_text(values.read_text().replace("0403", '"0403"'))
+    rendered = helm_run(helm, "template", "gdp", str(CHART), "-f", str(values))
+    assert rendered.returncode == 0, rendered.stderr
