@@ -48,10 +48,10 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(pattern))
     for kind, pattern in (
         ("dra-metadata", r"^kubectl exec \S+ -- cat /var/run/kubernetes\.io/dra-device-attrib"),
-        ("apply", r"^kubectl apply -n \S+ -k deploy/kustomize/\S+$"),
+        ("apply", r"^kubectl apply -k deploy/kustomize/\S+$"),
         ("node", r"^(POD=\$\()?kubectl "),
         ("helm", r"^helm (install|upgrade) "),
-        ("genericdp", r"^(\.venv/bin/)?genericdp "),
+        ("genericdp", r"^\.venv/bin/genericdp "),
         ("script", r"^([A-Z_]+=\S+ )*(\./dev|e2e/\S+\.sh)( |$)"),
         ("bench", r"^\.venv/bin/python -m bench\.\w+ "),
         ("pip", r"^pip install genericdp==X\.Y\.Z$"),

@@ -200,3 +200,25 @@ def test_validate_help_says_how_paths_are_combined() -> None:
     assert "--each" in text
     assert "--merged" in text
     assert "as one config" in text
+
+
+def test_discover_table_header_lines_up_with_its_rows(tmp_path: Path) -> None:
+    """Unit IDs shorter than the UNIT heading (here "0") still put every column under it."""
+    host = FakeHost(tmp_path / "host")
+    host.add_usb_serial(port="1-2", serial="A1B2C3", ttys=("ttyUSB0",))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(GOOD + '    groupBy: {pathRegex: "ttyUSB(?P<key>[0-9]+)"}\n')
+    env = {
+        "GENERICDP_DEV_ROOT": str(host.dev),
+        "GENERICDP_SYS_ROOT": str(host.sys),
+        "GENERICDP_UDEV_ROOT": str(host.udev),
+    }
+    result = run("discover", str(cfg), env=env)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith("UNIT "))
+    header, row = lines[at], lines[at + 1]
+    assert row.split()[0] == "0", row
+    assert row.index("-") == header.index("NUMA"), (header, row)
+    assert row.index("Healthy") == header.index("HEALTH"), (header, row)
+    assert row.index("/dev/ttyUSB0") == header.index("NODES"), (header, row)

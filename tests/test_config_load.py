@@ -44,7 +44,7 @@ resources:
     count: 4
     permissions: wmr
     health:
-      exec: [/usr/bin/test, -c, "{{ unit }}"]
+      exec: [/usr/bin/test, -c, /dev/ttyUSB0]
       interval: 1m30s
       timeout: 1.5s
       failureThreshold: 5
@@ -107,7 +107,7 @@ def test_full_featured_config_becomes_the_exact_model(tmp_path: Path) -> None:
         count=4,
         permissions="rwm",
         health=HealthCheck(
-            exec=Exec(("/usr/bin/test", "-c", "{{ unit }}"), 1.5),
+            exec=Exec(("/usr/bin/test", "-c", "/dev/ttyUSB0"), 1.5),
             interval=90.0,
             failure_threshold=5,
         ),

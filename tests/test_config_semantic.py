@@ -95,3 +95,49 @@ def test_issue_text_has_file_line_column_and_path() -> None:
     """Each issue prints as file:line:column: path: message."""
     (issue,) = _issues("    count: 1001\n")
     assert str(issue) == "c.yaml:6:12: resources[0].count: must be between 1 and 1000, not 1001"
+
+
+@pytest.mark.parametrize(
+    ("extra", "path"),
+    [
+        (
+            '    hooks:\n      init:\n        exec: [/bin/echo, "path={{ devices[0].path }}"]\n',
+            "resources[0].hooks.init.exec[1]",
+        ),
+        (
+            "    hooks:\n      cleanup: {exec: [/bin/sh, -c, '{% for d in devices %}x{% endfor %}']}\n",  # noqa: E501
+            "resources[0].hooks.cleanup.exec[2]",
+        ),
+        (
+            '    health: {exec: [/usr/bin/test, -c, "{{ unit.id }}"]}\n',
+            "resources[0].health.exec[2]",
+        ),
+    ],
+)
+def test_a_template_in_a_command_is_refused_where_it_is(extra: str, path: str) -> None:
+    """Hook and probe arguments are never rendered: a template there would reach the
+    command as written, so validation says so, at the item's line and column."""
+    (issue,) = _issues(extra)
+    assert issue.path == path
+    assert "never rendered as templates" in issue.message
+    assert "GENERICDP_" in issue.message
+    assert issue.line is not None
+    assert issue.column is not None
+    line = (HEAD + extra).splitlines()[issue.line - 1]
+    assert line[issue.column - 1 :].startswith(('"', "'")), (issue.line, issue.column)
+
+
+@pytest.mark.parametrize(("parent", "key"), [("allocate", "env"), ("hooks", "init")])
+def test_a_key_indented_one_level_too_little_is_one_issue_at_its_line(
+    parent: str, key: str
+) -> None:
+    """`allocate:` left empty with `env:` below it at its indentation: one issue, at the
+    line of env, not an unknown key plus an empty allocate placed at env's line."""
+    value = '{A: "x"}' if key == "env" else "{exec: [/bin/true]}"
+    (issue,) = _issues(f"    {parent}:\n    {key}: {value}\n")
+    assert issue.path == f"resources[0].{parent}"
+    assert (issue.line, issue.column) == (7, 5)
+    assert issue.message == (
+        f"{key!r} belongs under {parent!r} (line 6), which is empty: indent {key!r} and what"
+        " follows two spaces more"
+    )

@@ -150,7 +150,7 @@ def test_a_genericdp_command_of_the_docs_runs(command: Command, tmp_path: Path) 
     genericdp = f"{shlex.quote(sys.executable)} -m genericdp"
     shell = re.sub(r"^(\.venv/bin/)?genericdp", genericdp, _swapped(command.text))
     env = _env()
-    if command.output and re.match(r"genericdp (discover|simulate) ", command.text):
+    if command.output and re.match(r"\.venv/bin/genericdp (discover|simulate) ", command.text):
         env |= _serial_host(tmp_path / "host")
     done = subprocess.run(
         ["bash", "-c", shell], cwd=work, env=env, capture_output=True, text=True,
@@ -446,3 +446,17 @@ def test_a_release_command_of_the_docs_reads_what_the_release_makes(command: Com
     needs = {".SBOM": "sbom: true\n", ".Provenance": "provenance: mode=max\n", ".Manifest": ""}
     (field,) = [f for f in needs if f in shown]
     assert needs[field] in release, f"the release attests no {field}"
+
+
+def test_the_docs_genericdp_is_the_one_dev_demo_installs() -> None:
+    """The docs call .venv/bin/genericdp: the console script of the runtime install that
+    `./dev demo` (the README's set-up) makes in .venv, and runs itself."""
+    dev = (REPO / "dev").read_text()
+    assert "VENV=${VENV:-.venv}" in dev
+    assert "BIN=$VENV/bin" in dev
+    demo = dev[dev.index("\n  demo)") :].split(";;")[0]
+    assert "setup runtime" in demo
+    assert '"$BIN/genericdp" simulate' in demo
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert re.search(r"^\[project\.scripts\]\ngenericdp = ", pyproject, re.MULTILINE)
+    assert all(c.text.startswith(".venv/bin/genericdp ") for c in COMMANDS if c.kind == "genericdp")

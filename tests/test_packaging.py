@@ -259,7 +259,10 @@ def test_kustomize_base_lists_existing_files_and_a_stable_config_name() -> None:
     assert generator["options"]["disableNameSuffixHash"] is True
     for name in generator["files"]:
         assert (BASE / name).is_file(), name
-    assert "namespace" not in kustomization, "the base is namespace-agnostic"
+    # kube-system, where `kubectl apply -k` of the base puts it; the objects name no
+    # namespace themselves, so an overlay's `namespace:` moves them all
+    # (tests/test_deploy_identity.py).
+    assert kustomization["namespace"] == "kube-system"
 
 
 def test_kustomize_base_daemonset_keeps_the_contract() -> None:

@@ -97,7 +97,9 @@ def test_simulate_refuses_more_than_available(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 4
-    assert "refused" in result.stdout
+    assert "refused: 3 device(s) of example.com/serial asked for, 2 free and healthy;" in (
+        result.stdout
+    )
     assert "Requested: 3, Available: 2" in result.stdout
 
 
@@ -150,3 +152,26 @@ def test_simulate_watches_hotplug_until_interrupted(tmp_path: Path) -> None:
         proc.stdout.close()
         assert proc.stderr is not None
         proc.stderr.close()
+
+
+def test_simulate_says_in_plain_words_why_an_unhealthy_resource_is_refused(
+    tmp_path: Path,
+) -> None:
+    """What happened and what to do first, then the kubelet's own event text."""
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "version: v1\nresources:\n  - name: acme.io/zero\n    match: [{glob: /dev/zero}]\n"
+        "    health:\n      exec: [/bin/false]\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "genericdp", "simulate", str(config), "--once",
+         "--allocate", "acme.io/zero=1"],
+        capture_output=True, text=True, timeout=60, env=_env(), check=False,
+    )  # fmt: skip
+    refused = next(line for line in result.stdout.splitlines() if "refused:" in line)
+    assert refused == (
+        "  refused: every device of acme.io/zero is unhealthy (ALLOCATABLE 0), so no pod gets"
+        " one; the log says why (its health probe or a missing node): fix the device or its"
+        " health check"
+    ), result.stdout
+    assert "(the kubelet's event: Allocate failed due to no healthy devices" in result.stdout

@@ -185,7 +185,7 @@ def to_text(reports: Sequence[ResourceReport]) -> str:
         if not r.units:
             out.append("  no devices found")
         else:
-            width = max(len(u.id) for u in r.units)
+            width = max(len("UNIT"), *(len(u.id) for u in r.units))
             out.append(f"  {'UNIT':<{width}}  NUMA  {'HEALTH':<10}  NODES")
             for u in r.units:
                 numa = "-" if u.numa_node is None else str(u.numa_node)

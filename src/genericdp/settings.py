@@ -163,6 +163,8 @@ class Settings(DiscoverySettings):
     dra_driver_name: str = Field(
         DEFAULT_DRA_DRIVER,
         description="the DRA driver name (a DNS subdomain of at most 63 characters)",
+        # What _check_driver_name checks, for the chart's values schema.
+        json_schema_extra={"pattern": f"^{_DRIVER_NAME.pattern}$", "maxLength": MAX_DRIVER_NAME},
     )
     dra_registration_dir: Path = Field(
         DEFAULT_DRA_REGISTRATION_DIR,

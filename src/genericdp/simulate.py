@@ -163,7 +163,10 @@ async def _allocate(
         try:
             response = await kubelet.allocate(request.resource, request.count, pod=pod)
         except GenericdpError as exc:
-            print(f"  refused: {exc}", file=out)
+            plain = getattr(exc, "plain", "")
+            print(f"  refused: {plain or exc}", file=out)
+            if plain:
+                print(f"  (the kubelet's event: {exc})", file=out)
             ok = False
             continue
         allocated = next((p.device_ids for p in kubelet.pod_devices() if p.pod == pod), ())

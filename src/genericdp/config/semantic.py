@@ -321,16 +321,26 @@ def _hooks(
 def _argv(doc: Document, path: KeyPath, argv: object) -> list[ConfigIssue]:
     if not isinstance(argv, list) or not argv or not isinstance(argv[0], str):
         return []
+    issues = [
+        doc.issue(
+            (*path, at),
+            "exec items are passed as written, never rendered as templates: this {{ }} or"
+            " {% %} would reach the command literally; read the unit from the GENERICDP_*"
+            " variables instead (e.g. [/bin/sh, -c, 'echo \"$GENERICDP_DEVICE_PATHS\"'])",
+        )
+        for at, arg in enumerate(argv)
+        if isinstance(arg, str) and ("{{" in arg or "{%" in arg)
+    ]
     command = argv[0]
     if command.startswith("/") or (command and "/" not in command):
-        return []
+        return issues
     message = (
         f"command {command!r} must be an absolute path (e.g. /usr/bin/{command.rsplit('/', 1)[-1]})"
         " or a bare name looked up in PATH"
     )
     if not command:
         message = "the command (first item of exec) must not be empty"
-    return [doc.issue((*path, 0), message)]
+    return [doc.issue((*path, 0), message), *issues]
 
 
 def _duration(

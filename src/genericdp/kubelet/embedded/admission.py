@@ -133,14 +133,19 @@ class Admission:
         healthy = state.healthy_ids()
         if not healthy:
             raise admission_error(
-                f"no healthy devices present; cannot allocate unhealthy devices {resource}"
+                f"no healthy devices present; cannot allocate unhealthy devices {resource}",
+                plain=f"every device of {resource} is unhealthy (ALLOCATABLE 0), so no pod"
+                " gets one; the log says why (its health probe or a missing node): fix the"
+                " device or its health check",
             )
         taken = self.allocated(resource)
         available = [device_id for device_id in healthy if device_id not in taken]
         if len(available) < count:
             raise admission_error(
                 f"requested number of devices unavailable for {resource}. "
-                f"Requested: {count}, Available: {len(available)}"
+                f"Requested: {count}, Available: {len(available)}",
+                plain=f"{count} device(s) of {resource} asked for, {len(available)} free and"
+                " healthy; ask for fewer, or free or add devices",
             )
         endpoint = self._endpoints.get(resource)
         if endpoint is None:

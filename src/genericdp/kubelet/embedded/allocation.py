@@ -24,14 +24,19 @@ class AllocationError(KubeletError):
     ``PreStartContainerError`` when the container could not start.
     """
 
-    def __init__(self, message: str, *, reason: str = UNEXPECTED_ADMISSION) -> None:
+    def __init__(
+        self, message: str, *, reason: str = UNEXPECTED_ADMISSION, plain: str = ""
+    ) -> None:
         super().__init__(message)
         self.reason = reason
+        # What happened and what to do, in a person's words (``simulate`` shows it
+        # before the kubelet's message); empty: the message says it.
+        self.plain = plain
 
 
-def admission_error(cause: str) -> AllocationError:
-    """The kubelet's wording for a failed device admission."""
-    return AllocationError(f"Allocate failed due to {cause}, which is unexpected")
+def admission_error(cause: str, plain: str = "") -> AllocationError:
+    """The kubelet's wording for a failed device admission; PLAIN says it for a person."""
+    return AllocationError(f"Allocate failed due to {cause}, which is unexpected", plain=plain)
 
 
 def choose_devices(
