@@ -1,6 +1,6 @@
 """The commands of the docs' ``sh`` blocks, each with the kind that says which test runs it.
 
-Every command of a ``sh`` or ``bash`` block in README.md and docs/*.md gets
+Every command of a ``sh`` or ``bash`` block in README.md and docs/**/*.md gets
 the kind of the first rule of ``RULES`` it matches; one that matches none
 fails tests/test_docs_commands.py, so a new command is classified before it
 is merged. ``KINDS`` says where each kind runs. What a command names that
@@ -21,7 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PAGES = ("README.md", *sorted(f"docs/{p.name}" for p in (REPO / "docs").glob("*.md")))
+PAGES = (
+    "README.md",
+    *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").rglob("*.md")),
+)
 _SH_BLOCK = re.compile(r"^( *)```(?:sh|bash)\n(.*?)^\1```", re.DOTALL | re.MULTILINE)
 _YAML_BLOCK = re.compile(r"^( *)```yaml\n(.*?)^\1```", re.DOTALL | re.MULTILINE)
 # "#   text" after a command (three spaces): what the command prints.

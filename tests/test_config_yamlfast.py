@@ -27,7 +27,7 @@ def _corpus() -> dict[str, str]:
     for top in ("tests", "configs", "deploy", "docs", "e2e", "bench"):
         for path in sorted((REPO / top).rglob("*.y*ml")):
             texts[str(path.relative_to(REPO))] = path.read_text(encoding="utf-8")
-    for doc in [*sorted((REPO / "docs").glob("*.md")), REPO / "README.md"]:
+    for doc in [*sorted((REPO / "docs").rglob("*.md")), REPO / "README.md"]:
         for i, block in enumerate(_BLOCK.findall(doc.read_text(encoding="utf-8"))):
             texts[f"{doc.name}#{i}"] = textwrap.dedent(block)
     return texts

@@ -4,7 +4,7 @@ glibc's ``free`` returns memory to the kernel only from the top of a heap;
 pages freed in the middle stay resident until ``malloc_trim`` walks the heaps.
 A config reload or a kubelet restart (new gRPC connections, streams and
 registrations for every resource) frees a few MiB that way: 1.2-1.8 MiB at 100
-resources after the churn of ``./dev bench --short`` (docs/performance.md).
+resources after the churn of ``./dev bench --short`` (docs/contributing/performance.md).
 ``Trimmer.poke`` after such work trims once, when nothing more has happened
 for ``quiet`` seconds; an idle daemon never wakes for it.
 """

@@ -4,7 +4,7 @@ Most allocate templates are a name, a path into it or a list joined:
 ``{{ node_name }}``, ``/dev/{{ units[0].id }}``, ``{{ device_ids | join(',') }}``,
 ``{{ devices | map(attribute='path') | join(',') }}``. Rendering one through
 Jinja costs a context, a generator and the sandbox's dispatch of every step,
-most of an Allocate's time (docs/performance.md). Such a template gets a
+most of an Allocate's time (docs/contributing/performance.md). Such a template gets a
 ``Plan`` here at compile time, and ``resolve`` walks it over the context.
 
 The output must be exactly Jinja's, errors included, so the work is split:
