@@ -41,8 +41,14 @@ KINDS = {
     "script": "tests/test_docs_commands.py: the script's usage (./dev's usage line, "
     "an e2e script's header) takes these arguments",
     "bench": "tests/test_docs_commands.py: the module's --help lists every flag shown",
-    "pip": "tests/test_docs_commands.py: pip resolves genericdp==VERSION from a wheel built here",
-    "image": "tests/test_docs_commands.py: the files, build arguments and platforms it names exist",
+    "install": "tests/test_docs_commands.py: on the real API server, after the base is applied, "
+    "it sets the DaemonSet's one image, tagged with the chart's appVersion",
+    "uninstall": "tests/test_docs_commands.py: kubectl delete -k removes what the base applied on "
+    "the real API server; helm uninstall names a release the page installs",
+    "chart": "tests/test_docs_commands.py: helm package makes the archive the page pushes",
+    "pip": "tests/test_docs_commands.py: pip builds the wheel here and installs from it",
+    "image": "tests/test_docs_commands.py: the files, build arguments and platforms it names "
+    "exist; an image pushed or loaded was built on the page",
     "release": "tests/test_docs_commands.py: the release workflow signs and attests what it reads",
     "variable": "tests/test_docs_commands.py: a later command of its page or e2e/ reads it",
 }
@@ -51,14 +57,20 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(pattern))
     for kind, pattern in (
         ("dra-metadata", r"^kubectl exec \S+ -- cat /var/run/kubernetes\.io/dra-device-attrib"),
-        ("apply", r"^kubectl apply -n \S+ -k deploy/kustomize/\S+$"),
+        ("apply", r"^kubectl apply (-n \S+ )?-k deploy/kustomize/\S+$"),
+        ("install", r"^kubectl -n \S+ set image daemonset/genericdp \S+=\S+$"),
+        ("uninstall", r"^(kubectl delete -k deploy/kustomize/\S+|helm uninstall \S+ -n \S+)$"),
         ("node", r"^(POD=\$\()?kubectl "),
         ("helm", r"^helm (install|upgrade) "),
+        ("chart", r"^helm (package|push) "),
         ("genericdp", r"^(\.venv/bin/)?genericdp "),
         ("script", r"^([A-Z_]+=\S+ )*(\./dev|e2e/\S+\.sh)( |$)"),
         ("bench", r"^\.venv/bin/python -m bench\.\w+ "),
-        ("pip", r"^pip install genericdp==X\.Y\.Z$"),
-        ("image", r"^(docker buildx build|podman build|podman push) "),
+        ("pip", r"^pip (wheel --no-deps -w dist \.|install dist/genericdp-\*\.whl)$"),
+        (
+            "image",
+            r"^(docker (buildx build|build|push)|podman (build|push)|kind load docker-image) ",
+        ),
         ("release", r"^(cosign verify|docker buildx imagetools inspect) "),
         ("variable", r"^(export )?[A-Z_]+=\S+( [A-Z_]+=\S+)*$"),
     )
