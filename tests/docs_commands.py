@@ -1,11 +1,12 @@
 """The commands of the docs' ``sh`` blocks, each with the kind that says which test runs it.
 
-Every command of a ``sh`` or ``bash`` block in README.md and docs/**/*.md gets
-the kind of the first rule of ``RULES`` it matches; one that matches none
-fails tests/test_docs_commands.py, so a new command is classified before it
-is merged. ``KINDS`` says where each kind runs. What a command names that
-does not exist here (``my.yaml``, ``POD``, ``X.Y.Z``) is swapped by the
-tables below, one per kind, kept beside the rules.
+Every command of a ``sh`` or ``bash`` block in README.md, docs/**/*.md and
+the chart's README.md gets the kind of the first rule of ``RULES`` it
+matches; one that matches none fails tests/test_docs_commands.py, so a new
+command is classified before it is merged. ``KINDS`` says where each kind
+runs. What a command names that does not exist here (``my.yaml``, ``POD``,
+``X.Y.Z``) is swapped by the tables below, one per kind, kept beside the
+rules.
 
 Only the standard library: e2e/checks.sh (``check_docs_commands``) runs
 ``python3 tests/docs_commands.py node DIR IMAGE`` with the host's Python to
@@ -24,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 PAGES = (
     "README.md",
     *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").rglob("*.md")),
+    "deploy/helm/genericdp/README.md",
 )
 _SH_BLOCK = re.compile(r"^( *)```(?:sh|bash)\n(.*?)^\1```", re.DOTALL | re.MULTILINE)
 _YAML_BLOCK = re.compile(r"^( *)```yaml\n(.*?)^\1```", re.DOTALL | re.MULTILINE)

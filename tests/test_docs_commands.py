@@ -35,6 +35,7 @@ from tests.docs_commands import (
     node_shell,
     write_node_files,
     yaml_block_before,
+    yaml_block_named,
 )
 from tests.fakesys import FakeHost
 from tests.npm_tools import helm_binary
@@ -78,7 +79,10 @@ GENERICDP_FILES: dict[str, dict[str, Callable[[Command], str]]] = {
     "my.yaml": {"*": lambda _: SERIAL},
     "my-config.yaml": {"docs/config.md": yaml_block_before, "*": _demo},
     "squat-config.yaml": {"*": lambda _: SQUAT_CONFIG},
-    "my-values.yaml": {"*": lambda _: VALUES},
+    "my-values.yaml": {
+        "deploy/helm/genericdp/README.md": lambda c: yaml_block_named(c.page, "my-values.yaml"),
+        "*": lambda _: VALUES,
+    },
     "serial.yaml": {"*": yaml_block_before},
 }
 # word of a command -> what runs instead
