@@ -205,10 +205,11 @@ def test_a_helm_install_of_the_docs_renders_what_the_api_server_accepts(
     )
     assert "daemonset.apps/genericdp" in applied, applied
     assert all("(server dry run)" in line for line in applied.splitlines()), applied
-    repositories = [f.split("=", 1)[1] for f in flags if f.startswith("image.repository=")]
-    for repository in repositories:
+    values = dict(f.split("=", 1) for f in flags if f.startswith("image."))
+    if "image.repository" in values:
         # one setting points the chart at another image: the tag follows the appVersion
-        assert f'image: "{repository}:{APP_VERSION}"' in rendered.stdout, rendered.stdout
+        image = f"{values['image.repository']}:{values.get('image.tag', APP_VERSION)}"
+        assert f'image: "{image}"' in rendered.stdout, rendered.stdout
 
 
 @pytest.mark.parametrize("command", _of("apply"))
