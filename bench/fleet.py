@@ -75,7 +75,7 @@ FULL = Mode(nodes=(10, 30, 100), idle_seconds=60.0)
 # Budgets, per node at the budgeted N: the targets of DESIGN.md 6a where met
 # (no writes at idle, one write per change, only the labelled node answers),
 # else the figure measured with a margin. The measured figures and their
-# spread are in docs/performance.md, "A fleet".
+# spread are in docs/contributing/performance.md, "A fleet".
 BUDGETS = {
     "requests at start": 6.0,
     "requests per hour at idle": 30.0,

@@ -2,10 +2,10 @@
 
 Run with ``./dev bench`` (every figure, full lengths) or ``./dev bench --short``
 (the same figures, shorter runs: what CI runs on every push). Each line shows
-the figure, the budget CI enforces and the target of docs/performance.md; the
+the figure, the budget CI enforces and the target of docs/contributing/performance.md; the
 run exits 1 when a figure is over its budget. A budget is the target where the
 daemon meets it, and otherwise what it measures today with a small margin (a
-ratchet: the gap to the target is in docs/performance.md, not hidden).
+ratchet: the gap to the target is in docs/contributing/performance.md, not hidden).
 
 What is measured, and on what:
 
@@ -94,7 +94,7 @@ class Target:
 
 
 # The targets of the footprint issue. A budget above its target is today's
-# figure with a margin for the Python and machine it runs on (docs/performance.md
+# figure with a margin for the Python and machine it runs on (docs/contributing/performance.md
 # says where the rest goes and what reaching the target would take).
 # Measured on an idle 2-core machine (the CI kind, load average under 1.5)
 # after issue 10's second round, pyenv Python 3.11.7, `./dev bench --short`:
@@ -116,7 +116,7 @@ IDLE_CPU = Target(budget=6.0, target=1.0, unit="mc")
 # for the official python:3.11-slim. 229.2 MB once the DRA backend brought
 # lightkube and its dependencies (issue 12), on a stand-in of 173 MB (46 MB of
 # it Perl); the stand-in now holds what the official image holds (126.7 MB of
-# tar, 8 MB under it), and the image on it is 184.7 MB (docs/performance.md).
+# tar, 8 MB under it), and the image on it is 184.7 MB (docs/contributing/performance.md).
 IMAGE_SIZE = Target(budget=195.0, target=150.0, unit="MB")
 
 

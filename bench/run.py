@@ -9,7 +9,7 @@ The run exits 1 when one is over its budget. ``--short`` runs the footprint
 in shorter runs and the fleet at N=10 (``bench/fleet.py``): what CI runs on
 every push (``.ci/run``); the full run has the fleet at N=10, 30 and 100 and
 draws docs/fleet-reconnect.svg from it. Targets
-(DESIGN.md, docs/performance.md): re-registration after a kubelet restart
+(DESIGN.md, docs/contributing/performance.md): re-registration after a kubelet restart
 under 1 s; Allocate fast enough never to stall pod admission.
 """
 

@@ -142,7 +142,7 @@ require() {
   local tool
   for tool in "$@"; do
     command -v "$tool" >/dev/null || {
-      echo "error: $tool not found on PATH (docs/testing.md says what each e2e needs)" >&2
+      echo "error: $tool not found on PATH (docs/contributing/testing.md says what each e2e needs)" >&2
       exit 2
     }
   done

@@ -1,11 +1,12 @@
 """The commands of the docs' ``sh`` blocks, each with the kind that says which test runs it.
 
-Every command of a ``sh`` or ``bash`` block in README.md and docs/*.md gets
-the kind of the first rule of ``RULES`` it matches; one that matches none
-fails tests/test_docs_commands.py, so a new command is classified before it
-is merged. ``KINDS`` says where each kind runs. What a command names that
-does not exist here (``my.yaml``, ``POD``, ``X.Y.Z``) is swapped by the
-tables below, one per kind, kept beside the rules.
+Every command of a ``sh`` or ``bash`` block in README.md, docs/**/*.md and
+the chart's README.md gets the kind of the first rule of ``RULES`` it
+matches; one that matches none fails tests/test_docs_commands.py, so a new
+command is classified before it is merged. ``KINDS`` says where each kind
+runs. What a command names that does not exist here (``my.yaml``, ``POD``,
+``X.Y.Z``) is swapped by the tables below, one per kind, kept beside the
+rules.
 
 Only the standard library: e2e/checks.sh (``check_docs_commands``) runs
 ``python3 tests/docs_commands.py node DIR IMAGE`` with the host's Python to
@@ -21,7 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PAGES = ("README.md", *sorted(f"docs/{p.name}" for p in (REPO / "docs").glob("*.md")))
+PAGES = (
+    "README.md",
+    *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").rglob("*.md")),
+    "deploy/helm/genericdp/README.md",
+)
 _SH_BLOCK = re.compile(r"^( *)```(?:sh|bash)\n(.*?)^\1```", re.DOTALL | re.MULTILINE)
 _YAML_BLOCK = re.compile(r"^( *)```yaml\n(.*?)^\1```", re.DOTALL | re.MULTILINE)
 # "#   text" after a command (three spaces): what the command prints.
@@ -38,8 +43,14 @@ KINDS = {
     "script": "tests/test_docs_commands.py: the script's usage (./dev's usage line, "
     "an e2e script's header) takes these arguments",
     "bench": "tests/test_docs_commands.py: the module's --help lists every flag shown",
-    "pip": "tests/test_docs_commands.py: pip resolves genericdp==VERSION from a wheel built here",
-    "image": "tests/test_docs_commands.py: the files, build arguments and platforms it names exist",
+    "install": "tests/test_docs_commands.py: on the real API server, after the base is applied, "
+    "it sets the DaemonSet's one image, tagged with the chart's appVersion",
+    "uninstall": "tests/test_docs_commands.py: kubectl delete -k removes what the base applied on "
+    "the real API server; helm uninstall names a release the page installs",
+    "chart": "tests/test_docs_commands.py: helm package makes the archive the page pushes",
+    "pip": "tests/test_docs_commands.py: pip builds the wheel here and installs from it",
+    "image": "tests/test_docs_commands.py: the files, build arguments and platforms it names "
+    "exist; an image pushed or loaded was built on the page",
     "release": "tests/test_docs_commands.py: the release workflow signs and attests what it reads",
     "variable": "tests/test_docs_commands.py: a later command of its page or e2e/ reads it",
 }
@@ -49,13 +60,19 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     for kind, pattern in (
         ("dra-metadata", r"^kubectl exec \S+ -- cat /var/run/kubernetes\.io/dra-device-attrib"),
         ("apply", r"^kubectl apply -k deploy/kustomize/\S+$"),
+        ("install", r"^kubectl -n \S+ set image daemonset/genericdp \S+=\S+$"),
+        ("uninstall", r"^(kubectl delete -k deploy/kustomize/\S+|helm uninstall \S+ -n \S+)$"),
         ("node", r"^(POD=\$\()?kubectl "),
         ("helm", r"^helm (install|upgrade) "),
+        ("chart", r"^helm (package|push) "),
         ("genericdp", r"^\.venv/bin/genericdp "),
         ("script", r"^([A-Z_]+=\S+ )*(\./dev|e2e/\S+\.sh)( |$)"),
         ("bench", r"^\.venv/bin/python -m bench\.\w+ "),
-        ("pip", r"^pip install genericdp==X\.Y\.Z$"),
-        ("image", r"^(docker buildx build|podman build|podman push) "),
+        ("pip", r"^pip (wheel --no-deps -w dist \.|install dist/genericdp-\*\.whl)$"),
+        (
+            "image",
+            r"^(docker (buildx build|build|push)|podman (build|push)|kind load docker-image) ",
+        ),
         ("release", r"^(cosign verify|docker buildx imagetools inspect) "),
         ("variable", r"^(export )?[A-Z_]+=\S+( [A-Z_]+=\S+)*$"),
     )

@@ -35,15 +35,17 @@ from tests.docs_commands import (
     node_shell,
     write_node_files,
     yaml_block_before,
+    yaml_block_named,
 )
 from tests.fakesys import FakeHost
 from tests.npm_tools import helm_binary
 
 COMMANDS = every_command()
 CHART = "deploy/helm/genericdp"
-CHART_VERSION = re.search(
-    r"^version: (\S+)$", (REPO / CHART / "Chart.yaml").read_text(), re.MULTILINE
-)[1]  # type: ignore[index]
+CHART_YAML = (REPO / CHART / "Chart.yaml").read_text()
+CHART_VERSION = re.search(r"^version: (\S+)$", CHART_YAML, re.MULTILINE)[1]  # type: ignore[index]
+APP_VERSION = re.search(r'^appVersion: "?([^"\s]+)"?$', CHART_YAML, re.MULTILINE)[1]  # type: ignore[index]
+BASE = "deploy/kustomize/base"
 
 SERIAL = """\
 version: v1
@@ -77,12 +79,17 @@ GENERICDP_FILES: dict[str, dict[str, Callable[[Command], str]]] = {
     "my.yaml": {"*": lambda _: SERIAL},
     "my-config.yaml": {"docs/config.md": yaml_block_before, "*": _demo},
     "squat-config.yaml": {"*": lambda _: SQUAT_CONFIG},
-    "my-values.yaml": {"*": lambda _: VALUES},
+    "my-values.yaml": {
+        "deploy/helm/genericdp/README.md": lambda c: yaml_block_named(c.page, "my-values.yaml"),
+        "*": lambda _: VALUES,
+    },
+    "serial.yaml": {"*": yaml_block_before},
 }
 # word of a command -> what runs instead
 GENERICDP_WORDS = {
     "/etc/generic-device-plugin/config.yaml": "squat-config.yaml",
     "oci://ghcr.io/OWNER/charts/genericdp": CHART,
+    "oci://REGISTRY/charts/genericdp": CHART,
     "X.Y.Z": CHART_VERSION,
 }
 
@@ -198,6 +205,11 @@ def test_a_helm_install_of_the_docs_renders_what_the_api_server_accepts(
     )
     assert "daemonset.apps/genericdp" in applied, applied
     assert all("(server dry run)" in line for line in applied.splitlines()), applied
+    values = dict(f.split("=", 1) for f in flags if f.startswith("image."))
+    if "image.repository" in values:
+        # one setting points the chart at another image: the tag follows the appVersion
+        image = f"{values['image.repository']}:{values.get('image.tag', APP_VERSION)}"
+        assert f'image: "{image}"' in rendered.stdout, rendered.stdout
 
 
 @pytest.mark.parametrize("command", _of("apply"))
@@ -209,6 +221,98 @@ def test_a_kubectl_apply_of_the_docs_is_accepted_by_the_api_server(
     applied = apiserver.kubectl(*_repo_paths(args, REPO), "--dry-run=server", "--validate=strict")
     assert "daemonset.apps/genericdp" in applied, applied
     assert all("(server dry run)" in line for line in applied.splitlines()), applied
+
+
+def _apply_base(apiserver: ApiServer) -> None:
+    """The kustomize base, applied for real into kube-system, as the pages install it."""
+    apiserver.kubectl("apply", "-n", "kube-system", "-k", str(REPO / BASE))
+
+
+def _delete_base(apiserver: ApiServer) -> None:
+    apiserver.kubectl(
+        "delete", "-n", "kube-system", "-k", str(REPO / BASE), "--ignore-not-found", "--wait=false"
+    )
+
+
+def _left_of_the_base(apiserver: ApiServer) -> str:
+    """The names of the base's objects still on the API server."""
+    return apiserver.kubectl(
+        "-n", "kube-system", "get", "daemonset,configmap,serviceaccount", "-o", "name"
+    ) + apiserver.kubectl("get", "clusterrole,clusterrolebinding", "-o", "name")
+
+
+def _base_image() -> str:
+    rendered = (REPO / BASE / "daemonset.yaml").read_text()
+    return re.search(r"^ +image: (\S+)$", rendered, re.MULTILINE)[1]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("command", _of("install"))
+def test_set_image_points_the_installed_base_at_the_built_image(
+    command: Command, apiserver: ApiServer
+) -> None:
+    """The image the page built, tagged with the chart's appVersion as the base's own is,
+    replaces the DaemonSet's only image on the real API server."""
+    _kubectl, *args = shlex.split(command.text)
+    container, image = args[-1].split("=", 1)
+    assert image == f"REGISTRY/genericdp:{APP_VERSION}"
+    assert _base_image().endswith(f":{APP_VERSION}"), "the base and the chart name one version"
+    built = [c.text for c in COMMANDS if c.page == command.page and c.line < command.line]
+    assert any(f"-t {image} " in text for text in built), f"nothing on the page builds {image}"
+    _apply_base(apiserver)
+    try:
+        apiserver.kubectl(*args)
+        images = apiserver.kubectl(
+            "-n", "kube-system", "get", "daemonset/genericdp", "-o",
+            "jsonpath={range .spec.template.spec.containers[*]}{.name}={.image}{end}",
+        )  # fmt: skip
+    finally:
+        _delete_base(apiserver)
+    assert images == f"{container}={image}"
+
+
+@pytest.mark.parametrize("command", _of("uninstall"))
+def test_an_uninstall_of_the_docs_removes_what_its_install_made(
+    command: Command, apiserver: ApiServer
+) -> None:
+    """kubectl delete -k leaves nothing of the base on the real API server; helm uninstall
+    names the release and namespace of a helm install on the page."""
+    words = shlex.split(command.text)
+    if words[0] == "helm":
+        _helm, _uninstall, release, _n, namespace = words
+        installs = [shlex.split(c.text) for c in COMMANDS if c.page == command.page]
+        assert any(
+            w[:3] == ["helm", "install", release] and w[w.index("-n") + 1] == namespace
+            for w in installs
+            if "-n" in w
+        ), f"{command.where}: no helm install of {release} in {namespace} on the page"
+        return
+    _apply_base(apiserver)
+    assert "daemonset.apps/genericdp" in _left_of_the_base(apiserver)
+    _kubectl, *args = words
+    try:
+        apiserver.kubectl("-n", "kube-system", *_repo_paths(args, REPO), "--wait=false")
+    finally:
+        left = _left_of_the_base(apiserver)
+        _delete_base(apiserver)
+    assert "genericdp" not in left, left
+
+
+@pytest.mark.parametrize("command", _of("chart"))
+def test_helm_package_makes_the_archive_the_page_pushes(command: Command, tmp_path: Path) -> None:
+    """helm package of the chart writes genericdp-VERSION.tgz; what is pushed was packaged."""
+    words = shlex.split(command.text)
+    if words[1] == "push":
+        archive, registry = words[2:]
+        assert archive == f"genericdp-{CHART_VERSION}.tgz"
+        assert registry.startswith("oci://")
+        earlier = [c.text for c in COMMANDS if c.page == command.page and c.line < command.line]
+        assert any(text.startswith("helm package ") for text in earlier), "nothing packages it"
+        installs = [c.text for c in COMMANDS if c.page == command.page and c.kind == "helm"]
+        assert any(f"{registry}/genericdp --version {CHART_VERSION} " in i for i in installs)
+        return
+    done = _run([str(helm_binary("helm4")), *words[1:-1], str(REPO / words[-1])], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / f"genericdp-{CHART_VERSION}.tgz").is_file(), done.stdout
 
 
 def test_the_node_commands_run_in_the_e2e() -> None:
@@ -382,24 +486,25 @@ def test_a_variable_of_the_docs_is_read(command: Command) -> None:
 
 
 @pytest.mark.parametrize("command", _of("pip"))
-def test_pip_finds_the_release_the_docs_install(command: Command, tmp_path: Path) -> None:
-    """genericdp==VERSION resolves from this tree's wheel, versioned as the release job does."""
-    wheels = tmp_path / "wheels"
+def test_pip_builds_and_installs_the_wheel_the_docs_name(command: Command, tmp_path: Path) -> None:
+    """pip wheel writes dist/genericdp-*.whl from this tree; pip install resolves that wheel."""
+    dist = tmp_path / "dist"
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         "--wheel-dir", str(wheels), str(REPO)],
-        env={**_env(), "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_GENERICDP": CHART_VERSION},
-        capture_output=True, text=True, timeout=300, check=False,
+         "-w", str(dist), str(REPO)],
+        env=_env(), capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert built.returncode == 0, built.stderr
-    requirement = shlex.split(_swapped(command.text))[-1]
-    resolved = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--no-index",
-         "--find-links", str(wheels), requirement],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert resolved.returncode == 0, resolved.stdout + resolved.stderr
-    assert f"Would install genericdp-{CHART_VERSION}" in resolved.stdout, resolved.stdout
+    (wheel,) = dist.glob("genericdp-*.whl")
+    if "install" in command.text:
+        assert shlex.split(command.text)[-1] == "dist/genericdp-*.whl"
+        resolved = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--no-index",
+             str(wheel)],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert resolved.returncode == 0, resolved.stdout + resolved.stderr
+        assert "Would install genericdp-" in resolved.stdout, resolved.stdout
 
 
 def _build_args(words: list[str]) -> dict[str, str]:
@@ -411,9 +516,10 @@ def test_an_image_command_of_the_docs_names_what_exists(command: Command) -> Non
     """Each --build-arg is an ARG, the platforms are the release's; a pushed tag was built."""
     words = shlex.split(command.text)
     release = (REPO / ".github/workflows/release.yaml").read_text()
-    if words[:2] == ["podman", "push"]:
+    if words[1] in ("push", "load"):
+        image = words[-1]
         built = [c.text for c in COMMANDS if c.page == command.page and c.line < command.line]
-        assert any(f"-t {words[2]}" in text for text in built), f"nothing builds {words[2]}"
+        assert any(f"-t {image}" in text for text in built), f"nothing builds {image}"
         return
     context = REPO / words[-1]
     containerfile = (

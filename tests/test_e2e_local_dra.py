@@ -5,7 +5,7 @@ hooks write where the overlay mounts a host directory; the overlay points
 genericdp at the local kubelet's plugin directories (at their host paths: the
 kubelet dials the path genericdp announces) and at the API server; the round
 expects every deployed resource; and dra-inspect.py reads slices and the
-kubelet's log as the real ones were seen (NOTES in docs/testing.md).
+kubelet's log as the real ones were seen (NOTES in docs/contributing/testing.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The import rules drawn at the top of docs/architecture.md, checked over src/genericdp.
+"""The import rules drawn atop docs/contributing/architecture.md, checked over src/genericdp.
 
 Imports point down the layers; on top of that (``FORBIDDEN``) ``runtime``
 imports neither the device-plugin protocol (``kubelet``) nor a backend, and
@@ -156,7 +156,7 @@ def test_every_component_is_placed_in_a_layer() -> None:
     """A new top-level module or package cannot appear without a place in the drawing."""
     placed = set().union(*LAYERS)
     found = {_component(m) for m in _modules()}
-    assert found - placed == set(), "add it to LAYERS and to docs/architecture.md"
+    assert found - placed == set(), "add it to LAYERS and to docs/contributing/architecture.md"
     assert placed - found == set(), "LAYERS names something that no longer exists"
 
 

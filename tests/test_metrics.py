@@ -259,7 +259,8 @@ class BothBackends(Source):
 
 
 def test_every_metric_is_in_the_docs_table(tmp_path: Path) -> None:
-    """docs/architecture.md lists every genericdp_ family, as exposed (counters with _total)."""
+    """docs/contributing/architecture.md lists every genericdp_ family, as exposed
+    (counters with _total)."""
     metrics = Metrics(process=False)
     settings = settings_for(tmp_path, backend="dra", node_name=NODE)
 
@@ -279,7 +280,7 @@ def test_every_metric_is_in_the_docs_table(tmp_path: Path) -> None:
     metrics.health_probe(SERIAL, "ok", 0.01)
     metrics.claim_prepare("genericdp.io", "ok", 0.01)
     metrics.claim_unprepare("genericdp.io", "ok", 0.01)
-    docs = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
+    docs = Path(__file__).resolve().parent.parent / "docs" / "contributing" / "architecture.md"
     listed = set(re.findall(r"^\| `(genericdp_\w+)` \|", docs.read_text(), re.MULTILINE))
     classes = ClassMetrics(process=False)
     classes.track(SyncStatus, lambda: False)

@@ -112,7 +112,7 @@ build_busybox() {
 # The mmdebstrap base tarball: made once per distinct input, then reused.
 base_tarball() {
   local args key tarball partial
-  # A stand-in for python:3.11-slim, package for package (docs/performance.md,
+  # A stand-in for python:3.11-slim, package for package (docs/contributing/performance.md,
   # "The image", says where it differs: Debian's Python 3.11.2 in /usr instead
   # of python.org's 3.11.x built in /usr/local):
   # - debian:bookworm-slim: Priority:required + apt (debuerreotype's minbase),

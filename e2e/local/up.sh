@@ -250,7 +250,7 @@ resolvConf: /etc/resolv.conf
 nodeStatusUpdateFrequency: 1s
 nodeStatusReportFrequency: 1s
 # Pods synced (and mounted ConfigMaps refreshed) every ~10 s instead of
-# ~1 min: the hot reload check waits less (docs/testing.md).
+# ~1 min: the hot reload check waits less (docs/contributing/testing.md).
 syncFrequency: 10s
 # The node's images were imported, never pulled: never collect them.
 imageGCHighThresholdPercent: 100

@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 # Worker threads of the loop's executor (discovery, CDI files, a render past its
 # slice). asyncio's default is the core count + 4 (up to 32 on a large node),
-# and each thread costs its stack and a malloc arena (docs/performance.md).
+# and each thread costs its stack and a malloc arena (docs/contributing/performance.md).
 WORKER_THREADS = 2
 # Issues of an invalid config shown in /readyz (the log has them all).
 READYZ_ISSUES = 10

@@ -1,4 +1,4 @@
-"""Exit codes, one place for every command (README.md "Exit codes" lists them all).
+"""Exit codes, one place for every command (docs/reference.md "Exit codes" lists them all).
 
 For people and for CI:
   0    success

@@ -11,7 +11,7 @@ streams) is read from ``status()`` at scrape time by a collector, so it is
 always consistent and never needs updating. Events (registrations,
 allocations, hooks, probes, reloads, kubelet restarts) are counters and
 histograms. Labels stay low-cardinality: the resource name, never device IDs
-or pods. Every metric is listed in docs/architecture.md.
+or pods. Every metric is listed in docs/contributing/architecture.md.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from genericdp.errors import TemplateRenderError, ellipsized, first_of
 
 # What a render may take on the event loop before it is done again in a worker
 # thread: the templates of most allocations take well under a millisecond, and
-# the hop to a thread and back cost more than that (docs/performance.md).
+# the hop to a thread and back cost more than that (docs/contributing/performance.md).
 INLINE_RENDER_SECONDS = 0.002
 
 _T = TypeVar("_T")

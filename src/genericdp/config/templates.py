@@ -269,7 +269,7 @@ def _compiled(
 
     The same template in many resources (a config's usual shape) is compiled
     once and shared: compiling is most of loading a config, and each compiled
-    template holds code objects (docs/performance.md). A template is immutable
+    template holds code objects (docs/contributing/performance.md). A template is immutable
     once compiled; each render gets its own context.
     """
     try:

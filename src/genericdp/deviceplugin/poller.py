@@ -50,7 +50,7 @@ class ReleasePoller:
     its restart it keeps the assignments it had, which were none), so it waits
     for the next hand-out, then polls ``interval`` later as usual. One List
     every ``rest`` seconds all the same, as a safety net. An idle node's poll
-    is mostly gRPC's own threads waking (docs/performance.md).
+    is mostly gRPC's own threads waking (docs/contributing/performance.md).
     """
 
     def __init__(

@@ -3,7 +3,7 @@
 With ``classapi`` (``reconcile-classes`` only), the only module that imports
 lightkube at import time; ``daemon``, ``cli``
 and ``simulate`` import the DRA modules that need it lazily, so the
-device-plugin backend never loads it (docs/architecture.md, Dependencies).
+device-plugin backend never loads it (docs/contributing/architecture.md, Dependencies).
 Objects are plain dicts: whatever fields the server knows pass through,
 even ones lightkube's models predate.
 

@@ -34,7 +34,7 @@ A problem with one claim is that claim's error in the answer, never the
 whole call's, and never a crash: the claim comes from the API server and
 its names from whoever wrote the pod. Each claim's outcome and time go to
 the ``Recorder`` (``genericdp_dra_prepares_total`` and the others in
-docs/architecture.md).
+docs/contributing/architecture.md).
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
 WATCH_BACKOFF_FIRST, WATCH_BACKOFF_MAX = 0.5, 30.0
 # Every node loses the API server at once when it restarts: retries scaled by a
 # random factor in [0.5, 1.5] come back spread over seconds, not in one burst
-# (docs/performance.md, "A fleet").
+# (docs/contributing/performance.md, "A fleet").
 BACKOFF_JITTER = 0.5
 RESYNC = 600.0
 FAILURE_LOG_EVERY = 30.0  # seconds between warnings while the API server stays unreachable

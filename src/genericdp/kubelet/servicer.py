@@ -239,7 +239,7 @@ class _GenericOnly:
     Registering them as well (gRPC's "registered methods") makes ``grpc.aio``
     keep a call requested for every method of every server at all times, each
     a task with its coroutine and call state: 500 tasks at 100 resources, about
-    17 KiB per resource (docs/performance.md). The generic handler serves the
+    17 KiB per resource (docs/contributing/performance.md). The generic handler serves the
     same calls with one request outstanding per server.
     """
 

@@ -14,7 +14,7 @@ handler.go, client.go, endpoint.go, pod_devices.go):
   socket), keeps the options that GetDevicePluginOptions returns (not the
   request's) and reads ListAndWatch. The dial-back runs under the Register
   call's context: when the plugin gives up on its Register first, the dial
-  fails ("context canceled", seen on a real 1.36 node, docs/testing.md) and is
+  fails ("context canceled", seen on a real 1.36 node, docs/contributing/testing.md) and is
   handled as any failed dial-back below.
 - As 1.26-1.32 (``handler.go``): clients are kept **by resource name**. When the
   dial-back fails, the client under that name is deleted, even if it is a
