@@ -295,8 +295,8 @@ async def test_a_removed_plugin_directory_is_made_and_served_again(base: Path) -
 
 @pytest.mark.parametrize("real_hooks", [False, True], ids=["recorded-hooks", "true-hooks"])
 async def test_prepare_latency_through_the_kubelet(base: Path, real_hooks: bool) -> None:
-    """Measured for docs/dra.md: one claim of one device; the init and preStart hooks
-    recorded (no process) or run (/bin/true, twice)."""
+    """Measured for docs/contributing/performance.md: one claim of one device; the init
+    and preStart hooks recorded (no process) or run (/bin/true, twice)."""
     claims = MemoryClaims()
     hooks = run_hook if real_hooks else RecordedHooks()
     async with EmbeddedDraKubelet(base / "registry") as kubelet, driver(base, claims, hooks):

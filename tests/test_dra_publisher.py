@@ -253,7 +253,8 @@ async def test_someone_elses_edit_is_a_conflict_that_is_retried(
 async def test_slice_update_latency_is_under_a_second(
     client: kubeapi.AsyncClient, node_name: str
 ) -> None:
-    """From publish to the change readable from the API server (docs/dra.md quotes the numbers)."""
+    """From publish to the change readable from the API server (the figures belong in
+    docs/contributing/performance.md)."""
     latencies = []
     async with running(api_slices(client, node_name)) as publisher:
         await publisher.publish(RESOURCE, [unit("a")], set())
