@@ -9,7 +9,9 @@ tables below, one per kind, kept beside the rules.
 
 Only the standard library: e2e/checks.sh (``check_docs_commands``) runs
 ``python3 tests/docs_commands.py node DIR IMAGE`` with the host's Python to
-get the node's commands, so the docs and that check cannot drift.
+get the node's commands, and e2e/kind/install.sh runs ``python3
+tests/docs_commands.py kind REGISTRY`` to get the install commands it runs
+on the kind cluster, so the docs and those checks cannot drift.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ _YAML_BLOCK = re.compile(r"^( *)```yaml\n(.*?)^\1```", re.DOTALL | re.MULTILINE)
 _OUTPUT = re.compile(r"^#\s{3}(?P<text>\S.*)$")
 
 KINDS = {
+    "install": "e2e/kind/install.sh runs it verbatim on the kind cluster, REGISTRY swapped "
+    "for the run's registry (the kustomize and the Helm install, then their uninstall)",
     "genericdp": "tests/test_docs_commands.py runs it here, placeholders from GENERICDP_FILES",
     "helm": "tests/test_docs_commands.py: helm lint and template with Helm 3 and 4, "
     "then the API server's dry run of what they render",
@@ -48,6 +52,14 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(pattern))
     for kind, pattern in (
         ("dra-metadata", r"^kubectl exec \S+ -- cat /var/run/kubernetes\.io/dra-device-attrib"),
+        (
+            "install",
+            r"^(docker push REGISTRY/"
+            r"|kubectl (apply|delete) -k deploy/kustomize/base$"
+            r"|kubectl -n kube-system (set image|rollout status) daemonset/genericdp( |$)"
+            r"|helm (package|push|uninstall) "
+            r"|helm install \S+ oci://REGISTRY/)",
+        ),
         ("apply", r"^kubectl apply -n \S+ -k deploy/kustomize/\S+$"),
         ("node", r"^(POD=\$\()?kubectl "),
         ("helm", r"^helm (install|upgrade) "),
@@ -55,7 +67,7 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("script", r"^([A-Z_]+=\S+ )*(\./dev|e2e/\S+\.sh)( |$)"),
         ("bench", r"^\.venv/bin/python -m bench\.\w+ "),
         ("pip", r"^pip install genericdp==X\.Y\.Z$"),
-        ("image", r"^(docker buildx build|podman build|podman push) "),
+        ("image", r"^(docker build|docker buildx build|podman build|podman push) "),
         ("release", r"^(cosign verify|docker buildx imagetools inspect) "),
         ("variable", r"^(export )?[A-Z_]+=\S+( [A-Z_]+=\S+)*$"),
     )
@@ -218,7 +230,50 @@ def _print_node_commands(directory: Path, consumer_image: str) -> None:
         print("\t".join(fields))
 
 
+# -- install: e2e/kind/install.sh -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InstallStep:
+    """A documented install command as the kind e2e runs it: which way, and when."""
+
+    where: str  # every page:line that documents it, comma-separated
+    way: str  # image (the push), kustomize or helm
+    step: str  # install or uninstall
+    text: str  # verbatim, REGISTRY swapped for the run's registry
+
+
+def install_way(text: str) -> str:
+    if text.startswith("docker "):
+        return "image"
+    return "helm" if text.startswith("helm ") else "kustomize"
+
+
+def install_steps(registry: str) -> list[InstallStep]:
+    """Every install command of the docs once, in the order of the pages, REGISTRY swapped."""
+    steps: dict[str, list[Command]] = {}
+    for command in every_command():
+        if command.kind == "install":
+            steps.setdefault(command.text, []).append(command)
+    return [
+        InstallStep(
+            where=",".join(c.where for c in found),
+            way=install_way(text),
+            step="uninstall" if re.match(r"^(helm uninstall|kubectl delete) ", text) else "install",
+            text=re.sub(r"\bREGISTRY\b", registry, text),
+        )
+        for text, found in steps.items()
+    ]
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] != "node":  # node DIR IMAGE
-        sys.exit("usage: python3 tests/docs_commands.py node DIR CONSUMER_IMAGE")
-    _print_node_commands(Path(sys.argv[2]), sys.argv[3])
+    if len(sys.argv) == 4 and sys.argv[1] == "node":  # node DIR IMAGE
+        _print_node_commands(Path(sys.argv[2]), sys.argv[3])
+    elif len(sys.argv) == 3 and sys.argv[1] == "kind":  # kind REGISTRY
+        for found in install_steps(sys.argv[2]):
+            print("\t".join((found.where, found.way, found.step, found.text)))
+    else:
+        sys.exit(
+            "usage: python3 tests/docs_commands.py node DIR CONSUMER_IMAGE\n"
+            "       python3 tests/docs_commands.py kind REGISTRY"
+        )

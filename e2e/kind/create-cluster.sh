@@ -41,7 +41,7 @@ inns kind create cluster --name "$CLUSTER" --image "$image" --config "$config" "
 for node in $(kind get nodes --name "$CLUSTER"); do
   # kind's documented local registry: hosts.toml per node, here the kind
   # network's gateway, where the registry listens.
-  docker exec "$node" sh -c "mkdir -p /etc/containerd/certs.d/$REGISTRY && cat >/etc/containerd/certs.d/$REGISTRY/hosts.toml" <<TOML
+  docker exec -i "$node" sh -c "mkdir -p /etc/containerd/certs.d/$REGISTRY && cat >/etc/containerd/certs.d/$REGISTRY/hosts.toml" <<TOML
 [host."http://$KIND_GATEWAY:$REGISTRY_PORT"]
   capabilities = ["pull", "resolve"]
 TOML
