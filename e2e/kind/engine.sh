@@ -7,6 +7,7 @@
 # made beforehand in that range, and Debian's docker-registry serving
 # REGISTRY (localhost:5001) inside the namespace. Root.
 #   e2e/kind/engine.sh up | down
+#   e2e/kind/engine.sh registry     the network and registry only (GitHub Actions)
 # `down` stops everything `up` started, by PID, unmounts and removes the
 # state and deletes the namespace; it is safe to repeat.
 set -euo pipefail
@@ -49,6 +50,14 @@ JSON
     --exec-root "$ENGINE_RUN/exec" --pidfile "$ENGINE_RUN/dockerd.pid" \
     >"$ARTIFACTS/dockerd.log" 2>&1 </dev/null &
   wait_for 60 "dockerd to answer on $ENGINE_RUN/docker.sock" docker info
+  registry
+  log "engine up: dockerd $(docker version -f '{{.Server.Version}}'), registry $REGISTRY (nodes: $KIND_GATEWAY:$REGISTRY_PORT)"
+}
+
+# registry: the Docker network `kind` in the run's range, and the registry
+# (alone on GitHub Actions, where the machine's Docker serves).
+registry() {
+  mkdir -p "$ENGINE_STATE" "$ENGINE_RUN"
   if ! docker network inspect kind >/dev/null 2>&1; then
     docker network create kind --driver bridge --subnet "$KIND_SUBNET" \
       --gateway "$KIND_GATEWAY" -o com.docker.network.bridge.enable_ip_masquerade=true >/dev/null
@@ -69,7 +78,6 @@ YAML
   echo $! >"$ENGINE_RUN/registry.pid"
   wait_for 30 "the registry on localhost:$REGISTRY_PORT" \
     inns bash -c "exec 3<>/dev/tcp/127.0.0.1/$REGISTRY_PORT"
-  log "engine up: dockerd $(docker version -f '{{.Server.Version}}'), registry $REGISTRY (nodes: $KIND_GATEWAY:$REGISTRY_PORT)"
 }
 
 # stop_pid FILE: TERM the process FILE names and wait for it, KILL after 30 s.
@@ -110,6 +118,8 @@ down() {
       umount -l "$mnt" 2>/dev/null || true
     done < <(findmnt -rn -o TARGET | awk -v d="$dir/" 'index($0 "/", d) == 1' | sort -r)
   done
+  # The cgroups dockerd made for its containers (cgroup v1: one per hierarchy).
+  find /sys/fs/cgroup/*/docker /sys/fs/cgroup/docker -depth -type d -exec rmdir {} \; 2>/dev/null || true
   if [[ -e $ENGINE_RUN/made-lib-modules ]]; then
     rmdir /lib/modules 2>/dev/null || true
   fi
@@ -121,6 +131,7 @@ down() {
 
 case ${1:-} in
   up) up ;;
+  registry) registry ;;
   down) down ;;
   *)
     echo "usage: e2e/kind/engine.sh up | down" >&2
