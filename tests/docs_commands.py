@@ -54,11 +54,13 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("dra-metadata", r"^kubectl exec \S+ -- cat /var/run/kubernetes\.io/dra-device-attrib"),
         (
             "install",
-            r"^(docker push REGISTRY/"
-            r"|kubectl (apply|delete) -k deploy/kustomize/base$"
-            r"|kubectl -n kube-system (set image|rollout status) daemonset/genericdp( |$)"
-            r"|helm (package|push|uninstall) "
-            r"|helm install \S+ oci://REGISTRY/)",
+            (
+                r"^(docker push REGISTRY/"
+                r"|kubectl (apply|delete) -k deploy/kustomize/base$"
+                r"|kubectl -n kube-system (set image|rollout status) daemonset/genericdp( |$)"
+                r"|helm (package|push|uninstall) "
+                r"|helm install \S+ oci://REGISTRY/)"
+            ),
         ),
         ("apply", r"^kubectl apply -n \S+ -k deploy/kustomize/\S+$"),
         ("node", r"^(POD=\$\()?kubectl "),
@@ -271,7 +273,7 @@ if __name__ == "__main__":
         _print_node_commands(Path(sys.argv[2]), sys.argv[3])
     elif len(sys.argv) == 3 and sys.argv[1] == "kind":  # kind REGISTRY
         for found in install_steps(sys.argv[2]):
-            print("\t".join((found.where, found.way, found.step, found.text)))
+            print(f"{found.where}\t{found.way}\t{found.step}\t{found.text}")
     else:
         sys.exit(
             "usage: python3 tests/docs_commands.py node DIR CONSUMER_IMAGE\n"
