@@ -109,9 +109,9 @@ down() {
   stop_pid "$ENGINE_RUN/dockerd.pid"
   # dockerd's containerd and shims, should any outlive it.
   local pid
-  for pid in $(grep -lsF "$ENGINE_RUN/" /proc/[0-9]*/cmdline | sed 's|/proc/\([0-9]*\)/cmdline|\1|'); do
+  while read -r pid; do
     kill -9 "$pid" 2>/dev/null || true
-  done
+  done < <(grep -lsF "$ENGINE_RUN/" /proc/[0-9]*/cmdline | sed 's|/proc/\([0-9]*\)/cmdline|\1|')
   local dir mnt
   for dir in "$ENGINE_STATE" "$ENGINE_RUN"; do
     while read -r mnt; do
