@@ -8,8 +8,6 @@ E2E_DIR=$E2E_ROOT/kind
 CLUSTER=${CLUSTER:-genericdp-e2e}
 NODE=${NODE:-$CLUSTER-control-plane}
 IMAGE=${IMAGE:-genericdp:e2e}
-# The image as an OCI archive (build-image.sh writes it, deploy.sh loads it).
-IMAGE_ARCHIVE=${IMAGE_ARCHIVE:-$ARTIFACTS/genericdp-image.tar}
 # The genericdp image has a shell and coreutils: it is the consumer too.
 CONSUMER_IMAGE=${CONSUMER_IMAGE:-$IMAGE}
 OVERLAY=$E2E_DIR/overlay

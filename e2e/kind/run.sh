@@ -13,7 +13,8 @@
 # Then: a cluster of a control plane and two workers, genericdp installed
 # with the docs' commands verbatim (install.sh: the push to the run's
 # registry, the kustomize base, its uninstall, the Helm chart from oci://,
-# its uninstall), each install checked on every node, and everything torn
+# its uninstall), each install checked on every node, with the kustomize one
+# different hardware per node from one ConfigMap (fleet.sh), and everything torn
 # down and checked as a before/after difference (leftovers.sh). Root (local).
 #   e2e/kind/run.sh [MINOR]                  default 1.36
 # Environment: ARTIFACTS=/tmp/genericdp-e2e-artifacts   KUBE_XZ_DIR=../shared/k8s
@@ -143,6 +144,9 @@ gone() {
 way() {
   "$E2E_DIR/install.sh" install "$1"
   installed_everywhere
+  if [[ $1 == kustomize ]]; then
+    "$E2E_DIR/fleet.sh"
+  fi
   "$E2E_DIR/install.sh" uninstall "$1"
   gone
 }
