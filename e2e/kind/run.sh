@@ -14,7 +14,8 @@
 # with the docs' commands verbatim (install.sh: the push to the run's
 # registry, the kustomize base, its uninstall, the Helm chart from oci://,
 # its uninstall), each install checked on every node, with the kustomize one
-# different hardware per node from one ConfigMap (fleet.sh), and everything torn
+# different hardware per node from one ConfigMap (fleet.sh), with the Helm one
+# a worker lost (lost-worker.sh), and everything torn
 # down and checked as a before/after difference (leftovers.sh). Root (local).
 #   e2e/kind/run.sh [MINOR]                  default 1.36
 # Environment: ARTIFACTS=/tmp/genericdp-e2e-artifacts   KUBE_XZ_DIR=../shared/k8s
@@ -146,8 +147,15 @@ way() {
   installed_everywhere
   if [[ $1 == kustomize ]]; then
     "$E2E_DIR/fleet.sh"
+  else
+    "$E2E_DIR/lost-worker.sh"
   fi
   "$E2E_DIR/install.sh" uninstall "$1"
+  if [[ $1 == helm ]]; then
+    # The lost worker's pods: no kubelet confirms their deletion.
+    k -n kube-system delete pods -l app.kubernetes.io/name=genericdp \
+      --field-selector "spec.nodeName=$CLUSTER-worker2" --force --grace-period=0 >/dev/null 2>&1 || true
+  fi
   gone
 }
 
