@@ -42,9 +42,9 @@ if [[ $KIND_SOURCE == local ]]; then
 fi
 
 # inns COMMAND...: run COMMAND where the cluster's addresses are: inside the
-# engine's network namespace (local), or here (release).
+# engine's network namespace (local, once engine.sh made it), or here.
 inns() {
-  if [[ $KIND_SOURCE == local ]]; then
+  if [[ $KIND_SOURCE == local && -e /run/netns/$NETNS ]]; then
     nsenter --net="/run/netns/$NETNS" "$@"
   else
     "$@"
