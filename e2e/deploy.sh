@@ -2,7 +2,7 @@
 # Prepare the node for the checks (device nodes, the shared directory) and
 # deploy the e2e overlay as a user would (`kubectl apply -k`); the DaemonSet
 # controller makes the pod, the scheduler places it. The image is already on
-# the node (kind/deploy.sh loads it; local/up.sh imports it).
+# the node (local/up.sh imports it).
 #   e2e/deploy.sh kind|local
 set -euo pipefail
 way=${1:?usage: e2e/deploy.sh kind|local}

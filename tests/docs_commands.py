@@ -10,7 +10,9 @@ rules.
 
 Only the standard library: e2e/checks.sh (``check_docs_commands``) runs
 ``python3 tests/docs_commands.py node DIR IMAGE`` with the host's Python to
-get the node's commands, so the docs and that check cannot drift.
+get the node's commands, and e2e/kind/install.sh runs ``python3
+tests/docs_commands.py kind REGISTRY`` to get the install commands it runs
+on the kind cluster, so the docs and those checks cannot drift.
 """
 
 from __future__ import annotations
@@ -235,7 +237,60 @@ def _print_node_commands(directory: Path, consumer_image: str) -> None:
         print("\t".join(fields))
 
 
+# -- install: e2e/kind/install.sh -----------------------------------------------------
+# Besides the test of its kind, each of these commands of the docs runs
+# verbatim on the kind cluster (e2e/kind/install.sh), REGISTRY swapped for the
+# run's registry: the push, the kustomize and the Helm install, their uninstall.
+ON_KIND = re.compile(
+    r"^(docker push REGISTRY/"
+    r"|kubectl (apply|delete) -k deploy/kustomize/base$"
+    r"|kubectl -n kube-system (set image|rollout status) daemonset/genericdp( |$)"
+    r"|helm (package|push|uninstall) "
+    r"|helm install \S+ oci://REGISTRY/)"
+)
+
+
+@dataclass(frozen=True)
+class InstallStep:
+    """A documented install command as the kind e2e runs it: which way, and when."""
+
+    where: str  # every page:line that documents it, comma-separated
+    way: str  # image (the push), kustomize or helm
+    step: str  # install or uninstall
+    text: str  # verbatim, REGISTRY swapped for the run's registry
+
+
+def install_way(text: str) -> str:
+    if text.startswith("docker "):
+        return "image"
+    return "helm" if text.startswith("helm ") else "kustomize"
+
+
+def install_steps(registry: str) -> list[InstallStep]:
+    """Every install command of the docs once, in the order of the pages, REGISTRY swapped."""
+    steps: dict[str, list[Command]] = {}
+    for command in every_command():
+        if ON_KIND.search(command.text):
+            steps.setdefault(command.text, []).append(command)
+    return [
+        InstallStep(
+            where=",".join(c.where for c in found),
+            way=install_way(text),
+            step="uninstall" if re.match(r"^(helm uninstall|kubectl delete) ", text) else "install",
+            text=re.sub(r"\bREGISTRY\b", registry, text),
+        )
+        for text, found in steps.items()
+    ]
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] != "node":  # node DIR IMAGE
-        sys.exit("usage: python3 tests/docs_commands.py node DIR CONSUMER_IMAGE")
-    _print_node_commands(Path(sys.argv[2]), sys.argv[3])
+    if len(sys.argv) == 4 and sys.argv[1] == "node":  # node DIR IMAGE
+        _print_node_commands(Path(sys.argv[2]), sys.argv[3])
+    elif len(sys.argv) == 3 and sys.argv[1] == "kind":  # kind REGISTRY
+        for found in install_steps(sys.argv[2]):
+            print(f"{found.where}\t{found.way}\t{found.step}\t{found.text}")
+    else:
+        sys.exit(
+            "usage: python3 tests/docs_commands.py node DIR CONSUMER_IMAGE\n"
+            "       python3 tests/docs_commands.py kind REGISTRY"
+        )

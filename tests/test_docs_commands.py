@@ -31,6 +31,8 @@ from tests.docs_commands import (
     REPO,
     Command,
     every_command,
+    ON_KIND,
+    install_steps,
     node_commands,
     node_shell,
     write_node_files,
@@ -313,6 +315,44 @@ def test_helm_package_makes_the_archive_the_page_pushes(command: Command, tmp_pa
     done = _run([str(helm_binary("helm4")), *words[1:-1], str(REPO / words[-1])], tmp_path)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / f"genericdp-{CHART_VERSION}.tgz").is_file(), done.stdout
+
+
+def test_the_install_commands_run_on_kind() -> None:
+    """e2e/kind runs what docs_commands prints for kind: the push, both ways, both uninstalls."""
+    install = (REPO / "e2e/kind/install.sh").read_text()
+    run = (REPO / "e2e/kind/run.sh").read_text()
+    assert 'tests/docs_commands.py" kind "$REGISTRY"' in install
+    for way in ('install.sh" push', "way kustomize", "way helm"):
+        assert way in run, f"e2e/kind/run.sh does not run {way}"
+    steps = {(s.way, s.step) for s in install_steps("localhost:5001")}
+    assert steps == {
+        ("image", "install"),
+        ("kustomize", "install"),
+        ("kustomize", "uninstall"),
+        ("helm", "install"),
+        ("helm", "uninstall"),
+    }
+    assert all("REGISTRY" not in s.text for s in install_steps("localhost:5001"))
+
+
+def test_every_install_command_of_the_docs_runs_on_kind() -> None:
+    """A kustomize or Helm install of the docs is run verbatim by the kind e2e, not only dry-run.
+
+    The quick start's old `kubectl apply -n kube-system -k deploy/kustomize/base`
+    bound the ClusterRole to default/genericdp; run on kind, the pods could not
+    read their Node. An install command the kind e2e does not run fails here.
+    """
+    installs = [
+        c
+        for c in COMMANDS
+        if re.match(
+            r"^(kubectl apply .*-k deploy/kustomize/base|helm install \S+ oci://REGISTRY/)", c.text
+        )
+        and c.page in ("README.md", "docs/quickstart.md")
+    ]
+    assert installs, "the quick start has no install command"
+    not_run = [f"{c.where}: {c.text}" for c in installs if not ON_KIND.search(c.text)]
+    assert not not_run, "not run on kind (e2e/kind/install.sh):\n" + "\n".join(not_run)
 
 
 def test_the_node_commands_run_in_the_e2e() -> None:

@@ -1060,24 +1060,19 @@ def test_probes_wait_for_the_measured_start_and_agree_in_base_and_chart() -> Non
     assert probes["livenessProbe"]["initialDelaySeconds"] >= ready["initialDelaySeconds"]
 
 
-def test_e2e_workflow_builds_the_kind_image_once_and_loads_it_from_an_archive() -> None:
-    """One build job makes the OCI archive; every kind job downloads it and loads the archive."""
-    jobs = yaml_file(WORKFLOWS / "e2e.yaml")["jobs"]
-    build = jobs["build-image"]
-    assert any("e2e/kind/build-image.sh" in s.get("run", "") for s in build["steps"])
-    (upload,) = [s for s in build["steps"] if s.get("uses", "").startswith("actions/upload-")]
-    kind = jobs["kind"]
-    assert kind["needs"] == "build-image"
-    (download,) = [s for s in kind["steps"] if s.get("uses", "").startswith("actions/download-")]
-    assert download["with"]["name"] == upload["with"]["name"]
+def test_e2e_workflow_runs_the_kind_e2e_with_the_release_images() -> None:
+    """Each kind job runs e2e/kind/run.sh with the kind release and kindest/node, then the dry run.
+
+    The image is pushed to the run's registry and pulled by the nodes, never side-loaded.
+    """
+    kind = yaml_file(WORKFLOWS / "e2e.yaml")["jobs"]["kind"]
     (run,) = [s for s in kind["steps"] if "e2e/kind/run.sh" in s.get("run", "")]
-    archive = run["env"]["IMAGE_ARCHIVE"]
-    assert archive.startswith(download["with"]["path"] + "/")
-    assert run["env"]["SKIP_BUILD"] == "1", "the matrix must not build the image again"
+    assert run["env"]["KIND_SOURCE"] == "release"
+    assert any("e2e/kind/install-kind.sh" in s.get("run", "") for s in kind["steps"])
     assert any("e2e/kind/helm-dry-run.sh" in s.get("run", "") for s in kind["steps"])
-    deploy = (E2E / "deploy.sh").read_text()
-    assert 'kind load image-archive "$IMAGE_ARCHIVE"' in deploy
-    assert not re.search(r"^[^#]*kind load docker-image", deploy, re.MULTILINE)
+    for script in E2E.glob("*.sh"):
+        assert not re.search(r"^[^#]*kind load ", script.read_text(), re.MULTILINE), script.name
+    assert 'install.sh" push' in (E2E / "run.sh").read_text()
 
 
 def test_cdi_round_waits_for_the_spec_file_genericdp_writes() -> None:

@@ -8,14 +8,51 @@ E2E_DIR=$E2E_ROOT/kind
 CLUSTER=${CLUSTER:-genericdp-e2e}
 NODE=${NODE:-$CLUSTER-control-plane}
 IMAGE=${IMAGE:-genericdp:e2e}
-# The image as an OCI archive (build-image.sh writes it, deploy.sh loads it).
-IMAGE_ARCHIVE=${IMAGE_ARCHIVE:-$ARTIFACTS/genericdp-image.tar}
 # The genericdp image has a shell and coreutils: it is the consumer too.
 CONSUMER_IMAGE=${CONSUMER_IMAGE:-$IMAGE}
 OVERLAY=$E2E_DIR/overlay
 
+# Where the images come from (run.sh): `local` builds the node image from
+# Debian packages and ../shared/k8s and runs its own Docker engine in a
+# network namespace (engine.sh); `release` takes the kind release and the
+# official kindest/node images with the machine's Docker (GitHub Actions).
+if [[ -z ${KIND_SOURCE:-} ]]; then
+  if [[ -n ${GITHUB_ACTIONS:-} ]]; then KIND_SOURCE=release; else KIND_SOURCE=local; fi
+fi
+# The run's addresses, all in 198.18.0.0/15: the Docker network `kind`, the
+# pods and the Services. The registry is localhost:5001 where docker and
+# helm run, the kind network's gateway for the nodes (containerd hosts.toml).
+KIND_SUBNET=198.18.1.0/24
+KIND_GATEWAY=198.18.1.1
+POD_SUBNET=198.19.0.0/16
+SERVICE_SUBNET=198.18.240.0/20
+REGISTRY_PORT=5001
+REGISTRY=localhost:$REGISTRY_PORT
+# The local engine's network namespace, state and sockets (engine.sh).
+NETNS=${NETNS:-gdp-kind}
+ENGINE_STATE=${ENGINE_STATE:-/var/lib/genericdp-kind}
+ENGINE_RUN=${ENGINE_RUN:-/run/genericdp-kind}
+KIND_CACHE=${KIND_CACHE:-/var/cache/genericdp-e2e/kind}
+# The binaries of ../shared/k8s (local), and the node image built from them.
+KUBE_XZ_DIR=${KUBE_XZ_DIR:-$REPO_ROOT/../shared/k8s}
+NODE_IMAGE_LOCAL=genericdp-kind/node:v1.36.2
+if [[ $KIND_SOURCE == local ]]; then
+  export DOCKER_HOST=unix://$ENGINE_RUN/docker.sock
+  export KUBECONFIG=${KUBECONFIG_KIND:-$ENGINE_RUN/kubeconfig}
+fi
+
+# inns COMMAND...: run COMMAND where the cluster's addresses are: inside the
+# engine's network namespace (local, once engine.sh made it), or here.
+inns() {
+  if [[ $KIND_SOURCE == local && -e /run/netns/$NETNS ]]; then
+    nsenter --net="/run/netns/$NETNS" "$@"
+  else
+    "$@"
+  fi
+}
+
 k() {
-  kubectl --context "kind-$CLUSTER" "$@"
+  inns kubectl --context "kind-$CLUSTER" "$@"
 }
 
 # full_reference NAME[:TAG]: NAME as containerd and the kubelet spell it
