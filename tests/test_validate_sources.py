@@ -156,15 +156,22 @@ def test_a_manifest_checks_each_configmaps_config_files(tmp_path: Path) -> None:
 
 
 def test_the_rendered_chart_validates(tmp_path: Path) -> None:
-    """`helm template` output with a configYaml: validate reads its ConfigMap as the pod will."""
+    """`helm template` output with a configYaml: validate reads its ConfigMap as the pod will.
+
+    The chart itself refuses the unquoted ID; the manifest is rendered with it
+    quoted, and then unquoted in the rendered ConfigMap, as a tool that edits
+    manifests after Helm would leave it."""
     values = tmp_path / "values.yaml"
     values.write_text(AS_TEXT)
-    rendered = subprocess.run(
-        [str(helm_binary("helm4")), "template", "gdp", str(CHART), "-f", str(values)],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+    helm = [str(helm_binary("helm4")), "template", "gdp", str(CHART), "-f", str(values)]
+    refused = subprocess.run(helm, capture_output=True, text=True, check=False)
+    assert refused.returncode != 0
+    assert "idProduct" in refused.stderr, refused.stderr
+    values.write_text(AS_TEXT.replace("idProduct: 6001", 'idProduct: "6001"'))
+    rendered = subprocess.run(helm, capture_output=True, text=True, check=True)
+    assert 'idProduct: "6001"' in rendered.stdout
     manifest = tmp_path / "rendered.yaml"
-    manifest.write_text(rendered.stdout)
+    manifest.write_text(rendered.stdout.replace('idProduct: "6001"', "idProduct: 6001"))
     result = run("validate", str(manifest))
     assert result.returncode == 1
     assert "idProduct: must be a string" in result.stderr
