@@ -116,7 +116,8 @@ check_startup_probes() {
 
 # dry_run_overlay DIR RESOURCES COMPONENTS [FILE...]: a kustomization in DIR
 # of RESOURCES and COMPONENTS (space-separated paths from the repository's
-# root), with FILEs copied in and listed as resources too.
+# root), with FILEs copied in and listed as resources too, in NAMESPACE (as
+# a user's overlay sets its namespace; the base alone is in kube-system).
 dry_run_overlay() {
   local dir=$1 resources=$2 components=$3 path file
   shift 3
@@ -125,6 +126,7 @@ dry_run_overlay() {
   {
     echo "apiVersion: kustomize.config.k8s.io/v1beta1"
     echo "kind: Kustomization"
+    echo "namespace: $NAMESPACE"
     echo "resources:"
     for path in $resources; do
       echo "  - $(realpath --relative-to="$dir" "$REPO_ROOT/$path")"
