@@ -240,13 +240,15 @@ def _print_node_commands(directory: Path, consumer_image: str) -> None:
 # -- install: e2e/kind/install.sh -----------------------------------------------------
 # Besides the test of its kind, each of these commands of the docs runs
 # verbatim on the kind cluster (e2e/kind/install.sh), REGISTRY swapped for the
-# run's registry: the push, the kustomize and the Helm install, their uninstall.
+# run's registry: the push, the kustomize and the Helm install, their uninstall
+# (a Helm install with files of the reader's own, `-f my-values.yaml`, is
+# rendered and dry-run by its kind's test only).
 ON_KIND = re.compile(
     r"^(docker push REGISTRY/"
     r"|kubectl (apply|delete) -k deploy/kustomize/base$"
     r"|kubectl -n kube-system (set image|rollout status) daemonset/genericdp( |$)"
     r"|helm (package|push|uninstall) "
-    r"|helm install \S+ oci://REGISTRY/)"
+    r"|helm install \S+ oci://REGISTRY/\S+ --version \S+ -n \S+ --set image\.repository=\S+$)"
 )
 
 
