@@ -156,8 +156,6 @@ class Registrar:
         self.registered = False
         self._on_status()
 
-    # -- the kubelet's stream -------------------------------------------------------
-
     def stream_opened(self) -> int:
         self.streams += 1
         self._next_token += 1
@@ -179,8 +177,6 @@ class Registrar:
                 log.warning("%s: the kubelet ended ListAndWatch", self.resource)
                 self.wake("kubelet ended ListAndWatch")
         self._on_status()
-
-    # -- registration ------------------------------------------------------------
 
     async def _register_until_done(self, reasons: str) -> None:
         self._backoff.reset()
