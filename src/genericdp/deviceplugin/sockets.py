@@ -25,12 +25,9 @@ _MAX_SLUG = 40
 
 
 def socket_name(resource: str, token: str | None = None, *, max_bytes: int | None = None) -> str:
-    """``gdp-<slug>-<token>.sock``: unique per start, recognisably ours.
-
-    ``max_bytes`` caps the whole name (the socket path must fit the kernel's
-    107 bytes): the slug is cut and a hash of the resource name keeps it
-    unique. Raises KubeletError when not even ``gdp-<hash>-<token>.sock`` fits.
-    """
+    """``gdp-<slug>-<token>.sock``: unique per start, recognisably ours. Past ``max_bytes``
+    the slug is cut and a hash of the resource name keeps it unique; KubeletError
+    when not even ``gdp-<hash>-<token>.sock`` fits."""
     token = token or secrets.token_hex(4)
     slug = re.sub(r"[^A-Za-z0-9.]+", "-", resource).strip("-.") or "resource"
     digest = hashlib.sha256(resource.encode()).hexdigest()[:8]
@@ -51,12 +48,9 @@ def _fixed_bytes(token: str) -> int:
 
 
 def socket_path(plugin_dir: Path, resource: str, token: str | None = None) -> tuple[Path, bool]:
-    """Where to serve ``resource`` in ``plugin_dir``, and whether the name was shortened.
-
-    The kubelet's directory follows its root directory, and a unix socket path
-    is at most 107 bytes: a long directory leaves less room for the name, so
-    the name gives way (a hash keeps it unique). Raises KubeletError naming the
-    directory when even the shortest name does not fit.
+    """Where to serve ``resource`` in ``plugin_dir``, and whether the name was shortened
+    (a socket path is at most 107 bytes, so a long directory leaves less room).
+    Raises KubeletError naming the directory when even the shortest name does not fit.
     """
     directory = plugin_dir.absolute()
     left = MAX_UNIX_PATH_BYTES - len(str(directory).encode()) - 1

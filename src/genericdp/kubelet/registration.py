@@ -89,12 +89,9 @@ async def register(
 async def _connected(channel: grpc.aio.Channel, kubelet_socket: Path, timeout: float) -> bool:  # noqa: ASYNC109
     """Wait until ``channel`` is connected (True), or ``timeout`` passes (False).
 
-    Fails at once when nobody listens. A kubelet that listens answers the
-    HTTP/2 handshake in milliseconds; a connection still not ready after
-    ``timeout`` went to a kubelet that died or stopped as we connected (its
-    socket accepted, nothing answers), and gRPC would wait out its own
-    handshake timeout (20 s) before it tried the path again: the caller
-    starts over on a fresh channel instead.
+    Fails at once when nobody listens. A connection not ready after ``timeout``
+    went to a kubelet that died as we connected, and gRPC would wait out its own
+    handshake timeout (20 s): the caller starts over on a fresh channel instead.
     """
     try:
         async with asyncio.timeout(timeout):
