@@ -16,9 +16,7 @@ A device has ``name`` and ``groups``; a group has ``paths`` *or* ``usb``
 mapstructure do) and unknown keys are ignored by squat; we report them.
 
 Everything is parsed with genericdp's own YAML reader, so a flag value or a
-file gets the same size, depth and alias limits as a genericdp config, and
-every problem is a ``ConfigIssue`` with ``source:line:column`` (a flag's
-source is ``--device #N``).
+file gets a genericdp config's limits and ``source:line:column`` messages.
 """
 
 from __future__ import annotations

@@ -2,14 +2,6 @@
 
 Pure reading of three roots (``Roots``: dev, sys, udev), no gRPC, no state
 kept between calls: every call looks at the host as it is now.
-
-- ``find_nodes``: the union of what each matcher finds, one ``DeviceNode``
-  per real host node (the first matcher to find a node wins);
-- ``group_units``: nodes into units by ``groupBy``, with stable IDs;
-- ``shared_nodes``: the nodes of ``allocate.devices`` and the required
-  entries that found none;
-- ``discover``: all three, for one resource definition; each unit carries the
-  shared nodes (``Unit.shared``, ``Unit.missing``).
 """
 
 from __future__ import annotations
@@ -63,9 +55,8 @@ def discover(definition: ResourceDefinition, roots: Roots) -> tuple[Unit, ...]:
 def find_nodes(matchers: Sequence[Matcher], roots: Roots) -> tuple[DeviceNode, ...]:
     """Every node any matcher finds, deduplicated by real host node (first matcher wins).
 
-    Raises DiscoveryError when the dev root itself is missing; odd entries
-    (dangling or escaping links, anything but a device node: regular files,
-    sockets, FIFOs, vanished files) are skipped (``Scan.is_device_node``).
+    Raises DiscoveryError when the dev root itself is missing; odd entries are
+    skipped (``Scan.is_device_node``).
     """
     return tuple(node for node, _ in _find(matchers, roots))
 

@@ -35,10 +35,8 @@ class DeviceNode:
     numa_node: int | None = None
     # Device cgroup permissions of an ``allocate.devices`` node; None: the resource's.
     permissions: str | None = None
-    # The host node's permission bits (``st_mode & 0o777``) and owner, as the
-    # scan found them: a container's node keeps them unless the config says
-    # otherwise (``allocate.deviceNodes``). A chmod or chown on the host makes
-    # the node, and so its unit, compare unequal: the CDI spec follows.
+    # The host node's permission bits and owner: a chmod or chown on the host
+    # makes the node, and so its unit, compare unequal, and the CDI spec follows.
     mode: int | None = None
     uid: int | None = None
     gid: int | None = None
