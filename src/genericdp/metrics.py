@@ -1,17 +1,10 @@
-"""What the daemon says about itself: its Prometheus metrics (the probes: ``genericdp.probes``).
+"""The daemon's Prometheus metrics: the Prometheus ``Recorder`` of the runtime.
 
-The runtime reports events through the ``Recorder`` it owns
-(``genericdp.runtime.recorder``; ``NO_METRICS`` when nobody listens, so the
-runtime never imports this module); ``Metrics`` is the Prometheus one. It
-owns a ``CollectorRegistry`` of its own, never the global one, so several
-supervisors (and tests) in one process do not collide.
-
-State that the supervisor already knows (devices, units, registration,
-streams) is read from ``status()`` at scrape time by a collector, so it is
-always consistent and never needs updating. Events (registrations,
-allocations, hooks, probes, reloads, kubelet restarts) are counters and
-histograms. Labels stay low-cardinality: the resource name, never device IDs
-or pods. Every metric is listed in docs/contributing/architecture.md.
+It owns a ``CollectorRegistry`` of its own, never the global one, so several
+supervisors (and tests) in one process do not collide. State the supervisor
+already knows is read from ``status()`` at scrape time, so it is always
+consistent; events are counters and histograms. Labels stay low-cardinality:
+the resource name, never device IDs or pods.
 """
 
 from __future__ import annotations
@@ -43,9 +36,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Allocate must be fast (it stalls pod admission), but an init hook may take
-# seconds: 5 ms to 30 s. Few buckets on purpose: bucket lines are most of a
-# scrape, and a scrape is rendered on the daemon's loop.
+# 5 ms (an Allocate) to 30 s (an init hook). Few buckets on purpose: bucket lines
+# are most of a scrape, rendered on the daemon's loop.
 DURATION_BUCKETS = (0.005, 0.025, 0.1, 0.25, 1, 2.5, 10, 30)
 
 RELOAD_RESULTS = ("applied", "unchanged", "refused", "failed")
