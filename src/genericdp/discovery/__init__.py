@@ -84,11 +84,8 @@ def shared_nodes(
     entries: Sequence[ExtraDevice], roots: Roots, resource: str = ""
 ) -> tuple[tuple[DeviceNode, ...], tuple[str, ...]]:
     """The device nodes of ``allocate.devices`` (in entry order, each real node
-    once) and the paths of required entries that found none.
-
-    Confined as matched nodes are: character or block devices only, links
-    resolved inside the dev root, the host path always the real node.
-    """
+    once, confined as matched nodes are) and the paths of required entries that
+    found none."""
     if not roots.dev.is_dir():
         raise DiscoveryError(f"device root {roots.dev} does not exist or is not a directory")
     scan = Scan(roots)
