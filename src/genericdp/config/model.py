@@ -1,11 +1,9 @@
 """The frozen, validated form of a config v1 file, under the names the rest of
 the tree imports.
 
-Everything here is built once by ``genericdp.config.load`` after the JSON
-Schema and the semantic checks pass; nothing downstream sees raw YAML.
+Built once by ``genericdp.config.load``; nothing downstream sees raw YAML.
 Equality of two ``ResourceDefinition`` values means "nothing to do" for the
-reconciler, so compiled templates are excluded from comparison. Each type
-lives with its section's schema fragment and converter in ``config/v1/``.
+reconciler, so compiled templates are excluded from comparison.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """YAML text -> plain data plus the position of every key and value.
 
-ruamel.yaml's round-trip loader keeps line/column of each key and value
-(``.lc`` on its CommentedMap/CommentedSeq). We copy the tree into plain
-dicts, lists and scalars for jsonschema, and keep the positions aside in a
-table keyed by path, so every later check can say ``file:line:column``.
+ruamel.yaml's round-trip tree is copied into plain dicts, lists and scalars
+for jsonschema, its positions kept aside by path, so every later check can
+say ``file:line:column``.
 """
 
 from __future__ import annotations
