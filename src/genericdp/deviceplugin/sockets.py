@@ -68,11 +68,8 @@ def socket_path(plugin_dir: Path, resource: str, token: str | None = None) -> tu
 
 
 def remove_stale_sockets(plugin_dir: Path) -> list[Path]:
-    """Remove our sockets that nothing listens on (left by a killed predecessor).
-
-    A socket that accepts a connection belongs to a live process (say, the old
-    pod of a rolling update) and stays.
-    """
+    """Remove our sockets that nothing listens on (left by a killed predecessor); one
+    that accepts a connection is a live process's (the old pod of a rolling update)."""
     removed: list[Path] = []
     for path in sorted(plugin_dir.glob(f"{SOCKET_PREFIX}*.sock")):
         with socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM) as probe:

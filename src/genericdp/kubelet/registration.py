@@ -48,10 +48,9 @@ async def register(
 ) -> None:
     """Register ``resource_name`` served on ``endpoint`` (a file name in the kubelet's dir).
 
-    ``before_send`` runs once connected, right before the request goes out; it
-    may raise RegistrationError to call the registration off. Raises
-    RegistrationError with the kubelet's own message when it refuses, and when
-    its socket is missing, unreachable or does not answer within ``timeout``.
+    ``before_send`` runs once connected; it may raise RegistrationError to call
+    the registration off. Raises RegistrationError with the kubelet's message
+    when it refuses, or when it is missing or does not answer within ``timeout``.
     """
     try:
         target = unix_address(kubelet_socket)
