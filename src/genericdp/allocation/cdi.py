@@ -124,11 +124,8 @@ def cdi_version(kind: str) -> str:
 
 
 def spec_file_name(resource: str) -> str:
-    """``genericdp-<domain>_<name>.json``, shortened with a hash when very long.
-
-    ``_`` cannot occur in a domain, so two resource names never share a file
-    (``example.com-gpu/render`` and ``example.com/gpu-render`` did, with ``-``).
-    """
+    """``genericdp-<domain>_<name>.json``, shortened with a hash when very long
+    (``_`` cannot occur in a domain, so two resource names never share a file)."""
     domain, _, name = resource.partition("/")
     stem = f"{SPEC_PREFIX}{domain}_{name}"
     if len(stem) > _MAX_FILE_STEM:
@@ -293,11 +290,8 @@ def _remove(path: Path) -> bool:
 
 
 class SpecPublisher:
-    """The CDI spec file of one resource and what it holds now.
-
-    Not thread-safe: the runtime calls it from one worker thread at a time
-    (under its own lock), and reads ``unpublished`` on the loop in between.
-    """
+    """The CDI spec file of one resource and what it holds now. Not thread-safe: the
+    runtime calls it from one worker thread at a time, under its own lock."""
 
     def __init__(self, cdi_dir: Path) -> None:
         self._dir = cdi_dir
@@ -316,11 +310,9 @@ class SpecPublisher:
         return self._touched
 
     def publish(self, definition: ResourceDefinition, units: Sequence[Unit]) -> bool:
-        """Make the file describe ``units``; True when it was written or removed.
-
-        No units: no file (a spec without devices is invalid). Raises
-        CdiSpecError, after which the next call writes the file whatever it holds.
-        """
+        """Make the file describe ``units`` (none: no file, a spec without devices is
+        invalid); True when written or removed. After a CdiSpecError the next call
+        writes the file whatever it holds."""
         spec = cdi_spec(definition, units) if units else None
         if self._known and spec == self._spec:
             return False
