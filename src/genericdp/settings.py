@@ -71,9 +71,7 @@ class ListenAddress:
 
 def parse_listen_address(text: str) -> ListenAddress | None:
     """``host:port``, ``:port`` (every interface) or ``[v6]:port``; empty: disabled.
-
-    Raises ValueError saying what is wrong (pydantic reports it as a bad setting).
-    """
+    Raises ValueError saying what is wrong."""
     text = text.strip()
     if not text:
         return None
@@ -128,11 +126,7 @@ SIMULATE_SKIPS = frozenset(
 
 class DiscoverySettings(BaseSettings):
     """Where discovery reads the host's device tree, and the node it runs on
-    (``genericdp discover`` needs these only).
-
-    Every field is a ``GENERICDP_*`` variable and a flag of the commands that
-    use it (``cli`` makes the flags from these fields).
-    """
+    (``genericdp discover`` needs these only)."""
 
     model_config = SettingsConfigDict(env_prefix="GENERICDP_", extra="ignore")
 

@@ -51,10 +51,9 @@ def convert_squat(
 ) -> Conversion:
     """Convert squat's flags (``--device`` values, ``--domain``) and/or ``--config`` file.
 
-    As squat resolves them (viper): ``--device`` flags replace the file's
-    devices, and ``--domain`` beats the file's ``domain``. ``daemon_flags``
-    (``listen``, ``log-level``, ``plugin-directory``) configure squat's daemon,
-    not a config: each becomes a note naming genericdp's setting.
+    As squat resolves them: ``--device`` flags replace the file's devices, and
+    ``--domain`` beats the file's. ``daemon_flags`` each become a note naming
+    genericdp's setting.
     """
     issues: list[ConfigIssue] = []
     squat = SquatConfig(domain=DEFAULT_DOMAIN)

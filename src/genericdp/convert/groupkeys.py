@@ -40,11 +40,8 @@ def group_regex(groups: Sequence[Sequence[str]]) -> str | None:
 
 def _distinct_common(paths: Sequence[str], others: Sequence[str]) -> str | None:
     """The longest substring of every one of ``paths`` found in none of ``others``
-    (the leftmost in ``paths[0]`` of those as long), or None.
-
-    A suffix automaton of ``paths[0]`` tells, for each of its states, how long a
-    substring of that state each other path holds: linear in the total length.
-    """
+    (the leftmost in ``paths[0]`` of those as long), or None; linear in the total
+    length, by a suffix automaton of ``paths[0]``."""
     sam = _Automaton(paths[0])
     common = list(sam.length)
     for path in paths[1:]:

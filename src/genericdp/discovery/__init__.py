@@ -34,11 +34,8 @@ log = logging.getLogger(__name__)
 
 
 def discover(definition: ResourceDefinition, roots: Roots) -> tuple[Unit, ...]:
-    """The units ``definition`` advertises on the host seen through ``roots``, sorted by ID.
-
-    Container paths are rendered after grouping, so IDs and groups come from
-    the host's names whatever ``containerPath`` says.
-    """
+    """The units ``definition`` advertises on the host seen through ``roots``, sorted by ID
+    (container paths are rendered after grouping: IDs come from the host's names)."""
     found = _find(definition.match, roots)
     nodes = tuple(node for node, _ in found)
     units = group_units(nodes, definition.group_by, roots, count=definition.id_slots)
@@ -53,11 +50,8 @@ def discover(definition: ResourceDefinition, roots: Roots) -> tuple[Unit, ...]:
 
 
 def find_nodes(matchers: Sequence[Matcher], roots: Roots) -> tuple[DeviceNode, ...]:
-    """Every node any matcher finds, deduplicated by real host node (first matcher wins).
-
-    Raises DiscoveryError when the dev root itself is missing; odd entries are
-    skipped (``Scan.is_device_node``).
-    """
+    """Every node any matcher finds, deduplicated by real host node (first matcher wins);
+    DiscoveryError when the dev root itself is missing."""
     return tuple(node for node, _ in _find(matchers, roots))
 
 

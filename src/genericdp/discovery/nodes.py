@@ -48,12 +48,9 @@ class Scan:
         return info
 
     def locate(self, relative: str) -> Located | None:
-        """The sysfs device of the node ``<dev>/<relative>``, if sysfs knows it.
-
-        A real node's ``st_rdev`` leads straight to ``sys/dev/char/M:m``.
-        Nodes that are not device files (test trees, or a /dev the kernel did
-        not populate) are found by kernel name: the ``DEVNAME`` in uevent.
-        """
+        """The sysfs device of the node ``<dev>/<relative>``, if sysfs knows it: by
+        ``st_rdev`` (``sys/dev/char/M:m``), else (a /dev the kernel did not populate)
+        by the ``DEVNAME`` in uevent."""
         info = self._lstat(relative)
         if info is not None and stat.S_ISLNK(info.st_mode):
             try:
@@ -92,10 +89,8 @@ class Scan:
     def describe(
         self, host_relative: str, container_path: str, located: Located | None = None
     ) -> DeviceNode:
-        """The DeviceNode for the real node ``<dev>/<host_relative>`` seen at ``container_path``.
-
-        ``located`` saves the lookup when the caller found the node through sysfs.
-        """
+        """The DeviceNode for the real node ``<dev>/<host_relative>`` seen at ``container_path``
+        (``located``: already found through sysfs)."""
         host_path = f"/dev/{host_relative}"
         if located is None:
             located = self.locate(host_relative)
