@@ -164,8 +164,6 @@ class HttpServer:
         if server is not None:
             await server.wait_closed()
 
-    # -- one connection ------------------------------------------------------------
-
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         if task is None:

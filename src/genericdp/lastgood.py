@@ -95,8 +95,6 @@ class LastGood:
         self._clock = clock
         self._digest: str | None = None  # of what the file holds, once known
 
-    # -- reading -------------------------------------------------------------------
-
     def read(self) -> Reading:
         """The kept config, or why it cannot be used; never raises."""
         try:
@@ -168,8 +166,6 @@ class LastGood:
         named = [Source(f"{self.path}[{s.file}]", s.text) for s in sources]
         config = load_texts(named)
         return Kept(config, sources, float(applied), digest)
-
-    # -- keeping -------------------------------------------------------------------
 
     def keep(self, sources: Sequence[Source]) -> bool:
         """Keep ``sources`` (a config just applied) unless already kept; whether the file
