@@ -21,7 +21,6 @@ from jinja2.visitor import NodeTransformer
 from genericdp.config import sandbox
 from genericdp.config.sandbox import (
     MAX_ALLOCATION_BYTES,
-    MAX_RENDER_SECONDS,
     MAX_TEMPLATE_CHARS,
     MAX_VALUE_BYTES,
     MAX_VALUE_CHARS,
@@ -36,12 +35,9 @@ from genericdp.config.v1.allocate import AllocateSpec
 
 # What the rest of the tree imports from here, wherever it is defined.
 __all__ = [
-    "LABEL_TEMPLATE_NAMES",
     "MAX_ALLOCATION_BYTES",
-    "MAX_RENDER_SECONDS",
     "MAX_VALUE_BYTES",
     "MAX_VALUE_CHARS",
-    "NODE_TEMPLATE_NAMES",
     "TEMPLATE_NAMES",
     "CompiledTemplates",
     "SliceSpent",
