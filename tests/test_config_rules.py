@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from genericdp.config import parse_duration, validate_resource_name
+from genericdp.config.durations import parse_duration
+from genericdp.config.names import validate_resource_name
 from genericdp.config.yamlpos import format_path
 
 

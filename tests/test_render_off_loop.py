@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from genericdp.config.templates import MAX_RENDER_SECONDS
+from genericdp.config.sandbox import MAX_RENDER_SECONDS
 from genericdp.kubelet.embedded import AllocationError
 from tests.runtime_harness import ScriptedDiscovery, config, running, unit
 

@@ -9,7 +9,8 @@ import pytest
 from genericdp.allocation.plan import plan_allocation
 from genericdp.config import sandbox
 from genericdp.config.model import AllocateSpec, GlobMatcher, ResourceDefinition, frozen_map
-from genericdp.config.templates import MAX_RENDER_SECONDS, TemplateSyntaxErrors, compile_templates
+from genericdp.config.sandbox import MAX_RENDER_SECONDS
+from genericdp.config.templates import TemplateSyntaxErrors, compile_templates
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.errors import TemplateRenderError
 

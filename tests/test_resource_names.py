@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from genericdp.config import validate_resource_name
+from genericdp.config.names import validate_resource_name
 from genericdp.k8snames import is_extended_resource_name
 
 NAMES = [

@@ -2,11 +2,6 @@
 | reconcile-classes``.
 
 Exit codes are in ``genericdp.exits``; the parser is ``genericdp.cliparser``.
-Every setting is a flag of the commands that use it and a ``GENERICDP_*``
-variable; a flag wins.
-
-``genericdp convert`` (another plugin's config -> ours) takes its own arguments,
-spelled as that plugin's flags so an existing args list can be pasted.
 """
 
 from __future__ import annotations

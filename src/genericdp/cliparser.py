@@ -1,9 +1,6 @@
-"""The argument parser of ``genericdp``: its commands and their flags.
-
-The flags of the settings are made from the settings model
-(``genericdp.settings``): one flag per field, also a ``GENERICDP_*``
-variable, given to the model by the command (``cli``). ``convert`` takes its
-own arguments, spelled as squat/generic-device-plugin's flags.
+"""The argument parser of ``genericdp``: its commands and their flags, one flag per
+field of the settings model (``genericdp.settings``). ``convert`` takes its own
+arguments, spelled as squat/generic-device-plugin's flags so an args list can be pasted.
 """
 
 from __future__ import annotations

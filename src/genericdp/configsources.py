@@ -1,14 +1,11 @@
 """Config carried inside other files: a Helm values file, a rendered manifest.
 
 ``genericdp validate --helm-values FILE`` checks what the chart writes to its
-ConfigMap from a values file (``configYaml``, else ``config``, and
-``extraConfigFiles``); ``genericdp validate MANIFEST`` checks each ConfigMap
-of a rendered manifest (``helm template`` or ``kubectl kustomize`` output,
-one or more YAML documents). The files of one ConfigMap are checked
-together, as the pod reads its mounted directory: they are written to a
-temporary directory that ``config.load`` reads, and each problem is put back
-at the line of the file the user wrote when the text was copied from it
-verbatim (a ``|`` block, a block mapping).
+ConfigMap from a values file; ``genericdp validate MANIFEST`` checks each
+ConfigMap of a rendered manifest. The files of one ConfigMap are checked
+together, as the pod reads its mounted directory, and each problem is put
+back at the line of the file the user wrote where the text was copied from
+it verbatim.
 """
 
 from __future__ import annotations

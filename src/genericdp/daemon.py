@@ -1,15 +1,9 @@
 """``genericdp serve``: load the config, run the supervisor until SIGTERM/SIGINT.
 
-Shutdown ends the ListAndWatch streams, stops the servers (hooks that are
-running get a short grace), removes our sockets and returns 0; tasks that do
-not stop in time are named in the log rather than blocking the exit.
-``/metrics``, ``/healthz`` and ``/readyz`` are served on ``metrics_address``
-from the same loop (``genericdp.metrics``, ``serve_endpoints``).
-
-An invalid config at start does not stop it: a crash loop would be rolled out
-to every node. It serves the last good config kept in the state directory
-(``genericdp.lastgood``), or nothing, not ready until the config is fixed,
-and watches the config as always.
+Tasks that do not stop in time at shutdown are named in the log rather than
+blocking the exit. An invalid config at start does not stop it (a crash loop
+would be rolled out to every node): it serves the last good config kept in
+the state directory, or nothing, not ready until the config is fixed.
 """
 
 from __future__ import annotations
@@ -47,9 +41,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Worker threads of the loop's executor (discovery, CDI files, a render past its
-# slice). asyncio's default is the core count + 4 (up to 32 on a large node),
-# and each thread costs its stack and a malloc arena (docs/contributing/performance.md).
+# Worker threads of the loop's executor: asyncio's default is the core count + 4,
+# and each thread costs its stack and a malloc arena.
 WORKER_THREADS = 2
 # Issues of an invalid config shown in /readyz (the log has them all).
 READYZ_ISSUES = 10
@@ -64,11 +57,8 @@ class Serving(Protocol):
 
 
 def backend_serving(name: str) -> Serving:
-    """The ``serving`` of the backend named ``name`` (``settings.backend``, whose
-    choices are the one list of backends): ``serving`` in the module
-    ``genericdp.<name>.backend``, the name without its dashes (``device-plugin``
-    is ``deviceplugin``). Each is loaded only when chosen: the device-plugin
-    backend never loads DRA or the API client."""
+    """``serving`` of ``genericdp.<name>.backend``, the name without its dashes, loaded
+    only when chosen (the device-plugin backend never loads DRA or the API client)."""
     from importlib import import_module
 
     module = import_module(f"genericdp.{backend_package(name)}.backend")
@@ -146,9 +136,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
     """Serve every resource of the config until SIGTERM or SIGINT; return the exit code.
 
     ``ready`` is set once the plugins are started (registration goes on in
-    the background: the kubelet may not be up yet). ``settings.backend``
-    chooses who serves the resources (``backend_serving``): one device plugin
-    each, or one DRA driver (``genericdp.dra``, loaded only then).
+    the background: the kubelet may not be up yet).
     """
     from genericdp.runtime.supervisor import Supervisor
 
@@ -351,11 +339,8 @@ def serve_endpoints(
     metrics: Metrics,
     ready: Callable[[], Verdict],
 ) -> None:
-    """Spawn task ``http`` serving /metrics, /healthz and /readyz (None: turned off).
-
-    The task retries with backoff when it cannot listen (the port of a rolling
-    update's previous pod); the device plugins never wait for it.
-    """
+    """Spawn task ``http`` serving /metrics, /healthz and /readyz (None: turned off);
+    the device plugins never wait for it."""
     if address is None:
         log.info("metrics_address is empty: no /metrics, /healthz or /readyz")
         return

@@ -80,10 +80,8 @@ class TemplateRenderError(GenericdpError):
 
 
 class UnsafeAllocationError(GenericdpError):
-    """An Allocate answer that must not be sent: a rendered path that leaves what its
-    template allows (device strings are written by whoever made the device), a
-    device path outside ``/dev``, a value a runtime cannot pass on, or an answer
-    over the kubelet's 4 MiB message limit."""
+    """An Allocate answer that must not be sent (``allocation.confine``'s rules, or an
+    answer over the kubelet's 4 MiB message limit)."""
 
 
 class DiscoveryError(GenericdpError):
@@ -110,21 +108,14 @@ class RegistrationError(KubeletError):
     """The kubelet refused our Register call, or did not answer it."""
 
 
-# --------------------------------------------------------------------------
-# What errors and logs say about values: the one home of every clipper and of
-# "a, b and 3 more". Peer- and device-supplied strings reach messages; a 1 MB
+# What errors and logs say about values: the one home of every clipper. A 1 MB
 # device ID must not become a 1 MB log line or gRPC status.
 
 MAX_SHOWN = 120  # characters of a hostile value quoted in an error
 
 
 def shown(value: str, limit: int = MAX_SHOWN) -> str:
-    """``repr`` of at most ``limit`` characters of ``value``, saying how much was left out.
-
-    Every peer- or device-supplied string that reaches a log line or a gRPC
-    status goes through this (or an equivalent cap): a 1 MB device ID must not
-    become a 1 MB log line.
-    """
+    """``repr`` of at most ``limit`` characters of ``value``, saying how much was left out."""
     if len(value) <= limit:
         return repr(value)
     return f"{value[:limit]!r}... ({len(value)} characters)"

@@ -1,26 +1,12 @@
 """A tiny HTTP/1.1 server for /metrics, /healthz and /readyz, on the daemon's loop.
 
 Served from the event loop on purpose: a liveness probe that gets an answer
-proves the loop is not stuck. It only has to serve Prometheus and the
-kubelet's probes, so it is small and strict rather than general:
-
-- one request per connection (``Connection: close``), GET and HEAD only,
-  no request bodies; the query string is ignored;
-- the request head must arrive within ``read_timeout`` and fit in
-  ``max_head`` bytes (408 and 431 otherwise), so a slow or hostile client
-  costs one bounded connection and never blocks the others;
-- at most ``max_connections`` at once. A connection past the cap sheds the
-  oldest one still waiting for its request head (the slowest client: the
-  kubelet and Prometheus send theirs at once), so a flood of idle or
-  dribbling connections cannot starve the kubelet's probes: the newest
-  connection always gets its turn. Only when every connection is busy
-  answering is the new one closed;
-- what clients can make happen as often as they like (sheds, failures) is
-  logged at most a few times per ten seconds (``RateLimitedLog``).
-
-Connection handlers are tracked and cancelled on ``close``: nothing outlives
-the server. Who may reach the port at all is the deployment's business:
-``metrics_address`` and the NetworkPolicy in deploy/ (docs/security.md).
+proves the loop is not stuck. It only serves Prometheus and the kubelet's
+probes, so it is small and strict: one GET or HEAD per connection, a request
+head bounded in time and size (408, 431), and at most ``max_connections`` at
+once, a new one shedding the oldest still waiting for its head, so a flood
+of idle or dribbling connections cannot starve the kubelet's probes. What
+clients can make happen at will is logged at a bounded rate.
 """
 
 from __future__ import annotations
@@ -178,8 +164,6 @@ class HttpServer:
         if server is not None:
             await server.wait_closed()
 
-    # -- one connection ------------------------------------------------------------
-
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         if task is None:
@@ -226,11 +210,7 @@ class HttpServer:
 
     def _make_room(self) -> bool:
         """Below the cap, or shed a connection still reading its head; False if none is.
-
-        The oldest that has sent nothing goes first, else the oldest still
-        reading (a dribbler): a client that sent its request at once, as the
-        kubelet does, is only dropped when every other is busy answering.
-        """
+        The oldest that has sent nothing goes first, else the oldest still reading."""
         if len(self._connections) < self._max_connections:
             return True
         reading = [(t, c) for t, c in self._connections.items() if c.reading]
@@ -319,8 +299,7 @@ async def run_http_server(
     """Serve ``routes`` on ``address`` until cancelled (a task's body).
 
     Raises ListenError when the address cannot be used, so the task guard
-    retries with backoff: the port may still be held by the previous pod of
-    a rolling update, and the device plugin must keep working meanwhile.
+    retries (the previous pod of a rolling update may still hold the port).
     ``on_listening`` gets the addresses (with the port chosen for port 0).
     """
     server = HttpServer(routes)

@@ -1,19 +1,14 @@
 """The last good config, kept on the node so a restart never loses it.
 
-``serve`` keeps the config files it applied (at start and at every reload)
-in one JSON file in its state directory (``GENERICDP_STATE_DIR``, a hostPath
-in the DaemonSet). A pod that starts with an invalid config serves that one
-instead of crash-looping on every node of a rollout.
+``serve`` keeps the config files it applied in one JSON file in its state
+directory (a hostPath). A pod that starts with an invalid config serves that
+one instead of crash-looping on every node of a rollout.
 
-The file is written atomically (``atomicfile``: the old or the new, never
-half of one), mode 0600 in a 0700 directory, and holds each file's path and
-text, a SHA-256 of each and one of them all, and when it was applied. It is
-read back as distrustfully as a ConfigMap: a symlink is never followed
-(neither the directory nor the file), the size is bounded by what a
-ConfigMap can hold, the digests must match, and the texts are checked by
-the same loader as any config (``config.loader.load_texts``). Anything wrong
-is a ``problem`` in words, never an exception: a bad state file must not
-stop the daemon.
+The file is written atomically, mode 0600 in a 0700 directory, with a SHA-256
+of each text and of them all. It is read back as distrustfully as a
+ConfigMap: no symlink followed, the size bounded, the digests checked, the
+texts loaded as any config. Anything wrong is a ``problem`` in words, never
+an exception: a bad state file must not stop the daemon.
 """
 
 from __future__ import annotations
@@ -100,8 +95,6 @@ class LastGood:
         self._clock = clock
         self._digest: str | None = None  # of what the file holds, once known
 
-    # -- reading -------------------------------------------------------------------
-
     def read(self) -> Reading:
         """The kept config, or why it cannot be used; never raises."""
         try:
@@ -174,14 +167,9 @@ class LastGood:
         config = load_texts(named)
         return Kept(config, sources, float(applied), digest)
 
-    # -- keeping -------------------------------------------------------------------
-
     def keep(self, sources: Sequence[Source]) -> bool:
-        """Keep ``sources`` (a config just applied) unless already kept; never raises.
-
-        Returns whether the file was written. A failure is logged: the daemon
-        serves on, and a restart with an invalid config finds the older one.
-        """
+        """Keep ``sources`` (a config just applied) unless already kept; whether the file
+        was written. Never raises: a failure is logged and the daemon serves on."""
         sources = tuple(sources)
         digest = digest_of(sources)
         if digest == self._digest or not sources:

@@ -1,24 +1,17 @@
-"""What the daemon says about itself: its Prometheus metrics (the probes: ``genericdp.probes``).
+"""The daemon's Prometheus metrics: the Prometheus ``Recorder`` of the runtime.
 
-The runtime reports events through the ``Recorder`` it owns
-(``genericdp.runtime.recorder``; ``NO_METRICS`` when nobody listens, so the
-runtime never imports this module); ``Metrics`` is the Prometheus one. It
-owns a ``CollectorRegistry`` of its own, never the global one, so several
-supervisors (and tests) in one process do not collide.
-
-State that the supervisor already knows (devices, units, registration,
-streams) is read from ``status()`` at scrape time by a collector, so it is
-always consistent and never needs updating. Events (registrations,
-allocations, hooks, probes, reloads, kubelet restarts) are counters and
-histograms. Labels stay low-cardinality: the resource name, never device IDs
-or pods. Every metric is listed in docs/contributing/architecture.md.
+It owns a ``CollectorRegistry`` of its own, never the global one, so several
+supervisors (and tests) in one process do not collide. State the supervisor
+already knows is read from ``status()`` at scrape time, so it is always
+consistent; events are counters and histograms. Labels stay low-cardinality:
+the resource name, never device IDs or pods.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import (
@@ -43,9 +36,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Allocate must be fast (it stalls pod admission), but an init hook may take
-# seconds: 5 ms to 30 s. Few buckets on purpose: bucket lines are most of a
-# scrape, and a scrape is rendered on the daemon's loop.
+# 5 ms (an Allocate) to 30 s (an init hook). Few buckets on purpose: bucket lines
+# are most of a scrape, rendered on the daemon's loop.
 DURATION_BUCKETS = (0.005, 0.025, 0.1, 0.25, 1, 2.5, 10, 30)
 
 RELOAD_RESULTS = ("applied", "unchanged", "refused", "failed")
@@ -63,9 +55,6 @@ class StatusSource(Protocol):
     def gauges(self) -> tuple[BackendGauge, ...]:
         """The backend's own metrics (the device plugin's kubelet watch)."""
         ...
-
-
-# -- the Prometheus recorder -------------------------------------------------------------
 
 
 class Metrics:
@@ -88,123 +77,103 @@ class Metrics:
             ProcessCollector(registry=self.registry)
             PlatformCollector(registry=self.registry)
             GCCollector(registry=self.registry)
-        r = self.registry
-        Gauge(
-            "genericdp_build_info", "Always 1; the version in a label.", ["version"], registry=r
+        self._gauge(
+            "genericdp_build_info", "Always 1; the version in a label.", ["version"]
         ).labels(version).set(1)
-        self._registrations = Counter(
+        self._registrations = self._counter(
             "genericdp_registrations",
             "Attempts to register with the kubelet, by result.",
             ["resource", "result"],
-            registry=r,
         )
-        self._allocations = Counter(
-            "genericdp_allocations",
-            "Allocate calls, by result.",
-            ["resource", "result"],
-            registry=r,
+        self._allocations = self._counter(
+            "genericdp_allocations", "Allocate calls, by result.", ["resource", "result"]
         )
-        self._allocate_seconds = Histogram(
+        self._allocate_seconds = self._histogram(
             "genericdp_allocate_duration_seconds",
             "Time to answer Allocate, init hooks included.",
             ["resource"],
-            buckets=DURATION_BUCKETS,
-            registry=r,
         )
-        self._hooks = Counter(
+        self._hooks = self._counter(
             "genericdp_hook_runs",
             "Hook runs (init, preStart, cleanup), by result.",
             ["resource", "hook", "result"],
-            registry=r,
         )
-        self._hook_seconds = Histogram(
-            "genericdp_hook_duration_seconds",
-            "How long hooks ran.",
-            ["resource", "hook"],
-            buckets=DURATION_BUCKETS,
-            registry=r,
+        self._hook_seconds = self._histogram(
+            "genericdp_hook_duration_seconds", "How long hooks ran.", ["resource", "hook"]
         )
-        self._probes = Counter(
-            "genericdp_health_probes",
-            "Health probe runs, by result.",
-            ["resource", "result"],
-            registry=r,
+        self._probes = self._counter(
+            "genericdp_health_probes", "Health probe runs, by result.", ["resource", "result"]
         )
-        self._probe_seconds = Histogram(
-            "genericdp_health_probe_duration_seconds",
-            "How long health probes ran.",
-            ["resource"],
-            buckets=DURATION_BUCKETS,
-            registry=r,
+        self._probe_seconds = self._histogram(
+            "genericdp_health_probe_duration_seconds", "How long health probes ran.", ["resource"]
         )
-        self._reloads = Counter(
-            "genericdp_config_reloads", "Config reloads, by result.", ["result"], registry=r
+        self._reloads = self._counter(
+            "genericdp_config_reloads", "Config reloads, by result.", ["result"]
         )
-        self._reload_ok = Gauge(
+        self._reload_ok = self._gauge(
             "genericdp_config_last_reload_successful",
             "1 if the last config load or reload succeeded (applied or unchanged).",
-            registry=r,
         )
-        self._reload_time = Gauge(
+        self._reload_time = self._gauge(
             "genericdp_config_last_reload_success_timestamp_seconds",
             "When the config was last loaded or reloaded successfully (Unix time).",
-            registry=r,
         )
-        self._config_source = Gauge(
+        self._config_source = self._gauge(
             "genericdp_config_source",
             "1 for what is served: the config (config), the last good config kept on the"
             " node because the config was invalid at start (last_good), or nothing (none).",
             ["source"],
-            registry=r,
         )
-        self._kubelet_restarts = Counter(
+        self._kubelet_restarts = self._counter(
             "genericdp_kubelet_restarts_seen",
             "Kubelet restarts seen (a new kubelet.sock in the plugin directory).",
-            registry=r,
         )
         # The DRA backend's claims: a claim may hold devices of several
         # resources, so these go by driver (one per daemon), not by resource.
-        self._prepares = Counter(
+        self._prepares = self._counter(
             "genericdp_dra_prepares",
             "Claims prepared (NodePrepareResources, per claim), by result.",
             ["driver", "result"],
-            registry=r,
         )
-        self._prepare_seconds = Histogram(
+        self._prepare_seconds = self._histogram(
             "genericdp_dra_prepare_duration_seconds",
             "Time to prepare one claim, init and preStart hooks included.",
             ["driver"],
-            buckets=DURATION_BUCKETS,
-            registry=r,
         )
-        self._unprepares = Counter(
+        self._unprepares = self._counter(
             "genericdp_dra_unprepares",
             "Claims unprepared (NodeUnprepareResources, per claim), by result.",
             ["driver", "result"],
-            registry=r,
         )
-        self._unprepare_seconds = Histogram(
+        self._unprepare_seconds = self._histogram(
             "genericdp_dra_unprepare_duration_seconds",
             "Time to unprepare one claim, the cleanup hook included.",
             ["driver"],
-            buckets=DURATION_BUCKETS,
-            registry=r,
         )
-        self._labels_dropped = Counter(
+        self._labels_dropped = self._counter(
             "genericdp_node_labels_dropped",
             "Node labels not published: the value rendered is not a label value (invalid)"
             " or its template failed (render_failed); once per label and value.",
             ["resource", "reason"],
-            registry=r,
         )
-        self._label_writes = Counter(
+        self._label_writes = self._counter(
             "genericdp_node_label_writes",
             "Writes of the node's labels (NodeFeature object or features.d file), by result.",
             ["result"],
-            registry=r,
         )
         for result in RELOAD_RESULTS:
             self._reloads.labels(result)  # present (at 0) before the first reload
+
+    def _counter(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Counter:
+        return Counter(name, documentation, labels, registry=self.registry)
+
+    def _histogram(self, name: str, documentation: str, labels: Sequence[str]) -> Histogram:
+        return Histogram(
+            name, documentation, labels, buckets=DURATION_BUCKETS, registry=self.registry
+        )
+
+    def _gauge(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Gauge:
+        return Gauge(name, documentation, labels, registry=self.registry)
 
     def track(self, source: StatusSource) -> None:
         """Report ``source.status()`` at every scrape (devices, units, registration)."""

@@ -29,12 +29,7 @@ class Verdict:
 
 def liveness() -> Verdict:
     """Answered from the event loop, so an answer at all means the loop is alive.
-
-    Nothing else fails it on purpose: the kubelet restarts a container whose
-    liveness fails, and no other trouble we know (a kubelet directory that
-    cannot be watched, a resource that cannot register) is cured by a restart.
-    Those show in /readyz and in the metrics instead.
-    """
+    Nothing else fails it: no other trouble we know is cured by a restart."""
     return Verdict(ok=True, text="ok")
 
 
@@ -43,17 +38,12 @@ def readiness(
 ) -> Verdict:
     """Ready once every resource of the running config has registered at least once.
 
-    Not before the config is applied (``started``); a config without resources
-    is ready. Readiness does not drop when the kubelet restarts: re-registering
-    takes under a second and is the daemon's job, not a rollout's concern.
-
-    A resource whose units are all Unhealthy because a required
-    ``allocate.devices`` node is missing is listed with the reason but does
-    not fail readiness: the daemon is doing its job (the kubelet sees the
-    units Unhealthy), and a driver not loaded on one node must not stall a
-    DaemonSet rollout across the cluster. ``notes`` (a root a resource needs
-    and the host lacks, ``discovery.roots``) and units left out over the node's
-    limits (``runtime/budget.py``) are listed on the same terms.
+    Not before the config is applied; a config without resources is ready.
+    Readiness does not drop when the kubelet restarts (re-registering is the
+    daemon's job, not a rollout's concern). Units Unhealthy for a missing
+    ``allocate.devices`` node, ``notes`` and units over the node's limits are
+    listed but do not fail it: a driver not loaded on one node must not stall
+    a DaemonSet rollout across the cluster.
     """
     if not started:
         return Verdict(ok=False, text="not ready: starting")

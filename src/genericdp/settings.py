@@ -10,7 +10,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -37,14 +37,24 @@ _HOST_NAME = re.compile(
     r"(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*\.?"
 )
 
-# Bounds of the timing settings, in seconds. 0 makes a loop that never sleeps
-# (``--rescan-interval 0`` was a 100 % CPU busy loop) and infinity or NaN a
-# wait that overflows or never ends; below these minimums the daemon would do
-# little but rescan, poll or reload. The maximums are far above any sane value.
+# Bounds of the timing settings, in seconds: 0 makes a loop that never sleeps,
+# infinity or NaN a wait that overflows or never ends.
 MIN_INTERVAL = 0.01
 MAX_INTERVAL = 24 * 3600.0
 MIN_SETTLE = 0.001
 MAX_SETTLE = 60.0
+
+
+def _interval(default: float, description: str) -> Any:
+    return Field(
+        default, ge=MIN_INTERVAL, le=MAX_INTERVAL, allow_inf_nan=False, description=description
+    )
+
+
+def _settle(default: float, description: str) -> Any:
+    return Field(
+        default, ge=MIN_SETTLE, le=MAX_SETTLE, allow_inf_nan=False, description=description
+    )
 
 
 @dataclass(frozen=True)
@@ -61,9 +71,7 @@ class ListenAddress:
 
 def parse_listen_address(text: str) -> ListenAddress | None:
     """``host:port``, ``:port`` (every interface) or ``[v6]:port``; empty: disabled.
-
-    Raises ValueError saying what is wrong (pydantic reports it as a bad setting).
-    """
+    Raises ValueError saying what is wrong."""
     text = text.strip()
     if not text:
         return None
@@ -118,11 +126,7 @@ SIMULATE_SKIPS = frozenset(
 
 class DiscoverySettings(BaseSettings):
     """Where discovery reads the host's device tree, and the node it runs on
-    (``genericdp discover`` needs these only).
-
-    Every field is a ``GENERICDP_*`` variable and a flag of the commands that
-    use it (``cli`` makes the flags from these fields).
-    """
+    (``genericdp discover`` needs these only)."""
 
     model_config = SettingsConfigDict(env_prefix="GENERICDP_", extra="ignore")
 
@@ -200,35 +204,18 @@ class Settings(DiscoverySettings):
         ":9090",
         description="host:port, :port or [v6]:port for /metrics, /healthz, /readyz; empty: off",
     )
-    rescan_interval: float = Field(
-        60.0,
-        ge=MIN_INTERVAL,
-        le=MAX_INTERVAL,
-        allow_inf_nan=False,
-        description="seconds between safety-net rescans",
-    )
-    pod_resources_poll_interval: float = Field(
+    rescan_interval: float = _interval(60.0, "seconds between safety-net rescans")
+    pod_resources_poll_interval: float = _interval(
         5.0,
-        ge=MIN_INTERVAL,
-        le=MAX_INTERVAL,
-        allow_inf_nan=False,
-        description="seconds between PodResources List calls while any device is held: "
+        "seconds between PodResources List calls while any device is held: "
         "which devices containers hold (cleanup hooks, unbounded sharing, units unplugged "
         "while in use); none held: one a minute, and one interval after each Allocate",
     )
-    hotplug_settle: float = Field(
-        0.1,
-        ge=MIN_SETTLE,
-        le=MAX_SETTLE,
-        allow_inf_nan=False,
-        description="seconds of device events merged into one rescan (udev bursts)",
+    hotplug_settle: float = _settle(
+        0.1, "seconds of device events merged into one rescan (udev bursts)"
     )
-    reload_settle: float = Field(
-        0.2,
-        ge=MIN_SETTLE,
-        le=MAX_SETTLE,
-        allow_inf_nan=False,
-        description="seconds without config changes before a reload (merges bursts)",
+    reload_settle: float = _settle(
+        0.2, "seconds without config changes before a reload (merges bursts)"
     )
     node_features: Literal["off", "nodefeature", "file"] = Field(
         "off",

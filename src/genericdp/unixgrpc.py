@@ -1,21 +1,12 @@
 """One way to serve gRPC on a unix socket, for every socket the kubelet dials.
 
-The device plugins, the DRA services and the DRA registration all serve a
-``grpc.aio`` server on a unix socket in a kubelet directory, and all need
-the same four things:
-
-- the path must fit ``sun_path`` (107 bytes and a NUL): gRPC would fail
-  later with an obscure message, or truncate, so ``unix_address`` refuses it
-  first, naming the path;
-- a stale file at the path (a predecessor's socket, a regular file put
-  there) makes bind fail, so it is removed before serving;
+- the path must fit ``sun_path`` (107 bytes and a NUL), or gRPC would fail
+  later with an obscure message: ``unix_address`` refuses it first;
+- a stale file at the path makes bind fail, so it is removed before serving;
 - "our socket is still there" means the same file, not the same path (the
-  kubelet deletes every socket in its directory when it restarts, and anyone
-  may put another file in its place): ``file_id`` is its device and inode;
-- messages are bounded by the kubelet's own limit, ``MAX_MESSAGE_BYTES``,
-  both ways.
-
-No kubelet or device type in sight: callers add their services.
+  kubelet deletes every socket in its directory when it restarts):
+  ``file_id`` is its device and inode;
+- messages are bounded by the kubelet's own limit both ways.
 """
 
 from __future__ import annotations
@@ -43,10 +34,7 @@ FileId = tuple[int, int]  # st_dev, st_ino: one file, not one path (a chmod keep
 
 
 def unix_address(socket: Path) -> str:
-    """Return the gRPC target ``unix:/abs/path`` for ``socket``.
-
-    Raises KubeletError when the path cannot be a unix socket address.
-    """
+    """The gRPC target ``unix:/abs/path`` for ``socket``; KubeletError if it cannot be one."""
     path = socket.absolute()
     size = len(str(path).encode())
     if size > MAX_UNIX_PATH_BYTES:
@@ -87,12 +75,8 @@ class UnixServer:
 
     async def stop(self, grace: float | None, *, only_ours: bool = False) -> None:
         """Stop serving (calls still running after ``grace`` seconds are cancelled)
-        and remove the socket file.
-
-        gRPC removes a socket at its path as it stops (whichever socket is
-        there), but not another kind of file put in its place: that is
-        removed as well, unless ``only_ours``.
-        """
+        and remove the socket file (gRPC removes a socket, not another kind of file
+        put in its place: that is removed too, unless ``only_ours``)."""
         await self._server.stop(grace)
         if only_ours:
             self.remove()
@@ -110,11 +94,9 @@ async def serve(
 ) -> UnixServer:
     """Serve a new server with ``add_services`` on ``socket``, replacing what is there.
 
-    ``what`` names the server in errors (``cannot serve <what> on <path>``);
-    ``make_dir`` creates the socket's directory first; ``options`` are the
-    server's gRPC options (the kubelet's message limits unless told: the
-    embedded kubelet keeps gRPC's defaults, as the kubelet's own servers do).
-    Raises KubeletError when the path is too long or the socket cannot be bound.
+    ``what`` names the server in errors; ``options`` are its gRPC options (the
+    kubelet's message limits unless told). Raises KubeletError when the path is
+    too long or the socket cannot be bound.
     """
     address = unix_address(socket)
     await asyncio.to_thread(_clear, socket, make_dir=make_dir)

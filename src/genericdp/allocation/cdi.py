@@ -2,56 +2,28 @@
 resource with ``allocate.cdi`` (device plugin) and one per prepared DRA claim.
 
 A CDI-enabled runtime (containerd 1.7+ with ``enable_cdi``, CRI-O) reads spec
-files from ``/var/run/cdi`` and, for every fully qualified name it is handed
-(``<vendor>/<class>=<device>``; the kubelet passes ``cdi_devices`` of the
-Allocate answer through to the CRI since 1.28), applies that device's edits
-to the container. For the device plugin we write one spec per resource, one
-CDI device per unit, whose edits are the unit's device nodes.
+files from ``/var/run/cdi`` and applies the edits of every fully qualified
+name (``<vendor>/<class>=<device>``) the kubelet hands it. A resource's spec
+has one CDI device per unit, named by its unit ID, whose edits are its nodes.
 
-Choices, and why:
-
-- ``kind`` is the resource name, so ``crictl inspect`` shows
-  ``example.com/serial=<unit>``. CDI wants the vendor and class to start with
-  a letter where Kubernetes allows a digit: such a part gets ``gdp-`` in front
-  (and so does a part already starting with ``gdp-``, so kinds stay one per
-  resource).
-- The file is ``genericdp-<domain>_<name>.json``: one per resource, since
-  ``_`` cannot occur in a domain. Whether a file is ours is read from the file
-  itself (``owner_of``: its ``kind`` maps back to exactly its name), so at
-  start the specs of resources that left the config while the daemon was down
-  are removed (``remove_stale_specs``), and nothing else ever is.
-- Device names are the unit IDs, which the kubelet already checkpoints and
-  which use CDI's alphabet; an ID CDI would refuse (one starting or ending
-  with ``-``, say) gets a hash of itself appended, so names stay unique.
-- Device nodes carry ``path`` (in the container), ``hostPath`` (the real node,
-  which differs for ``/dev/serial/by-id`` links) and ``permissions``, but no
-  ``type``/``major``/``minor``: the runtime reads those from ``hostPath``
-  when it creates the container, which stays right when a node is recreated
-  with new numbers between our scan and the container's start.
-- They also carry ``fileMode``, ``uid`` and ``gid`` (``DeviceSpec``: the
-  host node's, or ``allocate.deviceNodes``'s), because the runtime does not
-  read those from ``hostPath``: without them runc creates the node
-  ``0666`` and CDI gives it to the container's user and group, so a
-  ``crw-------`` host node would be open to everyone in the container.
-  ``fileMode`` is a JSON number (Go's ``os.FileMode``: the permission bits),
-  ``uid``/``gid`` are uint32; all three exist since CDI 0.3.0, so they need
-  no newer ``cdiVersion``.
+- Device nodes carry ``path``, ``hostPath`` and ``permissions`` but no
+  ``type``/``major``/``minor``: the runtime reads those from ``hostPath`` when
+  it creates the container, which stays right when a node is recreated with
+  new numbers between our scan and the container's start. They do carry
+  ``fileMode``, ``uid`` and ``gid`` (CDI 0.3.0), which the runtime does not
+  read: without them runc creates the node ``0666`` for the container's user,
+  so a ``crw-------`` host node would be open to everyone in the container.
 - ``cdiVersion`` is the lowest that allows what we write, so older runtimes
-  accept the file: 0.5.0 (``hostPath`` in device nodes), 0.6.0 when the class
-  contains a dot. Nothing else (env, mounts, annotations) goes in the spec:
-  those are rendered per allocation and returned in the Allocate answer.
-- Files are replaced atomically (a temporary file in the same directory, then
-  ``os.replace``) and the temporary name does not end in ``.json``, so a
-  runtime rescanning the directory never reads half a spec.
+  accept the file. Env, mounts and annotations are rendered per allocation
+  and returned in the Allocate answer, not written here.
+- Whether a file is ours is read from the file itself (``_kind_of``), so
+  specs of resources that left the config while the daemon was down are
+  removed at start, and nothing else ever is.
 
 A DRA claim's spec (its content is ``dra/cdispec.py``'s) is
 ``gdp-claim-<driver>_<claim UID>.json``, of kind ``<driver>/claim``: one per
-claim and driver (a claim may hold devices of two genericdp drivers, and
-``_`` never occurs in a driver name, so no two share a file), so unprepare
-removes exactly it, and neither backend nor another driver ever takes the
-other's files for its own. Whose a file is, is read from the file in one
-way for both (``_kind_of``: a regular file, not a link, of sane size,
-holding JSON with a ``kind``).
+claim and driver (``_`` never occurs in a driver name), so unprepare removes
+exactly it and no driver takes another's files for its own.
 """
 
 from __future__ import annotations
@@ -85,25 +57,16 @@ _MAX_FILE_STEM = 200  # file names are at most 255 bytes, temporary suffix inclu
 _FILE_MODE = 0o644  # runtimes read it as another user, maybe
 
 
-# --------------------------------------------------------------------------
-# Names
-
-
 def cdi_kind(resource: str) -> str:
-    """``vendor/class`` for a resource name (``example.com/serial`` stays as it is).
-
-    One kind per resource name and back (``resource_of_kind``): two resources
-    must never share a kind, or the runtime would see conflicting devices.
-    """
+    """``vendor/class`` for a resource name: one kind per resource and back
+    (``resource_of_kind``), or the runtime would see conflicting devices."""
     vendor, _, device_class = resource.partition("/")
     return f"{_letter_first(vendor)}/{_letter_first(device_class)}"
 
 
 def _letter_first(part: str) -> str:
-    # Kubernetes allows "3com.example/1wire"; CDI wants a letter first, so such a
-    # part gets "gdp-" in front. A part that already starts with "gdp-" gets it
-    # too, so "gdp-1wire" (from "1wire") and a resource really named "gdp-1wire"
-    # (which becomes "gdp-gdp-1wire") stay apart: the mapping is one to one.
+    # CDI wants a letter first where Kubernetes allows a digit ("3com.example");
+    # a part already starting with "gdp-" gets it too, so the mapping stays 1:1.
     first = part[:1]
     if first.isascii() and first.isalpha() and not part.startswith(_KIND_ESCAPE):
         return part
@@ -161,20 +124,14 @@ def cdi_version(kind: str) -> str:
 
 
 def spec_file_name(resource: str) -> str:
-    """``genericdp-<domain>_<name>.json``, shortened with a hash when very long.
-
-    ``_`` cannot occur in a domain, so two resource names never share a file
-    (``example.com-gpu/render`` and ``example.com/gpu-render`` did, with ``-``).
-    """
+    """``genericdp-<domain>_<name>.json``, shortened with a hash when very long
+    (``_`` cannot occur in a domain, so two resource names never share a file)."""
     domain, _, name = resource.partition("/")
     stem = f"{SPEC_PREFIX}{domain}_{name}"
     if len(stem) > _MAX_FILE_STEM:
         digest = hashlib.sha256(resource.encode()).hexdigest()[:_HASH_LENGTH]
         stem = f"{stem[: _MAX_FILE_STEM - _HASH_LENGTH - 1]}-{digest}"
     return f"{stem}.json"
-
-
-# -- content (pure) ------------------------------------------------------------
 
 
 def device_node_entry(spec: DeviceSpec) -> dict[str, str | int]:
@@ -217,20 +174,12 @@ def cdi_spec(definition: ResourceDefinition, units: Iterable[Unit]) -> dict[str,
     return {"cdiVersion": cdi_version(kind), "kind": kind, "devices": devices}
 
 
-# --------------------------------------------------------------------------
-# Files
-
-
 def spec_path(cdi_dir: Path, resource: str) -> Path:
     return cdi_dir / spec_file_name(resource)
 
 
 def write_spec(cdi_dir: Path, definition: ResourceDefinition, units: Iterable[Unit]) -> Path:
-    """Write the spec atomically (creating ``cdi_dir``); raise CdiSpecError saying why not.
-
-    A spec without devices is invalid for runtimes: callers remove the file
-    instead when a resource has no units (``SpecPublisher`` does).
-    """
+    """Write the spec atomically (creating ``cdi_dir``); raise CdiSpecError saying why not."""
     return _write(spec_path(cdi_dir, definition.name), cdi_spec(definition, units))
 
 
@@ -251,13 +200,8 @@ def remove_claim_spec(cdi_dir: Path, driver: str, uid: str) -> bool:
 
 
 def owner_of(path: Path) -> str | None:
-    """The resource a spec file in the CDI directory was written for by genericdp, or None.
-
-    Ours means: a file of ours (``_kind_of``) named with our prefix, whose
-    ``kind`` maps back (``resource_of_kind``) to a resource whose spec file
-    has exactly this name (``spec_file_name``). Anything else in the directory
-    belongs to someone else and is never touched.
-    """
+    """The resource genericdp wrote a spec file for, or None: named with our prefix,
+    and its ``kind`` maps back to a resource whose spec file has exactly this name."""
     if not path.name.startswith(SPEC_PREFIX) or path.suffix != ".json":
         return None
     kind = _kind_of(path)
@@ -270,24 +214,16 @@ def owner_of(path: Path) -> str | None:
 
 
 def remove_stale_specs(cdi_dir: Path, keep: Iterable[str]) -> list[Path]:
-    """Remove the specs genericdp wrote for resources not in ``keep`` (their CDI is
-    off, or they left the config while the daemon was down); return what was
-    removed. Never raises: a spec that cannot be removed is left (and retried
-    at the next start).
-    """
+    """Remove the specs genericdp wrote for resources not in ``keep``; return what was
+    removed. Never raises: a spec that cannot be removed is retried at the next start."""
     wanted = {spec_file_name(name) for name in keep}
     return _remove_stale(cdi_dir, SPEC_PREFIX, wanted, lambda path: owner_of(path) is not None)
 
 
 def remove_stale_claim_specs(cdi_dir: Path, driver: str, keep: Iterable[str]) -> list[Path]:
-    """Remove the claim specs of ``driver`` whose claim UID is not in ``keep`` (the
-    daemon was down when it should have removed them), and the temporaries of
-    writes it was killed in the middle of (the driver holds the node's lock: no
-    write of its own is under way). Never raises.
-
-    Ours: named for ``driver`` and of its kind; another driver's specs are
-    never read as ours, whatever they hold.
-    """
+    """Remove the claim specs of ``driver`` (named for it and of its kind) whose claim
+    UID is not in ``keep``, and temporaries of interrupted writes (the driver holds
+    the node's lock: no write of its own is under way). Never raises."""
     keep = list(keep)
     wanted = {claim_spec_name(driver, uid) for uid in keep}
     kind, prefix = claim_kind(driver), claim_spec_prefix(driver)
@@ -353,16 +289,9 @@ def _remove(path: Path) -> bool:
     return True
 
 
-# --------------------------------------------------------------------------
-# One resource's spec, kept in step with its units
-
-
 class SpecPublisher:
-    """The CDI spec file of one resource and what it holds now.
-
-    Not thread-safe: the runtime calls it from one worker thread at a time
-    (under its own lock), and reads ``unpublished`` on the loop in between.
-    """
+    """The CDI spec file of one resource and what it holds now. Not thread-safe: the
+    runtime calls it from one worker thread at a time, under its own lock."""
 
     def __init__(self, cdi_dir: Path) -> None:
         self._dir = cdi_dir
@@ -381,11 +310,9 @@ class SpecPublisher:
         return self._touched
 
     def publish(self, definition: ResourceDefinition, units: Sequence[Unit]) -> bool:
-        """Make the file describe ``units``; True when it was written or removed.
-
-        No units: no file (a spec without devices is invalid). Raises
-        CdiSpecError, after which the next call writes the file whatever it holds.
-        """
+        """Make the file describe ``units`` (none: no file, a spec without devices is
+        invalid); True when written or removed. After a CdiSpecError the next call
+        writes the file whatever it holds."""
         spec = cdi_spec(definition, units) if units else None
         if self._known and spec == self._spec:
             return False

@@ -1,34 +1,14 @@
 """What a rendered allocation may contain: paths confined to their template, clean values.
 
-Templates see attributes and udev properties that whoever made the device
-wrote (a USB product string, a serial number): a product string
+Templates see strings whoever made the device wrote: a USB product string
 ``../../../../etc`` rendered into ``hostPath: /run/foo/{{ ... }}`` must not
-mount the host's ``/etc``. So every path that leaves ``plan_allocation``
-is checked here, and an allocation that breaks a rule is refused, never
+mount the host's ``/etc``. So every path that leaves ``plan_allocation`` is
+checked here, and an allocation that breaks a rule is refused, never
 repaired: a path we quietly changed would give the container something the
-config author did not write.
-
-Rules for a rendered mount path (``hostPath``, ``containerPath``):
-
-- absolute, no NUL or other control characters, at most ``MAX_PATH_BYTES``;
-- no ``..`` component at all (a legitimate path never needs one);
-- normalised (``//`` and ``.`` components removed), it still starts with the
-  *literal prefix* of its template, the text before the first ``{{``/``{%``/
-  ``{#``, normalised the same way: ``/run/foo/{{ x }}`` stays under
-  ``/run/foo/``, ``/dev/tty{{ n }}`` stays a ``/dev/tty*`` name.
-
-Device node paths (host and container) come from file names under the dev
-root, not from templates; they must be normalised absolute paths under
-``/dev`` without control characters.
-
-Env and annotation values must not contain NUL: no runtime can pass it on
-(``execve`` ends a string there), so the container would fail later with an
-error nobody can trace back. Newlines are fine.
-
-A path is checked as text: whether a component is a symlink on the host is
-the runtime's business when it mounts it (and the host's, not the container's,
-symlinks). A config author who templates a ``hostPath`` from device strings
-should keep the template's literal prefix a directory they control.
+config author did not write. A rendered mount path stays under its
+template's literal prefix (``/run/foo/{{ x }}`` under ``/run/foo/``,
+``/dev/tty{{ n }}`` a ``/dev/tty*`` name). A path is checked as text:
+symlinks on the host are the runtime's business when it mounts it.
 """
 
 from __future__ import annotations
@@ -64,10 +44,7 @@ def normalised(path: str) -> str:
 
 
 def confine_path(rendered: str, template: str, *, what: str) -> str:
-    """The normalised ``rendered`` path, or UnsafeAllocationError saying why it is refused.
-
-    ``what`` names the value for the message (resource, key, units).
-    """
+    """The normalised ``rendered`` path, or UnsafeAllocationError saying why it is refused."""
     if len(rendered.encode(errors="surrogateescape")) > MAX_PATH_BYTES:
         raise UnsafeAllocationError(
             f"{what} rendered a path of {len(rendered)} characters, over {MAX_PATH_BYTES}"

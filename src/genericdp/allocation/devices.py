@@ -1,9 +1,5 @@
-"""The device nodes a unit gives a container: the one place they are listed.
-
-Every backend hands them over from here: the device plugin's Allocate answer
-(``DeviceSpec``), the CDI spec of a resource with ``allocate.cdi`` and the
-CDI spec of a DRA claim (``allocation.cdi.device_node_entry``).
-"""
+"""The device nodes a unit gives a container: the one place every backend
+(Allocate answers, CDI specs) takes them from."""
 
 from __future__ import annotations
 
@@ -19,11 +15,8 @@ from genericdp.errors import UnsafeAllocationError, clip
 class DeviceSpec:
     """A device node a container receives (kubelet ``DeviceSpec``, a CDI ``deviceNodes`` entry).
 
-    ``file_mode`` (permission bits), ``uid`` and ``gid`` are what the node in
-    the container gets: the host node's unless ``allocate.deviceNodes`` says
-    otherwise; None where discovery could not read them. Only CDI carries
-    them: the kubelet's ``DeviceSpec`` has no such fields (the runtime copies
-    the host node's mode and owner instead).
+    ``file_mode``, ``uid`` and ``gid`` (None where unknown) are carried by CDI
+    only: for the kubelet's ``DeviceSpec`` the runtime copies the host node's.
     """
 
     container_path: str
@@ -42,13 +35,11 @@ def device_nodes(
     definition: ResourceDefinition, unit: Unit, *, checked: bool = True
 ) -> tuple[DeviceSpec, ...]:
     """The unit's nodes, then its ``allocate.devices`` nodes (``Unit.shared``), once
-    per container path, with the definition's permissions unless the node has its own,
-    and the host node's mode and owner where ``allocate.deviceNodes`` gives none.
+    per container path.
 
     ``checked``: paths must be clean ``/dev`` paths, and two different host
-    nodes at one container path (a fixed ``containerPath`` matching two nodes)
-    are refused with UnsafeAllocationError: the container would silently get
-    one of them. Unchecked (a spec listing every unit), the first one stays.
+    nodes at one container path are refused (the container would silently get
+    one of them). Unchecked (a spec listing every unit), the first one stays.
     """
     specs: dict[str, DeviceSpec] = {}
     wanted = definition.allocate.device_nodes

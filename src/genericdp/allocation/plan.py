@@ -1,19 +1,11 @@
 """One allocation in two phases: ``plan`` what a container receives, then a backend commits it.
 
-``plan_allocation`` looks at nothing but its arguments and has no side
-effect: from a definition and the units a request names it renders
-everything a container receives (``Allocation``: device nodes with their
-container paths and modes, mounts, env, annotations, CDI names) and returns
-it with what committing needs (``Plan``). A refused plan (a template that
-fails, a path that escapes its template) therefore refuses the request
-before anything has happened. Each backend then encodes the same plan for
-its peer (the device plugin's protobuf answer in ``kubelet/servicer.py``,
-a DRA claim's CDI spec in ``dra/cdispec.py``) and commits it: takes the
-claims and runs the hooks (``Plan.hook`` builds their runs).
-
-A field a container receives is added here (``Allocation``, its rendering
-in ``plan_allocation``, its lines and JSON), in the config that templates
-it, and in each backend's encoder.
+``plan_allocation`` is pure: it renders everything a container receives
+(``Allocation``) with what committing needs (``Plan``), so a refused plan (a
+template that fails, a path that escapes its template) refuses the request
+before anything has happened. Each backend encodes the plan for its peer
+(``kubelet/servicer.py``, ``dra/cdispec.py``) and commits it: takes the
+claims and runs the hooks.
 """
 
 from __future__ import annotations
@@ -52,11 +44,7 @@ class Mount:
 
 @dataclass(frozen=True)
 class Allocation:
-    """Everything one container receives for the units allocated to it.
-
-    ``cdi_devices`` (``allocate.cdi``) are fully qualified CDI names, one per
-    unit, resolved by the runtime from the spec ``genericdp.allocation.cdi`` writes.
-    """
+    """Everything one container receives for the units allocated to it."""
 
     devices: tuple[DeviceSpec, ...] = ()
     mounts: tuple[Mount, ...] = ()
@@ -109,9 +97,7 @@ class Allocation:
 class Plan:
     """One allocation of ``units`` of one resource, planned and not yet committed.
 
-    ``nodes`` are each unit's device nodes (``device_nodes``), in the order of
-    ``units``; ``receives.devices`` is all of them once per container path.
-    """
+    ``nodes`` are each unit's device nodes, in the order of ``units``."""
 
     definition: ResourceDefinition
     units: tuple[Unit, ...]
@@ -139,20 +125,11 @@ def plan_allocation(
     """What a container receives for ``units``: pure and deterministic.
 
     With ``slice_seconds`` (a render on the event loop), templates that need
-    longer than that give up (``render.rendered_soon`` renders again off the
-    loop, with the whole budget).
+    longer give up (``render.rendered_soon`` renders again off the loop).
 
-    Devices are every node of every unit, in unit then node order, once per
-    container path. ``device_ids`` are the request's IDs (the kubelet's, or
-    the DRA device names), passed through to templates as ``device_ids``.
-
-    With ``allocate.cdi`` the CDI names of the units come too, and the device
-    specs stay: a runtime without CDI (or a kubelet before 1.28, which drops
-    the field) still gives the container its nodes, and a CDI runtime applies
-    the spec on top, replacing the device node of the same path rather than
-    adding a second one. (NVIDIA's plugin returns only CDI names when every
-    strategy it is given is CDI, because its other strategies hand devices to
-    its own runtime hook; ours are plain device nodes.)
+    With ``allocate.cdi`` the device specs stay beside the CDI names: a runtime
+    without CDI (or a kubelet before 1.28, which drops the field) still gives
+    the container its nodes, and a CDI runtime replaces the node of the same path.
     """
     name = definition.name
     templates = definition.templates

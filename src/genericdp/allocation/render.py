@@ -1,12 +1,6 @@
-"""Rendering templates for an allocation: the context they see, each value
-rendered within the allocation's budget and confined, on the event loop or
-off it.
-
-The templates were compiled and sandboxed at load (``genericdp.config.templates``);
-here they are rendered, and what they render is confined
-(``genericdp.allocation.confine``) before a container can receive it. Which
-values there are is ``genericdp.allocation.plan``'s business.
-"""
+"""Rendering an allocation's templates (compiled and sandboxed at load): the context
+they see, each value rendered within the allocation's budget and confined, on the
+event loop or off it."""
 
 from __future__ import annotations
 
@@ -37,13 +31,9 @@ _T = TypeVar("_T")
 
 async def rendered_soon(render: Callable[[float | None], _T]) -> tuple[_T, bool]:
     """``render(INLINE_RENDER_SECONDS)`` on the loop, or, when its templates need
-    longer than that slice, ``render(None)`` again in a worker thread (the same
-    result: rendering is pure). Also says whether it went to a thread (the
-    caller's units may have changed meanwhile).
-
-    A template may work up to its whole time budget, and registration, health
-    and every other resource must not wait for it; most take far less, and the
-    hop to a thread and back was most of an Allocate's time.
+    longer than that slice, ``render(None)`` again in a worker thread (rendering
+    is pure), so nothing else on the loop waits for a slow template. Also says
+    whether it went to a thread (the caller's units may have changed meanwhile).
     """
     try:
         return render(INLINE_RENDER_SECONDS), False
@@ -81,11 +71,7 @@ def template_context(
     names: Collection[str] = TEMPLATE_NAMES,
 ) -> dict[str, Any]:
     """Plain dicts, lists and strings: templates never see our dataclasses.
-
-    Only ``names`` are built (the names the resource's templates read: a
-    template cannot reach any other); a node's dict is one object in both
-    ``units`` and ``devices``.
-    """
+    Only ``names`` (the names the resource's templates read) are built."""
     context: dict[str, Any] = {"resource": definition.name, "node_name": node_name}
     want_units, want_devices = "units" in names, "devices" in names
     if want_units or want_devices:

@@ -1,38 +1,14 @@
 """The config package: YAML files -> a validated, frozen ``Config``.
 
-    load(paths)                 files and directories -> Config, or ConfigError with every issue
-    load_text(text, filename)   one YAML string -> Config
-    schema(), schema_text()     the packaged JSON Schema (draft 2020-12)
-    parse_duration(text)        "1m30s" -> 90.0, or ValueError
-    validate_resource_name(n)   None if the kubelet would accept n, else the reason
-
-Modules: ``v1`` (one module per config section: its schema fragment, its
-dataclasses, its converter), ``yamlpos`` (YAML with positions, alias expansion
-bounded), ``yamldepth`` (nesting checked before and after parsing), ``schema``
-and ``messages`` (the assembled JSON Schema and its errors in words),
-``semantic`` (rules beyond the schema), ``regex`` (user patterns, matched by
-RE2), ``templates`` and ``convert`` (templates checked and compiled at load,
-problems located), ``sandbox`` (where templates render, and its limits),
-``templatevalues`` (a compiled template as a value), ``loader`` (files, limits,
-order of work), ``durations`` and ``names`` (small shared rules), ``model``
-(the result, by the names the rest of the tree imports).
+load(paths)                 files and directories -> Config, or ConfigError with every issue
+load_text(text, filename)   one YAML string -> Config
+schema(), schema_text()     the packaged JSON Schema (draft 2020-12)
 """
 
 from __future__ import annotations
 
-from genericdp.config.durations import parse_duration
 from genericdp.config.loader import load, load_text
-from genericdp.config.model import Config, ResourceDefinition
-from genericdp.config.names import validate_resource_name
+from genericdp.config.model import Config
 from genericdp.config.schema import schema, schema_text
 
-__all__ = [
-    "Config",
-    "ResourceDefinition",
-    "load",
-    "load_text",
-    "parse_duration",
-    "schema",
-    "schema_text",
-    "validate_resource_name",
-]
+__all__ = ["Config", "load", "load_text", "schema", "schema_text"]

@@ -1,9 +1,6 @@
 """The templates of each resource's ``allocate`` and ``labels`` compiled at load,
 each problem located at its value in the file.
 
-Each section's own conversion (validated plain data -> its frozen dataclass)
-lives with its schema fragment in ``config/v1/``; this is the one step that
-needs the document's positions.
 """
 
 from __future__ import annotations

@@ -2,10 +2,8 @@
 the container paths of nodes (``containerPath`` of a matcher or of an
 ``allocate.devices`` entry).
 
-One home for the rules, used when a config is checked (``semantic``) and when
-a node's container path is rendered at discovery: attributes and udev
-properties in a template are written by whoever made the device, so the
-rendered text is checked again every time, never trusted.
+Used when a config is checked and whenever a node's container path is rendered
+at discovery (device strings in a template are never trusted).
 """
 
 from __future__ import annotations

@@ -24,10 +24,7 @@ HINT = "use a number with a unit (ms, s, m, h), e.g. 300ms, 10s, 1m30s, 2h"
 
 
 def parse_duration(text: str) -> float:
-    """Parse a positive Go-style duration into seconds.
-
-    Raises ``ValueError`` saying what is wrong and showing the value.
-    """
+    """Parse a positive Go-style duration into seconds; ValueError saying what is wrong."""
     if not text:
         raise ValueError(f"an empty string is not a duration: {HINT}")
     pos = 0

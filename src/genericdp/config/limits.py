@@ -1,15 +1,9 @@
 """What one node may cost: the limits on resources, units and device IDs, in one place.
 
-Each limit is what the DaemonSet's memory limit (256 MiB) holds, from
-measurement (``bench/costs.py``: a real ``genericdp serve`` with every device
-listed by the kubelet, peak RSS): the daemon starts at about 65 MiB; a
-resource costs about 0.13-0.19 MiB, a unit about 1.6 KiB and an advertised
-device ID about 0.15 KiB. 400 resources are about 140 MiB, and a reload to
-another config of that size briefly holds both (about 215 MiB). Units and IDs
-are not doubled by a reload (a resource keeps its units when it is changed in
-place), so the rest, about 32 MiB after a safety margin, is theirs: 10,000
-units (16 MiB) and 100,000 IDs (15 MiB) per node. One resource may take half
-of each, so a runaway glob leaves room for the node's other resources.
+Each limit is what the DaemonSet's memory limit (256 MiB) holds, measured by
+``bench/costs.py`` (docs/contributing/performance.md), a reload to a config of
+the same size included. One resource may take half of the units and IDs, so a
+runaway glob leaves room for the node's other resources.
 
 What the config itself says is checked at validation (``too_many_resources``,
 ``too_many_ids``); how many units discovery finds is known only on the node,

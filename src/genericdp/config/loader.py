@@ -41,11 +41,9 @@ if TYPE_CHECKING:
 SUFFIXES = (".yaml", ".yml")
 # The kubelet's ConfigMap volume keeps ``..data`` and ``..2024_01_01_...`` here.
 HIDDEN_PREFIX = ".."
-# What the API server lets a ConfigMap hold; a config file larger than this was
-# not meant for us, and reading it whole would only cost memory and time.
-MAX_FILE_BYTES = 1024 * 1024
-# Issues reported per file; the rest are counted. One wrong indentation can
-# make every line an error, and a wall of thousands helps nobody.
+MAX_FILE_BYTES = 1024 * 1024  # what a ConfigMap can hold
+# Issues reported per file; the rest are counted (one wrong indentation can
+# make every line an error).
 MAX_ISSUES_PER_FILE = 100
 # A message quoting a 1 MiB value would be a 1 MiB log line on every node.
 MAX_MESSAGE_CHARS = 400
@@ -144,11 +142,9 @@ class _NotAConfigFileError(Exception):
 def read_config_file(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes.
 
-    Opened without blocking (a FIFO would otherwise wait for a writer forever,
-    holding up reloads and shutdown), checked with ``fstat`` on what was
-    actually opened (no race with a rename), and read up to ``limit + 1``
-    bytes, so ``/dev/zero`` or a file that grows while read costs no more.
-    Symlinks are followed: ConfigMap keys are links into ``..data/``.
+    Opened without blocking (a FIFO would otherwise wait for a writer forever),
+    checked with ``fstat`` on what was opened (no race with a rename), and read
+    up to ``limit + 1`` bytes, so ``/dev/zero`` or a growing file costs no more.
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
@@ -203,7 +199,6 @@ def _check(file: str, text: str | None, problem: ConfigIssue | None) -> _Checked
     except RecursionError:
         result.issues.append(ConfigIssue(file, None, None, "", "is nested too deeply"))
     except Exception as exc:  # noqa: BLE001 -- whatever a file does to us becomes an issue of that file
-        # Whatever a file does to us becomes an issue of that file, never a traceback.
         result.issues.append(
             ConfigIssue(file, None, None, "", f"could not be checked: {type(exc).__name__}: {exc}")
         )

@@ -1,26 +1,21 @@
 """The frozen, validated form of a config v1 file, under the names the rest of
 the tree imports.
 
-Everything here is built once by ``genericdp.config.load`` after the JSON
-Schema and the semantic checks pass; nothing downstream sees raw YAML.
+Built once by ``genericdp.config.load``; nothing downstream sees raw YAML.
 Equality of two ``ResourceDefinition`` values means "nothing to do" for the
-reconciler, so compiled templates are excluded from comparison. Each type
-lives with its section's schema fragment and converter in ``config/v1/``.
+reconciler, so compiled templates are excluded from comparison.
 """
 
 from __future__ import annotations
 
-from genericdp.config.selector import NodeSelector
 from genericdp.config.v1.allocate import AllocateSpec, ExtraDevice, MountTemplate, NodeOwnership
 from genericdp.config.v1.common import Exec, frozen_map
-from genericdp.config.v1.dra import AttributeValue, DraSpec, Version
+from genericdp.config.v1.dra import AttributeValue, Version
 from genericdp.config.v1.grouping import GroupBy
 from genericdp.config.v1.health import HealthCheck, SysfsProbe
 from genericdp.config.v1.hooks import Hooks
 from genericdp.config.v1.matchers import GlobMatcher, Matcher, UdevMatcher
 from genericdp.config.v1.resource import (
-    CONFIG_VERSION,
-    DEFAULT_FREE_IDS,
     UNBOUNDED,
     UNBOUNDED_INDEX_LIMIT,
     Config,
@@ -30,14 +25,11 @@ from genericdp.config.v1.resource import (
 )
 
 __all__ = [
-    "CONFIG_VERSION",
-    "DEFAULT_FREE_IDS",
     "UNBOUNDED",
     "UNBOUNDED_INDEX_LIMIT",
     "AllocateSpec",
     "AttributeValue",
     "Config",
-    "DraSpec",
     "Exec",
     "ExtraDevice",
     "GlobMatcher",
@@ -47,7 +39,6 @@ __all__ = [
     "Matcher",
     "MountTemplate",
     "NodeOwnership",
-    "NodeSelector",
     "PreferredAllocation",
     "ResourceDefinition",
     "Source",

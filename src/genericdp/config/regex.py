@@ -1,13 +1,9 @@
 """Regular expressions from a config, matched in linear time by RE2.
 
 Python's ``re`` backtracks: ``(a+)+$`` against forty ``a`` and a ``b`` runs
-for hours, and it holds the GIL the whole time, so one such ``pathRegex``
-meeting one unlucky device name froze every resource, ``/healthz`` and the
-SIGTERM handler of the daemon. Telling which patterns can backtrack badly is
-not something a validator can do reliably, so user patterns are compiled by
-RE2 (``google-re2``), whose matching time is linear in the text for every
-pattern. The price is RE2's syntax: no backreferences and no look-around,
-which a path key never needs; ``(?P<key>...)`` works as in Python.
+for hours holding the GIL, freezing the whole daemon. RE2 matches in time
+linear in the text for every pattern; the price is no backreferences and no
+look-around, which a path key never needs.
 """
 
 from __future__ import annotations

@@ -1,16 +1,20 @@
 """The sandbox templates render in, and the limits it enforces while they render.
 
-The sandbox is Jinja2's ``ImmutableSandboxedEnvironment`` (no ``_`` attributes,
-no mutation of lists and dicts, ``str.format`` sandboxed) tightened for a
-process that answers the kubelet's Allocate with no deadline: no globals but
-the documented names, and limits that apply while values are built (see
-"Limits enforced while rendering"): the size of every value as printed,
-widths, loop iterations, the work and the wall-clock time of one allocation,
-so that a slip in a config, or a ConfigMap written to hurt, cannot stall
-admission on the node or exhaust its memory. The config author already decides
-which host devices a pod gets; the limits keep the daemon serving whatever a
-template does, they are not a boundary against that author's choice of devices.
-What the sandbox would refuse is found at load by ``genericdp.config.templates``.
+Jinja2's ``ImmutableSandboxedEnvironment`` tightened for a process that
+answers the kubelet's Allocate with no deadline: no globals but the documented
+names, and limits on every value as it is built, so that a slip in a config,
+or a ConfigMap written to hurt, cannot stall admission on the node or exhaust
+its memory. The limits keep the daemon serving whatever a template does; they
+are not a boundary against the config author's choice of devices.
+
+Every value a template builds is measured before anything uses it: its
+length, its size as printed with shared parts counted in full (``[[x] * 9] *
+9`` nine levels deep is as large as its ``tojson``), the bits of an integer.
+Operations that multiply are checked before they run. One allocation's total
+work is bounded, and so is its time: the CPU time of the rendering thread (a
+template that renders on an idle node renders on a busy one) and, however
+busy, the wall clock. No single checked step takes long, so the deadline
+holds to within milliseconds.
 """
 
 from __future__ import annotations
@@ -58,22 +62,6 @@ _PRINTING_FILTERS = frozenset(
 )
 # str methods that multiply their input by an argument; a template never needs them.
 _REFUSED_METHODS = frozenset({"expandtabs", "translate", "maketrans"})
-
-
-# --------------------------------------------------------------------------
-# Limits enforced while rendering
-#
-# Every value a template builds is measured as it is built, before anything
-# uses it: its length (strings, lists), its size as printed with nested and
-# shared parts counted in full (so ``[[x] * 9] * 9`` nine levels deep is as
-# large as what ``tojson`` would make of it), and the bits of an integer.
-# Operations that multiply (repetition, ``%`` and ``format`` fields reused,
-# ``indent``) are checked before they run. What one allocation builds in all,
-# and the time it takes, are bounded too: the CPU time of the thread rendering
-# it, so a template that renders on an idle node renders on a busy one, and,
-# however busy, the wall clock. The checks run at every operator, call,
-# filter, literal, loop step and output, and no single step can take long, so
-# the deadline holds to within milliseconds.
 
 
 class SliceSpent(SecurityError):  # noqa: N818 -- not an error: a signal to render again
@@ -316,11 +304,8 @@ def _check_indent(text: Any, width: Any) -> None:
 
 
 def _guard_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap a built-in filter with the width and size caps.
-
-    ``functools.wraps`` keeps Jinja's ``pass_*`` marker, so the filter still
-    receives the environment or context it asks for first.
-    """
+    """Wrap a built-in filter with the width and size caps (``functools.wraps`` keeps
+    Jinja's ``pass_*`` marker)."""
     passes_first = hasattr(func, "jinja_pass_arg")
 
     @functools.wraps(func)

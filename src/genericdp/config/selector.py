@@ -1,12 +1,9 @@
 """Kubernetes label selectors matched against a node's labels (pure: no I/O).
 
-The rules are k8s.io/apimachinery's: ``validation.IsQualifiedName`` for keys
-and ``IsValidLabelValue`` for values (``k8snames.label_key_problem``,
-``label_value_problem``), ``labels.NewRequirement`` for what each operator takes
-(``config/semantic.py``), ``Requirement.Matches`` for what it means, and
-``metav1.LabelSelectorAsSelector`` for the whole selector (an empty selector
-selects every node; every requirement must hold; ``NotIn`` and
-``DoesNotExist`` hold on a node without the key).
+The rules are k8s.io/apimachinery's (``Requirement.Matches``,
+``metav1.LabelSelectorAsSelector``): an empty selector selects every node;
+every requirement must hold; ``NotIn`` and ``DoesNotExist`` hold on a node
+without the key.
 """
 
 from __future__ import annotations

@@ -31,10 +31,8 @@ from genericdp.errors import ConfigIssue, ellipsized
 
 _SHOWN = 40  # characters of a user's value quoted in a message
 
-# Bounds of every duration, in seconds. Probes run per unit: more often than
-# once a second each is a fork storm on a node with many units. A timeout under
-# 100 ms fails a command before it has started. Nothing here needs more than a
-# day, and "longer" must stay a number the event loop can wait for.
+# Bounds of every duration, in seconds ("longer" than a day must stay a number
+# the event loop can wait for).
 MIN_HEALTH_INTERVAL = 1.0
 MIN_TIMEOUT = 0.1
 MAX_DURATION = 24 * 3600.0

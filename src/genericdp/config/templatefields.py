@@ -2,16 +2,11 @@
 only fields that exist: ``{{ devices[0].pth }}`` is a validation error with the
 list of a device's fields, not a failed Allocate on the node.
 
-The contexts are built by ``allocation.render.template_context`` (``units``,
-``devices``) and ``discovery.containerpaths.node_context`` (``device``), which
-sit above config and cannot be imported here; a test checks that their keys
-are the fields listed here.
-
-The check follows lookups from a context name: ``x.f``, ``x['f']``, ``x[0]``,
-``x | first``, ``x | map(attribute='f')`` and ``{% for y in x %}``. What it
-cannot follow (a ``{% set %}`` name, a filter's result) is not checked;
-``attributes`` and ``properties`` hold whatever the device has, so any key
-there is fine.
+The contexts are built above config (``allocation.render``,
+``discovery.containerpaths``); a test checks that their keys are the fields
+listed here. The check follows lookups from a context name (``x.f``,
+``x[0]``, ``x | first``, ``{% for y in x %}``, ...); what it cannot follow (a
+``{% set %}`` name, a filter's result) is not checked.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
-"""Templates compiled and sandboxed at load: the part of ``allocate`` that is
-checked with the config.
-
-Templates are Jinja2 sources from ``AllocateSpec``; they are compiled once at
-load time by ``compile_templates`` in the sandbox of ``genericdp.config.sandbox``
-(``StrictUndefined``) so that syntax errors and unknown top-level names are
-validation errors, and rendered per allocation by
-``genericdp.allocation.plan.plan_allocation`` inside ``allocation_budget()``.
-Each compiled source is a ``genericdp.config.templatevalues.TemplateValue``;
-``CompiledTemplates``, the compiled form of a whole ``allocate`` section, is
-built here and only here, so a templated field is compiled and held in this
-one module.
-
-What the sandbox would refuse while rendering (other templates, macros, call
-blocks, recursive loops, private attributes, names a template does not see) is
-found here, statically, so that it is a config error before the first Allocate.
+"""Templates compiled and sandboxed at load (``genericdp.config.sandbox``), so that
+syntax errors, unknown names and whatever the sandbox would refuse while rendering
+(other templates, macros, recursive loops, private attributes) are config errors
+before the first Allocate. ``CompiledTemplates``, the compiled form of a whole
+``allocate`` section, is built here and only here.
 """
 
 from __future__ import annotations
@@ -32,7 +21,6 @@ from jinja2.visitor import NodeTransformer
 from genericdp.config import sandbox
 from genericdp.config.sandbox import (
     MAX_ALLOCATION_BYTES,
-    MAX_RENDER_SECONDS,
     MAX_TEMPLATE_CHARS,
     MAX_VALUE_BYTES,
     MAX_VALUE_CHARS,
@@ -47,12 +35,9 @@ from genericdp.config.v1.allocate import AllocateSpec
 
 # What the rest of the tree imports from here, wherever it is defined.
 __all__ = [
-    "LABEL_TEMPLATE_NAMES",
     "MAX_ALLOCATION_BYTES",
-    "MAX_RENDER_SECONDS",
     "MAX_VALUE_BYTES",
     "MAX_VALUE_CHARS",
-    "NODE_TEMPLATE_NAMES",
     "TEMPLATE_NAMES",
     "CompiledTemplates",
     "SliceSpent",
@@ -92,10 +77,6 @@ class TemplateSyntaxErrors(Exception):  # noqa: N818 - a collection, raised at l
     def __init__(self, problems: Sequence[TemplateProblem]) -> None:
         self.problems = tuple(problems)
         super().__init__("; ".join(f"{p.key}: {p.message}" for p in self.problems))
-
-
-# --------------------------------------------------------------------------
-# Compiling
 
 
 class _Harden(NodeTransformer):
@@ -265,13 +246,8 @@ def _compiled(
     source: str, known: tuple[str, ...]
 ) -> tuple[_Compiled | None, tuple[TemplateProblem, ...]]:
     """``source`` compiled for the names ``known`` (None with the problems found,
-    keyed ``""``), once.
-
-    The same template in many resources (a config's usual shape) is compiled
-    once and shared: compiling is most of loading a config, and each compiled
-    template holds code objects (docs/contributing/performance.md). A template is immutable
-    once compiled; each render gets its own context.
-    """
+    keyed ``""``), once: the same template in many resources is compiled once and
+    shared, since compiling is most of loading a config."""
     try:
         tree = SANDBOX.parse(source)
         found = _static_problems("", tree, known) or _too_large(tree)
@@ -397,26 +373,20 @@ def compile_templates(spec: AllocateSpec) -> CompiledTemplates:
 @functools.lru_cache(maxsize=1024)
 def compile_node_template(source: str) -> TemplateValue:
     """A node's ``containerPath`` compiled once (cached by source: the loader
-    compiles it to validate, discovery renders the same object at every scan).
-
-    Raises ``TemplateSyntaxErrors`` (key ``containerPath``) like ``compile_templates``.
-    """
-    problems: list[TemplateProblem] = []
-    value = _compile_one("containerPath", source, problems, NODE_TEMPLATE_NAMES)
-    if problems:
-        raise TemplateSyntaxErrors(problems)
-    return value
+    compiles it to validate, discovery renders the same object at every scan)."""
+    return _compile_alone("containerPath", source, NODE_TEMPLATE_NAMES)
 
 
 @functools.lru_cache(maxsize=1024)
 def compile_label_template(source: str) -> TemplateValue:
-    """A ``labels`` value compiled once (cached by source: the loader compiles it to
-    validate, the label publisher renders the same object at every change).
+    """A ``labels`` value compiled once (cached by source, as ``compile_node_template``)."""
+    return _compile_alone("labels", source, LABEL_TEMPLATE_NAMES)
 
-    Raises ``TemplateSyntaxErrors`` (key ``labels``) like ``compile_templates``.
-    """
+
+def _compile_alone(key: str, source: str, known: Sequence[str]) -> TemplateValue:
+    """One template; raises ``TemplateSyntaxErrors`` (keyed ``key``) like ``compile_templates``."""
     problems: list[TemplateProblem] = []
-    value = _compile_one("labels", source, problems, LABEL_TEMPLATE_NAMES)
+    value = _compile_one(key, source, problems, known)
     if problems:
         raise TemplateSyntaxErrors(problems)
     return value

@@ -1,13 +1,10 @@
 """What a template renders at least, known before it runs: the bytes validation can count.
 
-A template's text, and the expressions of constants it prints outside any
-``if`` or loop (``{{ "x" * 10 ** 6 }}``, ``{{ "-" ~ "=" * 80 }}``), render
-the same at every allocation. ``least_output`` adds up their UTF-8 bytes
-without building anything (a repetition's size is a product), so a template
-or a resource that must render past the limits (``sandbox.MAX_VALUE_BYTES``,
-``MAX_ALLOCATION_BYTES``) is refused at validation, with the number, rather
-than at every Allocate. Whatever depends on the context, or is not one of
-these few forms, counts as nothing: the figure is a lower bound.
+A template's text, and the constant expressions it prints outside any ``if``
+or loop (``{{ "x" * 10 ** 6 }}``), render the same at every allocation.
+``least_output`` adds up their UTF-8 bytes without building anything, so a
+template that must render past the limits is refused at validation rather
+than at every Allocate. Anything else counts as nothing: a lower bound.
 """
 
 from __future__ import annotations

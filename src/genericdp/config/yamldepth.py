@@ -1,15 +1,11 @@
 """How deeply a YAML text nests, found before and after ruamel reads it.
 
-ruamel looks ahead over a whole flow collection for a possible key, with work
-per token growing with the depth: ten thousand "[" took minutes before the
-parser's recursion gave up. ``flow_too_deep`` therefore checks flow nesting
-before ruamel reads anything, with a scan that knows just enough YAML for it
-(quotes, comments, where a collection may start); the same scan refuses
-comments long enough to cost ruamel seconds (its comment scan is quadratic
-in the comment's length). Block nesting
-(``- - - - x``) costs ruamel nothing until its recursion fails;
-``too_deep_for_parser`` then locates it from the event stream, which the
-parser makes without recursing.
+ruamel's work per token grows with flow nesting depth (ten thousand "[" take
+minutes), so ``flow_too_deep`` checks it before ruamel reads anything, with a
+scan that knows just enough YAML (quotes, comments); it also refuses comments
+long enough to cost ruamel's quadratic comment scan seconds. Block nesting
+costs ruamel nothing until its recursion fails; ``too_deep_for_parser`` then
+locates it from the event stream.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """YAML text -> plain data plus the position of every key and value.
 
-ruamel.yaml's round-trip loader keeps line/column of each key and value
-(``.lc`` on its CommentedMap/CommentedSeq). We copy the tree into plain
-dicts, lists and scalars for jsonschema, and keep the positions aside in a
-table keyed by path, so every later check can say ``file:line:column``.
+ruamel.yaml's round-trip tree is copied into plain dicts, lists and scalars
+for jsonschema, its positions kept aside by path, so every later check can
+say ``file:line:column``.
 """
 
 from __future__ import annotations
@@ -35,16 +34,11 @@ _SIMPLE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _TOKEN = re.compile(r"[^\s,\]}#]+")
 
 # Aliases let a few hundred bytes stand for gigabytes (a "billion laughs"
-# document: nine aliases of nine aliases of ...). ruamel shares aliased
-# objects, so parsing is cheap; the copy below is what would grow. The copy is
-# counted and stops at these limits, far above any real config (a resource is
-# a few dozen values) and reachable without aliases only by a file near the
-# 1 MiB size limit that is nothing but tiny values.
+# document). ruamel shares aliased objects; the copy below is what would grow,
+# so it is counted and stops at limits far above any real config.
 MAX_VALUES = 100_000  # mappings, lists and scalars, with aliases expanded
 MAX_TEXT = 4 * 1024 * 1024  # characters of keys and strings, with aliases expanded
-# Values copied through aliases: sharing a health check or hooks between a few
-# hundred resources stays far below; a bomb trips it after a few milliseconds.
-MAX_ALIASED_VALUES = 20_000
+MAX_ALIASED_VALUES = 20_000  # values copied through aliases
 _MAX_DIGITS = 4300  # Python's int() refuses longer decimal strings (sys.int_info)
 _MAX_BITS = 3 * _MAX_DIGITS  # a number of fewer bits has fewer digits: str() can print it
 
@@ -262,8 +256,7 @@ _NUL_MESSAGE = "contains a NUL character (\\0): no path, command, name or value 
 
 
 class _TooLarge(Exception):  # noqa: N818 - internal signal, never leaves this module
-    """The copy went over a limit (MAX_VALUES, MAX_TEXT, MAX_ALIASED_VALUES); carries
-    the located issue."""
+    """The copy went over a limit; carries the located issue."""
 
     def __init__(self, issue: ConfigIssue) -> None:
         self.issue = issue
@@ -306,9 +299,8 @@ class _Builder:
         else:
             what = f"{MAX_TEXT} characters"
         if self._aliases:
-            # Said where the outermost alias being expanded is used: the line to change.
-            # (ruamel gives an aliased item the position of its anchor, so the
-            # place of use is the collection holding it.)
+            # Said where the outermost alias is used (the collection holding it:
+            # ruamel gives an aliased item its anchor's position).
             alias_path, node = self._aliases[0]
             where = alias_path[:-1]
             anchor = getattr(getattr(node, "anchor", None), "value", None)
@@ -411,11 +403,8 @@ class _Builder:
 
 
 def _plain_scalar(node: Any) -> Any:
-    """A scalar ruamel constructed, as the plain value the checks want.
-
-    ruamel subclasses int, float, str and bool to keep formatting; the checks
-    downstream want the plain types (a ScalarBoolean is an int!).
-    """
+    """A scalar ruamel constructed (its subclasses keep formatting) as the plain type
+    the checks want (a ScalarBoolean is an int!)."""
     if node is None or type(node) in (str, int, float, bool):
         return node
     if type(node).__name__ == "ScalarBoolean":

@@ -1,12 +1,9 @@
 """``genericdp convert``: another device plugin's config -> genericdp config v1.
 
-    convert_squat(devices=[...], config_file=None, domain=None) -> Conversion
-
 Reads squat/generic-device-plugin's ``--device`` values and/or its
-``--config`` file (``squat``), writes config v1 YAML with a comment wherever
-the meaning differs (``emit``), and loads the result with ``config.load_text``
-before handing it back, so what is printed always validates. Bad input raises
-``ConfigError`` with ``source:line:column`` for every problem.
+``--config`` file, writes config v1 YAML with a comment wherever the meaning
+differs, and loads the result before handing it back, so what is printed
+always validates.
 """
 
 from __future__ import annotations
@@ -54,10 +51,9 @@ def convert_squat(
 ) -> Conversion:
     """Convert squat's flags (``--device`` values, ``--domain``) and/or ``--config`` file.
 
-    As squat resolves them (viper): ``--device`` flags replace the file's
-    devices, and ``--domain`` beats the file's ``domain``. ``daemon_flags``
-    (``listen``, ``log-level``, ``plugin-directory``) configure squat's daemon,
-    not a config: each becomes a note naming genericdp's setting.
+    As squat resolves them: ``--device`` flags replace the file's devices, and
+    ``--domain`` beats the file's. ``daemon_flags`` each become a note naming
+    genericdp's setting.
     """
     issues: list[ConfigIssue] = []
     squat = SquatConfig(domain=DEFAULT_DOMAIN)

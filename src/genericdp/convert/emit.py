@@ -2,15 +2,10 @@
 
 One squat device becomes one resource ``<domain>/<name>``. How its groups map:
 
-- every group one device path: each match is a unit (``groupBy: node``), as in
-  squat; a lone literal path also gets ``<path>/**`` and ``groupBy: all``,
-  because squat hands out a directory (``/dev/snd``) whole;
-- one group of several paths: one unit of all of them (``groupBy: all``);
-- several groups of several literal paths (one sound card's nodes per group):
-  ``groupBy: {pathRegex: ...}`` with a key that tells the groups apart,
-  checked against the paths before it is used;
-- USB specs: a ``udev`` matcher on ``idVendor``/``idProduct``/``serial`` of
-  subsystem ``usb`` (the node squat hands out, ``/dev/bus/usb/BBB/DDD``).
+every group one device path: each match is a unit (``groupBy: node``); one
+group of several paths: one unit (``groupBy: all``); several groups of several
+literal paths: ``groupBy: {pathRegex: ...}`` with a key that tells the groups
+apart; USB specs: a ``udev`` matcher of subsystem ``usb``.
 
 What genericdp cannot say becomes a note: a YAML comment in the resource and
 a line on stderr. Nothing is dropped silently.

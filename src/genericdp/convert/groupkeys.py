@@ -14,11 +14,8 @@ from genericdp.config.regex import compile_regex
 
 def group_regex(groups: Sequence[Sequence[str]]) -> str | None:
     """A pathRegex whose key is the same for the paths of one group and differs between
-    groups, or None when there is none this simple search finds.
-
-    Each group's key is the longest substring common to its paths and found in no
-    path of another group; the regex is their alternation, and it is checked
-    against every path (leftmost match, as discovery reads it) before use.
+    groups, or None when there is none this simple search finds. The regex is the
+    alternation of the keys, checked against every path (leftmost match) before use.
     """
     keys: list[str] = []
     for i, paths in enumerate(groups):
@@ -43,13 +40,8 @@ def group_regex(groups: Sequence[Sequence[str]]) -> str | None:
 
 def _distinct_common(paths: Sequence[str], others: Sequence[str]) -> str | None:
     """The longest substring of every one of ``paths`` found in none of ``others``
-    (the leftmost in ``paths[0]`` of those as long), or None.
-
-    A suffix automaton of ``paths[0]`` tells, for each of its states, how long a
-    substring of that state each other path holds: linear in the total length
-    (trying every substring against every path was cubic: a path of 2,000
-    characters took minutes).
-    """
+    (the leftmost in ``paths[0]`` of those as long), or None; linear in the total
+    length, by a suffix automaton of ``paths[0]``."""
     sam = _Automaton(paths[0])
     common = list(sam.length)
     for path in paths[1:]:

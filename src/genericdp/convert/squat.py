@@ -7,18 +7,11 @@ The format (squat/generic-device-plugin at 179b1fe, ``config.go``,
     --domain squat.ai              (default; resource = <domain>/<name>)
     --config FILE                  (YAML/JSON: ``devices:`` or ``device:``, ``domain:``)
 
-A device has ``name`` and ``groups``; a group has ``paths`` *or* ``usb``
-(never both) and ``count`` (0 means 1). A path has ``path`` (a Go glob),
-``mountPath``, ``permissions`` (default ``mrw``), ``readOnly``, ``type``
-(``Device``, the default, or ``Mount``), ``limit`` (0 means 1) and
-``optional``. A USB spec has ``vendor`` and ``product`` (hexadecimal) and
-``serial`` (exact). Keys match case-insensitively (Go's encoding/json and
-mapstructure do) and unknown keys are ignored by squat; we report them.
+Keys match case-insensitively (as Go's encoding/json and mapstructure do);
+unknown keys are ignored by squat, and we report them.
 
 Everything is parsed with genericdp's own YAML reader, so a flag value or a
-file gets the same size, depth and alias limits as a genericdp config, and
-every problem is a ``ConfigIssue`` with ``source:line:column`` (a flag's
-source is ``--device #N``).
+file gets a genericdp config's limits and ``source:line:column`` messages.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """``serve --backend device-plugin``: one device plugin per resource, as the kubelet knows them.
 
-Daemon-wide, the backend owns the kubelet watch (its device-plugin
-directory: a kubelet restart re-registers every plugin, a socket of ours
-deleted is served again), the sockets a killed predecessor left, and one
-PodResources poller (``poller.py``) whose ``UsageTracker`` is the runtime's
-``Usage``: released units are cleaned, and the device lists follow what is
-held. Per resource, its edge is a ``ResourcePlugin`` (``plugin.py``).
+Daemon-wide, the backend owns the kubelet watch, the sockets a killed
+predecessor left, and one PodResources poller whose ``UsageTracker`` is the
+runtime's ``Usage``. Per resource, its edge is a ``ResourcePlugin``.
 """
 
 from __future__ import annotations

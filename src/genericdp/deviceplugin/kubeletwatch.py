@@ -57,11 +57,8 @@ async def watch_plugin_dir(
     *,
     on_ready: Callable[[], None] = lambda: None,
 ) -> None:
-    """Report changes in ``plugin_dir`` until cancelled.
-
-    Raises KubeletError when the directory cannot be watched or goes away; the
-    caller's guard restarts the watch with backoff (after reporting ``lost``).
-    """
+    """Report changes in ``plugin_dir`` until cancelled; KubeletError when the directory
+    cannot be watched or goes away (the caller's guard restarts the watch)."""
     async with inotify_events(lambda exc: KubeletError(f"cannot start inotify: {exc}")) as (
         inotify,
         readable,

@@ -1,11 +1,8 @@
 """One resource's device plugin: the edge the runner drives, the backend the servicer calls.
 
-Its registration with the kubelet (socket, server, Register, the kubelet's
-stream) is the ``Registrar`` (``registrar.py``); ListAndWatch reads the
-device list (``replicas.py``) from the resource's ``DeviceState``; Allocate
-and PreStartContainer go to the resource's ``Allocator`` (with the servicer's
-encoder, which refuses an answer over the kubelet's 4 MiB message limit before
-anything has a side effect), and GetPreferredAllocation to ``preferred.py``.
+Registration is the ``Registrar``'s; ListAndWatch reads the device list
+(``replicas.py``); Allocate and PreStartContainer go to the resource's
+``Allocator``, GetPreferredAllocation to ``preferred.py``.
 """
 
 from __future__ import annotations

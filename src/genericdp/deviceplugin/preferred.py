@@ -6,23 +6,18 @@ unit to a NUMA node and a parent (both may be unknown). The policy picks
 time, greedily, with a total order so the answer is deterministic:
 
 - **packed** prefers the candidate sharing the most with what is already
-  chosen: same NUMA node, then same parent, then same unit (so replicas of a
-  shared unit go together and whole units stay free). Ties go to the NUMA node
-  and parent with the most available IDs, so a request tends to fit in one.
-- **spread** prefers the candidate sharing the least with what is chosen:
-  a NUMA node, parent and unit used fewest times so far, i.e. round robin.
+  chosen: same NUMA node, then same parent, then same unit. Ties go to the
+  NUMA node and parent with the most available IDs.
+- **spread** prefers the candidate sharing the least with what is chosen,
+  i.e. round robin.
 
 Remaining ties fall back to the IDs' order. Unknown NUMA nodes count as one
 node; an unknown parent counts as the unit itself.
 
-The kubelet may send tens of thousands of IDs (``count: 1000`` over many
-units) and asks on the event loop, so the greedy runs in O((n + size) log n):
-IDs sit in a tree NUMA node -> parent -> unit -> IDs in order, each level a
-heap keyed by the best key below it. A pick changes the used counts of one
-NUMA node, one parent and one unit only, so only their entries are pushed
-again (stale ones are skipped when they surface). The key is lexicographic
-with the NUMA node's terms first, then the parent's, then the unit's, so the
-best of a level is found from the best of the level below plus its own terms.
+The kubelet may send tens of thousands of IDs and asks on the event loop, so
+the greedy runs in O((n + size) log n): IDs sit in a tree NUMA node -> parent
+-> unit -> IDs, each level a heap keyed by the best key below it; a pick
+re-pushes only the entries of the one NUMA node, parent and unit it changes.
 """
 
 from __future__ import annotations

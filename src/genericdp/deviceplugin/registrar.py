@@ -1,12 +1,10 @@
 """One resource's registration with the kubelet: its socket and server, Register, the stream.
 
 The kubelet dials the plugin back while it handles Register, so the server is
-serving before Register is sent. Registration runs in its own loop, woken by
-``wake``: at start, when the kubelet restarts (our socket gone
-or ``kubelet.sock`` created, seen by the kubelet watch) and when the kubelet
-ends our ListAndWatch stream (it never reopens one). Requests arriving close
-together are merged, and a failed attempt is retried with backoff, or at once
-when a new request comes (a new ``kubelet.sock`` is worth trying right away).
+serving before Register is sent. Registration runs in its own loop, woken at
+start, when the kubelet restarts and when the kubelet ends our ListAndWatch
+stream (it never reopens one). Requests close together are merged; a failed
+attempt is retried with backoff, or at once when a new request comes.
 
 What the loop guarantees, and why (kubelets up to 1.32 keep one client per
 resource *name*; when the dial-back of a Register fails after its 10 s, they
@@ -14,23 +12,16 @@ delete whichever client has that name, a newer live one included, and then
 never notice that client's stream ending, so its devices stay allocatable
 with nobody behind them):
 
-- At most one Register per resource is in flight: only this loop sends it, and
-  it waits for the answer longer than the kubelet's dial-back
-  (``REGISTER_TIMEOUT``), so it never abandons a Register the kubelet is still
-  working on and sends a second one beside it.
-- A Register names only a socket that is ours and serving: checked by inode
-  (not mere existence: a regular file put in its place is not our socket)
-  after connecting to the kubelet, when that kubelet has already cleaned its
-  directory. If the socket is deleted or replaced while the Register is in
-  flight, the same path is served again at once, so the kubelet's dial-back
-  (which retries) reaches it instead of failing.
-- A request is a no-op when the registration in place is sound: registered
-  with the ``kubelet.sock`` that is there now, the kubelet's stream open, our
-  socket intact. Repeated wake-ups of one restart register once.
+- At most one Register per resource is in flight, and it is awaited longer
+  than the kubelet's dial-back (``REGISTER_TIMEOUT``), never abandoned.
+- A Register names only a socket that is ours and serving, checked by inode
+  after connecting to the kubelet (which has then cleaned its directory). If
+  the socket is deleted or replaced while the Register is in flight, the same
+  path is served again at once, so the kubelet's dial-back reaches it.
+- A request is a no-op when the registration in place is sound (same
+  ``kubelet.sock``, its stream open, our socket intact).
 - Only the kubelet's stream counts: the first ListAndWatch opened while our
-  Register is in flight (or just after). Another client opening and dropping
-  ListAndWatch changes nothing. A Register is complete only once the
-  kubelet's stream is open (within ``STREAM_WAIT``).
+  Register is in flight. A Register is complete only once it is open.
 """
 
 from __future__ import annotations
@@ -60,12 +51,8 @@ Serve = Callable[[Path], Awaitable[UnixServer]]
 
 
 class Registrar:
-    """Serves one resource's socket and keeps it registered with the kubelet.
-
-    ``serve`` starts the gRPC server on a path in ``plugin_dir`` (the
-    kubelet's device-plugin directory); ``resource`` and ``options`` are read
-    at each Register (a reload may change them).
-    """
+    """Serves one resource's socket and keeps it registered with the kubelet;
+    ``resource`` and ``options`` are read at each Register (a reload may change them)."""
 
     def __init__(
         self,
@@ -156,8 +143,6 @@ class Registrar:
         self.registered = False
         self._on_status()
 
-    # -- the kubelet's stream -------------------------------------------------------
-
     def stream_opened(self) -> int:
         self.streams += 1
         self._next_token += 1
@@ -179,8 +164,6 @@ class Registrar:
                 log.warning("%s: the kubelet ended ListAndWatch", self.resource)
                 self.wake("kubelet ended ListAndWatch")
         self._on_status()
-
-    # -- registration ------------------------------------------------------------
 
     async def _register_until_done(self, reasons: str) -> None:
         self._backoff.reset()
@@ -285,11 +268,8 @@ class Registrar:
 
     async def _kubelet_stream_opened(self, seen: int, kubelet: Path) -> bool:
         """Wait (``STREAM_WAIT``) for the kubelet's ListAndWatch; False if none or it ended.
-
-        Gives up early when that kubelet is gone: ``kubelet.sock`` replaced, or
-        our socket deleted (a starting kubelet deletes it; the inode of a new
-        ``kubelet.sock`` may well be the old one's, reused).
-        """
+        Gives up early when that kubelet is gone: ``kubelet.sock`` replaced, or our
+        socket deleted (a new ``kubelet.sock`` may well reuse the old one's inode)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + STREAM_WAIT
         while self._kubelet_streams == seen:
@@ -314,12 +294,8 @@ class Registrar:
         return self._server is not None and self._server.intact()
 
     async def _ensure_serving(self) -> None:
-        """Serve on a fresh socket unless the current one is still in place.
-
-        The kubelet deletes every socket in its directory when it starts, an
-        options change needs a fresh endpoint, and anyone may delete or replace
-        the file: a fresh name never collides with what the kubelet knows.
-        """
+        """Serve on a fresh socket unless the current one is still in place (a fresh
+        name never collides with what the kubelet knows)."""
         if self._server is not None and self._socket_intact() and not self._renew:
             return
         self._renew = False

@@ -1,10 +1,7 @@
 """The kubelet's devices of one resource: each unit's replicas, as ListAndWatch sends them.
 
-A unit shared by ``count`` containers is ``count`` kubelet devices
-``<unit>::<i>`` (``kubelet/devices.py``); with ``count: unbounded`` it lists
-the IDs held now plus a few free ones (``sharing.py``). ``Replicas`` is that
-naming for ``DeviceState`` (``runtime/state.py``), which knows units, health
-and what is held; the list itself is built here, lazily, from the state.
+``Replicas`` is the replica naming for ``DeviceState`` (``runtime/state.py``);
+the list itself is built here, lazily, from the state.
 """
 
 from __future__ import annotations
@@ -96,11 +93,8 @@ def counts(state: DeviceState) -> tuple[int, int]:
 
 
 class DeviceList(Sequence[DeviceInfo]):
-    """The device list of one state version, made one device at a time.
-
-    In unit ID order, each unit's replicas in order (``replica_ids``); a unit
-    is Healthy unless it is in ``out`` (unhealthy or being cleaned up).
-    """
+    """The device list of one state version, made one device at a time, in unit ID
+    order; a unit is Healthy unless it is in ``out``."""
 
     def __init__(self, units: tuple[Unit, ...], count: int, out: frozenset[str]) -> None:
         self._units = units

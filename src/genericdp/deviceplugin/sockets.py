@@ -25,12 +25,9 @@ _MAX_SLUG = 40
 
 
 def socket_name(resource: str, token: str | None = None, *, max_bytes: int | None = None) -> str:
-    """``gdp-<slug>-<token>.sock``: unique per start, recognisably ours.
-
-    ``max_bytes`` caps the whole name (the socket path must fit the kernel's
-    107 bytes): the slug is cut and a hash of the resource name keeps it
-    unique. Raises KubeletError when not even ``gdp-<hash>-<token>.sock`` fits.
-    """
+    """``gdp-<slug>-<token>.sock``: unique per start, recognisably ours. Past ``max_bytes``
+    the slug is cut and a hash of the resource name keeps it unique; KubeletError
+    when not even ``gdp-<hash>-<token>.sock`` fits."""
     token = token or secrets.token_hex(4)
     slug = re.sub(r"[^A-Za-z0-9.]+", "-", resource).strip("-.") or "resource"
     digest = hashlib.sha256(resource.encode()).hexdigest()[:8]
@@ -51,12 +48,9 @@ def _fixed_bytes(token: str) -> int:
 
 
 def socket_path(plugin_dir: Path, resource: str, token: str | None = None) -> tuple[Path, bool]:
-    """Where to serve ``resource`` in ``plugin_dir``, and whether the name was shortened.
-
-    The kubelet's directory follows its root directory, and a unix socket path
-    is at most 107 bytes: a long directory leaves less room for the name, so
-    the name gives way (a hash keeps it unique). Raises KubeletError naming the
-    directory when even the shortest name does not fit.
+    """Where to serve ``resource`` in ``plugin_dir``, and whether the name was shortened
+    (a socket path is at most 107 bytes, so a long directory leaves less room).
+    Raises KubeletError naming the directory when even the shortest name does not fit.
     """
     directory = plugin_dir.absolute()
     left = MAX_UNIX_PATH_BYTES - len(str(directory).encode()) - 1
@@ -74,11 +68,8 @@ def socket_path(plugin_dir: Path, resource: str, token: str | None = None) -> tu
 
 
 def remove_stale_sockets(plugin_dir: Path) -> list[Path]:
-    """Remove our sockets that nothing listens on (left by a killed predecessor).
-
-    A socket that accepts a connection belongs to a live process (say, the old
-    pod of a rolling update) and stays.
-    """
+    """Remove our sockets that nothing listens on (left by a killed predecessor); one
+    that accepts a connection is a live process's (the old pod of a rolling update)."""
     removed: list[Path] = []
     for path in sorted(plugin_dir.glob(f"{SOCKET_PREFIX}*.sock")):
         with socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM) as probe:

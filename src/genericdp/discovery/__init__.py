@@ -2,14 +2,6 @@
 
 Pure reading of three roots (``Roots``: dev, sys, udev), no gRPC, no state
 kept between calls: every call looks at the host as it is now.
-
-- ``find_nodes``: the union of what each matcher finds, one ``DeviceNode``
-  per real host node (the first matcher to find a node wins);
-- ``group_units``: nodes into units by ``groupBy``, with stable IDs;
-- ``shared_nodes``: the nodes of ``allocate.devices`` and the required
-  entries that found none;
-- ``discover``: all three, for one resource definition; each unit carries the
-  shared nodes (``Unit.shared``, ``Unit.missing``).
 """
 
 from __future__ import annotations
@@ -42,11 +34,8 @@ log = logging.getLogger(__name__)
 
 
 def discover(definition: ResourceDefinition, roots: Roots) -> tuple[Unit, ...]:
-    """The units ``definition`` advertises on the host seen through ``roots``, sorted by ID.
-
-    Container paths are rendered after grouping, so IDs and groups come from
-    the host's names whatever ``containerPath`` says.
-    """
+    """The units ``definition`` advertises on the host seen through ``roots``, sorted by ID
+    (container paths are rendered after grouping: IDs come from the host's names)."""
     found = _find(definition.match, roots)
     nodes = tuple(node for node, _ in found)
     units = group_units(nodes, definition.group_by, roots, count=definition.id_slots)
@@ -61,12 +50,8 @@ def discover(definition: ResourceDefinition, roots: Roots) -> tuple[Unit, ...]:
 
 
 def find_nodes(matchers: Sequence[Matcher], roots: Roots) -> tuple[DeviceNode, ...]:
-    """Every node any matcher finds, deduplicated by real host node (first matcher wins).
-
-    Raises DiscoveryError when the dev root itself is missing; odd entries
-    (dangling or escaping links, anything but a device node: regular files,
-    sockets, FIFOs, vanished files) are skipped (``Scan.is_device_node``).
-    """
+    """Every node any matcher finds, deduplicated by real host node (first matcher wins);
+    DiscoveryError when the dev root itself is missing."""
     return tuple(node for node, _ in _find(matchers, roots))
 
 
@@ -93,11 +78,8 @@ def shared_nodes(
     entries: Sequence[ExtraDevice], roots: Roots, resource: str = ""
 ) -> tuple[tuple[DeviceNode, ...], tuple[str, ...]]:
     """The device nodes of ``allocate.devices`` (in entry order, each real node
-    once) and the paths of required entries that found none.
-
-    Confined as matched nodes are: character or block devices only, links
-    resolved inside the dev root, the host path always the real node.
-    """
+    once, confined as matched nodes are) and the paths of required entries that
+    found none."""
     if not roots.dev.is_dir():
         raise DiscoveryError(f"device root {roots.dev} does not exist or is not a directory")
     scan = Scan(roots)

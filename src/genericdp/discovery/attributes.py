@@ -2,18 +2,11 @@
 read in-process and compared with a glob, instead of a process per unit.
 
 The attribute path comes from the config and the device tree from whoever
-made the device, so every read is bounded:
-
-- the path is relative, without ``..``; each component may be a glob, matched
-  within one directory;
-- nothing below the device directory is followed through a symlink (sysfs has
-  links such as ``device``, ``subsystem`` and ``driver`` that lead elsewhere),
-  and the file read must resolve inside the sys root and outside the dev
-  root: a probe never opens a device node;
-- the file is opened non-blocking and without following a final link, must be
-  a regular file, and at most ``MAX_VALUE_BYTES`` are read (sysfs attributes
-  are at most a page);
-- at most ``MAX_FILES`` files per unit are read, whatever the globs match.
+made the device, so every read is bounded: nothing below the device directory
+is followed through a symlink (sysfs links such as ``driver`` lead elsewhere),
+the file must be a regular file inside the sys root (a probe never opens a
+device node), opened non-blocking, and at most ``MAX_VALUE_BYTES`` of at
+most ``MAX_FILES`` files per unit are read.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Where a container sees a node: the ``containerPath`` template of the matcher
 (or ``allocate.devices`` entry) that found it, rendered per node.
 
-The template sees only ``device``, strings and numbers of the node; what it
-renders comes partly from the device (a serial number, a product string), so
-it is checked every time (``config.devpaths``) and a node whose path breaks a
-rule is left out with a warning, never repaired.
+What it renders comes partly from the device (a product string), so it is
+checked every time and a node whose path breaks a rule is left out with a
+warning, never repaired.
 """
 
 from __future__ import annotations

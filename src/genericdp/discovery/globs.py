@@ -93,12 +93,9 @@ def _is_dir(path: Path) -> bool:
 
 
 def resolve_in_root(dev_root: Path, relative: str) -> str | None:
-    """The real node behind ``<dev_root>/<relative>``, relative to the root.
-
-    Symlinks are followed as if ``dev_root`` were ``/dev``: an absolute
-    target ``/dev/ttyUSB0`` means ``<dev_root>/ttyUSB0``. A link that leaves
-    the root (``/proc/self/fd/0``, too many ``..``), dangles or loops gives None.
-    """
+    """The real node behind ``<dev_root>/<relative>``, relative to the root, following
+    symlinks as if ``dev_root`` were ``/dev``; None for a link that leaves the root,
+    dangles or loops."""
     pending = relative.split("/")
     resolved: list[str] = []
     hops = 0

@@ -2,13 +2,8 @@
 
 A unit's ID comes from the most stable thing that names it at its
 granularity: a USB serial number, else udev's ``ID_PATH`` (the physical
-port or slot), else a PCI address, else its node paths. Only when two units
-of one resource would share an ID do we add qualifiers (interface number,
-port, node names) to the colliding ones; a unit that collides with nobody
-keeps its plain ID, so unplugging one dongle never renames another.
-
-``groupBy: all`` makes one unit, named ``all``; ``pathRegex`` units are named
-by their key, which the user chose to be what identifies them.
+port or slot), else a PCI address, else its node paths. Only colliding IDs
+get qualifiers, so unplugging one dongle never renames another.
 """
 
 from __future__ import annotations

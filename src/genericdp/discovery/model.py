@@ -25,9 +25,7 @@ class DeviceNode:
     major: int | None = None
     minor: int | None = None
     subsystem: str | None = None
-    # Canonical sysfs device path relative to the sys root, e.g.
-    # ``devices/pci0000:00/0000:00:14.0/usb1/1-2/1-2:1.0/ttyUSB0/tty/ttyUSB0``.
-    sysfs_path: str | None = None
+    sysfs_path: str | None = None  # canonical, relative to the sys root
     # Attributes of the node itself (sysfs files); ancestors' are not copied here.
     attributes: Mapping[str, str] = field(default_factory=frozen_map)
     # udev database properties (``E:`` lines of /run/udev/data/c<maj>:<min>).
@@ -35,10 +33,8 @@ class DeviceNode:
     numa_node: int | None = None
     # Device cgroup permissions of an ``allocate.devices`` node; None: the resource's.
     permissions: str | None = None
-    # The host node's permission bits (``st_mode & 0o777``) and owner, as the
-    # scan found them: a container's node keeps them unless the config says
-    # otherwise (``allocate.deviceNodes``). A chmod or chown on the host makes
-    # the node, and so its unit, compare unequal: the CDI spec follows.
+    # The host node's permission bits and owner: a chmod or chown on the host
+    # makes the node, and so its unit, compare unequal, and the CDI spec follows.
     mode: int | None = None
     uid: int | None = None
     gid: int | None = None
@@ -49,11 +45,9 @@ class Unit:
     """What the kubelet counts: one node, or several nodes that belong together.
 
     ``id`` is stable across restarts and rescans and at most 63 characters.
-    ``attributes`` and ``properties`` are those of the unit's identifying
-    device (its group parent for ``parent:`` grouping, else its first node).
-    ``shared`` are the resource's ``allocate.devices`` nodes found by the same
-    scan, given with the unit; ``missing`` names the required entries that
-    matched no node (the unit is then Unhealthy).
+    ``attributes`` and ``properties`` are those of its group parent, else of its
+    first node. ``shared`` are the resource's ``allocate.devices`` nodes;
+    ``missing`` the required entries that matched none (the unit is Unhealthy).
     """
 
     id: str

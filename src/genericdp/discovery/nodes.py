@@ -1,10 +1,8 @@
 """From a path under the dev root to a ``DeviceNode``: its sysfs device, udev data, NUMA node.
 
-A ``Scan`` lives for one discovery pass: it remembers what it already read
-(the kernel-name index below, and each node's ``lstat``) so one pass reads
-each file once, and it is thrown away afterwards so a rescan sees the host as
-it is now. The one ``lstat`` that tells a device node from anything else also
-gives its numbers, mode and owner: describing a node costs no further call.
+A ``Scan`` lives for one discovery pass: it remembers what it already read so
+one pass reads each file once, and is thrown away so a rescan sees the host
+as it is now.
 """
 
 from __future__ import annotations
@@ -50,12 +48,9 @@ class Scan:
         return info
 
     def locate(self, relative: str) -> Located | None:
-        """The sysfs device of the node ``<dev>/<relative>``, if sysfs knows it.
-
-        A real node's ``st_rdev`` leads straight to ``sys/dev/char/M:m``.
-        Nodes that are not device files (test trees, or a /dev the kernel did
-        not populate) are found by kernel name: the ``DEVNAME`` in uevent.
-        """
+        """The sysfs device of the node ``<dev>/<relative>``, if sysfs knows it: by
+        ``st_rdev`` (``sys/dev/char/M:m``), else (a /dev the kernel did not populate)
+        by the ``DEVNAME`` in uevent."""
         info = self._lstat(relative)
         if info is not None and stat.S_ISLNK(info.st_mode):
             try:
@@ -77,13 +72,11 @@ class Scan:
     def is_device_node(self, relative: str) -> bool:
         """Whether ``<dev>/<relative>`` (a real node, symlinks resolved) is a device node.
 
-        Character and block devices are; regular files, directories, sockets
-        and FIFOs are not (``/dev/shm`` and ``/dev/mqueue`` are writable by
-        anyone, so a glob like ``/dev/**`` would otherwise hand out whatever a
-        user left there). The one exception keeps dev roots the kernel did not
-        populate usable (a copied tree, the test trees): a regular file counts
-        where sysfs names a device node of exactly that path (its ``DEVNAME``),
-        which no unprivileged user can arrange.
+        Character and block devices are, nothing else (``/dev/shm`` is writable by
+        anyone, so ``/dev/**`` would otherwise hand out what a user left there);
+        except, for dev roots the kernel did not populate (the test trees), a
+        regular file where sysfs names a device node of exactly that path
+        (``DEVNAME``), which no unprivileged user can arrange.
         """
         info = self._lstat(relative)  # a link is not a node
         if info is None:
@@ -96,10 +89,8 @@ class Scan:
     def describe(
         self, host_relative: str, container_path: str, located: Located | None = None
     ) -> DeviceNode:
-        """The DeviceNode for the real node ``<dev>/<host_relative>`` seen at ``container_path``.
-
-        ``located`` saves the lookup when the caller found the node through sysfs.
-        """
+        """The DeviceNode for the real node ``<dev>/<host_relative>`` seen at ``container_path``
+        (``located``: already found through sysfs)."""
         host_path = f"/dev/{host_relative}"
         if located is None:
             located = self.locate(host_relative)

@@ -1,24 +1,15 @@
 """Where a unit sits on the PCI tree, as the Kubernetes ``deviceattribute`` helpers read it.
 
 The DRA standard attributes ``resource.kubernetes.io/pciBusID`` and
-``resource.kubernetes.io/pcieRoot`` (k8s.io/dynamic-resource-allocation/
-deviceattribute, ``GetPCIBusIDAttribute`` and ``GetPCIeRootAttributeByPCIBusID``)
-are computed here the same way:
+``resource.kubernetes.io/pcieRoot`` are computed here as
+k8s.io/dynamic-resource-allocation/deviceattribute computes them: a bus ID is
+the lower-case extended BDF (``0000:3b:00.0``); its root is the first
+component after ``<sys>/devices/`` of the link ``<sys>/bus/pci/devices/<id>``.
 
-- a PCI bus ID is the extended BDF ``<domain>:<bus>:<device>.<function>`` in
-  lower-case hex (``0000:3b:00.0``), nothing else;
-- the PCIe root of a bus ID is read from the link ``<sys>/bus/pci/devices/<id>``:
-  its target, resolved against the link's directory, must start with
-  ``<sys>/devices/pci`` and end with the bus ID; the root is the first
-  component after ``<sys>/devices/`` (``pci0000:00``). Anything else: no root.
-
-Which bus ID: a unit's device *is* a PCI function when the nearest bus device
-at or above its node (class directories such as ``drm/`` or ``net/`` and
-class devices are skipped) is on the ``pci`` bus: a GPU's ``card0``, an HCA's
-``uverbs0``, a sound card's ``controlC0``. A USB dongle's nearest bus device is
-on ``usb`` (or ``usb-serial``): it has no PCI bus ID of its own, but its PCIe
-root is that of the PCI function above it (its host controller), which is
-what topology alignment needs. Every read tolerates a vanished entry.
+A unit's device *is* a PCI function when the nearest bus device at or above
+its node is on the ``pci`` bus (a GPU's ``card0``). A USB dongle has no bus ID
+of its own, but its PCIe root is its host controller's, which is what
+topology alignment needs. Every read tolerates a vanished entry.
 """
 
 from __future__ import annotations

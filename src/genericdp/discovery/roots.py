@@ -1,10 +1,6 @@
 """Roots a resource needs and this host lacks: a ``udev:`` matcher reads sysfs,
 a ``properties:`` filter the udev database. Without them discovery finds
-nothing and says nothing, so ``discover`` warns (and exits 3) and ``/readyz``
-lists the reason, instead of a quiet "no devices found".
-
-The dev root is not here: without it discovery cannot run at all
-(``DiscoveryError``).
+nothing, so ``discover`` and ``/readyz`` say why instead of a quiet "no devices".
 """
 
 from __future__ import annotations

@@ -131,10 +131,8 @@ class SysDevice:
             device = device.parent()
 
     def numa_node(self) -> int | None:
-        """NUMA node of the nearest device (self included) with a ``numa_node`` file.
-
-        The kernel writes -1 when it does not know; that is None here.
-        """
+        """NUMA node of the nearest device (self included) with a ``numa_node`` file;
+        None for the kernel's -1 (unknown)."""
         for device in self.ancestors():
             text = device.attribute("numa_node")
             if text is None:

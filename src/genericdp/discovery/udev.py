@@ -1,11 +1,9 @@
 """The ``udev`` matcher: devices with a node, filtered like a udev rule.
 
 Candidates come from ``sys/class/<subsystem>`` (or ``sys/bus/<subsystem>/
-devices``) when a subsystem is given, else from ``sys/dev/{char,block}``:
-never a walk of all of ``/sys``. The filters follow udev's rule keys:
-SUBSYSTEM and KERNEL on the device itself; ATTRS and DRIVERS on the device
-or one ancestor, all on the same one; ENV (our ``properties``) on the udev
-database entry of the node.
+devices``), else from ``sys/dev/{char,block}``: never a walk of all of
+``/sys``. ATTRS and DRIVERS match on the device or one ancestor, all on the
+same one, as in udev.
 """
 
 from __future__ import annotations

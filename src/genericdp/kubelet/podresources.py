@@ -48,20 +48,13 @@ async def list_pod_devices(
 
 
 class PodResourcesLister:
-    """``list_pod_devices`` over one channel kept from call to call.
+    """``list_pod_devices`` over one channel kept from call to call (a channel per call
+    cost more CPU than everything else an idle daemon does). A failed call closes
+    the channel, so the next one connects afresh (a restarted kubelet's socket).
 
-    A poller calls List every few seconds for the daemon's life; a channel
-    made and torn down for each call cost more CPU than everything else an
-    idle daemon does. A failed call closes the channel, so the next one
-    connects afresh (a restarted kubelet's new socket, with no backoff left
-    over from the old one).
-
-    The answer is taken as the bytes the kubelet sent: one that repeats the
-    last one byte for byte (an idle node's every poll) is answered with the
-    very tuple it gave last time, parsed and flattened once, so the caller can
-    tell by identity. A new answer is parsed and flattened in a worker thread:
-    with 10,000 IDs held that took 60-140 ms, and the event loop serves every
-    resource's Allocate meanwhile.
+    An answer that repeats the last one byte for byte (an idle node's every poll)
+    gives the very tuple it gave last time, so the caller can tell by identity.
+    A new answer is parsed in a worker thread, off the loop serving Allocate.
     """
 
     def __init__(self) -> None:
@@ -117,12 +110,9 @@ def _parsed(raw: bytes) -> tuple[PodDevices, ...]:
 
 
 def pod_devices_from(response: pr.ListPodResourcesResponse) -> tuple[PodDevices, ...]:
-    """Flatten a List answer into one entry per (pod, container, resource).
-
-    The kubelet sends one ContainerDevices per device and NUMA node, so entries
-    are merged here (order kept, duplicates dropped). Containers without devices
-    (CPU-only) are left out.
-    """
+    """Flatten a List answer into one entry per (pod, container, resource), merged
+    (the kubelet sends one ContainerDevices per device and NUMA node); containers
+    without devices are left out."""
     merged: dict[tuple[str, str, str, str], dict[str, None]] = {}
     for pod in response.pod_resources:
         for container in pod.containers:

@@ -48,10 +48,9 @@ async def register(
 ) -> None:
     """Register ``resource_name`` served on ``endpoint`` (a file name in the kubelet's dir).
 
-    ``before_send`` runs once connected, right before the request goes out; it
-    may raise RegistrationError to call the registration off. Raises
-    RegistrationError with the kubelet's own message when it refuses, and when
-    its socket is missing, unreachable or does not answer within ``timeout``.
+    ``before_send`` runs once connected; it may raise RegistrationError to call
+    the registration off. Raises RegistrationError with the kubelet's message
+    when it refuses, or when it is missing or does not answer within ``timeout``.
     """
     try:
         target = unix_address(kubelet_socket)
@@ -89,12 +88,9 @@ async def register(
 async def _connected(channel: grpc.aio.Channel, kubelet_socket: Path, timeout: float) -> bool:  # noqa: ASYNC109
     """Wait until ``channel`` is connected (True), or ``timeout`` passes (False).
 
-    Fails at once when nobody listens. A kubelet that listens answers the
-    HTTP/2 handshake in milliseconds; a connection still not ready after
-    ``timeout`` went to a kubelet that died or stopped as we connected (its
-    socket accepted, nothing answers), and gRPC would wait out its own
-    handshake timeout (20 s) before it tried the path again: the caller
-    starts over on a fresh channel instead.
+    Fails at once when nobody listens. A connection not ready after ``timeout``
+    went to a kubelet that died as we connected, and gRPC would wait out its own
+    handshake timeout (20 s): the caller starts over on a fresh channel instead.
     """
     try:
         async with asyncio.timeout(timeout):

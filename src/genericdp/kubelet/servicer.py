@@ -1,9 +1,7 @@
 """The ``v1beta1.DevicePlugin`` gRPC service: protobuf in, our types out, and back.
 
-This is the only place that converts between the DevicePlugin protobuf
-messages and genericdp's own values. The behaviour lives behind ``Backend``
-(implemented by ``genericdp.deviceplugin.plugin``); errors it raises become gRPC
-statuses here, with messages meant for the person reading the pod's events.
+The behaviour lives behind ``Backend`` (``genericdp.deviceplugin.plugin``);
+errors it raises become gRPC statuses here, meant for the pod's events.
 """
 
 from __future__ import annotations
@@ -36,9 +34,8 @@ log = logging.getLogger(__name__)
 _Answer = TypeVar("_Answer")
 _Context = grpc.aio.ServicerContext[object, object]
 
-# A status message is sent as an HTTP/2 header (8 KiB by default, for every
-# header) and ends up in the pod's events: a peer's 1 MB device ID must not
-# come back in it, nor in a log line.
+# A status message is sent as an HTTP/2 header (8 KiB by default) and ends up in
+# the pod's events.
 MAX_STATUS_CHARS = 1024
 
 
@@ -136,11 +133,9 @@ class Backend(Protocol):
 def list_response(devices: Sequence[DeviceInfo], *, resource: str) -> pb.ListAndWatchResponse:
     """The whole list as one message, clipped (with an error log) to stay under 4 MiB.
 
-    The kubelet replaces its list with each message, so a list cannot be split
-    across messages; a list that does not fit is a config problem (too many
-    units, or ``count`` too high) and the tail is left out rather than have
-    the kubelet drop the stream. Built one device at a time up to the limit,
-    so a million IDs never become a million protobuf objects.
+    The kubelet replaces its list with each message, so a list cannot be split;
+    the tail of one that does not fit (a config problem) is left out rather than
+    have the kubelet drop the stream. Built one device at a time up to the limit.
     """
     response = pb.ListAndWatchResponse()
     total = 0
@@ -176,12 +171,9 @@ def _varint(value: int) -> bytes:
 
 
 def allocate_response(allocations: Sequence[ContainerAnswer]) -> pb.AllocateResponse:
-    """The AllocateResponse of ``allocations``, one container response each, in order:
-    built once, and refused (UnsafeAllocationError) when it exceeds the kubelet's 4 MiB.
-
-    The allocator calls this before it commits anything, so a refused answer
-    runs no cleanup and forgets no hold.
-    """
+    """The AllocateResponse of ``allocations``, one container response each, in order,
+    refused (UnsafeAllocationError) over the kubelet's 4 MiB; the allocator calls this
+    before it commits anything."""
     response = pb.AllocateResponse()
     for allocation in allocations:
         _fill(response.container_responses.add(), allocation)
@@ -234,14 +226,9 @@ def options_of(message: pb.DevicePluginOptions) -> PluginOptions:
 
 class _GenericOnly:
     """A server as the generated ``add_DevicePluginServicer_to_server`` sees it: the
-    methods are served through its generic handler alone.
-
-    Registering them as well (gRPC's "registered methods") makes ``grpc.aio``
-    keep a call requested for every method of every server at all times, each
-    a task with its coroutine and call state: 500 tasks at 100 resources, about
-    17 KiB per resource (docs/contributing/performance.md). The generic handler serves the
-    same calls with one request outstanding per server.
-    """
+    methods are served through its generic handler alone. Registering them as well
+    makes ``grpc.aio`` keep a call (a task) requested for every method of every
+    server at all times; the generic handler keeps one per server."""
 
     def __init__(self, server: grpc.aio.Server) -> None:
         self._server = server

@@ -1,22 +1,7 @@
 """Config format v1, one module per section, each holding the section's JSON
 Schema fragment, its frozen dataclasses and its converter from validated data
-(the layout of NVIDIA's device plugin ``api/config/v1``):
-
-    resource    the file (version, resources) and one resource: name, count,
-                freeIds, permissions, preferredAllocation; ``Config``
-    matchers    match: glob and udev matchers, a node's containerPath
-    grouping    groupBy
-    health      health: exec and sysfs probes
-    hooks       hooks: init, preStart, cleanup
-    allocate    allocate: env, mounts, annotations, cdi, devices
-    dra         dra: attributes for ResourceSlices
-    nodeselector  nodeSelector: the nodes that serve a resource
-    labels      labels: the node labels a resource publishes
-    common      durations, commands, permissions, string maps
-
-``build_schema`` assembles the fragments into the schema ``genericdp schema``
-prints; ``schemas/config-v1.schema.json`` is its checked-in rendering
-(``./dev schema`` writes it, a test fails when it is stale).
+(the layout of NVIDIA's device plugin ``api/config/v1``). ``build_schema``
+assembles the fragments into the schema ``genericdp schema`` prints.
 """
 
 from __future__ import annotations

@@ -164,14 +164,7 @@ class MountTemplate:
 
 @dataclass(frozen=True)
 class ExtraDevice:
-    """Device nodes given with every allocation besides the unit's own
-    (``allocate.devices``): a control node such as ``/dev/nvidiactl``.
-
-    ``path`` is an absolute path or glob under /dev; ``container_path`` a
-    template per matched node (``device``), by default the matched path. A
-    required entry (``optional`` false) that matches no device node makes every
-    unit of the resource Unhealthy until one appears.
-    """
+    """An ``allocate.devices`` entry (its schema says what each field means)."""
 
     path: str
     permissions: str = "rw"

@@ -40,16 +40,7 @@ PROPERTY: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class GroupBy:
-    """How matched nodes form units.
-
-    - ``node``: every node is its own unit.
-    - ``all``: all matched nodes form one unit.
-    - ``parent``: nodes sharing the nearest sysfs ancestor of ``subsystem``
-      (for example ``usb`` or ``pci``) form one unit.
-    - ``pathRegex``: nodes whose matched (container) path yields the same key from
-      ``pattern`` (named group ``key``, else the first group, else the whole
-      match) form one unit; nodes that do not match are dropped.
-    """
+    """How matched nodes form units (``groupBy``; its schema says what each kind means)."""
 
     kind: Literal["node", "all", "parent", "pathRegex"] = "node"
     subsystem: str | None = None

@@ -96,14 +96,8 @@ DEFS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class SysfsProbe:
-    """A sysfs attribute of the unit's device or an ancestor, compared with a glob.
-
-    ``attribute`` is a path relative to a device directory (``ports/1/state``,
-    components may be globs: every match must pass); ``subsystem`` picks the
-    nearest ancestor of that subsystem, else the first device from the unit's
-    own upwards that has the attribute is read. ``expect`` is an fnmatch
-    pattern on the value with surrounding whitespace stripped.
-    """
+    """A sysfs attribute of the unit's device or an ancestor, compared with a glob
+    (``sysfsProbe`` above says what each field means)."""
 
     attribute: str
     expect: str
@@ -114,12 +108,8 @@ class SysfsProbe:
 
 @dataclass(frozen=True)
 class HealthCheck:
-    """A probe run per unit every ``interval`` seconds: a command (``exec``) or
-    a sysfs attribute read in-process (``sysfs``); exactly one is set.
-
-    A unit turns Unhealthy after ``failure_threshold`` consecutive failures
-    (non-zero exit, wrong value or timeout) and Healthy again after one success.
-    """
+    """A probe run per unit every ``interval`` seconds (``health`` above); exactly one of
+    ``exec`` and ``sysfs`` is set."""
 
     exec: Exec | None
     interval: float = parse_duration(DEFAULT_HEALTH_INTERVAL)

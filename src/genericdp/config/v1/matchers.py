@@ -108,13 +108,7 @@ class GlobMatcher:
 
 @dataclass(frozen=True)
 class UdevMatcher:
-    """Device nodes found through sysfs, filtered like a udev rule.
-
-    Every given field must match. ``kernel`` and attribute/property values are
-    fnmatch patterns. ``attributes`` match on the device or any ancestor (udev
-    ``ATTRS``); ``driver`` likewise (udev ``DRIVERS``); ``properties`` come from
-    the udev database.
-    """
+    """Device nodes found through sysfs, filtered like a udev rule (see its schema)."""
 
     subsystem: str | None = None
     kernel: str | None = None
