@@ -1,6 +1,6 @@
 """An in-process model of the kubelet's DRA side, as far as a DRA driver can tell.
 
-Used by the tests. It follows the 1.34-1.37 kubelet:
+What ``simulate --backend dra`` and the tests run. It follows the 1.34-1.37 kubelet:
 
 - Plugin watcher (pkg/kubelet/pluginmanager: pluginwatcher/plugin_watcher.go,
   operationexecutor/operation_generator.go): the registry directory is walked
