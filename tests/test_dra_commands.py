@@ -304,6 +304,21 @@ def test_simulate_backend_dra_allocates_no_tainted_device(tmp_path: Path) -> Non
     assert "first probe failed" in done.stderr
 
 
+def test_simulate_backend_dra_runs_the_init_hook_at_prepare(tmp_path: Path) -> None:
+    """Prepare runs the resource's init hook, as under serve; its failure is the claim's."""
+    host = _host(tmp_path)
+    host.add_plain("/dev/kvm0")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "version: v1\nresources:\n  - name: example.com/hooked\n    match: [glob: /dev/kvm*]\n"
+        '    hooks: {init: {exec: [/bin/sh, -c, "echo no such firmware >&2; exit 3"]}}\n'
+    )
+    done = run("simulate", str(cfg), "--backend", "dra", *host.root_flags())
+    assert done.returncode == EXIT_FAILED, done.stderr
+    assert "  refused: NodePrepareResources failed for claim default/simulated: " in done.stdout
+    assert "exited 3: no such firmware" in done.stdout
+
+
 @pytest.mark.parametrize(
     ("attributes", "complaint"),
     [

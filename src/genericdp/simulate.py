@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import json
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -40,7 +39,6 @@ from genericdp.runtime.reconcile import LABELS_UNKNOWN
 from genericdp.settings import Settings
 
 if TYPE_CHECKING:
-    from genericdp.dra.claims import ClaimRef
     from genericdp.dra.embedded import EmbeddedClaims, EmbeddedDraKubelet, EmbeddedSlices
     from genericdp.runtime.edge import PluginStatus
 
@@ -314,7 +312,7 @@ async def simulate(
 
 # The UID of the claim ``simulate --backend dra`` prepares (it names its CDI devices).
 SIMULATED_CLAIM_UID = "00000000-0000-0000-0000-000000000001"
-SIMULATED_CLAIM_NAME, SIMULATED_REQUEST = "simulated", "req"  # its name, in "default"
+SIMULATED_CLAIM_NAME = "simulated"  # in "default"
 
 
 async def simulate_dra(
@@ -483,55 +481,38 @@ class _DraSession:
         return ok
 
     async def _prepare(self, devices: Sequence[str]) -> bool:
-        """Allocate ``devices`` to the claim, prepare it, say what prepare made, and
-        unprepare it again; whether all of it went well."""
+        """Allocate ``devices`` to the claim, prepare it (one pod sync), say what prepare
+        made, and unprepare it again; whether all of it went well."""
+        from genericdp.dra import metadata
         from genericdp.dra.claims import AllocatedDevice, ClaimRef
-        from genericdp.dra.embedded import DraKubeletError
+        from genericdp.dra.embedded import DraKubeletError, UnresolvableCdiError, resolve_cdi
 
-        driver, node = self.settings.dra_driver_name, self.settings.node_name
+        driver, node, request = self.settings.dra_driver_name, self.settings.node_name, "req"
         claim = ClaimRef("default", SIMULATED_CLAIM_NAME, SIMULATED_CLAIM_UID)
-        self.api.allocate(claim, [AllocatedDevice(SIMULATED_REQUEST, node, d) for d in devices])
+        self.api.allocate(claim, [AllocatedDevice(request, node, d) for d in devices])
         print("  allocated devices: " + ", ".join(f"{node}/{d}" for d in devices), file=self.out)
         try:
-            await self.kubelet.prepare(driver, [claim])
-        except DraKubeletError as exc:
-            print(f"  prepare fails: {exc}", file=self.out)
-            return False
-        shown = self._prepared(claim)
-        try:
-            await self.kubelet.unprepare(driver, [claim])
-        except DraKubeletError as exc:
-            print(f"  unprepare fails: {exc}", file=self.out)
-            return False
-        return shown
-
-    def _prepared(self, claim: ClaimRef) -> bool:
-        """Print the CDI devices prepare answered for ``claim``, and the CDI spec and
-        device metadata it wrote; False when the container runtime would refuse them."""
-        from genericdp.dra import metadata
-        from genericdp.dra.embedded import UnresolvableCdiError, resolve_cdi
-
-        driver, request = self.settings.dra_driver_name, SIMULATED_REQUEST
-        prepared = self.kubelet.prepared(claim.uid) or ()
-        ids = list(dict.fromkeys(i for d in prepared for i in d.cdi_ids))
-        print("  prepare answers the CDI devices " + ", ".join(ids), file=self.out)
-        try:
+            given = await self.kubelet.prepare_pod(driver, [claim], attempts=1)
+            ids = list(dict.fromkeys(given))  # the claim's metadata device is each device's
+            print("  prepare answers the CDI devices " + ", ".join(ids), file=self.out)
             resolve_cdi(self.settings.cdi_dir, ids)  # as the container runtime does
-        except UnresolvableCdiError as exc:
-            print(f"  the container runtime refuses them: {exc}", file=self.out)
+            spec = self.settings.cdi_dir / claim_spec_name(driver, claim.uid)
+            print(f"  and writes this CDI spec (claim UID {claim.uid}):", file=self.out)
+            self._indented(spec)
+            where = metadata.container_path(driver, claim.name, "", request)
+            print(
+                f"  and this device metadata, which the container reads at {where}:", file=self.out
+            )
+            plugin_dir = self.settings.dra_plugins_dir / driver
+            self._indented(metadata.host_path(plugin_dir, claim.namespace, claim.name, request))
+            await self.kubelet.unprepare(driver, [claim])
+        except (DraKubeletError, UnresolvableCdiError) as exc:
+            print(f"  refused: {exc}", file=self.out)
             return False
-        spec = self.settings.cdi_dir / claim_spec_name(driver, claim.uid)
-        print(f"  and writes this CDI spec (claim UID {claim.uid}):", file=self.out)
-        self._indented(json.dumps(json.loads(spec.read_text()), indent=2))
-        where = metadata.container_path(driver, claim.name, "", request)
-        print(f"  and this device metadata, which the container reads at {where}:", file=self.out)
-        plugin_dir = self.settings.dra_plugins_dir / driver
-        self._indented(
-            metadata.host_path(plugin_dir, claim.namespace, claim.name, request).read_text()
-        )
         return True
 
-    def _indented(self, text: str) -> None:
+    def _indented(self, path: Path) -> None:
+        """The file at ``path``, indented, naming the node's plugins directory."""
         here, there = self.settings.dra_plugins_dir, self.shown.dra_plugins_dir
-        for line in text.replace(str(here), str(there)).splitlines():
+        for line in path.read_text().replace(str(here), str(there)).splitlines():
             print(f"    {line}", file=self.out)
