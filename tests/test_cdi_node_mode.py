@@ -9,7 +9,10 @@ import os
 import stat
 import subprocess
 import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,13 +24,7 @@ from genericdp.discovery import discover
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.dra.cdispec import claim_spec
 from genericdp.dra.driver import DraDriver, DriverPaths
-from genericdp.dra.embedded import (
-    CreatedNode,
-    DraEventKind,
-    EmbeddedDraKubelet,
-    created_nodes,
-    resolve_cdi,
-)
+from genericdp.dra.embedded import DraEventKind, EmbeddedDraKubelet, resolve_cdi
 from genericdp.errors import ConfigError, ConfigIssue
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from tests.dra_fakes import DRIVER, NODE, MemoryClaims, RecordedHooks, allocated, claim
@@ -36,6 +33,39 @@ from tests.dra_fakes import definition as dra_definition
 from tests.dra_fakes import unit as dra_unit
 from tests.fakesys import FakeHost, can_mknod
 from tests.runtime_harness import config, running
+
+RUNC_DEFAULT_MODE = 0o666  # runc's mode for a device without fileMode
+
+
+@dataclass(frozen=True)
+class CreatedNode:
+    """A device node as the runtime creates it in the container."""
+
+    path: str
+    host_path: str
+    mode: int
+    uid: int
+    gid: int
+
+
+def created_nodes(
+    device_nodes: Iterable[Mapping[str, Any]], *, uid: int = 0, gid: int = 0
+) -> tuple[CreatedNode, ...]:
+    """The nodes ``deviceNodes`` entries become in a container whose process runs as
+    ``uid``:``gid``: the CDI library (containerd, CRI-O) gives a node without ``uid``
+    or ``gid`` to the process's user or group when that is not root, and runc makes
+    a node without ``fileMode`` with mode 0666."""
+    return tuple(
+        CreatedNode(
+            path=entry["path"],
+            host_path=entry.get("hostPath", entry["path"]),
+            mode=int(entry.get("fileMode", RUNC_DEFAULT_MODE)) & 0o777,
+            uid=int(entry["uid"]) if "uid" in entry else uid,
+            gid=int(entry["gid"]) if "gid" in entry else gid,
+        )
+        for entry in device_nodes
+    )
+
 
 SERIAL = "resources:\n- name: example.com/serial\n  match:\n    - glob: /dev/ttyUSB*\n"
 AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="changing owners and users needs root")

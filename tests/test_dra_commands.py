@@ -234,6 +234,91 @@ def test_simulate_backend_dra_refuses_what_cannot_be_had(tmp_path: Path) -> None
     assert "refused: unknown resource" in done.stdout
 
 
+SELECTED = """\
+version: v1
+resources:
+  - name: example.com/shared
+    match: [glob: /dev/kvm*]
+    count: 4
+  - name: example.com/zigbee
+    match: [glob: /dev/ttyUSB*]
+    nodeSelector:
+      matchLabels: {example.com/zigbee: "true"}
+"""
+
+
+@pytest.mark.parametrize(
+    ("labels", "zigbee"), [([], "not served"), (["--node-labels", "example.com/zigbee=true"], "")]
+)
+def test_simulate_backend_dra_runs_the_driver_serve_runs(
+    tmp_path: Path, labels: list[str], zigbee: str
+) -> None:
+    """The driver's own publisher and prepare, through the embedded DRA kubelet: a
+    ``count: 4`` device is published shared and a claim for it is prepared, its
+    device node in the CDI spec; a resource whose ``nodeSelector`` the node's
+    labels fail is not served, as under ``serve``."""
+    host = _host(tmp_path)
+    host.add_plain("/dev/kvm0")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(SELECTED)
+    done = run(
+        "simulate", str(cfg), "--backend", "dra", "--allocate", "example.com/shared=1",
+        *labels, *host.root_flags(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    head, claimed = out.split("\nclaim for 1 of example.com/shared:\n", 1)
+    printed = head.split("\nResourceSlices (", 1)[1].split(":\n", 1)[1]
+    found = [s for s in YAML(typ="safe", pure=True).load_all(printed) if s]
+    by_resource = {
+        d["attributes"]["resource"]["string"]: d for s in found for d in s["spec"]["devices"]
+    }
+    shared = by_resource["example.com/shared"]
+    assert shared["allowMultipleAllocations"] is True
+    assert shared["capacity"]["shares"]["value"] == "4"
+    assert f"  allocated devices: simulated-node/{shared['name']}\n" in claimed
+    assert '"path": "/dev/kvm0"' in claimed
+    if zigbee:
+        assert "example.com/zigbee: not served on this node" in head
+        assert "example.com/zigbee" not in by_resource
+    else:
+        assert "not served" not in head
+        assert "example.com/zigbee" in by_resource
+
+
+def test_simulate_backend_dra_allocates_no_tainted_device(tmp_path: Path) -> None:
+    """A unit whose health probe fails is published tainted, as serve publishes it, and
+    no simulated claim gets it."""
+    host = _host(tmp_path)
+    host.add_plain("/dev/kvm0")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "version: v1\nresources:\n  - name: example.com/broken\n    match: [glob: /dev/kvm*]\n"
+        "    health: {exec: [/bin/false]}\n"
+    )
+    done = run("simulate", str(cfg), "--backend", "dra", "--allocate", "example.com/broken=1",
+               *host.root_flags())  # fmt: skip
+    assert done.returncode == EXIT_FAILED, done.stderr
+    assert "effect: NoSchedule" in done.stdout
+    assert "unsatisfiable: 1 device(s) published, 1 of them tainted (unhealthy)" in done.stdout
+    assert "first probe failed" in done.stderr
+
+
+def test_simulate_backend_dra_runs_the_init_hook_at_prepare(tmp_path: Path) -> None:
+    """Prepare runs the resource's init hook, as under serve; its failure is the claim's."""
+    host = _host(tmp_path)
+    host.add_plain("/dev/kvm0")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "version: v1\nresources:\n  - name: example.com/hooked\n    match: [glob: /dev/kvm*]\n"
+        '    hooks: {init: {exec: [/bin/sh, -c, "echo no such firmware >&2; exit 3"]}}\n'
+    )
+    done = run("simulate", str(cfg), "--backend", "dra", *host.root_flags())
+    assert done.returncode == EXIT_FAILED, done.stderr
+    assert "  refused: NodePrepareResources failed for claim default/simulated: " in done.stdout
+    assert "exited 3: no such firmware" in done.stdout
+
+
 @pytest.mark.parametrize(
     ("attributes", "complaint"),
     [

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import subprocess
+import sys
 import time
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -130,6 +132,45 @@ async def test_prepare_and_unprepare_are_counted_by_result_and_timed_per_claim(
     assert seconds("prepare") == 3.0
     assert seconds("unprepare") == 1.0
     assert b"genericdp_dra_prepare_duration_seconds_bucket" in metrics.exposition()
+
+
+OUT_OF_DESCRIPTORS = """
+import asyncio, contextlib, os, resource, sys
+from pathlib import Path
+from genericdp.dra.embedded import DraKubeletError, EmbeddedDraKubelet
+
+async def main() -> None:
+    kubelet = EmbeddedDraKubelet(Path(sys.argv[1]))
+    highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 8, hard))
+    held = []
+    with contextlib.suppress(OSError):  # every descriptor taken
+        while True:
+            held.append(os.open("/dev/null", os.O_RDONLY))
+    try:
+        async with asyncio.timeout(10):
+            await kubelet.start()
+    except DraKubeletError as exc:
+        print(exc)
+
+asyncio.run(main())
+"""
+
+
+def test_a_kubelet_that_cannot_watch_its_registry_says_so(base: Path) -> None:
+    """Out of file descriptors, ``start`` raises saying what it cannot watch and why
+    (``simulate --backend dra`` prints it) instead of waiting forever. In a process
+    of its own: nothing else there may want a descriptor meanwhile."""
+    done = subprocess.run(
+        [sys.executable, "-c", OUT_OF_DESCRIPTORS, str(base / "registry")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"cannot watch {base / 'registry'}: "), done.stdout
 
 
 async def test_a_kubelet_with_only_v1beta1_uses_it(base: Path) -> None:

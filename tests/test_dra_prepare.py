@@ -348,7 +348,7 @@ async def test_simulate_shows_the_spec_and_ids_prepare_makes(
     base: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """``simulate --backend dra`` prints the CDI spec and IDs prepare writes and
-    answers for the same claim, and both say that annotations are not passed."""
+    answers for the same claim, and its prepare logs that annotations are not passed."""
     host = FakeHost(base / "host")
     for n in range(3):
         host.add_plain(f"/dev/ttyUSB{n}")
@@ -359,10 +359,9 @@ async def test_simulate_shows_the_spec_and_ids_prepare_makes(
     )
     out = io.StringIO()
     requests = [AllocationRequest(SERIAL, 2)]
-    assert simulate_dra(path, settings, driver=DRIVER, requests=requests, out=out) == 0
+    assert await simulate_dra(path, settings, driver=DRIVER, requests=requests, out=out) == 0
     shown = out.getvalue()
     warning = f"resource {SERIAL}: allocate.annotations (example.com/note) are not passed under DRA"
-    assert f"warning: {warning}" in shown
     spec_text = shown.split("and writes this CDI spec", 1)[1].split(":\n", 1)[1]
     spec_text, metadata_text = spec_text.split("  and this device metadata", 1)
     shown_spec = json.loads(spec_text)
@@ -389,8 +388,7 @@ async def test_simulate_shows_the_spec_and_ids_prepare_makes(
     where = "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/simulated/req/"
     assert metadata_text.startswith(f", which the container reads at {where}{DRIVER}-metadata.json")
     assert '"apiVersion": "metadata.resource.k8s.io/v1beta1"' in metadata_text
-    given = [i for dev in result.devices for i in dev.cdi_ids]
-    ids = ", ".join(sorted(given, key=lambda i: "_" in i))  # its devices', then its metadata's
+    ids = ", ".join(dict.fromkeys(i for dev in result.devices for i in dev.cdi_ids))
     assert f"prepare answers the CDI devices {ids}\n" in shown
     assert warning in caplog.text
     assert shown_spec["containerEdits"]["env"] == [

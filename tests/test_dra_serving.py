@@ -19,7 +19,7 @@ from genericdp.config import load
 from genericdp.dra.backend import serving
 from genericdp.dra.embedded import EmbeddedDraKubelet, resolve_cdi
 from genericdp.dra.naming import DEFAULT_DRIVER, device_name
-from genericdp.dra.slices import SHARES_CAPACITY, comparable
+from genericdp.dra.slices import SHARES_CAPACITY
 from genericdp.hooks import HookRun
 from genericdp.runtime.supervisor import Supervisor
 from genericdp.simulate import simulate_dra
@@ -197,6 +197,16 @@ resources:
 """
 
 
+def _slice(obj: dict[str, Any]) -> dict[str, Any]:
+    """A ResourceSlice without what the API server fills in (uid, resourceVersion, ...)."""
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "metadata": {"name": obj["metadata"]["name"]},
+        "spec": obj["spec"],
+    }
+
+
 async def test_simulate_shows_the_slices_serve_publishes(apiserver: ApiServer, base: Path) -> None:
     """``simulate --backend dra`` prints the pool ``serve`` writes to the API server: the
     same slices, each device with the sharing (``count: 4``: allowMultipleAllocations and
@@ -220,12 +230,10 @@ async def test_simulate_shows_the_slices_serve_publishes(apiserver: ApiServer, b
         dra_plugins_dir=base / "plugins",
     )
     out = io.StringIO()
-    assert simulate_dra(path, settings, driver=DEFAULT_DRIVER, out=out) == 0
+    assert await simulate_dra(path, settings, driver=DEFAULT_DRIVER, out=out) == 0
     printed = out.getvalue().split("ResourceSlices (3):\n", 1)[1].split("\nclaim for", 1)[0]
     simulated = {
-        s["metadata"]["name"]: comparable(s["spec"])
-        for s in YAML(typ="safe", pure=True).load_all(printed)
-        if s
+        s["metadata"]["name"]: _slice(s) for s in YAML(typ="safe", pure=True).load_all(printed) if s
     }
     async with (
         EmbeddedDraKubelet(base / "registry") as kubelet,
@@ -239,7 +247,7 @@ async def test_simulate_shows_the_slices_serve_publishes(apiserver: ApiServer, b
             def published() -> dict[str, Any]:
                 found = json.loads(apiserver.kubectl("get", "resourceslices", "-o", "json"))
                 return {
-                    s["metadata"]["name"]: comparable(s["spec"])
+                    s["metadata"]["name"]: _slice(s)
                     for s in found["items"]
                     if s["spec"].get("nodeName") == SHARED_NODE
                 }
@@ -249,6 +257,8 @@ async def test_simulate_shows_the_slices_serve_publishes(apiserver: ApiServer, b
         finally:
             supervisor.shutting_down()
             await supervisor.stop()
-    shared = next(s for s in simulated.values() if s["devices"][0]["name"].startswith("shared"))
-    assert shared["devices"][0]["allowMultipleAllocations"] is True
-    assert shared["devices"][0]["capacity"][SHARES_CAPACITY]["value"] == "4"
+    devices = {d["name"].split("-")[0]: d for s in simulated.values() for d in s["spec"]["devices"]}
+    assert devices["shared"].get("allowMultipleAllocations") is True
+    assert devices["shared"]["capacity"][SHARES_CAPACITY]["value"] == "4"
+    assert devices["any"].get("allowMultipleAllocations") is True
+    assert "allowMultipleAllocations" not in devices["serial"]

@@ -273,12 +273,7 @@ def test_the_checks_see_a_cycle_and_an_upward_import() -> None:
 
 # Modules of src/ that only tests import, each with why it is still there; the test
 # below fails when one is added, and when one stops being test-only (drop it here).
-TEST_ONLY: dict[str, str] = {
-    "genericdp.dra.embedded": (
-        "the embedded DRA kubelet: ``simulate --backend dra`` is to drive the real DRA"
-        " backend against it (issue 32); until then only tests run it"
-    ),
-}
+TEST_ONLY: dict[str, str] = {}
 
 
 def _entry_points() -> set[str]:

@@ -197,13 +197,21 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     except SimulateUsageError as exc:
         raise UsageError(str(exc)) from exc
     settings = Settings(**_overrides(args))
-    if args.backend == "dra":
-        from genericdp.simulate import simulate_dra
-
-        return simulate_dra(args.path, settings, driver=settings.dra_driver_name, requests=requests)
     # Quieter than serve unless asked (flag or GENERICDP_LOG_LEVEL): the report is the output.
     level = settings.log_level if "log_level" in settings.model_fields_set else "warning"
     logsetup.configure(level, settings.log_format)
+    if args.backend == "dra":
+        from genericdp.simulate import simulate_dra
+
+        return asyncio.run(
+            simulate_dra(
+                args.path,
+                settings,
+                driver=settings.dra_driver_name,
+                requests=requests,
+                timeout=args.timeout,
+            )
+        )
     return asyncio.run(
         simulate(
             args.path,

@@ -4,14 +4,16 @@ Nothing here is a mock of the daemon: the same ``Supervisor`` that ``serve``
 runs registers every resource with an ``EmbeddedKubelet`` serving in a
 temporary directory, which dials back, watches ListAndWatch and admits
 containers as the real kubelet's device manager does. What it prints is what
-the node status and a container would show.
+the node status and a container would show. ``--backend dra`` runs the DRA
+backend the same way, against the embedded DRA kubelet and API server
+(``dra/embedded``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import copy
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -22,12 +24,11 @@ from typing import TYPE_CHECKING, TextIO
 from ruamel.yaml import YAML
 
 from genericdp.aio import StopSignals
-from genericdp.allocation.cdi import claim_device_id, spec_path
+from genericdp.allocation.cdi import claim_spec_name, spec_path
 from genericdp.allocation.devices import DeviceSpec
 from genericdp.allocation.plan import Allocation, Mount
 from genericdp.config import load
-from genericdp.config.model import Config, ResourceDefinition, frozen_map
-from genericdp.discovery.model import Unit
+from genericdp.config.model import Config, frozen_map
 from genericdp.errors import GenericdpError
 from genericdp.exits import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_OK
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
@@ -38,6 +39,7 @@ from genericdp.runtime.reconcile import LABELS_UNKNOWN
 from genericdp.settings import Settings
 
 if TYPE_CHECKING:
+    from genericdp.dra.embedded import EmbeddedClaims, EmbeddedDraKubelet, EmbeddedSlices
     from genericdp.runtime.edge import PluginStatus
 
 
@@ -310,134 +312,207 @@ async def simulate(
 
 # The UID of the claim ``simulate --backend dra`` prepares (it names its CDI devices).
 SIMULATED_CLAIM_UID = "00000000-0000-0000-0000-000000000001"
-SIMULATED_CLAIM_NAME, SIMULATED_REQUEST = "simulated", "req"  # its name, in "default"
+SIMULATED_CLAIM_NAME = "simulated"  # in "default"
 
 
-def simulate_dra(
+async def simulate_dra(
     path: Path,
     settings: Settings,
     *,
     driver: str,
     requests: Sequence[AllocationRequest] = (),
+    timeout: float = 10.0,  # noqa: ASYNC109 - how long registration may take
     out: TextIO | None = None,
 ) -> int:
-    """``simulate --backend dra``: the ResourceSlices this node would publish for ``path``,
-    and what a claim for N units of a resource would get at prepare: the CDI
-    spec prepare writes and the IDs it answers, made as prepare makes them
-    (``allocation.plan``, ``dra/cdispec.py``). No cluster, no kubelet.
-
-    Every unit counts as healthy (no probe runs); the devices a claim gets are
-    the first N by name, as the scheduler may pick any.
+    """``simulate --backend dra``: the DRA backend ``serve`` runs, with its real
+    publisher writing to an embedded API server and its driver registered with
+    the embedded DRA kubelet, in a temporary directory. Prints the
+    ResourceSlices it publishes, then, for each request, what prepare does with
+    a claim allocated the first N untainted devices by name (the scheduler may
+    pick any): the CDI devices it answers, the CDI spec and the device metadata
+    it writes. The claim is unprepared again before the next one.
     """
-    from genericdp.discovery import discover
-    from genericdp.discovery.model import Roots
-    from genericdp.dra.publisher import first_pool
+    from genericdp.dra.backend import DraBackend
+    from genericdp.dra.embedded import (
+        DraKubeletError,
+        EmbeddedClaims,
+        EmbeddedDraKubelet,
+        EmbeddedSlices,
+    )
+    from genericdp.dra.publisher import SlicePublisher
+    from genericdp.hooks import run_hook
+    from genericdp.runtime.supervisor import Supervisor
 
     stream = out or sys.stdout
     config = _config(path, settings)
     if config is None:
         return EXIT_ENVIRONMENT
-    roots = Roots(dev=settings.dev_root, sys=settings.sys_root, udev=settings.udev_root)
     node = settings.node_name or "simulated-node"
-    units = {r.name: discover(r, roots) for r in config.resources}
-    served = [(r, units[r.name]) for r in config.resources]
-    published = first_pool(served, node=node, driver=driver)
-    print(
-        f"genericdp simulate --backend dra: {path} ({len(config.resources)} resource(s)); "
-        f"driver {driver}, node {node}",
-        file=stream,
-    )
-    print(f"\nResourceSlices ({len(published)}):", file=stream)
-    yaml = YAML(typ="safe", pure=True)
-    yaml.default_flow_style = False
-    yaml.width = 4096
-    for obj in published.values():
-        print("---", file=stream)
-        yaml.dump(obj, stream)
-    ok = True
-    definitions = {r.name: r for r in config.resources}
-    wanted = requests or tuple(AllocationRequest(n, 1) for n in units if units[n])
-    for request in wanted:
-        print(f"\nclaim for {request.count} of {request.resource}:", file=stream)
-        definition = definitions.get(request.resource)
-        if definition is None:
-            known = ", ".join(sorted(definitions)) or "none"
-            print(f"  refused: unknown resource (served: {known})", file=stream)
-            ok = False
-            continue
-        lines, claimed = _prepared_claim(
-            definition,
-            units[request.resource],
-            request.count,
-            node,
-            driver,
-            settings.dra_plugins_dir / driver,
+    with tempfile.TemporaryDirectory(prefix="gdp-sim-", dir="/tmp") as tmp:
+        run_settings = settings.model_copy(
+            update={
+                "config": path,
+                "backend": "dra",
+                "dra_driver_name": driver,
+                "dra_registration_dir": Path(tmp) / "plugins_registry",
+                "dra_plugins_dir": Path(tmp) / "plugins",
+                "cdi_dir": Path(tmp) / "cdi",
+                "node_name": node,
+                "pod_uid": "",
+            }
         )
-        for line in lines:
-            print(line, file=stream)
-        ok = ok and claimed
+        store = EmbeddedSlices(node=node, driver=driver)
+        claims = EmbeddedClaims()
+        publisher = SlicePublisher(store)
+        kubelet = EmbeddedDraKubelet(run_settings.dra_registration_dir)
+        try:
+            await kubelet.start()
+        except DraKubeletError as exc:
+            print(f"error: embedded DRA kubelet: {exc}", file=sys.stderr)
+            return EXIT_ENVIRONMENT
+        try:
+            backend = DraBackend(
+                run_settings, claims=claims, publisher=publisher, run_hook=run_hook
+            )
+            supervisor = Supervisor(
+                run_settings,
+                backend,
+                run_hook=run_hook,
+                node_labels=run_settings.static_node_labels,
+            )
+            await publisher.start()
+            try:
+                await supervisor.start(config)
+                registered = True
+                try:
+                    await kubelet.wait_until(lambda k: k.registered(driver), timeout=timeout)
+                except TimeoutError:
+                    registered = False
+                await publisher.flush(timeout)
+                served = _dra_report(config, supervisor.skipped, store, path, driver, stream)
+                if not registered:
+                    print(
+                        f"\nthe driver did not register within {timeout:g}s: see the log",
+                        file=stream,
+                    )
+                session = _DraSession(kubelet, claims, run_settings, settings, stream)
+                ok = await session.claims(served, requests) and registered
+            finally:
+                await supervisor.stop()
+                await backend.close()
+                await publisher.close()
+        finally:
+            await kubelet.stop()
     return EXIT_OK if ok else EXIT_FAILED
 
 
-def _prepared_claim(  # noqa: PLR0917 -- one call site, each argument a different kind
-    definition: ResourceDefinition,
-    units: Sequence[Unit],
-    count: int,
-    node: str,
+def _dra_report(  # noqa: PLR0917 -- one call site, each argument a different kind
+    config: Config,
+    skipped: Mapping[str, str],
+    store: EmbeddedSlices,
+    path: Path,
     driver: str,
-    plugin_dir: Path,
-) -> tuple[list[str], bool]:
-    """What prepare would do with a claim for the first ``count`` of ``units`` by
-    device name: the lines saying so, and whether it would succeed."""
-    from genericdp.allocation.plan import plan_allocation
-    from genericdp.dra import metadata
-    from genericdp.dra.cdispec import claim_spec, undelivered
-    from genericdp.dra.checkpoint import PREPARED, PreparedClaim, PreparedDevice
-    from genericdp.dra.claims import ClaimRef
-    from genericdp.dra.naming import device_name
+    stream: TextIO,
+) -> dict[str, list[tuple[str, bool]]]:
+    """Print the header, the resources not served and the slices as the embedded API
+    server holds them; each served resource's devices by name, and whether tainted."""
+    print(
+        f"genericdp simulate --backend dra: {path} ({len(config.resources)} resource(s)); "
+        f"driver {driver}, node {store.node}",
+        file=stream,
+    )
+    for name, why in skipped.items():
+        hint = " (give them with --node-labels)" if why == LABELS_UNKNOWN else ""
+        print(f"  {name}: not served on this node: {why}{hint}", file=stream)
+    print(f"\nResourceSlices ({len(store.objects)}):", file=stream)
+    yaml = YAML(typ="safe", pure=True)
+    yaml.default_flow_style = False
+    yaml.width = 4096
+    served: dict[str, list[tuple[str, bool]]] = {
+        r.name: [] for r in config.resources if r.name not in skipped
+    }
+    for name in sorted(store.objects):
+        obj = copy.deepcopy(store.objects[name])
+        del obj["metadata"]["resourceVersion"]  # the embedded server's, not the cluster's
+        print("---", file=stream)
+        yaml.dump(obj, stream)
+        for device in obj["spec"]["devices"]:
+            resource = device["attributes"]["resource"]["string"]
+            if resource in served:
+                served[resource].append((device["name"], bool(device.get("taints"))))
+    return {name: sorted(devices) for name, devices in served.items()}
 
-    resource = definition.name
-    by_name = sorted(units, key=lambda u: device_name(resource, u.id))
-    if len(by_name) < count:
-        return [f"  unsatisfiable: {len(by_name)} device(s) published"], False
-    chosen = by_name[:count]
-    names = [device_name(resource, u.id) for u in chosen]
-    lines = ["  allocated devices: " + ", ".join(f"{node}/{n}" for n in names)]
-    try:
-        plan = plan_allocation(definition, chosen, names, node_name=node)
-    except GenericdpError as exc:
-        return [*lines, f"  prepare fails: {exc}"], False
-    uid, request = SIMULATED_CLAIM_UID, SIMULATED_REQUEST
-    prepared = PreparedClaim(
-        ClaimRef("default", SIMULATED_CLAIM_NAME, uid),
-        PREPARED,
-        tuple(
-            PreparedDevice(
-                request,
-                node,
-                name,
-                definition.name,
-                unit.id,
-                (),
-                (),
-                metadata.attributes(definition, unit, driver, [n.container_path for n in nodes]),
+
+@dataclass
+class _DraSession:
+    """Claims allocated in the embedded API server and prepared by the embedded kubelet."""
+
+    kubelet: EmbeddedDraKubelet
+    api: EmbeddedClaims
+    settings: Settings  # the temporary directories it runs in
+    shown: Settings  # the directories of the node it stands for, which the output names
+    out: TextIO
+
+    async def claims(
+        self,
+        served: Mapping[str, Sequence[tuple[str, bool]]],
+        requests: Sequence[AllocationRequest],
+    ) -> bool:
+        """Prepare one claim per request (by default one device of every resource that
+        has an untainted one); whether every one was prepared."""
+        usable = {r: [n for n, tainted in found if not tainted] for r, found in served.items()}
+        wanted = requests or tuple(AllocationRequest(r, 1) for r, ok in usable.items() if ok)
+        ok = True
+        for request in wanted:
+            print(f"\nclaim for {request.count} of {request.resource}:", file=self.out)
+            devices = usable.get(request.resource)
+            if devices is None:
+                known = ", ".join(sorted(served)) or "none"
+                print(f"  refused: unknown resource (served: {known})", file=self.out)
+                ok = False
+            elif len(devices) < request.count:
+                published = len(served[request.resource])
+                tainted = f", {published - len(devices)} of them tainted (unhealthy)"
+                why = tainted if published > len(devices) else ""
+                print(f"  unsatisfiable: {published} device(s) published{why}", file=self.out)
+                ok = False
+            else:
+                ok = await self._prepare(devices[: request.count]) and ok
+        return ok
+
+    async def _prepare(self, devices: Sequence[str]) -> bool:
+        """Allocate ``devices`` to the claim, prepare it (one pod sync), say what prepare
+        made, and unprepare it again; whether all of it went well."""
+        from genericdp.dra import metadata
+        from genericdp.dra.claims import AllocatedDevice, ClaimRef
+        from genericdp.dra.embedded import DraKubeletError, UnresolvableCdiError, resolve_cdi
+
+        driver, node, request = self.settings.dra_driver_name, self.settings.node_name, "req"
+        claim = ClaimRef("default", SIMULATED_CLAIM_NAME, SIMULATED_CLAIM_UID)
+        self.api.allocate(claim, [AllocatedDevice(request, node, d) for d in devices])
+        print("  allocated devices: " + ", ".join(f"{node}/{d}" for d in devices), file=self.out)
+        try:
+            given = await self.kubelet.prepare_pod(driver, [claim], attempts=1)
+            ids = list(dict.fromkeys(given))  # the claim's metadata device is each device's
+            print("  prepare answers the CDI devices " + ", ".join(ids), file=self.out)
+            resolve_cdi(self.settings.cdi_dir, ids)  # as the container runtime does
+            spec = self.settings.cdi_dir / claim_spec_name(driver, claim.uid)
+            print(f"  and writes this CDI spec (claim UID {claim.uid}):", file=self.out)
+            self._indented(spec)
+            where = metadata.container_path(driver, claim.name, "", request)
+            print(
+                f"  and this device metadata, which the container reads at {where}:", file=self.out
             )
-            for unit, name, nodes in zip(chosen, names, plan.nodes, strict=True)
-        ),
-    )
-    ids = [claim_device_id(driver, uid, n) for n in names]
-    lines.append(
-        "  prepare answers the CDI devices "
-        + ", ".join([*ids, metadata.cdi_id(driver, uid, request)])
-    )
-    if warning := undelivered(plan):
-        lines.append(f"  warning: {warning}")
-    lines.append(f"  and writes this CDI spec (claim UID {uid}):")
-    mounts = metadata.cdi_devices(plugin_dir, driver, prepared)
-    spec = json.dumps(claim_spec(driver, uid, [plan], mounts), indent=2)
-    lines.extend(f"    {line}" for line in spec.splitlines())
-    where = metadata.container_path(driver, SIMULATED_CLAIM_NAME, "", request)
-    lines.append(f"  and this device metadata, which the container reads at {where}:")
-    shown = metadata.stream(driver, prepared, request, prepared.devices).decode()
-    lines.extend(f"    {line}" for line in shown.splitlines())
-    return lines, True
+            plugin_dir = self.settings.dra_plugins_dir / driver
+            self._indented(metadata.host_path(plugin_dir, claim.namespace, claim.name, request))
+            await self.kubelet.unprepare(driver, [claim])
+        except (DraKubeletError, UnresolvableCdiError) as exc:
+            print(f"  refused: {exc}", file=self.out)
+            return False
+        return True
+
+    def _indented(self, path: Path) -> None:
+        """The file at ``path``, indented, naming the node's plugins directory."""
+        here, there = self.settings.dra_plugins_dir, self.shown.dra_plugins_dir
+        for line in path.read_text().replace(str(here), str(there)).splitlines():
+            print(f"    {line}", file=self.out)

@@ -46,7 +46,7 @@ from http import HTTPStatus
 from typing import Any
 
 from genericdp.aio import Backoff, TaskSet, wait_event
-from genericdp.config.model import AttributeValue, ResourceDefinition
+from genericdp.config.model import AttributeValue
 from genericdp.discovery.model import Unit
 from genericdp.dra import slices
 from genericdp.dra.listwatch import ListWatch, describe
@@ -488,22 +488,6 @@ def _pool(
     desired: Mapping[str, Sequence[dict[str, Any]]], node: str, driver: str, generation: int
 ) -> dict[str, dict[str, Any]]:
     return slices.pool_slices(desired, node=node, driver=driver, generation=generation)
-
-
-def first_pool(
-    served: Sequence[tuple[ResourceDefinition, Sequence[Unit]]], *, node: str, driver: str
-) -> dict[str, dict[str, Any]]:
-    """The pool the publisher writes first for ``served`` (each resource's definition
-    and units, every unit healthy): ``{slice name: ResourceSlice}``, built as
-    ``publish`` and the writer build it, with the options the DRA edge gives each
-    resource (``DeviceOptions.of``). What ``simulate --backend dra`` prints."""
-    desired = {
-        definition.name: _devices(
-            definition.name, units, set(), driver, None, slices.DeviceOptions.of(definition)
-        )
-        for definition, units in served
-    }
-    return _pool(desired, node, driver, 1)
 
 
 def _same(wanted: dict[str, dict[str, Any]], held: dict[str, dict[str, Any]]) -> bool:

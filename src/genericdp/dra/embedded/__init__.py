@@ -1,24 +1,17 @@
-"""An embedded kubelet, as far as a DRA driver can tell (tests and ``simulate``)."""
+"""An embedded kubelet and API server, as far as a DRA driver can tell (``simulate``, tests)."""
 
-from genericdp.dra.embedded.kubelet import (
-    KUBELET_1_36_HEALTH,
-    KUBELET_HEALTH_SERVICES,
-    KUBELET_SERVICES,
-    EmbeddedDraKubelet,
-)
-from genericdp.dra.embedded.runtime import CreatedNode, created_nodes, resolve_cdi
-from genericdp.dra.embedded.state import DraEvent, DraEventKind, DraKubeletError, PreparedDevice
+from genericdp.dra.embedded.api import EmbeddedClaims, EmbeddedSlices
+from genericdp.dra.embedded.kubelet import KUBELET_1_36_HEALTH, EmbeddedDraKubelet
+from genericdp.dra.embedded.runtime import UnresolvableCdiError, resolve_cdi
+from genericdp.dra.embedded.state import DraEventKind, DraKubeletError
 
 __all__ = [
     "KUBELET_1_36_HEALTH",
-    "KUBELET_HEALTH_SERVICES",
-    "KUBELET_SERVICES",
-    "CreatedNode",
-    "DraEvent",
     "DraEventKind",
     "DraKubeletError",
+    "EmbeddedClaims",
     "EmbeddedDraKubelet",
-    "PreparedDevice",
-    "created_nodes",
+    "EmbeddedSlices",
+    "UnresolvableCdiError",
     "resolve_cdi",
 ]

@@ -1,6 +1,6 @@
 """An in-process model of the kubelet's DRA side, as far as a DRA driver can tell.
 
-Used by the tests. It follows the 1.34-1.37 kubelet:
+What ``simulate --backend dra`` and the tests run. It follows the 1.34-1.37 kubelet:
 
 - Plugin watcher (pkg/kubelet/pluginmanager: pluginwatcher/plugin_watcher.go,
   operationexecutor/operation_generator.go): the registry directory is walked
@@ -67,6 +67,7 @@ from pathlib import Path
 from typing import Any, Self
 
 import grpc
+from inotify_simple import INotify
 
 from genericdp.aio import Changes, TaskSet, inotify_events, wait_event
 from genericdp.dra.api import pluginregistration_pb2 as reg_pb
@@ -130,6 +131,7 @@ class EmbeddedDraKubelet:
         self._health: dict[str, dict[tuple[str, str], DeviceHealth]] = {}
         self._prepared: dict[str, tuple[PreparedDevice, ...]] = {}  # claim UID -> devices
         self._tasks = TaskSet(log)
+        self._inotify = contextlib.AsyncExitStack()  # the registry's watch, from ``start``
         self._changes = Changes()
 
     async def __aenter__(self) -> Self:
@@ -140,14 +142,28 @@ class EmbeddedDraKubelet:
         await self.stop()
 
     async def start(self) -> None:
+        """Watch the registry directory: a socket created from now on is seen.
+
+        Raises DraKubeletError when the directory cannot be watched.
+        """
         self.registry_dir.mkdir(parents=True, exist_ok=True)
-        ready = asyncio.Event()
-        self._tasks.spawn("dra-kubelet/watch", lambda: self._watch_dir(ready))
-        await ready.wait()  # watching: a socket created from now on is seen
+        where = f"cannot watch {self.registry_dir}"
+        stack = contextlib.AsyncExitStack()
+        inotify, readable = await stack.enter_async_context(
+            inotify_events(lambda exc: DraKubeletError(f"{where}: {exc}"))
+        )
+        try:
+            inotify.add_watch(self.registry_dir, WATCH)
+        except OSError as exc:
+            await stack.aclose()
+            raise DraKubeletError(f"{where}: {exc}") from exc
+        self._inotify = stack
+        self._tasks.spawn("dra-kubelet/watch", lambda: self._watch_dir(inotify, readable))
         self._record(DraEventKind.STARTED, "", f"watching {self.registry_dir}")
 
     async def stop(self) -> None:
         await self._tasks.stop()
+        await self._inotify.aclose()
         for driver in list(self._plugins):
             for plugin in list(self._plugins[driver]):
                 await self._drop(plugin)
@@ -234,24 +250,18 @@ class EmbeddedDraKubelet:
 
     # -- the plugin watcher ------------------------------------------------------
 
-    async def _watch_dir(self, ready: asyncio.Event) -> None:
+    async def _watch_dir(self, inotify: INotify, readable: asyncio.Event) -> None:
         """Walk the directory, then again at each change or when a retry is due."""
-        async with inotify_events(lambda exc: DraKubeletError(f"no inotify: {exc}")) as (
-            inotify,
-            readable,
-        ):
-            inotify.add_watch(self.registry_dir, WATCH)
-            ready.set()
-            while True:
-                directories = await self._sync_dir()
-                for directory in directories:  # new subdirectories: watched too
-                    with contextlib.suppress(OSError):
-                        inotify.add_watch(directory, WATCH)
-                due = min((at for _, at in self._retry.values()), default=None)
-                wait = None if due is None else max(0.0, due - asyncio.get_running_loop().time())
-                if await wait_event(readable, wait):
-                    readable.clear()
-                    inotify.read(timeout=0)
+        while True:
+            directories = await self._sync_dir()
+            for directory in directories:  # new subdirectories: watched too
+                with contextlib.suppress(OSError):
+                    inotify.add_watch(directory, WATCH)
+            due = min((at for _, at in self._retry.values()), default=None)
+            wait = None if due is None else max(0.0, due - asyncio.get_running_loop().time())
+            if await wait_event(readable, wait):
+                readable.clear()
+                inotify.read(timeout=0)
 
     async def _sync_dir(self) -> list[str]:
         """Register what appeared or is due a retry, deregister what went; the subdirectories."""

@@ -4,20 +4,16 @@ containerd and CRI-O load every ``*.json``/``*.yaml`` spec of the CDI
 directory and, for each fully qualified ID (``vendor/class=name``), apply the
 edits of that device and of the spec holding it; an ID no spec defines
 fails the container's creation ("unresolvable CDI devices"). This model
-resolves IDs the same way and returns the merged edits, so a test sees what
-the container would get; ``created_nodes`` says what mode and owner each
-device node gets in a container running as a given user.
+resolves IDs the same way and returns the merged edits: what the container
+would get.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
-
-RUNC_DEFAULT_MODE = 0o666  # runc's mode for a device without fileMode
 
 
 class UnresolvableCdiError(Exception):
@@ -45,33 +41,3 @@ def resolve_cdi(cdi_dir: Path, ids: Iterable[str]) -> dict[str, list[Any]]:
             for key, values in edits.items():
                 values.extend(v for v in part.get(key, []) if v not in values)
     return edits
-
-
-@dataclass(frozen=True)
-class CreatedNode:
-    """A device node as the runtime creates it in the container."""
-
-    path: str
-    host_path: str
-    mode: int
-    uid: int
-    gid: int
-
-
-def created_nodes(
-    device_nodes: Iterable[Mapping[str, Any]], *, uid: int = 0, gid: int = 0
-) -> tuple[CreatedNode, ...]:
-    """The nodes ``deviceNodes`` entries become in a container whose process runs as
-    ``uid``:``gid``: the CDI library (containerd, CRI-O) gives a node without ``uid``
-    or ``gid`` to the process's user or group when that is not root, and runc makes
-    a node without ``fileMode`` with mode 0666."""
-    return tuple(
-        CreatedNode(
-            path=entry["path"],
-            host_path=entry.get("hostPath", entry["path"]),
-            mode=int(entry.get("fileMode", RUNC_DEFAULT_MODE)) & 0o777,
-            uid=int(entry["uid"]) if "uid" in entry else uid,
-            gid=int(entry["gid"]) if "gid" in entry else gid,
-        )
-        for entry in device_nodes
-    )
