@@ -295,22 +295,6 @@ async def test_unit_vanishing_while_in_use_is_cleaned_once(base: Path) -> None:
         assert sorted(hook.lines("runs")) == ["ttyUSB0", "ttyUSB1"]
 
 
-async def test_resource_removed_from_config_cleans_its_units_in_use(base: Path) -> None:
-    """Removing a resource whose units are in use runs their cleanup once, during the reload."""
-    hook = Hook(base / "hook")
-    discovery = ScriptedDiscovery({SERIAL: [unit("ttyUSB0"), unit("ttyUSB1")]})
-    async with serving(base, hook.config(), discovery) as rt:
-        await _allocatable(rt, 2)
-        response = await rt.kubelet.allocate(SERIAL, 1, pod="p")
-        uid = response.container_responses[0].devices[0].host_path.removeprefix("/dev/")
-        await _listed(rt, uid)
-        other = "resources:\n- name: example.com/other\n  match: [glob: /dev/other*]\n"
-        await rt.supervisor.apply(config(other))
-        assert list(rt.supervisor.status()) == ["example.com/other"]
-        assert hook.lines("done") == [uid]
-        assert hook.env(uid)["GENERICDP_HOOK"] == "cleanup"
-
-
 async def test_shutdown_lets_a_running_cleanup_finish(base: Path) -> None:
     """On stop a cleanup that is running finishes (within the grace), and nothing is left over."""
     hook = Hook(base / "hook")
