@@ -107,7 +107,7 @@ class Supervisor:
         self._labels = _frozen(node_labels)
         self._served: tuple[ResourceDefinition, ...] = ()  # what the runners run
         self._skipped: dict[str, str] = {}  # resources of the config not served, and why
-        self._stopping = 0  # resources being removed
+        self._stopping: set[str] = set()  # resources being removed
         self._configured: frozenset[str] = frozenset()  # names in the config being applied
         self._owed = self._context.owed
 
@@ -174,14 +174,14 @@ class Supervisor:
         for name in steps.stop:
             # Counted as served while it stops: its cleanup reads what the backend
             # knows is in use, which the backend forgets once nothing is served.
-            self._stopping += 1
+            self._stopping.add(name)
             try:
                 runner = self._runners.pop(name)
                 await runner.retract()  # before a release can reach the owed cleanups
                 await runner.stop()
                 self._clean_unheld(runner)
             finally:
-                self._stopping -= 1
+                self._stopping.discard(name)
         for definition in steps.update:
             await self._runners[definition.name].update(definition, renew=False)
         for definition in steps.renew:
@@ -298,7 +298,10 @@ class Supervisor:
     # -- the Fleet the backend's tasks see ---------------------------------------
 
     def serving(self) -> bool:
-        return bool(self._runners) or self._stopping > 0 or self._owed.owing()
+        return bool(self._runners) or bool(self._stopping) or self._owed.owing()
+
+    def watched(self) -> frozenset[str]:
+        return frozenset(self._runners) | self._stopping | self._owed.resources()
 
     def edges(self) -> Iterator[Edge]:
         return (runner.edge for runner in self._runners.values())
