@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from genericdp import logsetup
@@ -83,13 +83,15 @@ class Cleaner:
             return
         if self.busy(release.unit_id):
             return  # a cleanup already running covers this release too
+        gone = unit is None  # unplugged while held: cleaned once, as it was, not retried
         if unit is None:
-            # Gone from discovery: its removal cleanup ran when it vanished.
-            log.debug("%s: released unit %s is gone", self.resource, clip(release.unit_id))
-            self._owed.done(self.resource, release.unit_id)
-            return
+            handed = self._owed.get(self.resource, release.unit_id)
+            if handed is None:
+                log.debug("%s: released unit %s is gone", self.resource, clip(release.unit_id))
+                return
+            unit = handed.unit
         self._state.set_cleaning(unit.id, cleaning=True)
-        self._spawn(unit, release.device_ids, retry=True, wait_first=False)
+        self._spawn(unit, release.device_ids, retry=not gone, wait_first=False)
 
     async def clean_now(self, release: Release) -> bool:
         """Clean a unit before an Allocate goes on (the kubelet already reuses it).
@@ -112,13 +114,6 @@ class Cleaner:
             else:
                 self._spawn(unit, release.device_ids, retry=True, wait_first=True)
         return True
-
-    def removed(self, unit: Unit, device_ids: Iterable[str]) -> None:
-        """A unit in use vanished: clean it once."""
-        if not self.wanted(unit.id) or self.busy(unit.id):
-            return
-        self._state.set_cleaning(unit.id, cleaning=True)  # in case it comes back meanwhile
-        self._spawn(unit, tuple(sorted(device_ids)), retry=False, wait_first=False)
 
     async def stop(self, timeout: float = 5.0) -> tuple[str, ...]:  # noqa: ASYNC109
         """No more retries; running hooks get ``timeout`` to finish, then are cancelled."""
@@ -176,7 +171,7 @@ class Cleaner:
             what = "out of service until its cleanup passes" if retry else "removed, not retried"
             log.error("%s: unit %s %s: %s", name, unit.id, what, exc)
             if not retry:
-                self._owed.done(name, unit.id)  # a vanished unit's one cleanup, passed or not
+                self._owed.done(name, unit.id)  # a gone unit's one cleanup, passed or not
             return False
         self._owed.done(name, unit.id)
         return True

@@ -204,9 +204,9 @@ class ResourceRunner:
         )
 
     def _vanished(self, unit: Unit, in_use: frozenset[str]) -> None:
-        held = [d for d in in_use if self.state.unit_of(d) == unit.id]
-        if held:
-            self.cleaner.removed(unit, held)
+        """A unit vanished; held, it is owed its cleanup, run once when it is released."""
+        if any(self.state.unit_of(d) == unit.id for d in in_use):
+            self._context.owed.handed_out(self._definition, (unit,))
 
     def _start_health(self) -> None:
         check = self._definition.health
