@@ -2,7 +2,8 @@
 
 Run on demand (not in the default test run)::
 
-    ./dev soak                      # 10,000 reloads and Allocates, 1,000 restarts and hotplugs
+    ./dev soak                      # 10,000 reloads and Allocates, 1,000 restarts and hotplugs,
+                                    # 300 flapped hand-outs
     ./dev soak --scale 0.01         # the same mix, a hundredth of it (a quick look)
 
 The driver holds an embedded kubelet (device manager and PodResources) and a
@@ -19,7 +20,14 @@ other against the same process:
   moments, many while a Register is in flight; a quarter wait until every
   resource is back and record how long that took;
 - hotplug: a USB serial dongle plugged and unplugged; each waits for the
-  kubelet's capacity to follow.
+  kubelet's capacity to follow;
+- flaps: the dongle handed out with a ``cleanup`` hook, and while the pod
+  holds it its resource's ``nodeSelector`` stops and starts matching (a
+  reload, the path a Node label change takes), the dongle is unplugged and
+  plugged back, or both; then the pod goes. Every hand-out must be cleaned
+  exactly once, with the unit it was handed out as: checked at each next
+  Allocate (the one before must be cleaned by then, once) and at the end.
+  About 0.2 s a hand-out: a minute at scale 1 on 2 shared cores at load 8.
 
 Before and after each phase it prints the daemon's RSS, open fds and threads,
 and at the end the registration invariants (the embedded kubelet's
@@ -54,7 +62,9 @@ sys.path.insert(0, str(REPO))
 # gRPC's core logs every GOAWAY of a crashed kubelet's dial-back at INFO.
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
+from genericdp.kubelet.api import deviceplugin_pb2 as pb  # noqa: E402
 from genericdp.kubelet.embedded import EmbeddedKubelet  # noqa: E402
+from genericdp.kubelet.embedded.allocation import AllocationError  # noqa: E402
 from genericdp.kubelet.embedded.state import EventKind  # noqa: E402
 from tests.fakesys import FakeHost  # noqa: E402
 from tests.test_configwatch import ConfigMapVolume  # noqa: E402
@@ -64,7 +74,8 @@ LOOP = "example.com/loop"
 TOGGLE = "example.com/toggle"
 WAIT = 30.0  # seconds any one step may take before the soak calls it a failure
 BACK_WITHIN = 1.0  # seconds from a new kubelet.sock to every resource registered (DESIGN.md)
-PHASES = frozenset({"reloads", "allocates", "restarts", "hotplug"})
+PHASES = frozenset({"reloads", "allocates", "restarts", "hotplug", "flaps"})
+FLAP_LABEL = "soak.example.com/serial"  # the daemon's node labels: {FLAP_LABEL: "on"}
 
 BASE_CONFIG = f"""\
 version: v1
@@ -86,6 +97,19 @@ TOGGLE_RESOURCE = f"""\
   - name: {TOGGLE}
     match: [{{glob: "/dev/loop0"}}]
 """
+
+
+def flap_config(*, served: bool, cleanups: Path) -> str:
+    """BASE_CONFIG with a nodeSelector (matching the node's labels or not), the unit's
+    ID in the container's env, and a cleanup hook that appends it to ``cleanups``."""
+    return BASE_CONFIG.replace(
+        "    groupBy: parent:usb\n",
+        "    groupBy: parent:usb\n"
+        f"    nodeSelector: {{matchLabels: {{{FLAP_LABEL}: {'on' if served else 'off'}}}}}\n"
+        "    allocate: {env: {UNIT: \"{{ device_ids | join(',') }}\"}}\n"
+        "    hooks:\n"
+        f"      cleanup: {{exec: [/bin/sh, -c, 'echo \"$GENERICDP_UNIT_ID\" >> {cleanups}']}}\n",
+    )
 
 
 @dataclass(frozen=True)
@@ -172,6 +196,8 @@ class Soak:
             GENERICDP_CDI_DIR=str(self.base / "cdi"),
             GENERICDP_STATE_DIR=str(self.base / "state"),
             GENERICDP_NODE_NAME="soak-node",
+            GENERICDP_NODE_LABELS=f"{FLAP_LABEL}=on",
+            GENERICDP_POD_RESOURCES_POLL_INTERVAL="0.05",
             GENERICDP_METRICS_ADDRESS=f"127.0.0.1:{self.port}",
             GENERICDP_RELOAD_SETTLE="0.01",
             GENERICDP_HOTPLUG_SETTLE="0.02",
@@ -315,6 +341,85 @@ class Soak:
             samples.append(time.perf_counter() - start)
         return samples
 
+    async def flaps(self, kubelet: EmbeddedKubelet) -> list[float]:
+        """Hand-outs whose resource flaps (nodeSelector) and whose device is unplugged
+        and plugged back while held: each cleaned exactly once (module doc)."""
+        rng = random.Random(7)  # noqa: S311 -- a reproducible schedule, not a secret
+        log = self.base / "cleanups"
+        handed: list[str] = []
+        samples = []
+
+        def cleaned() -> list[str]:
+            return log.read_text().split() if log.exists() else []
+
+        def check(i: int) -> None:
+            if cleaned() != handed[:i]:
+                raise SoakError(
+                    f"flap {i}: {i} hand-outs ({handed[:i][-3:]} last), {len(cleaned())}"
+                    f" cleanups ({cleaned()[-3:]} last): not one cleanup each"
+                )
+
+        async def serve(*, on: bool, i: int) -> None:
+            self.volume.write({"resources.yaml": flap_config(served=on, cleanups=log)})
+            what = f"flap {i}: {SERIAL} {'served' if on else 'withdrawn'}"
+            await self.until(kubelet, what, _toggle(SERIAL, on=on))
+
+        async def plug(unit: str, *, on: bool, i: int) -> None:
+            if on:
+                self.host.add_usb_serial(port="3-1", serial="FLAP", ttys=("ttyUSB9",))
+            else:
+                self.host.remove("/dev/ttyUSB9")
+            health = "Healthy" if on else "Unhealthy"
+            await self.until(kubelet, f"flap {i}: {unit} {health}", _health(unit, health))
+
+        self.host.add_usb_serial(port="3-1", serial="FLAP", ttys=("ttyUSB9",))
+        await serve(on=False, i=0)  # BASE_CONFIG serves it too: withdrawn, it is the new config
+        await serve(on=True, i=0)
+        for i in range(self.count(300)):
+            start = time.perf_counter()
+            answer = await self.admit(kubelet, i)
+            check(i)  # the one before is cleaned by now (at the latest by this Allocate)
+            unit = answer.container_responses[0].envs["UNIT"]
+            handed.append(unit)
+            action = rng.choice(("selector", "unplug", "both", "none"))
+            if action in {"selector", "both"}:
+                await serve(on=False, i=i)
+                if action == "both":
+                    self.host.remove("/dev/ttyUSB9")
+                    await asyncio.sleep(0.05)  # a hotplug nobody serves: nothing to wait for
+                    self.host.add_usb_serial(port="3-1", serial="FLAP", ttys=("ttyUSB9",))
+                await serve(on=True, i=i)
+            if action == "unplug":
+                await plug(unit, on=False, i=i)
+                await plug(unit, on=True, i=i)
+            kubelet.release("default", f"flap-{i}")
+            samples.append(time.perf_counter() - start)
+        # One more Allocate: the last pod may have gone before any List showed it (a
+        # pod shorter than a poll), and then the next Allocate is what cleans it.
+        n = len(handed)
+        await self.admit(kubelet, n)
+        check(n)
+        kubelet.release("default", f"flap-{n}")
+        self.volume.write({"resources.yaml": BASE_CONFIG})
+        await self.until(kubelet, f"{SERIAL} back as it was", _toggle(SERIAL, on=True))
+        self.host.remove("/dev/ttyUSB9")
+        await self.until(kubelet, f"{SERIAL} without the dongle", _capacity_of(SERIAL, 0))
+        print(f"  flaps: {n} hand-outs, each cleaned exactly once")
+        return samples
+
+    async def admit(self, kubelet: EmbeddedKubelet, i: int) -> pb.AllocateResponse:
+        """Allocate the dongle to pod ``flap-<i>``; again while it is refused because the
+        kubelet's list lags the daemon's (a release seen, so the unit is being cleaned,
+        or a rescan amid a hotplug, between the kubelet's pick and the Allocate)."""
+        deadline = time.monotonic() + WAIT
+        while True:
+            await self.until(kubelet, f"flap {i}: {SERIAL} free", _allocatable(SERIAL, 1))
+            try:
+                return await kubelet.allocate(SERIAL, 1, pod=f"flap-{i}")
+            except AllocationError as exc:
+                if time.monotonic() > deadline:
+                    raise SoakError(f"flap {i}: {exc}") from None
+
     # -- the run ---------------------------------------------------------------------
 
     async def run(self) -> int:
@@ -340,6 +445,7 @@ class Soak:
             ("allocates", "Allocates (admit + release)", self.allocates),
             ("restarts", "kubelet restarts (crash-style)", self.restarts),
             ("hotplug", "hotplug (plug / unplug)", self.hotplugs),
+            ("flaps", "flaps (selector, hotplug, held)", self.flaps),
         ]
         for key, title, phase in phases:
             if key not in self.phases:
@@ -395,6 +501,39 @@ def _sound(names: frozenset[str]) -> Callable[[EmbeddedKubelet], bool]:
         res = kubelet.resources
         ok = all(n in res and res[n].connected and res[n].streams == 1 for n in names)
         return ok and not kubelet.problems()
+
+    return check
+
+
+def _toggle(name: str, *, on: bool) -> Callable[[EmbeddedKubelet], bool]:
+    def check(kubelet: EmbeddedKubelet) -> bool:
+        res = kubelet.resources.get(name)
+        return (res is not None and res.connected) == on
+
+    return check
+
+
+def _allocatable(name: str, n: int) -> Callable[[EmbeddedKubelet], bool]:
+    def check(kubelet: EmbeddedKubelet) -> bool:
+        res = kubelet.resources.get(name)
+        return res is not None and res.connected and res.allocatable == n
+
+    return check
+
+
+def _capacity_of(name: str, n: int) -> Callable[[EmbeddedKubelet], bool]:
+    def check(kubelet: EmbeddedKubelet) -> bool:
+        res = kubelet.resources.get(name)
+        return res is not None and res.connected and res.capacity == n
+
+    return check
+
+
+def _health(unit: str, health: str) -> Callable[[EmbeddedKubelet], bool]:
+    def check(kubelet: EmbeddedKubelet) -> bool:
+        res = kubelet.resources.get(SERIAL)
+        device = res.devices.get(unit) if res is not None and res.connected else None
+        return device is not None and device.health == health
 
     return check
 

@@ -71,6 +71,9 @@ class CountingSlices:
         self.driver = inner.driver
         self.writes = 0
 
+    async def owner(self) -> dict[str, str] | None:
+        return await self._inner.owner()
+
     async def list(self) -> Listing:
         return await self._inner.list()
 

@@ -178,12 +178,19 @@ class MemorySlices:
         self.driver = driver
         self.objects: dict[str, dict[str, Any]] = {}
         self.failures: list[Exception] = []
-        self.foreign: set[str] = set()  # names held by slices of other nodes or drivers
+        # The ownerReference to the node's Node (None: the Node cannot be read).
+        self.node_owner: dict[str, str] | None = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": node,
+            "uid": f"uid-of-{node}",
+        }
         self.writes = 0  # creates, replaces and deletes that landed
         self.lists = 0
         self.watches = 0  # watch requests
         self.changed = asyncio.Condition()
         self._versions = itertools.count(1)
+        self._names = itertools.count()
         self._version = 0  # the last one given
         self._events: list[tuple[int, str, dict[str, Any]]] = []
         self._compacted = 0
@@ -221,10 +228,17 @@ class MemorySlices:
         finally:
             self._watches.remove(queue)
 
+    async def owner(self) -> dict[str, str] | None:
+        self._fail()
+        return self.node_owner
+
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         self._fail()
+        obj = copy.deepcopy(obj)
+        if "name" not in obj["metadata"]:  # generateName: five characters more
+            obj["metadata"]["name"] = f"{obj['metadata']['generateName']}{next(self._names):05d}"
         name = obj["metadata"]["name"]
-        if name in self.objects or name in self.foreign:
+        if name in self.objects:
             raise ApiRequestError(f"creating ResourceSlice {name}", 409, "already exists")
         return await self._store("ADDED", obj)
 

@@ -90,6 +90,7 @@ def settings_for(base: Path, **overrides: object) -> Settings:
         "node_name": "node-1",
         "cdi_dir": base / "cdi",
         "pod_resources_socket": base / "pod-resources" / "kubelet.sock",
+        "state_dir": str(base / "state"),
     }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]
@@ -101,6 +102,7 @@ class ListRecorder(UsageTracker):
     def __init__(self) -> None:
         super().__init__()
         self._answer: dict[str, dict[str, set[Holder]]] = {}
+        self.answers = 0  # PodResources answers taken
 
     def listed(self, resource: str) -> frozenset[str]:
         """IDs the last List answer showed held (what the poller has seen)."""
@@ -108,6 +110,7 @@ class ListRecorder(UsageTracker):
 
     def repeats(self, pods: Iterable[PodDevices]) -> bool:
         pods = tuple(pods)
+        self.answers += 1
         self._answer = holders_by_device(pods)
         return super().repeats(pods)
 

@@ -220,7 +220,7 @@ async def test_the_kubelet_watch_gauge_is_the_device_plugin_backends_alone(base:
     under_device_plugin.track(Supervisor(settings, DevicePluginBackend(settings)))
     watch = "genericdp_kubelet_watch_up"
     assert under_dra.registry.get_sample_value(watch) is None
-    assert under_dra.registry.get_sample_value("genericdp_dra_slice_names_taken") == 0
+    assert under_dra.registry.get_sample_value("genericdp_dra_slices_foreign") == 0
     assert under_device_plugin.registry.get_sample_value(watch) == 0
 
 

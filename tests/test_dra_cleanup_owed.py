@@ -17,7 +17,6 @@ import pytest
 
 from genericdp.config.model import Config
 from genericdp.discovery.model import Unit
-from genericdp.dra import uncleaned
 from genericdp.dra.backend import DraBackend
 from genericdp.dra.claims import AllocatedDevice, ClaimRef
 from genericdp.dra.embedded import DraEventKind, DraKubeletError, EmbeddedDraKubelet
@@ -25,6 +24,7 @@ from genericdp.dra.naming import device_name
 from genericdp.hooks import run_hook
 from genericdp.metrics import Metrics
 from genericdp.probes import readiness
+from genericdp.runtime import uncleaned
 from genericdp.runtime.supervisor import Supervisor
 from genericdp.settings import Settings
 from tests.dra_fakes import MemoryClaims

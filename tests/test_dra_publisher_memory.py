@@ -20,6 +20,7 @@ from genericdp.dra import slices
 from genericdp.dra.kubeapi import ApiRequestError
 from genericdp.dra.naming import device_name
 from genericdp.dra.publisher import SlicePublisher
+from tests.dra_apislices import running
 from tests.dra_fakes import DRIVER, NODE, MemorySlices
 from tests.polling import eventually
 
@@ -47,9 +48,13 @@ def left_behind(devices: dict[str, list[Unit]], generation: int) -> dict[str, di
     """The slices a previous instance on this node wrote, as the server holds them."""
     wanted = {r: slices.devices(r, units, set(), driver=DRIVER) for r, units in devices.items()}
     made = slices.pool_slices(wanted, node=NODE, driver=DRIVER, generation=generation)
+    found = {}
     for n, obj in enumerate(made.values()):
+        obj["metadata"]["name"] = f"{obj['metadata']['generateName']}old{n:02d}"
         obj["metadata"]["resourceVersion"] = f"old-{n}"
-    return made
+        obj["metadata"]["ownerReferences"] = [{"kind": "Node", "uid": f"uid-of-{NODE}"}]
+        found[obj["metadata"]["name"]] = obj
+    return found
 
 
 async def test_one_write_per_change_and_none_when_nothing_changed(
@@ -180,7 +185,7 @@ async def test_a_slice_deleted_by_someone_else_is_written_again(
     assert await publisher.flush()
     (name,) = store.objects
     await store.someone_deletes(name)
-    await store.until(lambda objects: name in objects)
+    await store.until(lambda objects: bool(objects) and name not in objects)
     assert set(store.devices()) == {device_name(SERIAL, "a")}
 
 
@@ -213,7 +218,7 @@ async def test_a_watch_that_ends_goes_on_from_its_last_version(
     lists = store.lists
     store.end_watches()
     await store.someone_deletes(name)
-    await store.until(lambda objects: name in objects)
+    await store.until(lambda objects: bool(objects) and name not in objects)
     assert store.watches == 2
     assert store.lists == lists + 1  # the writer's, to compare: the watch did not list
     assert publisher.watch_restarts == {"ended": 1, "expired": 0, "failed": 0}
@@ -230,7 +235,7 @@ async def test_a_version_the_server_forgot_lists_again(
     store.end_watches()
     await store.someone_deletes(name, quietly=True)
     store.compact()
-    await store.until(lambda objects: name in objects)
+    await store.until(lambda objects: bool(objects) and name not in objects)
     assert publisher.watch_restarts["expired"] == 1
 
 
@@ -243,7 +248,7 @@ async def test_what_no_watch_reports_is_found_by_the_resync(store: MemorySlices)
         assert await publisher.flush()
         (name,) = store.objects
         await store.someone_deletes(name, quietly=True)
-        await store.until(lambda objects: name in objects, timeout=5)
+        await store.until(lambda objects: bool(objects) and name not in objects, timeout=5)
     finally:
         await publisher.close()
 
@@ -261,7 +266,7 @@ async def test_a_failing_watch_is_retried_after_a_backoff(
     await eventually(lambda: store.watches == 2, "the watch open again")
     (name,) = store.objects
     await store.someone_deletes(name)
-    await store.until(lambda objects: name in objects)
+    await store.until(lambda objects: bool(objects) and name not in objects)
 
 
 async def test_close_writes_what_is_pending_then_stops(store: MemorySlices) -> None:
@@ -316,49 +321,70 @@ async def test_sharing_the_server_drops_is_said_once_and_costs_no_rewrites(
         await again.close()
 
 
-async def test_a_slice_name_taken_by_someone_else_is_an_error_not_a_retry_loop(
-    store: MemorySlices, publisher: SlicePublisher, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A slice of another node or driver holding our derived name: its resource's slice
-    is left out, the rest of the pool is written once and complete, the name is
-    reported, and nothing is rewritten while the name stays taken."""
-    taken = slices.slice_name(NODE, DRIVER, SERIAL, 0)
-    store.foreign.add(taken)
-    await publisher.publish(SERIAL, [unit("a")], set())
-    await publisher.publish(AUDIO, [unit("c")], set())
-    assert await publisher.flush(timeout=5), "the publisher keeps rewriting the pool"
-    assert set(store.devices()) == {device_name(AUDIO, "c")}
-    assert publisher.taken == (taken,)
-    (audio,) = store.objects.values()
-    assert audio["spec"]["pool"]["resourceSliceCount"] == 1
-    assert any(
-        f"ResourceSlice {taken} exists but is not a slice of node {NODE}" in r.getMessage()
-        for r in caplog.records
-        if r.levelno == logging.ERROR
+def _stranger(key_of: str, uid: str) -> dict[str, Any]:
+    """A slice of our node and driver with our label for ``key_of``'s first slice, owned
+    by ``uid`` (empty: no owner)."""
+    wanted = {key_of: slices.devices(key_of, [unit("s")], set(), driver=DRIVER)}
+    (_, obj), *_ = slices.pool_slices(wanted, node=NODE, driver=DRIVER, generation=7).items()
+    if uid:
+        obj["metadata"]["ownerReferences"] = [{"kind": "Node", "name": "x", "uid": uid}]
+    return obj
+
+
+async def test_a_restart_adopts_its_slices_by_label_and_owner(store: MemorySlices) -> None:
+    """The slices carry names the API server made: a second publisher finds them by their
+    label and owner and writes nothing for an unchanged pool (no duplicate)."""
+    async with running(store) as first:
+        await first.publish(SERIAL, [unit("a")], set())
+        await first.publish(AUDIO, [unit("c")], set())
+        assert await first.flush()
+    names, writes = set(store.objects), store.writes
+    assert all(
+        o["metadata"]["ownerReferences"][0]["uid"] == f"uid-of-{NODE}"
+        for o in store.objects.values()
     )
-    writes = store.writes
-    await publisher.publish(AUDIO, [unit("c"), unit("d")], set())
-    assert await publisher.flush(timeout=5)
-    assert store.writes == writes + 1  # the change alone, the taken name not tried again
+    async with running(store) as second:
+        await second.publish(SERIAL, [unit("a")], set())
+        await second.publish(AUDIO, [unit("c")], set())
+        assert await second.flush()
+        assert set(store.objects) == names
+        assert store.writes == writes
 
 
-async def test_a_taken_name_that_turns_out_ours_is_kept(
-    store: MemorySlices, publisher: SlicePublisher
+async def test_a_strangers_slice_with_our_label_is_left_alone(
+    store: MemorySlices, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A 409 for a name that the next list shows as ours (a race of our own writes) never
-    makes the publisher delete its own slice."""
-    name = slices.slice_name(NODE, DRIVER, SERIAL, 0)
-    store.foreign.add(name)
-    await publisher.publish(SERIAL, [unit("a")], set())
-    assert await publisher.flush(timeout=5)
-    assert publisher.taken == (name,)
-    store.foreign.clear()
-    wanted = {SERIAL: slices.devices(SERIAL, [unit("a")], set(), driver=DRIVER)}
-    ours = slices.pool_slices(wanted, node=NODE, driver=DRIVER, generation=9)[name]
-    await store.create(ours)  # written by us after all: the watch reports it, a list follows
-    await eventually(lambda: publisher.taken == (), "the name found ours")
-    assert await publisher.flush(timeout=5)
-    assert set(store.devices()) == {device_name(SERIAL, "a")}
+    """A slice with our label and another owner is not adopted (neither replaced nor
+    deleted), said once; ours is written beside it. Our own slices of a version that
+    named them (no label, no owner) are replaced."""
+    stranger = await store.create(_stranger(SERIAL, "someone-else"))
+    unlabelled = _stranger(AUDIO, "")
+    unlabelled["metadata"] = {"name": "node-a.genericdp.io.example.com.audio.0-00000000"}
+    await store.create(unlabelled)
+    async with running(store) as publisher:
+        await publisher.publish(SERIAL, [unit("a")], set())
+        assert await publisher.flush()
+        assert store.objects[stranger["metadata"]["name"]] == stranger
+        assert unlabelled["metadata"]["name"] not in store.objects
+        assert publisher.strangers == 1
+        assert set(store.devices()) == {device_name(SERIAL, "a"), device_name(SERIAL, "s")}
+    said = [r.getMessage() for r in caplog.records if "another owner" in r.getMessage()]
+    assert len(said) == 1, said
+
+
+async def test_a_second_slice_of_one_key_is_deleted(store: MemorySlices) -> None:
+    """Two slices of one key (a create whose answer was lost, then retried): one goes."""
+    async with running(store) as publisher:
+        await publisher.publish(SERIAL, [unit("a")], set())
+        assert await publisher.flush()
+    (only,) = store.objects.values()
+    twin = copy.deepcopy(only)
+    del twin["metadata"]["name"]
+    await store.create(twin)
+    async with running(store) as publisher:
+        await publisher.publish(SERIAL, [unit("a")], set())
+        assert await publisher.flush()
+        assert list(store.objects) == [only["metadata"]["name"]]
 
 
 class EventsFirst(MemorySlices):

@@ -19,7 +19,7 @@ from genericdp.config import load
 from genericdp.dra.backend import serving
 from genericdp.dra.embedded import EmbeddedDraKubelet, resolve_cdi
 from genericdp.dra.naming import DEFAULT_DRIVER, device_name
-from genericdp.dra.slices import SHARES_CAPACITY
+from genericdp.dra.slices import SHARES_CAPACITY, SLICE_LABEL
 from genericdp.hooks import HookRun
 from genericdp.runtime.supervisor import Supervisor
 from genericdp.simulate import simulate_dra
@@ -198,11 +198,12 @@ resources:
 
 
 def _slice(obj: dict[str, Any]) -> dict[str, Any]:
-    """A ResourceSlice without what the API server fills in (uid, resourceVersion, ...)."""
+    """A ResourceSlice without what the API server fills in (its name, uid,
+    resourceVersion, ...): the slices are told apart by their label."""
     return {
         "apiVersion": obj["apiVersion"],
         "kind": obj["kind"],
-        "metadata": {"name": obj["metadata"]["name"]},
+        "metadata": {"labels": obj["metadata"]["labels"]},
         "spec": obj["spec"],
     }
 
@@ -232,8 +233,11 @@ async def test_simulate_shows_the_slices_serve_publishes(apiserver: ApiServer, b
     out = io.StringIO()
     assert await simulate_dra(path, settings, driver=DEFAULT_DRIVER, out=out) == 0
     printed = out.getvalue().split("ResourceSlices (3):\n", 1)[1].split("\nclaim for", 1)[0]
+    # By key: the API server names the slices (generateName).
     simulated = {
-        s["metadata"]["name"]: _slice(s) for s in YAML(typ="safe", pure=True).load_all(printed) if s
+        s["metadata"]["labels"][SLICE_LABEL]: _slice(s)
+        for s in YAML(typ="safe", pure=True).load_all(printed)
+        if s
     }
     async with (
         EmbeddedDraKubelet(base / "registry") as kubelet,
@@ -247,7 +251,7 @@ async def test_simulate_shows_the_slices_serve_publishes(apiserver: ApiServer, b
             def published() -> dict[str, Any]:
                 found = json.loads(apiserver.kubectl("get", "resourceslices", "-o", "json"))
                 return {
-                    s["metadata"]["name"]: _slice(s)
+                    s["metadata"]["labels"][SLICE_LABEL]: _slice(s)
                     for s in found["items"]
                     if s["spec"].get("nodeName") == SHARED_NODE
                 }

@@ -176,6 +176,7 @@ def test_the_api_server_accepts_standard_attributes_at_the_limit(apiserver: ApiS
     (obj,) = pool_slices(
         {"example.com/x": [made]}, node=node, driver=DEFAULT_DRIVER, generation=1
     ).values()
+    obj["metadata"]["name"] = f"{node}-standard"  # not the server's: to read it back by name
     apiserver.kubectl("create", "-f", "-", input_text=json.dumps(obj))
     stored = json.loads(
         apiserver.kubectl("get", "resourceslice", obj["metadata"]["name"], "-o=json")

@@ -24,6 +24,7 @@ from genericdp.metrics import Metrics
 from genericdp.probes import liveness, readiness
 from genericdp.runtime.backend import Gauge
 from genericdp.runtime.edge import PluginStatus
+from genericdp.runtime.owed import Owed
 from genericdp.runtime.recorder import (
     CLAIM_RESULTS,
     TimedHooks,
@@ -255,7 +256,8 @@ class BothBackends(Source):
         self.dra = dra
 
     def gauges(self) -> tuple[Gauge, ...]:
-        return (*super().gauges(), *self.dra.gauges())
+        # The supervisor's own, as it adds them to its backend's.
+        return (*super().gauges(), *self.dra.gauges(), Owed(None).gauge())
 
 
 def test_every_metric_is_in_the_docs_table(tmp_path: Path) -> None:

@@ -52,7 +52,7 @@ async def test_a_label_starts_the_resource_and_its_removal_stops_it_as_a_removal
 ) -> None:
     """Not advertised until the node has the label; advertised once it has; when the label
     goes, the resource stops as one removed from the config does (its unit in use is
-    cleaned once, the neighbour is untouched)."""
+    cleaned once released, the neighbour is untouched)."""
     caplog.set_level(logging.INFO, logger="genericdp")
     hook = Hook(base / "hook")
     discovery = ScriptedDiscovery({SERIAL: [unit("ttyUSB0")], OTHER: [unit("other0")]})
@@ -75,7 +75,9 @@ async def test_a_label_starts_the_resource_and_its_removal_stops_it_as_a_removal
         assert steps.stop == (SERIAL,)
         assert _served(rt) == [OTHER]
         await rt.until(lambda k: not k.resources[SERIAL].connected)
-        assert hook.lines("done") == ["ttyUSB0"]
+        assert hook.lines("runs") == []
+        rt.kubelet.release("default", "p")
+        await eventually(lambda: hook.lines("done") == ["ttyUSB0"])
         assert rt.socket(OTHER) == other_socket
     lines = [r.getMessage() for r in caplog.records if "not serving on this node" in r.getMessage()]
     needs = f"{SERIAL} (nodeSelector needs example.com/serial=present)"

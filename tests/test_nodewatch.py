@@ -143,7 +143,8 @@ async def test_labelling_the_node_serves_the_resource_and_unlabelling_stops_it(
 ) -> None:
     """The daemon's node watch: a resource whose selector the Node does not match is not
     registered; labelling the Node registers it with the embedded kubelet; removing the
-    label while a unit is allocated stops it as a removal does (its unit cleaned once)."""
+    label while a unit is allocated stops it as a removal does (its unit stays with the
+    pod, and is cleaned once when the pod releases it)."""
     caplog.set_level(logging.INFO, logger="genericdp")
     name = "selector-node"
     node(apiserver, name, zone="a")
@@ -164,6 +165,8 @@ async def test_labelling_the_node_serves_the_resource_and_unlabelling_stops_it(
             await eventually(lambda: rt.usage.listed(SERIAL) == {"ttyUSB0"})
             apiserver.kubectl("label", "node", name, f"{LABEL}-")
             await rt.until(lambda k: not k.resources[SERIAL].connected)
+            assert hook.lines("runs") == []
+            rt.kubelet.release("default", "p")
             await eventually(lambda: hook.lines("done") == ["ttyUSB0"])
             assert rt.supervisor.status() == {}
     finally:

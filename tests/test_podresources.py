@@ -39,7 +39,7 @@ def test_per_device_entries_are_merged_per_container_and_resource() -> None:
             )
         ]
     )
-    assert pod_devices_from(response) == (
+    assert pod_devices_from(response.SerializeToString()) == (
         PodDevices("ns", "p1", "c1", "example.com/a", ("a1", "a2")),
         PodDevices("ns", "p1", "c1", "example.com/b", ("b1",)),
     )
@@ -47,7 +47,7 @@ def test_per_device_entries_are_merged_per_container_and_resource() -> None:
 
 def test_empty_answer_is_no_devices() -> None:
     """A node without pods holding devices yields an empty tuple."""
-    assert pod_devices_from(pr.ListPodResourcesResponse()) == ()
+    assert pod_devices_from(b"") == ()
 
 
 async def test_missing_socket_is_a_kubelet_error(base: Path) -> None:

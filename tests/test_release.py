@@ -164,6 +164,7 @@ class _ScriptedList:
         socket: Path,  # noqa: ARG002 -- the ListPods signature
         *,
         timeout: float = 5.0,  # noqa: ARG002, ASYNC109 -- the ListPods signature
+        resources: AbstractSet[str] | None = None,  # noqa: ARG002 -- the ListPods signature
     ) -> tuple[PodDevices, ...]:
         answer = self.answers[min(self.calls, len(self.answers) - 1)]
         self.calls += 1

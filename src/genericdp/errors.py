@@ -23,7 +23,6 @@ ever handle our own types::
      ├── DraSetupError          (dra) the DRA backend cannot start with these settings
      ├── NodeLockError          (dra.nodelock) the plugin directory's lock cannot be used
      ├── TurnError              (dra.turns) the node's call lock cannot be had (in time, or at all)
-     ├── SliceNameTakenError    (dra.publisher) a slice name held by another node or driver
      ├── DeviceClassError       (dra.deviceclasses) two resources derive one DeviceClass name
      ├── ApiSetupError          (dra.kubeapi) no way to reach the API server
      ├── ApiRequestError        (dra.kubeapi) the API server refused or failed a request

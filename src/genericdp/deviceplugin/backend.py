@@ -110,6 +110,7 @@ class DevicePluginBackend:
             # Every resource: a unit that vanishes while held stays listed until
             # released, and unbounded sharing follows what is held.
             active=fleet.serving,
+            resources=fleet.watched,
             on_observed=fleet.usage_changed,
             timeout=POD_RESOURCES_TIMEOUT,
         )

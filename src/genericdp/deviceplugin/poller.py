@@ -26,6 +26,7 @@ class ListPods(Protocol):
         socket: Path,
         *,
         timeout: float = 5.0,
+        resources: AbstractSet[str] | None = None,
     ) -> Awaitable[tuple[PodDevices, ...]]: ...
 
 
@@ -61,6 +62,7 @@ class ReleasePoller:
         *,
         interval: float,
         active: Callable[[], bool] = lambda: True,
+        resources: Callable[[], AbstractSet[str] | None] = lambda: None,
         on_observed: Callable[[], None] = lambda: None,
         list_pods: ListPods | None = None,
         timeout: float = 5.0,
@@ -73,6 +75,7 @@ class ReleasePoller:
         self._interval = interval
         self._rest = max(rest, interval)
         self._active = active
+        self._resources = resources
         self._on_observed = on_observed
         # One channel for the poller's life (PodResourcesLister), unless told otherwise.
         self._own_lister: PodResourcesLister | None = None
@@ -103,7 +106,9 @@ class ReleasePoller:
                 self._tracker.forget()
             return False
         try:
-            pods = await self._list(self._socket, timeout=self._timeout)
+            pods = await self._list(
+                self._socket, timeout=self._timeout, resources=self._resources()
+            )
         except KubeletError as exc:
             if not self._failing:
                 self._log.warning(

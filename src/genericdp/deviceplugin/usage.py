@@ -77,8 +77,8 @@ class UsageTracker:
         return self._baseline
 
     def holds_nothing(self) -> bool:
-        """Whether a List answered and nobody holds anything: neither a container
-        List showed (of any resource, ours or not) nor an ID our Allocate gave out."""
+        """Whether a List answered and nobody holds anything of ours: neither a
+        container List showed nor an ID our Allocate gave out."""
         return self._baseline and not any(
             holders for devices in self._holders.values() for holders in devices.values()
         )

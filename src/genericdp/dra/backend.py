@@ -164,7 +164,6 @@ class DraBackend:
 
     def gauges(self) -> tuple[Gauge, ...]:
         publisher = self.publisher if isinstance(self.publisher, SlicePublisher) else None
-        taken = publisher.taken if publisher else ()
         restarts = publisher.watch_restarts if publisher else {}
         return (
             Gauge(
@@ -185,10 +184,10 @@ class DraBackend:
                 publisher.untainted if publisher is not None else 0,
             ),
             Gauge(
-                "genericdp_dra_slice_names_taken",
-                "ResourceSlice names of this node held by a slice of another node or driver"
-                " (their devices are not published).",
-                len(taken),
+                "genericdp_dra_slices_foreign",
+                "ResourceSlices of this node and driver with genericdp's label and another"
+                " owner: not ours, left alone.",
+                publisher.strangers if publisher is not None else 0,
             ),
             *(
                 Gauge(

@@ -37,9 +37,9 @@ from typing import Any
 
 from genericdp.atomicfile import reason, write_atomically
 from genericdp.config.model import Exec
-from genericdp.dra import uncleaned
 from genericdp.dra.claims import ClaimRef, valid_uid
 from genericdp.errors import clip
+from genericdp.runtime import uncleaned
 
 log = logging.getLogger(__name__)
 

@@ -370,8 +370,26 @@ class ApiSlices:
             what=self._what(),
         )
 
+    async def owner(self) -> dict[str, str] | None:
+        what = f"reading Node {self.node}"
+        try:
+            async with answered(what, self._deadline):
+                found = await http_of(self._client).get(
+                    f"/api/v1/nodes/{self.node}", timeout=REQUEST_TIMEOUT
+                )
+                node = _answer(found, what)
+        except ApiRequestError as err:
+            if err.code in {HTTPStatus.FORBIDDEN, HTTPStatus.NOT_FOUND}:
+                return None
+            raise
+        uid = (node.get("metadata") or {}).get("uid")
+        if not isinstance(uid, str) or not uid:
+            return None
+        return {"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": uid}
+
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        async with answered(f"creating ResourceSlice {obj['metadata']['name']}", self._deadline):
+        named = obj["metadata"].get("name") or f"{obj['metadata'].get('generateName')}*"
+        async with answered(f"creating ResourceSlice {named}", self._deadline):
             return dict(await self._client.create(as_slice(obj)))
 
     async def replace(self, obj: dict[str, Any]) -> dict[str, Any]:

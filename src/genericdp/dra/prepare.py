@@ -77,10 +77,10 @@ from genericdp.dra.claims import (
 )
 from genericdp.dra.inventory import Inventory, Located
 from genericdp.dra.turns import TurnError, Turns
-from genericdp.dra.uncleaned import Uncleaned, file_name
 from genericdp.errors import GenericdpError, clip, cut, first_of
 from genericdp.hooks import CLEANUP, INIT, PRE_START, HookRun, HookRunner
 from genericdp.runtime.recorder import NO_METRICS, Recorder, allocation_result
+from genericdp.runtime.uncleaned import Uncleaned, file_name
 
 log = logging.getLogger(__name__)
 

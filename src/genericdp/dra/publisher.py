@@ -12,10 +12,16 @@ slices of a pool's newest generation.
 Failures never reach the caller: a write that fails (API server down,
 conflict, a slice someone else changed) is logged, the slices are listed
 again and the write retried with exponential backoff, until it lands or
-``close`` is called. At ``start`` the slices a previous instance on this
-node left (listed by ``spec.nodeName`` and ``spec.driver``) are adopted: the
-first write keeps those that still match, replaces those that changed and
-deletes those of resources no longer published. It waits until every
+``close`` is called. The API server names each slice (``generateName``), so
+no name can be squatted: the publisher knows its slices by their label
+(``slices.SLICE_LABEL``, the slice's key) and owner (the Node, when it can
+be read). At ``start`` the slices a previous instance on this node left
+(listed by ``spec.nodeName`` and ``spec.driver``, then by label and owner)
+are adopted: the first write keeps those that still match, replaces those
+that changed and deletes those of resources no longer published (and a
+second slice of one key, and the unlabelled slices of versions that named
+their own). A slice with our label but another owner is a stranger's: left
+alone, said once. It waits until every
 resource announced with ``expect`` has published or withdrawn (each edge
 announces its resource when it is made, before its first scan can end), and
 at most ``adopt_grace`` seconds after start: so a restart neither deletes
@@ -42,7 +48,6 @@ import time
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
-from http import HTTPStatus
 from typing import Any
 
 from genericdp.aio import Backoff, TaskSet, wait_event
@@ -52,7 +57,6 @@ from genericdp.dra import slices
 from genericdp.dra.listwatch import ListWatch, describe
 from genericdp.dra.slicestore import SliceStore
 from genericdp.dra.slicewatch import SliceWatch
-from genericdp.errors import GenericdpError
 
 log = logging.getLogger(__name__)
 
@@ -75,17 +79,9 @@ BACKOFF_JITTER = 0.5
 RESYNC = 600.0
 FAILURE_LOG_EVERY = 30.0  # seconds between warnings while the API server stays unreachable
 CLOSE_FLUSH = 2.0  # seconds close waits for a pending write
-# A slice name held by a slice that is not ours (another node's or driver's):
-# its resource's slice is left out of the pool and the name tried again this late.
-TAKEN_RETRY = 60.0
-
-
-class SliceNameTakenError(GenericdpError):
-    """A slice name we derive is held by a slice not of our node and driver."""
-
-    def __init__(self, name: str, node: str, driver: str) -> None:
-        super().__init__(_taken_message(name, node, driver))
-        self.name = name
+# Keys of held slices that are ours but not of the pool: deleted at the next write.
+_UNLABELLED = "unlabelled/"  # a slice of a version that named its own slices
+_EXTRA = "extra/"  # a second slice of one key (a create answered too late, then retried)
 
 
 class SlicePublisher:
@@ -108,7 +104,10 @@ class SlicePublisher:
         self._last_sync = -min_write_gap  # time.monotonic() at the end of the last write
         self._adopt_grace = adopt_grace
         self._desired: dict[str, list[dict[str, Any]]] = {}
-        self._held: dict[str, dict[str, Any]] | None = None  # slice name -> what the server holds
+        self._held: dict[str, dict[str, Any]] | None = None  # key -> what the server holds
+        self._foreign: dict[str, dict[str, Any]] = {}  # name -> a slice of the node not ours
+        self._strangers: set[str] = set()  # names of slices with our label, said once
+        self._owner: dict[str, str] | None = None  # the ownerReference to our Node, if read
         self._generation = 0
         self._sharing = True  # until the API server drops allowMultipleAllocations
         self._tainting = True  # until the API server drops a device's taints
@@ -124,7 +123,6 @@ class SlicePublisher:
         self._expected: set[str] = set()  # what the first write waits for (``expect``)
         self._answered: set[str] = set()  # resources that published or withdrew
         self._all_in = asyncio.Event()  # every expected resource answered
-        self._taken: dict[str, float] = {}  # slice name -> when it was found taken
         self._listed = asyncio.Event()  # the first list is done: the watch may start
         self._list_version = ""  # the resourceVersion of the writer's last list
         self._stales = 0  # changes by others seen (a list under way meanwhile is redone)
@@ -132,7 +130,7 @@ class SlicePublisher:
         # once the write's answers are in (the event of a write can come first).
         self._writing = False
         self._followed = SliceWatch(
-            store, held=lambda: self._held, stale=self._stale, writing=lambda: self._writing
+            store, held=self._by_name, stale=self._stale, writing=lambda: self._writing
         )
         backoff = Backoff(
             initial=WATCH_BACKOFF_FIRST, maximum=WATCH_BACKOFF_MAX, jitter=BACKOFF_JITTER
@@ -232,9 +230,9 @@ class SlicePublisher:
         return sum(self._untainted.values())
 
     @property
-    def taken(self) -> tuple[str, ...]:
-        """The slice names found held by a slice not ours (``genericdp_dra_slice_names_taken``)."""
-        return tuple(sorted(self._taken))
+    def strangers(self) -> int:
+        """Slices of this node and driver with our label and another owner (left alone)."""
+        return sum(1 for name in self._foreign if name in self._strangers)
 
     def _changed(self) -> None:
         self._idle.clear()
@@ -312,13 +310,50 @@ class SlicePublisher:
         self._changed()
 
     async def _list(self) -> dict[str, dict[str, Any]]:
-        """The slices, from a list that no change by others overlapped (it might predate it)."""
+        """Our slices by key, from a list that no change by others overlapped (it might
+        predate it); the owner is read afresh with each (a Node recreated has a new UID)."""
         while True:
             stales = self._stales
             listing = await self._store.list()
+            owner = await self._store.owner()
             if stales == self._stales:
                 self._list_version = listing.version
-                return listing.slices
+                self._owner = owner
+                return self._ours(listing.slices)
+
+    def _ours(self, found: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """Sort the node's slices of the driver into ours (by key) and others' (by name)."""
+        ours: dict[str, dict[str, Any]] = {}
+        self._foreign = {}
+        uid = self._owner["uid"] if self._owner is not None else None
+        for name in sorted(found):
+            obj = found[name]
+            metadata = obj.get("metadata") or {}
+            key = (metadata.get("labels") or {}).get(slices.SLICE_LABEL)
+            owners = {str(o.get("uid")) for o in metadata.get("ownerReferences") or []}
+            if key is None and not owners:
+                ours[f"{_UNLABELLED}{name}"] = obj
+            elif key is not None and (not owners or uid in owners):
+                ours[f"{_EXTRA}{name}" if key in ours else str(key)] = obj
+            else:
+                self._foreign[name] = obj
+                if key is not None and name not in self._strangers:
+                    self._strangers.add(name)
+                    log.warning(
+                        "ResourceSlice %s of node %s carries genericdp's label %s but another"
+                        " owner: not ours, left alone (delete it if it should not be there)",
+                        name,
+                        self.node,
+                        slices.SLICE_LABEL,
+                    )
+        return ours
+
+    def _by_name(self) -> dict[str, dict[str, Any]] | None:
+        """What the server holds of the node's slices of the driver, by name (the watch's
+        view): ours and the others'; None while a list is under way."""
+        if self._held is None:
+            return None
+        return {**self._foreign, **{_name(obj): obj for obj in self._held.values()}}
 
     async def _sync(self) -> None:
         if self._held is None:
@@ -328,14 +363,10 @@ class SlicePublisher:
                     "adopting %d ResourceSlice(s) of node %s: %s",
                     len(self._held),
                     self.node,
-                    ", ".join(sorted(self._held)),
+                    ", ".join(sorted(_name(obj) for obj in self._held.values())),
                 )
             self._adopted = True
             self._listed.set()
-            # A name found taken that is in our own list now was ours all along (a
-            # create that raced another write of ours): never leave it out.
-            for name in [n for n in self._taken if n in self._held]:
-                del self._taken[name]
         held = self._held
         wanted = self._wanted(0)
         if _same(wanted, held):
@@ -348,40 +379,30 @@ class SlicePublisher:
         self._writing = True
         try:
             outcomes = await asyncio.gather(
-                *(self._put(name, obj, held.get(name)) for name, obj in wanted.items()),
-                *(self._delete(name) for name in sorted(set(held) - set(wanted))),
+                *(self._put(key, obj, held.get(key)) for key, obj in wanted.items()),
+                *(self._delete(key, held[key]) for key in sorted(set(held) - set(wanted))),
                 return_exceptions=True,
             )
         finally:
             self._writing = False
         try:
-            taken = [o for o in outcomes if isinstance(o, SliceNameTakenError)]
-            for err in taken:
-                self._taken[err.name] = time.monotonic()
-                log.error("%s", err)
-            if taken:
-                # The pool as written counts the slices left out: write it again without them.
-                self._held = None
-                self._wake.set()
-                asyncio.get_running_loop().call_later(TAKEN_RETRY, self._changed)
-                return
             for outcome in outcomes:
                 if isinstance(outcome, BaseException):
                     raise outcome
-                name, written = outcome
+                key, written = outcome
                 if written is None:
-                    held.pop(name, None)
+                    held.pop(key, None)
                 else:
-                    held[name] = written
-                    self._check_sharing(wanted[name], written)
-                    self._check_taints(wanted[name], written)
+                    held[key] = written
+                    self._check_sharing(wanted[key], written)
+                    self._check_taints(wanted[key], written)
         finally:
             self._followed.written()  # our own writes among the events held back change nothing
         log.debug(
             "ResourceSlices of node %s at generation %d: %s",
             self.node,
             self._generation,
-            ", ".join(sorted(wanted)) or "none",
+            ", ".join(sorted(_name(obj) for obj in held.values())) or "none",
         )
         self._first_sync(len(outcomes))
 
@@ -439,35 +460,25 @@ class SlicePublisher:
         )
 
     def _wanted(self, generation: int) -> dict[str, dict[str, Any]]:
-        """The pool to write, without the slices whose name is taken (retried after
-        ``TAKEN_RETRY``): a name we cannot have never holds back the rest."""
-        now = time.monotonic()
-        self._taken = {n: at for n, at in self._taken.items() if now - at < TAKEN_RETRY}
+        """The pool to write, by key, each slice owned by our Node when it could be read."""
         pool = _pool(self._desired, self.node, self.driver, generation)
-        if self._taken:
-            for name in self._taken:
-                pool.pop(name, None)
+        if self._owner is not None:
             for obj in pool.values():
-                obj["spec"]["pool"]["resourceSliceCount"] = len(pool)
+                obj["metadata"]["ownerReferences"] = [dict(self._owner)]
         return pool
 
     async def _put(
-        self, name: str, obj: dict[str, Any], old: dict[str, Any] | None
+        self, key: str, obj: dict[str, Any], old: dict[str, Any] | None
     ) -> tuple[str, dict[str, Any]]:
         if old is None:
-            try:
-                return name, await self._store.create(obj)
-            except GenericdpError as err:
-                # Not in our list (of this node and driver), yet there: someone else's.
-                if getattr(err, "code", None) == HTTPStatus.CONFLICT:
-                    raise SliceNameTakenError(name, self.node, self.driver) from err
-                raise
+            return key, await self._store.create(obj)  # named by the API server
+        obj["metadata"]["name"] = _name(old)
         obj["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
-        return name, await self._store.replace(obj)
+        return key, await self._store.replace(obj)
 
-    async def _delete(self, name: str) -> tuple[str, None]:
-        await self._store.delete(name)
-        return name, None
+    async def _delete(self, key: str, old: dict[str, Any]) -> tuple[str, None]:
+        await self._store.delete(_name(old))
+        return key, None
 
 
 def _devices(  # noqa: PLR0917 -- publish's arguments, passed on
@@ -491,21 +502,22 @@ def _pool(
 
 
 def _same(wanted: dict[str, dict[str, Any]], held: dict[str, dict[str, Any]]) -> bool:
-    """The server holds exactly ``wanted`` (generation aside), all of one generation."""
+    """The server holds exactly ``wanted`` (generation aside), all of one generation,
+    with the same owners."""
     if set(wanted) != set(held):
         return False
     if len({obj["spec"]["pool"].get("generation") for obj in held.values()}) > 1:
         return False
     return all(
-        slices.comparable(wanted[name]["spec"]) == slices.comparable(held[name]["spec"])
-        for name in wanted
+        slices.comparable(wanted[key]["spec"]) == slices.comparable(held[key]["spec"])
+        and _owners(wanted[key]) == _owners(held[key])
+        for key in wanted
     )
 
 
-def _taken_message(name: str, node: str, driver: str) -> str:
-    return (
-        f"ResourceSlice {name} exists but is not a slice of node {node} and driver {driver}"
-        f" (kubectl get resourceslice {name} -o yaml shows whose): the devices it would"
-        f" hold are left out of the pool, and the name tried again in {TAKEN_RETRY:g}s;"
-        " delete that slice if it should not be there"
-    )
+def _name(obj: Mapping[str, Any]) -> str:
+    return str(obj["metadata"]["name"])
+
+
+def _owners(obj: Mapping[str, Any]) -> set[str]:
+    return {str(o.get("uid")) for o in obj["metadata"].get("ownerReferences") or []}

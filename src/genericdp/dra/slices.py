@@ -42,6 +42,12 @@ MAX_DEVICES_PER_SLICE = 64
 MAX_ATTRIBUTES = 32
 MAX_VALUE_BYTES = 64
 SLICE_NAME_MAX = 253
+# The API server appends 5 characters to a generateName cut to 58 (names.SimpleNameGenerator).
+GENERATED_PREFIX_MAX = 58
+# Each slice's key: which resource and index of which node and driver it holds. Its name
+# is the API server's (generateName): the publisher finds its slices again by this label
+# and their owner (the Node), so no name can be squatted.
+SLICE_LABEL = "genericdp.io/slice"
 UNHEALTHY_TAINT_KEY = "unhealthy"  # qualified with the driver: <driver>/unhealthy
 # The Kubernetes standard attributes (k8s.io/dynamic-resource-allocation/deviceattribute).
 STANDARD_NUMA_NODE, STANDARD_PCI_BUS_ID, STANDARD_PCIE_ROOT = STANDARD_ATTRIBUTES
@@ -302,7 +308,8 @@ def devices(
 
 
 def slice_name(node: str, driver: str, resource: str, index: int) -> str:
-    """A stable DNS subdomain naming slice ``index`` of ``resource`` on ``node``.
+    """A stable DNS subdomain naming slice ``index`` of ``resource`` on ``node``: its key
+    (``slice_key``) and the prefix of the name the API server gives it.
 
     The readable part (``<node>.<driver>.<resource, / made .>.<index>``) is
     for people; it always ends in ``-`` and eight hex digits of a hash of the
@@ -317,6 +324,11 @@ def slice_name(node: str, driver: str, resource: str, index: int) -> str:
     return f"{head}-{digest}" if head else digest
 
 
+def slice_key(name: str) -> str:
+    """The label value that stands for the slice ``slice_name`` derives (63 chars at most)."""
+    return hashlib.sha256(name.encode()).hexdigest()[:20]
+
+
 def pool_slices(
     by_resource: Mapping[str, Sequence[dict[str, Any]]],
     *,
@@ -324,7 +336,9 @@ def pool_slices(
     driver: str,
     generation: int,
 ) -> dict[str, dict[str, Any]]:
-    """The node's whole pool: ``{slice name: ResourceSlice}`` for the devices of each resource.
+    """The node's whole pool: ``{key: ResourceSlice}`` for the devices of each resource,
+    each slice named by the API server from a readable prefix (``generateName``) and
+    labelled with its key (``SLICE_LABEL``).
 
     A resource with no devices still gets one (empty) slice, so the pool
     says the resource is served here with nothing available.
@@ -340,10 +354,13 @@ def pool_slices(
             (slice_name(node, driver, resource, index), part) for index, part in enumerate(parts)
         )
     return {
-        name: {
+        slice_key(name): {
             "apiVersion": API_VERSION,
             "kind": "ResourceSlice",
-            "metadata": {"name": name},
+            "metadata": {
+                "generateName": name[: GENERATED_PREFIX_MAX - 1].rstrip("-.") + "-",
+                "labels": {SLICE_LABEL: slice_key(name)},
+            },
             "spec": {
                 "driver": driver,
                 "nodeName": node,

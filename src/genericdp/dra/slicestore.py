@@ -33,6 +33,11 @@ class SliceStore(Protocol):
     @property
     def driver(self) -> str: ...
 
+    async def owner(self) -> dict[str, str] | None:
+        """The ownerReference to the node's Node object, or None when it cannot be read
+        (not there, or no access): then the slices carry no owner."""
+        ...
+
     async def list(self) -> Listing:
         """Every slice of the node and driver, now."""
         ...
@@ -44,7 +49,8 @@ class SliceStore(Protocol):
         ...
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Create ``obj``; what the server holds now."""
+        """Create ``obj`` (named by the server from its ``generateName``); what the server
+        holds now."""
         ...
 
     async def replace(self, obj: dict[str, Any]) -> dict[str, Any]:

@@ -7,10 +7,14 @@ still in use by polling List and diffing.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from genericdp.errors import KubeletError, clip
 from genericdp.kubelet.api import podresources_pb2 as pr
@@ -52,21 +56,26 @@ class PodResourcesLister:
     cost more CPU than everything else an idle daemon does). A failed call closes
     the channel, so the next one connects afresh (a restarted kubelet's socket).
 
-    An answer that repeats the last one byte for byte (an idle node's every poll)
-    gives the very tuple it gave last time, so the caller can tell by identity.
-    A new answer is parsed in a worker thread, off the loop serving Allocate.
+    The event loop does nothing with an answer's bytes: a worker thread digests
+    them and, unless they repeat the last answer (an idle node's every poll: the
+    very tuple given last time comes back, so the caller can tell by identity),
+    parses them one pod at a time (each a short hold of the GIL), keeping only
+    ``resources`` (docs/contributing/architecture.md has the figures).
     """
 
     def __init__(self) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._last: dict[str, tuple[bytes, tuple[PodDevices, ...]]] = {}
+        # target -> (digest of the bytes, resources kept), the answer made of them
+        self._last: dict[str, tuple[_Key, tuple[PodDevices, ...]]] = {}
 
     async def __call__(
         self,
         socket: Path,
         *,
         timeout: float = 5.0,  # noqa: ASYNC109 -- sent to the kubelet as the gRPC deadline
+        resources: AbstractSet[str] | None = None,
     ) -> tuple[PodDevices, ...]:
+        """``resources``: keep only these (None: every resource)."""
         target = unix_address(socket)
         channel = self._channels.get(target)
         if channel is None:
@@ -90,11 +99,13 @@ class PodResourcesLister:
             ) from exc
         if not isinstance(raw, bytes):
             raise TypeError("a PodResources answer that is not bytes")
+        kept = None if resources is None else frozenset(resources)
         last = self._last.get(target)
-        if last is not None and last[0] == raw:
+        key, pods = await asyncio.to_thread(_taken, raw, kept, last[0] if last else None)
+        if pods is None:
+            assert last is not None  # noqa: S101 -- _taken answers None only for the last key
             return last[1]
-        pods = await asyncio.to_thread(_parsed, raw)
-        self._last[target] = (raw, pods)
+        self._last[target] = (key, pods)
         return pods
 
     async def close(self) -> None:
@@ -104,19 +115,34 @@ class PodResourcesLister:
             await channel.close(None)
 
 
-def _parsed(raw: bytes) -> tuple[PodDevices, ...]:
-    """A List answer's bytes, parsed and flattened (in a worker thread)."""
-    return pod_devices_from(pr.ListPodResourcesResponse.FromString(raw))
+_Key = tuple[bytes, frozenset[str] | None]
 
 
-def pod_devices_from(response: pr.ListPodResourcesResponse) -> tuple[PodDevices, ...]:
-    """Flatten a List answer into one entry per (pod, container, resource), merged
-    (the kubelet sends one ContainerDevices per device and NUMA node); containers
-    without devices are left out."""
+def _taken(
+    raw: bytes, resources: frozenset[str] | None, last: _Key | None
+) -> tuple[_Key, tuple[PodDevices, ...] | None]:
+    """In a worker thread: the answer's key, and its devices (None: the key is ``last``)."""
+    key = (hashlib.blake2b(raw, digest_size=16).digest(), resources)
+    if key == last:
+        return key, None
+    try:
+        return key, pod_devices_from(raw, resources)
+    except (DecodeError, ValueError) as exc:
+        raise KubeletError(f"PodResources List answer cannot be parsed: {exc}") from exc
+
+
+def pod_devices_from(
+    raw: bytes, resources: AbstractSet[str] | None = None
+) -> tuple[PodDevices, ...]:
+    """Flatten a List answer (its bytes) into one entry per (pod, container, resource)
+    of ``resources`` (None: every one), merged (the kubelet sends one ContainerDevices
+    per device and NUMA node); containers without devices are left out."""
     merged: dict[tuple[str, str, str, str], dict[str, None]] = {}
-    for pod in response.pod_resources:
+    for pod in _pods(raw):
         for container in pod.containers:
             for devices in container.devices:
+                if resources is not None and devices.resource_name not in resources:
+                    continue
                 key = (pod.namespace, pod.name, container.name, devices.resource_name)
                 ids = merged.setdefault(key, {})
                 ids.update(dict.fromkeys(devices.device_ids))
@@ -131,3 +157,42 @@ def pod_devices_from(response: pr.ListPodResourcesResponse) -> tuple[PodDevices,
         for (namespace, pod, container, resource), ids in merged.items()
         if ids
     )
+
+
+_POD_RESOURCES = (1 << 3) | 2  # ListPodResourcesResponse.pod_resources: field 1, length-delimited
+
+
+def _pods(raw: bytes) -> Iterator[pr.PodResources]:
+    """The answer's pods, parsed one at a time (a whole answer in one parse holds the
+    GIL, and so the event loop, for as long as it takes); other fields are skipped."""
+    pos = 0
+    while pos < len(raw):
+        tag, pos = _varint(raw, pos)
+        wire = tag & 7
+        if wire == 0:
+            _, pos = _varint(raw, pos)
+            continue
+        if wire in (1, 5):  # fixed64, fixed32
+            pos += 8 if wire == 1 else 4
+            continue
+        if wire != 2:  # noqa: PLR2004 -- length-delimited
+            raise ValueError(f"wire type {wire} at byte {pos}")
+        length, pos = _varint(raw, pos)
+        if pos + length > len(raw):
+            raise ValueError(f"a field of {length} bytes at byte {pos} runs past the end")
+        if tag == _POD_RESOURCES:
+            yield pr.PodResources.FromString(raw[pos : pos + length])
+        pos += length
+
+
+def _varint(raw: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(raw) or shift > 63:  # noqa: PLR2004 -- a varint is at most 10 bytes
+            raise ValueError(f"a varint cut short at byte {pos}")
+        byte = raw[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:  # noqa: PLR2004 -- the continuation bit
+            return value, pos
+        shift += 7

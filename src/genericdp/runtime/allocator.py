@@ -133,6 +133,7 @@ class Allocator:
             if (run := plan.hook(INIT, logger=log)) is not None:
                 await self._context.run_hook(run)
         for plan in plans:
+            self._context.owed.handed_out(definition, plan.units)
             self._usage.handed_out(definition.name, plan.device_ids)
 
     def _current_units(self) -> tuple[Unit, ...]:
@@ -156,6 +157,9 @@ class Allocator:
         if found.unknown:
             raise InvalidDevicesError(f"unknown device IDs: {_shown(found.unknown)}")
         if require_healthy and found.cleaning:
+            out = self._context.owed.out_of_service(self._definition().name)
+            if why := [f"{clip(u, _MAX_ID_CHARS)}: {out[u]}" for u in found.cleaning if u in out]:
+                raise InvalidDevicesError(f"out of service: {why[0]}")
             unit = "unit" if len(found.cleaning) == 1 else "units"
             verb = "is" if len(found.cleaning) == 1 else "are"
             raise InvalidDevicesError(f"{unit} {_shown(found.cleaning)} {verb} being cleaned up")

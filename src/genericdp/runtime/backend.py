@@ -69,6 +69,10 @@ class Fleet(Protocol):
         """Whether any resource runs."""
         ...
 
+    def watched(self) -> frozenset[str]:
+        """The resources whose holds matter: served, stopping, or owed a cleanup."""
+        ...
+
     def edges(self) -> Iterable[Edge]: ...
 
     def kick(self, reason: str) -> None:

@@ -4,14 +4,15 @@ Whoever knows that nobody holds a unit any more (the device plugin's
 PodResources poller, ``deviceplugin/poller.py``, or an Allocate of a unit
 still held, ``Usage.claim``) hands a ``Release`` to the resource's
 ``Cleaner``. While its hook runs the unit is advertised Unhealthy (so the
-kubelet does not pick it) and the ``Allocator`` refuses it.
+kubelet does not pick it) and the ``Allocator`` refuses it. The hook is the
+one the unit was handed out under (``owed.py``), else the definition's now.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from genericdp import logsetup
@@ -60,13 +61,16 @@ class Cleaner:
         self._tasks = TaskSet(log)
         self._running: dict[str, asyncio.Task[None]] = {}  # for stop to wait on
         self._stopping = asyncio.Event()
+        self._owed = context.owed
 
     @property
     def resource(self) -> str:
         return self._definition().name
 
-    def wanted(self) -> bool:
-        return self._definition().hooks.cleanup is not None
+    def wanted(self, unit_id: str) -> bool:
+        """Whether the unit has a cleanup hook to run (owed, or its definition's)."""
+        owed = self._owed.get(self.resource, unit_id) is not None
+        return owed or self._definition().hooks.cleanup is not None
 
     def busy(self, unit_id: str) -> bool:
         """Whether a cleanup of the unit is due or running."""
@@ -75,14 +79,19 @@ class Cleaner:
     def released(self, release: Release) -> None:
         """Start cleaning a released unit (retried until it succeeds)."""
         unit = self._state.units.get(release.unit_id)
-        if not self.wanted() or self._stopping.is_set() or self.busy(release.unit_id):
-            return  # a cleanup already running covers this release too
-        if unit is None:
-            # Gone from discovery: its removal cleanup ran when it vanished.
-            log.debug("%s: released unit %s is gone", self.resource, clip(release.unit_id))
+        if not self.wanted(release.unit_id) or self._stopping.is_set():
             return
+        if self.busy(release.unit_id):
+            return  # a cleanup already running covers this release too
+        gone = unit is None  # unplugged while held: cleaned once, as it was, not retried
+        if unit is None:
+            handed = self._owed.get(self.resource, release.unit_id)
+            if handed is None:
+                log.debug("%s: released unit %s is gone", self.resource, clip(release.unit_id))
+                return
+            unit = handed.unit
         self._state.set_cleaning(unit.id, cleaning=True)
-        self._spawn(unit, release.device_ids, retry=True, wait_first=False)
+        self._spawn(unit, release.device_ids, retry=not gone, wait_first=False)
 
     async def clean_now(self, release: Release) -> bool:
         """Clean a unit before an Allocate goes on (the kubelet already reuses it).
@@ -93,7 +102,7 @@ class Cleaner:
         returned at once, and nothing can have changed meanwhile.
         """
         unit = self._state.units.get(release.unit_id)
-        if unit is None or not self.wanted() or self.busy(unit.id):
+        if unit is None or not self.wanted(unit.id) or self.busy(unit.id):
             return False
         self._state.set_cleaning(unit.id, cleaning=True)
         passed = False
@@ -106,13 +115,6 @@ class Cleaner:
                 self._spawn(unit, release.device_ids, retry=True, wait_first=True)
         return True
 
-    def removed(self, unit: Unit, device_ids: Iterable[str]) -> None:
-        """A unit in use vanished (or its resource is going): clean it once."""
-        if not self.wanted() or self.busy(unit.id):
-            return
-        self._state.set_cleaning(unit.id, cleaning=True)  # in case it comes back meanwhile
-        self._spawn(unit, tuple(sorted(device_ids)), retry=False, wait_first=False)
-
     async def stop(self, timeout: float = 5.0) -> tuple[str, ...]:  # noqa: ASYNC109
         """No more retries; running hooks get ``timeout`` to finish, then are cancelled."""
         self._stopping.set()
@@ -122,11 +124,6 @@ class Cleaner:
             await asyncio.wait(running, timeout=timeout)
         # A cancelled hook gets SIGTERM, then SIGKILL 2 s later (execution.py).
         return await self._tasks.stop(timeout=3.0)
-
-    def drain_timeout(self, grace: float) -> float:
-        """How long ``stop`` should wait so a hook can finish on its own timeout."""
-        spec = self._definition().hooks.cleanup
-        return max(grace, spec.timeout + 3.0) if spec is not None else grace
 
     def _spawn(
         self, unit: Unit, device_ids: tuple[str, ...], *, retry: bool, wait_first: bool
@@ -160,18 +157,23 @@ class Cleaner:
             return await self._attempt_in(unit, device_ids, retry=retry)
 
     async def _attempt_in(self, unit: Unit, device_ids: tuple[str, ...], *, retry: bool) -> bool:
-        definition = self._definition()
-        run = HookRun.of(
-            CLEANUP, definition, (unit,), device_ids, node_name=self._node_name, logger=log
+        name = self.resource
+        owed = self._owed.get(name, unit.id)
+        spec = owed.hook if owed is not None else self._definition().hooks.cleanup
+        if spec is None:
+            return True  # handed out without a hook, which a reload removed: nothing to run
+        run = HookRun(
+            CLEANUP, spec, name, (unit,), device_ids, node_name=self._node_name, logger=log
         )
-        if run is None:
-            return True  # the hook was removed by a reload: nothing to run
         try:
             await self._run_hook(run)
         except HookError as exc:
             what = "out of service until its cleanup passes" if retry else "removed, not retried"
-            log.error("%s: unit %s %s: %s", definition.name, unit.id, what, exc)
+            log.error("%s: unit %s %s: %s", name, unit.id, what, exc)
+            if not retry:
+                self._owed.done(name, unit.id)  # a gone unit's one cleanup, passed or not
             return False
+        self._owed.done(name, unit.id)
         return True
 
     async def _pause(self, unit: Unit, backoff: Backoff) -> bool:

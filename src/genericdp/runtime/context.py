@@ -11,6 +11,7 @@ from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Roots, Unit
 from genericdp.hooks import HookRunner
 from genericdp.runtime.budget import NodeBudget
+from genericdp.runtime.owed import Owed
 from genericdp.runtime.recorder import NO_METRICS, Recorder
 from genericdp.settings import Settings
 
@@ -41,6 +42,8 @@ class ResourceContext:
     settled_timeout: float = 0.0
     # The units and IDs every resource of the node holds, against the node's limits.
     budget: NodeBudget = field(default_factory=NodeBudget)
+    # The units handed out and owed a cleanup, and those whose cleanup cannot run.
+    owed: Owed = field(default_factory=lambda: Owed(None))
 
     @classmethod
     def of(
@@ -68,4 +71,5 @@ class ResourceContext:
             cleanup_backoff=cleanup_backoff,
             on_status=on_status,
             settled_timeout=settled_timeout,
+            owed=Owed(settings.state_path),
         )

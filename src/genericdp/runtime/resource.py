@@ -142,32 +142,27 @@ class ResourceRunner:
         if renew:
             self.kick("options changed", renew=True)
 
-    async def stop(
-        self,
-        *,
-        timeout: float = 5.0,  # noqa: ASYNC109
-        removed: bool = False,
-    ) -> tuple[str, ...]:
+    async def stop(self, *, timeout: float = 5.0) -> tuple[str, ...]:  # noqa: ASYNC109
         """Cancel the tasks, then end streams, stop the server, remove the socket.
 
-        Running cleanups get ``timeout`` to finish. ``removed`` (the resource
-        left the config) also cleans every unit in use, once, and waits for it.
+        Running cleanups get ``timeout`` to finish. A unit in use stays owed its
+        cleanup (``owed.py``): it is cleaned when released, runner or not.
         """
         with logsetup.fields(resource=self.name):
-            return await self._stop(timeout, removed=removed)
+            stragglers = await self._tasks.stop(timeout=timeout)
+            self._context.budget.release(self.name)
+            self._usage.watch(self.name, None)
+            await self.edge.close()
+            return (*stragglers, *await self.cleaner.stop(timeout))
 
-    async def _stop(self, timeout: float, *, removed: bool) -> tuple[str, ...]:  # noqa: ASYNC109
-        stragglers = await self._tasks.stop(timeout=timeout)
-        self._context.budget.release(self.name)
-        self._usage.watch(self.name, None)
-        await self.edge.close()
-        if removed:
-            await self._cdi.retract(self.name)
-            in_use = self._usage.in_use(self.name)
-            for unit in self.state.units.values():
-                self._removed(unit, in_use)
-            timeout = self.cleaner.drain_timeout(timeout)
-        return (*stragglers, *await self.cleaner.stop(timeout))
+    async def retract(self) -> None:
+        """The resource is no longer served here: its CDI spec goes; each unit in use
+        stays owed the hook of the definition it was handed out under."""
+        await self._cdi.retract(self.name)
+        in_use = self._usage.in_use(self.name)
+        for unit in self.state.units.values():
+            if any(self.state.unit_of(d) == unit.id for d in in_use):
+                self._context.owed.handed_out(self._definition, (unit,))
 
     def released(self, release: Release) -> None:
         """Nobody holds this unit any more (seen by its backend's usage tracking)."""
@@ -208,10 +203,10 @@ class ResourceRunner:
             clip(unit_id),  # from PodResources: a peer's string
         )
 
-    def _removed(self, unit: Unit, in_use: frozenset[str]) -> None:
-        held = [d for d in in_use if self.state.unit_of(d) == unit.id]
-        if held:
-            self.cleaner.removed(unit, held)
+    def _vanished(self, unit: Unit, in_use: frozenset[str]) -> None:
+        """A unit vanished; held, it is owed its cleanup, run once when it is released."""
+        if any(self.state.unit_of(d) == unit.id for d in in_use):
+            self._context.owed.handed_out(self._definition, (unit,))
 
     def _start_health(self) -> None:
         check = self._definition.health
@@ -269,7 +264,7 @@ class ResourceRunner:
                 in_use, found = self._usage.in_use(self.name), {u.id for u in units}
                 for unit in before.values():
                     if unit.id not in found:
-                        self._removed(unit, in_use)
+                        self._vanished(unit, in_use)
                 self._log_held(before.keys(), gone)
             if not self._discovered:
                 self._discovered = True

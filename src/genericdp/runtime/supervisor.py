@@ -6,8 +6,9 @@ out, stopping removed resources before starting new ones. Resources whose
 ``nodeSelector`` the node's labels do not match are left out of the plan
 (``reconcile.served``); ``set_node_labels`` applies the config again when the
 labels change, so a resource that stops matching stops as a removed one
-does (units in use stay with their containers, cleaned once released) and
-one that starts matching starts. The backend
+does (units in use stay with their containers, cleaned once released, with
+the hook they were handed out under: ``owed.py``) and one that starts
+matching starts. The backend
 (``runtime/backend.py``) makes each resource's edge and runs its own
 daemon-wide tasks (the device plugin's kubelet watch and PodResources
 poller), which reach the resources through the supervisor as their
@@ -27,12 +28,14 @@ from genericdp import logsetup
 from genericdp.aio import Backoff, TaskSet
 from genericdp.allocation.cdi import remove_stale_specs
 from genericdp.config.model import Config, ResourceDefinition
-from genericdp.hooks import HookRunner
+from genericdp.errors import HookError
+from genericdp.hooks import CLEANUP, HookRun, HookRunner
 from genericdp.runtime.backend import Backend, Gauge
 from genericdp.runtime.cleanup import Release
 from genericdp.runtime.context import SETTLE, Discover, ResourceContext
 from genericdp.runtime.devwatch import DevChange, watch_devices
 from genericdp.runtime.edge import Edge, PluginStatus
+from genericdp.runtime.owed import Handed
 from genericdp.runtime.reconcile import NodeLabels, Plan, plan, served
 from genericdp.runtime.recorder import NO_METRICS, Recorder, TimedHooks
 from genericdp.runtime.resource import ResourceRunner
@@ -104,7 +107,9 @@ class Supervisor:
         self._labels = _frozen(node_labels)
         self._served: tuple[ResourceDefinition, ...] = ()  # what the runners run
         self._skipped: dict[str, str] = {}  # resources of the config not served, and why
-        self._stopping = 0  # resources being removed
+        self._stopping: set[str] = set()  # resources being removed
+        self._configured: frozenset[str] = frozenset()  # names in the config being applied
+        self._owed = self._context.owed
 
     @property
     def config(self) -> Config:
@@ -134,6 +139,7 @@ class Supervisor:
         )
         for path in removed:
             log.info("removed stale CDI spec %s", path)
+        await asyncio.to_thread(self._owed.load)
         # Not awaited: once ready it asks every resource to rescan, so nothing is missed.
         self._tasks.spawn("device-watch", self._watch_devices, backoff=Backoff(maximum=10.0))
         await self._backend.start(self, self._tasks)
@@ -151,6 +157,7 @@ class Supervisor:
 
     async def _apply(self, config: Config, *, if_changed: bool) -> Plan:
         self._backend.configured(config)  # before a removed resource's units are released
+        self._configured = frozenset(d.name for d in config.resources)
         wanted, skipped = served(config.resources, self._labels)
         self._say_skipped(skipped)
         steps = plan(self._served, wanted, self._backend.renews)
@@ -167,11 +174,14 @@ class Supervisor:
         for name in steps.stop:
             # Counted as served while it stops: its cleanup reads what the backend
             # knows is in use, which the backend forgets once nothing is served.
-            self._stopping += 1
+            self._stopping.add(name)
             try:
-                await self._runners.pop(name).stop(removed=True)
+                runner = self._runners.pop(name)
+                await runner.retract()  # before a release can reach the owed cleanups
+                await runner.stop()
+                self._clean_unheld(runner)
             finally:
-                self._stopping -= 1
+                self._stopping.discard(name)
         for definition in steps.update:
             await self._runners[definition.name].update(definition, renew=False)
         for definition in steps.renew:
@@ -179,6 +189,8 @@ class Supervisor:
         for definition in steps.start:
             runner = ResourceRunner(definition, self._context, self._backend)
             self._runners[definition.name] = runner
+            for unit_id in self._owed.out_of_service(definition.name):
+                runner.state.set_cleaning(unit_id, cleaning=True)
             runner.start()
         self._config, self._served = config, wanted
         self._notify()
@@ -246,12 +258,12 @@ class Supervisor:
     # -- observation -------------------------------------------------------------
 
     def gauges(self) -> tuple[Gauge, ...]:
-        """The backend's own metrics."""
-        return self._backend.gauges()
+        """The backend's own metrics, and the units kept out of service uncleaned."""
+        return (*self._backend.gauges(), self._owed.gauge())
 
     def notes(self) -> tuple[str, ...]:
-        """What /readyz lists of the backend without failing."""
-        return self._backend.notes()
+        """What /readyz lists without failing (units kept out of service)."""
+        return (*self._backend.notes(), *self._owed.notes())
 
     def status(self) -> dict[str, PluginStatus]:
         return {name: r.status() for name, r in sorted(self._runners.items())}
@@ -286,7 +298,10 @@ class Supervisor:
     # -- the Fleet the backend's tasks see ---------------------------------------
 
     def serving(self) -> bool:
-        return bool(self._runners) or self._stopping > 0
+        return bool(self._runners) or bool(self._stopping) or self._owed.owing()
+
+    def watched(self) -> frozenset[str]:
+        return frozenset(self._runners) | self._stopping | self._owed.resources()
 
     def edges(self) -> Iterator[Edge]:
         return (runner.edge for runner in self._runners.values())
@@ -300,6 +315,85 @@ class Supervisor:
             runner = self._runners.get(release.resource)
             if runner is not None:
                 runner.released(release)
+            elif (handed := self._owed.get(release.resource, release.unit_id)) is not None:
+                self._clean_owed(release, handed)
+
+    # -- cleanups owed by resources no longer served -----------------------------
+
+    def _clean_unheld(self, runner: ResourceRunner) -> None:
+        """After ``runner`` stopped: clean its owed units nobody holds now (their
+        cleanup was cut short by the stop)."""
+        resource = runner.name
+        in_use = {runner.state.unit_of(d) for d in self._backend.usage.in_use(resource)}
+        for unit_id in self._owed.units_of(resource):
+            handed = self._owed.get(resource, unit_id)
+            if unit_id not in in_use and handed is not None:
+                self._clean_owed(Release(resource, unit_id, ()), handed)
+
+    def _clean_owed(self, release: Release, handed: Handed) -> None:
+        """Run the hook a unit of a resource not served was handed out under, until it
+        passes; its definition gone from the config, keep the unit uncleaned instead."""
+        key = (release.resource, release.unit_id)
+        if key in self._owed.cleaning:
+            return
+        self._owed.cleaning.add(key)
+        self._set_cleaning(*key, cleaning=True)
+
+        async def clean() -> None:
+            try:
+                await self._run_owed(release, handed)
+            finally:
+                self._owed.cleaning.discard(key)
+                self._set_cleaning(*key, cleaning=key in self._owed.uncleaned)
+                if self._owed.uncleaned and "uncleaned" not in self._tasks.names:
+                    self._tasks.spawn("uncleaned", self._watch_uncleaned, finishable=True)
+
+        fields = {"resource": release.resource, "unit": release.unit_id}
+        name = f"{release.resource}/owed-cleanup/{release.unit_id}"
+        self._tasks.spawn(name, clean, log_fields=fields, finishable=True)
+
+    async def _run_owed(self, release: Release, handed: Handed) -> None:
+        resource, unit_id = release.resource, release.unit_id
+        backoff = (self._context.cleanup_backoff or (lambda: Backoff(initial=1.0, maximum=60.0)))()
+        while True:
+            if resource not in self._configured:
+                why = f"{resource} left the config while a container held the unit"
+                await self._owed.owe(resource, unit_id, release.device_ids, why)
+                return
+            run = HookRun(
+                CLEANUP,
+                handed.hook,
+                resource,
+                (handed.unit,),
+                release.device_ids,
+                node_name=self._settings.node_name,
+                logger=log,
+            )
+            try:
+                await self._run_hook(run)
+            except HookError as exc:
+                log.error(
+                    "%s: unit %s out of service until its cleanup passes: %s",
+                    resource,
+                    unit_id,
+                    exc,
+                )
+                await asyncio.sleep(backoff.next())
+                continue
+            self._owed.done(resource, unit_id)
+            return
+
+    async def _watch_uncleaned(self) -> None:
+        """Serve again the uncleaned units an admin released (deleted their file)."""
+        while self._owed.uncleaned:
+            await asyncio.sleep(1.0)
+            for resource, unit_id in await asyncio.to_thread(self._owed.released_by_admin):
+                self._set_cleaning(resource, unit_id, cleaning=False)
+
+    def _set_cleaning(self, resource: str, unit_id: str, *, cleaning: bool) -> None:
+        runner = self._runners.get(resource)
+        if runner is not None:
+            runner.state.set_cleaning(unit_id, cleaning=cleaning)
 
     def usage_changed(self) -> None:
         for runner in self._runners.values():

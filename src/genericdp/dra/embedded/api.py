@@ -28,6 +28,7 @@ class EmbeddedSlices:
         self.driver = driver
         self.objects: dict[str, dict[str, Any]] = {}  # name -> slice, as written
         self._versions = itertools.count(1)
+        self._names = itertools.count()
         self._version = "0"
 
     async def list(self) -> Listing:
@@ -39,7 +40,13 @@ class EmbeddedSlices:
         for event in nothing:
             yield event
 
+    async def owner(self) -> dict[str, str] | None:
+        return None  # no Node object here: the slices carry no owner
+
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        obj = copy.deepcopy(obj)
+        if "name" not in obj["metadata"]:  # generateName, as the API server completes it
+            obj["metadata"]["name"] = f"{obj['metadata']['generateName']}{next(self._names):05d}"
         return self._store(obj)
 
     async def replace(self, obj: dict[str, Any]) -> dict[str, Any]:

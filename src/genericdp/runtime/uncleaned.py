@@ -1,21 +1,20 @@
 """Units whose cleanup is owed and cannot run: out of service until an admin releases them.
 
-A unit a claim held is cleaned at the claim's unprepare with the ``cleanup``
-hook of the definition it was handed out under (recorded in the checkpoint),
-whether or not the node still serves that resource. When the definition has
-left the config by then, no command the config no longer names is run: the
-unit is recorded here instead, one file per unit in the driver's plugin
-directory, ``uncleaned-<digest>.json``, written before the claim is
-forgotten. While its file is there the unit is left out of the node's
-ResourceSlice and prepare refuses it, whatever the config says, and
-``/readyz``, the log and ``genericdp_dra_units_uncleaned`` say so. An admin
-who has cleaned the device (or knows it needs none) deletes the file: the
-daemon sees it go (``turns.follow``) and serves the unit again.
+A unit handed out is cleaned at its release with the ``cleanup`` hook of the
+definition it was handed out under (DRA: recorded in the checkpoint at
+prepare; the device plugin: ``runtime/owed.py``), whether or not the node
+still serves that resource. When the definition has left the config by then,
+no command the config no longer names is run: the unit is recorded here
+instead, one file per unit, ``uncleaned-<digest>.json`` (DRA: in the driver's
+plugin directory, written before the claim is forgotten; the device plugin:
+in ``stateDir``). While its file is there the unit is not handed out, whatever
+the config says, and ``/readyz``, the log and a metric say so. An admin who
+has cleaned the device (or knows it needs none) deletes the file: the daemon
+sees it go and serves the unit again.
 
 The files are ours but live on the host: each is read as hostile input
 (a regular file, small, the expected keys); one that cannot be read is
-logged and left where it is.
-"""
+logged and left where it is."""
 
 from __future__ import annotations
 
@@ -46,8 +45,8 @@ class Uncleaned:
 
     resource: str
     unit: str
-    device: str  # its DRA device name
-    claim: str  # <namespace>/<name> of the last claim that held it
+    device: str  # its DRA device name; the device plugin: its device IDs
+    claim: str  # <namespace>/<name> of the last claim that held it (DRA)
     since: str  # UTC, ISO 8601
     why: str
 
