@@ -82,6 +82,9 @@ class HandedOut:
     def in_use(self, resource: str) -> frozenset[str]:  # noqa: ARG002 -- the Usage protocol's signature
         return frozenset()
 
+    def units_in_use(self, resource: str) -> frozenset[str]:  # noqa: ARG002 -- the Usage protocol's signature
+        return frozenset()
+
     def held(self, resource: str) -> frozenset[str]:  # noqa: ARG002 -- the Usage protocol's signature
         return frozenset()
 
@@ -99,6 +102,7 @@ class PublishingBackend:
     """A whole backend: one edge per resource, no daemon-wide task, no metric of its own."""
 
     settled_timeout = 0.0
+    owed_records = None
     where = "a test"
 
     def __init__(self) -> None:

@@ -192,8 +192,8 @@ class Settings(DiscoverySettings):
     cdi_dir: Path = Field(Path("/var/run/cdi"), description="where CDI specs are written")
     state_dir: str = Field(
         DEFAULT_STATE_DIR,
-        description="where the last config applied is kept, served when the pod starts with an"
-        " invalid one (an absolute path on the node; empty: nothing kept)",
+        description="where the last config applied (served when the pod starts with an invalid"
+        " one) and the cleanups owed are kept (an absolute path on the node; empty: nothing kept)",
     )
     kubeconfig: str = Field(
         "",

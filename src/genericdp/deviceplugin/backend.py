@@ -38,6 +38,7 @@ class DevicePluginBackend:
     # The first Register waits for the first PodResources answer: its List
     # timeout plus a second.
     settled_timeout = POD_RESOURCES_TIMEOUT + 1.0
+    owed_records = "owed-device-plugin-"
 
     def __init__(
         self,

@@ -86,6 +86,9 @@ class UsageTracker:
     def in_use(self, resource: str) -> frozenset[str]:
         return frozenset(d for d, h in self._holders.get(resource, {}).items() if h)
 
+    def units_in_use(self, resource: str) -> frozenset[str]:
+        return frozenset(u for u, n in self._held_units(resource).items() if n > 0)
+
     def watch(self, resource: str, callback: Callable[[], None] | None) -> None:
         """Call ``callback`` whenever an Allocate changes what ``resource`` holds
         (None stops); a List's changes reach the poller's ``on_observed``."""

@@ -57,6 +57,7 @@ class DraBackend:
     """The driver and the publisher of one node (``runtime.backend.Backend``)."""
 
     settled_timeout = 0.0  # what is held is the checkpoint, loaded before any resource starts
+    owed_records = None  # the checkpoint records each claim's cleanup hook
 
     def __init__(
         self,

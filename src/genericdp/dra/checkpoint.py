@@ -40,6 +40,7 @@ from genericdp.config.model import Exec
 from genericdp.dra.claims import ClaimRef, valid_uid
 from genericdp.errors import clip
 from genericdp.runtime import uncleaned
+from genericdp.runtime.owedrecords import dump_hook, parse_hook
 
 log = logging.getLogger(__name__)
 
@@ -395,11 +396,10 @@ def _parse(uid: object, entry: object) -> PreparedClaim:
 
 
 _UNRECORDED = "unrecorded"  # an entry from before hooks were recorded
-_MAX_ARGV = 256  # words of a recorded hook's command
 
 
 def _dump_exec(spec: Exec | None) -> dict[str, Any] | None:
-    return None if spec is None else {"argv": list(spec.argv), "timeout": spec.timeout}
+    return None if spec is None else dump_hook(spec)
 
 
 def _exec(found: object) -> Exec | None:
@@ -407,18 +407,7 @@ def _exec(found: object) -> Exec | None:
     absent (an older entry: the current definition's hook, ``prepare.py``)."""
     if found is None or found == _UNRECORDED:
         return None
-    if not isinstance(found, dict):
-        raise TypeError("cleanup is not a mapping")
-    argv, timeout = found.get("argv"), found.get("timeout")
-    if (
-        not isinstance(argv, list)
-        or not 0 < len(argv) <= _MAX_ARGV
-        or not all(isinstance(a, str) and len(a) <= 4096 for a in argv)  # noqa: PLR2004 -- as _text's limit
-    ):
-        raise TypeError("cleanup.argv is not a list of strings")
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-        raise ValueError("cleanup.timeout is not a positive number")
-    return Exec(tuple(argv), float(timeout))
+    return parse_hook(found)
 
 
 _ATTRIBUTE_TYPES = {"string": str, "version": str, "int": int, "bool": bool}

@@ -51,6 +51,9 @@ class DraUsage:
     def in_use(self, resource: str) -> frozenset[str]:  # noqa: ARG002 -- the Usage protocol's signature
         return frozenset()  # cleanup runs at unprepare, not through the runtime
 
+    def units_in_use(self, resource: str) -> frozenset[str]:  # noqa: ARG002 -- the Usage protocol's signature
+        return frozenset()  # as in_use
+
     def watch(self, resource: str, callback: Callable[[], None] | None) -> None:  # noqa: ARG002 -- the Usage protocol's signature
         return None  # changes reach every resource through ``listen``
 

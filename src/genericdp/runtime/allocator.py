@@ -133,7 +133,7 @@ class Allocator:
             if (run := plan.hook(INIT, logger=log)) is not None:
                 await self._context.run_hook(run)
         for plan in plans:
-            self._context.owed.handed_out(definition, plan.units)
+            await self._context.owed.handed_out(definition, plan.units)
             self._usage.handed_out(definition.name, plan.device_ids)
 
     def _current_units(self) -> tuple[Unit, ...]:

@@ -84,7 +84,8 @@ class Fleet(Protocol):
         ...
 
     def usage_changed(self) -> None:
-        """What containers hold changed: every resource's list follows it."""
+        """What containers hold changed, or was learnt (the PodResources poller's
+        first answer): every resource's list follows it."""
         ...
 
 
@@ -99,6 +100,13 @@ class Backend(Protocol):
     @property
     def settled_timeout(self) -> float:
         """How long a resource's first wake waits for ``usage.settled`` (0: not at all)."""
+        ...
+
+    @property
+    def owed_records(self) -> str | None:
+        """What the names of the files that keep its owed cleanups in ``stateDir``
+        across a restart begin with (``runtime/owedrecords.py``), one of its own so no
+        other backend reads them; None: it keeps them itself (DRA's checkpoint)."""
         ...
 
     @property

@@ -171,9 +171,9 @@ class Cleaner:
             what = "out of service until its cleanup passes" if retry else "removed, not retried"
             log.error("%s: unit %s %s: %s", name, unit.id, what, exc)
             if not retry:
-                self._owed.done(name, unit.id)  # a gone unit's one cleanup, passed or not
+                await self._owed.done(name, unit.id)  # a gone unit's one cleanup, passed or not
             return False
-        self._owed.done(name, unit.id)
+        await self._owed.done(name, unit.id)
         return True
 
     async def _pause(self, unit: Unit, backoff: Backoff) -> bool:

@@ -57,8 +57,10 @@ class ResourceContext:
         cleanup_backoff: Callable[[], Backoff] | None = None,
         on_status: Callable[[], None] = lambda: None,
         settled_timeout: float = 0.0,
+        owed_records: str | None = None,
     ) -> ResourceContext:
-        """The context of ``settings``, with the runtime's own pieces."""
+        """The context of ``settings``, with the runtime's own pieces; ``owed_records``:
+        the backend's ``owed_records``."""
         return cls(
             roots=Roots(dev=settings.dev_root, sys=settings.sys_root, udev=settings.udev_root),
             discover=discover,
@@ -71,5 +73,5 @@ class ResourceContext:
             cleanup_backoff=cleanup_backoff,
             on_status=on_status,
             settled_timeout=settled_timeout,
-            owed=Owed(settings.state_path),
+            owed=Owed(settings.state_path, owed_records),
         )

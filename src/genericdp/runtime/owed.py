@@ -14,8 +14,14 @@ command the config no longer names is run: the unit is recorded uncleaned
 deletes its file. DRA keeps the same promise through its checkpoint
 (``dra/prepare.py``) and the same ``uncleaned`` files.
 
-The records live in memory: a daemon restarted while a container holds a
-unit cleans it with the hook of the config it starts with.
+The device plugin keeps each record in ``stateDir`` too (``owedrecords.py``),
+written before the Allocate answers and removed once the unit is cleaned,
+so a restart changes nothing: a restarted daemon loads them (``load``) and
+keeps their units out of service until the PodResources poller's first
+answer (``unsettled``); then a unit released while it was down is cleaned
+with its recorded hook at once, and one still held at its release
+(``Supervisor.usage_changed``). A record that cannot be used keeps its unit
+out of service as uncleaned; no command it names is run.
 """
 
 from __future__ import annotations
@@ -28,9 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from genericdp.atomicfile import reason
 from genericdp.config.model import Exec, ResourceDefinition
 from genericdp.discovery.model import Unit
-from genericdp.runtime import uncleaned
+from genericdp.errors import GenericdpError, clip
+from genericdp.runtime import owedrecords, uncleaned
+from genericdp.runtime.owedrecords import Record, Refused
 from genericdp.runtime.uncleaned import Uncleaned
 
 if TYPE_CHECKING:
@@ -39,6 +48,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # resource, unit ID
+
+
+class RecordError(GenericdpError):
+    """A unit's owed cleanup cannot be kept in ``stateDir``: it is not handed out."""
 
 
 @dataclass(frozen=True)
@@ -52,35 +65,140 @@ class Handed:
 class Owed:
     """The daemon's owed cleanups and uncleaned units (one for every resource)."""
 
-    def __init__(self, directory: Path | None) -> None:
-        """``directory``: where uncleaned units are kept (None: in memory only)."""
+    def __init__(self, directory: Path | None, records: str | None = None) -> None:
+        """``directory``: where uncleaned units are kept (None: in memory only);
+        ``records``: the name the files that keep owed cleanups there begin with
+        (the backend's; None: kept in memory only)."""
         self._directory = directory
+        # Where the owed cleanups are kept: the directory and the files' prefix.
+        self._records = (directory, records) if directory is not None and records else None
         self._handed: dict[Key, Handed] = {}
         self.uncleaned: dict[Key, Uncleaned] = {}
         self._seen: uncleaned.DirId = frozenset()
         self.cleaning: set[Key] = set()  # owed cleanups of units no runner cleans, running
+        # Loaded at start: out of service until PodResources says whether they are held.
+        self.unsettled: set[Key] = set()
+        self._writing = asyncio.Lock()
 
     def load(self) -> None:
-        """Read the uncleaned units a predecessor recorded."""
-        if self._directory is not None:
-            self._seen = uncleaned.identity(self._directory)
-            self.uncleaned = uncleaned.load(self._directory)
+        """Read the uncleaned units and the owed cleanups a predecessor recorded."""
+        if self._directory is None:
+            return
+        self._seen = uncleaned.identity(self._directory)
+        self.uncleaned = uncleaned.load(self._directory)
+        if self._records is None:
+            return
+        records, refused = owedrecords.load(*self._records)
+        for record in records.values():
+            key = (record.resource, record.unit.id)
+            if key in self.uncleaned:  # recorded uncleaned since: that file decides
+                self._forget_file(key)
+                continue
+            self._handed[key] = Handed(record.unit, record.hook)
+            self.unsettled.add(key)
+        for found in refused:
+            self._refuse(found)
+        self._seen = uncleaned.identity(self._directory)
+        if self.unsettled:
+            log.info(
+                "%d unit(s) owed a cleanup from before the restart: out of service until"
+                " PodResources says whether they are still held",
+                len(self.unsettled),
+            )
 
-    def handed_out(self, definition: ResourceDefinition, units: Iterable[Unit]) -> None:
+    def _refuse(self, found: Refused) -> None:
+        """A record that cannot be used: its unit, when it names one, is uncleaned."""
+        assert self._directory is not None  # noqa: S101 -- only load calls it
+        log.error("%s cannot be used (%s): no command it names is run", found.path, found.why)
+        if found.key is not None:
+            resource, unit_id = found.key
+            why = f"its owed cleanup's record {found.path.name} could not be used ({found.why})"
+            entry = self._entry(resource, unit_id, "", why)
+            try:
+                uncleaned.record(self._directory, entry)
+            except OSError as exc:
+                log.error("%s: cannot record unit %s as uncleaned: %s", resource, unit_id, exc)
+                self.uncleaned[found.key] = entry  # out of service until the next start
+                return
+            self.uncleaned[found.key] = entry
+            log.error(
+                "%s: unit %s is not cleaned and stays out of service: %s",
+                resource,
+                clip(unit_id),
+                entry.why,
+            )
+        try:
+            aside = owedrecords.set_aside(found.path)
+        except OSError as exc:
+            log.error("cannot set %s aside: %s", found.path, reason(exc))
+        else:
+            log.warning("%s set aside as %s", found.path, aside.name)
+
+    async def handed_out(self, definition: ResourceDefinition, units: Iterable[Unit]) -> None:
         """These units go to a container: each is owed the cleanup hook of ``definition``
-        (a unit handed out before and not cleaned since keeps the hook it has)."""
+        (a unit handed out before and not cleaned since keeps the hook it has), kept
+        in ``stateDir`` before this returns; RecordError (none kept) when it cannot be."""
+        await self._take(definition, units, strict=True)
+
+    async def kept(self, definition: ResourceDefinition, units: Iterable[Unit]) -> None:
+        """Units in use whose runner stops or which vanished: owed the hook of
+        ``definition`` unless they have one; a record that cannot be written is logged
+        (the cleanup is then owed until a restart)."""
+        try:
+            await self._take(definition, units, strict=False)
+        except RecordError as exc:
+            log.error("%s", exc)
+
+    async def _take(
+        self, definition: ResourceDefinition, units: Iterable[Unit], *, strict: bool
+    ) -> None:
         hook = definition.hooks.cleanup
         if hook is None:
             return
-        for unit in units:
-            self._handed.setdefault((definition.name, unit.id), Handed(unit, hook))
+        async with self._writing:  # a second hand-out of a unit waits for its record
+            new = []
+            for unit in units:
+                key = (definition.name, unit.id)
+                if key not in self._handed:
+                    self._handed[key] = Handed(unit, hook)
+                    new.append(Record(definition.name, unit, hook))
+            if not new or self._records is None:
+                return
+            try:
+                await asyncio.to_thread(_write, *self._records, new)
+            except OSError as exc:
+                if strict:
+                    for record in new:
+                        self._handed.pop((record.resource, record.unit.id), None)
+                where = reason(exc)
+                raise RecordError(
+                    f"cannot keep the owed cleanup of unit {new[0].unit.id} in the state"
+                    f" directory: {where}"
+                ) from exc
 
     def get(self, resource: str, unit_id: str) -> Handed | None:
         return self._handed.get((resource, unit_id))
 
-    def done(self, resource: str, unit_id: str) -> None:
-        """The unit was cleaned (or was gone when its one cleanup ran)."""
-        self._handed.pop((resource, unit_id), None)
+    async def done(self, resource: str, unit_id: str) -> None:
+        """The unit was cleaned (or was gone when its one cleanup ran): its record goes."""
+        key = (resource, unit_id)
+        self.unsettled.discard(key)
+        if self._handed.pop(key, None) is not None and self._records is not None:
+            await asyncio.to_thread(self._forget_file, key)
+
+    def _forget_file(self, key: Key) -> None:
+        if self._records is None:
+            return
+        try:
+            owedrecords.remove(*self._records, *key)
+        except OSError as exc:
+            log.error(
+                "%s: cannot remove the record of unit %s's owed cleanup (it runs again after"
+                " a restart): %s",
+                key[0],
+                key[1],
+                reason(exc),
+            )
 
     def owing(self) -> bool:
         """Whether any unit is owed a cleanup (PodResources must be polled for it)."""
@@ -99,35 +217,42 @@ class Owed:
         out = {u: e.why for (r, u), e in self.uncleaned.items() if r == resource}
         for r, u in self.cleaning:
             if r == resource:
-                out.setdefault(u, "its cleanup from before the resource stopped is running")
+                out.setdefault(u, "the cleanup owed by its last hand-out is running")
+        for r, u in self.unsettled:
+            if r == resource:
+                out.setdefault(u, "the cleanup owed from before the restart waits for PodResources")
         return out
 
     async def owe(self, resource: str, unit_id: str, device_ids: tuple[str, ...], why: str) -> None:
         """Record the unit as uncleaned: out of service until an admin releases it."""
-        self._handed.pop((resource, unit_id), None)
+        entry = self._entry(resource, unit_id, ",".join(device_ids), why)
+        self.uncleaned[resource, unit_id] = entry
+        log.error(
+            "%s: unit %s is not cleaned and stays out of service: %s", resource, unit_id, entry.why
+        )
+        if self._directory is not None:
+            try:
+                await asyncio.to_thread(self._record, entry)
+            except OSError as exc:
+                log.error("%s: cannot record unit %s as uncleaned: %s", resource, unit_id, exc)
+                self._handed.pop((resource, unit_id), None)  # its record stays, for a restart
+                return
+        await self.done(resource, unit_id)  # after the uncleaned file: one of them is there
+
+    def _entry(self, resource: str, unit_id: str, device: str, why: str) -> Uncleaned:
         where = (
             f"delete {self._directory / uncleaned.file_name(resource, unit_id)}"
             if self._directory is not None
             else "restart the daemon"
         )
-        entry = Uncleaned(
+        return Uncleaned(
             resource=resource,
             unit=unit_id,
-            device=",".join(device_ids),
+            device=device,
             claim="",
             since=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             why=f"{why}, so its cleanup hook cannot run; clean the device, then {where}",
         )
-        self.uncleaned[resource, unit_id] = entry
-        log.error(
-            "%s: unit %s is not cleaned and stays out of service: %s", resource, unit_id, entry.why
-        )
-        if self._directory is None:
-            return
-        try:
-            await asyncio.to_thread(self._record, entry)
-        except OSError as exc:
-            log.error("%s: cannot record unit %s as uncleaned: %s", resource, unit_id, exc)
 
     def _record(self, entry: Uncleaned) -> None:
         assert self._directory is not None  # noqa: S101 -- checked by the caller
@@ -167,3 +292,8 @@ class Owed:
             f"{u.resource}: unit {u.unit} out of service since {u.since}: {u.why}"
             for u in found[:10]
         )
+
+
+def _write(directory: Path, prefix: str, records: Iterable[Record]) -> None:
+    for record in records:
+        owedrecords.write(directory, prefix, record)

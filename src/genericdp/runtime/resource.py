@@ -162,7 +162,7 @@ class ResourceRunner:
         in_use = self._usage.in_use(self.name)
         for unit in self.state.units.values():
             if any(self.state.unit_of(d) == unit.id for d in in_use):
-                self._context.owed.handed_out(self._definition, (unit,))
+                await self._context.owed.kept(self._definition, (unit,))
 
     def released(self, release: Release) -> None:
         """Nobody holds this unit any more (seen by its backend's usage tracking)."""
@@ -203,10 +203,10 @@ class ResourceRunner:
             clip(unit_id),  # from PodResources: a peer's string
         )
 
-    def _vanished(self, unit: Unit, in_use: frozenset[str]) -> None:
+    async def _vanished(self, unit: Unit, in_use: frozenset[str]) -> None:
         """A unit vanished; held, it is owed its cleanup, run once when it is released."""
         if any(self.state.unit_of(d) == unit.id for d in in_use):
-            self._context.owed.handed_out(self._definition, (unit,))
+            await self._context.owed.kept(self._definition, (unit,))
 
     def _start_health(self) -> None:
         check = self._definition.health
@@ -264,7 +264,7 @@ class ResourceRunner:
                 in_use, found = self._usage.in_use(self.name), {u.id for u in units}
                 for unit in before.values():
                     if unit.id not in found:
-                        self._vanished(unit, in_use)
+                        await self._vanished(unit, in_use)
                 self._log_held(before.keys(), gone)
             if not self._discovered:
                 self._discovered = True

@@ -98,6 +98,7 @@ class Supervisor:
             cleanup_backoff=cleanup_backoff,
             on_status=self._notify,
             settled_timeout=backend.settled_timeout,
+            owed_records=backend.owed_records,
         )
         self._runners: dict[str, ResourceRunner] = {}
         self._tasks = TaskSet(log)
@@ -140,6 +141,7 @@ class Supervisor:
         for path in removed:
             log.info("removed stale CDI spec %s", path)
         await asyncio.to_thread(self._owed.load)
+        self._watch_uncleaned_soon()  # an admin may release what a predecessor recorded
         # Not awaited: once ready it asks every resource to rescan, so nothing is missed.
         self._tasks.spawn("device-watch", self._watch_devices, backoff=Backoff(maximum=10.0))
         await self._backend.start(self, self._tasks)
@@ -327,6 +329,8 @@ class Supervisor:
         in_use = {runner.state.unit_of(d) for d in self._backend.usage.in_use(resource)}
         for unit_id in self._owed.units_of(resource):
             handed = self._owed.get(resource, unit_id)
+            if (resource, unit_id) in self._owed.unsettled:
+                continue  # whether it is held is not known yet (``_settle_owed``)
             if unit_id not in in_use and handed is not None:
                 self._clean_owed(Release(resource, unit_id, ()), handed)
 
@@ -345,8 +349,7 @@ class Supervisor:
             finally:
                 self._owed.cleaning.discard(key)
                 self._set_cleaning(*key, cleaning=key in self._owed.uncleaned)
-                if self._owed.uncleaned and "uncleaned" not in self._tasks.names:
-                    self._tasks.spawn("uncleaned", self._watch_uncleaned, finishable=True)
+                self._watch_uncleaned_soon()
 
         fields = {"resource": release.resource, "unit": release.unit_id}
         name = f"{release.resource}/owed-cleanup/{release.unit_id}"
@@ -380,8 +383,12 @@ class Supervisor:
                 )
                 await asyncio.sleep(backoff.next())
                 continue
-            self._owed.done(resource, unit_id)
+            await self._owed.done(resource, unit_id)
             return
+
+    def _watch_uncleaned_soon(self) -> None:
+        if self._owed.uncleaned and "uncleaned" not in self._tasks.names:
+            self._tasks.spawn("uncleaned", self._watch_uncleaned, finishable=True)
 
     async def _watch_uncleaned(self) -> None:
         """Serve again the uncleaned units an admin released (deleted their file)."""
@@ -396,8 +403,37 @@ class Supervisor:
             runner.state.set_cleaning(unit_id, cleaning=cleaning)
 
     def usage_changed(self) -> None:
+        if self._owed.unsettled:
+            self._settle_owed()
         for runner in self._runners.values():
             runner.usage_changed()
+
+    def _settle_owed(self) -> None:
+        """What is held is known: a unit owed a cleanup from before the restart and
+        released meanwhile is cleaned now; one still held is, at its release."""
+        for key in sorted(self._owed.unsettled):
+            self._owed.unsettled.discard(key)
+            resource, unit_id = key
+            handed = self._owed.get(resource, unit_id)
+            if handed is None:
+                continue
+            with logsetup.fields(resource=resource, unit=unit_id):
+                if unit_id in self._backend.usage.units_in_use(resource):
+                    log.info(
+                        "%s: unit %s, handed out before the restart, is still held: cleaned"
+                        " at its release with the hook it was handed out under",
+                        resource,
+                        unit_id,
+                    )
+                    self._set_cleaning(resource, unit_id, cleaning=False)
+                else:
+                    log.info(
+                        "%s: unit %s was released while the daemon was down: cleaned now"
+                        " with the hook it was handed out under",
+                        resource,
+                        unit_id,
+                    )
+                    self._clean_owed(Release(resource, unit_id, ()), handed)
 
     def _notify(self) -> None:
         old, self._changed = self._changed, asyncio.Event()

@@ -18,7 +18,6 @@ logged and left where it is."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from genericdp.atomicfile import reason, write_atomically
 from genericdp.errors import clip
+from genericdp.runtime import owedrecords
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +56,7 @@ class Uncleaned:
 
 
 def file_name(resource: str, unit: str) -> str:
-    digest = hashlib.sha256(f"{resource}\0{unit}".encode()).hexdigest()[:20]
-    return f"{PREFIX}{digest}.json"
+    return owedrecords.file_name(PREFIX, resource, unit)
 
 
 def record(directory: Path, entry: Uncleaned) -> Path:

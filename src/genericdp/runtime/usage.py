@@ -28,6 +28,10 @@ class Usage(Protocol):
         """IDs held, or handed out and not yet seen released (what cleanup follows)."""
         ...
 
+    def units_in_use(self, resource: str) -> frozenset[str]:
+        """The units with an ID ``in_use``."""
+        ...
+
     def held(self, resource: str) -> frozenset[str]:
         """IDs held as far as the device list is concerned."""
         ...
