@@ -25,7 +25,7 @@ from genericdp.config.loader import load_sources
 from genericdp.dra.classapi import ClassApi
 from genericdp.dra.classsync import ClassReconciler
 from genericdp.dra.kubeapi import ApiSetupError, connect
-from genericdp.dra.lease import LeaseElector
+from genericdp.dra.lease import LeaseElector, Leases
 from genericdp.errors import ConfigError, GenericdpError
 from genericdp.exits import EXIT_OK
 from genericdp.httpserver import run_http_server
@@ -120,7 +120,7 @@ async def _run(settings: ClassSettings, api: ClassApi, namespace: str) -> int:
     metrics = ClassMetrics()
     reconciler: ClassReconciler | None = None
     elector = LeaseElector(
-        api,
+        Leases(api.client),
         namespace=namespace,
         name=settings.lease,
         identity=identity(settings),

@@ -1,8 +1,7 @@
 """The Kubernetes API client: lightkube, with resource.k8s.io/v1 as generic (dict) resources.
 
-With ``apislices`` (the publisher's slices) and ``classapi`` (``reconcile-classes``
-only), the only module that imports lightkube at import time; ``daemon``, ``cli``
-and ``simulate`` import the DRA modules that need it lazily, so the
+Only this module and those making requests through it import lightkube at
+import time; ``daemon``, ``cli`` and ``simulate`` import them lazily, so the
 device-plugin backend never loads it (docs/contributing/architecture.md, Dependencies).
 Objects are plain dicts: whatever fields the server knows pass through,
 even ones lightkube's models predate.
