@@ -15,11 +15,11 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from genericdp.discovery.model import DeviceNode, Unit
-from genericdp.dra import kubeapi
 from genericdp.dra.apislices import ApiSlices
 from genericdp.dra.naming import DEFAULT_DRIVER
 from genericdp.dra.publisher import SlicePublisher
 from genericdp.dra.slicestore import Listing, SliceStore
+from genericdp.kube import client as kubeapi
 from tests.apiserver import ApiServer
 
 _nodes = itertools.count()

@@ -17,11 +17,11 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from genericdp.dra import kubeapi
-from genericdp.dra.answersize import LIST_PAGE, MAX_ANSWER_BYTES, MAX_ANSWER_VALUES
 from genericdp.dra.apislices import ApiSlices, as_slice
 from genericdp.dra.classapi import ClassApi
 from genericdp.dra.naming import DEFAULT_DRIVER
+from genericdp.kube import client as kubeapi
+from genericdp.kube.answersize import LIST_PAGE, MAX_ANSWER_BYTES, MAX_ANSWER_VALUES
 from tests.dra_apislices import fresh_node
 from tests.ending_api import kubeconfig
 

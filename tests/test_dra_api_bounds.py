@@ -16,12 +16,12 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from genericdp.aio import Backoff, TaskSet
-from genericdp.dra import kubeapi
 from genericdp.dra.apislices import ApiSlices
-from genericdp.dra.listwatch import BrokenWatchError, ListWatch
 from genericdp.dra.publisher import SlicePublisher
 from genericdp.dra.slicewatch import SliceWatch
-from genericdp.dra.watchlines import MAX_EVENT_BYTES, lines
+from genericdp.kube import client as kubeapi
+from genericdp.kube.listwatch import BrokenWatchError, ListWatch
+from genericdp.kube.watchlines import MAX_EVENT_BYTES, lines
 from genericdp.nodewatch import NodeWatch
 from tests.ending_api import LONG_LINE, EndingServer, kubeconfig
 from tests.polling import eventually

@@ -15,12 +15,12 @@ from lightkube.resources.coordination_v1 import Lease
 
 from genericdp.config import load_text
 from genericdp.config.model import Config
-from genericdp.dra import kubeapi
 from genericdp.dra.classapi import ClassApi
 from genericdp.dra.classsync import ClassReconciler, plan_classes
 from genericdp.dra.deviceclasses import class_name, device_class
-from genericdp.dra.kubeapi import ApiRequestError
-from genericdp.dra.lease import LeaseElector, Leases
+from genericdp.kube import client as kubeapi
+from genericdp.kube.client import ApiRequestError
+from genericdp.kube.lease import LeaseElector, Leases
 from tests.apiserver import ApiServer
 from tests.polling import eventually
 

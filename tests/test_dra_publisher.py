@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from genericdp.dra import kubeapi
 from genericdp.dra.apislices import ApiSlices
 from genericdp.dra.naming import DEFAULT_DRIVER, device_name
 from genericdp.dra.publisher import MIN_WRITE_GAP
 from genericdp.dra.slices import MAX_DEVICES_PER_SLICE
+from genericdp.kube import client as kubeapi
 from tests.apiserver import ApiServer, free_port
 from tests.dra_apislices import api_slices, devices_of, fresh_node, held, running, unit
 from tests.polling import eventually

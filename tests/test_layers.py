@@ -50,7 +50,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "hooks lastgood",
         "execution discovery",
         "reaper config",
-        "settings httpserver unixgrpc",
+        "settings httpserver unixgrpc kube",
         "aio",
         "logsetup",
         "errors exits k8snames replicaids atomicfile protogen __init__",

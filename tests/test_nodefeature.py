@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from genericdp.aio import TaskSet
-from genericdp.dra.kubeapi import ApiRequestError, connect
+from genericdp.kube.client import ApiRequestError, connect
 from genericdp.nodefeature import NODE_NAME_LABEL, NodeFeatureSink, object_name
 from genericdp.runtime.nodelabels import LabelFollower
 from tests.apiserver import ApiServer

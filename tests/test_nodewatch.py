@@ -14,7 +14,7 @@ import pytest
 
 from genericdp.aio import Backoff, TaskSet
 from genericdp.daemon import NodeLabelsWatch
-from genericdp.dra.kubeapi import connect
+from genericdp.kube.client import connect
 from genericdp.nodewatch import NodeWatch
 from tests.apiserver import ApiServer, free_port
 from tests.ending_api import EndingServer, kubeconfig

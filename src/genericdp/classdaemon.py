@@ -24,11 +24,11 @@ from genericdp.classmetrics import ClassMetrics
 from genericdp.config.loader import load_sources
 from genericdp.dra.classapi import ClassApi
 from genericdp.dra.classsync import ClassReconciler
-from genericdp.dra.kubeapi import ApiSetupError, connect
-from genericdp.dra.lease import LeaseElector, Leases
 from genericdp.errors import ConfigError, GenericdpError
 from genericdp.exits import EXIT_OK
 from genericdp.httpserver import run_http_server
+from genericdp.kube.client import ApiSetupError, connect
+from genericdp.kube.lease import LeaseElector, Leases
 from genericdp.probes import Verdict, routes
 from genericdp.runtime.configwatch import ReloadResult, start_config_watch
 from genericdp.settings import ClassSettings

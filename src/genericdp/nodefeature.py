@@ -35,7 +35,7 @@ from typing import Any
 
 import httpx2
 
-from genericdp.dra.kubeapi import (
+from genericdp.kube.client import (
     FIELD_MANAGER,
     ApiRequestError,
     AsyncClient,

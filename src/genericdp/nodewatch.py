@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from genericdp.aio import Backoff, Sleep
-from genericdp.dra.kubeapi import (
+from genericdp.kube.client import (
     REQUEST_DEADLINE,
     AsyncClient,
     connect,
@@ -30,7 +30,7 @@ from genericdp.dra.kubeapi import (
     list_objects,
     watch_events,
 )
-from genericdp.dra.listwatch import ListWatch, version_of
+from genericdp.kube.listwatch import ListWatch, version_of
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,9 @@ from typing import Any
 
 from lightkube.generic_resource import GenericGlobalResource
 
-from genericdp.dra.kubeapi import (
+from genericdp.dra.naming import DEFAULT_DRIVER
+from genericdp.dra.slicestore import Listing
+from genericdp.kube.client import (
     REQUEST_DEADLINE,
     RESOURCE_SLICE,
     SLICES,
@@ -22,8 +24,6 @@ from genericdp.dra.kubeapi import (
     list_objects,
     watch_events,
 )
-from genericdp.dra.naming import DEFAULT_DRIVER
-from genericdp.dra.slicestore import Listing
 
 
 def as_slice(obj: dict[str, Any]) -> GenericGlobalResource:

@@ -272,7 +272,7 @@ async def open_api(settings: Settings, *, publish: bool = True) -> ApiPieces:
     ``publish``: start the publisher now (else its owner starts it, ``serving``)."""
     from genericdp.dra.apiclaims import ApiClaimSource
     from genericdp.dra.apislices import ApiSlices
-    from genericdp.dra.kubeapi import connect
+    from genericdp.kube.client import connect
 
     client = connect(Path(settings.kubeconfig) if settings.kubeconfig else None)
     node, driver = settings.node_name, settings.dra_driver_name

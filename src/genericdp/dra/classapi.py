@@ -18,7 +18,7 @@ from typing import Any
 import httpx2
 from lightkube import AsyncClient
 
-from genericdp.dra.kubeapi import (
+from genericdp.kube.client import (
     CLASSES,
     DEVICE_CLASS,
     SLICES,

@@ -34,8 +34,8 @@ from genericdp.aio import Backoff, wait_event
 from genericdp.config.model import Config
 from genericdp.dra.classapi import ClassApi
 from genericdp.dra.deviceclasses import class_name, device_classes, owner_labels
-from genericdp.dra.kubeapi import ApiRequestError
-from genericdp.dra.listwatch import ListWatch
+from genericdp.kube.client import ApiRequestError
+from genericdp.kube.listwatch import ListWatch
 from genericdp.runtime.reconcile import Plan, plan
 
 log = logging.getLogger(__name__)

@@ -54,9 +54,9 @@ from genericdp.aio import Backoff, TaskSet, wait_event
 from genericdp.config.model import AttributeValue
 from genericdp.discovery.model import Unit
 from genericdp.dra import slices
-from genericdp.dra.listwatch import ListWatch, describe
 from genericdp.dra.slicestore import SliceStore
 from genericdp.dra.slicewatch import SliceWatch
+from genericdp.kube.listwatch import ListWatch, describe
 
 log = logging.getLogger(__name__)
 

@@ -42,10 +42,10 @@ import httpx2
 from lightkube import ApiError, AsyncClient, ConfigError, KubeConfig
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 
-from genericdp.dra.answersize import LIST_PAGE, bound, one_budget
-from genericdp.dra.listwatch import BrokenWatchError, ExpiredError, version_of
-from genericdp.dra.watchlines import lines
 from genericdp.errors import GenericdpError
+from genericdp.kube.answersize import LIST_PAGE, bound, one_budget
+from genericdp.kube.listwatch import BrokenWatchError, ExpiredError, version_of
+from genericdp.kube.watchlines import lines
 
 __all__ = [
     "DEVICE_CLASS",

@@ -25,7 +25,7 @@ from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
-from genericdp.dra.kubeapi import ApiRequestError, answered
+from genericdp.kube.client import ApiRequestError, answered
 
 log = logging.getLogger(__name__)
 
