@@ -17,8 +17,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from genericdp.deviceclasses.api import ClassApi
 from genericdp.dra.apislices import ApiSlices, as_slice
-from genericdp.dra.classapi import ClassApi
 from genericdp.dra.naming import DEFAULT_DRIVER
 from genericdp.kube import client as kubeapi
 from genericdp.kube.answersize import LIST_PAGE, MAX_ANSWER_BYTES, MAX_ANSWER_VALUES

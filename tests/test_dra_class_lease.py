@@ -15,9 +15,9 @@ from lightkube.resources.coordination_v1 import Lease
 
 from genericdp.config import load_text
 from genericdp.config.model import Config
-from genericdp.dra.classapi import ClassApi
-from genericdp.dra.classsync import ClassReconciler, plan_classes
-from genericdp.dra.deviceclasses import class_name, device_class
+from genericdp.deviceclasses import class_name, device_class
+from genericdp.deviceclasses.api import ClassApi
+from genericdp.deviceclasses.sync import ClassReconciler, plan_classes
 from genericdp.kube import client as kubeapi
 from genericdp.kube.client import ApiRequestError
 from genericdp.kube.lease import LeaseElector, Leases

@@ -42,8 +42,8 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
     for layer in (
         "__main__",
         "cli",
-        "cliparser daemon simulate report convert configsources classdaemon",
-        "metrics probes nodewatch classmetrics nodefeature featuresfile",
+        "cliparser daemon simulate report convert configsources deviceclasses",
+        "metrics probes nodewatch nodefeature featuresfile",
         " ".join(sorted(BACKENDS)),
         "runtime",
         "kubelet allocation health",

@@ -32,8 +32,8 @@ from typing import Any
 
 from genericdp.aio import Backoff, wait_event
 from genericdp.config.model import Config
-from genericdp.dra.classapi import ClassApi
-from genericdp.dra.deviceclasses import class_name, device_classes, owner_labels
+from genericdp.deviceclasses import class_name, device_classes, owner_labels
+from genericdp.deviceclasses.api import ClassApi
 from genericdp.kube.client import ApiRequestError
 from genericdp.kube.listwatch import ListWatch
 from genericdp.runtime.reconcile import Plan, plan

@@ -20,10 +20,10 @@ import socket
 from pathlib import Path
 
 from genericdp.aio import Backoff, StopSignals, TaskSet
-from genericdp.classmetrics import ClassMetrics
 from genericdp.config.loader import load_sources
-from genericdp.dra.classapi import ClassApi
-from genericdp.dra.classsync import ClassReconciler
+from genericdp.deviceclasses.api import ClassApi
+from genericdp.deviceclasses.metrics import ClassMetrics
+from genericdp.deviceclasses.sync import ClassReconciler
 from genericdp.errors import ConfigError, GenericdpError
 from genericdp.exits import EXIT_OK
 from genericdp.httpserver import run_http_server
