@@ -22,7 +22,7 @@ from genericdp.dra.slicewatch import SliceWatch
 from genericdp.kube import client as kubeapi
 from genericdp.kube.listwatch import BrokenWatchError, ListWatch
 from genericdp.kube.watchlines import MAX_EVENT_BYTES, lines
-from genericdp.nodewatch import NodeWatch
+from genericdp.nodelabels.nodewatch import NodeWatch
 from tests.ending_api import LONG_LINE, EndingServer, kubeconfig
 from tests.polling import eventually
 

@@ -43,7 +43,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "__main__",
         "cli",
         "cliparser daemon simulate report convert configsources deviceclasses",
-        "metrics probes nodewatch nodefeature featuresfile",
+        "metrics probes nodelabels",
         " ".join(sorted(BACKENDS)),
         "runtime",
         "kubelet allocation health",

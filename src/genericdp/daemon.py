@@ -271,7 +271,7 @@ class NodeLabelsWatch:
         if why is not None:
             log.warning("resources with a nodeSelector are not served: %s", why)
             return
-        from genericdp.nodewatch import watch_node_labels
+        from genericdp.nodelabels.nodewatch import watch_node_labels
 
         kubeconfig = Path(settings.kubeconfig) if settings.kubeconfig else None
         self._tasks.spawn(
@@ -295,16 +295,16 @@ def publish_node_labels(
     if problem is not None:
         log.warning("node labels are not published: %s", problem)
         return
-    from genericdp.runtime.nodelabels import LabelFollower
+    from genericdp.nodelabels import LabelFollower
 
     async def follow() -> None:
         if settings.node_features == "file":
-            from genericdp.featuresfile import FeaturesFile
+            from genericdp.nodelabels.featuresfile import FeaturesFile
 
             sink = FeaturesFile(settings.node_features_file)
             await LabelFollower(supervisor, sink, settings.node_name, metrics).run()
             return
-        from genericdp.nodefeature import node_feature_sink
+        from genericdp.nodelabels.nodefeature import node_feature_sink
 
         kubeconfig = Path(settings.kubeconfig) if settings.kubeconfig else None
         api = node_feature_sink(
