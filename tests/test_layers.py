@@ -48,8 +48,8 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "runtime",
         "kubelet allocation health",
         "hooks lastgood",
-        "execution discovery",
-        "reaper config",
+        "discovery",
+        "config",
         "settings httpserver unixgrpc kube",
         "aio",
         "logsetup",
@@ -58,7 +58,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
 )
 # The shared core that every backend uses, and the device-plugin protocol:
 # neither imports the other, so a second backend needs no gRPC or kubelet type.
-CORE = frozenset({"allocation", "health", "hooks", "execution", "discovery", "reaper", "config"})
+CORE = frozenset({"allocation", "health", "hooks", "discovery", "config"})
 PROTOCOL = frozenset({"kubelet"})
 PROTOCOL_LIBRARIES = ("grpc", "google.protobuf")
 # Imports the layers alone allow but the design does not: the runtime drives a

@@ -18,8 +18,8 @@ from genericdp.deviceclasses.sync import SyncStatus
 from genericdp.dra.backend import DraBackend
 from genericdp.dra.publisher import SlicePublisher
 from genericdp.errors import CdiSpecError, HookError, InvalidDevicesError, TemplateRenderError
-from genericdp.execution import ExecResult
 from genericdp.hooks import HookRun, HookRunError
+from genericdp.hooks.execution import ExecResult
 from genericdp.metrics import Metrics
 from genericdp.probes import liveness, readiness
 from genericdp.runtime.backend import Gauge

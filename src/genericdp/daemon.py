@@ -25,11 +25,11 @@ from genericdp.discovery.model import Roots
 from genericdp.discovery.roots import root_notes
 from genericdp.errors import ConfigError
 from genericdp.exits import EXIT_OK
+from genericdp.hooks.reaper import SUBREAPER
 from genericdp.httpserver import run_http_server
 from genericdp.lastgood import LastGood, Reading
 from genericdp.metrics import Metrics
 from genericdp.probes import Verdict, readiness, routes, with_config_problem
-from genericdp.reaper import SUBREAPER
 from genericdp.settings import ListenAddress, Settings
 
 if TYPE_CHECKING:
