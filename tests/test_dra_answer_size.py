@@ -1,4 +1,4 @@
-"""Every API answer but a watch's is bounded as it is read (``dra/answersize.py``): a
+"""Every API answer but a watch's is bounded as it is read (``kube/answersize.py``): a
 hostile server on loopback answering a list or a get of 128 MiB, of two million tiny
 JSON values, compressed, or with pages that never end, is dropped with an error that
 says what and how much, in bounded memory; the real kube-apiserver's lists come in

@@ -4,8 +4,8 @@ Two kinds of object, each through lightkube and each failure as
 ``ApiRequestError``: the DeviceClasses (every one read, since a name we want
 may be held by a class not ours; only ours written) and the ResourceSlices of
 our driver on every node (only read: which resources some node still
-publishes). Objects are plain dicts, as in ``kubeapi``. The reconciler's Lease
-is ``dra/lease.py``'s.
+publishes). Objects are plain dicts, as in ``kube/client.py``. The reconciler's Lease
+is ``kube/lease.py``'s.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ MAX_RESOURCES = 10_000
 
 @dataclass
 class Changes:
-    """The list and the watches of one kind (``dra/listwatch.py``'s source): each
+    """The list and the watches of one kind (``kube/listwatch.py``'s source): each
     list, and each event of a watch but a bookmark, calls ``on_change``."""
 
     http: httpx2.AsyncClient
@@ -72,7 +72,7 @@ class ClassApi:
 
     async def classes(self) -> dict[str, dict[str, Any]]:
         """``{name: DeviceClass}`` of every DeviceClass of the cluster, all kept: the
-        whole list within one answer's budget (``kubeapi.list_objects``)."""
+        whole list within one answer's budget (``kube/client.py``'s ``list_objects``)."""
         items, _ = await list_objects(http_of(self.client), CLASSES, {}, "the DeviceClasses")
         return {str(item["metadata"]["name"]): item for item in items}
 

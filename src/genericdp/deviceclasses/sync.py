@@ -17,7 +17,7 @@ what differs, so a sync that finds everything equal writes nothing. A sync
 runs after a change of the config, a watch event on any DeviceClass, a
 watch event on the driver's slices while some class is kept, a failed sync
 (with backoff) and every ``resync`` seconds. Writes happen only while
-``leading()`` (the Lease, ``dra/lease.py``) says so, checked before each.
+``leading()`` (the Lease, ``kube/lease.py``) says so, checked before each.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ class SyncStatus:
 
 
 class Recorder:
-    """What the reconciler reports (the Prometheus one is ``classmetrics.ClassMetrics``)."""
+    """What the reconciler reports (the Prometheus one is ``metrics.ClassMetrics``)."""
 
     def write(self, action: str, *, ok: bool) -> None:
         """A create, update or delete, and whether it went through."""

@@ -1,5 +1,5 @@
 """The publisher's ``SliceStore`` (``dra/slicestore.py``) over the API server: the
-ResourceSlices of one node and driver, through ``kubeapi``'s requests (each with its
+ResourceSlices of one node and driver, through ``kube/client.py``'s requests (each with its
 overall deadline, a list in bounded pages, a watch as one request)."""
 
 from __future__ import annotations

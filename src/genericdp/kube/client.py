@@ -12,7 +12,7 @@ module as ``ApiRequestError`` (its HTTP status in ``code``), raised from it.
 Lists and watches (``list_objects``, ``watch_events``) are plain requests on
 lightkube's HTTP client, which carries the kubeconfig's or the service
 account's credentials: one watch request is one watch, which the caller
-(``dra/listwatch.py``) opens again after its own backoff. lightkube's
+(``listwatch.py``) opens again after its own backoff. lightkube's
 ``watch`` is not used: it reopens a watch that ends cleanly at once, in a
 loop of its own. A version the server cannot watch from is ``ExpiredError``:
 410 Gone (older than the server keeps) or 504 "Too large resource version"
@@ -22,9 +22,9 @@ event of the kind since it started answers to a watch without a version).
 Every request but a watch has an overall deadline (``REQUEST_DEADLINE``;
 ``ApiTimeoutError`` after it): the client's timeout is per read, and a
 server trickling its answer a byte at a time never trips it. A watch is
-bounded by its caller (``dra/listwatch.py``: its timeoutSeconds and a
-margin) and its lines by ``dra/watchlines.py``. Every other answer is bounded
-in decoded bytes and JSON values as it is read (``dra/answersize.py``), a list
+bounded by its caller (``listwatch.py``: its timeoutSeconds and a
+margin) and its lines by ``watchlines.py``. Every other answer is bounded
+in decoded bytes and JSON values as it is read (``answersize.py``), a list
 over all its pages, read in pages of ``LIST_PAGE`` objects, at most
 ``MAX_LIST_OBJECTS`` in all.
 """
