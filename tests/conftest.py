@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from genericdp.dra import kubeapi
+from genericdp.kube import client as kubeapi
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from tests.apiserver import ApiServer
 from tests.apiserver import missing as apiserver_missing

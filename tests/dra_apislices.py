@@ -15,10 +15,11 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from genericdp.discovery.model import DeviceNode, Unit
-from genericdp.dra import kubeapi
+from genericdp.dra.apislices import ApiSlices
 from genericdp.dra.naming import DEFAULT_DRIVER
 from genericdp.dra.publisher import SlicePublisher
 from genericdp.dra.slicestore import Listing, SliceStore
+from genericdp.kube import client as kubeapi
 from tests.apiserver import ApiServer
 
 _nodes = itertools.count()
@@ -48,7 +49,7 @@ def unit(uid: str, *, numa: int | None = None, serial: str | None = None) -> Uni
 
 async def held(client: kubeapi.AsyncClient, node: str) -> dict[str, dict[str, Any]]:
     """The node's slices of the default driver, by name, as the API server holds them now."""
-    return await kubeapi.list_slices(client, node=node, driver=DEFAULT_DRIVER)
+    return (await ApiSlices(client, node=node, driver=DEFAULT_DRIVER).list()).slices
 
 
 def devices_of(objs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -98,7 +99,7 @@ class CountingSlices:
 
 def api_slices(client: kubeapi.AsyncClient, node: str) -> CountingSlices:
     """The node's slices on the API server, writes counted."""
-    return CountingSlices(kubeapi.ApiSlices(client, node=node))
+    return CountingSlices(ApiSlices(client, node=node))
 
 
 @asynccontextmanager

@@ -1,4 +1,4 @@
-"""Every API answer but a watch's is bounded as it is read (``dra/answersize.py``): a
+"""Every API answer but a watch's is bounded as it is read (``kube/answersize.py``): a
 hostile server on loopback answering a list or a get of 128 MiB, of two million tiny
 JSON values, compressed, or with pages that never end, is dropped with an error that
 says what and how much, in bounded memory; the real kube-apiserver's lists come in
@@ -17,10 +17,11 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from genericdp.dra import kubeapi
-from genericdp.dra.answersize import LIST_PAGE, MAX_ANSWER_BYTES, MAX_ANSWER_VALUES
-from genericdp.dra.classapi import ClassApi
+from genericdp.deviceclasses.api import ClassApi
+from genericdp.dra.apislices import ApiSlices, as_slice
 from genericdp.dra.naming import DEFAULT_DRIVER
+from genericdp.kube import client as kubeapi
+from genericdp.kube.answersize import LIST_PAGE, MAX_ANSWER_BYTES, MAX_ANSWER_VALUES
 from tests.dra_apislices import fresh_node
 from tests.ending_api import kubeconfig
 
@@ -137,7 +138,7 @@ async def test_a_list_of_128_mib_is_dropped_at_the_bound_in_bounded_memory(
     """A node's slice list of 128 MiB: an error naming the bound after about 32 MiB
     read, and memory never near the answer's size."""
     async with serving(huge_list, tmp_path) as (server, client):
-        store = kubeapi.ApiSlices(client, node="n")
+        store = ApiSlices(client, node="n")
         failure: list[kubeapi.ApiRequestError] = []
 
         async def listing() -> None:
@@ -239,7 +240,7 @@ async def test_pages_that_never_end_stop_at_the_object_bound(tmp_path: Path) -> 
         with pytest.raises(
             kubeapi.ApiRequestError, match=f"more than {kubeapi.MAX_LIST_OBJECTS} objects"
         ):
-            await kubeapi.ApiSlices(client, node="n").list()
+            await ApiSlices(client, node="n").list()
     assert len(server.targets) == kubeapi.MAX_LIST_OBJECTS // LIST_PAGE + 1
 
 
@@ -251,7 +252,7 @@ async def test_the_real_api_server_answers_a_node_of_many_slices_in_pages(
     node = fresh_node("paged")
     for i in range(250):
         await client.create(
-            kubeapi.as_slice(
+            as_slice(
                 {
                     "apiVersion": "resource.k8s.io/v1",
                     "kind": "ResourceSlice",
@@ -272,7 +273,7 @@ async def test_the_real_api_server_answers_a_node_of_many_slices_in_pages(
         pages.append(str(getattr(request, "url", "")))
 
     http.event_hooks = {**http.event_hooks, "request": [count]}
-    store = kubeapi.ApiSlices(client, node=node)
+    store = ApiSlices(client, node=node)
     try:
         listing = await store.list()
     finally:
@@ -320,7 +321,7 @@ async def test_a_list_is_one_budget_over_all_its_pages(tmp_path: Path) -> None:
 
         async def listing() -> None:
             with pytest.raises(kubeapi.ApiRequestError) as caught:
-                await kubeapi.ApiSlices(client, node="n").list()
+                await ApiSlices(client, node="n").list()
             failure.append(caught.value)
 
         peak = await within_memory(listing)
@@ -385,7 +386,7 @@ async def test_an_answer_is_bounded_by_what_it_decodes_to(
 
         async def listing() -> None:
             with pytest.raises(kubeapi.ApiRequestError) as caught:
-                await kubeapi.ApiSlices(client, node="n").list()
+                await ApiSlices(client, node="n").list()
             failure.append(caught.value)
 
         peak = await within_memory(listing)

@@ -16,12 +16,13 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from genericdp.aio import Backoff, TaskSet
-from genericdp.dra import kubeapi
-from genericdp.dra.listwatch import BrokenWatchError, ListWatch
+from genericdp.dra.apislices import ApiSlices
 from genericdp.dra.publisher import SlicePublisher
 from genericdp.dra.slicewatch import SliceWatch
-from genericdp.dra.watchlines import MAX_EVENT_BYTES, lines
-from genericdp.nodewatch import NodeWatch
+from genericdp.kube import client as kubeapi
+from genericdp.kube.listwatch import BrokenWatchError, ListWatch
+from genericdp.kube.watchlines import MAX_EVENT_BYTES, lines
+from genericdp.nodelabels.nodewatch import NodeWatch
 from tests.ending_api import LONG_LINE, EndingServer, kubeconfig
 from tests.polling import eventually
 
@@ -51,7 +52,7 @@ async def test_a_trickled_slice_list_ends_at_its_deadline_and_the_publisher_reco
     written and watched."""
     server = EndingServer(trickle=True)
     async with connected(server, tmp_path) as client:
-        store = kubeapi.ApiSlices(client, node=NODE, deadline=0.5)
+        store = ApiSlices(client, node=NODE, deadline=0.5)
         publisher = SlicePublisher(store, adopt_grace=0)
         with caplog.at_level(logging.INFO, "genericdp.dra"):
             await publisher.start()
@@ -105,7 +106,7 @@ def slice_watch(
     client: kubeapi.AsyncClient, *, watch_seconds: int = 300, margin: float = 30.0
 ) -> ListWatch:
     """The publisher's watch of the node's slices, holding nothing, with a short backoff."""
-    source = SliceWatch(kubeapi.ApiSlices(client, node=NODE), held=dict, stale=lambda: None)
+    source = SliceWatch(ApiSlices(client, node=NODE), held=dict, stale=lambda: None)
     backoff = Backoff(initial=0.1, maximum=0.2)
     return ListWatch("the slices", source, backoff, watch_seconds=watch_seconds, margin=margin)
 

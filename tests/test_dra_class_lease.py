@@ -11,15 +11,16 @@ import os
 from collections.abc import AsyncIterator, Callable
 
 import pytest
+from lightkube.resources.coordination_v1 import Lease
 
 from genericdp.config import load_text
 from genericdp.config.model import Config
-from genericdp.dra import kubeapi
-from genericdp.dra.classapi import ClassApi, Lease
-from genericdp.dra.classsync import ClassReconciler, plan_classes
-from genericdp.dra.deviceclasses import class_name, device_class
-from genericdp.dra.kubeapi import ApiRequestError
-from genericdp.dra.lease import LeaseElector
+from genericdp.deviceclasses import class_name, device_class
+from genericdp.deviceclasses.api import ClassApi
+from genericdp.deviceclasses.sync import ClassReconciler, plan_classes
+from genericdp.kube import client as kubeapi
+from genericdp.kube.client import ApiRequestError
+from genericdp.kube.lease import LeaseElector, Leases
 from tests.apiserver import ApiServer
 from tests.polling import eventually
 
@@ -62,7 +63,7 @@ def test_the_plan_creates_updates_keeps_and_deletes_only_ours() -> None:
     assert collision.writes == 3
 
 
-class Cuttable(ClassApi):
+class Cuttable(Leases):
     """The real requests until ``cut``: then every Lease request fails as a dead network."""
 
     cut = False
@@ -105,9 +106,8 @@ async def test_a_replica_whose_lease_is_taken_stops_writing(
     """Someone else's record in the Lease: the holder stops leading at its next renewal,
     and its reconciler refuses to send a write."""
     name = lease_name()
-    api = ClassApi(client, driver=DRIVER)
-    elector = LeaseElector(api, namespace="default", name=name, identity="a", duration=2)
-    reconciler = ClassReconciler(api, leading=elector.leading)
+    elector = LeaseElector(Leases(client), namespace="default", name=name, identity="a", duration=2)
+    reconciler = ClassReconciler(ClassApi(client, driver=DRIVER), leading=elector.leading)
     async with running(elector):
         await eventually(elector.leading, "the lease taken")
         patch = {"spec": {"holderIdentity": "intruder", "leaseDurationSeconds": 60}}
@@ -132,10 +132,9 @@ async def test_a_holder_that_cannot_renew_stops_before_another_may_start(
     duration; the standby takes the Lease only after the whole duration, so the two
     never lead at once."""
     name = lease_name()
-    cut = Cuttable(client, driver=DRIVER)
+    cut = Cuttable(client)
     a = LeaseElector(cut, namespace="default", name=name, identity="a", duration=2)
-    b = LeaseElector(ClassApi(client, driver=DRIVER), namespace="default", name=name,
-                     identity="b", duration=2)  # fmt: skip
+    b = LeaseElector(Leases(client), namespace="default", name=name, identity="b", duration=2)
     async with running(a):
         await eventually(a.leading, "a holds the lease")
         async with running(b):

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from genericdp.dra.deviceclasses import class_name, device_class
+from genericdp.deviceclasses import class_name, device_class
 from tests.apiserver import ApiServer, free_port
 from tests.polling import eventually
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from genericdp.aio import TaskSet
-from genericdp.dra.classapi import ClassApi
-from genericdp.dra.classsync import ClassReconciler
-from genericdp.dra.kubeapi import connect
+from genericdp.deviceclasses.api import ClassApi
+from genericdp.deviceclasses.sync import ClassReconciler
+from genericdp.kube.client import connect
 from tests.ending_api import EndingServer, kubeconfig
 from tests.polling import eventually
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
+from genericdp.deviceclasses import class_name, selector
 from genericdp.discovery import discover
 from genericdp.discovery.model import Roots
-from genericdp.dra.deviceclasses import class_name, selector
 from genericdp.dra.naming import device_name
 from genericdp.dra.slices import devices as slice_devices
 from genericdp.dra.slices import discovered_attributes, pool_slices

@@ -18,10 +18,11 @@ from lightkube import ApiError
 from ruamel.yaml import YAML
 
 from genericdp.discovery.model import DeviceNode, Unit
-from genericdp.dra import kubeapi
 from genericdp.dra.apiclaims import ApiClaimSource
+from genericdp.dra.apislices import ApiSlices
 from genericdp.dra.claims import ClaimError, ClaimRef
 from genericdp.dra.slices import pool_slices
+from genericdp.kube import client as kubeapi
 from tests.apiserver import ApiServer, kube_bin_dir
 from tests.dra_apislices import api_slices, running
 
@@ -232,7 +233,7 @@ async def _refusal(
     client: kubeapi.AsyncClient, obj: dict[str, Any]
 ) -> kubeapi.ApiRequestError | None:
     try:
-        await kubeapi.ApiSlices(client, node="another-node").create(obj)
+        await ApiSlices(client, node="another-node").create(obj)
     except kubeapi.ApiRequestError as err:
         return err
     return None

@@ -27,7 +27,7 @@ def test_the_device_plugin_paths_never_import_lightkube() -> None:
 
 def test_the_dra_modules_do_load_it() -> None:
     """The check above can fail: importing the API client module brings lightkube in."""
-    check = CHECK.replace("import sys\n", "import sys\nimport genericdp.dra.kubeapi\n", 1)
+    check = CHECK.replace("import sys\n", "import sys\nimport genericdp.kube.client\n", 1)
     done = subprocess.run(
         [sys.executable, "-c", check], capture_output=True, text=True, timeout=60, check=False
     )

@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from genericdp.dra import kubeapi
+from genericdp.dra.apislices import ApiSlices
 from genericdp.dra.naming import DEFAULT_DRIVER, device_name
 from genericdp.dra.publisher import MIN_WRITE_GAP
 from genericdp.dra.slices import MAX_DEVICES_PER_SLICE
+from genericdp.kube import client as kubeapi
 from tests.apiserver import ApiServer, free_port
 from tests.dra_apislices import api_slices, devices_of, fresh_node, held, running, unit
 from tests.polling import eventually
@@ -284,7 +285,7 @@ async def test_an_unreachable_api_server_is_logged_and_retried_never_raised(
     )
     api = kubeapi.connect(dead)
     with caplog.at_level(logging.WARNING, "genericdp.dra.publisher"):
-        async with running(kubeapi.ApiSlices(api, node="nowhere")) as publisher:
+        async with running(ApiSlices(api, node="nowhere")) as publisher:
             await publisher.publish(RESOURCE, [unit("a")], set())
             await eventually(
                 lambda: any(

@@ -17,9 +17,9 @@ import pytest
 
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.dra import slices
-from genericdp.dra.kubeapi import ApiRequestError
 from genericdp.dra.naming import device_name
 from genericdp.dra.publisher import SlicePublisher
+from genericdp.kube.client import ApiRequestError
 from tests.dra_apislices import running
 from tests.dra_fakes import DRIVER, NODE, MemorySlices
 from tests.polling import eventually

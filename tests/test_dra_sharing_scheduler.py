@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
+from genericdp.deviceclasses import device_class
 from genericdp.discovery.model import DeviceNode, Unit
-from genericdp.dra.deviceclasses import device_class
 from genericdp.dra.naming import DEFAULT_DRIVER
 from genericdp.dra.slices import DeviceOptions, devices, pool_slices
 from tests.apiserver import ApiServer, missing, start

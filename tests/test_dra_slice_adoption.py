@@ -10,8 +10,9 @@ import copy
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node
 
-from genericdp.dra import kubeapi
+from genericdp.dra.apislices import as_slice
 from genericdp.dra.slices import SLICE_LABEL, slice_name
+from genericdp.kube import client as kubeapi
 from tests.dra_apislices import api_slices, fresh_node, held, running, unit
 
 RESOURCE = "example.com/serial"
@@ -45,7 +46,7 @@ async def test_a_restart_adopts_its_slices_and_leaves_a_strangers_alone(
         ],
     }
     stranger["spec"]["devices"] = []
-    stranger = dict(await client.create(kubeapi.as_slice(stranger)))
+    stranger = dict(await client.create(as_slice(stranger)))
     assert stranger["metadata"]["labels"][SLICE_LABEL] == ours["metadata"]["labels"][SLICE_LABEL]
 
     store = api_slices(client, node)

@@ -19,10 +19,19 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap
 from lightkube.types import PatchType
 
-from genericdp.dra import kubeapi
-from genericdp.dra.naming import DEFAULT_DRIVER, device_name
+from genericdp.dra.apislices import ApiSlices
+from genericdp.dra.naming import device_name
+from genericdp.kube import client as kubeapi
 from tests.apiserver import ApiServer
-from tests.dra_apislices import CountingSlices, api_slices, connected, fresh_node, running, unit
+from tests.dra_apislices import (
+    CountingSlices,
+    api_slices,
+    connected,
+    fresh_node,
+    held,
+    running,
+    unit,
+)
 from tests.polling import eventually
 
 RESOURCE = "example.com/serial"
@@ -47,7 +56,7 @@ class Meddling(CountingSlices):
     """``ApiSlices`` with ``before_watch`` run once, after the watch's list and before its
     watch request: whatever it does happens in the gap a watch must not lose."""
 
-    def __init__(self, inner: kubeapi.ApiSlices) -> None:
+    def __init__(self, inner: ApiSlices) -> None:
         super().__init__(inner)
         self.before_watch: Meddle | None = None
         self.met = 0.0  # when ``before_watch`` had run (loop-independent clock)
@@ -63,7 +72,7 @@ class Meddling(CountingSlices):
 
 async def ours(client: kubeapi.AsyncClient, node: str) -> set[str]:
     """The device names in the node's slices, as the API server holds them now."""
-    objs = await kubeapi.list_slices(client, node=node, driver=DEFAULT_DRIVER)
+    objs = await held(client, node)
     return {d["name"] for obj in objs.values() for d in obj["spec"].get("devices") or []}
 
 
@@ -82,12 +91,12 @@ async def back_within(client: kubeapi.AsyncClient, node: str, since: float, what
 
 
 async def delete_ours(someone: kubeapi.AsyncClient, node: str) -> None:
-    (name,) = await kubeapi.list_slices(someone, node=node, driver=DEFAULT_DRIVER)
+    (name,) = await held(someone, node)
     await someone.delete(kubeapi.RESOURCE_SLICE, name)
 
 
 async def tamper_with_ours(someone: kubeapi.AsyncClient, node: str) -> None:
-    (name,) = await kubeapi.list_slices(someone, node=node, driver=DEFAULT_DRIVER)
+    (name,) = await held(someone, node)
     patch = {"spec": {"devices": [{"name": "intruder"}]}}
     await someone.patch(kubeapi.RESOURCE_SLICE, name, patch, patch_type=PatchType.MERGE)
 
@@ -139,7 +148,7 @@ async def test_a_change_between_the_list_and_the_watch_is_not_lost(
     """The watch goes on from its list's resourceVersion: a slice deleted or changed
     after that list and before the watch request is seen and put back."""
     await published(client, node_name)
-    store = Meddling(kubeapi.ApiSlices(client, node=node_name))
+    store = Meddling(ApiSlices(client, node=node_name))
 
     async def meddle() -> None:
         await CHANGES[change](someone, node_name)

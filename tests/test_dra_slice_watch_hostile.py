@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from genericdp.dra import kubeapi
+from genericdp.dra.apislices import ApiSlices
 from genericdp.dra.publisher import SlicePublisher
+from genericdp.kube import client as kubeapi
 from tests.ending_api import EndingServer, kubeconfig
 from tests.polling import eventually
 
@@ -35,7 +36,7 @@ async def watching(tmp_path: Path, request: pytest.FixtureRequest) -> Seen:
     ending = EndingServer(**request.param)
     async with ending as url:
         client = kubeapi.connect(kubeconfig(tmp_path / "kubeconfig", url))
-        publisher = SlicePublisher(kubeapi.ApiSlices(client, node=NODE), adopt_grace=0)
+        publisher = SlicePublisher(ApiSlices(client, node=NODE), adopt_grace=0)
         await publisher.start()
         try:
             await eventually(lambda: len(ending.watches()) >= 5, "five watches", timeout=30)

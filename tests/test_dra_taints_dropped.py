@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from genericdp.dra import kubeapi
 from genericdp.dra.backend import DraBackend
 from genericdp.dra.naming import device_name
+from genericdp.kube import client as kubeapi
 from genericdp.metrics import Metrics
 from genericdp.runtime.supervisor import Supervisor
 from tests.apiserver import ApiServer, start

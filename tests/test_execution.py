@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from genericdp.config.model import Exec
-from genericdp.execution import run_exec
+from genericdp.hooks.execution import run_exec
 from tests.polling import eventually
 
 DEADLINE = 10.0  # seconds; generous, only reached when something is broken
@@ -262,7 +262,7 @@ SUBREAPER_HELPER = """
 import asyncio, ctypes, os, sys
 from pathlib import Path
 from genericdp.config.model import Exec
-from genericdp.execution import run_exec
+from genericdp.hooks.execution import run_exec
 
 PR_SET_CHILD_SUBREAPER = 36
 libc = ctypes.CDLL(None, use_errno=True)

@@ -11,8 +11,8 @@ import pytest
 
 from genericdp.config.model import Exec, HealthCheck
 from genericdp.discovery.model import DeviceNode, Unit
-from genericdp.execution import ExecResult
 from genericdp.health import HealthMonitor, HealthTracker
+from genericdp.hooks.execution import ExecResult
 from tests.polling import eventually
 
 RESOURCE = "example.com/serial"

@@ -15,8 +15,8 @@ from genericdp.config.model import (
 )
 from genericdp.discovery import discover
 from genericdp.discovery.attributes import probe_unit
-from genericdp.execution import ExecResult, run_exec
 from genericdp.health import REASON_TAIL, failure_reason
+from genericdp.hooks.execution import ExecResult, run_exec
 from tests.fakesys import FakeHost
 
 

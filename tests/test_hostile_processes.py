@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from genericdp.reaper import descendants, process_table, read_stat
+from genericdp.hooks.reaper import descendants, process_table, read_stat
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 0.5  # the hook's timeout
@@ -31,8 +31,8 @@ DRIVER = r"""
 import asyncio, json, os, sys, time
 from pathlib import Path
 from genericdp.config.model import Exec
-from genericdp.execution import run_exec
-from genericdp.reaper import SUBREAPER, process_table
+from genericdp.hooks.execution import run_exec
+from genericdp.hooks.reaper import SUBREAPER, process_table
 
 async def main(scripts, subreaper, pidfile):
     if subreaper:

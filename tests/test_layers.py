@@ -1,8 +1,11 @@
 """The import rules drawn atop docs/contributing/architecture.md, checked over src/genericdp.
 
-Imports point down the layers; on top of that (``FORBIDDEN``) ``runtime``
-imports neither the device-plugin protocol (``kubelet``) nor a backend, and
-the two backends (``deviceplugin``, ``dra``) never import each other.
+Imports point down the layers (``LAYERS``); on top of that (``FORBIDDEN``):
+
+- ``runtime`` imports no backend, nor the device-plugin protocol (``kubelet``);
+- the backends (``deviceplugin``, ``dra``) never import each other, and only the
+  device-plugin backend imports ``kubelet``;
+- the Kubernetes API client (``kube``) imports no backend.
 
 Every import counts: at the top of a module, inside a function and under
 ``if TYPE_CHECKING:``. A new top-level module or package must be placed in
@@ -10,7 +13,8 @@ Every import counts: at the top of a module, inside a function and under
 
 Nothing in src/ exists for the tests alone: every module is imported from an
 entry point (``genericdp`` the command, ``python -m genericdp``, the modules
-``./dev`` runs, the backend packages ``daemon.backend_serving`` imports by name).
+``./dev`` runs, the backend packages ``daemon.backend_serving`` imports by name),
+but those ``TEST_ONLY`` names, each with why.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ SRC = ROOT / "src" / "genericdp"
 BACKENDS = frozenset({"deviceplugin", "dra"})
 # The one backend that speaks the device-plugin protocol.
 PROTOCOL_BACKEND = "deviceplugin"
+# The Kubernetes API client: the backends, node labels and the DeviceClass reconciler
+# stand on it.
+CLIENT = "kube"
 # Top to bottom: each may import only what is in a lower layer, never its
 # neighbours on the same layer nor anything above it. ``__init__`` is the
 # package itself (``__version__``). The backends share a layer, so none
@@ -42,15 +49,15 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
     for layer in (
         "__main__",
         "cli",
-        "cliparser daemon simulate report convert configsources classdaemon",
-        "metrics probes nodewatch classmetrics nodefeature featuresfile",
+        "cliparser daemon simulate report convert configsources deviceclasses",
+        "metrics probes nodelabels",
         " ".join(sorted(BACKENDS)),
         "runtime",
         "kubelet allocation health",
         "hooks lastgood",
-        "execution discovery",
-        "reaper config",
-        "settings httpserver unixgrpc",
+        "discovery",
+        "config",
+        "settings httpserver unixgrpc kube",
         "aio",
         "logsetup",
         "errors exits k8snames replicaids atomicfile protogen __init__",
@@ -58,15 +65,18 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
 )
 # The shared core that every backend uses, and the device-plugin protocol:
 # neither imports the other, so a second backend needs no gRPC or kubelet type.
-CORE = frozenset({"allocation", "health", "hooks", "execution", "discovery", "reaper", "config"})
+CORE = frozenset({"allocation", "health", "hooks", "discovery", "config"})
 PROTOCOL = frozenset({"kubelet"})
 PROTOCOL_LIBRARIES = ("grpc", "google.protobuf")
-# Imports the layers alone allow but the design does not: the runtime drives a
-# backend it does not know by name, and the device-plugin protocol is the
-# device-plugin backend's (and the commands') alone.
+# What the design forbids, whatever the layers say (most pairs are also upward
+# imports): the runtime drives a backend it does not know by name; the
+# device-plugin protocol is the device-plugin backend's (and the commands') alone;
+# the backends stand beside each other; the API client serves every backend and
+# knows none.
 FORBIDDEN: frozenset[tuple[str, str]] = frozenset(
     {("runtime", "kubelet")}
     | {("runtime", backend) for backend in BACKENDS}
+    | {(CLIENT, backend) for backend in BACKENDS}
     | {(backend, "kubelet") for backend in BACKENDS - {PROTOCOL_BACKEND}}
     | {(a, b) for a in BACKENDS for b in BACKENDS if a != b}
 )
@@ -162,7 +172,8 @@ def test_every_component_is_placed_in_a_layer() -> None:
 
 def test_imports_follow_the_rules() -> None:
     """Down the layers only; runtime imports neither kubelet nor a backend; the backends
-    import neither each other nor (DRA) the device-plugin protocol; core and protocol apart."""
+    import neither each other nor (DRA) the device-plugin protocol; the API client
+    imports no backend; core and protocol apart."""
     assert violations(_modules()) == []
 
 
@@ -182,6 +193,10 @@ def test_the_checker_catches_every_kind_of_violation() -> None:
         "genericdp.dra.edge": {"genericdp.kubelet.devices"},  # DRA on the device-plugin protocol
         "genericdp.discovery.globs": {"genericdp.kubelet.devices"},  # the core on the protocol
         "genericdp.config.model": {"genericdp.cli"},  # upward
+        "genericdp.kube.client": {
+            "genericdp.dra.slicestore",  # the API client knows no backend
+            "genericdp.kube.listwatch",  # its own package: fine
+        },
     }
     wrong = violations(synthetic)
     assert wrong == [
@@ -191,6 +206,8 @@ def test_the_checker_catches_every_kind_of_violation() -> None:
         "genericdp.discovery.globs imports genericdp.kubelet.devices: not below it",
         "genericdp.discovery.globs imports genericdp.kubelet.devices: core and protocol stay apart",
         "genericdp.dra.edge imports genericdp.kubelet.devices: dra never imports kubelet",
+        "genericdp.kube.client imports genericdp.dra.slicestore: not below it",
+        "genericdp.kube.client imports genericdp.dra.slicestore: kube never imports dra",
         "genericdp.runtime.supervisor imports genericdp.dra.backend: not below it",
         "genericdp.runtime.supervisor imports genericdp.dra.backend: runtime never imports dra",
         (

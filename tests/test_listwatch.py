@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from genericdp.aio import Backoff, TaskSet
-from genericdp.dra.listwatch import ExpiredError, ListWatch
+from genericdp.kube.listwatch import ExpiredError, ListWatch
 
 
 class Scripted:

@@ -12,14 +12,14 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from genericdp import __version__
-from genericdp.classmetrics import ClassMetrics
 from genericdp.config.model import Exec
+from genericdp.deviceclasses.metrics import ClassMetrics
+from genericdp.deviceclasses.sync import SyncStatus
 from genericdp.dra.backend import DraBackend
-from genericdp.dra.classsync import SyncStatus
 from genericdp.dra.publisher import SlicePublisher
 from genericdp.errors import CdiSpecError, HookError, InvalidDevicesError, TemplateRenderError
-from genericdp.execution import ExecResult
 from genericdp.hooks import HookRun, HookRunError
+from genericdp.hooks.execution import ExecResult
 from genericdp.metrics import Metrics
 from genericdp.probes import liveness, readiness
 from genericdp.runtime.backend import Gauge

@@ -15,10 +15,10 @@ import pytest
 
 from genericdp.aio import TaskSet
 from genericdp.config.model import ResourceDefinition
-from genericdp.featuresfile import FeaturesFile, parse_features
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.metrics import Metrics
-from genericdp.runtime.nodelabels import LabelFollower, healthy_units, resource_labels
+from genericdp.nodelabels import LabelFollower, healthy_units, resource_labels
+from genericdp.nodelabels.featuresfile import FeaturesFile, parse_features
 from genericdp.runtime.state import DeviceState
 from tests.fakesys import FakeHost
 from tests.polling import eventually
@@ -77,7 +77,7 @@ async def test_the_feature_file_follows_hotplug_atomically_and_idle_writes_nothi
     """A dongle plugged in changes the file within a second, replaced by a rename (a new
     inode, no temporary left); rescans that change nothing write nothing; the bad value
     is logged once and counted; no units left removes the file."""
-    caplog.set_level(logging.WARNING, logger="genericdp.runtime.nodelabels")
+    caplog.set_level(logging.WARNING, logger="genericdp.nodelabels")
     host = FakeHost(base / "host")
     host.add_usb_serial(port="1-1", serial="OLD", ttys=("ttyUSB0",))
     path = base / "features.d" / "genericdp"

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from genericdp.aio import TaskSet
-from genericdp.dra.kubeapi import ApiRequestError, connect
-from genericdp.nodefeature import NODE_NAME_LABEL, NodeFeatureSink, object_name
-from genericdp.runtime.nodelabels import LabelFollower
+from genericdp.kube.client import ApiRequestError, connect
+from genericdp.nodelabels import LabelFollower
+from genericdp.nodelabels.nodefeature import NODE_NAME_LABEL, NodeFeatureSink, object_name
 from tests.apiserver import ApiServer
 from tests.fakesys import FakeHost
 from tests.polling import eventually

@@ -14,8 +14,8 @@ import pytest
 
 from genericdp.aio import Backoff, TaskSet
 from genericdp.daemon import NodeLabelsWatch
-from genericdp.dra.kubeapi import connect
-from genericdp.nodewatch import NodeWatch
+from genericdp.kube.client import connect
+from genericdp.nodelabels.nodewatch import NodeWatch
 from tests.apiserver import ApiServer, free_port
 from tests.ending_api import EndingServer, kubeconfig
 from tests.polling import eventually
@@ -127,7 +127,7 @@ async def test_an_unreachable_api_server_is_warned_of_once_not_at_every_retry(
 ) -> None:
     """Six refused attempts in a row (every node's, when the API server restarts): one
     warning, saying it retries, and the backoff grows between them."""
-    caplog.set_level(logging.INFO, logger="genericdp.nodewatch")
+    caplog.set_level(logging.INFO, logger="genericdp.nodelabels.nodewatch")
     # Nothing listens there.
     delays, watch = await six_delays(f"http://127.0.0.1:{free_port()}", tmp_path)
     assert delays == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0]

@@ -227,7 +227,7 @@ def cmd_deviceclasses(args: argparse.Namespace) -> int:
     from ruamel.yaml import YAML
 
     from genericdp.config import load
-    from genericdp.dra.deviceclasses import device_classes
+    from genericdp.deviceclasses import device_classes
 
     settings = Settings(**_overrides(args))
     config = load(args.paths)
@@ -243,7 +243,7 @@ def cmd_reconcile_classes(args: argparse.Namespace) -> int:
     import asyncio
 
     from genericdp import logsetup
-    from genericdp.classdaemon import reconcile_classes
+    from genericdp.deviceclasses.daemon import reconcile_classes
 
     settings = ClassSettings(**_overrides(args))
     logsetup.configure(settings.log_level, settings.log_format)

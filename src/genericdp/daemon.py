@@ -25,11 +25,11 @@ from genericdp.discovery.model import Roots
 from genericdp.discovery.roots import root_notes
 from genericdp.errors import ConfigError
 from genericdp.exits import EXIT_OK
+from genericdp.hooks.reaper import SUBREAPER
 from genericdp.httpserver import run_http_server
 from genericdp.lastgood import LastGood, Reading
 from genericdp.metrics import Metrics
 from genericdp.probes import Verdict, readiness, routes, with_config_problem
-from genericdp.reaper import SUBREAPER
 from genericdp.settings import ListenAddress, Settings
 
 if TYPE_CHECKING:
@@ -271,7 +271,7 @@ class NodeLabelsWatch:
         if why is not None:
             log.warning("resources with a nodeSelector are not served: %s", why)
             return
-        from genericdp.nodewatch import watch_node_labels
+        from genericdp.nodelabels.nodewatch import watch_node_labels
 
         kubeconfig = Path(settings.kubeconfig) if settings.kubeconfig else None
         self._tasks.spawn(
@@ -295,16 +295,16 @@ def publish_node_labels(
     if problem is not None:
         log.warning("node labels are not published: %s", problem)
         return
-    from genericdp.runtime.nodelabels import LabelFollower
+    from genericdp.nodelabels import LabelFollower
 
     async def follow() -> None:
         if settings.node_features == "file":
-            from genericdp.featuresfile import FeaturesFile
+            from genericdp.nodelabels.featuresfile import FeaturesFile
 
             sink = FeaturesFile(settings.node_features_file)
             await LabelFollower(supervisor, sink, settings.node_name, metrics).run()
             return
-        from genericdp.nodefeature import node_feature_sink
+        from genericdp.nodelabels.nodefeature import node_feature_sink
 
         kubeconfig = Path(settings.kubeconfig) if settings.kubeconfig else None
         api = node_feature_sink(

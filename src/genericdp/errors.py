@@ -23,12 +23,12 @@ ever handle our own types::
      ├── DraSetupError          (dra) the DRA backend cannot start with these settings
      ├── NodeLockError          (dra.nodelock) the plugin directory's lock cannot be used
      ├── TurnError              (dra.turns) the node's call lock cannot be had (in time, or at all)
-     ├── DeviceClassError       (dra.deviceclasses) two resources derive one DeviceClass name
-     ├── ApiSetupError          (dra.kubeapi) no way to reach the API server
-     ├── ApiRequestError        (dra.kubeapi) the API server refused or failed a request
-     │    └── ApiTimeoutError   (dra.kubeapi) the same, not answered whole within its deadline
-     ├── ExpiredError           (dra.listwatch) a watch's version is gone: list again
-     ├── BrokenWatchError       (dra.listwatch) a watch stream open too long or a line too long
+     ├── DeviceClassError       (deviceclasses) two resources derive one DeviceClass name
+     ├── ApiSetupError          (kube.client) no way to reach the API server
+     ├── ApiRequestError        (kube.client) the API server refused or failed a request
+     │    └── ApiTimeoutError   (kube.client) the same, not answered whole within its deadline
+     ├── ExpiredError           (kube.listwatch) a watch's version is gone: list again
+     ├── BrokenWatchError       (kube.listwatch) a watch stream open too long or a line too long
      ├── SliceError             (dra.slices) a resource that cannot be published as DRA devices
      └── ClaimError             (dra.claims) what is wrong with which claim
 

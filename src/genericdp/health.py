@@ -28,8 +28,8 @@ from genericdp import logsetup
 from genericdp.config.model import HealthCheck, SysfsProbe
 from genericdp.discovery.attributes import probe_unit
 from genericdp.discovery.model import Roots, Unit
-from genericdp.execution import ExecResult, run_exec
 from genericdp.hooks import HEALTH, unit_env
+from genericdp.hooks.execution import ExecResult, run_exec
 
 DEFAULT_CONCURRENCY = 8
 

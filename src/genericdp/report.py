@@ -19,7 +19,7 @@ from genericdp.config.model import UNBOUNDED, ResourceDefinition
 from genericdp.deviceplugin.sharing import idle_ids, sharing_text
 from genericdp.discovery.model import Unit
 from genericdp.errors import GenericdpError
-from genericdp.runtime.nodelabels import Dropped, label_lines, resource_labels
+from genericdp.nodelabels import Dropped, label_lines, resource_labels
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from genericdp.exits import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_OK
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.state import EventKind, ResourceSnapshot
-from genericdp.runtime.nodelabels import source_lines
+from genericdp.nodelabels import source_lines
 from genericdp.runtime.reconcile import LABELS_UNKNOWN
 from genericdp.settings import Settings
 

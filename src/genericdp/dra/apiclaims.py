@@ -14,8 +14,8 @@ from genericdp.dra.claims import (
     ClaimRef,
     valid_uid,
 )
-from genericdp.dra.kubeapi import ApiRequestError, AsyncClient, get_claim
 from genericdp.dra.naming import DEFAULT_DRIVER
+from genericdp.kube.client import ApiRequestError, AsyncClient, get_claim
 
 # The whole read, however the server answers: a server trickling its answer a
 # byte at a time never trips the client's per-read timeout, and the kubelet's

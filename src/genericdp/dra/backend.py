@@ -271,7 +271,8 @@ async def open_api(settings: Settings, *, publish: bool = True) -> ApiPieces:
     the API client library is loaded (the device-plugin backend never comes here).
     ``publish``: start the publisher now (else its owner starts it, ``serving``)."""
     from genericdp.dra.apiclaims import ApiClaimSource
-    from genericdp.dra.kubeapi import ApiSlices, connect
+    from genericdp.dra.apislices import ApiSlices
+    from genericdp.kube.client import connect
 
     client = connect(Path(settings.kubeconfig) if settings.kubeconfig else None)
     node, driver = settings.node_name, settings.dra_driver_name

@@ -29,14 +29,14 @@ the slices of a resource whose first scan is a little slower than the others
 nor writes the pool once per resource as their scans end.
 
 From the first list on, a watch of the node's slices (``dra/slicewatch.py``,
-run by ``dra/listwatch.py``: from a list's resourceVersion, one request at a
+run by ``kube/listwatch.py``: from a list's resourceVersion, one request at a
 time, our own backoff around each, and a list again every ``resync``
 seconds) notices what others change or delete (the kubelet deletes a node's
 slices when it starts): the pool is compared again and rewritten if it
 differs.
 
 The API server is reached through a ``SliceStore``: the node's slices of
-the driver, five verbs, our own errors (``kubeapi.ApiSlices`` is the real
+the driver, five verbs, our own errors (``apislices.ApiSlices`` is the real
 one; the tests have one in memory).
 """
 
@@ -54,9 +54,9 @@ from genericdp.aio import Backoff, TaskSet, wait_event
 from genericdp.config.model import AttributeValue
 from genericdp.discovery.model import Unit
 from genericdp.dra import slices
-from genericdp.dra.listwatch import ListWatch, describe
 from genericdp.dra.slicestore import SliceStore
 from genericdp.dra.slicewatch import SliceWatch
+from genericdp.kube.listwatch import ListWatch, describe
 
 log = logging.getLogger(__name__)
 

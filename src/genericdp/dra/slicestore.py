@@ -1,6 +1,6 @@
 """What the slice publisher writes through: the ResourceSlices of one node and driver.
 
-``dra/kubeapi.py``'s ``ApiSlices`` keeps them in the API server; the tests keep
+``dra/apislices.py``'s ``ApiSlices`` keeps them in the API server; the tests keep
 them in memory (``tests/dra_fakes.py``), so the publisher's rules are tested
 without an API server.
 """
@@ -45,7 +45,7 @@ class SliceStore(Protocol):
     def watch(self, version: str, seconds: int) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         """``(ADDED|MODIFIED|DELETED|BOOKMARK, slice)`` after ``version``, in order, as
         one watch request that the server ends after ``seconds`` (or sooner); raises
-        ``ExpiredError`` (``dra/listwatch.py``) when ``version`` cannot be watched from."""
+        ``ExpiredError`` (``kube/listwatch.py``) when ``version`` cannot be watched from."""
         ...
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The node's ResourceSlices as others change them: what the publisher's watch follows.
 
 The publisher holds the slices it last listed or wrote (``held``). This
-source of a ``ListWatch`` (``dra/listwatch.py``) lists the node's slices and
+source of a ``ListWatch`` (``kube/listwatch.py``) lists the node's slices and
 watches them from that list's resourceVersion, so nothing that happens
 between the list and the watch is missed. Whenever the server holds
 something else than the publisher (a list whose names or resourceVersions
@@ -18,8 +18,8 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from genericdp.dra.listwatch import version_of
 from genericdp.dra.slicestore import SliceStore
+from genericdp.kube.listwatch import version_of
 
 log = logging.getLogger(__name__)
 

@@ -122,7 +122,7 @@ class Cleaner:
         self._running.clear()
         if running:
             await asyncio.wait(running, timeout=timeout)
-        # A cancelled hook gets SIGTERM, then SIGKILL 2 s later (execution.py).
+        # A cancelled hook gets SIGTERM, then SIGKILL 2 s later (hooks/execution.py).
         return await self._tasks.stop(timeout=3.0)
 
     def _spawn(

@@ -22,7 +22,7 @@ from genericdp.errors import (
 from genericdp.hooks import HookRun, HookRunError, HookRunner
 
 if TYPE_CHECKING:
-    from genericdp.execution import ExecResult
+    from genericdp.hooks.execution import ExecResult
 
 ALLOCATION_RESULTS = (
     "ok",

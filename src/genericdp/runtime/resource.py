@@ -34,8 +34,8 @@ from genericdp.aio import Backoff, TaskSet, wait_event
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.errors import clip, first_of
-from genericdp.execution import ExecResult
 from genericdp.health import HealthMonitor, failure_reason
+from genericdp.hooks.execution import ExecResult
 from genericdp.runtime.allocator import Allocator
 from genericdp.runtime.backend import Backend, ResourceParts
 from genericdp.runtime.budget import Kept, ids_each

@@ -3,7 +3,7 @@ Feature Discovery takes them from third parties (docs/deploy.md).
 
 Each value is a template over the resource's healthy units (compiled and
 checked at load by ``config/semantic.py``, rendered by
-``runtime/nodelabels.py``); every resource also publishes
+``nodelabels/__init__.py``); every resource also publishes
 ``<domain>/<name>.present: "true"`` while it has a healthy unit, unless its
 ``labels`` maps that key to null.
 """

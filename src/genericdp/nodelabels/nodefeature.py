@@ -10,7 +10,7 @@ by the pod: a pod's restart or rolling update keeps the labels, deleting the
 DaemonSet removes them (garbage collection). Each write is one server-side
 apply, so labels no longer given are removed and nobody else's fields are
 touched; ``current`` reads the object once at start, so a restart that
-changes nothing writes nothing. A ``LabelSink`` (``runtime/nodelabels.py``),
+changes nothing writes nothing. A ``LabelSink`` (``nodelabels/__init__.py``),
 on lightkube's HTTP client, which carries the kubeconfig's or the service
 account's credentials.
 
@@ -35,7 +35,7 @@ from typing import Any
 
 import httpx2
 
-from genericdp.dra.kubeapi import (
+from genericdp.kube.client import (
     FIELD_MANAGER,
     ApiRequestError,
     AsyncClient,

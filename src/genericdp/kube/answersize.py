@@ -3,21 +3,21 @@
 lightkube and httpx read an answer whole before parsing it, however long it
 is, and ``json.loads`` of small values costs many times their bytes: an API
 server (or something in its place) could have the daemon hold gigabytes
-with one list. ``bound`` is a response hook on the client (``kubeapi.connect``)
+with one list. ``bound`` is a response hook on the client (``client.connect``)
 that counts an answer's decoded bytes and JSON values as they arrive and
 drops it (``AnswerTooLargeError``) once they pass its ``Budget``, before
 anything parses it. Values are counted as the JSON text's commas, colons and
 opening brackets, which is at least the number of values it holds. Answers
 come unencoded (``Accept-Encoding: identity``): a compressed answer of a few
 megabytes can decompress to any size, so an encoded one is refused. A watch's
-lines are bounded one by one instead (``dra/watchlines.py``).
+lines are bounded one by one instead (``watchlines.py``).
 
 Decoded, not received: Python holds text in 1, 2 or 4 bytes a character,
 the widest character of the text deciding, so 31 MiB of UTF-8 with one emoji
 (or one ``\\ud83d`` escape) in it decodes, and parses, to 124 MiB. An answer
 costs its characters times that width (``_Cost``).
 
-One budget a request: a list of many pages (``kubeapi.list_objects``, whose
+One budget a request: a list of many pages (``client.list_objects``, whose
 objects are all kept) is read within one ``Budget`` for all its pages
 (``one_budget``), so that its pages cannot add up to what one answer may not.
 

@@ -23,7 +23,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from genericdp import __version__
-from genericdp.dra.classsync import Recorder, SyncStatus
+from genericdp.deviceclasses.sync import Recorder, SyncStatus
 from genericdp.runtime.configwatch import Outcome
 
 RELOAD_RESULTS = tuple(o.value for o in Outcome)

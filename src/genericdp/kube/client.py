@@ -1,20 +1,18 @@
 """The Kubernetes API client: lightkube, with resource.k8s.io/v1 as generic (dict) resources.
 
-With ``classapi`` (``reconcile-classes`` only), the only module that imports
-lightkube at import time; ``daemon``, ``cli``
-and ``simulate`` import the DRA modules that need it lazily, so the
+Only this module and those making requests through it import lightkube at
+import time; ``daemon``, ``cli`` and ``simulate`` import them lazily, so the
 device-plugin backend never loads it (docs/contributing/architecture.md, Dependencies).
 Objects are plain dicts: whatever fields the server knows pass through,
 even ones lightkube's models predate.
 
 lightkube's ``ApiError`` ends here: what the server answered leaves this
 module as ``ApiRequestError`` (its HTTP status in ``code``), raised from it.
-``ApiSlices`` is the publisher's ``SliceStore`` (``dra/slicestore.py``) over the API server.
 
 Lists and watches (``list_objects``, ``watch_events``) are plain requests on
 lightkube's HTTP client, which carries the kubeconfig's or the service
 account's credentials: one watch request is one watch, which the caller
-(``dra/listwatch.py``) opens again after its own backoff. lightkube's
+(``listwatch.py``) opens again after its own backoff. lightkube's
 ``watch`` is not used: it reopens a watch that ends cleanly at once, in a
 loop of its own. A version the server cannot watch from is ``ExpiredError``:
 410 Gone (older than the server keeps) or 504 "Too large resource version"
@@ -24,9 +22,9 @@ event of the kind since it started answers to a watch without a version).
 Every request but a watch has an overall deadline (``REQUEST_DEADLINE``;
 ``ApiTimeoutError`` after it): the client's timeout is per read, and a
 server trickling its answer a byte at a time never trips it. A watch is
-bounded by its caller (``dra/listwatch.py``: its timeoutSeconds and a
-margin) and its lines by ``dra/watchlines.py``. Every other answer is bounded
-in decoded bytes and JSON values as it is read (``dra/answersize.py``), a list
+bounded by its caller (``listwatch.py``: its timeoutSeconds and a
+margin) and its lines by ``watchlines.py``. Every other answer is bounded
+in decoded bytes and JSON values as it is read (``answersize.py``), a list
 over all its pages, read in pages of ``LIST_PAGE`` objects, at most
 ``MAX_LIST_OBJECTS`` in all.
 """
@@ -37,24 +35,17 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
 import httpx2
 from lightkube import ApiError, AsyncClient, ConfigError, KubeConfig
-from lightkube.generic_resource import (
-    GenericGlobalResource,
-    create_global_resource,
-    create_namespaced_resource,
-)
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 
-from genericdp.dra.answersize import LIST_PAGE, bound, one_budget
-from genericdp.dra.listwatch import BrokenWatchError, ExpiredError, version_of
-from genericdp.dra.naming import DEFAULT_DRIVER
-from genericdp.dra.slicestore import Listing
-from genericdp.dra.watchlines import lines
 from genericdp.errors import GenericdpError
+from genericdp.kube.answersize import LIST_PAGE, bound, one_budget
+from genericdp.kube.listwatch import BrokenWatchError, ExpiredError, version_of
+from genericdp.kube.watchlines import lines
 
 __all__ = [
     "DEVICE_CLASS",
@@ -62,16 +53,14 @@ __all__ = [
     "RESOURCE_SLICE",
     "ApiRequestError",
     "ApiSetupError",
-    "ApiSlices",
     "ApiTimeoutError",
     "AsyncClient",
     "answered",
-    "as_slice",
     "connect",
     "get_claim",
+    "get_object",
     "http_of",
     "list_objects",
-    "list_slices",
     "list_version",
     "read_pages",
     "unanswered",
@@ -173,11 +162,6 @@ async def get_claim(client: AsyncClient, namespace: str, name: str) -> dict[str,
     """The ResourceClaim ``namespace/name``; raises ApiRequestError (404: not there)."""
     async with answered(f"ResourceClaim {namespace}/{name}"):
         return dict(await client.get(RESOURCE_CLAIM, name, namespace=namespace))
-
-
-async def list_slices(client: AsyncClient, *, node: str, driver: str) -> dict[str, dict[str, Any]]:
-    """``{name: ResourceSlice}`` of ``node``'s slices of ``driver``."""
-    return (await ApiSlices(client, node=node, driver=driver).list()).slices
 
 
 def http_of(client: AsyncClient) -> httpx2.AsyncClient:
@@ -287,6 +271,14 @@ async def watch_events(
         raise unanswered(what, err) from err
 
 
+async def get_object(
+    http: httpx2.AsyncClient, path: str, what: str, *, deadline: float = REQUEST_DEADLINE
+) -> dict[str, Any]:
+    """The object at ``path``, answered within ``deadline`` seconds."""
+    async with answered(what, deadline):
+        return _answer(await http.get(path, timeout=REQUEST_TIMEOUT), what)
+
+
 def _answer(response: httpx2.Response, what: str) -> dict[str, Any]:
     try:
         body = response.json()
@@ -328,85 +320,3 @@ def _raise(what: str, code: int, status: Mapping[str, Any], default: str) -> Non
     if code == httpx2.codes.GONE or (code == httpx2.codes.GATEWAY_TIMEOUT and too_large):
         raise ExpiredError(f"{what}: the API server answered {code}: {message}")
     raise ApiRequestError(what, code, message)
-
-
-def as_slice(obj: dict[str, Any]) -> GenericGlobalResource:
-    """A ResourceSlice dict as the object lightkube writes."""
-    made: GenericGlobalResource = RESOURCE_SLICE.from_dict(obj)
-    return made
-
-
-class ApiSlices:
-    """The ResourceSlices of ``node`` and ``driver`` on the API server (a ``SliceStore``)."""
-
-    def __init__(
-        self,
-        client: AsyncClient,
-        *,
-        node: str,
-        driver: str = DEFAULT_DRIVER,
-        deadline: float = REQUEST_DEADLINE,
-    ) -> None:
-        self._client = client
-        self.node = node
-        self.driver = driver
-        self._deadline = deadline  # seconds for each request but a watch
-
-    async def list(self) -> Listing:
-        http = http_of(self._client)
-        what = self._what()
-        items, version = await list_objects(
-            http, SLICES, self._selector(), what, deadline=self._deadline
-        )
-        return Listing({str(item["metadata"]["name"]): item for item in items}, version)
-
-    def watch(self, version: str, seconds: int) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        return watch_events(
-            http_of(self._client),
-            SLICES,
-            self._selector(),
-            version=version,
-            seconds=seconds,
-            what=self._what(),
-        )
-
-    async def owner(self) -> dict[str, str] | None:
-        what = f"reading Node {self.node}"
-        try:
-            async with answered(what, self._deadline):
-                found = await http_of(self._client).get(
-                    f"/api/v1/nodes/{self.node}", timeout=REQUEST_TIMEOUT
-                )
-                node = _answer(found, what)
-        except ApiRequestError as err:
-            if err.code in {HTTPStatus.FORBIDDEN, HTTPStatus.NOT_FOUND}:
-                return None
-            raise
-        uid = (node.get("metadata") or {}).get("uid")
-        if not isinstance(uid, str) or not uid:
-            return None
-        return {"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": uid}
-
-    async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        named = obj["metadata"].get("name") or f"{obj['metadata'].get('generateName')}*"
-        async with answered(f"creating ResourceSlice {named}", self._deadline):
-            return dict(await self._client.create(as_slice(obj)))
-
-    async def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
-        async with answered(f"replacing ResourceSlice {obj['metadata']['name']}", self._deadline):
-            return dict(await self._client.replace(as_slice(obj)))
-
-    def _selector(self) -> dict[str, str]:
-        return {"fieldSelector": f"spec.nodeName={self.node},spec.driver={self.driver}"}
-
-    def _what(self) -> str:
-        return f"the ResourceSlices of node {self.node}"
-
-    async def delete(self, name: str) -> None:
-        """Delete slice ``name``; one already gone is no error."""
-        try:
-            async with answered(f"deleting ResourceSlice {name}", self._deadline):
-                await self._client.delete(RESOURCE_SLICE, name)
-        except ApiRequestError as err:
-            if err.code != HTTPStatus.NOT_FOUND:
-                raise

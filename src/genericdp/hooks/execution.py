@@ -6,7 +6,7 @@ megabytes, never exit, or leave their process group (``setsid``). Each command
 runs in a session (and process group) of its own, and whatever is left of it
 when the command exits, times out or is cancelled is terminated: SIGTERM, then
 SIGKILL after a short grace. "Whatever is left" is the process group plus
-every process ``genericdp.reaper`` finds the command started (its tree, and
+every process ``genericdp.hooks.reaper`` finds the command started (its tree, and
 orphans re-parented to the daemon, which ``serve`` makes a child subreaper):
 nothing a hook starts outlives it.
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genericdp.config.model import Exec
-from genericdp.reaper import RUN_ID_VAR, SUBREAPER, read_stat
+from genericdp.hooks.reaper import RUN_ID_VAR, SUBREAPER, read_stat
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_OUTPUT_LIMIT = 64 * 1024

@@ -17,9 +17,9 @@ often (give or take a tenth), so whatever a watch could miss is found.
 A watch the server keeps open past its ``timeoutSeconds`` and a margin (a
 stream gone silent, or trickling) is closed and the objects listed again, and
 so is one whose stream breaks its form (``BrokenWatchError``: an event line
-over ``dra/watchlines.py``'s bound): whatever it held back is in the list.
+over ``watchlines.py``'s bound): whatever it held back is in the list.
 
-The requests themselves are the source's (``dra/kubeapi.py``'s ``list_objects``
+The requests themselves are the source's (``client.py``'s ``list_objects``
 and ``watch_events``, which raise ``ExpiredError`` for the two answers above);
 the loop logs whatever ends a watch and watches again, so nothing reaches its
 task. It imports no API client: the tests run it over an in-memory store.

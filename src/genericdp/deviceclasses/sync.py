@@ -17,7 +17,7 @@ what differs, so a sync that finds everything equal writes nothing. A sync
 runs after a change of the config, a watch event on any DeviceClass, a
 watch event on the driver's slices while some class is kept, a failed sync
 (with backoff) and every ``resync`` seconds. Writes happen only while
-``leading()`` (the Lease, ``dra/lease.py``) says so, checked before each.
+``leading()`` (the Lease, ``kube/lease.py``) says so, checked before each.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from typing import Any
 
 from genericdp.aio import Backoff, wait_event
 from genericdp.config.model import Config
-from genericdp.dra.classapi import ClassApi
-from genericdp.dra.deviceclasses import class_name, device_classes, owner_labels
-from genericdp.dra.kubeapi import ApiRequestError
-from genericdp.dra.listwatch import ListWatch
+from genericdp.deviceclasses import class_name, device_classes, owner_labels
+from genericdp.deviceclasses.api import ClassApi
+from genericdp.kube.client import ApiRequestError
+from genericdp.kube.listwatch import ListWatch
 from genericdp.runtime.reconcile import Plan, plan
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ class SyncStatus:
 
 
 class Recorder:
-    """What the reconciler reports (the Prometheus one is ``classmetrics.ClassMetrics``)."""
+    """What the reconciler reports (the Prometheus one is ``metrics.ClassMetrics``)."""
 
     def write(self, action: str, *, ok: bool) -> None:
         """A create, update or delete, and whether it went through."""

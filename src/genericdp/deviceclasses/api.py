@@ -1,12 +1,11 @@
 """What the DeviceClass reconciler asks of the API server (``genericdp reconcile-classes``).
 
-Three kinds of object, each through lightkube and each failure as
+Two kinds of object, each through lightkube and each failure as
 ``ApiRequestError``: the DeviceClasses (every one read, since a name we want
-may be held by a class not ours; only ours written), the ResourceSlices of
+may be held by a class not ours; only ours written) and the ResourceSlices of
 our driver on every node (only read: which resources some node still
-publishes), and one Lease (the reconciler's leader election,
-``dra/lease.py``). Objects are plain dicts, as in ``kubeapi``; the Lease is
-lightkube's model.
+publishes). Objects are plain dicts, as in ``kube/client.py``. The reconciler's Lease
+is ``kube/lease.py``'s.
 """
 
 from __future__ import annotations
@@ -18,11 +17,8 @@ from typing import Any
 
 import httpx2
 from lightkube import AsyncClient
-from lightkube.models.coordination_v1 import LeaseSpec
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.coordination_v1 import Lease
 
-from genericdp.dra.kubeapi import (
+from genericdp.kube.client import (
     CLASSES,
     DEVICE_CLASS,
     SLICES,
@@ -36,16 +32,14 @@ from genericdp.dra.kubeapi import (
     watch_events,
 )
 
-__all__ = ["ClassApi", "Lease", "LeaseSpec", "ObjectMeta"]
-
-NOT_FOUND, CONFLICT = 404, 409
+NOT_FOUND = 404
 # Resources the slices of our driver may name, over all nodes (a config has a few).
 MAX_RESOURCES = 10_000
 
 
 @dataclass
 class Changes:
-    """The list and the watches of one kind (``dra/listwatch.py``'s source): each
+    """The list and the watches of one kind (``kube/listwatch.py``'s source): each
     list, and each event of a watch but a bookmark, calls ``on_change``."""
 
     http: httpx2.AsyncClient
@@ -78,7 +72,7 @@ class ClassApi:
 
     async def classes(self) -> dict[str, dict[str, Any]]:
         """``{name: DeviceClass}`` of every DeviceClass of the cluster, all kept: the
-        whole list within one answer's budget (``kubeapi.list_objects``)."""
+        whole list within one answer's budget (``kube/client.py``'s ``list_objects``)."""
         items, _ = await list_objects(http_of(self.client), CLASSES, {}, "the DeviceClasses")
         return {str(item["metadata"]["name"]): item for item in items}
 
@@ -135,27 +129,3 @@ class ClassApi:
             return Changes(http, CLASSES, {}, "the DeviceClasses", on_change)
         selector = {"fieldSelector": f"spec.driver={self.driver}"}
         return Changes(http, SLICES, selector, f"the ResourceSlices of {self.driver}", on_change)
-
-    async def get_lease(self, namespace: str, name: str) -> Lease | None:
-        try:
-            async with answered(f"reading Lease {namespace}/{name}"):
-                lease: Lease = await self.client.get(Lease, name, namespace=namespace)
-                return lease
-        except ApiRequestError as err:
-            if err.code == NOT_FOUND:
-                return None
-            raise
-
-    async def create_lease(self, lease: Lease) -> Lease:
-        if lease.metadata is None:
-            raise TypeError("a Lease without metadata")
-        async with answered(f"creating Lease {lease.metadata.namespace}/{lease.metadata.name}"):
-            made: Lease = await self.client.create(lease)
-            return made
-
-    async def replace_lease(self, lease: Lease) -> Lease:
-        if lease.metadata is None:
-            raise TypeError("a Lease without metadata")
-        async with answered(f"updating Lease {lease.metadata.namespace}/{lease.metadata.name}"):
-            made: Lease = await self.client.replace(lease)
-            return made

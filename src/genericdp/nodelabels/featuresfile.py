@@ -7,7 +7,7 @@ NFD's local source reads every file of its ``features.d`` directory, one
 new one, never half of one. No labels removes the file (NFD removes the
 labels it gave). Whatever is at the path but a regular file (a FIFO, which
 would block its reader for ever; a device) is not read but replaced, with a
-warning. A ``LabelSink`` (``runtime/nodelabels.py``).
+warning. A ``LabelSink`` (``nodelabels/__init__.py``).
 """
 
 from __future__ import annotations

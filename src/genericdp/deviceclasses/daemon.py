@@ -1,11 +1,11 @@
 """``genericdp reconcile-classes``: the DeviceClasses kept equal to the config, until SIGTERM.
 
 One process per cluster and driver (a Deployment; more replicas wait on the
-Lease, ``dra/lease.py``). It reads the config mount as ``serve`` does,
+Lease, ``kube/lease.py``). It reads the config mount as ``serve`` does,
 watched by the same ``ConfigWatcher``: a valid edit is applied, an invalid
 one is refused and the last applied config stays wanted. A config invalid
 at start wants nothing and writes nothing (no class is deleted because of a
-typo) until it is fixed; /readyz says so meanwhile. ``dra/classsync.py``
+typo) until it is fixed; /readyz says so meanwhile. ``deviceclasses/sync.py``
 does the comparing and writing. /metrics, /healthz and /readyz are served
 as ``serve`` serves them; readiness does not wait for the Lease, so a
 rolling update's new pod becomes ready while the old one still holds it.
@@ -20,15 +20,15 @@ import socket
 from pathlib import Path
 
 from genericdp.aio import Backoff, StopSignals, TaskSet
-from genericdp.classmetrics import ClassMetrics
 from genericdp.config.loader import load_sources
-from genericdp.dra.classapi import ClassApi
-from genericdp.dra.classsync import ClassReconciler
-from genericdp.dra.kubeapi import ApiSetupError, connect
-from genericdp.dra.lease import LeaseElector
+from genericdp.deviceclasses.api import ClassApi
+from genericdp.deviceclasses.metrics import ClassMetrics
+from genericdp.deviceclasses.sync import ClassReconciler
 from genericdp.errors import ConfigError, GenericdpError
 from genericdp.exits import EXIT_OK
 from genericdp.httpserver import run_http_server
+from genericdp.kube.client import ApiSetupError, connect
+from genericdp.kube.lease import LeaseElector, Leases
 from genericdp.probes import Verdict, routes
 from genericdp.runtime.configwatch import ReloadResult, start_config_watch
 from genericdp.settings import ClassSettings
@@ -120,7 +120,7 @@ async def _run(settings: ClassSettings, api: ClassApi, namespace: str) -> int:
     metrics = ClassMetrics()
     reconciler: ClassReconciler | None = None
     elector = LeaseElector(
-        api,
+        Leases(api.client),
         namespace=namespace,
         name=settings.lease,
         identity=identity(settings),

@@ -20,14 +20,50 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from genericdp.dra.classapi import ClassApi, Lease, LeaseSpec, ObjectMeta
-from genericdp.dra.kubeapi import ApiRequestError
+from lightkube import AsyncClient
+from lightkube.models.coordination_v1 import LeaseSpec
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.coordination_v1 import Lease
+
+from genericdp.kube.client import ApiRequestError, answered
 
 log = logging.getLogger(__name__)
 
-CONFLICT = 409
+NOT_FOUND, CONFLICT = 404, 409
 RENEW_SHARE = 2 / 3  # of the duration: how long a renewal keeps us leader
 RETRY_SHARE = 1 / 5  # of the duration: how often we renew or try to take it
+
+
+class Leases:
+    """The Lease requests, each failure as ``ApiRequestError``; the Lease is lightkube's
+    model."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+
+    async def get_lease(self, namespace: str, name: str) -> Lease | None:
+        try:
+            async with answered(f"reading Lease {namespace}/{name}"):
+                lease: Lease = await self.client.get(Lease, name, namespace=namespace)
+                return lease
+        except ApiRequestError as err:
+            if err.code == NOT_FOUND:
+                return None
+            raise
+
+    async def create_lease(self, lease: Lease) -> Lease:
+        if lease.metadata is None:
+            raise TypeError("a Lease without metadata")
+        async with answered(f"creating Lease {lease.metadata.namespace}/{lease.metadata.name}"):
+            made: Lease = await self.client.create(lease)
+            return made
+
+    async def replace_lease(self, lease: Lease) -> Lease:
+        if lease.metadata is None:
+            raise TypeError("a Lease without metadata")
+        async with answered(f"updating Lease {lease.metadata.namespace}/{lease.metadata.name}"):
+            made: Lease = await self.client.replace(lease)
+            return made
 
 
 class LeaseElector:
@@ -39,7 +75,7 @@ class LeaseElector:
 
     def __init__(
         self,
-        api: ClassApi,
+        api: Leases,
         *,
         namespace: str,
         name: str,

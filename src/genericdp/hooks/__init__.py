@@ -18,7 +18,7 @@ from genericdp import logsetup
 from genericdp.config.model import Exec, ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.errors import HookError, first_of
-from genericdp.execution import ExecResult, run_exec
+from genericdp.hooks.execution import ExecResult, run_exec
 
 # The names the daemon passes as ``name``/``hook`` (GENERICDP_HOOK); config spelling.
 INIT = "init"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from genericdp.dra.listwatch import BrokenWatchError
+from genericdp.kube.listwatch import BrokenWatchError
 
 MAX_EVENT_BYTES = 8 * 1024 * 1024
 

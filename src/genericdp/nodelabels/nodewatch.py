@@ -6,7 +6,7 @@ needs is get/list/watch on nodes. Loaded only when some resource has a
 ``nodeSelector`` (``daemon``): the API client comes with it.
 
 One list gives the labels and a ``resourceVersion``; the watch goes on from
-there, one request at a time (``dra/listwatch.py``), so a watch the server ends
+there, one request at a time (``kube/listwatch.py``), so a watch the server ends
 (at once, or at its timeout) is reopened after a backoff, never in a tight
 loop; a 410 Gone (the version is too old) lists again. What the server
 answers becomes ``ApiRequestError``.
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from genericdp.aio import Backoff, Sleep
-from genericdp.dra.kubeapi import (
+from genericdp.kube.client import (
     REQUEST_DEADLINE,
     AsyncClient,
     connect,
@@ -30,7 +30,7 @@ from genericdp.dra.kubeapi import (
     list_objects,
     watch_events,
 )
-from genericdp.dra.listwatch import ListWatch, version_of
+from genericdp.kube.listwatch import ListWatch, version_of
 
 log = logging.getLogger(__name__)
 

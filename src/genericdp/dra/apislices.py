@@ -1,0 +1,105 @@
+"""The publisher's ``SliceStore`` (``dra/slicestore.py``) over the API server: the
+ResourceSlices of one node and driver, through ``kube/client.py``'s requests (each with its
+overall deadline, a list in bounded pages, a watch as one request)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from http import HTTPStatus
+from typing import Any
+
+from lightkube.generic_resource import GenericGlobalResource
+
+from genericdp.dra.naming import DEFAULT_DRIVER
+from genericdp.dra.slicestore import Listing
+from genericdp.kube.client import (
+    REQUEST_DEADLINE,
+    RESOURCE_SLICE,
+    SLICES,
+    ApiRequestError,
+    AsyncClient,
+    answered,
+    get_object,
+    http_of,
+    list_objects,
+    watch_events,
+)
+
+
+def as_slice(obj: dict[str, Any]) -> GenericGlobalResource:
+    """A ResourceSlice dict as the object lightkube writes."""
+    made: GenericGlobalResource = RESOURCE_SLICE.from_dict(obj)
+    return made
+
+
+class ApiSlices:
+    """The ResourceSlices of ``node`` and ``driver`` on the API server (a ``SliceStore``)."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        node: str,
+        driver: str = DEFAULT_DRIVER,
+        deadline: float = REQUEST_DEADLINE,
+    ) -> None:
+        self._client = client
+        self.node = node
+        self.driver = driver
+        self._deadline = deadline  # seconds for each request but a watch
+
+    async def list(self) -> Listing:
+        http = http_of(self._client)
+        what = self._what()
+        items, version = await list_objects(
+            http, SLICES, self._selector(), what, deadline=self._deadline
+        )
+        return Listing({str(item["metadata"]["name"]): item for item in items}, version)
+
+    def watch(self, version: str, seconds: int) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        return watch_events(
+            http_of(self._client),
+            SLICES,
+            self._selector(),
+            version=version,
+            seconds=seconds,
+            what=self._what(),
+        )
+
+    async def owner(self) -> dict[str, str] | None:
+        what = f"reading Node {self.node}"
+        path = f"/api/v1/nodes/{self.node}"
+        try:
+            node = await get_object(http_of(self._client), path, what, deadline=self._deadline)
+        except ApiRequestError as err:
+            if err.code in {HTTPStatus.FORBIDDEN, HTTPStatus.NOT_FOUND}:
+                return None
+            raise
+        uid = (node.get("metadata") or {}).get("uid")
+        if not isinstance(uid, str) or not uid:
+            return None
+        return {"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": uid}
+
+    async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        named = obj["metadata"].get("name") or f"{obj['metadata'].get('generateName')}*"
+        async with answered(f"creating ResourceSlice {named}", self._deadline):
+            return dict(await self._client.create(as_slice(obj)))
+
+    async def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+        async with answered(f"replacing ResourceSlice {obj['metadata']['name']}", self._deadline):
+            return dict(await self._client.replace(as_slice(obj)))
+
+    def _selector(self) -> dict[str, str]:
+        return {"fieldSelector": f"spec.nodeName={self.node},spec.driver={self.driver}"}
+
+    def _what(self) -> str:
+        return f"the ResourceSlices of node {self.node}"
+
+    async def delete(self, name: str) -> None:
+        """Delete slice ``name``; one already gone is no error."""
+        try:
+            async with answered(f"deleting ResourceSlice {name}", self._deadline):
+                await self._client.delete(RESOURCE_SLICE, name)
+        except ApiRequestError as err:
+            if err.code != HTTPStatus.NOT_FOUND:
+                raise
