@@ -100,7 +100,7 @@ def test_pods_with_limits_share_a_device_as_many_as_count_allows(cluster: ApiSer
                      driver=DEFAULT_DRIVER, options=DeviceOptions(shares=None)),
     }  # fmt: skip
     for obj in pool_slices(shared, node=NODE, driver=DEFAULT_DRIVER, generation=1).values():
-        apply(cluster, obj)
+        cluster.kubectl("create", "-f", "-", input_text=json.dumps(obj))  # generateName
     for resource in (KVM, TUN):
         apply(cluster, device_class(resource, DEFAULT_DRIVER))
     kvm = [f"kvm-{i}" for i in range(4)]

@@ -30,7 +30,8 @@ ever handle our own types::
      ├── ExpiredError           (kube.listwatch) a watch's version is gone: list again
      ├── BrokenWatchError       (kube.listwatch) a watch stream open too long or a line too long
      ├── SliceError             (dra.slices) a resource that cannot be published as DRA devices
-     └── ClaimError             (dra.claims) what is wrong with which claim
+     ├── ClaimError             (dra.claims) what is wrong with which claim
+     └── RecordError            (runtime.owed) a unit's owed cleanup cannot be kept in stateDir
 
 Classes outside this module say where they live; tests/test_error_tree.py
 checks that the drawing holds every subclass, each under its parent.
