@@ -27,13 +27,13 @@ shift
 # shellcheck source-path=SCRIPTDIR source=../checks.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../checks.sh" local
 
-DRIVER=${DRA_DRIVER:-genericdp.io}
+# shellcheck source-path=SCRIPTDIR source=../dra-lib.sh
+source "$E2E_ROOT/dra-lib.sh"
 DRA_OVERLAY=$LOCAL_DIR/overlay-dra
 REGISTRY_DIR=$KUBELET_ROOT/plugins_registry
 MARKERS=/var/lib/genericdp-e2e/markers
 CDI_DIR=/var/run/cdi
 CDI_CONTAINERD=${CDI_CONTAINERD:-$ARTIFACTS/containerd-cdi}
-INSPECT=$LOCAL_DIR/dra-inspect.py
 CLAIM_POD=e2e-dra-claim
 EXT_POD=e2e-dra-limits
 # shellcheck source-path=SCRIPTDIR source=dra-node-move-lib.sh
@@ -57,45 +57,6 @@ names_in() {
 
 has_socket() {
   [[ -n $(find "$1" -mindepth 1 -maxdepth 1 -type s -print -quit 2>/dev/null) ]]
-}
-
-slices_json() {
-  k get resourceslices --field-selector "spec.nodeName=$NODE,spec.driver=$DRIVER" -o json
-}
-
-# slice_devices RESOURCE -> "NAME UNIT_ID healthy|unhealthy" per device.
-slice_devices() {
-  slices_json | python3 "$INSPECT" devices "$1"
-}
-
-# devices_are RESOURCE N [HEALTHY]: the slices hold N devices of RESOURCE
-# (HEALTHY of them healthy, when given).
-devices_are() {
-  local listed healthy
-  listed=$(slice_devices "$1") || return 1
-  LAST_SEEN="$(grep -c . <<<"$listed" || true) devices of $1: $(tr '\n' ';' <<<"$listed")"
-  [[ $(grep -c . <<<"$listed") == "$2" ]] || return 1
-  [[ -z ${3:-} ]] && return 0
-  healthy=$(grep -c ' healthy$' <<<"$listed" || true)
-  [[ $healthy == "$3" ]]
-}
-
-# pod_in NAME COMMAND...: run in a pod of the e2e namespace.
-pod_in() {
-  local pod=$1
-  shift
-  k -n "$NAMESPACE" exec "$pod" -- "$@" | tr -d '\r'
-}
-
-# env_of POD NAME: an environment variable of the pod (busybox has no printenv).
-env_of() {
-  pod_in "$1" env | sed -n "s/^$2=//p"
-}
-
-# class_for RESOURCE: the DeviceClass whose extendedResourceName is RESOURCE.
-class_for() {
-  k get deviceclasses -o jsonpath='{range .items[*]}{.metadata.name} {.spec.extendedResourceName}{"\n"}{end}' |
-    awk -v r="$1" '$2 == r && !found { print $1; found = 1 }'
 }
 
 claim_pod_manifest() {
@@ -131,16 +92,6 @@ spec:
         claims:
           - name: dev
 EOM
-}
-
-# pod_claim POD -> the name of the pod's ResourceClaim (from a template, or
-# made by the scheduler for its extended resources).
-pod_claim() {
-  local name
-  name=$(k -n "$NAMESPACE" get pod "$1" \
-    -o 'jsonpath={.status.resourceClaimStatuses[0].resourceClaimName}{.status.extendedResourceClaimStatus.resourceClaimName}')
-  [[ -n $name ]] || return 1
-  echo "$name"
 }
 
 claim_uid() {
@@ -706,26 +657,6 @@ template_pod() {
   [[ -n $class ]] || fail "no DeviceClass for $2 (dra_deviceclasses applies them)"
   claim_pod_manifest "$class" | sed "s/name: e2e-dra\$/name: $1/; s/resourceClaimTemplateName: e2e-dra\$/resourceClaimTemplateName: $1/; s/name: $CLAIM_POD\$/name: $1/" |
     k -n "$NAMESPACE" apply -f -
-}
-
-# pods_phases GROUP: the phases of the pods labelled genericdp-e2e=GROUP, sorted.
-pods_phases() {
-  k -n "$NAMESPACE" get pods -l "genericdp-e2e=$1" -o 'jsonpath={range .items[*]}{.status.phase}{"\n"}{end}' |
-    sort | tr '\n' ' '
-}
-
-phases_are() {
-  LAST_SEEN=$(pods_phases "$1") || return 1
-  [[ $LAST_SEEN == "$2" ]]
-}
-
-# share_ids GROUP: the shareID of each Running pod's claim, one a line.
-share_ids() {
-  local pod claim
-  for pod in $(k -n "$NAMESPACE" get pods -l "genericdp-e2e=$1" --field-selector status.phase=Running -o name); do
-    claim=$(pod_claim "${pod#pod/}") || return 1
-    k -n "$NAMESPACE" get resourceclaim "$claim" -o 'jsonpath={.status.allocation.devices.results[0].shareID}{"\n"}'
-  done
 }
 
 check_dra_health_message() {
