@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # DRA helpers for any cluster, written once for the local node's DRA round
 # (e2e/local/dra.sh) and the kind fleet's (e2e/kind/dra.sh): the slices of
-# NODE for DRIVER, the classes, the claims and the pods of NAMESPACE. Sourced
+# NODE for DRIVER, the classes, the claims and the pods of NAMESPACE, the
+# reconciler's pod (RECONCILER_SELECTOR) and Lease (CLASS_LEASE). Sourced
 # after e2e/checks.sh (k, NODE, NAMESPACE, LAST_SEEN); never run.
 
 DRIVER=${DRA_DRIVER:-genericdp.io}
@@ -76,3 +77,19 @@ share_ids() {
   done
 }
 
+# reconciler_pod: the running reconciler pod not being deleted.
+reconciler_pod() {
+  k -n "$NAMESPACE" get pods -l "$RECONCILER_SELECTOR" --field-selector=status.phase=Running \
+    -o 'jsonpath={range .items[*]}{.metadata.name} {.metadata.deletionTimestamp}{"\n"}{end}' |
+    awk '$2 == "" { print $1; exit }'
+}
+
+lease_holder() {
+  k -n "$NAMESPACE" get lease "$CLASS_LEASE" -o 'jsonpath={.spec.holderIdentity}'
+}
+
+# lease_held_by POD: the Lease's holder is POD (identity "<pod name>-<pid>").
+lease_held_by() {
+  LAST_SEEN="holder $(lease_holder 2>&1)"
+  [[ $LAST_SEEN == "holder $1-"* ]]
+}
