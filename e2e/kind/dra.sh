@@ -134,10 +134,9 @@ ready_pod() {
   return 1
 }
 
-# has NODE RESOURCE N: the node's allocatable RESOURCE is N ("" counts as 0).
+# has NODE RESOURCE N: the node's allocatable RESOURCE is N (lib.sh's quantity_is).
 has() {
-  LAST_SEEN=$(k get node "$1" -o "jsonpath={.status.allocatable.${2//./\\.}}")
-  [[ ${LAST_SEEN:-0} == "$3" ]]
+  NODE=$1 quantity_is allocatable "$2" "$3"
 }
 
 # serves_kdra POD NODE: the pod runs on NODE and its container has the one
