@@ -39,6 +39,7 @@ KINDS = {
     "helm": "tests/test_docs_commands.py: helm lint and template with Helm 3 and 4, "
     "then the API server's dry run of what they render",
     "apply": "tests/test_docs_commands.py: the API server's dry run (apply --dry-run=server)",
+    "move": "e2e/kind/dra.sh runs it on kind, in the page's order, on the worker it moves to DRA",
     "node": "e2e/checks.sh docs_commands runs it on the local node, placeholders from NODE_WORDS",
     "dra-metadata": "tests/test_docs_commands.py: the path is the one genericdp mounts; "
     "e2e/local/dra.sh dra_metadata reads such a file in a pod",
@@ -57,6 +58,13 @@ KINDS = {
     "variable": "tests/test_docs_commands.py: a later command of its page or e2e/ reads it",
 }
 
+# docs/dra.md's move of a node to DRA (drain, label, allocatable, uncordon,
+# slices): on a node of its own, never the local node's e2e (kind "node").
+MOVE = re.compile(
+    r"^kubectl (drain|uncordon|label node|get resourceslices) "
+    r"|^kubectl get node NODE -o jsonpath='\{\.status\.allocatable\}'$"
+)
+
 RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(pattern))
     for kind, pattern in (
@@ -64,6 +72,7 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("apply", r"^kubectl apply -k deploy/kustomize/\S+$"),
         ("install", r"^kubectl -n \S+ set image daemonset/genericdp \S+=\S+$"),
         ("uninstall", r"^(kubectl delete -k deploy/kustomize/\S+|helm uninstall \S+ -n \S+)$"),
+        ("move", MOVE.pattern),
         ("node", r"^(POD=\$\()?kubectl "),
         ("helm", r"^helm (install|upgrade) "),
         ("chart", r"^helm (package|push) "),
@@ -285,14 +294,28 @@ def install_steps(registry: str) -> list[InstallStep]:
     ]
 
 
+# -- move: e2e/kind/dra.sh ----------------------------------------------------------
+
+
+def move_commands(node: str) -> list[tuple[str, str]]:
+    """(where, text) of every move command, in the pages' order, NODE swapped for NODE."""
+    return [
+        (c.where, re.sub(r"\bNODE\b", node, c.text)) for c in every_command() if c.kind == "move"
+    ]
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "node":  # node DIR IMAGE
         _print_node_commands(Path(sys.argv[2]), sys.argv[3])
     elif len(sys.argv) == 3 and sys.argv[1] == "kind":  # kind REGISTRY
         for found in install_steps(sys.argv[2]):
             print(f"{found.where}\t{found.way}\t{found.step}\t{found.text}")
+    elif len(sys.argv) == 3 and sys.argv[1] == "move":  # move NODE
+        for where, text in move_commands(sys.argv[2]):
+            print(f"{where}\t{text}")
     else:
         sys.exit(
             "usage: python3 tests/docs_commands.py node DIR CONSUMER_IMAGE\n"
-            "       python3 tests/docs_commands.py kind REGISTRY"
+            "       python3 tests/docs_commands.py kind REGISTRY\n"
+            "       python3 tests/docs_commands.py move NODE"
         )

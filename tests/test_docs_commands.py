@@ -33,6 +33,7 @@ from tests.docs_commands import (
     Command,
     every_command,
     install_steps,
+    move_commands,
     node_commands,
     node_shell,
     write_node_files,
@@ -353,6 +354,29 @@ def test_every_install_command_of_the_docs_runs_on_kind() -> None:
     assert installs, "the quick start has no install command"
     not_run = [f"{c.where}: {c.text}" for c in installs if not ON_KIND.search(c.text)]
     assert not not_run, "not run on kind (e2e/kind/install.sh):\n" + "\n".join(not_run)
+
+
+def test_the_move_of_docs_dra_runs_on_kind_as_written() -> None:
+    """docs/dra.md's move of a node to DRA is commands e2e/kind/dra.sh runs, in the page's order.
+
+    The move's steps were prose with inline commands, which no test ran: the
+    kind fleet now runs drain, label, the allocatable read, uncordon and the
+    slices' listing on one worker while the other keeps the device plugin.
+    """
+    script = (REPO / "e2e/kind/dra.sh").read_text()
+    assert 'tests/docs_commands.py" move "$A"' in script
+    assert '"$E2E_DIR/dra.sh"' in (REPO / "e2e/kind/run.sh").read_text()
+    moves = move_commands("kind-worker")
+    assert {where.split(":")[0] for where, _text in moves} == {"docs/dra.md"}
+    assert [text.split()[1] for _where, text in moves] == [
+        "drain",
+        "label",
+        "get",
+        "uncordon",
+        "get",
+    ]
+    assert all("NODE" not in text and "kind-worker" in text for _where, text in moves)
+    assert "{.status.allocatable}" in script, "dra.sh asks the allocatable until it reads 0"
 
 
 def test_the_node_commands_run_in_the_e2e() -> None:

@@ -60,15 +60,12 @@ def test_dra_round_expects_every_deployed_resource() -> None:
 
 
 def test_every_dra_check_is_defined_and_listed() -> None:
-    """In dra.sh or a file it sources from e2e/local (dra-node-move-lib.sh)."""
+    """In dra.sh."""
     text = DRA_SH.read_text()
     match = re.search(r"^ALL_DRA_CHECKS=\((.*?)\)", text, re.DOTALL | re.MULTILINE)
     assert match
     listed = match.group(1).split()
-    sourced = re.findall(r'^source "\$LOCAL_DIR/([\w.-]+)"$', text, re.MULTILINE)
-    assert "dra-node-move-lib.sh" in sourced
-    texts = [text, *((LOCAL / name).read_text() for name in sourced)]
-    defined = [c for t in texts for c in re.findall(r"^check_(dra_\w+)\(\)", t, re.MULTILINE)]
+    defined = re.findall(r"^check_(dra_\w+)\(\)", text, re.MULTILINE)
     assert sorted(listed) == sorted(defined)
 
 

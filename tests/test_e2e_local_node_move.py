@@ -1,4 +1,4 @@
-"""The node move of the local node's DRA round (e2e/local/dra-node-move-lib.sh), without the node.
+"""The kustomize side of docs/dra.md's node move, without a node (it runs on kind: e2e/kind/dra.sh).
 
 Its two overlays are what docs/dra.md tells kustomize users to deploy for
 the move: the device-plugin DaemonSet kept off nodes labelled for DRA, and
@@ -157,7 +157,7 @@ def test_the_docs_dra_overlay_renders_beside_the_base(tmp_path: Path) -> None:
     assert condition["expression"].endswith(f'endsWith(":{account}")')
 
 
-def test_the_docs_affinity_is_the_one_the_check_applies() -> None:
+def test_the_docs_affinity_is_overlay_move_dps() -> None:
     """The doc's device-plugin patch equals overlay-move-dp's."""
     (documented,) = yaml_docs(_move_blocks()[1])
     (applied,) = yaml_docs((MOVE_DP / "not-on-dra-nodes.yaml").read_text())

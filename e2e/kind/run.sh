@@ -181,3 +181,4 @@ phase "cluster: 3 nodes" "$E2E_DIR/create-cluster.sh" "$version"
 phase "docs: docker push" "$E2E_DIR/install.sh" push
 phase "docs: kustomize install, checks, uninstall" way kustomize
 phase "docs: helm install, checks, uninstall" way helm
+phase "DRA: one worker moved to DRA, claims, sharing, unplug, a DRA worker lost" "$E2E_DIR/dra.sh"

@@ -16,9 +16,9 @@
 #   - deleting a pod unprepares its claim: the cleanup hook runs, the spec goes;
 #   - hotplug and health show in the slices within seconds;
 #   - slices deleted by someone else right after a daemon start come back;
-#   - after a kubelet restart (which deletes the node's slices) they are back;
-#   - a node moves from the device plugin to DRA as docs/dra.md says, with
-#     a pod running (dra-node-move-lib.sh).
+#   - after a kubelet restart (which deletes the node's slices) they are back.
+# The move of docs/dra.md, sharing, a held device unplugged and a node lost
+# run on the kind fleet (e2e/kind/dra.sh).
 # Then down (also on failure). Root.
 #   KUBE_BIN_DIR=DIR e2e/local/dra.sh IMAGES_DIR [CHECK...]
 set -euo pipefail
@@ -27,17 +27,15 @@ shift
 # shellcheck source-path=SCRIPTDIR source=../checks.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../checks.sh" local
 
-DRIVER=${DRA_DRIVER:-genericdp.io}
+# shellcheck source-path=SCRIPTDIR source=../dra-lib.sh
+source "$E2E_ROOT/dra-lib.sh"
 DRA_OVERLAY=$LOCAL_DIR/overlay-dra
 REGISTRY_DIR=$KUBELET_ROOT/plugins_registry
 MARKERS=/var/lib/genericdp-e2e/markers
 CDI_DIR=/var/run/cdi
 CDI_CONTAINERD=${CDI_CONTAINERD:-$ARTIFACTS/containerd-cdi}
-INSPECT=$LOCAL_DIR/dra-inspect.py
 CLAIM_POD=e2e-dra-claim
 EXT_POD=e2e-dra-limits
-# shellcheck source-path=SCRIPTDIR source=dra-node-move-lib.sh
-source "$LOCAL_DIR/dra-node-move-lib.sh"
 # The kubelet logs its DRA plugin registration at -v=3, prepare calls at -v=4.
 export KUBELET_VERBOSITY=4
 # Devices per resource (loop and fuse depend on the machine): one per unit,
@@ -48,7 +46,7 @@ VDA=0
 [[ -b /dev/vda ]] && VDA=1
 EXPECTED=(example.com/null=1 example.com/zero=1 example.com/e2e-dev=2 example.com/e2e-health=1
   example.com/e2e-dra=2 example.com/e2e-hotplug=0 example.com/e2e-shared=1 example.com/e2e-unplug=0
-  example.com/e2e-nonroot=1 example.com/e2e-share3=1 example.com/e2e-vda="$VDA")
+  example.com/e2e-nonroot=1 example.com/e2e-vda="$VDA")
 
 # names_in DIR: the entries of DIR on one line.
 names_in() {
@@ -57,45 +55,6 @@ names_in() {
 
 has_socket() {
   [[ -n $(find "$1" -mindepth 1 -maxdepth 1 -type s -print -quit 2>/dev/null) ]]
-}
-
-slices_json() {
-  k get resourceslices --field-selector "spec.nodeName=$NODE,spec.driver=$DRIVER" -o json
-}
-
-# slice_devices RESOURCE -> "NAME UNIT_ID healthy|unhealthy" per device.
-slice_devices() {
-  slices_json | python3 "$INSPECT" devices "$1"
-}
-
-# devices_are RESOURCE N [HEALTHY]: the slices hold N devices of RESOURCE
-# (HEALTHY of them healthy, when given).
-devices_are() {
-  local listed healthy
-  listed=$(slice_devices "$1") || return 1
-  LAST_SEEN="$(grep -c . <<<"$listed" || true) devices of $1: $(tr '\n' ';' <<<"$listed")"
-  [[ $(grep -c . <<<"$listed") == "$2" ]] || return 1
-  [[ -z ${3:-} ]] && return 0
-  healthy=$(grep -c ' healthy$' <<<"$listed" || true)
-  [[ $healthy == "$3" ]]
-}
-
-# pod_in NAME COMMAND...: run in a pod of the e2e namespace.
-pod_in() {
-  local pod=$1
-  shift
-  k -n "$NAMESPACE" exec "$pod" -- "$@" | tr -d '\r'
-}
-
-# env_of POD NAME: an environment variable of the pod (busybox has no printenv).
-env_of() {
-  pod_in "$1" env | sed -n "s/^$2=//p"
-}
-
-# class_for RESOURCE: the DeviceClass whose extendedResourceName is RESOURCE.
-class_for() {
-  k get deviceclasses -o jsonpath='{range .items[*]}{.metadata.name} {.spec.extendedResourceName}{"\n"}{end}' |
-    awk -v r="$1" '$2 == r && !found { print $1; found = 1 }'
 }
 
 claim_pod_manifest() {
@@ -131,16 +90,6 @@ spec:
         claims:
           - name: dev
 EOM
-}
-
-# pod_claim POD -> the name of the pod's ResourceClaim (from a template, or
-# made by the scheduler for its extended resources).
-pod_claim() {
-  local name
-  name=$(k -n "$NAMESPACE" get pod "$1" \
-    -o 'jsonpath={.status.resourceClaimStatuses[0].resourceClaimName}{.status.extendedResourceClaimStatus.resourceClaimName}')
-  [[ -n $name ]] || return 1
-  echo "$name"
 }
 
 claim_uid() {
@@ -239,22 +188,12 @@ classes_made() {
 }
 
 check_dra_deviceclasses() {
-  log "check: the DeviceClass reconciler makes one class per resource, labelled as the driver's"
-  local out spec class started
+  log "check: the DeviceClass reconciler makes one class per resource (their labels, the reconciler's Lease: e2e/kind/dra.sh)"
+  local out spec class
   k -n "$NAMESPACE" rollout status deployment/genericdp-deviceclasses --timeout=120s ||
     fail "the DeviceClass reconciler (deployment/genericdp-deviceclasses) did not become ready"
   wait_for 60 "the reconciler to make a DeviceClass for every resource" classes_made
   timing "DRA: kubectl apply -> every DeviceClass made by the reconciler" "$(seconds_between "$deployed" "$(now)")"
-  for spec in "${EXPECTED[@]}"; do
-    class=$(class_for "${spec%=*}")
-    expect "the driver label of DeviceClass $class" "$DRIVER" \
-      "$(k get deviceclass "$class" -o 'jsonpath={.metadata.labels.genericdp\.io/driver}')"
-  done
-  class=$(class_for example.com/e2e-dra)
-  started=$(now)
-  k delete deviceclass "$class"
-  wait_for 30 "the reconciler to make DeviceClass $class again" k get deviceclass "$class"
-  timing "DRA: a DeviceClass deleted by hand -> made again by the reconciler" "$(seconds_between "$started" "$(now)")"
 
   log "check: \`genericdp deviceclasses\` prints classes the API server takes, one per resource"
   out=$ARTIFACTS/deviceclasses.yaml
@@ -300,13 +239,6 @@ class_versions_are() {
   done
 }
 
-# reconciler_pod: the running reconciler pod not being deleted.
-reconciler_pod() {
-  k -n "$NAMESPACE" get pods -l "$RECONCILER_SELECTOR" --field-selector=status.phase=Running \
-    -o 'jsonpath={range .items[*]}{.metadata.name} {.metadata.deletionTimestamp}{"\n"}{end}' |
-    awk '$2 == "" { print $1; exit }'
-}
-
 class_gone() {
   ! k get deviceclass "$1" >/dev/null 2>&1
 }
@@ -314,16 +246,6 @@ class_gone() {
 reconciler_said() {
   # Not grep -q: under pipefail kubectl's SIGPIPE would fail a match.
   k -n "$NAMESPACE" logs -l "$RECONCILER_SELECTOR" --tail=-1 2>/dev/null | grep -F -- "$1" >/dev/null
-}
-
-lease_holder() {
-  k -n "$NAMESPACE" get lease "$CLASS_LEASE" -o 'jsonpath={.spec.holderIdentity}'
-}
-
-# lease_held_by POD: the Lease's holder is POD (identity "<pod name>-<pid>").
-lease_held_by() {
-  LAST_SEEN="holder $(lease_holder 2>&1)"
-  [[ $LAST_SEEN == "holder $1-"* ]]
 }
 
 # new_reconciler_running OLD: a running reconciler pod other than OLD (in LAST_SEEN).
@@ -708,26 +630,6 @@ template_pod() {
     k -n "$NAMESPACE" apply -f -
 }
 
-# pods_phases GROUP: the phases of the pods labelled genericdp-e2e=GROUP, sorted.
-pods_phases() {
-  k -n "$NAMESPACE" get pods -l "genericdp-e2e=$1" -o 'jsonpath={range .items[*]}{.status.phase}{"\n"}{end}' |
-    sort | tr '\n' ' '
-}
-
-phases_are() {
-  LAST_SEEN=$(pods_phases "$1") || return 1
-  [[ $LAST_SEEN == "$2" ]]
-}
-
-# share_ids GROUP: the shareID of each Running pod's claim, one a line.
-share_ids() {
-  local pod claim
-  for pod in $(k -n "$NAMESPACE" get pods -l "genericdp-e2e=$1" --field-selector status.phase=Running -o name); do
-    claim=$(pod_claim "${pod#pod/}") || return 1
-    k -n "$NAMESPACE" get resourceclaim "$claim" -o 'jsonpath={.status.allocation.devices.results[0].shareID}{"\n"}'
-  done
-}
-
 check_dra_health_message() {
   log "check: a failing probe's reason reaches the allocatedResourcesStatus of a pod holding the device"
   local started want="health probe exited 1: flag $FLAG is set"
@@ -795,128 +697,6 @@ check_dra_nonroot() {
   expect "/dev/gdp-e2e-nr0 on $NODE" "crw------- 0 0" "$(stat -c '%A %u %g' /dev/gdp-e2e-nr0)"
   nonroot_pods_see e2e-dra-nr-in e2e-dra-nr-out /dev/gdp-e2e-nr0
   k -n "$NAMESPACE" delete pod -l genericdp-e2e=nonroot --wait=false
-}
-
-# unplug_taints_are EFFECT: the one device of example.com/e2e-unplug has the
-# unhealthy taint with EFFECT ("-": no taint).
-unplug_taints_are() {
-  LAST_SEEN=$(slices_json | python3 "$INSPECT" taints example.com/e2e-unplug) || return 1
-  if [[ $1 == - ]]; then
-    [[ $LAST_SEEN == *" -" ]]
-  else
-    [[ $LAST_SEEN == *" $DRIVER/unhealthy="*":$1" ]]
-  fi
-}
-
-unplug_marks_are() {
-  devices_are example.com/e2e-unplug 1 "$1" || return 1
-  unplug_taints_are "$2"
-}
-
-check_dra_unplug_in_use() {
-  log "check: a device node removed while a claim holds it stays in the slice, tainted and Unhealthy, until the pod goes"
-  local started
-  rm -f "$MARKERS/cleanup-unplug"
-  node_exec mknod -m 0666 /dev/gdp-e2e-unplug0 c 1 3
-  LAST_SEEN=""
-  wait_for 30 "1 healthy device of example.com/e2e-unplug in the slices" devices_are example.com/e2e-unplug 1 1
-  template_pod e2e-dra-unplug example.com/e2e-unplug
-  k -n "$NAMESPACE" wait --for=condition=Ready pod/e2e-dra-unplug --timeout=120s ||
-    fail "pod e2e-dra-unplug (a claim of example.com/e2e-unplug) did not become Ready"
-  LAST_SEEN=""
-  wait_for 60 "pod e2e-dra-unplug's allocatedResourcesStatus to say Healthy" \
-    pod_resource_status_is e2e-dra-unplug Healthy
-  started=$(now)
-  node_exec rm /dev/gdp-e2e-unplug0
-  LAST_SEEN=""
-  wait_for 10 "the device of example.com/e2e-unplug to stay, unhealthy, tainted NoSchedule" \
-    unplug_marks_are 0 NoSchedule
-  timing "DRA unplug in use: node removed -> tainted, healthy: false in the slice" \
-    "$(seconds_between "$started" "$(now)")"
-  log "  $LAST_SEEN"
-  LAST_SEEN=""
-  wait_for 60 "pod e2e-dra-unplug's allocatedResourcesStatus to say Unhealthy: device nodes gone: ..." \
-    pod_resource_status_is_gone e2e-dra-unplug
-  timing "DRA unplug in use: node removed -> Unhealthy in the pod's status" "$(seconds_between "$started" "$(now)")"
-  log "  pod e2e-dra-unplug: $LAST_SEEN"
-  hold_for 3 "the unplugged device in the slice while the pod holds it" unplug_marks_are 0 NoSchedule
-
-  started=$(now)
-  k -n "$NAMESPACE" delete pod e2e-dra-unplug --wait=false
-  LAST_SEEN=""
-  wait_for 60 "the device of example.com/e2e-unplug to leave the slice once its claim is unprepared" \
-    devices_are example.com/e2e-unplug 0
-  timing "DRA unplug in use: pod deleted -> device gone from the slice" "$(seconds_between "$started" "$(now)")"
-  wait_for 30 "the cleanup hook of example.com/e2e-unplug to leave $MARKERS/cleanup-unplug" \
-    test -e "$MARKERS/cleanup-unplug"
-
-  log "check: the node made again is one healthy, untainted device"
-  started=$(now)
-  node_exec mknod -m 0666 /dev/gdp-e2e-unplug0 c 1 3
-  LAST_SEEN=""
-  wait_for 30 "the device of example.com/e2e-unplug back, healthy and untainted" unplug_marks_are 1 -
-  timing "DRA unplug: node made again -> healthy, untainted in the slice" "$(seconds_between "$started" "$(now)")"
-  node_exec rm /dev/gdp-e2e-unplug0
-  wait_for 30 "no device of example.com/e2e-unplug in the slices" devices_are example.com/e2e-unplug 0
-}
-
-pod_resource_status_is_gone() {
-  pod_resource_status_is "$1" Unhealthy && [[ $LAST_SEEN == "Unhealthy: device nodes gone: "* ]]
-}
-
-cleanups_are() {
-  LAST_SEEN="$(grep -c . "$MARKERS/share3-cleanups" 2>/dev/null || echo 0) cleanups"
-  [[ $LAST_SEEN == "$1 cleanups" ]]
-}
-
-check_dra_sharing() {
-  log "check: count: 3 shares one device among 3 claims: of 4 pods with limits 1, 3 run, 1 waits"
-  local n started ids said
-  rm -f "$MARKERS/share3-cleanups"
-  started=$(now)
-  for ((n = 0; n < 4; n++)); do
-    limits_pod "e2e-share3-$n" example.com/e2e-share3 share3
-  done
-  LAST_SEEN=""
-  wait_for 120 "3 pods of example.com/e2e-share3 Running and 1 Pending" phases_are share3 "Pending Running Running Running "
-  timing "DRA sharing: 4 pods of a count: 3 unit -> 3 Running" "$(seconds_between "$started" "$(now)")"
-  local pending
-  pending=$(k -n "$NAMESPACE" get pods -l genericdp-e2e=share3 --field-selector status.phase=Pending \
-    -o 'jsonpath={.items[0].metadata.name}')
-  said=$(k -n "$NAMESPACE" get pod "$pending" -o 'jsonpath={.status.conditions[?(@.type=="PodScheduled")].message}')
-  [[ $said == *"cannot allocate all claims"* ]] ||
-    fail "the Pending $pending should wait for a share (cannot allocate all claims); the scheduler says: '$said'"
-  log "  $pending: $said"
-  ids=$(share_ids share3) || fail "could not read the shareIDs of the claims of example.com/e2e-share3"
-  [[ $(grep -c . <<<"$ids") == 3 && $(sort -u <<<"$ids" | grep -c .) == 3 ]] ||
-    fail "the 3 Running claims should have 3 distinct shareIDs: $(tr '\n' ' ' <<<"$ids")"
-  log "  shareIDs: $(tr '\n' ' ' <<<"$ids")"
-
-  log "check: a share freed lets the Pending pod run; cleanup runs once, after the last pod"
-  started=$(now)
-  local running
-  running=$(k -n "$NAMESPACE" get pods -l genericdp-e2e=share3 --field-selector status.phase=Running \
-    -o 'jsonpath={.items[0].metadata.name}')
-  k -n "$NAMESPACE" delete pod "$running" --wait=true
-  LAST_SEEN=""
-  wait_for 120 "the Pending pod of example.com/e2e-share3 to run on the freed share" \
-    phases_are share3 "Running Running Running "
-  timing "DRA sharing: a pod deleted -> the Pending one Running" "$(seconds_between "$started" "$(now)")"
-  cleanups_are 0 || fail "the cleanup hook of example.com/e2e-share3 ran while claims still held the unit ($LAST_SEEN)"
-  k -n "$NAMESPACE" delete pod -l genericdp-e2e=share3 --wait=true
-  LAST_SEEN=""
-  wait_for 60 "the cleanup hook of example.com/e2e-share3 to run after the last pod" cleanups_are 1
-  hold_for 3 "one cleanup of example.com/e2e-share3" cleanups_are 1
-
-  log "check: count: unbounded: 3 pods with limits 1 share example.com/e2e-shared, all Running"
-  started=$(now)
-  for ((n = 0; n < 3; n++)); do
-    limits_pod "e2e-dra-shared-$n" example.com/e2e-shared dra-shared
-  done
-  LAST_SEEN=""
-  wait_for 120 "3 pods of example.com/e2e-shared Running" phases_are dra-shared "Running Running Running "
-  timing "DRA sharing: 3 pods of a count: unbounded unit -> all Running" "$(seconds_between "$started" "$(now)")"
-  k -n "$NAMESPACE" delete pod -l genericdp-e2e=dra-shared --wait=false
 }
 
 # registered_since T: the kubelet logged a registration of the driver after T.
@@ -1350,15 +1130,15 @@ finish() {
 }
 
 ALL_DRA_CHECKS=(dra_registered dra_slices dra_deviceclasses dra_deviceclasses_more dra_claim_pod dra_metadata dra_limits_pod dra_unprepare
-  dra_hotplug dra_health dra_health_message dra_standard_attributes dra_nonroot dra_unplug_in_use
-  dra_sharing dra_rollout dra_slice_restored dra_kubelet_restart dra_node_move)
+  dra_hotplug dra_health dra_health_message dra_standard_attributes dra_nonroot
+  dra_rollout dra_slice_restored dra_kubelet_restart)
 
 trap finish EXIT
 started=$(now)
 "$LOCAL_DIR/containerd-cdi.sh" "$CDI_CONTAINERD"
 CONTAINERD_BIN_DIR=$CDI_CONTAINERD CDI=1 "$LOCAL_DIR/up.sh" "$images"
 
-log "preparing $NODE: /dev/gdp-e2e-dev{0,1} and /dev/gdp-e2e-dra{0,1} (c 10:229, c 10:237), /dev/gdp-e2e-ctl (c 10:238), /dev/gdp-e2e-shared (c 1:5), /dev/gdp-e2e-nr0 and /dev/gdp-e2e-share3 (c 1:3), /var/lib/genericdp-e2e"
+log "preparing $NODE: /dev/gdp-e2e-dev{0,1} and /dev/gdp-e2e-dra{0,1} (c 10:229, c 10:237), /dev/gdp-e2e-ctl (c 10:238), /dev/gdp-e2e-shared (c 1:5), /dev/gdp-e2e-nr0 (c 1:3), /var/lib/genericdp-e2e"
 # The device-plugin round's nodes (e2e/deploy.sh), and e2e-dra's.
 rm -f /dev/gdp-e2e-*
 mknod -m 0600 /dev/gdp-e2e-dev0 c 10 229
@@ -1368,7 +1148,6 @@ mknod -m 0666 /dev/gdp-e2e-shared c 1 5
 mknod -m 0600 /dev/gdp-e2e-dra0 c 10 229
 mknod -m 0600 /dev/gdp-e2e-dra1 c 10 237
 mknod -m 0600 /dev/gdp-e2e-nr0 c 1 3
-mknod -m 0666 /dev/gdp-e2e-share3 c 1 3
 mkdir -p /var/lib/genericdp-e2e/share "$MARKERS"
 rm -f "$FLAG" "$MARKERS"/*
 echo "hello from $NODE" >/var/lib/genericdp-e2e/share/hello.txt
