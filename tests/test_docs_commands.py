@@ -606,3 +606,16 @@ def test_the_docs_genericdp_is_the_one_dev_demo_installs() -> None:
     pyproject = (REPO / "pyproject.toml").read_text()
     assert re.search(r"^\[project\.scripts\]\ngenericdp = ", pyproject, re.MULTILINE)
     assert all(c.text.startswith(".venv/bin/genericdp ") for c in COMMANDS if c.kind == "genericdp")
+
+
+@pytest.mark.parametrize("major", ["helm3", "helm4"])
+def test_the_plain_http_flag_the_quick_start_names_exists_in_both_helms(major: str) -> None:
+    """Helm 4 reaches a plain-HTTP registry only with --plain-http (Helm 3 guessed it for
+    localhost): the quick start says so, and both Helms take the flag on push and install."""
+    page = _squeezed((REPO / "docs/quickstart.md").read_text().replace("\n", " "))
+    said = "A registry served over plain HTTP needs `--plain-http` on `helm push` and"
+    assert said in page
+    for verb in ("push", "install"):
+        done = _run([str(helm_binary(major)), verb, "--help"], REPO)
+        assert done.returncode == 0, done.stderr
+        assert "--plain-http" in done.stdout, f"{major} {verb} has no --plain-http"
