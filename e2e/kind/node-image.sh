@@ -27,9 +27,13 @@ rm -rf "$work"
 mkdir -p "$work/root" "$KIND_CACHE"
 
 # cached_rootfs NAME PACKAGES: a Debian 12 minbase with PACKAGES, as a tarball
-# kept in KIND_CACHE under a key of everything that makes it.
+# kept in KIND_CACHE under a key of everything that makes it. The cache is
+# the machine's, shared by concurrent runs (their own NETNS, CLUSTER...): one
+# at a time makes or reads it (flock).
 cached_rootfs() {
-  local name=$1 packages=$2 key tarball
+  local name=$1 packages=$2 key tarball cache_lock
+  exec {cache_lock}>"$KIND_CACHE/.lock"
+  flock -w 1800 "$cache_lock" || fail "$KIND_CACHE/.lock still held after 1800 s"
   local mirrors=("deb $DEBIAN_MIRROR bookworm main" "deb $DEBIAN_MIRROR bookworm-updates main"
     "deb $DEBIAN_SECURITY_MIRROR bookworm-security main")
   key=$({
@@ -51,6 +55,7 @@ cached_rootfs() {
     find "$KIND_CACHE" -maxdepth 1 -name "$name-*.tar" -delete
     mv -f "$tarball.partial" "$tarball"
   fi
+  exec {cache_lock}>&-
   printf '%s\n' "$tarball"
 }
 
