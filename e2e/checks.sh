@@ -838,10 +838,12 @@ print(json.dumps({k: v for k, v in labels.items() if k.startswith(sys.argv[1] + 
 # say example.com/e2e-dev is present (e2e/deploy.sh made those devices on
 # NODE of the checks only).
 node_feature_without_e2e_dev() {
+  local name present
   LAST_SEEN=$(k -n "$NAMESPACE" get nodefeature "genericdp-$1" -o \
     'jsonpath={.metadata.labels.nfd\.node\.kubernetes\.io/node-name} {.spec.labels.example\.com/e2e-dev\.present}' 2>&1) ||
     return 1
-  [[ $LAST_SEEN == "$1" || $LAST_SEEN == "$1 false" ]]
+  read -r name present <<<"$LAST_SEEN"
+  [[ $name == "$1" && $present != true ]]
 }
 
 node_feature_version_is() {
