@@ -5,7 +5,7 @@
 # - a Debian 12 root with systemd, runc, the CNI plugins, iptables and
 #   conntrack (mmdebstrap, cached in KIND_CACHE), with Debian 13's
 #   containerd 1.7 (CDI; e2e/local/containerd-cdi.sh), kind's base files,
-#   kubelet, kubeadm, kubectl and crictl;
+#   kubelet, kubeadm, kubectl, crictl and ctr (Debian 12's, for kind load);
 # - the images kubeadm needs, preloaded into containerd's k8s.io namespace
 #   under the tags `kubeadm config images list` prints: the static binaries
 #   with a passwd file and CA bundle (etcd, the control plane, CoreDNS), a
@@ -168,6 +168,9 @@ trap 'kill "$preload_pid" 2>/dev/null || true' EXIT
 wait_for 30 "the preload containerd" test -S "$sock"
 # ctr is containerd's client; Debian 12's (1.6) speaks to 1.7 for import.
 ctr_bin=$(command -v ctr) || fail "ctr not found (Debian's containerd package)"
+# The node needs it too: `kind load docker-image` (the quick start's) runs
+# `ctr images import` in every node, as kindest/node ships it.
+install -m 0755 "$ctr_bin" "$root/usr/local/bin/ctr"
 "$ctr_bin" --address "$sock" -n k8s.io images import --no-unpack --all-platforms --digests "$work/images.tar" >/dev/null
 "$ctr_bin" --address "$sock" -n k8s.io images ls -q | sort >"$work/preloaded.txt"
 kill "$preload_pid"
