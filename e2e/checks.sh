@@ -7,7 +7,7 @@
 # what did not happen; a failure dumps the DaemonSet, pods, logs, node and
 # kubelet log (lib.sh, dump_diagnostics) and exits 1. Every latency is printed
 # as a TIMING line. Run after the deployment (e2e/deploy.sh):
-#   e2e/checks.sh kind|local [CHECK...]     default: all, in order
+#   e2e/checks.sh kind|local [CHECK...]     default: KIND_CHECKS or LOCAL_CHECKS, in order
 set -euo pipefail
 E2E_WAY=${1:-${E2E_WAY:-}}
 case $E2E_WAY in
@@ -834,6 +834,18 @@ print(json.dumps({k: v for k, v in labels.items() if k.startswith(sys.argv[1] + 
   [[ $LAST_SEEN == "$1" ]]
 }
 
+# node_feature_without_e2e_dev NODE: NODE's NodeFeature names it and does not
+# say example.com/e2e-dev is present (e2e/deploy.sh made those devices on
+# NODE of the checks only).
+node_feature_without_e2e_dev() {
+  local name present
+  LAST_SEEN=$(k -n "$NAMESPACE" get nodefeature "genericdp-$1" -o \
+    'jsonpath={.metadata.labels.nfd\.node\.kubernetes\.io/node-name} {.spec.labels.example\.com/e2e-dev\.present}' 2>&1) ||
+    return 1
+  read -r name present <<<"$LAST_SEEN"
+  [[ $name == "$1" && $present != true ]]
+}
+
 node_feature_version_is() {
   LAST_SEEN=$(node_feature_field '{.metadata.resourceVersion}') || return 1
   [[ $LAST_SEEN == "$1" ]]
@@ -868,6 +880,15 @@ check_node_feature() {
   expect "the ownerReferences of NodeFeature $NODE_FEATURE" "apps/v1 DaemonSet genericdp $uid;" "$owner"
   said=$(node_feature_field '{.spec.labels.example\.com/e2e-dev\.present}')
   expect "the default label example.com/e2e-dev.present (a resource without labels:)" true "$said"
+  # Other hardware, other labels: every other node of the cluster (kind) has
+  # its own NodeFeature, without the e2e devices made on this one.
+  local other
+  for other in $(k get nodes -o 'jsonpath={.items[*].metadata.name}'); do
+    [[ $other != "$NODE" ]] || continue
+    LAST_SEEN=""
+    wait_for 60 "NodeFeature genericdp-$other for node $other, without example.com/e2e-dev.present=true" \
+      node_feature_without_e2e_dev "$other"
+  done
   log "  spec.labels: $(node_feature_field '{.spec.labels}' | cut -c1-400)"
 
   log "check: a hotplug changes the labels within 2 s"
@@ -1089,29 +1110,20 @@ docs_command_prints() {
   eval "$command" </dev/null >"$out" 2>&1 && docs_output_has "$out" "$@"
 }
 
-# The kubectl commands of the docs' sh blocks that need a node (quick start,
-# troubleshooting, deploy.md), as tests/docs_commands.py extracts them from
-# the pages with the placeholders swapped for this node's names: each exits 0
-# and prints what its page shows. The quick start greps the log for a reload
-# after a config change, so the config changes first, as its step 5 does.
+# The kubectl commands of the docs' sh blocks that need a node, but the quick
+# start's (troubleshooting, deploy.md; the quick start's run on the kind
+# cluster installed as it says, e2e/kind/install.sh use), as
+# tests/docs_commands.py extracts them from the pages with the placeholders
+# swapped for this node's names: each exits 0 and prints what its page shows.
 check_docs_commands() {
   log "check: the docs' kubectl commands run on the node and print what the docs show"
   local dir=$ARTIFACTS/docs-commands where command out status
   local -a fields
   rm -rf "$dir"
   mkdir -p "$dir"
-  k delete pod demo-consumer --ignore-not-found --wait=true >/dev/null
   k apply -f "$REPO_ROOT/tests/data/nfd-nodefeature-crd.yaml" >/dev/null
   k wait --for=condition=Established crd/nodefeatures.nfd.k8s-sigs.io --timeout=60s >/dev/null ||
     fail "the NodeFeature CRD (tests/data/nfd-nodefeature-crd.yaml) was not established within 60s"
-  cat "$E2E_ROOT/overlay/e2e.yaml" - >"$dir/e2e.yaml" <<'EOM'
-
-  - name: example.com/e2e-docs
-    match:
-      - glob: /dev/random
-EOM
-  apply_e2e_config "$dir/e2e.yaml" >/dev/null
-  wait_quantity allocatable example.com/e2e-docs 1 180
   python3 "$REPO_ROOT/tests/docs_commands.py" node "$dir" "$CONSUMER_IMAGE" >"$dir/commands.tsv" ||
     fail "tests/docs_commands.py could not list the docs' node commands"
   while IFS=$'\t' read -r -a fields; do
@@ -1125,9 +1137,6 @@ EOM
     fi
     log "ok: $where: $command"
   done <"$dir/commands.tsv"
-  k delete pod demo-consumer --wait=false >/dev/null
-  k apply -k "$OVERLAY" >/dev/null
-  wait_quantity allocatable example.com/e2e-docs 0 180
 }
 
 ALL_CHECKS=(
@@ -1135,9 +1144,23 @@ ALL_CHECKS=(
   node_selector last_good unbounded unplug_in_use kubelet_restarts daemon_pod_recreated privileged
   docs_commands node_feature
 )
+# What each way runs by default: kind (a worker of the kind e2e's cluster,
+# e2e/kind/run.sh) every check; the local node only what kind does not show
+# (docs/contributing/testing.md, "kind"): a kubelet with another --root-dir
+# (the kubelet-root-dir component), whose PodResources List a consumer pod's
+# cleanup hook depends on.
+KIND_CHECKS=("${ALL_CHECKS[@]}")
+LOCAL_CHECKS=(capacity consumer_pod cleanup_hook)
 
 main() {
   local check
+  if ((!$#)); then
+    if [[ $E2E_WAY == kind ]]; then set -- "${KIND_CHECKS[@]}"; else set -- "${LOCAL_CHECKS[@]}"; fi
+  fi
+  for check in "$@"; do
+    [[ " ${ALL_CHECKS[*]} " == *" $check "* ]] ||
+      { echo "error: no check '$check'; the checks: ${ALL_CHECKS[*]}" >&2; exit 2; }
+  done
   k -n "$NAMESPACE" delete pod "$CONSUMER" e2e-too-many e2e-not-admitted e2e-after-restarts e2e-second-unit \
     e2e-unplug e2e-selected e2e-last-good --ignore-not-found --wait=true
   k -n "$NAMESPACE" delete pod -l genericdp-e2e=shared --ignore-not-found --wait=true
@@ -1145,7 +1168,6 @@ main() {
   node_exec rm -f "$FLAG" /dev/gdp-e2e-hp0 /dev/gdp-e2e-hp1 /dev/gdp-e2e-unplug0 /dev/gdp-e2e-sel0 \
     /dev/gdp-e2e-lab0 /dev/gdp-e2e-lab1
   log "node $NODE, daemon pod $(daemon_pod), image $IMAGE"
-  (($#)) || set -- "${ALL_CHECKS[@]}"
   for check in "$@"; do
     "check_$check"
   done

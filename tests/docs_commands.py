@@ -11,8 +11,9 @@ rules.
 Only the standard library: e2e/checks.sh (``check_docs_commands``) runs
 ``python3 tests/docs_commands.py node DIR IMAGE`` with the host's Python to
 get the node's commands, and e2e/kind/install.sh runs ``python3
-tests/docs_commands.py kind REGISTRY`` to get the install commands it runs
-on the kind cluster, so the docs and those checks cannot drift.
+tests/docs_commands.py kind REGISTRY DIR IMAGE`` to get the commands it runs
+on the kind cluster (the installs, and the quick start's first hour), so the
+docs and those checks cannot drift.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ KINDS = {
     "then the API server's dry run of what they render",
     "apply": "tests/test_docs_commands.py: the API server's dry run (apply --dry-run=server)",
     "move": "e2e/kind/dra.sh runs it on kind, in the page's order, on the worker it moves to DRA",
-    "node": "e2e/checks.sh docs_commands runs it on the local node, placeholders from NODE_WORDS",
+    "node": "the quick start's run on kind (e2e/kind/install.sh use, KIND_WORDS), the others on "
+    "the local node (e2e/checks.sh docs_commands, NODE_WORDS)",
     "dra-metadata": "tests/test_docs_commands.py: the path is the one genericdp mounts; "
     "e2e/local/dra.sh dra_metadata reads such a file in a pod",
     "script": "tests/test_docs_commands.py: the script's usage (./dev's usage line, "
@@ -220,13 +222,14 @@ def node_shell(command: Command, directory: Path) -> str:
     return _WORD.sub(swap, command.text)
 
 
-def write_node_files(directory: Path, consumer_image: str) -> None:
-    """NODE_FILES into DIRECTORY, with the node's own consumer image (no registry there)."""
+def write_node_files(directory: Path, consumer_image: str, pull: str = "Never") -> None:
+    """NODE_FILES into DIRECTORY, with the e2e's own consumer image (no Docker Hub there):
+    on the local node never pulled, on kind pulled from the run's registry if absent."""
     for name, (page, block) in NODE_FILES.items():
         body = yaml_block_named(page, block)
         body = re.sub(
             r"^( +)image: \S+$",
-            rf"\1image: {consumer_image}\n\1imagePullPolicy: Never",
+            rf"\1image: {consumer_image}\n\1imagePullPolicy: {pull}",
             body,
             flags=re.MULTILINE,
         )
@@ -234,7 +237,8 @@ def write_node_files(directory: Path, consumer_image: str) -> None:
 
 
 def node_commands() -> list[Command]:
-    return [c for c in every_command() if c.kind == "node"]
+    """The node commands the local node runs: those the kind e2e does not (kind_step)."""
+    return [c for c in every_command() if c.kind == "node" and kind_step(c) is None]
 
 
 def _print_node_commands(directory: Path, consumer_image: str) -> None:
@@ -246,7 +250,7 @@ def _print_node_commands(directory: Path, consumer_image: str) -> None:
         print("\t".join(fields))
 
 
-# -- install: e2e/kind/install.sh -----------------------------------------------------
+# -- on kind: e2e/kind/install.sh -----------------------------------------------------
 # Besides the test of its kind, each of these commands of the docs runs
 # verbatim on the kind cluster (e2e/kind/install.sh), REGISTRY swapped for the
 # run's registry: the push, the kustomize and the Helm install, their uninstall
@@ -259,16 +263,26 @@ ON_KIND = re.compile(
     r"|helm (package|push|uninstall) "
     r"|helm install \S+ oci://REGISTRY/\S+ --version \S+ -n \S+ --set image\.repository=\S+$)"
 )
+# The first hour: a newcomer with README.md and the quick start only. Every
+# command of theirs that reaches a cluster, a registry or kind runs on kind:
+# the installs above, the quick start's node commands after the kustomize
+# install (step "use", in one shell, in a directory holding NODE_FILES, each
+# printing what NODE_OUTPUT says) and `kind load` (step "load").
+FIRST_HOUR = ("README.md", "docs/quickstart.md")
+REACHES_A_CLUSTER = re.compile(r"^(POD=\$\()?(kubectl|helm|kind|docker push|podman push) ")
+# word of a first-hour command -> what the kind e2e's shell has instead
+KIND_WORDS = {"NODE": '"$NODE"'}
 
 
 @dataclass(frozen=True)
 class InstallStep:
-    """A documented install command as the kind e2e runs it: which way, and when."""
+    """A documented command as the kind e2e runs it: which way, and when."""
 
     where: str  # every page:line that documents it, comma-separated
-    way: str  # image (the push), kustomize or helm
-    step: str  # install or uninstall
-    text: str  # verbatim, REGISTRY swapped for the run's registry
+    way: str  # image (the push, kind load), kustomize, helm or quickstart
+    step: str  # install, uninstall, use or load
+    text: str  # verbatim, REGISTRY and KIND_WORDS swapped
+    output: tuple[str, ...] = ()  # what it must print (NODE_OUTPUT)
 
 
 def install_way(text: str) -> str:
@@ -277,21 +291,36 @@ def install_way(text: str) -> str:
     return "helm" if text.startswith("helm ") else "kustomize"
 
 
+def kind_step(command: Command) -> tuple[str, str] | None:
+    """(way, step) of a command the kind e2e runs, None for one it does not."""
+    if ON_KIND.search(command.text):
+        uninstall = re.match(r"^(helm uninstall|kubectl delete) ", command.text)
+        return install_way(command.text), "uninstall" if uninstall else "install"
+    if command.page in FIRST_HOUR and command.text.startswith("kind load docker-image "):
+        return "image", "load"
+    if command.page in FIRST_HOUR and command.kind == "node":
+        return "quickstart", "use"
+    return None
+
+
+def kind_shell(text: str, registry: str) -> str:
+    text = re.sub(r"\bREGISTRY\b", registry, text)
+    return _WORD.sub(lambda m: KIND_WORDS.get(m["word"], m["word"]), text)
+
+
 def install_steps(registry: str) -> list[InstallStep]:
-    """Every install command of the docs once, in the order of the pages, REGISTRY swapped."""
+    """Every command the kind e2e runs once, in the order of the pages, REGISTRY swapped."""
     steps: dict[str, list[Command]] = {}
     for command in every_command():
-        if ON_KIND.search(command.text):
+        if kind_step(command):
             steps.setdefault(command.text, []).append(command)
-    return [
-        InstallStep(
-            where=",".join(c.where for c in found),
-            way=install_way(text),
-            step="uninstall" if re.match(r"^(helm uninstall|kubectl delete) ", text) else "install",
-            text=re.sub(r"\bREGISTRY\b", registry, text),
-        )
-        for text, found in steps.items()
-    ]
+    found = []
+    for text, commands_ in steps.items():
+        way, step = kind_step(commands_[0]) or ("", "")
+        where = ",".join(c.where for c in commands_)
+        output = NODE_OUTPUT.get(text, ())
+        found.append(InstallStep(where, way, step, kind_shell(text, registry), output))
+    return found
 
 
 # -- move: e2e/kind/dra.sh ----------------------------------------------------------
@@ -307,15 +336,19 @@ def move_commands(node: str) -> list[tuple[str, str]]:
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "node":  # node DIR IMAGE
         _print_node_commands(Path(sys.argv[2]), sys.argv[3])
-    elif len(sys.argv) == 3 and sys.argv[1] == "kind":  # kind REGISTRY
+    elif len(sys.argv) in (3, 5) and sys.argv[1] == "kind":  # kind REGISTRY [DIR IMAGE]
+        if len(sys.argv) == 5:
+            Path(sys.argv[3]).mkdir(parents=True, exist_ok=True)
+            write_node_files(Path(sys.argv[3]), sys.argv[4], pull="IfNotPresent")
         for found in install_steps(sys.argv[2]):
-            print(f"{found.where}\t{found.way}\t{found.step}\t{found.text}")
+            fields = [found.where, found.way, found.step, found.text, *found.output]
+            print("\t".join(fields))
     elif len(sys.argv) == 3 and sys.argv[1] == "move":  # move NODE
         for where, text in move_commands(sys.argv[2]):
             print(f"{where}\t{text}")
     else:
         sys.exit(
             "usage: python3 tests/docs_commands.py node DIR CONSUMER_IMAGE\n"
-            "       python3 tests/docs_commands.py kind REGISTRY\n"
+            "       python3 tests/docs_commands.py kind REGISTRY [DIR CONSUMER_IMAGE]\n"
             "       python3 tests/docs_commands.py move NODE"
         )

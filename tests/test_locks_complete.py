@@ -150,3 +150,30 @@ def test_every_install_from_a_lock_resolves_nothing_and_is_checked() -> None:
         assert "--no-deps" in line, f"{path}: {line}"
         assert "--require-hashes" in line, f"{path}: {line}"
         assert re.search(r"pip\S*\"?\]?\}? check", (ROOT / path).read_text()), path
+
+
+def test_the_image_builds_the_project_with_the_locked_build_tools() -> None:
+    """The Containerfile builds genericdp with release.lock's backend, fetching nothing.
+
+    pip's default build isolation installs the [build-system] requirements from
+    the index in a throwaway environment: the image build resolved setuptools
+    and setuptools-scm there, whatever PyPI published that day.
+    """
+    text = (ROOT / "Containerfile").read_text().replace("\\\n", " ")
+    builds = [
+        line for line in text.splitlines() if re.search(r"pip (install|wheel)\b.* /src\b", line)
+    ]
+    assert builds, "the Containerfile builds no /src"
+    for line in builds:
+        assert "--no-build-isolation" in line, line
+        assert "--check-build-dependencies" in line, line
+        venv = re.search(r"(/opt/\w+)/bin/pip (install|wheel)\b[^&]* /src\b", line)
+        assert venv, line
+        tools = "--no-deps --require-hashes -r requirements/release.lock"
+        assert f"{venv[1]}/bin/pip install {tools}" in line, f"{venv[1]} has no build tools"
+    build_system = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]
+    locked = pins(LOCKS["release"])
+    for requirement in map(Requirement, build_system["requires"]):
+        pin = locked.get(canonicalize_name(requirement.name))
+        assert pin, f"release.lock lacks {requirement}"
+        assert requirement.specifier.contains(pin.version), f"release.lock: {pin} for {requirement}"

@@ -436,6 +436,24 @@ def test_local_cdi_config_validates_next_to_the_e2e_ones() -> None:
     assert cdi.allocate.cdi is True
 
 
+def test_every_e2e_check_runs_by_default_on_kind_or_the_local_node() -> None:
+    """KIND_CHECKS and LOCAL_CHECKS together are ALL_CHECKS, each in its order: a check
+    left out of both would run nowhere in CI."""
+    text = (E2E_ROOT / "checks.sh").read_text()
+    lists = {
+        name: re.search(rf"^{name}=\((.*?)\)", text, re.DOTALL | re.MULTILINE)
+        for name in ("ALL_CHECKS", "KIND_CHECKS", "LOCAL_CHECKS")
+    }
+    every, kind, local = (m[1].split() if m else [] for m in lists.values())
+    assert every, "no ALL_CHECKS in e2e/checks.sh"
+    kind = every if kind == ['"${ALL_CHECKS[@]}"'] else kind
+    assert set(kind) | set(local) == set(every), set(every) - set(kind) - set(local)
+    for way in (kind, local):
+        assert way == [c for c in every if c in way], way
+    for check in every:
+        assert re.search(rf"^check_{check}\(\) \{{", text, re.MULTILINE), check
+
+
 def test_e2e_checks_expect_every_deployed_resource() -> None:
     """checks.sh waits for the re-registration of exactly the resources the e2e deploys."""
     text = (E2E_ROOT / "checks.sh").read_text()
@@ -504,7 +522,8 @@ def test_kustomize_base_renders_a_daemonset_keeping_the_contract(tmp_path: Path)
 
 @needs_kubectl
 def test_e2e_overlay_renders_the_local_image_and_both_config_files(tmp_path: Path) -> None:
-    """The kind e2e overlay: image genericdp:e2e never pulled, the flag mount, both config files."""
+    """The kind e2e overlay: the image the run pushes, tagged with the chart's appVersion, never
+    pulled (the documented install pulled it), the flag mount, both config files."""
     docs = kustomize(KIND_OVERLAY)
     (ds,) = by_kind(docs, "DaemonSet")
     (cm,) = by_kind(docs, "ConfigMap")
@@ -516,7 +535,10 @@ def test_e2e_overlay_renders_the_local_image_and_both_config_files(tmp_path: Pat
     (binding,) = by_kind(docs, "ClusterRoleBinding")
     assert binding["subjects"][0]["namespace"] == "genericdp-e2e"
     (container,) = ds["spec"]["template"]["spec"]["containers"]
-    assert container["image"] == "genericdp:e2e"
+    chart = (CHART / "Chart.yaml").read_text()
+    app_version = re.search(r'^appVersion: "?([^"\s]+)', chart, re.MULTILINE)
+    assert app_version
+    assert container["image"] == f"localhost:5001/genericdp:{app_version[1]}"
     assert container["imagePullPolicy"] == "Never"
     assert "/var/lib/genericdp-e2e" in {m["mountPath"] for m in container["volumeMounts"]}
     assert sorted(cm["data"]) == ["config.yaml", "e2e.yaml"]
@@ -1063,7 +1085,9 @@ def test_probes_wait_for_the_measured_start_and_agree_in_base_and_chart() -> Non
 def test_e2e_workflow_runs_the_kind_e2e_with_the_release_images() -> None:
     """Each kind job runs e2e/kind/run.sh with the kind release and kindest/node, then the dry run.
 
-    The image is pushed to the run's registry and pulled by the nodes, never side-loaded.
+    The image is pushed to the run's registry and pulled by the nodes, never side-loaded (the
+    quick start's `kind load` runs verbatim from its page, install.sh load, between the installs,
+    the image removed from the nodes before and after).
     """
     kind = yaml_file(WORKFLOWS / "e2e.yaml")["jobs"]["kind"]
     (run,) = [s for s in kind["steps"] if "e2e/kind/run.sh" in s.get("run", "")]
@@ -1152,7 +1176,7 @@ def test_wait_quantity_reads_the_node_status_with_escaped_dots(stubs: Path) -> N
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "done"
     args = (stubs / "kubectl.args").read_text()
-    assert "get node t-control-plane -o jsonpath={.status.capacity.example\\.com/null}" in args
+    assert "get node t-worker -o jsonpath={.status.capacity.example\\.com/null}" in args
 
 
 def test_wait_quantity_fails_with_what_it_saw_and_dumps_diagnostics(stubs: Path) -> None:
@@ -1161,7 +1185,7 @@ def test_wait_quantity_fails_with_what_it_saw_and_dumps_diagnostics(stubs: Path)
     result = run_checks_snippet(stubs, "wait_quantity allocatable example.com/null 4 0.3")
     assert result.returncode == 1
     assert (
-        "timed out after 0.3s waiting for: node t-control-plane allocatable example.com/null = 4"
+        "timed out after 0.3s waiting for: node t-worker allocatable example.com/null = 4"
         " (last seen: 3)" in result.stderr
     )
     assert "===== genericdp logs" in result.stderr
@@ -1186,7 +1210,7 @@ def test_hold_for_fails_as_soon_as_the_condition_breaks(stubs: Path) -> None:
 
 def kubelet_journal(times: dict[str, str]) -> str:
     line = (
-        "{t} t-control-plane kubelet[99]: I1129 07:00:00.000000      99 server.go:144] "
+        "{t} t-worker kubelet[99]: I1129 07:00:00.000000      99 server.go:144] "
         '"Got registration request from device plugin with resource" resourceName="{r}"'
     )
     return "\n".join(line.format(t=t, r=r) for r, t in times.items()) + "\n"

@@ -21,6 +21,17 @@ up() {
     command -v "$cmd" >/dev/null || fail "$cmd not found (e2e/kind/run.sh installs the Debian packages)"
   done
   mkdir -p "$ENGINE_STATE" "$ENGINE_RUN"
+  # Every node runs systemd, containerd and a kubelet, each with inotify
+  # instances, counted against root on the host: at the default 128 a second
+  # cluster (or a local node beside one) runs out, and the kubelet or systemd
+  # of a new node fails with "too many open files". kind's own advice, 512;
+  # raised only, never lowered (another run may need it), so nothing to undo.
+  local instances
+  instances=$(</proc/sys/fs/inotify/max_user_instances)
+  if ((instances < 512)); then
+    log "fs.inotify.max_user_instances $instances -> 512 (kind's nodes)"
+    echo 512 >/proc/sys/fs/inotify/max_user_instances
+  fi
   if ! [[ -e /run/netns/$NETNS ]]; then
     ip netns add "$NETNS"
   fi

@@ -4,9 +4,12 @@
 # one of example.com/fleet-b (character devices made in each node, as
 # e2e/deploy.sh does), each node labelled for its resource; one config with a
 # `nodeSelector` per resource replaces the running one (genericdp reloads
-# it). Then each node advertises only its own resource, and the scheduler
-# places a pod asking for fleet-a on the first worker and one asking for
-# fleet-b on the second. Everything made here is removed afterwards.
+# it; the demo's example.com/null goes from 4 to 3, a change every node
+# applies). Then each node advertises only its own resource, and the
+# scheduler places a pod asking for fleet-a on the first worker and one asking
+# for fleet-b on the second. Everything made here is removed afterwards, the
+# original config back on every node (the quick start's reload check, run
+# next, reads that in the log).
 #   e2e/kind/fleet.sh
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=kind-lib.sh
@@ -27,7 +30,7 @@ version: v1
 resources:
   - name: example.com/null
     match: [{glob: /dev/null}]
-    count: 4
+    count: 3
   - name: example.com/fleet-a
     match: [{glob: /dev/gdp-fleet-a*}]
     nodeSelector:
@@ -86,3 +89,6 @@ k -n kube-system create configmap genericdp-config --from-file=config.yaml="$wor
 k label node "$A" "$B" example.com/fleet- >/dev/null
 docker exec "$A" sh -c 'rm -f /dev/gdp-fleet-*'
 docker exec "$B" sh -c 'rm -f /dev/gdp-fleet-*'
+for node in $(k get nodes -o name); do
+  wait_for 150 "${node#node/} back on the original config (example.com/null: 4)" has "${node#node/}" example.com/null 4
+done

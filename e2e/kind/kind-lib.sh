@@ -6,10 +6,8 @@
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 E2E_DIR=$E2E_ROOT/kind
 CLUSTER=${CLUSTER:-genericdp-e2e}
-NODE=${NODE:-$CLUSTER-control-plane}
-IMAGE=${IMAGE:-genericdp:e2e}
-# The genericdp image has a shell and coreutils: it is the consumer too.
-CONSUMER_IMAGE=${CONSUMER_IMAGE:-$IMAGE}
+# The node the shared checks (e2e/checks.sh) drive: a worker.
+NODE=${NODE:-$CLUSTER-worker}
 OVERLAY=$E2E_DIR/overlay
 
 # Where the images come from (run.sh): `local` builds the node image from
@@ -28,6 +26,11 @@ POD_SUBNET=198.19.0.0/16
 SERVICE_SUBNET=198.18.240.0/20
 REGISTRY_PORT=5001
 REGISTRY=localhost:$REGISTRY_PORT
+# The project image as the run pushes it (overlay/kustomization.yaml names
+# it too), tagged with the chart's appVersion. It has a shell and coreutils:
+# it is the consumer too.
+IMAGE=${IMAGE:-$REGISTRY/genericdp:$(awk -F'"' '/^appVersion:/ { print $2 }' "$REPO_ROOT/deploy/helm/genericdp/Chart.yaml")}
+CONSUMER_IMAGE=${CONSUMER_IMAGE:-$IMAGE}
 # The local engine's network namespace, state and sockets (engine.sh).
 NETNS=${NETNS:-gdp-kind}
 ENGINE_STATE=${ENGINE_STATE:-/var/lib/genericdp-kind}

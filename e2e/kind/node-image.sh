@@ -5,7 +5,7 @@
 # - a Debian 12 root with systemd, runc, the CNI plugins, iptables and
 #   conntrack (mmdebstrap, cached in KIND_CACHE), with Debian 13's
 #   containerd 1.7 (CDI; e2e/local/containerd-cdi.sh), kind's base files,
-#   kubelet, kubeadm, kubectl and crictl;
+#   kubelet, kubeadm, kubectl, crictl and ctr (Debian 12's, for kind load);
 # - the images kubeadm needs, preloaded into containerd's k8s.io namespace
 #   under the tags `kubeadm config images list` prints: the static binaries
 #   with a passwd file and CA bundle (etcd, the control plane, CoreDNS), a
@@ -27,9 +27,13 @@ rm -rf "$work"
 mkdir -p "$work/root" "$KIND_CACHE"
 
 # cached_rootfs NAME PACKAGES: a Debian 12 minbase with PACKAGES, as a tarball
-# kept in KIND_CACHE under a key of everything that makes it.
+# kept in KIND_CACHE under a key of everything that makes it. The cache is
+# the machine's, shared by concurrent runs (their own NETNS, CLUSTER...): one
+# at a time makes or reads it (flock).
 cached_rootfs() {
-  local name=$1 packages=$2 key tarball
+  local name=$1 packages=$2 key tarball cache_lock
+  exec {cache_lock}>"$KIND_CACHE/.lock"
+  flock -w 1800 "$cache_lock" || fail "$KIND_CACHE/.lock still held after 1800 s"
   local mirrors=("deb $DEBIAN_MIRROR bookworm main" "deb $DEBIAN_MIRROR bookworm-updates main"
     "deb $DEBIAN_SECURITY_MIRROR bookworm-security main")
   key=$({
@@ -51,6 +55,7 @@ cached_rootfs() {
     find "$KIND_CACHE" -maxdepth 1 -name "$name-*.tar" -delete
     mv -f "$tarball.partial" "$tarball"
   fi
+  exec {cache_lock}>&-
   printf '%s\n' "$tarball"
 }
 
@@ -163,6 +168,9 @@ trap 'kill "$preload_pid" 2>/dev/null || true' EXIT
 wait_for 30 "the preload containerd" test -S "$sock"
 # ctr is containerd's client; Debian 12's (1.6) speaks to 1.7 for import.
 ctr_bin=$(command -v ctr) || fail "ctr not found (Debian's containerd package)"
+# The node needs it too: `kind load docker-image` (the quick start's) runs
+# `ctr images import` in every node, as kindest/node ships it.
+install -m 0755 "$ctr_bin" "$root/usr/local/bin/ctr"
 "$ctr_bin" --address "$sock" -n k8s.io images import --no-unpack --all-platforms --digests "$work/images.tar" >/dev/null
 "$ctr_bin" --address "$sock" -n k8s.io images ls -q | sort >"$work/preloaded.txt"
 kill "$preload_pid"

@@ -14,8 +14,11 @@
 # with the docs' commands verbatim (install.sh: the push to the run's
 # registry, the kustomize base, its uninstall, the Helm chart from oci://,
 # its uninstall), each install checked on every node, with the kustomize one
-# different hardware per node from one ConfigMap (fleet.sh), with the Helm one
-# a worker lost (lost-worker.sh), and everything torn
+# different hardware per node from one ConfigMap (fleet.sh) and the quick
+# start's first hour (install.sh use: a pod holding a device); the shared
+# device-plugin checks on a worker (e2e/checks.sh kind, with the e2e
+# overlay); the quick start's `kind load`; with the Helm one a worker lost
+# (lost-worker.sh), and everything torn
 # down and checked as a before/after difference (leftovers.sh). Root (local).
 #   e2e/kind/run.sh [MINOR]                  default 1.36
 # Environment: ARTIFACTS=/tmp/genericdp-e2e-artifacts   KUBE_XZ_DIR=../shared/k8s
@@ -142,11 +145,38 @@ gone() {
   k -n kube-system wait --for=delete pod -l app.kubernetes.io/name=genericdp --timeout=120s
 }
 
+# The shared device-plugin checks (e2e/checks.sh, KIND_CHECKS) on NODE, a
+# worker: the e2e overlay (the base and the e2e resources, in NAMESPACE)
+# deployed as e2e/deploy.sh does, then removed with its namespace.
+device_plugin_checks() {
+  "$E2E_ROOT/deploy.sh" kind
+  "$E2E_ROOT/checks.sh" kind
+  k delete -k "$OVERLAY" --ignore-not-found --wait=true --timeout=180s >/dev/null
+  node_exec sh -c 'rm -rf /dev/gdp-e2e-* /var/lib/genericdp-e2e'
+}
+
+# The quick start's `kind load docker-image` (install.sh load), with the
+# image removed from every node before (pulled there by the kustomize
+# install), so that the load is what puts it back, and after, so that the
+# Helm install pulls it from the registry again.
+kind_load() {
+  remove_image
+  "$E2E_DIR/install.sh" load
+  remove_image
+}
+remove_image() {
+  local node
+  for node in $(kind get nodes --name "$CLUSTER"); do
+    docker exec "$node" crictl --timeout 60s rmi "$REGISTRY/genericdp:$VERSION" >/dev/null
+  done
+}
+
 way() {
   "$E2E_DIR/install.sh" install "$1"
   installed_everywhere
   if [[ $1 == kustomize ]]; then
     "$E2E_DIR/fleet.sh"
+    "$E2E_DIR/install.sh" use
   else
     "$E2E_DIR/lost-worker.sh"
   fi
@@ -179,6 +209,8 @@ fi
 phase "project image (REGISTRY/genericdp:$VERSION)" project_image
 phase "cluster: 3 nodes" "$E2E_DIR/create-cluster.sh" "$version"
 phase "docs: docker push" "$E2E_DIR/install.sh" push
-phase "docs: kustomize install, checks, uninstall" way kustomize
+phase "docs: kustomize install, checks, first hour, uninstall" way kustomize
+phase "device-plugin checks on $NODE (e2e overlay)" device_plugin_checks
+phase "docs: the image loaded into kind" kind_load
 phase "docs: helm install, checks, uninstall" way helm
 phase "DRA: one worker moved to DRA, claims, sharing, unplug, a DRA worker lost" "$E2E_DIR/dra.sh"

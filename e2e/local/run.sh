@@ -12,7 +12,8 @@
 #   IMAGES_DIR=DIR           use these OCI archives instead of building them
 #   SKIP_DEPS=1              do not run install-deps.sh
 #   ARTIFACTS=/tmp/genericdp-e2e-artifacts   logs, diagnostics, timings
-#   CHECKS="capacity ..."    only these checks (e2e/checks.sh, ALL_CHECKS)
+#   CHECKS="capacity ..."    these checks (e2e/checks.sh, ALL_CHECKS) instead of
+#                            LOCAL_CHECKS, what the kind e2e does not show
 #   CDI=0                    skip the CDI round (cdi.sh, Debian 13's containerd 1.7)
 #   DRA=0                    skip the DRA round (dra.sh: the DRA backend, containerd 1.7)
 #   DRA_CHECKS="dra_slices ..."  only these checks of the DRA round (dra.sh, ALL_DRA_CHECKS)
