@@ -4,15 +4,19 @@ never a reason to remove the CDI spec of a claim that may still run."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from genericdp.allocation.cdi import claim_spec_name
-from genericdp.dra.checkpoint import MAX_BYTES, Checkpoint
+from genericdp.dra.checkpoint import MAX_BYTES, PREPARED, Checkpoint, PreparedClaim
+from genericdp.dra.claims import ClaimRef
 from genericdp.dra.driver import DraDriver, DriverPaths
 from tests.dra_fakes import DRIVER, NODE, SERIAL, RecordedHooks, allocated, claim, definition, unit
 from tests.dra_fakes import setup as prepare_setup
@@ -163,3 +167,35 @@ async def test_a_dropped_entry_keeps_its_claims_spec(base: Path) -> None:
     await _start_and_close(base)
     assert spec.is_file()
     assert _aside(path) == []
+
+
+async def test_a_removal_cancelled_while_another_write_runs_still_reaches_the_file(
+    tmp_path: Path,
+) -> None:
+    """An unprepare whose caller hangs up (the kubelet restarting) while the checkpoint
+    is being written for another claim: the removal is in memory, so it reaches the
+    file too; a restart does not find the unprepared claim there."""
+    path = tmp_path / "checkpoint.json"
+    checkpoint = Checkpoint(path)
+    checkpoint.load()
+    gone, kept = (ClaimRef("default", n, f"{n}-0000-4000-8000-000000000000") for n in "ab")
+    await checkpoint.put(PreparedClaim(gone, PREPARED, ()))
+    writing = asyncio.create_task(checkpoint.put(PreparedClaim(kept, PREPARED, ())))
+    await asyncio.sleep(0)  # the put holds the lock, its write in a thread
+    removing = asyncio.create_task(checkpoint.remove(gone.uid))
+    await asyncio.sleep(0)  # the removal is in memory and waits for the lock
+    removing.cancel()
+    await writing
+    with contextlib.suppress(asyncio.CancelledError):
+        await removing
+    assert [p.claim.uid for p in checkpoint] == [kept.uid]
+
+    def on_disk() -> list[str]:
+        again = Checkpoint(path)
+        again.load()
+        return [p.claim.uid for p in again]
+
+    deadline = time.monotonic() + HANG_SECONDS
+    while on_disk() != [kept.uid]:  # the shielded write lands a moment later
+        assert time.monotonic() < deadline, f"the file still lists {on_disk()}"
+        await asyncio.sleep(0.01)

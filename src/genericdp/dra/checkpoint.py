@@ -92,6 +92,7 @@ class Checkpoint:
         self.path = path
         self._claims: dict[str, PreparedClaim] = {}
         self._lock = asyncio.Lock()
+        self._writes: set[asyncio.Future[None]] = set()  # under way, shielded from callers
         self._changes = 0  # changes made in memory, counted
         self._written = 0  # how many of them the file on disk has
         # False when a file could not be used: it may list claims we do not know.
@@ -243,9 +244,23 @@ class Checkpoint:
     async def _commit(self) -> None:
         """Write the file with this change in it. Group commit: changes made while a
         write is under way go to disk together in the next one, so a batch of N
-        claims costs a few writes, not N (each rewrites the file and fsyncs it)."""
+        claims costs a few writes, not N (each rewrites the file and fsyncs it).
+
+        The write is shielded: the change is in memory already, so the file follows
+        even when the caller is cancelled (a kubelet that hangs up mid-unprepare);
+        otherwise the file would keep a claim that memory has forgotten."""
         self._changes += 1
-        mine = self._changes
+        write = asyncio.ensure_future(self._write(self._changes))
+        self._writes.add(write)
+        write.add_done_callback(self._written_or_logged)
+        await asyncio.shield(write)
+
+    def _written_or_logged(self, write: asyncio.Future[None]) -> None:
+        self._writes.discard(write)
+        if not write.cancelled() and (exc := write.exception()) is not None:
+            log.debug("DRA checkpoint %s: write failed: %s", self.path, exc)
+
+    async def _write(self, mine: int) -> None:
         async with self._lock:
             if self._written >= mine:
                 return  # a write that started after our change has it on disk
