@@ -760,18 +760,25 @@ EOM
   k -n "$NAMESPACE" exec e2e-selected -- test -c /dev/gdp-e2e-sel0 ||
     fail "pod e2e-selected has no /dev/gdp-e2e-sel0"
 
-  log "check: the label removed, the resource is no longer advertised; the pod keeps its unit until deleted"
+  log "check: the label removed, the resource is no longer advertised; the pod keeps its unit, cleaned once at its release"
   started=$(now)
   k label node "$NODE" "$SELECTED_LABEL-"
   wait_quantity allocatable example.com/e2e-selected 0 45
   timing "nodeSelector: label removed -> allocatable 0" "$(seconds_between "$started" "$(now)")"
-  wait_for 30 "genericdp ($pod) to run example.com/e2e-selected's cleanup hook" \
-    daemon_log_has "$pod" "e2e selected cleaned"
-  timing "nodeSelector: label removed -> cleanup hook ran" "$(seconds_between "$started" "$(now)")"
   pod_ready e2e-selected || fail "pod e2e-selected is not Ready after the label was removed"
   k -n "$NAMESPACE" exec e2e-selected -- test -c /dev/gdp-e2e-sel0 ||
     fail "pod e2e-selected lost /dev/gdp-e2e-sel0 when the label was removed"
+  if daemon_log_has "$pod" "e2e selected cleaned"; then
+    fail "genericdp ran example.com/e2e-selected's cleanup hook while pod e2e-selected held the unit"
+  fi
+  started=$(now)
   k -n "$NAMESPACE" delete pod e2e-selected --wait=true
+  wait_for 60 "genericdp ($pod) to run example.com/e2e-selected's cleanup hook at the pod's release" \
+    daemon_log_has "$pod" "e2e selected cleaned"
+  timing "nodeSelector: pod deleted after the label -> cleanup hook ran" "$(seconds_between "$started" "$(now)")"
+  local cleaned
+  cleaned=$(k -n "$NAMESPACE" logs "$pod" --tail=-1 | grep -c -F "e2e selected cleaned" || true)
+  [[ $cleaned == 1 ]] || fail "example.com/e2e-selected's unit was cleaned $cleaned times, not once"
   node_exec rm -f /dev/gdp-e2e-sel0
   k apply -k "$OVERLAY"
   wait_for 180 "the deployed ConfigMap to reach pod $pod again" pod_config_lacks "$pod" e2e-selected
