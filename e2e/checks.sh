@@ -760,7 +760,7 @@ EOM
   k -n "$NAMESPACE" exec e2e-selected -- test -c /dev/gdp-e2e-sel0 ||
     fail "pod e2e-selected has no /dev/gdp-e2e-sel0"
 
-  log "check: the label removed, the resource is no longer advertised; the pod keeps its unit, not cleaned under it"
+  log "check: the label removed, the resource is no longer advertised; the pod keeps its unit, cleaned once at its release"
   started=$(now)
   k label node "$NODE" "$SELECTED_LABEL-"
   wait_quantity allocatable example.com/e2e-selected 0 45
@@ -771,10 +771,14 @@ EOM
   if daemon_log_has "$pod" "e2e selected cleaned"; then
     fail "genericdp ran example.com/e2e-selected's cleanup hook while pod e2e-selected held the unit"
   fi
-  # Its release runs the hook once (tests/test_cleanup_owed.py) when PodResources
-  # listed the pod holding it; a pod gone within one poll of its start was never
-  # listed, and its hand-out stays in use until that ID is asked for again.
+  started=$(now)
   k -n "$NAMESPACE" delete pod e2e-selected --wait=true
+  wait_for 60 "genericdp ($pod) to run example.com/e2e-selected's cleanup hook at the pod's release" \
+    daemon_log_has "$pod" "e2e selected cleaned"
+  timing "nodeSelector: pod deleted after the label -> cleanup hook ran" "$(seconds_between "$started" "$(now)")"
+  local cleaned
+  cleaned=$(k -n "$NAMESPACE" logs "$pod" --tail=-1 | grep -c -F "e2e selected cleaned" || true)
+  [[ $cleaned == 1 ]] || fail "example.com/e2e-selected's unit was cleaned $cleaned times, not once"
   node_exec rm -f /dev/gdp-e2e-sel0
   k apply -k "$OVERLAY"
   wait_for 180 "the deployed ConfigMap to reach pod $pod again" pod_config_lacks "$pod" e2e-selected

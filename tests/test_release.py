@@ -392,3 +392,55 @@ async def test_poller_rest_is_a_safety_net() -> None:
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+class _KubeletView:
+    """A List that answers what the kubelet holds now (``pods``), counting calls."""
+
+    def __init__(self) -> None:
+        self.pods: tuple[PodDevices, ...] = ()
+        self.calls = 0
+        self.seen = asyncio.Event()  # set once an answer held something
+
+    async def __call__(
+        self,
+        socket: Path,  # noqa: ARG002 -- the ListPods signature
+        *,
+        timeout: float = 5.0,  # noqa: ARG002, ASYNC109 -- the ListPods signature
+        resources: AbstractSet[str] | None = None,  # noqa: ARG002 -- the ListPods signature
+    ) -> tuple[PodDevices, ...]:
+        self.calls += 1
+        if self.pods:
+            self.seen.set()
+        return self.pods
+
+
+async def test_poller_looks_for_a_hand_out_soon_so_a_short_pod_is_cleaned_at_its_end() -> None:
+    """A pod that lives far less than one interval is listed and released: the
+    hand-out wakes the poller, which lists ``CONFIRM`` seconds later and at
+    doubling gaps until it shows the IDs, then follows the kubelet's view."""
+    view = _KubeletView()
+    out: list[Release] = []
+    tracker = UsageTracker()
+    poller = ReleasePoller(
+        Path("/nonexistent/pod-resources.sock"),
+        tracker,
+        out.extend,
+        interval=3600.0,
+        rest=3600.0,
+        list_pods=view,
+    )
+    task = asyncio.create_task(poller.run())
+    try:
+        await eventually(tracker.holds_nothing)  # the baseline, then rest
+        view.pods = (_pod("short", "a"),)  # the kubelet records our Allocate's IDs
+        tracker.handed_out(R, ["a"])
+        await eventually(view.seen.is_set, "a List after the hand-out")
+        await eventually(lambda: not tracker.awaiting_list())
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert view.calls == 2, "the baseline and one List CONFIRM seconds after the hand-out"
+    view.pods = ()  # the pod ended, long before an interval: the next List releases it
+    assert await poller.poll()
+    assert out == [Release(R, "a", ("a",))]

@@ -209,7 +209,8 @@ class Settings(DiscoverySettings):
         5.0,
         "seconds between PodResources List calls while any device is held: "
         "which devices containers hold (cleanup hooks, unbounded sharing, units unplugged "
-        "while in use); none held: one a minute, and one interval after each Allocate",
+        "while in use); none held: one a minute; after an Allocate, one 0.25 s later and at "
+        "doubling gaps until List shows its devices",
     )
     hotplug_settle: float = _settle(
         0.1, "seconds of device events merged into one rescan (udev bursts)"

@@ -32,6 +32,9 @@ class ListPods(Protocol):
 
 # Seconds between Lists while nothing is held (``ReleasePoller``): a safety net only.
 REST = 60.0
+# Seconds from a hand-out to the List that looks for it; doubled at each List
+# that does not show it yet, up to the interval (``ReleasePoller``).
+CONFIRM = 0.25
 
 
 class ReleasePoller:
@@ -49,9 +52,15 @@ class ReleasePoller:
     out (``UsageTracker.holds_nothing``), the poller rests: only an Allocate
     can make something held (the kubelet hands a device out through us; after
     its restart it keeps the assignments it had, which were none), so it waits
-    for the next hand-out, then polls ``interval`` later as usual. One List
-    every ``rest`` seconds all the same, as a safety net. An idle node's poll
-    is mostly gRPC's own threads waking (docs/contributing/performance.md).
+    for the next hand-out. One List every ``rest`` seconds all the same, as a
+    safety net. An idle node's poll is mostly gRPC's own threads waking
+    (docs/contributing/performance.md).
+
+    A hand-out wakes the poller at once: it lists ``CONFIRM`` seconds later,
+    then at doubling gaps up to ``interval`` until a List shows the IDs. The
+    kubelet records them as our Allocate returns, before the pod's sandbox
+    exists, so a pod seen once is cleaned when it goes however short its life;
+    one that ended unseen is cleaned at its unit's next Allocate (``usage.py``).
     """
 
     def __init__(
@@ -89,12 +98,22 @@ class ReleasePoller:
     async def run(self) -> None:
         """Poll until cancelled."""
         try:
+            confirm = CONFIRM
             while True:
                 self._tracker.handing_out.clear()
                 await self.poll()
-                if self._tracker.holds_nothing() and not self._failing:
-                    await wait_event(self._tracker.handing_out, self._rest)
-                await asyncio.sleep(self._interval)  # polling is the only way to learn
+                if self._failing:
+                    await asyncio.sleep(self._interval)
+                    continue
+                gap = self._rest if self._tracker.holds_nothing() else self._interval
+                if self._tracker.awaiting_list():
+                    gap, confirm = min(gap, confirm), confirm * 2
+                else:
+                    confirm = CONFIRM
+                # Polling is the only way to learn; a hand-out is looked for soon.
+                if await wait_event(self._tracker.handing_out, gap):
+                    confirm = CONFIRM
+                    await asyncio.sleep(min(confirm, self._interval))
         finally:
             if self._own_lister is not None:
                 await self._own_lister.close()

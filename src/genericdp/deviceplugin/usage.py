@@ -83,6 +83,10 @@ class UsageTracker:
             holders for devices in self._holders.values() for holders in devices.values()
         )
 
+    def awaiting_list(self) -> bool:
+        """Whether an ID our Allocate gave out has not been shown by a List yet."""
+        return bool(self._handed_at)
+
     def in_use(self, resource: str) -> frozenset[str]:
         return frozenset(d for d, h in self._holders.get(resource, {}).items() if h)
 
