@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 
 from genericdp.aio import Backoff, TaskSet, wait_event
@@ -24,6 +24,7 @@ from genericdp.deviceplugin.usage import UsageTracker
 from genericdp.hooks import HookRunner
 from genericdp.kubelet.options import KUBELET_SOCKET_NAME
 from genericdp.runtime.backend import Fleet, Gauge, ResourceParts
+from genericdp.runtime.owed import Release
 from genericdp.runtime.recorder import NO_METRICS, Recorder
 from genericdp.settings import Settings
 
@@ -67,7 +68,7 @@ class DevicePluginBackend:
         return replicas_of(definition)
 
     def edge(self, parts: ResourceParts) -> ResourcePlugin:
-        return ResourcePlugin(parts, plugin_dir=self._settings.plugin_dir)
+        return ResourcePlugin(parts, plugin_dir=self._settings.plugin_dir, usage=self.usage)
 
     def renews(self, before: ResourceDefinition, after: ResourceDefinition) -> bool:
         return renews(before, after)
@@ -85,7 +86,7 @@ class DevicePluginBackend:
         """Nothing outlasts the daemon but what the kubelet checkpointed."""
 
     def configured(self, config: Config) -> None:
-        """The runtime's cleaner cleans what a resource leaving the config held."""
+        """Each edge's cleaner cleans what a resource leaving the config held."""
 
     def notes(self) -> tuple[str, ...]:
         return ()
@@ -106,7 +107,7 @@ class DevicePluginBackend:
         poller = ReleasePoller(
             self._settings.pod_resources_socket,
             self.usage,
-            fleet.released,
+            lambda releases: self._released(fleet, releases),
             interval=self._settings.pod_resources_poll_interval,
             # Every resource: a unit that vanishes while held stays listed until
             # released, and unbounded sharing follows what is held.
@@ -116,6 +117,19 @@ class DevicePluginBackend:
             timeout=POD_RESOURCES_TIMEOUT,
         )
         tasks.spawn("pod-resources", poller.run, backoff=Backoff(maximum=10.0))
+
+    @staticmethod
+    def _released(fleet: Fleet, releases: Iterable[Release]) -> None:
+        """Each resource's edge cleans its released units; the fleet, those of
+        resources no edge serves."""
+        plugins = {e.resource: e for e in fleet.edges() if isinstance(e, ResourcePlugin)}
+        unserved = []
+        for release in releases:
+            if (plugin := plugins.get(release.resource)) is not None:
+                plugin.released(release)
+            else:
+                unserved.append(release)
+        fleet.released(unserved)
 
     async def _watch(self) -> None:
         try:

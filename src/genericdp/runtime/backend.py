@@ -1,8 +1,8 @@
 """A backend: how the kubelet is told of the daemon's resources, behind one protocol.
 
-The runtime runs each resource (discovery, health, hooks, cleanup, the CDI
-spec, the device state and the ``Allocator``: ``runtime/resource.py``) and
-does not know which backend serves it. A backend is a package of its own
+The runtime runs each resource (discovery, health, hooks, the CDI spec, the
+device state: ``runtime/resource.py``) and does not know which backend
+serves it. A backend is a package of its own
 (``deviceplugin/``, ``dra/``) with one object meeting ``Backend``: its
 daemon-wide tasks (``start``), one edge per resource (``edge``), how its
 units' devices are named (``device_ids``), who holds them (``usage``), when
@@ -20,16 +20,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from genericdp.config.model import Config, ResourceDefinition
-from genericdp.runtime.cleanup import Release
+from genericdp.runtime.cdisync import CdiSync
 from genericdp.runtime.context import ResourceContext
 from genericdp.runtime.edge import Edge
+from genericdp.runtime.owed import Release
 from genericdp.runtime.recorder import Recorder
 from genericdp.runtime.state import DeviceIds, DeviceState
 from genericdp.runtime.usage import Usage
 
 if TYPE_CHECKING:
     from genericdp.aio import TaskSet
-    from genericdp.runtime.allocator import Allocator
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class ResourceParts:
     definition: Callable[[], ResourceDefinition]  # the current one (a reload swaps it)
     state: DeviceState
     context: ResourceContext
-    allocator: Allocator
+    cdi: CdiSync  # its CDI spec (an Allocate checks its units are in it)
 
 
 EdgeFactory = Callable[[ResourceParts], Edge]
@@ -80,7 +80,7 @@ class Fleet(Protocol):
         ...
 
     def released(self, releases: Iterable[Release]) -> None:
-        """Nobody holds these units any more: their resources clean them."""
+        """Nobody holds these units of resources no edge serves: their owed cleanups run."""
         ...
 
     def usage_changed(self) -> None:

@@ -31,15 +31,15 @@ from genericdp.config.model import Config, ResourceDefinition
 from genericdp.errors import HookError
 from genericdp.hooks import CLEANUP, HookRun, HookRunner
 from genericdp.runtime.backend import Backend, Gauge
-from genericdp.runtime.cleanup import Release
 from genericdp.runtime.context import SETTLE, Discover, ResourceContext
 from genericdp.runtime.devwatch import DevChange, watch_devices
 from genericdp.runtime.edge import Edge, PluginStatus
-from genericdp.runtime.owed import Handed
+from genericdp.runtime.owed import Handed, Release
 from genericdp.runtime.reconcile import NodeLabels, Plan, plan, served
 from genericdp.runtime.recorder import NO_METRICS, Recorder, TimedHooks
 from genericdp.runtime.resource import ResourceRunner
 from genericdp.runtime.state import DeviceState
+from genericdp.runtime.usage import HandOuts, in_use
 from genericdp.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class Supervisor:
         self._metrics = metrics or NO_METRICS
         if metrics is not None:
             self._run_hook = TimedHooks(self._run_hook, metrics)
-        # Built once: what every resource shares (its runner, edge, allocator and cleaner).
+        # Built once: what every resource shares (its runner and edge).
         self._context = ResourceContext.of(
             settings,
             discover=self._discover,
@@ -314,10 +314,9 @@ class Supervisor:
 
     def released(self, releases: Iterable[Release]) -> None:
         for release in releases:
-            runner = self._runners.get(release.resource)
-            if runner is not None:
-                runner.released(release)
-            elif (handed := self._owed.get(release.resource, release.unit_id)) is not None:
+            if release.resource in self._runners:
+                continue  # its edge cleans it
+            if (handed := self._owed.get(release.resource, release.unit_id)) is not None:
                 self._clean_owed(release, handed)
 
     # -- cleanups owed by resources no longer served -----------------------------
@@ -326,12 +325,12 @@ class Supervisor:
         """After ``runner`` stopped: clean its owed units nobody holds now (their
         cleanup was cut short by the stop)."""
         resource = runner.name
-        in_use = {runner.state.unit_of(d) for d in self._backend.usage.in_use(resource)}
+        used = {runner.state.unit_of(d) for d in in_use(self._backend.usage, resource)}
         for unit_id in self._owed.units_of(resource):
             handed = self._owed.get(resource, unit_id)
             if (resource, unit_id) in self._owed.unsettled:
                 continue  # whether it is held is not known yet (``_settle_owed``)
-            if unit_id not in in_use and handed is not None:
+            if unit_id not in used and handed is not None:
                 self._clean_owed(Release(resource, unit_id, ()), handed)
 
     def _clean_owed(self, release: Release, handed: Handed) -> None:
@@ -418,7 +417,8 @@ class Supervisor:
             if handed is None:
                 continue
             with logsetup.fields(resource=resource, unit=unit_id):
-                if unit_id in self._backend.usage.units_in_use(resource):
+                usage = self._backend.usage
+                if isinstance(usage, HandOuts) and unit_id in usage.units_in_use(resource):
                     log.info(
                         "%s: unit %s, handed out before the restart, is still held: cleaned"
                         " at its release with the hook it was handed out under",

@@ -1,11 +1,11 @@
 """Cleanup: one resource's ``cleanup`` hook, run when a unit is released.
 
-Whoever knows that nobody holds a unit any more (the device plugin's
-PodResources poller, ``deviceplugin/poller.py``, or an Allocate of a unit
-still held, ``Usage.claim``) hands a ``Release`` to the resource's
-``Cleaner``. While its hook runs the unit is advertised Unhealthy (so the
-kubelet does not pick it) and the ``Allocator`` refuses it. The hook is the
-one the unit was handed out under (``owed.py``), else the definition's now.
+Whoever knows that nobody holds a unit any more (the PodResources poller,
+``poller.py``, or an Allocate of a unit still held, ``UsageTracker.claim``)
+hands a ``Release`` to the resource's ``Cleaner``. While its hook runs the
+unit is advertised Unhealthy (so the kubelet does not pick it) and the
+``Allocator`` refuses it. The hook is the one the unit was handed out under
+(``runtime/owed.py``), else the definition's now.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from genericdp import logsetup
 from genericdp.aio import Backoff, TaskSet, wait_event
@@ -22,18 +21,10 @@ from genericdp.discovery.model import Unit
 from genericdp.errors import HookError, clip
 from genericdp.hooks import CLEANUP, HookRun
 from genericdp.runtime.context import ResourceContext
+from genericdp.runtime.owed import Release
 from genericdp.runtime.state import DeviceState
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, order=True)
-class Release:
-    """A unit of ``resource`` that nobody holds any more."""
-
-    resource: str
-    unit_id: str
-    device_ids: tuple[str, ...]  # the replica IDs that were in use, sorted
 
 
 class Cleaner:
