@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from genericdp.aio import TaskSet
 from genericdp.config.model import Config, ResourceDefinition
 from genericdp.deviceplugin.allocator import Allocator
 from genericdp.deviceplugin.cleanup import Cleaner
@@ -99,10 +98,10 @@ class PublishingBackend:
     def renews(self, before: ResourceDefinition, after: ResourceDefinition) -> bool:  # noqa: ARG002 -- the Edge and Backend protocols' signatures
         return False
 
-    async def start(self, fleet: Fleet, tasks: TaskSet) -> None:
+    async def start(self, fleet: Fleet) -> None:
         pass
 
-    def started(self, fleet: Fleet, tasks: TaskSet) -> None:
+    def started(self, fleet: Fleet) -> None:
         pass
 
     def gauges(self) -> tuple[Gauge, ...]:

@@ -12,7 +12,7 @@ import logging
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 
-from genericdp.aio import Backoff, TaskSet, wait_event
+from genericdp.aio import Backoff, wait_event
 from genericdp.config.model import Config, ResourceDefinition
 from genericdp.deviceplugin.kubeletwatch import DirChange, watch_plugin_dir
 from genericdp.deviceplugin.options import renews
@@ -91,18 +91,18 @@ class DevicePluginBackend:
     def notes(self) -> tuple[str, ...]:
         return ()
 
-    async def start(self, fleet: Fleet, tasks: TaskSet) -> None:
+    async def start(self, fleet: Fleet) -> None:
         """Clean up stale sockets and watch the kubelet directory."""
         self._fleet = fleet
         plugin_dir = self._settings.plugin_dir
         if plugin_dir.is_dir():
             for path in remove_stale_sockets(plugin_dir):
                 log.info("removed stale socket %s", path)
-        tasks.spawn("kubelet-watch", self._watch, backoff=Backoff(maximum=10.0))
+        fleet.tasks.spawn("kubelet-watch", self._watch, backoff=Backoff(maximum=10.0))
         if not await wait_event(self._watching, self._watch_timeout):
             log.warning("not watching %s yet; kubelet restarts may be missed", plugin_dir)
 
-    def started(self, fleet: Fleet, tasks: TaskSet) -> None:
+    def started(self, fleet: Fleet) -> None:
         """After the first apply, so the first poll already knows who wants cleanup."""
         poller = ReleasePoller(
             self._settings.pod_resources_socket,
@@ -116,7 +116,7 @@ class DevicePluginBackend:
             on_observed=fleet.usage_changed,
             timeout=POD_RESOURCES_TIMEOUT,
         )
-        tasks.spawn("pod-resources", poller.run, backoff=Backoff(maximum=10.0))
+        fleet.tasks.spawn("pod-resources", poller.run, backoff=Backoff(maximum=10.0))
 
     @staticmethod
     def _released(fleet: Fleet, releases: Iterable[Release]) -> None:

@@ -134,7 +134,7 @@ class DraBackend:
     def renews(self, before: ResourceDefinition, after: ResourceDefinition) -> bool:  # noqa: ARG002 -- the Backend protocol's signature
         return False  # the driver learns nothing of a definition at registration
 
-    async def start(self, fleet: Fleet, tasks: TaskSet) -> None:  # noqa: ARG002 -- the Backend protocol's signature
+    async def start(self, fleet: Fleet) -> None:
         """Start the driver (it serves its own sockets); from then on every
         resource's list follows what the claims in its checkpoint hold."""
         await self.driver.start(register=False)
@@ -148,9 +148,9 @@ class DraBackend:
         self.usage.listen(changed)
         self.usage.settled.set()
 
-    def started(self, fleet: Fleet, tasks: TaskSet) -> None:  # noqa: ARG002 -- the Backend protocol's signature
+    def started(self, fleet: Fleet) -> None:
         """Register once every resource's first scan is in the inventory."""
-        tasks.spawn("dra/register", self._register, finishable=True, backoff=Backoff())
+        fleet.tasks.spawn("dra/register", self._register, finishable=True, backoff=Backoff())
 
     async def _register(self) -> None:
         """The kubelet sends its calls to the newest registration of the driver: one

@@ -65,6 +65,11 @@ class Fleet(Protocol):
     @property
     def recorder(self) -> Recorder: ...
 
+    @property
+    def tasks(self) -> TaskSet:
+        """Where the backend spawns its daemon-wide tasks (the supervisor stops them)."""
+        ...
+
     def serving(self) -> bool:
         """Whether any resource runs."""
         ...
@@ -126,12 +131,12 @@ class Backend(Protocol):
         """Whether this change must be told to the kubelet anew (a new socket)."""
         ...
 
-    async def start(self, fleet: Fleet, tasks: TaskSet) -> None:
+    async def start(self, fleet: Fleet) -> None:
         """Before the first apply: tidy what a predecessor left and spawn the
-        daemon-wide tasks in ``tasks`` (the supervisor stops them)."""
+        daemon-wide tasks in ``fleet.tasks``."""
         ...
 
-    def started(self, fleet: Fleet, tasks: TaskSet) -> None:
+    def started(self, fleet: Fleet) -> None:
         """After the first apply: tasks that need the resources known."""
         ...
 

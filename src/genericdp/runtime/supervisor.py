@@ -124,6 +124,10 @@ class Supervisor:
     def recorder(self) -> Recorder:
         return self._metrics
 
+    @property
+    def tasks(self) -> TaskSet:
+        return self._tasks
+
     # -- lifecycle ---------------------------------------------------------------
 
     async def start(self, config: Config, *, tidy: bool = True) -> Plan:
@@ -144,9 +148,9 @@ class Supervisor:
         self._watch_uncleaned_soon()  # an admin may release what a predecessor recorded
         # Not awaited: once ready it asks every resource to rescan, so nothing is missed.
         self._tasks.spawn("device-watch", self._watch_devices, backoff=Backoff(maximum=10.0))
-        await self._backend.start(self, self._tasks)
+        await self._backend.start(self)
         steps = await self.apply(config)
-        self._backend.started(self, self._tasks)
+        self._backend.started(self)
         return steps
 
     async def apply(self, config: Config, *, if_changed: bool = False) -> Plan:
