@@ -41,15 +41,7 @@ class PublishingEdge:
 
     def __init__(self, parts: ResourceParts, usage: UsageTracker) -> None:
         self.definition, self.state = parts.definition, parts.state
-        cleaner = Cleaner(parts.state, parts.definition, parts.context)
-        self.allocator = Allocator(
-            parts.definition,
-            parts.state,
-            parts.context,
-            usage=usage,
-            cleaner=cleaner,
-            cdi=parts.cdi,
-        )
+        self.allocator = Allocator(parts, usage=usage, cleaner=Cleaner(parts))
         self.wakes: list[str] = []
         self.published: list[tuple[str, ...]] = []
         self.closed = False

@@ -23,10 +23,8 @@ from genericdp.deviceplugin.usage import UsageTracker
 from genericdp.discovery.model import Unit
 from genericdp.errors import InvalidDevicesError, clip, first_of
 from genericdp.hooks import INIT, PRE_START, HookRun
-from genericdp.runtime.cdisync import CdiSync
-from genericdp.runtime.context import ResourceContext
+from genericdp.runtime.backend import ResourceParts
 from genericdp.runtime.recorder import allocation_result
-from genericdp.runtime.state import DeviceState
 
 log = logging.getLogger(__name__)
 
@@ -49,22 +47,11 @@ class Allocator:
     cleaner cleans first); what we hand out is in use (``handed_out``).
     """
 
-    def __init__(
-        self,
-        definition: Callable[[], ResourceDefinition],
-        state: DeviceState,
-        context: ResourceContext,
-        *,
-        usage: UsageTracker,
-        cleaner: Cleaner,
-        cdi: CdiSync,
-    ) -> None:
-        self._definition = definition
-        self._state = state
-        self._context = context
+    def __init__(self, parts: ResourceParts, *, usage: UsageTracker, cleaner: Cleaner) -> None:
+        self._definition, self._state, self._context = parts.definition, parts.state, parts.context
+        self._cdi = parts.cdi
         self._usage = usage
         self._cleaner = cleaner
-        self._cdi = cdi
 
     async def allocate(
         self,

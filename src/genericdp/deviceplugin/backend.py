@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from genericdp.aio import Backoff, wait_event
@@ -119,17 +119,13 @@ class DevicePluginBackend:
         fleet.tasks.spawn("pod-resources", poller.run, backoff=Backoff(maximum=10.0))
 
     @staticmethod
-    def _released(fleet: Fleet, releases: Iterable[Release]) -> None:
-        """Each resource's edge cleans its released units; the fleet, those of
-        resources no edge serves."""
+    def _released(fleet: Fleet, releases: tuple[Release, ...]) -> None:
+        """Each edge cleans its released units; the fleet, those of resources no edge serves."""
         plugins = {e.resource: e for e in fleet.edges() if isinstance(e, ResourcePlugin)}
-        unserved = []
         for release in releases:
             if (plugin := plugins.get(release.resource)) is not None:
                 plugin.released(release)
-            else:
-                unserved.append(release)
-        fleet.released(unserved)
+        fleet.released(r for r in releases if r.resource not in plugins)
 
     async def _watch(self) -> None:
         try:

@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 
 from genericdp import logsetup
 from genericdp.aio import Backoff, TaskSet, wait_event
-from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.errors import HookError, clip
 from genericdp.hooks import CLEANUP, HookRun
-from genericdp.runtime.context import ResourceContext
+from genericdp.runtime.backend import ResourceParts
 from genericdp.runtime.owed import Release
-from genericdp.runtime.state import DeviceState
 
 log = logging.getLogger(__name__)
 
@@ -38,14 +35,8 @@ class Cleaner:
     gone). ``stop`` lets running hooks finish, up to a timeout.
     """
 
-    def __init__(
-        self,
-        state: DeviceState,
-        definition: Callable[[], ResourceDefinition],
-        context: ResourceContext,
-    ) -> None:
-        self._state = state
-        self._definition = definition
+    def __init__(self, parts: ResourceParts) -> None:
+        self._state, self._definition, context = parts.state, parts.definition, parts.context
         self._run_hook = context.run_hook
         self._node_name = context.node_name
         self._backoff = context.cleanup_backoff or (lambda: Backoff(initial=1.0, maximum=60.0))

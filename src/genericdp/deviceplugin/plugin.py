@@ -45,15 +45,8 @@ class ResourcePlugin:
         """``usage``: the daemon's, that an Allocate claims from and hands out to."""
         self._definition: Callable[[], ResourceDefinition] = parts.definition
         self.state: DeviceState = parts.state
-        self.cleaner = Cleaner(parts.state, parts.definition, parts.context)
-        self._allocator = Allocator(
-            parts.definition,
-            parts.state,
-            parts.context,
-            usage=usage,
-            cleaner=self.cleaner,
-            cdi=parts.cdi,
-        )
+        self.cleaner = Cleaner(parts)
+        self._allocator = Allocator(parts, usage=usage, cleaner=self.cleaner)
         self._registrar = Registrar(
             lambda: self._definition().name,
             self.options,

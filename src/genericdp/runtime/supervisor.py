@@ -317,10 +317,9 @@ class Supervisor:
             runner.kick(reason)
 
     def released(self, releases: Iterable[Release]) -> None:
-        for release in releases:
-            if release.resource in self._runners:
-                continue  # its edge cleans it
-            if (handed := self._owed.get(release.resource, release.unit_id)) is not None:
+        for release in releases:  # of resources no edge serves: not the runners'
+            handed = self._owed.get(release.resource, release.unit_id)
+            if release.resource not in self._runners and handed is not None:
                 self._clean_owed(release, handed)
 
     # -- cleanups owed by resources no longer served -----------------------------
