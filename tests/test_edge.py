@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from genericdp.config.model import Config, ResourceDefinition
+from genericdp.config.model import Config
 from genericdp.deviceplugin.allocator import Allocator
 from genericdp.deviceplugin.cleanup import Cleaner
 from genericdp.deviceplugin.usage import UsageTracker
 from genericdp.hooks import HookRun
 from genericdp.runtime.backend import Backend, Fleet, Gauge, ResourceParts
 from genericdp.runtime.edge import Edge, PluginStatus
-from genericdp.runtime.state import ONE_PER_UNIT, DeviceIds
 from genericdp.runtime.supervisor import Supervisor
 from tests.polling import eventually
 from tests.runtime_harness import ScriptedDiscovery, config, settings_for, unit
@@ -81,14 +80,8 @@ class PublishingBackend:
         self.usage = UsageTracker()  # what the allocator hands out is kept
         self.usage.settled.set()
 
-    def device_ids(self, definition: ResourceDefinition) -> DeviceIds:  # noqa: ARG002 -- the Edge and Backend protocols' signatures
-        return ONE_PER_UNIT
-
     def edge(self, parts: ResourceParts) -> PublishingEdge:
         return PublishingEdge(parts, self.usage)
-
-    def renews(self, before: ResourceDefinition, after: ResourceDefinition) -> bool:  # noqa: ARG002 -- the Edge and Backend protocols' signatures
-        return False
 
     async def start(self, fleet: Fleet) -> None:
         pass

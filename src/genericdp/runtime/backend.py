@@ -2,12 +2,11 @@
 
 The runtime runs each resource (discovery, health, hooks, the CDI spec, the
 device state: ``runtime/resource.py``) and does not know which backend
-serves it. A backend is a package of its own
-(``deviceplugin/``, ``dra/``) with one object meeting ``Backend``: its
-daemon-wide tasks (``start``), one edge per resource (``edge``), how its
-units' devices are named (``device_ids``), who holds them (``usage``), when
-a changed definition must be told to the kubelet anew (``renews``), and its
-own metrics (``gauges``). What status and readiness mean for it is its
+serves it. A backend is a package of its own (``deviceplugin/``, ``dra/``)
+with one object meeting ``Backend``: its daemon-wide tasks (``start``), one
+edge per resource (``edge``), who holds their devices (``usage``), and its
+own metrics (``gauges``); one that registers each resource with the kubelet
+also meets ``Registers``. What status and readiness mean for it is its
 edges' ``status()`` (``runtime/edge.py``): ``registrations`` is what
 ``/readyz`` waits for. The daemon chooses the backend (``daemon.py``) and
 hands it to the ``Supervisor``.
@@ -17,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from genericdp.config.model import Config, ResourceDefinition
 from genericdp.runtime.cdisync import CdiSync
@@ -25,7 +24,7 @@ from genericdp.runtime.context import ResourceContext
 from genericdp.runtime.edge import Edge
 from genericdp.runtime.owed import Release
 from genericdp.runtime.recorder import Recorder
-from genericdp.runtime.state import DeviceIds, DeviceState
+from genericdp.runtime.state import ONE_PER_UNIT, DeviceIds, DeviceState
 from genericdp.runtime.usage import Usage
 
 if TYPE_CHECKING:
@@ -119,16 +118,8 @@ class Backend(Protocol):
         """Where it serves, for the daemon's first line."""
         ...
 
-    def device_ids(self, definition: ResourceDefinition) -> DeviceIds:
-        """How the units of ``definition`` are named as devices."""
-        ...
-
     def edge(self, parts: ResourceParts) -> Edge:
         """The edge of one resource (an ``EdgeFactory``)."""
-        ...
-
-    def renews(self, before: ResourceDefinition, after: ResourceDefinition) -> bool:
-        """Whether this change must be told to the kubelet anew (a new socket)."""
         ...
 
     async def start(self, fleet: Fleet) -> None:
@@ -155,3 +146,22 @@ class Backend(Protocol):
     def shutting_down(self) -> None:
         """The daemon is stopping, not reloading (the DRA slices outlast it)."""
         ...
+
+
+@runtime_checkable
+class Registers(Protocol):
+    """What a backend that registers each resource with the kubelet (the device plugin)
+    also answers; the runtime lists any other's units as one device each, never anew."""
+
+    def device_ids(self, definition: ResourceDefinition) -> DeviceIds:
+        """How the units of ``definition`` are named as devices."""
+        ...
+
+    def renews(self, before: ResourceDefinition, after: ResourceDefinition) -> bool:
+        """Whether this change must be told to the kubelet anew (a new socket)."""
+        ...
+
+
+def device_ids(backend: Backend, definition: ResourceDefinition) -> DeviceIds:
+    """How ``backend`` names the units of ``definition`` as devices."""
+    return backend.device_ids(definition) if isinstance(backend, Registers) else ONE_PER_UNIT

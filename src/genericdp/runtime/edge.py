@@ -51,7 +51,7 @@ class Edge(Protocol):
     def wake(self, reason: str, *, renew: bool = False) -> None:
         """Tell the kubelet (again): the first scan is done, the kubelet restarted, or
         (``renew``) the definition changed in a way the kubelet must hear anew
-        (``Backend.renews``)."""
+        (``Registers.renews``)."""
         ...
 
     def status(self) -> PluginStatus: ...

@@ -35,7 +35,7 @@ from genericdp.discovery.model import Unit
 from genericdp.errors import clip, first_of
 from genericdp.health import HealthMonitor, failure_reason
 from genericdp.hooks.execution import ExecResult
-from genericdp.runtime.backend import Backend, ResourceParts
+from genericdp.runtime.backend import Backend, ResourceParts, device_ids
 from genericdp.runtime.budget import Kept, ids_each
 from genericdp.runtime.cdisync import CdiSync
 from genericdp.runtime.context import ResourceContext
@@ -61,7 +61,7 @@ class ResourceRunner:
         """``state``: start from units known already (benchmarks build large ones)."""
         self._definition = definition
         self._backend = backend
-        self.state = state or DeviceState(backend.device_ids(definition))
+        self.state = state or DeviceState(device_ids(backend, definition))
         self._usage = backend.usage  # shared by every resource
         self._context = context
         self._cdi = CdiSync(context.cdi_dir)
@@ -122,7 +122,7 @@ class ResourceRunner:
     async def _update(self, definition: ResourceDefinition, *, renew: bool) -> None:
         old, self._definition = self._definition, definition
         # The device list follows the new naming (the device plugin's count or sharing).
-        self.state.set_ids(self._backend.device_ids(definition))
+        self.state.set_ids(device_ids(self._backend, definition))
         self._rescan.set()  # matchers or grouping may have changed
         if old.allocate.cdi and not definition.allocate.cdi:
             await self._cdi.retract(self.name)  # gone when apply returns, not at the next scan

@@ -30,7 +30,7 @@ from genericdp.allocation.cdi import remove_stale_specs
 from genericdp.config.model import Config, ResourceDefinition
 from genericdp.errors import HookError
 from genericdp.hooks import CLEANUP, HookRun, HookRunner
-from genericdp.runtime.backend import Backend, Gauge
+from genericdp.runtime.backend import Backend, Gauge, Registers
 from genericdp.runtime.context import SETTLE, Discover, ResourceContext
 from genericdp.runtime.devwatch import DevChange, watch_devices
 from genericdp.runtime.edge import Edge, PluginStatus
@@ -166,7 +166,11 @@ class Supervisor:
         self._configured = frozenset(d.name for d in config.resources)
         wanted, skipped = served(config.resources, self._labels)
         self._say_skipped(skipped)
-        steps = plan(self._served, wanted, self._backend.renews)
+        backend = self._backend
+        if isinstance(backend, Registers):
+            steps = plan(self._served, wanted, backend.renews)
+        else:
+            steps = plan(self._served, wanted)
         if if_changed and steps.empty:
             if config != self._config:  # a resource not served here changed
                 self._config = config
