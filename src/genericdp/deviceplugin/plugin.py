@@ -36,7 +36,7 @@ _Answer = TypeVar("_Answer")
 
 
 class ResourcePlugin:
-    """The device-plugin edge of one resource (``runtime.edge.Edge``) and the
+    """The device-plugin edge of one resource (``runtime.edge.Edge``, ``Kickable``) and the
     ``Backend`` of its gRPC servicer (``kubelet/servicer.py``)."""
 
     task = "registration"
@@ -80,8 +80,12 @@ class ResourcePlugin:
             streams=registrar.streams,
         )
 
-    def wake(self, reason: str, *, renew: bool = False) -> None:
-        """Register (again) unless the registration in place is sound;
+    def wake(self) -> None:
+        """The first scan is done: Register."""
+        self._registrar.wake("start")
+
+    def kick(self, reason: str, *, renew: bool = False) -> None:
+        """Register again unless the registration in place is sound;
         ``renew``: on a fresh socket (the options changed)."""
         self._registrar.wake(reason, renew=renew)
 

@@ -139,7 +139,7 @@ class DraEdge:
                 messages[unit.id] = "required device node(s) missing: " + ", ".join(unit.missing)
         return messages
 
-    def wake(self, reason: str, *, renew: bool = False) -> None:  # noqa: ARG002 -- the Edge protocol's signature
+    def wake(self) -> None:
         """The first scan is done: publish from now on."""
         self._woken.set()
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -48,10 +48,8 @@ class Edge(Protocol):
         """Serve the kubelet until cancelled (restarted with backoff after a failure)."""
         ...
 
-    def wake(self, reason: str, *, renew: bool = False) -> None:
-        """Tell the kubelet (again): the first scan is done, the kubelet restarted, or
-        (``renew``) the definition changed in a way the kubelet must hear anew
-        (``Registers.renews``)."""
+    def wake(self) -> None:
+        """The first scan is done: tell the kubelet."""
         ...
 
     def status(self) -> PluginStatus: ...
@@ -59,4 +57,14 @@ class Edge(Protocol):
     async def close(self) -> tuple[str, ...]:
         """Stop serving the kubelet; called after ``run`` is cancelled. The names of
         its own tasks that did not stop."""
+        ...
+
+
+@runtime_checkable
+class Kickable(Protocol):
+    """An edge the runner also wakes later (the device plugin's)."""
+
+    def kick(self, reason: str, *, renew: bool = False) -> None:
+        """Tell the kubelet again: it restarted, or (``renew``) the definition changed
+        in a way it must hear anew (``Registers.renews``)."""
         ...

@@ -39,7 +39,7 @@ from genericdp.runtime.backend import Backend, ResourceParts, device_ids
 from genericdp.runtime.budget import Kept, ids_each
 from genericdp.runtime.cdisync import CdiSync
 from genericdp.runtime.context import ResourceContext
-from genericdp.runtime.edge import Edge, PluginStatus
+from genericdp.runtime.edge import Edge, Kickable, PluginStatus
 from genericdp.runtime.recorder import exec_result
 from genericdp.runtime.state import DeviceState
 from genericdp.runtime.usage import HandOuts, in_use
@@ -107,8 +107,8 @@ class ResourceRunner:
 
     def kick(self, reason: str, *, renew: bool = False) -> None:
         """Tell the kubelet again (it restarted...), once the first scan is done."""
-        if self._discovered:
-            self.edge.wake(reason, renew=renew)
+        if self._discovered and isinstance(self.edge, Kickable):
+            self.edge.kick(reason, renew=renew)
 
     def rescan(self) -> None:
         """Run discovery again now (hotplug); requests during a scan merge into one more."""
@@ -255,7 +255,7 @@ class ResourceRunner:
                 self._discovered = True
                 self._context.on_status()  # node labels wait for every first scan
                 await self._usage_settled()
-                self.edge.wake("start")
+                self.edge.wake()
             await wait_event(self._rescan, self._context.rescan_interval)
 
     def _within_budget(
