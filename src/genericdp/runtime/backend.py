@@ -80,7 +80,7 @@ class Fleet(Protocol):
     def edges(self) -> Iterable[Edge]: ...
 
     def kick(self, reason: str) -> None:
-        """Wake every resource's edge whose first scan is done (the kubelet restarted)."""
+        """Kick every ``Kickable`` edge whose first scan is done (the kubelet restarted)."""
         ...
 
     def released(self, releases: Iterable[Release]) -> None:

@@ -1,11 +1,11 @@
 """The kubelet-facing edge of one resource: what the runner asks of every backend.
 
 A ``ResourceRunner`` owns what every backend shares: discovery, health,
-hooks, the CDI spec and the device state. What
-the kubelet sees of it is its *edge*, made by its backend
-(``runtime/backend.py``): the device plugin's (``deviceplugin/plugin.py``: a
-socket, Register, ListAndWatch, Allocate) or the DRA driver's
-(``dra/edge.py``: the node's inventory and ResourceSlices).
+hooks, the CDI spec and the device state. What the kubelet sees of it is
+its *edge*, made by its backend (``runtime/backend.py``): the device
+plugin's (``deviceplugin/plugin.py``: a socket, Register, ListAndWatch,
+Allocate) or the DRA driver's (``dra/edge.py``: the node's inventory and
+ResourceSlices).
 
 An edge reads the units and their health from the ``DeviceState`` (its
 ``version`` changes with them, ``wait_changed`` wakes on a change); it

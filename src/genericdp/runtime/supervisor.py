@@ -166,11 +166,8 @@ class Supervisor:
         self._configured = frozenset(d.name for d in config.resources)
         wanted, skipped = served(config.resources, self._labels)
         self._say_skipped(skipped)
-        backend = self._backend
-        if isinstance(backend, Registers):
-            steps = plan(self._served, wanted, backend.renews)
-        else:
-            steps = plan(self._served, wanted)
+        renews = backend.renews if isinstance(backend := self._backend, Registers) else None
+        steps = plan(self._served, wanted, renews)
         if if_changed and steps.empty:
             if config != self._config:  # a resource not served here changed
                 self._config = config
