@@ -27,8 +27,8 @@ from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.podresources import PodDevices
-from genericdp.runtime.cleanup import Release
 from genericdp.runtime.context import Discover
+from genericdp.runtime.owed import Release
 from genericdp.runtime.recorder import Recorder
 from genericdp.runtime.supervisor import Supervisor
 from genericdp.settings import Settings

@@ -77,7 +77,7 @@ async def test_the_hand_over_and_publish_errors_are_told_at_once(tmp_path: Path)
     task = asyncio.create_task(edge.run())
     try:
         assert not edge.status().registered
-        edge.wake("start")
+        edge.wake()
         await edge.handed.wait()
         assert [s.registered for s in told] == [True]
 

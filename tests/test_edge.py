@@ -8,17 +8,15 @@ would write.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from genericdp.aio import TaskSet
-from genericdp.config.model import Config, ResourceDefinition
+from genericdp.config.model import Config
+from genericdp.deviceplugin.allocator import Allocator
+from genericdp.deviceplugin.cleanup import Cleaner
+from genericdp.deviceplugin.usage import UsageTracker
 from genericdp.hooks import HookRun
 from genericdp.runtime.backend import Backend, Fleet, Gauge, ResourceParts
-from genericdp.runtime.cleanup import Release
 from genericdp.runtime.edge import Edge, PluginStatus
-from genericdp.runtime.state import ONE_PER_UNIT, DeviceIds
 from genericdp.runtime.supervisor import Supervisor
 from tests.polling import eventually
 from tests.runtime_harness import ScriptedDiscovery, config, settings_for, unit
@@ -35,13 +33,15 @@ CONFIG = f"""resources:
 
 
 class PublishingEdge:
-    """What a DRA edge does with the runner: publish the units, prepare through the allocator."""
+    """What a DRA edge does with the runner: publish the units; and allocate, through an
+    allocator of its own (the device plugin's)."""
 
     task = "publish"
 
-    def __init__(self, parts: ResourceParts) -> None:
-        self.definition, self.state, self.allocator = parts.definition, parts.state, parts.allocator
-        self.wakes: list[str] = []
+    def __init__(self, parts: ResourceParts, usage: UsageTracker) -> None:
+        self.definition, self.state = parts.definition, parts.state
+        self.allocator = Allocator(parts, usage=usage, cleaner=Cleaner(parts))
+        self.wakes = 0
         self.published: list[tuple[str, ...]] = []
         self.closed = False
         EDGES.append(self)
@@ -52,50 +52,21 @@ class PublishingEdge:
             version = changed
             self.published.append(tuple(sorted(self.state.units)))
 
-    def wake(self, reason: str, *, renew: bool = False) -> None:  # noqa: ARG002 -- the Edge and Backend protocols' signatures
-        self.wakes.append(reason)
+    def wake(self) -> None:
+        self.wakes += 1
 
     def status(self) -> PluginStatus:
         units, out = self.state.units_view(), self.state.out
         healthy = sum(1 for uid in units if uid not in out)
-        return PluginStatus(
-            self.definition().name, None, bool(self.wakes), 0, 0, len(units), healthy
-        )
+        return PluginStatus(self.definition().name, bool(self.wakes), 0, len(units), healthy)
 
-    async def close(self) -> None:
+    async def close(self) -> tuple[str, ...]:
         self.closed = True
         self.state.close()
+        return ()
 
 
 EDGES: list[PublishingEdge] = []
-
-
-class HandedOut:
-    """The runtime's ``Usage``: nobody is seen holding anything, but what the allocator
-    hands out is kept."""
-
-    def __init__(self) -> None:
-        self.settled = asyncio.Event()
-        self.settled.set()
-        self.handed: dict[str, set[str]] = {}
-
-    def in_use(self, resource: str) -> frozenset[str]:  # noqa: ARG002 -- the Usage protocol's signature
-        return frozenset()
-
-    def units_in_use(self, resource: str) -> frozenset[str]:  # noqa: ARG002 -- the Usage protocol's signature
-        return frozenset()
-
-    def held(self, resource: str) -> frozenset[str]:  # noqa: ARG002 -- the Usage protocol's signature
-        return frozenset()
-
-    def watch(self, resource: str, callback: Callable[[], None] | None) -> None:  # noqa: ARG002 -- the Usage protocol's signature
-        return None
-
-    def claim(self, resource: str, device_ids: Iterable[str]) -> tuple[Release, ...]:  # noqa: ARG002 -- the Usage protocol's signature
-        return ()
-
-    def handed_out(self, resource: str, device_ids: Iterable[str]) -> None:
-        self.handed.setdefault(resource, set()).update(device_ids)
 
 
 class PublishingBackend:
@@ -106,21 +77,16 @@ class PublishingBackend:
     where = "a test"
 
     def __init__(self) -> None:
-        self.usage = HandedOut()
-
-    def device_ids(self, definition: ResourceDefinition) -> DeviceIds:  # noqa: ARG002 -- the Edge and Backend protocols' signatures
-        return ONE_PER_UNIT
+        self.usage = UsageTracker()  # what the allocator hands out is kept
+        self.usage.settled.set()
 
     def edge(self, parts: ResourceParts) -> PublishingEdge:
-        return PublishingEdge(parts)
+        return PublishingEdge(parts, self.usage)
 
-    def renews(self, before: ResourceDefinition, after: ResourceDefinition) -> bool:  # noqa: ARG002 -- the Edge and Backend protocols' signatures
-        return False
-
-    async def start(self, fleet: Fleet, tasks: TaskSet) -> None:
+    async def start(self, fleet: Fleet) -> None:
         pass
 
-    def started(self, fleet: Fleet, tasks: TaskSet) -> None:
+    def started(self, fleet: Fleet) -> None:
         pass
 
     def gauges(self) -> tuple[Gauge, ...]:
@@ -164,12 +130,12 @@ async def test_a_supervisor_runs_another_edge_with_the_same_runner(tmp_path: Pat
         (edge,) = EDGES
         _is_edge(edge)
         await eventually(lambda: ("ttyUSB0", "ttyUSB1") in edge.published, "units published")
-        assert edge.wakes == ["start"]
+        assert edge.wakes == 1
         assert supervisor.status()[NAME].devices == 2
         (answer,) = await edge.allocator.allocate([("ttyUSB1",)], tuple)
         assert dict(answer.env) == {"SERIAL": "ttyUSB1"}
         assert [(h.name, h.device_ids) for h in hooks] == [("init", ("ttyUSB1",))]
-        assert backend.usage.handed == {NAME: {"ttyUSB1"}}
+        assert backend.usage.in_use(NAME) == {"ttyUSB1"}
         assert not list(tmp_path.joinpath("dp").glob("*.sock"))  # no device plugin served
     finally:
         assert await supervisor.stop() == ()

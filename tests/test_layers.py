@@ -187,7 +187,7 @@ def test_the_checker_catches_every_kind_of_violation() -> None:
         },
         "genericdp.deviceplugin.plugin": {
             "genericdp.dra.edge",  # a backend imports the other (same layer)
-            "genericdp.runtime.allocator",  # a backend on the runtime: fine
+            "genericdp.runtime.state",  # a backend on the runtime: fine
             "genericdp.kubelet.servicer",  # and on its protocol: fine
         },
         "genericdp.dra.edge": {"genericdp.kubelet.devices"},  # DRA on the device-plugin protocol

@@ -18,7 +18,7 @@ from genericdp.kubelet.api import podresources_pb2 as pr
 from genericdp.kubelet.api import podresources_pb2_grpc as pr_grpc
 from genericdp.kubelet.podresources import PodResourcesLister
 from genericdp.logsetup import TextFormatter
-from genericdp.runtime.cleanup import Release
+from genericdp.runtime.owed import Release
 from genericdp.unixgrpc import serve
 from tests.podresources_big import OURS, big_server
 from tests.polling import eventually

@@ -15,7 +15,7 @@ from genericdp.deviceplugin.poller import ReleasePoller
 from genericdp.deviceplugin.usage import UsageTracker
 from genericdp.errors import KubeletError
 from genericdp.kubelet.podresources import PodDevices
-from genericdp.runtime.cleanup import Release
+from genericdp.runtime.owed import Release
 from tests.polling import eventually
 
 R = "example.com/serial"

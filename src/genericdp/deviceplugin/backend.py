@@ -12,7 +12,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from genericdp.aio import Backoff, TaskSet, wait_event
+from genericdp.aio import Backoff, wait_event
 from genericdp.config.model import Config, ResourceDefinition
 from genericdp.deviceplugin.kubeletwatch import DirChange, watch_plugin_dir
 from genericdp.deviceplugin.options import renews
@@ -24,6 +24,7 @@ from genericdp.deviceplugin.usage import UsageTracker
 from genericdp.hooks import HookRunner
 from genericdp.kubelet.options import KUBELET_SOCKET_NAME
 from genericdp.runtime.backend import Fleet, Gauge, ResourceParts
+from genericdp.runtime.owed import Release
 from genericdp.runtime.recorder import NO_METRICS, Recorder
 from genericdp.settings import Settings
 
@@ -67,7 +68,7 @@ class DevicePluginBackend:
         return replicas_of(definition)
 
     def edge(self, parts: ResourceParts) -> ResourcePlugin:
-        return ResourcePlugin(parts, plugin_dir=self._settings.plugin_dir)
+        return ResourcePlugin(parts, plugin_dir=self._settings.plugin_dir, usage=self.usage)
 
     def renews(self, before: ResourceDefinition, after: ResourceDefinition) -> bool:
         return renews(before, after)
@@ -85,28 +86,28 @@ class DevicePluginBackend:
         """Nothing outlasts the daemon but what the kubelet checkpointed."""
 
     def configured(self, config: Config) -> None:
-        """The runtime's cleaner cleans what a resource leaving the config held."""
+        """Each edge's cleaner cleans what a resource leaving the config held."""
 
     def notes(self) -> tuple[str, ...]:
         return ()
 
-    async def start(self, fleet: Fleet, tasks: TaskSet) -> None:
+    async def start(self, fleet: Fleet) -> None:
         """Clean up stale sockets and watch the kubelet directory."""
         self._fleet = fleet
         plugin_dir = self._settings.plugin_dir
         if plugin_dir.is_dir():
             for path in remove_stale_sockets(plugin_dir):
                 log.info("removed stale socket %s", path)
-        tasks.spawn("kubelet-watch", self._watch, backoff=Backoff(maximum=10.0))
+        fleet.tasks.spawn("kubelet-watch", self._watch, backoff=Backoff(maximum=10.0))
         if not await wait_event(self._watching, self._watch_timeout):
             log.warning("not watching %s yet; kubelet restarts may be missed", plugin_dir)
 
-    def started(self, fleet: Fleet, tasks: TaskSet) -> None:
+    def started(self, fleet: Fleet) -> None:
         """After the first apply, so the first poll already knows who wants cleanup."""
         poller = ReleasePoller(
             self._settings.pod_resources_socket,
             self.usage,
-            fleet.released,
+            lambda releases: self._released(fleet, releases),
             interval=self._settings.pod_resources_poll_interval,
             # Every resource: a unit that vanishes while held stays listed until
             # released, and unbounded sharing follows what is held.
@@ -115,7 +116,16 @@ class DevicePluginBackend:
             on_observed=fleet.usage_changed,
             timeout=POD_RESOURCES_TIMEOUT,
         )
-        tasks.spawn("pod-resources", poller.run, backoff=Backoff(maximum=10.0))
+        fleet.tasks.spawn("pod-resources", poller.run, backoff=Backoff(maximum=10.0))
+
+    @staticmethod
+    def _released(fleet: Fleet, releases: tuple[Release, ...]) -> None:
+        """Each edge cleans its released units; the fleet, those of resources no edge serves."""
+        plugins = {e.resource: e for e in fleet.edges() if isinstance(e, ResourcePlugin)}
+        for release in releases:
+            if (plugin := plugins.get(release.resource)) is not None:
+                plugin.released(release)
+        fleet.released(r for r in releases if r.resource not in plugins)
 
     async def _watch(self) -> None:
         try:

@@ -7,7 +7,7 @@ from collections.abc import Set as AbstractSet
 
 from genericdp.kubelet.devices import unit_id_of
 from genericdp.kubelet.podresources import PodDevices
-from genericdp.runtime.cleanup import Release
+from genericdp.runtime.owed import Release
 
 Holder = tuple[str, str, str]  # namespace, pod, container
 # Our Allocate gave the ID out and List has not shown its holder (yet).

@@ -2,7 +2,8 @@
 
 Registration is the ``Registrar``'s; ListAndWatch reads the device list
 (``replicas.py``); Allocate and PreStartContainer go to the resource's
-``Allocator``, GetPreferredAllocation to ``preferred.py``.
+``Allocator``, GetPreferredAllocation to ``preferred.py``; released units to
+its ``Cleaner``. Both are the edge's own: no other backend allocates.
 """
 
 from __future__ import annotations
@@ -11,19 +12,23 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from genericdp import logsetup
 from genericdp.allocation.plan import Allocation
 from genericdp.config.model import ResourceDefinition
+from genericdp.deviceplugin.allocator import Allocator
+from genericdp.deviceplugin.cleanup import Cleaner
 from genericdp.deviceplugin.kubeletwatch import DirChange
 from genericdp.deviceplugin.options import plugin_options
 from genericdp.deviceplugin.preferred import preferred_allocation
 from genericdp.deviceplugin.registrar import Registrar
 from genericdp.deviceplugin.replicas import counts, device_list
+from genericdp.deviceplugin.usage import UsageTracker
 from genericdp.kubelet.devices import DeviceInfo
 from genericdp.kubelet.options import PluginOptions
 from genericdp.kubelet.servicer import PreferredRequest, serve_plugin
-from genericdp.runtime.allocator import Allocator
 from genericdp.runtime.backend import ResourceParts
 from genericdp.runtime.edge import PluginStatus
+from genericdp.runtime.owed import Release
 from genericdp.runtime.state import DeviceState
 from genericdp.unixgrpc import UnixServer
 
@@ -31,15 +36,17 @@ _Answer = TypeVar("_Answer")
 
 
 class ResourcePlugin:
-    """The device-plugin edge of one resource (``runtime.edge.Edge``) and the
+    """The device-plugin edge of one resource (``runtime.edge.Edge``, ``Kickable``) and the
     ``Backend`` of its gRPC servicer (``kubelet/servicer.py``)."""
 
     task = "registration"
 
-    def __init__(self, parts: ResourceParts, *, plugin_dir: Path) -> None:
+    def __init__(self, parts: ResourceParts, *, plugin_dir: Path, usage: UsageTracker) -> None:
+        """``usage``: the daemon's, that an Allocate claims from and hands out to."""
         self._definition: Callable[[], ResourceDefinition] = parts.definition
         self.state: DeviceState = parts.state
-        self._allocator: Allocator = parts.allocator
+        self.cleaner = Cleaner(parts)
+        self._allocator = Allocator(parts, usage=usage, cleaner=self.cleaner)
         self._registrar = Registrar(
             lambda: self._definition().name,
             self.options,
@@ -65,16 +72,20 @@ class ResourcePlugin:
             socket=self.socket,
             registered=registrar.registered,
             registrations=registrar.registrations,
-            streams=registrar.streams,
             devices=devices,
             healthy=healthy,
             last_error=registrar.last_error,
             units=len(self.state.units_view()),
             fault=self.state.fault,
+            streams=registrar.streams,
         )
 
-    def wake(self, reason: str, *, renew: bool = False) -> None:
-        """Register (again) unless the registration in place is sound;
+    def wake(self) -> None:
+        """The first scan is done: Register."""
+        self._registrar.wake("start")
+
+    def kick(self, reason: str, *, renew: bool = False) -> None:
+        """Register again unless the registration in place is sound;
         ``renew``: on a fresh socket (the options changed)."""
         self._registrar.wake(reason, renew=renew)
 
@@ -86,10 +97,17 @@ class ResourcePlugin:
         """Serve and Register whenever asked, until cancelled (``close`` stops serving)."""
         await self._registrar.run()
 
-    async def close(self, grace: float = 3.0) -> None:
-        """End the streams, stop the server and remove its socket."""
+    async def close(self, grace: float = 3.0) -> tuple[str, ...]:
+        """End the streams, stop the server and remove its socket; running cleanups
+        get 5 s to finish."""
         self.state.close()
         await self._registrar.close(grace)
+        return await self.cleaner.stop()
+
+    def released(self, release: Release) -> None:
+        """Nobody holds this unit any more (seen by the PodResources poller)."""
+        with logsetup.fields(resource=self.resource, unit=release.unit_id):
+            self.cleaner.released(release)
 
     # -- the Backend the gRPC servicer calls --------------------------------------
 

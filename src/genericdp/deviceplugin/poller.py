@@ -13,7 +13,7 @@ from genericdp.aio import wait_event
 from genericdp.deviceplugin.usage import UsageTracker
 from genericdp.errors import KubeletError, clip
 from genericdp.kubelet.podresources import PodDevices, PodResourcesLister
-from genericdp.runtime.cleanup import Release
+from genericdp.runtime.owed import Release
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ and ``handed_out``):
   hours, and cleaning a device under it is worse than cleaning late.
 
 Pieces: ``released_units`` (the pure diff, ``holders.py``), ``UsageTracker``
-(here: the daemon's view of who holds what, the runtime's ``Usage``),
-``ReleasePoller`` (one task for the daemon, ``poller.py``), and the
-runtime's ``Cleaner`` (one per resource: runs the hook, keeps the unit out of
-service until it succeeds).
+(here: the daemon's view of who holds what, the runtime's ``Usage`` and
+``HandOuts``), ``ReleasePoller`` (one task for the daemon, ``poller.py``),
+and the ``Cleaner`` (``cleanup.py``, one per resource: runs the hook, keeps
+the unit out of service until it succeeds).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 from genericdp.deviceplugin.holders import HANDED_OUT, Holder, holders_by_device, released_units
 from genericdp.kubelet.devices import unit_id_of
 from genericdp.kubelet.podresources import PodDevices
-from genericdp.runtime.cleanup import Release
+from genericdp.runtime.owed import Release
 
 
 class UsageTracker:

@@ -3,7 +3,8 @@
 The daemon opens one ``DraBackend`` (``serving``) and hands it to the
 supervisor (``runtime.backend.Backend``): every resource's runner then feeds
 the driver's inventory and the node's ResourceSlices through its ``DraEdge``.
-A DRA device is a unit (one ID per unit); a unit is held while a claim
+A DRA device is a unit (the runtime's ``ONE_PER_UNIT``; ``count`` is its
+shares, ``slices.py``), never told anew; a unit is held while a claim
 naming it is in the driver's checkpoint (``DraUsage``), so a unit unplugged
 under a claim stays listed, Unhealthy, until the claim is unprepared.
 Daemon-wide, ``start`` starts the driver, which serves and registers its
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genericdp.aio import Backoff, TaskSet
-from genericdp.config.model import Config, ResourceDefinition
+from genericdp.config.model import Config
 from genericdp.dra.claims import ClaimSource
 from genericdp.dra.driver import DraDriver, DriverPaths
 from genericdp.dra.edge import DraEdge, Publisher
@@ -34,7 +35,6 @@ from genericdp.errors import GenericdpError
 from genericdp.hooks import HookRunner
 from genericdp.runtime.backend import Fleet, Gauge, ResourceParts
 from genericdp.runtime.recorder import NO_METRICS, Recorder
-from genericdp.runtime.state import ONE_PER_UNIT, DeviceIds
 from genericdp.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -95,9 +95,6 @@ class DraBackend:
     def where(self) -> str:
         return self._where
 
-    def device_ids(self, definition: ResourceDefinition) -> DeviceIds:  # noqa: ARG002 -- the Backend protocol's signature
-        return ONE_PER_UNIT  # one DRA device per unit; ``count`` is its shares (slices.py)
-
     def edge(self, parts: ResourceParts) -> DraEdge:
         registration = self.driver.registration.service
         registration.on_change = parts.context.on_status  # one callback, the fleet's
@@ -131,10 +128,7 @@ class DraBackend:
             for u in found[:10]
         )
 
-    def renews(self, before: ResourceDefinition, after: ResourceDefinition) -> bool:  # noqa: ARG002 -- the Backend protocol's signature
-        return False  # the driver learns nothing of a definition at registration
-
-    async def start(self, fleet: Fleet, tasks: TaskSet) -> None:  # noqa: ARG002 -- the Backend protocol's signature
+    async def start(self, fleet: Fleet) -> None:
         """Start the driver (it serves its own sockets); from then on every
         resource's list follows what the claims in its checkpoint hold."""
         await self.driver.start(register=False)
@@ -148,9 +142,9 @@ class DraBackend:
         self.usage.listen(changed)
         self.usage.settled.set()
 
-    def started(self, fleet: Fleet, tasks: TaskSet) -> None:  # noqa: ARG002 -- the Backend protocol's signature
+    def started(self, fleet: Fleet) -> None:
         """Register once every resource's first scan is in the inventory."""
-        tasks.spawn("dra/register", self._register, finishable=True, backoff=Backoff())
+        fleet.tasks.spawn("dra/register", self._register, finishable=True, backoff=Backoff())
 
     async def _register(self) -> None:
         """The kubelet sends its calls to the newest registration of the driver: one

@@ -8,8 +8,7 @@ on every change it hands the units and their health to the node's
 while a prepared claim holds it (``DraUsage``, the runtime's ``gone``)
 stays in both, Unhealthy ("device nodes gone: ..."), and tainted in the
 slice, until the claim is unprepared, as the device plugin keeps such a
-unit listed until its pod is gone. Prepare does not go through
-the runner's ``Allocator``: a claim is prepared by the driver
+unit listed until its pod is gone. A claim is prepared by the driver
 (``prepare.py``) for all its devices at once, with one CDI spec per claim.
 """
 
@@ -140,7 +139,7 @@ class DraEdge:
                 messages[unit.id] = "required device node(s) missing: " + ", ".join(unit.missing)
         return messages
 
-    def wake(self, reason: str, *, renew: bool = False) -> None:  # noqa: ARG002 -- the Edge protocol's signature
+    def wake(self) -> None:
         """The first scan is done: publish from now on."""
         self._woken.set()
 
@@ -149,34 +148,31 @@ class DraEdge:
         out = self.state.unhealthy | self.state.cleaning
         return PluginStatus(
             resource=self._definition().name,
-            socket=None,
             registered=self._registration.registered and self._handed,
             # /readyz waits for this: the driver registered with the kubelet, and
             # this resource's first scan in the inventory and on its way to the
             # slices (written at once, docs/dra.md), not only the registration.
             registrations=self._registration.registrations if self._handed else 0,
-            streams=0,
             devices=len(units),  # one DRA device per unit, shared by claims under ``count``
             healthy=sum(1 for uid in units if uid not in out),
             last_error=self._last_error or self._registration.last_error,
             units=len(units),
         )
 
-    async def close(self) -> None:
+    async def close(self) -> tuple[str, ...]:
         """The resource left the config: its devices and slices go. At shutdown
         (``stopping``) the slices stay, for the next instance to adopt: pods keep
         being scheduled to the node through a restart (the kubelet itself deletes
-        them if the driver stays away 30 s)."""
+        them if the driver stays away 30 s). It runs no task of its own."""
         name = self._definition().name
         self._inventory.remove_resource(name)
-        if self._stopping():
-            self.state.close()
-            return
-        try:
-            await self._publisher.withdraw(name)
-        except GenericdpError as exc:
-            log.warning("cannot withdraw the ResourceSlice of %s: %s", name, exc)
+        if not self._stopping():
+            try:
+                await self._publisher.withdraw(name)
+            except GenericdpError as exc:
+                log.warning("cannot withdraw the ResourceSlice of %s: %s", name, exc)
         self.state.close()
+        return ()
 
     def _failed(self, message: str) -> None:
         if message != self._last_error:

@@ -7,19 +7,18 @@ NodeUnprepareResources. The runtime's device state reads ``held`` to keep a
 unit whose nodes vanish listed Unhealthy until its last claim is unprepared
 (``runtime/state.py``), exactly as under the device plugin.
 
-``in_use`` is always empty: the ``cleanup`` hook of a prepared unit runs at
+It answers no ``HandOuts``: the ``cleanup`` hook of a prepared unit runs at
 unprepare (``prepare.py``), when its last claim goes, never through the
-runtime's cleaner, so a unit unplugged under a claim or a resource removed
-from the config does not run it a second time.
+runtime, so a unit unplugged under a claim or a resource removed from the
+config does not run it a second time.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from genericdp.dra.checkpoint import Checkpoint
-from genericdp.runtime.cleanup import Release
 
 
 class DraUsage:
@@ -47,18 +46,3 @@ class DraUsage:
             for device in claim.devices
             if device.resource == resource
         )
-
-    def in_use(self, resource: str) -> frozenset[str]:  # noqa: ARG002 -- the Usage protocol's signature
-        return frozenset()  # cleanup runs at unprepare, not through the runtime
-
-    def units_in_use(self, resource: str) -> frozenset[str]:  # noqa: ARG002 -- the Usage protocol's signature
-        return frozenset()  # as in_use
-
-    def watch(self, resource: str, callback: Callable[[], None] | None) -> None:  # noqa: ARG002 -- the Usage protocol's signature
-        return None  # changes reach every resource through ``listen``
-
-    def claim(self, resource: str, device_ids: Iterable[str]) -> tuple[Release, ...]:  # noqa: ARG002 -- the Usage protocol's signature
-        return ()  # no Allocate under DRA
-
-    def handed_out(self, resource: str, device_ids: Iterable[str]) -> None:  # noqa: ARG002 -- the Usage protocol's signature
-        return None

@@ -1,13 +1,12 @@
 """A backend: how the kubelet is told of the daemon's resources, behind one protocol.
 
-The runtime runs each resource (discovery, health, hooks, cleanup, the CDI
-spec, the device state and the ``Allocator``: ``runtime/resource.py``) and
-does not know which backend serves it. A backend is a package of its own
-(``deviceplugin/``, ``dra/``) with one object meeting ``Backend``: its
-daemon-wide tasks (``start``), one edge per resource (``edge``), how its
-units' devices are named (``device_ids``), who holds them (``usage``), when
-a changed definition must be told to the kubelet anew (``renews``), and its
-own metrics (``gauges``). What status and readiness mean for it is its
+The runtime runs each resource (discovery, health, hooks, the CDI spec, the
+device state: ``runtime/resource.py``) and does not know which backend
+serves it. A backend is a package of its own (``deviceplugin/``, ``dra/``)
+with one object meeting ``Backend``: its daemon-wide tasks (``start``), one
+edge per resource (``edge``), who holds their devices (``usage``), and its
+own metrics (``gauges``); one that registers each resource with the kubelet
+also meets ``Registers``. What status and readiness mean for it is its
 edges' ``status()`` (``runtime/edge.py``): ``registrations`` is what
 ``/readyz`` waits for. The daemon chooses the backend (``daemon.py``) and
 hands it to the ``Supervisor``.
@@ -17,19 +16,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from genericdp.config.model import Config, ResourceDefinition
-from genericdp.runtime.cleanup import Release
+from genericdp.runtime.cdisync import CdiSync
 from genericdp.runtime.context import ResourceContext
 from genericdp.runtime.edge import Edge
+from genericdp.runtime.owed import Release
 from genericdp.runtime.recorder import Recorder
-from genericdp.runtime.state import DeviceIds, DeviceState
+from genericdp.runtime.state import ONE_PER_UNIT, DeviceIds, DeviceState
 from genericdp.runtime.usage import Usage
 
 if TYPE_CHECKING:
     from genericdp.aio import TaskSet
-    from genericdp.runtime.allocator import Allocator
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,7 @@ class ResourceParts:
     definition: Callable[[], ResourceDefinition]  # the current one (a reload swaps it)
     state: DeviceState
     context: ResourceContext
-    allocator: Allocator
+    cdi: CdiSync  # its CDI spec (an Allocate checks its units are in it)
 
 
 EdgeFactory = Callable[[ResourceParts], Edge]
@@ -65,6 +64,11 @@ class Fleet(Protocol):
     @property
     def recorder(self) -> Recorder: ...
 
+    @property
+    def tasks(self) -> TaskSet:
+        """Where the backend spawns its daemon-wide tasks (the supervisor stops them)."""
+        ...
+
     def serving(self) -> bool:
         """Whether any resource runs."""
         ...
@@ -76,11 +80,11 @@ class Fleet(Protocol):
     def edges(self) -> Iterable[Edge]: ...
 
     def kick(self, reason: str) -> None:
-        """Wake every resource's edge whose first scan is done (the kubelet restarted)."""
+        """Kick every ``Kickable`` edge whose first scan is done (the kubelet restarted)."""
         ...
 
     def released(self, releases: Iterable[Release]) -> None:
-        """Nobody holds these units any more: their resources clean them."""
+        """Nobody holds these units of resources no edge serves: their owed cleanups run."""
         ...
 
     def usage_changed(self) -> None:
@@ -114,24 +118,16 @@ class Backend(Protocol):
         """Where it serves, for the daemon's first line."""
         ...
 
-    def device_ids(self, definition: ResourceDefinition) -> DeviceIds:
-        """How the units of ``definition`` are named as devices."""
-        ...
-
     def edge(self, parts: ResourceParts) -> Edge:
         """The edge of one resource (an ``EdgeFactory``)."""
         ...
 
-    def renews(self, before: ResourceDefinition, after: ResourceDefinition) -> bool:
-        """Whether this change must be told to the kubelet anew (a new socket)."""
-        ...
-
-    async def start(self, fleet: Fleet, tasks: TaskSet) -> None:
+    async def start(self, fleet: Fleet) -> None:
         """Before the first apply: tidy what a predecessor left and spawn the
-        daemon-wide tasks in ``tasks`` (the supervisor stops them)."""
+        daemon-wide tasks in ``fleet.tasks``."""
         ...
 
-    def started(self, fleet: Fleet, tasks: TaskSet) -> None:
+    def started(self, fleet: Fleet) -> None:
         """After the first apply: tasks that need the resources known."""
         ...
 
@@ -150,3 +146,22 @@ class Backend(Protocol):
     def shutting_down(self) -> None:
         """The daemon is stopping, not reloading (the DRA slices outlast it)."""
         ...
+
+
+@runtime_checkable
+class Registers(Protocol):
+    """What a backend that registers each resource with the kubelet (the device plugin)
+    also answers; the runtime lists any other's units as one device each, never anew."""
+
+    def device_ids(self, definition: ResourceDefinition) -> DeviceIds:
+        """How the units of ``definition`` are named as devices."""
+        ...
+
+    def renews(self, before: ResourceDefinition, after: ResourceDefinition) -> bool:
+        """Whether this change must be told to the kubelet anew (a new socket)."""
+        ...
+
+
+def device_ids(backend: Backend, definition: ResourceDefinition) -> DeviceIds:
+    """How ``backend`` names the units of ``definition`` as devices."""
+    return backend.device_ids(definition) if isinstance(backend, Registers) else ONE_PER_UNIT

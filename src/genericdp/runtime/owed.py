@@ -54,6 +54,15 @@ class RecordError(GenericdpError):
     """A unit's owed cleanup cannot be kept in ``stateDir``: it is not handed out."""
 
 
+@dataclass(frozen=True, order=True)
+class Release:
+    """A unit of ``resource`` that nobody holds any more."""
+
+    resource: str
+    unit_id: str
+    device_ids: tuple[str, ...]  # the replica IDs that were in use, sorted
+
+
 @dataclass(frozen=True)
 class Handed:
     """A unit handed out and not cleaned since: the hook to clean it with."""

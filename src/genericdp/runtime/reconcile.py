@@ -27,10 +27,6 @@ LABELS_UNKNOWN = "this node's labels are unknown"
 Renews = Callable[[ResourceDefinition, ResourceDefinition], bool]
 
 
-def _never(_before: ResourceDefinition, _after: ResourceDefinition) -> bool:
-    return False
-
-
 @dataclass(frozen=True)
 class Plan:
     """Steps, applied in field order: stop, update, renew, start."""
@@ -62,7 +58,7 @@ def _names(names: Iterable[str]) -> str:
 def plan(
     running: Iterable[ResourceDefinition],
     desired: Iterable[ResourceDefinition],
-    renews: Renews = _never,
+    renews: Renews | None = None,  # None: never
 ) -> Plan:
     """The steps from ``running`` to ``desired`` (each keyed by resource name)."""
     old = {d.name: d for d in running}
@@ -74,7 +70,7 @@ def plan(
         before, after = old[name], new[name]
         if before == after:
             unchanged.append(name)
-        elif renews(before, after):
+        elif renews is not None and renews(before, after):
             renew.append(after)
         else:
             update.append(after)

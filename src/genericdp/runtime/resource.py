@@ -1,11 +1,10 @@
-"""Everything that runs for one resource: discovery, health, cleanup, its edge.
+"""Everything that runs for one resource: discovery, health, its edge.
 
 Named, guarded tasks per resource: ``<name>/discovery`` (first scan,
 then a rescan every ``rescan_interval`` or when the definition changes),
 ``<name>/health`` (when the definition has a probe) and
 ``<name>/<edge task>`` (the edge its backend makes: the device plugin's
-serve-and-Register loop ``registration``, the DRA edge's ``dra``), and one
-``<name>/cleanup/<unit>`` per unit being cleaned up (``cleanup.Cleaner``).
+serve-and-Register loop ``registration``, the DRA edge's ``dra``).
 The edge is first woken after the first successful scan, so the kubelet
 never sees a transient empty list; a scan that fails is retried with backoff and touches
 nothing else.
@@ -36,21 +35,20 @@ from genericdp.discovery.model import Unit
 from genericdp.errors import clip, first_of
 from genericdp.health import HealthMonitor, failure_reason
 from genericdp.hooks.execution import ExecResult
-from genericdp.runtime.allocator import Allocator
-from genericdp.runtime.backend import Backend, ResourceParts
+from genericdp.runtime.backend import Backend, ResourceParts, device_ids
 from genericdp.runtime.budget import Kept, ids_each
 from genericdp.runtime.cdisync import CdiSync
-from genericdp.runtime.cleanup import Cleaner, Release
 from genericdp.runtime.context import ResourceContext
-from genericdp.runtime.edge import Edge, PluginStatus
+from genericdp.runtime.edge import Edge, Kickable, PluginStatus
 from genericdp.runtime.recorder import exec_result
 from genericdp.runtime.state import DeviceState
+from genericdp.runtime.usage import HandOuts, in_use
 
 log = logging.getLogger(__name__)
 
 
 class ResourceRunner:
-    """Discovery, health, cleanup and the kubelet-facing edge of one resource."""
+    """Discovery, health and the kubelet-facing edge of one resource."""
 
     def __init__(
         self,
@@ -63,21 +61,12 @@ class ResourceRunner:
         """``state``: start from units known already (benchmarks build large ones)."""
         self._definition = definition
         self._backend = backend
-        self.state = state or DeviceState(backend.device_ids(definition))
+        self.state = state or DeviceState(device_ids(backend, definition))
         self._usage = backend.usage  # shared by every resource
         self._context = context
         self._cdi = CdiSync(context.cdi_dir)
-        self.cleaner = Cleaner(self.state, lambda: self._definition, context)
-        self.allocator = Allocator(
-            lambda: self._definition,
-            self.state,
-            context,
-            usage=self._usage,
-            cleaner=self.cleaner,
-            cdi=self._cdi,
-        )
         self.edge: Edge = backend.edge(
-            ResourceParts(lambda: self._definition, self.state, context, self.allocator)
+            ResourceParts(lambda: self._definition, self.state, context, self._cdi)
         )
         self._rescan = asyncio.Event()
         self._discovered = False
@@ -105,7 +94,8 @@ class ResourceRunner:
         return self._discovered
 
     def start(self) -> None:
-        self._usage.watch(self.name, self._allocations_changed)
+        if isinstance(self._usage, HandOuts):
+            self._usage.watch(self.name, self._allocations_changed)
         self._spawn("discovery", self._discovery_loop)
         self._spawn(self.edge.task, self.edge.run)
         self._start_health()
@@ -117,8 +107,8 @@ class ResourceRunner:
 
     def kick(self, reason: str, *, renew: bool = False) -> None:
         """Tell the kubelet again (it restarted...), once the first scan is done."""
-        if self._discovered:
-            self.edge.wake(reason, renew=renew)
+        if self._discovered and isinstance(self.edge, Kickable):
+            self.edge.kick(reason, renew=renew)
 
     def rescan(self) -> None:
         """Run discovery again now (hotplug); requests during a scan merge into one more."""
@@ -132,7 +122,7 @@ class ResourceRunner:
     async def _update(self, definition: ResourceDefinition, *, renew: bool) -> None:
         old, self._definition = self._definition, definition
         # The device list follows the new naming (the device plugin's count or sharing).
-        self.state.set_ids(self._backend.device_ids(definition))
+        self.state.set_ids(device_ids(self._backend, definition))
         self._rescan.set()  # matchers or grouping may have changed
         if old.allocate.cdi and not definition.allocate.cdi:
             await self._cdi.retract(self.name)  # gone when apply returns, not at the next scan
@@ -143,31 +133,26 @@ class ResourceRunner:
             self.kick("options changed", renew=True)
 
     async def stop(self, *, timeout: float = 5.0) -> tuple[str, ...]:  # noqa: ASYNC109
-        """Cancel the tasks, then end streams, stop the server, remove the socket.
+        """Cancel the tasks (``timeout`` to stop), then close the edge.
 
-        Running cleanups get ``timeout`` to finish. A unit in use stays owed its
-        cleanup (``owed.py``): it is cleaned when released, runner or not.
+        A unit in use stays owed its cleanup (``owed.py``): it is cleaned when
+        released, runner or not.
         """
         with logsetup.fields(resource=self.name):
             stragglers = await self._tasks.stop(timeout=timeout)
             self._context.budget.release(self.name)
-            self._usage.watch(self.name, None)
-            await self.edge.close()
-            return (*stragglers, *await self.cleaner.stop(timeout))
+            if isinstance(self._usage, HandOuts):
+                self._usage.watch(self.name, None)
+            return (*stragglers, *await self.edge.close())
 
     async def retract(self) -> None:
         """The resource is no longer served here: its CDI spec goes; each unit in use
         stays owed the hook of the definition it was handed out under."""
         await self._cdi.retract(self.name)
-        in_use = self._usage.in_use(self.name)
+        used = in_use(self._usage, self.name)
         for unit in self.state.units.values():
-            if any(self.state.unit_of(d) == unit.id for d in in_use):
+            if any(self.state.unit_of(d) == unit.id for d in used):
                 await self._context.owed.kept(self._definition, (unit,))
-
-    def released(self, release: Release) -> None:
-        """Nobody holds this unit any more (seen by its backend's usage tracking)."""
-        with logsetup.fields(resource=self.name, unit=release.unit_id):
-            self.cleaner.released(release)
 
     def _allocations_changed(self) -> None:
         # Unbounded: the next free IDs appear with the Allocate, not at the next
@@ -261,16 +246,16 @@ class ResourceRunner:
                 log.info("%s: %d units: %s", self.name, len(units), _ids(units))
                 if self._monitor is not None:
                     self._monitor.poke()  # new units are Unhealthy until probed: probe now
-                in_use, found = self._usage.in_use(self.name), {u.id for u in units}
+                used, found = in_use(self._usage, self.name), {u.id for u in units}
                 for unit in before.values():
                     if unit.id not in found:
-                        await self._vanished(unit, in_use)
+                        await self._vanished(unit, used)
                 self._log_held(before.keys(), gone)
             if not self._discovered:
                 self._discovered = True
                 self._context.on_status()  # node labels wait for every first scan
                 await self._usage_settled()
-                self.edge.wake("start")
+                self.edge.wake()
             await wait_event(self._rescan, self._context.rescan_interval)
 
     def _within_budget(

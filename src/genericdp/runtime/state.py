@@ -64,14 +64,14 @@ class OnePerUnit:
     def unit_of(self, device_id: str) -> str:
         return device_id
 
-    def valid(self, device_id: str) -> bool:  # noqa: ARG002 -- the UnitIds protocol's signature
+    def valid(self, device_id: str) -> bool:  # noqa: ARG002 -- the DeviceIds protocol's signature
         return True
 
     @property
     def follows_use(self) -> bool:
         return False
 
-    def shape(self, listed: Iterable[ListedUnit]) -> object:  # noqa: ARG002 -- the UnitIds protocol's signature
+    def shape(self, listed: Iterable[ListedUnit]) -> object:  # noqa: ARG002 -- the DeviceIds protocol's signature
         return None
 
 

@@ -30,16 +30,16 @@ from genericdp.allocation.cdi import remove_stale_specs
 from genericdp.config.model import Config, ResourceDefinition
 from genericdp.errors import HookError
 from genericdp.hooks import CLEANUP, HookRun, HookRunner
-from genericdp.runtime.backend import Backend, Gauge
-from genericdp.runtime.cleanup import Release
+from genericdp.runtime.backend import Backend, Gauge, Registers
 from genericdp.runtime.context import SETTLE, Discover, ResourceContext
 from genericdp.runtime.devwatch import DevChange, watch_devices
 from genericdp.runtime.edge import Edge, PluginStatus
-from genericdp.runtime.owed import Handed
+from genericdp.runtime.owed import Handed, Release
 from genericdp.runtime.reconcile import NodeLabels, Plan, plan, served
 from genericdp.runtime.recorder import NO_METRICS, Recorder, TimedHooks
 from genericdp.runtime.resource import ResourceRunner
 from genericdp.runtime.state import DeviceState
+from genericdp.runtime.usage import HandOuts, in_use
 from genericdp.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class Supervisor:
         self._metrics = metrics or NO_METRICS
         if metrics is not None:
             self._run_hook = TimedHooks(self._run_hook, metrics)
-        # Built once: what every resource shares (its runner, edge, allocator and cleaner).
+        # Built once: what every resource shares (its runner and edge).
         self._context = ResourceContext.of(
             settings,
             discover=self._discover,
@@ -124,6 +124,10 @@ class Supervisor:
     def recorder(self) -> Recorder:
         return self._metrics
 
+    @property
+    def tasks(self) -> TaskSet:
+        return self._tasks
+
     # -- lifecycle ---------------------------------------------------------------
 
     async def start(self, config: Config, *, tidy: bool = True) -> Plan:
@@ -144,9 +148,9 @@ class Supervisor:
         self._watch_uncleaned_soon()  # an admin may release what a predecessor recorded
         # Not awaited: once ready it asks every resource to rescan, so nothing is missed.
         self._tasks.spawn("device-watch", self._watch_devices, backoff=Backoff(maximum=10.0))
-        await self._backend.start(self, self._tasks)
+        await self._backend.start(self)
         steps = await self.apply(config)
-        self._backend.started(self, self._tasks)
+        self._backend.started(self)
         return steps
 
     async def apply(self, config: Config, *, if_changed: bool = False) -> Plan:
@@ -162,7 +166,8 @@ class Supervisor:
         self._configured = frozenset(d.name for d in config.resources)
         wanted, skipped = served(config.resources, self._labels)
         self._say_skipped(skipped)
-        steps = plan(self._served, wanted, self._backend.renews)
+        renews = backend.renews if isinstance(backend := self._backend, Registers) else None
+        steps = plan(self._served, wanted, renews)
         if if_changed and steps.empty:
             if config != self._config:  # a resource not served here changed
                 self._config = config
@@ -313,11 +318,9 @@ class Supervisor:
             runner.kick(reason)
 
     def released(self, releases: Iterable[Release]) -> None:
-        for release in releases:
-            runner = self._runners.get(release.resource)
-            if runner is not None:
-                runner.released(release)
-            elif (handed := self._owed.get(release.resource, release.unit_id)) is not None:
+        for release in releases:  # of resources no edge serves: not the runners'
+            handed = self._owed.get(release.resource, release.unit_id)
+            if release.resource not in self._runners and handed is not None:
                 self._clean_owed(release, handed)
 
     # -- cleanups owed by resources no longer served -----------------------------
@@ -326,12 +329,12 @@ class Supervisor:
         """After ``runner`` stopped: clean its owed units nobody holds now (their
         cleanup was cut short by the stop)."""
         resource = runner.name
-        in_use = {runner.state.unit_of(d) for d in self._backend.usage.in_use(resource)}
+        used = {runner.state.unit_of(d) for d in in_use(self._backend.usage, resource)}
         for unit_id in self._owed.units_of(resource):
             handed = self._owed.get(resource, unit_id)
             if (resource, unit_id) in self._owed.unsettled:
                 continue  # whether it is held is not known yet (``_settle_owed``)
-            if unit_id not in in_use and handed is not None:
+            if unit_id not in used and handed is not None:
                 self._clean_owed(Release(resource, unit_id, ()), handed)
 
     def _clean_owed(self, release: Release, handed: Handed) -> None:
@@ -418,7 +421,8 @@ class Supervisor:
             if handed is None:
                 continue
             with logsetup.fields(resource=resource, unit=unit_id):
-                if unit_id in self._backend.usage.units_in_use(resource):
+                usage = self._backend.usage
+                if isinstance(usage, HandOuts) and unit_id in usage.units_in_use(resource):
                     log.info(
                         "%s: unit %s, handed out before the restart, is still held: cleaned"
                         " at its release with the hook it was handed out under",

@@ -1,20 +1,22 @@
 """What containers hold: the ``Usage`` a backend keeps, as the runtime reads it.
 
 The device list follows what is held (a unit that vanishes while held stays
-listed Unhealthy; unbounded sharing lists the held IDs), a resource that
-leaves the config cleans the units in use, and an Allocate of IDs still held
-means their holder is done. Only a backend can know who holds what (the
-device plugin polls the kubelet's PodResources, ``deviceplugin/usage.py``;
-DRA reads its checkpoint's prepared claims, ``dra/usage.py``).
+listed Unhealthy; unbounded sharing lists the held IDs). Only a backend can
+know who holds what (the device plugin polls the kubelet's PodResources,
+``deviceplugin/usage.py``; DRA reads its checkpoint's prepared claims,
+``dra/usage.py``); it tells the runtime of a change through its ``Fleet``.
+
+A backend that hands IDs out itself (the device plugin's Allocate) also
+answers ``HandOuts``: what is handed out and not yet seen released, which a
+resource leaving the config or a unit vanishing owes its cleanup. The
+runtime asks it only of a ``Usage`` that is one.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
-from typing import Protocol
-
-from genericdp.runtime.cleanup import Release
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 
 class Usage(Protocol):
@@ -24,6 +26,15 @@ class Usage(Protocol):
     # for it, up to the backend's ``settled_timeout``.
     settled: asyncio.Event
 
+    def held(self, resource: str) -> frozenset[str]:
+        """IDs held as far as the device list is concerned."""
+        ...
+
+
+@runtime_checkable
+class HandOuts(Protocol):
+    """What a ``Usage`` whose backend hands IDs out itself also answers."""
+
     def in_use(self, resource: str) -> frozenset[str]:
         """IDs held, or handed out and not yet seen released (what cleanup follows)."""
         ...
@@ -32,18 +43,11 @@ class Usage(Protocol):
         """The units with an ID ``in_use``."""
         ...
 
-    def held(self, resource: str) -> frozenset[str]:
-        """IDs held as far as the device list is concerned."""
-        ...
-
     def watch(self, resource: str, callback: Callable[[], None] | None) -> None:
         """Call ``callback`` whenever an Allocate changes what ``resource`` holds (None stops)."""
         ...
 
-    def claim(self, resource: str, device_ids: Iterable[str]) -> tuple[Release, ...]:
-        """These IDs are being handed out again: the units this releases (clean them first)."""
-        ...
 
-    def handed_out(self, resource: str, device_ids: Iterable[str]) -> None:
-        """An Allocate gave these IDs to a container."""
-        ...
+def in_use(usage: Usage, resource: str) -> frozenset[str]:
+    """``HandOuts.in_use``; nothing when the backend hands nothing out itself."""
+    return usage.in_use(resource) if isinstance(usage, HandOuts) else frozenset()

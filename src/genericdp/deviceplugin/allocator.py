@@ -1,11 +1,10 @@
 """The Allocate side of one resource: plan, encode, commit; preStart.
 
-Free of any kubelet protocol: the device-plugin edge (``deviceplugin/plugin.py``)
-calls it from Allocate and PreStartContainer, with
-the encoder of its answer (``kubelet/servicer.py``'s, which also refuses an
-answer the kubelet cannot take). It talks to the resource's own pieces
-directly (device state, CDI spec, usage and cleanup), never back up to the
-runner.
+Free of any kubelet protocol: the device-plugin edge (``plugin.py``) builds
+it and calls it from Allocate and PreStartContainer, with the encoder of its
+answer (``kubelet/servicer.py``'s, which also refuses an answer the kubelet
+cannot take). It talks to the resource's own pieces directly (device state,
+CDI spec, usage and cleanup), never back up to the runner.
 """
 
 from __future__ import annotations
@@ -19,15 +18,13 @@ from genericdp import logsetup
 from genericdp.allocation.plan import Allocation, Plan, plan_allocation
 from genericdp.allocation.render import rendered_soon
 from genericdp.config.model import ResourceDefinition
+from genericdp.deviceplugin.cleanup import Cleaner
+from genericdp.deviceplugin.usage import UsageTracker
 from genericdp.discovery.model import Unit
 from genericdp.errors import InvalidDevicesError, clip, first_of
 from genericdp.hooks import INIT, PRE_START, HookRun
-from genericdp.runtime.cdisync import CdiSync
-from genericdp.runtime.cleanup import Cleaner
-from genericdp.runtime.context import ResourceContext
+from genericdp.runtime.backend import ResourceParts
 from genericdp.runtime.recorder import allocation_result
-from genericdp.runtime.state import DeviceState
-from genericdp.runtime.usage import Usage
 
 log = logging.getLogger(__name__)
 
@@ -45,27 +42,16 @@ def _shown(ids: Sequence[str]) -> str:
 class Allocator:
     """Allocate and PreStart of one resource's devices.
 
-    Release tracking (the backend's ``Usage``): the kubelet handing IDs out
-    again means their last holder is done (``usage.claim``, whose releases
-    the cleaner cleans first); what we hand out is in use (``handed_out``).
+    Release tracking (``UsageTracker``): the kubelet handing IDs out again
+    means their last holder is done (``usage.claim``, whose releases the
+    cleaner cleans first); what we hand out is in use (``handed_out``).
     """
 
-    def __init__(
-        self,
-        definition: Callable[[], ResourceDefinition],
-        state: DeviceState,
-        context: ResourceContext,
-        *,
-        usage: Usage,
-        cleaner: Cleaner,
-        cdi: CdiSync,
-    ) -> None:
-        self._definition = definition
-        self._state = state
-        self._context = context
+    def __init__(self, parts: ResourceParts, *, usage: UsageTracker, cleaner: Cleaner) -> None:
+        self._definition, self._state, self._context = parts.definition, parts.state, parts.context
+        self._cdi = parts.cdi
         self._usage = usage
         self._cleaner = cleaner
-        self._cdi = cdi
 
     async def allocate(
         self,
@@ -77,7 +63,7 @@ class Allocator:
         Everything that can refuse the request comes before the commit: a
         refused Allocate (unknown IDs, a path escaping its template, an answer
         ``encode`` refuses) must not run cleanup on a unit a live pod holds,
-        nor make us forget that pod's hold (``Usage.claim``).
+        nor make us forget that pod's hold (``UsageTracker.claim``).
         """
         started = time.monotonic()
         error: BaseException | None = None

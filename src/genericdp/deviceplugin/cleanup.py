@@ -1,39 +1,27 @@
 """Cleanup: one resource's ``cleanup`` hook, run when a unit is released.
 
-Whoever knows that nobody holds a unit any more (the device plugin's
-PodResources poller, ``deviceplugin/poller.py``, or an Allocate of a unit
-still held, ``Usage.claim``) hands a ``Release`` to the resource's
-``Cleaner``. While its hook runs the unit is advertised Unhealthy (so the
-kubelet does not pick it) and the ``Allocator`` refuses it. The hook is the
-one the unit was handed out under (``owed.py``), else the definition's now.
+Whoever knows that nobody holds a unit any more (the PodResources poller,
+``poller.py``, or an Allocate of a unit still held, ``UsageTracker.claim``)
+hands a ``Release`` to the resource's ``Cleaner``. While its hook runs the
+unit is advertised Unhealthy (so the kubelet does not pick it) and the
+``Allocator`` refuses it. The hook is the one the unit was handed out under
+(``runtime/owed.py``), else the definition's now.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from genericdp import logsetup
 from genericdp.aio import Backoff, TaskSet, wait_event
-from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.errors import HookError, clip
 from genericdp.hooks import CLEANUP, HookRun
-from genericdp.runtime.context import ResourceContext
-from genericdp.runtime.state import DeviceState
+from genericdp.runtime.backend import ResourceParts
+from genericdp.runtime.owed import Release
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, order=True)
-class Release:
-    """A unit of ``resource`` that nobody holds any more."""
-
-    resource: str
-    unit_id: str
-    device_ids: tuple[str, ...]  # the replica IDs that were in use, sorted
 
 
 class Cleaner:
@@ -47,14 +35,8 @@ class Cleaner:
     gone). ``stop`` lets running hooks finish, up to a timeout.
     """
 
-    def __init__(
-        self,
-        state: DeviceState,
-        definition: Callable[[], ResourceDefinition],
-        context: ResourceContext,
-    ) -> None:
-        self._state = state
-        self._definition = definition
+    def __init__(self, parts: ResourceParts) -> None:
+        self._state, self._definition, context = parts.state, parts.definition, parts.context
         self._run_hook = context.run_hook
         self._node_name = context.node_name
         self._backoff = context.cleanup_backoff or (lambda: Backoff(initial=1.0, maximum=60.0))
