@@ -108,7 +108,7 @@ async def test_trickled_reads_never_hold_back_claims_that_need_no_read(
     hostile_client, server = hostile
     first = setup(base, [(definition(), [unit(0)])])
     for n in (1, 2):
-        first.claims.add(claim(n), allocated(SERIAL, unit(0)))
+        first.claims.allocate(claim(n), allocated(SERIAL, unit(0)))
         assert (await first.preparer.prepare([claim(n)]))[claim(n).uid].error == ""
     checkpoint = Checkpoint(first.checkpoint.path)
     checkpoint.load()
