@@ -21,6 +21,7 @@ from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.options import PluginOptions
+from genericdp.kubelet.podresources import PodDevices, PodResourcesLister
 from genericdp.kubelet.registration import register
 
 _Context = grpc.aio.ServicerContext[object, object]
@@ -165,3 +166,12 @@ def has(name: str, *, capacity: int, allocatable: int) -> Callable[[EmbeddedKube
         return snap is not None and (snap.capacity, snap.allocatable) == (capacity, allocatable)
 
     return check
+
+
+async def list_pod_devices(socket: Path, *, timeout: float = 5.0) -> tuple[PodDevices, ...]:  # noqa: ASYNC109 -- the gRPC deadline
+    """The kubelet's PodResources List at ``socket``, over a channel of its own."""
+    lister = PodResourcesLister()
+    try:
+        return await lister(socket, timeout=timeout)
+    finally:
+        await lister.close()

@@ -96,7 +96,7 @@ async def test_a_trickled_claim_read_ends_at_its_deadline(
     source = ApiClaimSource(hostile_client, node=NODE, deadline=0.5)
     started = time.monotonic()
     with pytest.raises(ClaimError, match=r"did not answer within 0\.5s"):
-        await source.allocated_devices(claim())
+        await source.allocation(claim())
     assert time.monotonic() - started < 3
 
 
