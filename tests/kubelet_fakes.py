@@ -18,9 +18,9 @@ from typing import Any
 
 import grpc
 
+from genericdp.kubelet import embedded
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
-from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.endpoint import PluginEndpoint
 from genericdp.kubelet.options import HEALTHY, PluginOptions
 from genericdp.kubelet.podresources import PodDevices, PodResourcesLister
@@ -179,7 +179,7 @@ async def list_pod_devices(socket: Path, *, timeout: float = 5.0) -> tuple[PodDe
         await lister.close()
 
 
-class StatusKubelet(EmbeddedKubelet):
+class EmbeddedKubelet(embedded.EmbeddedKubelet):
     """``simulate``'s embedded kubelet, with a container's ``allocatedResourcesStatus``
     (KEP-4680, beta and on by default since 1.36)."""
 

@@ -26,13 +26,13 @@ from genericdp.dra.cdispec import claim_spec
 from genericdp.dra.driver import DraDriver, DriverPaths
 from genericdp.dra.embedded import resolve_cdi
 from genericdp.errors import ConfigError, ConfigIssue
-from genericdp.kubelet.embedded import EmbeddedKubelet
 from tests.dra_fakes import DRIVER, NODE, MemoryClaims, RecordedHooks, allocated, claim
 from tests.dra_fakes import SERIAL as DRA_SERIAL
 from tests.dra_fakes import definition as dra_definition
 from tests.dra_fakes import unit as dra_unit
 from tests.dra_kubelet import DraEventKind, EmbeddedDraKubelet
 from tests.fakesys import FakeHost, can_mknod
+from tests.kubelet_fakes import EmbeddedKubelet
 from tests.runtime_harness import config, running
 
 RUNC_DEFAULT_MODE = 0o666  # runc's mode for a device without fileMode

@@ -15,12 +15,12 @@ import pytest
 
 from genericdp.aio import TaskSet
 from genericdp.config.model import ResourceDefinition
-from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.metrics import Metrics
 from genericdp.nodelabels import healthy_units, resource_labels
 from genericdp.nodelabels.featuresfile import FeaturesFile, parse_features
 from genericdp.runtime.state import DeviceState
 from tests.fakesys import FakeHost
+from tests.kubelet_fakes import EmbeddedKubelet
 from tests.label_counts import CountingFollower
 from tests.polling import eventually
 from tests.runtime_harness import NO_PERIODIC, ScriptedDiscovery, config, running, unit

@@ -16,10 +16,10 @@ import pytest
 
 from genericdp.config.model import Config
 from genericdp.deviceplugin.backend import DevicePluginBackend
-from genericdp.kubelet.embedded import EmbeddedKubelet, EventKind
+from genericdp.kubelet.embedded import EventKind
 from genericdp.runtime.supervisor import Supervisor
 from genericdp.settings import Settings
-from tests.kubelet_fakes import StatusKubelet
+from tests.kubelet_fakes import EmbeddedKubelet
 from tests.polling import eventually
 from tests.runtime_harness import (
     Running,
@@ -64,18 +64,12 @@ async def _running(
     settings = _settings(base, poll)
     backend = device_plugin(settings)
     async with (
-        StatusKubelet(
+        EmbeddedKubelet(
             settings.plugin_dir, pod_resources_socket=settings.pod_resources_socket
         ) as kubelet,
         _daemon(settings, cfg, discovery, backend) as supervisor,
     ):
         yield Running(kubelet, supervisor, settings, backend)
-
-
-def _status(rt: Running, pod: str) -> dict[str, dict[str, str]]:
-    """The ``allocatedResourcesStatus`` of pod ``pod``'s container."""
-    assert isinstance(rt.kubelet, StatusKubelet)
-    return rt.kubelet.allocated_resources_status("default", pod)
 
 
 def _kvm_config() -> Config:
@@ -204,7 +198,7 @@ async def test_unplugged_while_in_use_stays_unhealthy_until_released(
         await rt.until(lambda k: k.resources[SERIAL].allocatable == 2)
         await rt.kubelet.allocate(SERIAL, 1, pod="reader")
         (held,) = rt.kubelet.resources[SERIAL].allocated
-        status = _status(rt, "reader")
+        status = rt.kubelet.allocated_resources_status("default", "reader")
         assert status == {SERIAL: {held: "Healthy"}}
         await eventually(lambda: rt.usage.listed(SERIAL) == {held}, "List shows it")
         other = "ttyUSB1" if held == "ttyUSB0" else "ttyUSB0"
@@ -213,7 +207,9 @@ async def test_unplugged_while_in_use_stays_unhealthy_until_released(
         await rt.until(lambda k: k.resources[SERIAL].devices[held].health == "Unhealthy")
         snap = rt.kubelet.resources[SERIAL]
         assert (snap.capacity, snap.allocatable) == (2, 1)
-        assert _status(rt, "reader") == {SERIAL: {held: "Unhealthy"}}
+        assert rt.kubelet.allocated_resources_status("default", "reader") == {
+            SERIAL: {held: "Unhealthy"}
+        }
         assert f"unit {held} vanished while a container holds it" in caplog.text
         rt.kubelet.release("default", "reader")
         await rt.until(lambda k: held not in k.resources[SERIAL].devices)
@@ -247,7 +243,9 @@ async def test_replugged_while_in_use_is_healthy_again_under_the_same_id(
         snap = rt.kubelet.resources[SERIAL]
         assert list(snap.devices) == ["ttyUSB0"]
         assert (snap.capacity, snap.allocatable) == (1, 1)
-        assert _status(rt, "reader") == {SERIAL: {"ttyUSB0": "Healthy"}}
+        assert rt.kubelet.allocated_resources_status("default", "reader") == {
+            SERIAL: {"ttyUSB0": "Healthy"}
+        }
         assert "unit ttyUSB0 is back with the same ID" in caplog.text
         rt.kubelet.release("default", "reader")
         await eventually(lambda: rt.usage.listed(SERIAL) == frozenset())

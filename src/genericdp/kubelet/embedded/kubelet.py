@@ -40,7 +40,7 @@ handler.go, client.go, endpoint.go, pod_devices.go):
   The IDs chosen count as allocated while the Allocate is in flight, as in
   the kubelet's ``allocatedDevices``.
 - A container's ``allocatedResourcesStatus`` (KEP-4680) is the tests'
-  (tests/kubelet_fakes.py's ``StatusKubelet``).
+  (tests/kubelet_fakes.py's subclass).
 
 Known differences from the real kubelet:
 
@@ -247,11 +247,6 @@ class EmbeddedKubelet:
     # -- introspection ---------------------------------------------------------------
 
     @property
-    def running(self) -> bool:
-        """Whether the kubelet is serving."""
-        return self._running
-
-    @property
     def resources(self) -> Mapping[str, ResourceSnapshot]:
         """Every known resource, as frozen snapshots."""
         return {
@@ -307,7 +302,7 @@ class EmbeddedKubelet:
 
     async def wait_until(
         self,
-        predicate: Callable[[EmbeddedKubelet], bool],
+        predicate: Callable[[Self], bool],
         timeout: float = 5.0,  # noqa: ASYNC109 -- the whole wait, re-armed on every change
     ) -> None:
         """Return once ``predicate(self)`` holds, re-checking on every state change.
