@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 
 from genericdp.kube import client as kubeapi
-from genericdp.kubelet.embedded import EmbeddedKubelet
 from tests.apiserver import ApiServer
 from tests.apiserver import missing as apiserver_missing
 from tests.apiserver import start as start_apiserver
 from tests.dra_apislices import connected
-from tests.kubelet_fakes import short_tmp_dir
+from tests.kubelet_fakes import EmbeddedKubelet, short_tmp_dir
 from tests.leaks import reap_leaked
 
 

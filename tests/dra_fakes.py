@@ -23,7 +23,8 @@ from genericdp.config.model import (
 from genericdp.config.templates import compile_templates
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.dra.checkpoint import Checkpoint
-from genericdp.dra.claims import AllocatedDevice, Allocation, ClaimError, ClaimRef
+from genericdp.dra.claims import AllocatedDevice, Allocation, ClaimRef
+from genericdp.dra.embedded import EmbeddedClaims
 from genericdp.dra.inventory import Inventory
 from genericdp.dra.naming import device_name
 from genericdp.dra.prepare import Preparer
@@ -39,37 +40,26 @@ SERIAL = "example.com/serial"
 HOOK = Exec(("/bin/true",), 5.0)
 
 
-class MemoryClaims:
-    """Claims allocated by ``add``; a claim never added, or removed, is gone, as it is
-    for the API server."""
+class MemoryClaims(EmbeddedClaims):
+    """``simulate``'s claims in memory, given at once or by ``allocate``, which may name
+    the claim's pod claim; a claim never allocated is gone, as it is for the API server.
+    ``calls``: the allocations read."""
 
     def __init__(self, claims: Mapping[ClaimRef, Iterable[AllocatedDevice]] | None = None) -> None:
-        self._claims: dict[str, tuple[ClaimRef, Allocation]] = {}
+        super().__init__()
         self.calls = 0
         for ref, devices in (claims or {}).items():
-            self.add(ref, devices)
+            self.allocate(ref, devices)
 
-    def add(
+    def allocate(
         self, claim: ClaimRef, devices: Iterable[AllocatedDevice], *, pod_claim: str = ""
     ) -> None:
         """``pod_claim``: the claim's ``resource.kubernetes.io/pod-claim-name``."""
         self._claims[claim.uid] = (claim, Allocation(tuple(devices), pod_claim))
 
-    def remove(self, claim: ClaimRef) -> None:
-        self._claims.pop(claim.uid, None)
-
     async def allocation(self, claim: ClaimRef) -> Allocation:
         self.calls += 1
-        held = self._claims.get(claim.uid)
-        if held is None:
-            raise ClaimError(f"claim {claim.namespace}/{claim.name} (UID {claim.uid}) not found")
-        ref, devices = held
-        if (ref.namespace, ref.name) != (claim.namespace, claim.name):
-            raise ClaimError(
-                f"claim {claim.namespace}/{claim.name} has UID {claim.uid},"
-                f" which belongs to claim {ref.namespace}/{ref.name}"
-            )
-        return devices
+        return await super().allocation(claim)
 
 
 def unit(n: int) -> Unit:

@@ -14,13 +14,16 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 
+from genericdp.kubelet import embedded
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
-from genericdp.kubelet.embedded import EmbeddedKubelet
-from genericdp.kubelet.options import PluginOptions
+from genericdp.kubelet.embedded.endpoint import PluginEndpoint
+from genericdp.kubelet.options import HEALTHY, PluginOptions
+from genericdp.kubelet.podresources import PodDevices, PodResourcesLister
 from genericdp.kubelet.registration import register
 
 _Context = grpc.aio.ServicerContext[object, object]
@@ -165,3 +168,56 @@ def has(name: str, *, capacity: int, allocatable: int) -> Callable[[EmbeddedKube
         return snap is not None and (snap.capacity, snap.allocatable) == (capacity, allocatable)
 
     return check
+
+
+async def list_pod_devices(socket: Path, *, timeout: float = 5.0) -> tuple[PodDevices, ...]:  # noqa: ASYNC109 -- the gRPC deadline
+    """The kubelet's PodResources List at ``socket``, over a channel of its own."""
+    lister = PodResourcesLister()
+    try:
+        return await lister(socket, timeout=timeout)
+    finally:
+        await lister.close()
+
+
+class EmbeddedKubelet(embedded.EmbeddedKubelet):
+    """``simulate``'s embedded kubelet, with a container's ``allocatedResourcesStatus``
+    (KEP-4680, beta and on by default since 1.36)."""
+
+    def __init__(self, plugin_dir: Path, **kwargs: Any) -> None:
+        super().__init__(plugin_dir, **kwargs)
+        # The health each device had in the last ListAndWatch message (the manager's
+        # ``allDevices``): a stream ending changes allocatable, not this.
+        self._listed: dict[str, dict[str, str]] = {}
+
+    async def start(self) -> None:
+        await super().start()
+        self._listed.clear()  # known resources list no device until they register again
+
+    def allocated_resources_status(
+        self, namespace: str, pod: str, container: str = "main"
+    ) -> dict[str, dict[str, str]]:
+        """resource -> device ID -> ``Healthy`` or ``Unhealthy``, as
+        ``UpdateAllocatedResourcesStatus`` in 1.36's device manager: each held ID
+        takes the health of the last ListAndWatch message that listed it; an ID no
+        message lists any more reads ``Healthy`` (the kubelet's default), and anything
+        but the exact string ``Healthy`` reads ``Unhealthy``. A plugin whose stream
+        ended keeps its last healths."""
+        found: dict[str, dict[str, str]] = {}
+        for held in self.pod_devices():
+            if (held.namespace, held.pod, held.container) != (namespace, pod, container):
+                continue
+            listed = (
+                self._listed.get(held.resource_name, {})
+                if held.resource_name in self.resources
+                else {}
+            )
+            found[held.resource_name] = {
+                device_id: "Healthy" if listed.get(device_id, HEALTHY) == HEALTHY else "Unhealthy"
+                for device_id in held.device_ids
+            }
+        return found
+
+    def _on_list(self, endpoint: PluginEndpoint, response: pb.ListAndWatchResponse) -> None:
+        super()._on_list(endpoint, response)
+        if self._current(endpoint) is not None:
+            self._listed[endpoint.resource] = {d.ID: d.health for d in response.devices}

@@ -25,13 +25,13 @@ from genericdp.deviceplugin.usage import UsageTracker
 from genericdp.discovery.model import DeviceNode, Roots, Unit
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
-from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.podresources import PodDevices
 from genericdp.runtime.context import Discover
 from genericdp.runtime.owed import Release
 from genericdp.runtime.recorder import Recorder
 from genericdp.runtime.supervisor import Supervisor
 from genericdp.settings import Settings
+from tests.kubelet_fakes import EmbeddedKubelet
 
 # Settings that leave hotplug as the only way to a rescan.
 NO_PERIODIC: Mapping[str, Any] = {"rescan_interval": 3600.0, "hotplug_settle": 0.05}

@@ -24,14 +24,15 @@ from genericdp.discovery import discover
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.dra.cdispec import claim_spec
 from genericdp.dra.driver import DraDriver, DriverPaths
-from genericdp.dra.embedded import DraEventKind, EmbeddedDraKubelet, resolve_cdi
+from genericdp.dra.embedded import resolve_cdi
 from genericdp.errors import ConfigError, ConfigIssue
-from genericdp.kubelet.embedded import EmbeddedKubelet
 from tests.dra_fakes import DRIVER, NODE, MemoryClaims, RecordedHooks, allocated, claim
 from tests.dra_fakes import SERIAL as DRA_SERIAL
 from tests.dra_fakes import definition as dra_definition
 from tests.dra_fakes import unit as dra_unit
+from tests.dra_kubelet import DraEventKind, EmbeddedDraKubelet
 from tests.fakesys import FakeHost, can_mknod
+from tests.kubelet_fakes import EmbeddedKubelet
 from tests.runtime_harness import config, running
 
 RUNC_DEFAULT_MODE = 0o666  # runc's mode for a device without fileMode
@@ -315,7 +316,7 @@ async def test_dra_prepare_serves_the_host_mode_and_owner(tmp_path: Path) -> Non
     is created with the host node's mode and owner, not 0666 for the container's user."""
     node = DeviceNode("/dev/ttyUSB1", "/dev/ttyUSB1", mode=0o600, uid=0, gid=5)
     claims = MemoryClaims()
-    claims.add(claim(), allocated(DRA_SERIAL, dra_unit(1)))
+    claims.allocate(claim(), allocated(DRA_SERIAL, dra_unit(1)))
     d = DraDriver(
         driver=DRIVER,
         node_name=NODE,

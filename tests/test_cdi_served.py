@@ -21,9 +21,9 @@ import pytest
 from genericdp.allocation.cdi import spec_path
 from genericdp.discovery import discover
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
-from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.allocation import AllocationError
 from tests.fakesys import FakeHost
+from tests.kubelet_fakes import EmbeddedKubelet
 from tests.runtime_harness import NO_PERIODIC, allocate_request, config, plugin_stub, running
 
 GPU = "example.com/gpu"

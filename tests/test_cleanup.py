@@ -14,9 +14,9 @@ import pytest
 
 from genericdp.aio import Backoff
 from genericdp.config.model import Config
-from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.allocation import AllocationError
 from genericdp.runtime.supervisor import Supervisor
+from tests.kubelet_fakes import EmbeddedKubelet
 from tests.polling import eventually
 from tests.runtime_harness import (
     Running,

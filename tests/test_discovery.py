@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -47,12 +48,17 @@ def udev(
     )
 
 
+def found(matchers: Sequence[Matcher], roots: Roots) -> tuple[DeviceNode, ...]:
+    """The nodes ``find_nodes`` finds, without their templates."""
+    return tuple(node for node, _ in find_nodes(matchers, roots))
+
+
 def paths(host: FakeHost, *matchers: Matcher) -> list[tuple[str, str]]:
-    return [(n.host_path, n.container_path) for n in find_nodes(matchers, host.roots)]
+    return [(n.host_path, n.container_path) for n in found(matchers, host.roots)]
 
 
 def one(host: FakeHost, matcher: Matcher) -> DeviceNode:
-    (node,) = find_nodes([matcher], host.roots)
+    (node,) = found([matcher], host.roots)
     return node
 
 
@@ -128,7 +134,7 @@ def test_first_matcher_wins_on_duplicates(host: FakeHost) -> None:
 def test_char_device_without_sysfs(tmp_path: Path) -> None:
     """A character device sysfs does not know is still found, with its paths and numbers."""
     roots = Roots(dev=Path("/dev"), sys=tmp_path / "nosys", udev=tmp_path / "noudev")
-    (node,) = find_nodes([glob("/dev/null")], roots)
+    (node,) = found([glob("/dev/null")], roots)
     info = os.stat("/dev/null")
     assert node == DeviceNode(
         host_path="/dev/null",
@@ -151,14 +157,14 @@ def test_missing_dev_root_is_an_error(tmp_path: Path) -> None:
     """A dev root that does not exist raises DiscoveryError naming it."""
     roots = Roots(dev=tmp_path / "nope", sys=tmp_path / "sys", udev=tmp_path / "udev")
     with pytest.raises(DiscoveryError, match=re.escape(str(tmp_path / "nope"))):
-        find_nodes([glob("/dev/*")], roots)
+        found([glob("/dev/*")], roots)
 
 
 def test_missing_sys_and_udev_roots_degrade(host: FakeHost, tmp_path: Path) -> None:
     """Without sysfs or the udev database, udev matchers find nothing (and nothing fails)."""
     host.add_usb_serial("1-2", ttys=("ttyUSB0",))
     roots = Roots(dev=host.dev, sys=tmp_path / "nosys", udev=tmp_path / "noudev")
-    assert find_nodes([udev(subsystem="tty")], roots) == ()
+    assert found([udev(subsystem="tty")], roots) == ()
 
 
 def test_sockets_are_not_device_nodes(host: FakeHost) -> None:
@@ -267,7 +273,7 @@ def test_numa_from_nearest_ancestor(host: FakeHost) -> None:
     """A node's NUMA node is its PCI ancestor's; -1 (unknown) becomes None."""
     host.add_drm_card("0000:03:00.0", card=0, render=128, numa_node=1)
     host.add_drm_card("0000:04:00.0", card=1, render=129, numa_node=None)
-    numa = {n.host_path: n.numa_node for n in find_nodes([glob("/dev/dri/*")], host.roots)}
+    numa = {n.host_path: n.numa_node for n in found([glob("/dev/dri/*")], host.roots)}
     assert numa == {
         "/dev/dri/card0": 1,
         "/dev/dri/renderD128": 1,

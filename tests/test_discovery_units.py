@@ -87,7 +87,7 @@ def test_no_serial_no_udev_database_uses_usb_port(host: FakeHost) -> None:
     host.add_usb_serial("1-4.3", serial=None, ttys=("ttyUSB1",))
     for entry in host.udev_data.iterdir():
         entry.unlink()
-    nodes = find_nodes([GlobMatcher("/dev/ttyUSB*")], host.roots)
+    nodes = tuple(n for n, _ in find_nodes([GlobMatcher("/dev/ttyUSB*")], host.roots))
     found = group_units(nodes, PARENT_USB, host.roots)
     assert [u.id for u in found] == ["pci-0000:00:14.0-usb-0:2", "pci-0000:00:14.0-usb-0:4.3"]
 

@@ -63,7 +63,7 @@ async def test_every_result_of_our_driver_is_returned_whatever_its_pool(
     ]
     ref = make_claim(apiserver, results)
     source = ApiClaimSource(client, node="node-a")
-    assert await source.allocated_devices(ref) == (
+    assert (await source.allocation(ref)).devices == (
         AllocatedDevice("serial", "node-a", "serial-1"),
         AllocatedDevice("serial", "node-a", "serial-2"),
         AllocatedDevice("serial", "node-b", "serial-9"),
@@ -110,14 +110,14 @@ async def test_an_unallocated_claim_is_an_error(
 ) -> None:
     ref = make_claim(apiserver, None)
     with pytest.raises(ClaimError, match=rf"ResourceClaim default/{ref.name}: not allocated"):
-        await ApiClaimSource(client, node="node-a").allocated_devices(ref)
+        await ApiClaimSource(client, node="node-a").allocation(ref)
 
 
 async def test_another_uid_is_an_error(apiserver: ApiServer, client: kubeapi.AsyncClient) -> None:
     ref = make_claim(apiserver, [])
     stale = ClaimRef(ref.namespace, ref.name, "00000000-0000-0000-0000-000000000000")
     with pytest.raises(ClaimError, match=rf"its UID is {ref.uid}, not {stale.uid}"):
-        await ApiClaimSource(client, node="node-a").allocated_devices(stale)
+        await ApiClaimSource(client, node="node-a").allocation(stale)
 
 
 async def test_a_deleted_claim_is_an_error(
@@ -126,4 +126,4 @@ async def test_a_deleted_claim_is_an_error(
     ref = make_claim(apiserver, [])
     apiserver.kubectl("delete", "resourceclaim", ref.name, "-n", NAMESPACE)
     with pytest.raises(ClaimError, match="not found"):
-        await ApiClaimSource(client, node="node-a").allocated_devices(ref)
+        await ApiClaimSource(client, node="node-a").allocation(ref)

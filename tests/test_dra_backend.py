@@ -17,7 +17,7 @@ from genericdp.deviceplugin.backend import DevicePluginBackend
 from genericdp.discovery.model import Unit
 from genericdp.dra.backend import DraBackend, DraSetupError
 from genericdp.dra.claims import AllocatedDevice, ClaimRef
-from genericdp.dra.embedded import DraEventKind, DraKubeletError, EmbeddedDraKubelet, resolve_cdi
+from genericdp.dra.embedded import DraKubeletError, resolve_cdi
 from genericdp.dra.naming import device_name
 from genericdp.dra.publisher import SlicePublisher
 from genericdp.dra.slices import DEFAULT_OPTIONS, DeviceOptions
@@ -27,6 +27,7 @@ from genericdp.probes import readiness
 from genericdp.runtime.supervisor import Supervisor
 from genericdp.settings import Settings
 from tests.dra_fakes import MemoryClaims, MemorySlices
+from tests.dra_kubelet import DraEventKind, EmbeddedDraKubelet
 from tests.polling import eventually
 from tests.runtime_harness import ScriptedDiscovery, config, settings_for, unit
 
@@ -145,14 +146,14 @@ async def test_resources_are_served_through_dra(base: Path) -> None:
         await s.supervisor.wait_for(lambda statuses: statuses[NAME].registered)
         assert s.supervisor.status()[NAME].devices == 2
         ref = ClaimRef("default", "pod-serial", "11111111-2222-3333-4444-555555555555")
-        s.claims.add(ref, [AllocatedDevice("serial", NODE, usb0)])
+        s.claims.allocate(ref, [AllocatedDevice("serial", NODE, usb0)])
         ids = await kubelet.prepare_pod(DRIVER, [ref])
         edits = resolve_cdi(s.settings.cdi_dir, ids)
         assert edits["env"] == ["SERIAL=ttyUSB0"]
         assert [(h.name, tuple(u.id for u in h.units)) for h in s.hooks] == [("init", ("ttyUSB0",))]
         # A claim for the unhealthy unit fails, saying so.
         bad = ClaimRef("default", "pod-bad", "11111111-2222-3333-4444-000000000000")
-        s.claims.add(bad, [AllocatedDevice("serial", NODE, usb1)])
+        s.claims.allocate(bad, [AllocatedDevice("serial", NODE, usb1)])
         with pytest.raises(DraKubeletError, match="is not healthy"):
             await kubelet.prepare(DRIVER, [bad])
         # Hotplug: a new unit reaches the slice and the health stream.
@@ -251,7 +252,7 @@ async def test_a_unit_unplugged_under_claims_stays_tainted_until_their_unprepare
             for n in (1, 2)
         ]
         for ref in refs:
-            s.claims.add(ref, [AllocatedDevice("serial", NODE, usb0)])
+            s.claims.allocate(ref, [AllocatedDevice("serial", NODE, usb0)])
         await kubelet.prepare_pod(DRIVER, refs)
         assert kubelet.claims_of(NODE, usb0) == tuple(sorted(r.uid for r in refs))
         s.discovery.units[NAME] = []

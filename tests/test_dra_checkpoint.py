@@ -120,7 +120,7 @@ async def _start_and_close(base: Path) -> None:
 async def _prepared_spec(base: Path) -> Path:
     """A claim prepared for real: its CDI spec in the driver's CDI directory."""
     s = prepare_setup(base, [(definition(), [unit(0)])])
-    s.claims.add(claim(), allocated(SERIAL, unit(0)))
+    s.claims.allocate(claim(), allocated(SERIAL, unit(0)))
     assert (await s.preparer.prepare([claim()]))[claim().uid].error == ""
     spec = s.cdi_dir / claim_spec_name(s.preparer.driver, claim().uid)
     assert spec.is_file()

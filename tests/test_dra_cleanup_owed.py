@@ -19,7 +19,7 @@ from genericdp.config.model import Config
 from genericdp.discovery.model import Unit
 from genericdp.dra.backend import DraBackend
 from genericdp.dra.claims import AllocatedDevice, ClaimRef
-from genericdp.dra.embedded import DraEventKind, DraKubeletError, EmbeddedDraKubelet
+from genericdp.dra.embedded import DraKubeletError
 from genericdp.dra.naming import device_name
 from genericdp.hooks import run_hook
 from genericdp.metrics import Metrics
@@ -28,6 +28,7 @@ from genericdp.runtime import uncleaned
 from genericdp.runtime.supervisor import Supervisor
 from genericdp.settings import Settings
 from tests.dra_fakes import MemoryClaims
+from tests.dra_kubelet import DraEventKind, EmbeddedDraKubelet
 from tests.polling import eventually
 from tests.runtime_harness import ScriptedDiscovery, config, settings_for, unit
 from tests.test_dra_backend import FakePublisher
@@ -105,7 +106,7 @@ def cleanups(log: Path) -> list[str]:
 
 
 async def prepare(s: Node, kubelet: EmbeddedDraKubelet, n: int) -> None:
-    s.claims.add(ref(n), [AllocatedDevice("serial", NODE, USB0)])
+    s.claims.allocate(ref(n), [AllocatedDevice("serial", NODE, USB0)])
     await kubelet.prepare_pod(DRIVER, [ref(n)])
 
 
@@ -186,7 +187,7 @@ async def test_a_unit_whose_definition_left_stays_out_until_released(base: Path)
             assert note in readiness(s.supervisor.status(), started=True, notes=[note]).text
         async with node(base, text, [unit("ttyUSB0"), unit("ttyUSB1")], kubelet) as s:
             await s.publisher.until(lambda p: p.slices.get(NAME) == (("ttyUSB1",), frozenset()))
-            s.claims.add(ref(2), [AllocatedDevice("serial", NODE, USB0)])
+            s.claims.allocate(ref(2), [AllocatedDevice("serial", NODE, USB0)])
             with pytest.raises(DraKubeletError, match="is out of service"):
                 await kubelet.prepare(DRIVER, [ref(2)])
             owed.unlink()  # the admin cleaned the device by hand

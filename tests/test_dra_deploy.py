@@ -252,7 +252,7 @@ async def test_the_driver_may_get_claims_but_not_list_them(
     created = json.loads(made)
     source = ApiClaimSource(driver_client, node=NODE)
     with pytest.raises(ClaimError, match="not allocated"):
-        await source.allocated_devices(ClaimRef(namespace, "c1", created["metadata"]["uid"]))
+        await source.allocation(ClaimRef(namespace, "c1", created["metadata"]["uid"]))
     with pytest.raises(ApiError) as denied:
         async for _ in driver_client.list(kubeapi.RESOURCE_CLAIM, namespace=namespace):
             pass

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from genericdp.config.model import HealthCheck
 from genericdp.dra.driver import DraDriver
-from genericdp.dra.embedded import KUBELET_1_36_HEALTH, DraEventKind, EmbeddedDraKubelet
 from genericdp.dra.naming import device_name
 from genericdp.dra.registration import RegistrationServer, RegistrationService
 from genericdp.dra.service import (
@@ -31,6 +30,7 @@ from tests.dra_fakes import (
     MemoryClaims,
     definition,
 )
+from tests.dra_kubelet import KUBELET_1_36_HEALTH, DraEventKind, EmbeddedDraKubelet
 
 A0, A1 = (NODE, device_name(SERIAL, "A0")), (NODE, device_name(SERIAL, "A1"))
 

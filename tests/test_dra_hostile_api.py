@@ -96,7 +96,7 @@ async def test_a_trickled_claim_read_ends_at_its_deadline(
     source = ApiClaimSource(hostile_client, node=NODE, deadline=0.5)
     started = time.monotonic()
     with pytest.raises(ClaimError, match=r"did not answer within 0\.5s"):
-        await source.allocated_devices(claim())
+        await source.allocation(claim())
     assert time.monotonic() - started < 3
 
 
@@ -108,7 +108,7 @@ async def test_trickled_reads_never_hold_back_claims_that_need_no_read(
     hostile_client, server = hostile
     first = setup(base, [(definition(), [unit(0)])])
     for n in (1, 2):
-        first.claims.add(claim(n), allocated(SERIAL, unit(0)))
+        first.claims.allocate(claim(n), allocated(SERIAL, unit(0)))
         assert (await first.preparer.prepare([claim(n)]))[claim(n).uid].error == ""
     checkpoint = Checkpoint(first.checkpoint.path)
     checkpoint.load()

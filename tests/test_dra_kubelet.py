@@ -16,8 +16,7 @@ import pytest
 from genericdp.config.model import HealthCheck, Hooks
 from genericdp.dra.claims import ClaimRef
 from genericdp.dra.driver import DraDriver
-from genericdp.dra.embedded import DraEventKind, DraKubeletError, EmbeddedDraKubelet, resolve_cdi
-from genericdp.dra.embedded.kubelet import HEALTH_TIMEOUT
+from genericdp.dra.embedded import DraKubeletError, resolve_cdi
 from genericdp.dra.naming import device_name
 from genericdp.dra.service import HEARTBEAT, SERVICES
 from genericdp.hooks import HookRunner, run_hook
@@ -36,6 +35,7 @@ from tests.dra_fakes import (
     definition,
     unit,
 )
+from tests.dra_kubelet import HEALTH_TIMEOUT, DraEventKind, EmbeddedDraKubelet
 from tests.polling import eventually
 
 REGISTERED, REFUSED, DEREGISTERED = (
@@ -65,7 +65,7 @@ def driver(
 
 async def test_registration_handshake_and_a_pod_gets_its_devices(base: Path) -> None:
     claims = MemoryClaims()
-    claims.add(claim(), allocated(SERIAL, unit(1)))
+    claims.allocate(claim(), allocated(SERIAL, unit(1)))
     hooks = RecordedHooks()
     async with (
         EmbeddedDraKubelet(base / "registry") as kubelet,
@@ -95,9 +95,9 @@ async def test_prepare_and_unprepare_are_counted_by_result_and_timed_per_claim(
 ) -> None:
     """Each claim of a call is one count (its outcome) and one duration, in /metrics."""
     claims = MemoryClaims()
-    claims.add(claim(1), allocated(SERIAL, unit(0)))
-    claims.add(claim(2), allocated(SERIAL, unit(7)))  # no such device on this node
-    claims.add(claim(3), allocated(SERIAL, unit(1)))
+    claims.allocate(claim(1), allocated(SERIAL, unit(0)))
+    claims.allocate(claim(2), allocated(SERIAL, unit(7)))  # no such device on this node
+    claims.allocate(claim(3), allocated(SERIAL, unit(1)))
     hooks, metrics = RecordedHooks(), Metrics(process=False)
 
     def prepares(result: str) -> float | None:
@@ -208,7 +208,7 @@ async def test_prepare_is_retried_until_the_claim_can_be_prepared(base: Path) ->
         await kubelet.wait_until(lambda k: k.registered(DRIVER))
         with pytest.raises(DraKubeletError, match=r"claim-1 .* not found"):
             await kubelet.prepare(DRIVER, [claim()])
-        claims.add(claim(), allocated(SERIAL, unit(0)))
+        claims.allocate(claim(), allocated(SERIAL, unit(0)))
         assert len(await kubelet.prepare_pod(DRIVER, [claim()])) == 2  # device, metadata
         calls = kubelet.count(PREPARE)
         # The kubelet does not ask again for a prepared claim; a new kubelet
@@ -265,7 +265,7 @@ async def test_several_claims_naming_one_device_are_each_prepared_and_each_see_i
     claims = MemoryClaims()
     shared = [claim(1), claim(2)]
     for ref in shared:
-        claims.add(ref, allocated(SERIAL, unit(0)))
+        claims.allocate(ref, allocated(SERIAL, unit(0)))
     hooks = RecordedHooks()
     async with (
         EmbeddedDraKubelet(base / "registry") as kubelet,
@@ -345,7 +345,7 @@ async def test_prepare_latency_through_the_kubelet(base: Path, real_hooks: bool)
         times = []
         for n in range(20):
             ref = ClaimRef("ns", f"c{n}", f"uid-{n:04d}")
-            claims.add(ref, allocated(SERIAL, unit(n % 2)))
+            claims.allocate(ref, allocated(SERIAL, unit(n % 2)))
             started = time.perf_counter()
             await kubelet.prepare(DRIVER, [ref])
             times.append(time.perf_counter() - started)

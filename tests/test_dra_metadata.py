@@ -16,7 +16,7 @@ from genericdp.discovery.model import Unit
 from genericdp.dra.checkpoint import Checkpoint
 from genericdp.dra.claims import AllocatedDevice, ClaimRef
 from genericdp.dra.driver import DraDriver
-from genericdp.dra.embedded import EmbeddedDraKubelet, resolve_cdi
+from genericdp.dra.embedded import resolve_cdi
 from genericdp.dra.metadata import API_VERSIONS
 from genericdp.dra.naming import device_name
 from tests.dra_drivers import new_driver, started
@@ -31,6 +31,7 @@ from tests.dra_fakes import (
     setup,
     unit,
 )
+from tests.dra_kubelet import EmbeddedDraKubelet
 
 CONTAINER_DIR = "/var/run/kubernetes.io/dra-device-attributes"
 
@@ -141,7 +142,7 @@ async def test_a_claim_made_from_a_template_is_under_the_pods_claim_name(base: P
     have a file and a mount each, each with its first device."""
     s = setup(base, [(definition(), [unit(0), unit(1)])])
     a0, a1 = device_name(SERIAL, "A0"), device_name(SERIAL, "A1")
-    s.claims.add(
+    s.claims.allocate(
         claim(),
         [AllocatedDevice("ports", NODE, a0), AllocatedDevice("spare", NODE, a1)],
         pod_claim="serial",
@@ -171,7 +172,7 @@ async def test_hostile_discovered_values_stay_inside_json(base: Path) -> None:
     hostile = '"},{"x":"../../../etc/passwd\n\x00\u202e'
     odd = replace(unit(0), properties={"ID_SERIAL_SHORT": hostile})
     s = setup(base, [(definition(), [odd])])
-    s.claims.add(claim(), allocated(SERIAL, odd))
+    s.claims.allocate(claim(), allocated(SERIAL, odd))
     assert (await s.preparer.prepare([claim()]))[claim().uid].error == ""
     top = base / "plugin" / "dra-device-metadata"
     files = sorted(p.relative_to(top) for p in top.rglob("*") if p.is_file())
@@ -185,9 +186,9 @@ async def test_names_that_would_leave_the_metadata_directory_fail_the_claim(base
     """A request, or a pod claim annotation, that is no DNS label fails its claim saying
     so, before any hook or file; claims with good names are prepared."""
     s = setup(base, [(definition(), [unit(0), unit(1), unit(2)])])
-    s.claims.add(claim(1), [AllocatedDevice("../../x", NODE, device_name(SERIAL, "A0"))])
-    s.claims.add(claim(2), allocated(SERIAL, unit(1)), pod_claim="../../../etc")
-    s.claims.add(claim(3), allocated(SERIAL, unit(2)))
+    s.claims.allocate(claim(1), [AllocatedDevice("../../x", NODE, device_name(SERIAL, "A0"))])
+    s.claims.allocate(claim(2), allocated(SERIAL, unit(1)), pod_claim="../../../etc")
+    s.claims.allocate(claim(3), allocated(SERIAL, unit(2)))
     answer = await s.preparer.prepare([claim(1), claim(2), claim(3)])
     assert "request '../../x' is not a DNS label" in answer[claim(1).uid].error
     assert "pod-claim-name '../../../etc' is not a DNS label" in answer[claim(2).uid].error
@@ -202,7 +203,7 @@ async def test_a_link_in_the_metadata_directory_is_never_followed(base: Path) ->
     """A link where a claim's directory goes fails the claim (its file is not written
     through it), and unprepare removes the link, not what it points to."""
     s = setup(base, [(definition(), [unit(0)])])
-    s.claims.add(claim(), allocated(SERIAL, unit(0)))
+    s.claims.allocate(claim(), allocated(SERIAL, unit(0)))
     elsewhere = base / "elsewhere"
     (elsewhere / "req").mkdir(parents=True)
     top = base / "plugin" / "dra-device-metadata"
@@ -220,8 +221,8 @@ async def test_checkpoint_attributes_of_the_wrong_shape_drop_their_entry(base: P
     """The checkpoint keeps each device's attributes for the rebuild; an entry whose
     attributes are not [name, type, value] of a known type is dropped, others kept."""
     s = setup(base, [(definition(), [unit(0), unit(1)])])
-    s.claims.add(claim(1), allocated(SERIAL, unit(0)))
-    s.claims.add(claim(2), allocated(SERIAL, unit(1)))
+    s.claims.allocate(claim(1), allocated(SERIAL, unit(0)))
+    s.claims.allocate(claim(2), allocated(SERIAL, unit(1)))
     await s.preparer.prepare([claim(1), claim(2)])
     doc = json.loads(s.checkpoint.path.read_text())
     kept = doc["claims"][claim(1).uid]["devices"][0]["attributes"]

@@ -45,7 +45,7 @@ async def test_prepare_runs_hooks_writes_the_spec_and_answers_cdi_ids(base: Path
         mounts=(MountTemplate("/var/lib/serial", "/etc/serial", read_only=True),),
     )
     s = setup(base, [(d, [unit(0), unit(1), unit(2)])])
-    s.claims.add(claim(), allocated(SERIAL, unit(0), unit(2)))
+    s.claims.allocate(claim(), allocated(SERIAL, unit(0), unit(2)))
     answer = await s.preparer.prepare([claim()])
     result = answer[claim().uid]
     assert result.error == ""
@@ -83,7 +83,7 @@ async def test_prepare_runs_hooks_writes_the_spec_and_answers_cdi_ids(base: Path
 
 async def test_prepare_again_answers_the_same_without_hooks_or_the_api(base: Path) -> None:
     s = setup(base, [(definition(hooks=ALL_HOOKS), [unit(0)])])
-    s.claims.add(claim(), allocated(SERIAL, unit(0)))
+    s.claims.allocate(claim(), allocated(SERIAL, unit(0)))
     first = await s.preparer.prepare([claim()])
     runs, calls = len(s.hooks.runs), s.claims.calls
     again = await s.preparer.prepare([claim(), claim()])
@@ -95,7 +95,7 @@ async def test_concurrent_prepares_of_one_claim_run_hooks_once(base: Path) -> No
     import asyncio
 
     s = setup(base, [(definition(hooks=ALL_HOOKS), [unit(0)])])
-    s.claims.add(claim(), allocated(SERIAL, unit(0)))
+    s.claims.allocate(claim(), allocated(SERIAL, unit(0)))
     answers = await asyncio.gather(*(s.preparer.prepare([claim()]) for _ in range(5)))
     assert all(a == answers[0] for a in answers)
     assert s.hooks.names() == ["init", "preStart"]
@@ -103,7 +103,7 @@ async def test_concurrent_prepares_of_one_claim_run_hooks_once(base: Path) -> No
 
 async def test_unprepare_runs_cleanup_removes_the_spec_and_forgets(base: Path) -> None:
     s = setup(base, [(definition(hooks=ALL_HOOKS), [unit(0)])])
-    s.claims.add(claim(), allocated(SERIAL, unit(0)))
+    s.claims.allocate(claim(), allocated(SERIAL, unit(0)))
     await s.preparer.prepare([claim()])
     assert await s.preparer.unprepare([claim()]) == {claim().uid: ""}
     assert s.hooks.names() == ["init", "preStart", "cleanup"]
@@ -116,7 +116,7 @@ async def test_unprepare_runs_cleanup_removes_the_spec_and_forgets(base: Path) -
 
 async def test_a_restarted_daemon_answers_and_unprepares_from_the_checkpoint(base: Path) -> None:
     s = setup(base, [(definition(hooks=ALL_HOOKS), [unit(0)])])
-    s.claims.add(claim(), allocated(SERIAL, unit(0)))
+    s.claims.allocate(claim(), allocated(SERIAL, unit(0)))
     first = await s.preparer.prepare([claim()])
     # A new daemon: new inventory (the unit is gone now), hooks, preparer; same files.
     hooks = RecordedHooks()
@@ -133,7 +133,7 @@ async def test_a_restarted_daemon_answers_and_unprepares_from_the_checkpoint(bas
 async def test_a_failed_hook_fails_the_claim_and_unprepare_still_cleans(base: Path) -> None:
     hooks = RecordedHooks(fail={"preStart"})
     s = setup(base, [(definition(hooks=ALL_HOOKS), [unit(0)])], hooks=hooks)
-    s.claims.add(claim(), allocated(SERIAL, unit(0)))
+    s.claims.allocate(claim(), allocated(SERIAL, unit(0)))
     result = (await s.preparer.prepare([claim()]))[claim().uid]
     assert "preStart hook failed on purpose" in result.error
     assert claim().name in result.error
@@ -152,7 +152,7 @@ async def test_a_failed_hook_fails_the_claim_and_unprepare_still_cleans(base: Pa
 async def test_a_failed_cleanup_is_reported_and_retried(base: Path) -> None:
     hooks = RecordedHooks(fail={"cleanup"})
     s = setup(base, [(definition(hooks=ALL_HOOKS), [unit(0)])], hooks=hooks)
-    s.claims.add(claim(), allocated(SERIAL, unit(0)))
+    s.claims.allocate(claim(), allocated(SERIAL, unit(0)))
     await s.preparer.prepare([claim()])
     assert "cleanup hook failed" in (await s.preparer.unprepare([claim()]))[claim().uid]
     assert s.checkpoint.get(claim().uid) is not None
@@ -164,10 +164,10 @@ async def test_a_failed_cleanup_is_reported_and_retried(base: Path) -> None:
 async def test_each_claim_fails_alone(base: Path) -> None:
     other = "example.com/other"
     s = setup(base, [(definition(), [unit(0), unit(1)]), (definition(other), [unit(5)])])
-    s.claims.add(claim(1), allocated(SERIAL, unit(0)) + allocated(other, unit(5)))
-    s.claims.add(claim(2), [AllocatedDevice("req", NODE, "serial-nothere")])
-    s.claims.add(claim(3), allocated(SERIAL, unit(1), pool="node-b"))
-    s.claims.add(claim(5), [AllocatedDevice("r", NODE, "x" * 100_000)])
+    s.claims.allocate(claim(1), allocated(SERIAL, unit(0)) + allocated(other, unit(5)))
+    s.claims.allocate(claim(2), [AllocatedDevice("req", NODE, "serial-nothere")])
+    s.claims.allocate(claim(3), allocated(SERIAL, unit(1), pool="node-b"))
+    s.claims.allocate(claim(5), [AllocatedDevice("r", NODE, "x" * 100_000)])
     bad_uid = ClaimRef("default", "evil", "../../etc/passwd")
     answer = await s.preparer.prepare([claim(1), claim(2), claim(3), claim(4), claim(5), bad_uid])
     assert answer[claim(1).uid].error == ""
@@ -184,8 +184,8 @@ async def test_each_claim_fails_alone(base: Path) -> None:
 async def test_unhealthy_devices_and_oversized_claims_are_refused(base: Path) -> None:
     s = setup(base, [(definition(health=HealthCheck(HOOK)), [unit(0)])])
     s.inventory.set_health(SERIAL, {"A0"}, {"A0"}, {"A0": "exit 1: cable unplugged"})
-    s.claims.add(claim(1), allocated(SERIAL, unit(0)))
-    s.claims.add(claim(2), allocated(SERIAL, unit(0)) * (MAX_DEVICES_PER_CLAIM + 1))
+    s.claims.allocate(claim(1), allocated(SERIAL, unit(0)))
+    s.claims.allocate(claim(2), allocated(SERIAL, unit(0)) * (MAX_DEVICES_PER_CLAIM + 1))
     answer = await s.preparer.prepare([claim(1), claim(2)])
     assert "is not healthy" in answer[claim(1).uid].error
     assert f"more than the {MAX_DEVICES_PER_CLAIM}" in answer[claim(2).uid].error
@@ -196,7 +196,7 @@ async def test_a_huge_batch_is_answered_claim_by_claim(base: Path) -> None:
     s = setup(base, [(definition(hooks=ALL_HOOKS), units)])
     claims = [ClaimRef("ns", f"c{n}", f"uid-{n:05d}") for n in range(200)]
     for n, ref in enumerate(claims):
-        s.claims.add(ref, allocated(SERIAL, units[n % 50]))
+        s.claims.allocate(ref, allocated(SERIAL, units[n % 50]))
     answer = await s.preparer.prepare(claims)
     assert len(answer) == 200
     assert all(r.error == "" for r in answer.values())
@@ -207,7 +207,7 @@ async def test_a_huge_batch_is_answered_claim_by_claim(base: Path) -> None:
 
 async def test_a_uid_reused_by_another_claim_is_refused(base: Path) -> None:
     s = setup(base, [(definition(), [unit(0)])])
-    s.claims.add(claim(), allocated(SERIAL, unit(0)))
+    s.claims.allocate(claim(), allocated(SERIAL, unit(0)))
     await s.preparer.prepare([claim()])
     impostor = ClaimRef("other", "claim-1", claim().uid)
     assert "prepared here already" in (await s.preparer.prepare([impostor]))[claim().uid].error
@@ -215,7 +215,7 @@ async def test_a_uid_reused_by_another_claim_is_refused(base: Path) -> None:
 
 async def test_a_checkpoint_that_cannot_be_written_fails_the_claim(base: Path) -> None:
     s = setup(base, [(definition(), [unit(0)])])
-    s.claims.add(claim(), allocated(SERIAL, unit(0)))
+    s.claims.allocate(claim(), allocated(SERIAL, unit(0)))
     (base / "plugin").write_text("a file where the directory should be")
     result = (await s.preparer.prepare([claim()]))[claim().uid]
     assert "cannot write the DRA checkpoint" in result.error
@@ -288,7 +288,7 @@ async def test_a_claim_source_that_misbehaves_fails_its_claims_briefly(base: Pat
 async def test_a_device_named_by_two_requests_is_one_cdi_device(base: Path) -> None:
     s = setup(base, [(definition(hooks=ALL_HOOKS), [unit(0)])])
     name = device_name(SERIAL, "A0")
-    s.claims.add(claim(), [AllocatedDevice("a", NODE, name), AllocatedDevice("b", NODE, name)])
+    s.claims.allocate(claim(), [AllocatedDevice("a", NODE, name), AllocatedDevice("b", NODE, name)])
     result = (await s.preparer.prepare([claim()]))[claim().uid]
     assert [(d.request, d.device) for d in result.devices] == [("a", name), ("b", name)]
     spec = json.loads((s.cdi_dir / claim_spec_name(DRIVER, claim().uid)).read_text())
@@ -306,7 +306,7 @@ async def test_allocate_devices_nodes_are_in_every_prepared_device(base: Path) -
     d = definition()
     units = [replace(unit(0), shared=(ctl,)), replace(unit(1), shared=(ctl,))]
     s = setup(base, [(d, units)])
-    s.claims.add(claim(), allocated(SERIAL, *units))
+    s.claims.allocate(claim(), allocated(SERIAL, *units))
     assert (await s.preparer.prepare([claim()]))[claim().uid].error == ""
     spec = json.loads((s.cdi_dir / claim_spec_name(DRIVER, claim().uid)).read_text())
     for device in spec["devices"]:
@@ -324,7 +324,7 @@ async def test_two_nodes_at_one_container_path_are_refused(base: Path) -> None:
     other = DeviceNode("/dev/ttyUSB1", "/dev/serial0")
     units = [replace(unit(0), nodes=(fixed,)), replace(unit(1), nodes=(other,))]
     s = setup(base, [(definition(hooks=ALL_HOOKS), units)])
-    s.claims.add(claim(), allocated(SERIAL, *units))
+    s.claims.allocate(claim(), allocated(SERIAL, *units))
     result = (await s.preparer.prepare([claim()]))[claim().uid]
     assert "would both be /dev/serial0 in the container" in result.error
     assert s.hooks.runs == []
@@ -371,7 +371,7 @@ async def test_simulate_shows_the_spec_and_ids_prepare_makes(
     first = sorted(units, key=lambda u: device_name(SERIAL, u.id))[:2]
     s = setup(base, [(d, units)])
     ref = ClaimRef("default", "simulated", SIMULATED_CLAIM_UID)
-    s.claims.add(ref, allocated(SERIAL, *first))
+    s.claims.allocate(ref, allocated(SERIAL, *first))
     result = (await s.preparer.prepare([ref]))[ref.uid]
     assert result.error == ""
     written = json.loads((s.cdi_dir / claim_spec_name(DRIVER, ref.uid)).read_text())

@@ -16,7 +16,6 @@ import pytest
 from genericdp.config.model import Hooks
 from genericdp.dra.checkpoint import FILE_NAME
 from genericdp.dra.driver import DraDriver
-from genericdp.dra.embedded import DraEventKind, EmbeddedDraKubelet
 from genericdp.dra.socketnames import dra_socket, registration_socket
 from genericdp.dra.turns import TurnError, Turns
 from genericdp.unixgrpc import MAX_UNIX_PATH_BYTES
@@ -32,6 +31,7 @@ from tests.dra_fakes import (
     definition,
     unit,
 )
+from tests.dra_kubelet import DraEventKind, EmbeddedDraKubelet
 
 UID_OLD = "11111111-2222-3333-4444-555555555555"
 UID_NEW = "66666666-7777-8888-9999-000000000000"
@@ -87,7 +87,7 @@ async def test_the_kubelet_uses_the_newest_instance_and_falls_back_to_the_other(
     run once, and the checkpoint holds the claims of both."""
     claims = MemoryClaims()
     for n in (1, 2, 3):
-        claims.add(claim(n), allocated(SERIAL, unit(n % 2)))
+        claims.allocate(claim(n), allocated(SERIAL, unit(n % 2)))
     old_hooks, new_hooks = RecordedHooks(), RecordedHooks()
     async with (
         EmbeddedDraKubelet(base / "registry") as kubelet,
@@ -119,7 +119,7 @@ async def test_an_instance_follows_the_claims_another_prepared(base: Path) -> No
     """What one instance holds as used (unplug under use, health) includes the claims the
     other instance prepared, read from the checkpoint as soon as it changes."""
     claims = MemoryClaims()
-    claims.add(claim(1), allocated(SERIAL, unit(1)))
+    claims.allocate(claim(1), allocated(SERIAL, unit(1)))
     changed = asyncio.Event()
     async with (
         instance(base, claims, RecordedHooks(), UID_OLD) as old,
@@ -141,7 +141,7 @@ async def test_a_call_waits_for_the_other_instances_turn_and_gives_up_at_its_dea
     """While another instance holds the node's call lock a turn waits; past the deadline
     it fails naming the lock, and the kubelet's retry then succeeds."""
     claims = MemoryClaims()
-    claims.add(claim(1), allocated(SERIAL, unit(1)))
+    claims.allocate(claim(1), allocated(SERIAL, unit(1)))
     async with instance(base, claims, RecordedHooks(), UID_OLD) as d:
         other = Turns(d.checkpoint, d.turns.path)  # another process's open file: its own lock
         d.turns.deadline = 0.2

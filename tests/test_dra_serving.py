@@ -17,7 +17,7 @@ from ruamel.yaml import YAML
 
 from genericdp.config import load
 from genericdp.dra.backend import serving
-from genericdp.dra.embedded import EmbeddedDraKubelet, resolve_cdi
+from genericdp.dra.embedded import resolve_cdi
 from genericdp.dra.naming import DEFAULT_DRIVER, device_name
 from genericdp.dra.slices import SHARES_CAPACITY, SLICE_LABEL
 from genericdp.hooks import HookRun
@@ -25,6 +25,7 @@ from genericdp.runtime.supervisor import Supervisor
 from genericdp.simulate import simulate_dra
 from tests.apiserver import ApiServer
 from tests.dra_claims import allocated_claim
+from tests.dra_kubelet import EmbeddedDraKubelet
 from tests.fakesys import FakeHost
 from tests.polling import eventually
 from tests.runtime_harness import ScriptedDiscovery, config, settings_for, unit

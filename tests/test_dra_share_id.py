@@ -9,13 +9,13 @@ from pathlib import Path
 from genericdp.dra.apiclaims import ApiClaimSource
 from genericdp.dra.claims import POD_CLAIM_ANNOTATION, AllocatedDevice, Allocation, ClaimRef
 from genericdp.dra.driver import DraDriver
-from genericdp.dra.embedded import EmbeddedDraKubelet
 from genericdp.dra.naming import DEFAULT_DRIVER, device_name
 from genericdp.kube import client as kubeapi
 from tests.apiserver import ApiServer
 from tests.dra_drivers import new_driver, started
 from tests.dra_fakes import DRIVER, NODE, SERIAL, MemoryClaims, claim
 from tests.dra_fakes import unit as make_unit
+from tests.dra_kubelet import EmbeddedDraKubelet
 
 SHARE_1 = "aaaaaaaa-0000-0000-0000-000000000001"
 SHARE_2 = "aaaaaaaa-0000-0000-0000-000000000002"
@@ -25,8 +25,8 @@ def shared_claims() -> MemoryClaims:
     """Two claims, each with a share of one device."""
     a0 = device_name(SERIAL, "A0")
     claims = MemoryClaims()
-    claims.add(claim(1), [AllocatedDevice("req", NODE, a0, SHARE_1)])
-    claims.add(claim(2), [AllocatedDevice("req", NODE, a0, SHARE_2)])
+    claims.allocate(claim(1), [AllocatedDevice("req", NODE, a0, SHARE_1)])
+    claims.allocate(claim(2), [AllocatedDevice("req", NODE, a0, SHARE_2)])
     return claims
 
 

@@ -95,7 +95,7 @@ async def test_claims_sharing_a_unit_each_init_and_the_last_cleans(base: Path) -
     changes: list[int] = []
     s.preparer.on_change = lambda: changes.append(len(list(s.checkpoint)))
     for n in (1, 2, 3):
-        s.claims.add(claim(n), allocated(SERIAL, unit(0)))
+        s.claims.allocate(claim(n), allocated(SERIAL, unit(0)))
     answer = await s.preparer.prepare([claim(1), claim(2)])
     assert [r.error for r in answer.values()] == ["", ""]
     assert (await s.preparer.prepare([claim(3)]))[claim(3).uid].error == ""
@@ -115,7 +115,7 @@ async def test_a_claim_with_several_shares_of_one_device_prepares_it_once(base: 
     """Two requests of one claim may each get a share of the same device."""
     s = setup(base, [(definition(hooks=Hooks(init=HOOK)), [unit(0)])])
     name = device_name(SERIAL, "A0")
-    s.claims.add(claim(), [AllocatedDevice("a", NODE, name), AllocatedDevice("b", NODE, name)])
+    s.claims.allocate(claim(), [AllocatedDevice("a", NODE, name), AllocatedDevice("b", NODE, name)])
     result = (await s.preparer.prepare([claim()]))[claim().uid]
     assert result.error == ""
     assert s.hooks.runs == [("init", SERIAL, ("A0",), (name,))]
@@ -145,7 +145,7 @@ async def test_an_init_waits_for_the_cleanup_of_its_unit(base: Path) -> None:
     d = definition(hooks=Hooks(init=HOOK, cleanup=HOOK))
     s = setup(base, [(d, [unit(0)])], hooks=hooks)
     for n in (1, 2):
-        s.claims.add(claim(n), allocated(SERIAL, unit(0)))
+        s.claims.allocate(claim(n), allocated(SERIAL, unit(0)))
     await s.preparer.prepare([claim(1)])
     unprepare = asyncio.create_task(s.preparer.unprepare([claim(1)]))
     await hooks.cleaning.wait()

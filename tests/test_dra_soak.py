@@ -23,10 +23,10 @@ import pytest
 
 from genericdp.dra.checkpoint import FILE_NAME
 from genericdp.dra.claims import ClaimRef
-from genericdp.dra.embedded import DraEventKind, EmbeddedDraKubelet
-from genericdp.dra.embedded.state import DraKubeletError
+from genericdp.dra.embedded import DraKubeletError
 from genericdp.dra.naming import DEFAULT_DRIVER
 from tests.apiserver import ApiServer
+from tests.dra_kubelet import DraEventKind, EmbeddedDraKubelet
 from tests.fakesys import FakeHost
 from tests.polling import eventually
 from tests.test_dra_two_instances import (

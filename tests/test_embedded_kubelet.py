@@ -11,15 +11,17 @@ import pytest
 from genericdp.errors import KubeletError, RegistrationError
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
-from genericdp.kubelet.embedded import AllocationError, EmbeddedKubelet, EventKind
+from genericdp.kubelet.embedded import AllocationError, EventKind
 from genericdp.kubelet.options import PluginOptions
-from genericdp.kubelet.podresources import PodDevices, list_pod_devices
+from genericdp.kubelet.podresources import PodDevices
 from genericdp.kubelet.registration import register
 from tests.kubelet_fakes import (
     SERIAL,
+    EmbeddedKubelet,
     FakePlugin,
     device,
     has,
+    list_pod_devices,
     registered,
     three_devices,
 )

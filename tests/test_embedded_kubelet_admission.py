@@ -7,9 +7,10 @@ import pytest
 
 from genericdp.kubelet.api import podresources_pb2 as pr
 from genericdp.kubelet.api import podresources_pb2_grpc as pr_grpc
-from genericdp.kubelet.embedded import AllocationError, EmbeddedKubelet
+from genericdp.kubelet.embedded import AllocationError
 from tests.kubelet_fakes import (
     SERIAL,
+    EmbeddedKubelet,
     FakePlugin,
     device,
     has,

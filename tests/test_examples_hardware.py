@@ -35,9 +35,9 @@ from genericdp.config import load
 from genericdp.deviceplugin.backend import DevicePluginBackend
 from genericdp.discovery import discover
 from genericdp.health import HealthMonitor
-from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.runtime.supervisor import Supervisor
 from tests.fakesys import FakeHost, can_mknod
+from tests.kubelet_fakes import EmbeddedKubelet
 from tests.runtime_harness import settings_for
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "configs" / "examples"

@@ -19,10 +19,10 @@ from genericdp.deviceplugin.backend import DevicePluginBackend
 from genericdp.discovery import discover
 from genericdp.discovery.model import Unit
 from genericdp.kubelet.devices import replica_ids, unit_id_of
-from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.servicer import allocate_response
 from genericdp.runtime.supervisor import Supervisor
 from tests.fakesys import FakeHost
+from tests.kubelet_fakes import EmbeddedKubelet
 from tests.runtime_harness import settings_for
 from tests.test_examples_hardware import HARDWARE_EXAMPLES
 

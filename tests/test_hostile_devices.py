@@ -147,7 +147,7 @@ def test_regular_files_sockets_and_fifos_under_dev_are_not_matched(host: FakeHos
     with socket.socket(socket.AF_UNIX) as sock:
         sock.bind(str(host.dev / "log"))
         found = find_nodes([GlobMatcher("/dev/**")], host.roots)
-    assert {n.host_path for n in found} == {"/dev/ttyUSB0", "/dev/bus/usb/001/002"}
+    assert {n.host_path for n, _ in found} == {"/dev/ttyUSB0", "/dev/bus/usb/001/002"}
 
 
 def test_udev_match_whose_node_is_not_a_device_is_skipped(host: FakeHost) -> None:
@@ -162,7 +162,7 @@ def test_udev_match_whose_node_is_not_a_device_is_skipped(host: FakeHost) -> Non
     (host.dev / "net" / "tun").unlink()
     host.add_file("/dev/shm/tun")
     (host.dev / "net" / "tun").symlink_to("../shm/tun")
-    assert find_nodes([UdevMatcher(subsystem="misc")], host.roots) == ()
+    assert find_nodes([UdevMatcher(subsystem="misc")], host.roots) == []
 
 
 @pytest.fixture

@@ -25,10 +25,10 @@ from genericdp.config.model import Config
 from genericdp.deviceplugin.sockets import socket_path
 from genericdp.errors import KubeletError
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
-from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.metrics import Metrics
 from genericdp.runtime.supervisor import Supervisor
 from genericdp.unixgrpc import MAX_UNIX_PATH_BYTES
+from tests.kubelet_fakes import EmbeddedKubelet
 from tests.polling import eventually
 from tests.runtime_harness import (
     Running,

@@ -17,9 +17,9 @@ import pytest
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery import discover
 from genericdp.discovery.model import Roots, Unit
-from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.state import EventKind
 from tests.fakesys import FakeHost
+from tests.kubelet_fakes import EmbeddedKubelet
 from tests.runtime_harness import NO_PERIODIC, config, running
 
 SERIAL = "example.com/serial"

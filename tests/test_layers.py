@@ -14,7 +14,9 @@ Every import counts: at the top of a module, inside a function and under
 Nothing in src/ exists for the tests alone: every module is imported from an
 entry point (``genericdp`` the command, ``python -m genericdp``, the modules
 ``./dev`` runs, the backend packages ``daemon.backend_serving`` imports by name),
-but those ``TEST_ONLY`` names, each with why.
+but those ``TEST_ONLY`` names, each with why; and every public function, method
+and class is named by code outside tests/, but those a library calls by name
+(``CALLED_BY_NAME``).
 """
 
 from __future__ import annotations
@@ -347,3 +349,69 @@ def test_the_reach_finds_a_module_nothing_imports() -> None:
     assert _reached(modules, {"genericdp.cli"}) == {"genericdp.cli", "genericdp.a", "genericdp.a.b"}
     assert "genericdp.cli" in _entry_points()
     assert "genericdp.kubelet.api.generate" in _entry_points()  # ./dev protos
+
+
+# Public functions, methods and classes of src/ that no code of ours names, because
+# a library calls them by their name: each with who calls it.
+CALLED_BY_NAME: dict[str, str] = {
+    "collect": "prometheus_client asks a registered collector (metrics.py, deviceclasses/)",
+    "connection_lost": "asyncio, on a subprocess protocol (hooks/execution.py)",
+    "data_received": "asyncio, on a subprocess protocol (hooks/execution.py)",
+    "eof_received": "asyncio, on a subprocess protocol (hooks/execution.py)",
+    **{
+        f"visit_{node}": "jinja2's NodeVisitor, by node type (config/templates.py)"
+        for node in ("Concat", "Dict", "For", "List", "Tuple")
+    },
+}
+# Code outside tests/ that may use src/: the benchmarks, tools and e2e checks.
+USERS = ("bench", "tools", "e2e")
+_GENERATED = re.compile(r"_pb2(_grpc)?\.py$")
+
+
+def _unnamed(sources: dict[str, str], outside: str) -> dict[str, list[str]]:
+    """Each public function, method or class defined in ``sources`` (path -> text;
+    generated code's definitions skipped) that neither ``sources`` (a name, an
+    attribute, an import) nor the word list ``outside`` names -> where it is.
+
+    By name alone: a test-only ``a.f`` goes unseen when some ``b.f`` is used."""
+    defined: dict[str, list[str]] = defaultdict(list)
+    used: set[str] = set()
+    for path, text in sources.items():
+        for node in ast.walk(ast.parse(text, path)):
+            if isinstance(node, ast.Name):
+                used.add(node.id)
+            elif isinstance(node, ast.Attribute):
+                used.add(node.attr)
+            elif isinstance(node, ast.alias):
+                used.add(node.name.rpartition(".")[2])
+            elif (
+                isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+                and not node.name.startswith("_")
+                and not _GENERATED.search(path)
+            ):
+                defined[node.name].append(f"{path}:{node.lineno}")
+    words = set(re.findall(r"\w+", outside))
+    return {name: where for name, where in defined.items() if name not in used | words}
+
+
+def test_nothing_in_src_is_named_only_by_tests() -> None:
+    """Every public function, method and class of src/ is named by code outside tests/
+    (src/ itself, the benchmarks, tools and e2e checks), but those ``CALLED_BY_NAME``:
+    one only tests call belongs in tests/. The allow-list holds no stale entry."""
+    sources = {str(p.relative_to(SRC)): p.read_text() for p in SRC.rglob("*.py")}
+    outside = "\n".join(p.read_text() for d in USERS for p in (ROOT / d).rglob("*.py"))
+    unnamed = _unnamed(sources, outside)
+    assert {n: w for n, w in unnamed.items() if n not in CALLED_BY_NAME} == {}
+    assert set(CALLED_BY_NAME) <= set(unnamed), "CALLED_BY_NAME names code now used"
+
+
+def test_the_name_check_finds_what_only_tests_call() -> None:
+    """A function, method or class nothing names is found; a use by a name, an
+    attribute, an import or outside code (or in generated code) is seen."""
+    sources = {
+        "a.py": "def lonely(): pass\nclass Shown:\n    def seen(self): pass\n"
+        "    def unseen(self): pass\ndef by_bench(): pass\n",
+        "b.py": "from a import Shown\nShown().seen()\n",
+        "c_pb2_grpc.py": "def generated(): pass\n",
+    }
+    assert _unnamed(sources, "by_bench()") == {"lonely": ["a.py:1"], "unseen": ["a.py:4"]}

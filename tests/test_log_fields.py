@@ -19,8 +19,8 @@ from genericdp import logsetup
 from genericdp.aio import Backoff, TaskSet
 from genericdp.config import load_text
 from genericdp.config.model import Config
-from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.runtime.supervisor import Supervisor
+from tests.kubelet_fakes import EmbeddedKubelet
 from tests.polling import eventually
 from tests.runtime_harness import (
     ScriptedDiscovery,

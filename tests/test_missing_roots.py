@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from genericdp.kubelet.embedded import EmbeddedKubelet
 from tests.fakesys import FakeHost
+from tests.kubelet_fakes import EmbeddedKubelet
 from tests.test_httpserver import get
 from tests.test_observability import wait_for_log
 

@@ -15,12 +15,13 @@ import pytest
 
 from genericdp.aio import TaskSet
 from genericdp.config.model import ResourceDefinition
-from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.metrics import Metrics
-from genericdp.nodelabels import LabelFollower, healthy_units, resource_labels
+from genericdp.nodelabels import healthy_units, resource_labels
 from genericdp.nodelabels.featuresfile import FeaturesFile, parse_features
 from genericdp.runtime.state import DeviceState
 from tests.fakesys import FakeHost
+from tests.kubelet_fakes import EmbeddedKubelet
+from tests.label_counts import CountingFollower
 from tests.polling import eventually
 from tests.runtime_harness import NO_PERIODIC, ScriptedDiscovery, config, running, unit
 from tests.test_hotplug import CountingDiscovery
@@ -85,7 +86,7 @@ async def test_the_feature_file_follows_hotplug_atomically_and_idle_writes_nothi
     metrics = Metrics()
     async with running(base, config(CONFIG), discover=counting, **NO_PERIODIC) as rt:
         counting.bind()
-        follower = LabelFollower(rt.supervisor, FeaturesFile(path), "node-1", metrics)
+        follower = CountingFollower(rt.supervisor, FeaturesFile(path), "node-1", metrics)
         tasks = TaskSet()
         tasks.spawn("node-features", follower.run)
         try:
@@ -145,7 +146,7 @@ async def test_the_feature_file_follows_hotplug_atomically_and_idle_writes_nothi
 async def _published(base: Path, path: Path) -> tuple[int, int]:
     """Run a daemon until its labels are published; its writes and the file's inode."""
     async with running(base, config(CONFIG), **NO_PERIODIC) as rt:
-        follower = LabelFollower(rt.supervisor, FeaturesFile(path), "node-1")
+        follower = CountingFollower(rt.supervisor, FeaturesFile(path), "node-1")
         tasks = TaskSet()
         tasks.spawn("node-features", follower.run)
         try:
@@ -234,7 +235,7 @@ async def test_a_resource_whose_discovery_fails_keeps_its_labels_and_holds_back_
         units={"example.com/ok": [unit("o1")]}, broken={"example.com/broken"}
     )
     async with running(base, config(cfg), discover=scripted, **NO_PERIODIC) as rt:
-        follower = LabelFollower(rt.supervisor, FeaturesFile(path), "node-1")
+        follower = CountingFollower(rt.supervisor, FeaturesFile(path), "node-1")
         tasks = TaskSet()
         tasks.spawn("node-features", follower.run)
         try:
@@ -260,7 +261,7 @@ async def test_a_unit_turning_unhealthy_leaves_the_labels_and_comes_back(base: P
     scripted = ScriptedDiscovery(units={"example.com/probed": [unit("p1"), unit("p2")]})
     path = base / "features.d" / "genericdp"
     async with running(base, config(cfg), discover=scripted, **NO_PERIODIC) as rt:
-        follower = LabelFollower(rt.supervisor, FeaturesFile(path), "node-1")
+        follower = CountingFollower(rt.supervisor, FeaturesFile(path), "node-1")
         tasks = TaskSet()
         tasks.spawn("node-features", follower.run)
         try:

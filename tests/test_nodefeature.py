@@ -14,10 +14,10 @@ import pytest
 
 from genericdp.aio import TaskSet
 from genericdp.kube.client import ApiRequestError, connect
-from genericdp.nodelabels import LabelFollower
 from genericdp.nodelabels.nodefeature import NODE_NAME_LABEL, NodeFeatureSink, object_name
 from tests.apiserver import ApiServer
 from tests.fakesys import FakeHost
+from tests.label_counts import CountingFollower, CountingNodeFeatureSink
 from tests.polling import eventually
 from tests.runtime_harness import NO_PERIODIC, config, running
 from tests.test_node_labels import CONFIG, OTHER
@@ -104,9 +104,9 @@ async def test_the_node_feature_follows_hotplug_and_idle_writes_nothing(
     node = "node-nf-1"
     host = FakeHost(base / "host")
     host.add_usb_serial(port="1-1", serial="OLD", ttys=("ttyUSB0",))
-    sink = NodeFeatureSink(client, node, NAMESPACE, OWNER)
+    sink = CountingNodeFeatureSink(client, node, NAMESPACE, OWNER)
     async with running(base, config(CONFIG), node_name=node, **NO_PERIODIC) as rt:
-        follower = LabelFollower(rt.supervisor, sink, node)
+        follower = CountingFollower(rt.supervisor, sink, node)
         tasks = TaskSet()
         tasks.spawn("node-features", follower.run)
         try:
@@ -162,9 +162,9 @@ async def test_a_new_pod_finding_its_labels_published_writes_nothing(
     host.add_usb_serial(port="1-1", serial="OLD", ttys=("ttyUSB0",))
     versions = []
     for generation in range(2):
-        sink = NodeFeatureSink(client, node, NAMESPACE, OWNER)
+        sink = CountingNodeFeatureSink(client, node, NAMESPACE, OWNER)
         async with running(base, config(CONFIG), node_name=node, **NO_PERIODIC) as rt:
-            follower = LabelFollower(rt.supervisor, sink, node)
+            follower = CountingFollower(rt.supervisor, sink, node)
             tasks = TaskSet()
             tasks.spawn("node-features", follower.run)
             try:

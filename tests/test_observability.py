@@ -20,12 +20,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from genericdp.deviceplugin.backend import DevicePluginBackend
 from genericdp.httpserver import HttpServer
-from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.metrics import Metrics
 from genericdp.probes import readiness, routes
 from genericdp.runtime.supervisor import Supervisor, all_registered
 from genericdp.settings import ListenAddress
 from tests.fakesys import FakeHost
+from tests.kubelet_fakes import EmbeddedKubelet
 from tests.runtime_harness import (
     ScriptedDiscovery,
     allocate_request,

@@ -8,8 +8,8 @@ import pytest
 
 from genericdp.errors import KubeletError
 from genericdp.kubelet.api import podresources_pb2 as pr
-from genericdp.kubelet.embedded import EmbeddedKubelet
-from genericdp.kubelet.podresources import PodDevices, list_pod_devices, pod_devices_from
+from genericdp.kubelet.podresources import PodDevices, pod_devices_from
+from tests.kubelet_fakes import EmbeddedKubelet, list_pod_devices
 
 
 def devices(resource: str, *ids: str, numa: int | None = None) -> pr.ContainerDevices:

@@ -11,10 +11,9 @@ import pytest
 from genericdp.errors import RegistrationError
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
-from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.options import PluginOptions
 from genericdp.kubelet.registration import register
-from tests.kubelet_fakes import FakePlugin, device, serving
+from tests.kubelet_fakes import EmbeddedKubelet, FakePlugin, device, serving
 
 SERIAL = "example.com/serial"
 

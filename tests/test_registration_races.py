@@ -29,12 +29,19 @@ from genericdp.deviceplugin.backend import DevicePluginBackend
 from genericdp.errors import RegistrationError
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
-from genericdp.kubelet.embedded import AllocationError, EmbeddedKubelet, EventKind
+from genericdp.kubelet.embedded import AllocationError, EventKind
 from genericdp.kubelet.embedded.endpoint import DIAL_TIMEOUT
 from genericdp.kubelet.options import KUBELET_SOCKET_NAME, REGISTER_TIMEOUT, PluginOptions
 from genericdp.kubelet.registration import register
 from genericdp.runtime.supervisor import Supervisor, all_registered
-from tests.kubelet_fakes import SERIAL, FakePlugin, registered, serving, three_devices
+from tests.kubelet_fakes import (
+    SERIAL,
+    EmbeddedKubelet,
+    FakePlugin,
+    registered,
+    serving,
+    three_devices,
+)
 from tests.runtime_harness import (
     Running,
     ScriptedDiscovery,

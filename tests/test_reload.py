@@ -20,10 +20,10 @@ import pytest
 
 from genericdp.aio import Backoff, TaskSet
 from genericdp.config import load
-from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.state import EventKind
 from genericdp.runtime.configwatch import ConfigWatcher, Outcome
 from tests.fakesys import FakeHost
+from tests.kubelet_fakes import EmbeddedKubelet
 from tests.runtime_harness import Running, ScriptedDiscovery, running, unit
 from tests.test_configwatch import ConfigMapVolume, Results
 

@@ -14,9 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.runtime.configwatch import Outcome
 from tests.fakesys import FakeHost
+from tests.kubelet_fakes import EmbeddedKubelet
 from tests.test_configwatch import ConfigMapVolume, Results
 from tests.test_hostile_config import CASES, expectation
 from tests.test_httpserver import get

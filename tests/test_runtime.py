@@ -8,8 +8,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.kubelet.embedded.state import EventKind
+from tests.kubelet_fakes import EmbeddedKubelet
 from tests.runtime_harness import (
     ScriptedDiscovery,
     allocate_request,

@@ -15,9 +15,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from genericdp.kubelet.embedded import EmbeddedKubelet
 from genericdp.lastgood import STATE_FILE
 from tests.fakesys import FakeHost
+from tests.kubelet_fakes import EmbeddedKubelet
 from tests.test_configwatch import ConfigMapVolume
 from tests.test_httpserver import Reply, get
 from tests.test_observability import sample, samples, wait_for_log

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from genericdp.kubelet.embedded import EmbeddedKubelet
 from tests.fakesys import FakeHost
+from tests.kubelet_fakes import EmbeddedKubelet
 
 CONFIG = """\
 version: v1

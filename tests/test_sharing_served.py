@@ -16,9 +16,10 @@ import pytest
 
 from genericdp.config.model import Config
 from genericdp.deviceplugin.backend import DevicePluginBackend
-from genericdp.kubelet.embedded import EmbeddedKubelet, EventKind
+from genericdp.kubelet.embedded import EventKind
 from genericdp.runtime.supervisor import Supervisor
 from genericdp.settings import Settings
+from tests.kubelet_fakes import EmbeddedKubelet
 from tests.polling import eventually
 from tests.runtime_harness import (
     Running,

@@ -492,7 +492,7 @@ class _DraSession:
         self.api.allocate(claim, [AllocatedDevice(request, node, d) for d in devices])
         print("  allocated devices: " + ", ".join(f"{node}/{d}" for d in devices), file=self.out)
         try:
-            given = await self.kubelet.prepare_pod(driver, [claim], attempts=1)
+            given = await self.kubelet.prepare(driver, [claim])
             ids = list(dict.fromkeys(given))  # the claim's metadata device is each device's
             print("  prepare answers the CDI devices " + ", ".join(ids), file=self.out)
             resolve_cdi(self.settings.cdi_dir, ids)  # as the container runtime does

@@ -103,7 +103,6 @@ def _merged(have: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str, Any]:
 class SyncStatus:
     """What the last sync found, for /readyz and the metrics."""
 
-    syncs: int = 0
     ok: bool = False
     error: str | None = None
     owned: int = 0
@@ -240,7 +239,6 @@ class ClassReconciler:
         deleted = set(steps.delete)
         ours = [n for n, c in present.items() if owned(c, self.driver) and n not in deleted]
         self.status = SyncStatus(
-            syncs=self.status.syncs + 1,
             ok=True,
             owned=len(set(ours) | {c["metadata"]["name"] for c in steps.create}),
             kept=steps.kept,

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 
 class ListPods(Protocol):
-    """``list_pod_devices`` (``PodResourcesLister``), or a stand-in with its signature."""
+    """A ``PodResourcesLister``, or a stand-in with its signature."""
 
     def __call__(
         self,

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 def discover(definition: ResourceDefinition, roots: Roots) -> tuple[Unit, ...]:
     """The units ``definition`` advertises on the host seen through ``roots``, sorted by ID
     (container paths are rendered after grouping: IDs come from the host's names)."""
-    found = _find(definition.match, roots)
+    found = find_nodes(definition.match, roots)
     nodes = tuple(node for node, _ in found)
     units = group_units(nodes, definition.group_by, roots, count=definition.id_slots)
     templates = {node.host_path: template for node, template in found if template is not None}
@@ -49,14 +49,10 @@ def discover(definition: ResourceDefinition, roots: Roots) -> tuple[Unit, ...]:
     return units
 
 
-def find_nodes(matchers: Sequence[Matcher], roots: Roots) -> tuple[DeviceNode, ...]:
-    """Every node any matcher finds, deduplicated by real host node (first matcher wins);
-    DiscoveryError when the dev root itself is missing."""
-    return tuple(node for node, _ in _find(matchers, roots))
-
-
-def _find(matchers: Sequence[Matcher], roots: Roots) -> list[tuple[DeviceNode, str | None]]:
-    """``find_nodes`` with the ``containerPath`` template of the matcher that found each."""
+def find_nodes(matchers: Sequence[Matcher], roots: Roots) -> list[tuple[DeviceNode, str | None]]:
+    """Every node any matcher finds, deduplicated by real host node (first matcher wins),
+    with the ``containerPath`` template of the matcher that found it; DiscoveryError
+    when the dev root itself is missing."""
     if not roots.dev.is_dir():
         raise DiscoveryError(f"device root {roots.dev} does not exist or is not a directory")
     scan = Scan(roots)

@@ -46,9 +46,6 @@ class ApiClaimSource:
         self.driver = driver
         self._deadline = deadline
 
-    async def allocated_devices(self, claim: ClaimRef) -> tuple[AllocatedDevice, ...]:
-        return (await self.allocation(claim)).devices
-
     async def allocation(self, claim: ClaimRef) -> Allocation:
         where = f"ResourceClaim {claim.namespace}/{claim.name}"
         try:

@@ -36,25 +36,11 @@ class PodDevices:
     device_ids: tuple[str, ...]
 
 
-async def list_pod_devices(
-    socket: Path,
-    *,
-    timeout: float = 5.0,  # noqa: ASYNC109 -- sent to the kubelet as the gRPC deadline
-) -> tuple[PodDevices, ...]:
-    """Every (pod, container, resource) holding devices, as the kubelet reports it,
-    over a channel of its own. Raises KubeletError when the socket is missing,
-    unreachable or slow."""
-    lister = PodResourcesLister()
-    try:
-        return await lister(socket, timeout=timeout)
-    finally:
-        await lister.close()
-
-
 class PodResourcesLister:
-    """``list_pod_devices`` over one channel kept from call to call (a channel per call
-    cost more CPU than everything else an idle daemon does). A failed call closes
-    the channel, so the next one connects afresh (a restarted kubelet's socket).
+    """Every (pod, container, resource) holding devices, as the kubelet reports it, over
+    one channel kept from call to call (a channel per call cost more CPU than
+    everything else an idle daemon does). A failed call raises KubeletError and
+    closes the channel, so the next one connects afresh (a restarted kubelet's socket).
 
     The event loop does nothing with an answer's bytes: a worker thread digests
     them and, unless they repeat the last answer (an idle node's every poll: the

@@ -153,12 +153,8 @@ class LabelFollower:
     recorder: Recorder = NO_METRICS
     settle: float = LABELS_SETTLE
     backoff: Backoff = field(default_factory=lambda: Backoff(initial=0.5, maximum=30.0))
-    writes: int = 0  # publishes that succeeded (tests and the fleet benchmark read these)
-    # Times the labels, every resource settled, were found published (written or there).
-    rounds: int = 0
     _published: Labels | None = field(default=None, init=False)
     _known: bool = field(default=False, init=False)
-    _pending: int = field(default=0, init=False)  # resources not settled at the last look
     _dropped: frozenset[Dropped] = field(default=frozenset(), init=False)
     _cache: dict[str, tuple[object, tuple[dict[str, str], list[Dropped]]]] = field(
         default_factory=dict, init=False
@@ -170,8 +166,6 @@ class LabelFollower:
             if not await self._sync():
                 await _first_of(events, self.backoff.next())
                 continue
-            if not self._pending:
-                self.rounds += 1
             await _first_of(events, None)
             await asyncio.sleep(self.settle)  # the rest of a burst joins this change
 
@@ -186,11 +180,9 @@ class LabelFollower:
         dropped: list[Dropped] = []
         live = set()
         published = self._published or {}
-        self._pending = 0
         for definition, state, ready in sorted(self.source.labelled(), key=lambda p: p[0].name):
             live.add(definition.name)
             if not ready:
-                self._pending += 1
                 for key, _ in definition.labels.templates(definition.name):
                     if key in published:
                         labels.setdefault(key, published[key])
@@ -242,7 +234,6 @@ class LabelFollower:
             log.warning("node labels: %s: %s", self.sink.what, err)
             return False
         self._published = dict(labels)
-        self.writes += 1
         self.backoff.reset()
         self.recorder.label_write(ok=True)
         log.info("node labels: %s holds %d label(s)", self.sink.what, len(labels))

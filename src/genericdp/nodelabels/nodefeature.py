@@ -84,7 +84,6 @@ class NodeFeatureSink:
     node: str
     namespace: str
     owner: str = ""
-    requests: int = 0  # requests sent (tests and the fleet benchmark read it)
     _owner_ref: dict[str, Any] | None = field(default=None, init=False)
     _owner_known: bool = field(default=False, init=False)
 
@@ -221,7 +220,6 @@ class NodeFeatureSink:
         self._owner_known = True
 
     async def _send(self, method: str, path: str, what: str, **kwargs: Any) -> httpx2.Response:
-        self.requests += 1
         http = http_of(self.client)  # lightkube's HTTP client
         try:
             return await http.request(method, path, timeout=REQUEST_TIMEOUT, **kwargs)

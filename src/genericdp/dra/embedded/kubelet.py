@@ -20,39 +20,19 @@ What ``simulate --backend dra`` and the tests run. It follows the 1.34-1.37 kube
   is refused. Calls have a 45 s deadline. Rolling updates (1.33 and later):
   every registration of a driver from another socket is kept, calls go to
   the newest, and when one goes away to the newest left.
-- Health (the ResourceHealthStatus gate): for each registered plugin that
-  advertises a health service the kubelet knows (``pickHealthService``: the
-  first of ``health_services`` found in ``supported_versions``; 1.37 knows
-  ``v1.DRAResourceHealth`` then ``v1alpha1.DRAResourceHealth``),
-  ``NodeWatchResources`` of that version on its endpoint; none advertised,
-  no stream. The 1.36 kubelet (``KUBELET_1_36_HEALTH``,
-  ``health_announced=False``) knows only v1alpha1 and opens it right after
-  registration whatever ``supported_versions`` says (seen on 1.36.2). It is
-  reopened every 5 s after it ends or fails (``wait.UntilWithContext``),
-  except after UNIMPLEMENTED on 1.37 (the driver declines health: the kubelet
-  stops watching); each report is stamped with the
-  kubelet's clock, a device not reported for 30 s reads Unknown
-  (healthinfo.go), and the driver's entries are dropped when its stream ends.
 - Prepare (pkg/kubelet/cm/dra/manager.go): only claims not prepared yet are
   sent, in one call per driver; a claim's error, a result for a UID that was
   not asked, or claims left out fail the whole pod's preparation, and the pod
-  worker tries again later (``prepare_pod`` retries with backoff, as pod
-  syncs do). Unprepare: one call for the claims whose last pod is gone.
-- Multiple allocations (KEP-5075, DRAConsumableCapacity on in 1.36): several
-  claims may name the same device, and one claim the same device more than
-  once; the kubelet keeps each claim's devices apart (its claim info cache
-  is per claim) and every pod of every claim naming a device shows that
-  device's health in its ``allocatedResourcesStatus`` (``claim_health``).
-  Each prepared device keeps the ``share_id`` a v1 answer gives (``prepared``;
-  None over v1beta1, which has no such field).
+  worker tries again later (the tests' ``prepare_pod`` retries with backoff,
+  as pod syncs do). Unprepare: one call for the claims whose last pod is gone.
 
-What happened is kept in a typed event log (``events``, stamped with an
-injected ``clock``); tests wait for a state with ``wait_until``, woken by
-each event and health report, never by polling. The registry directory is
-read through inotify, as the kubelet's fsnotify does.
+Each thing that happens is logged, and ``wait_until`` is woken by it; the
+health streams, an event log and the views on them are the tests' subclass
+(tests/dra_kubelet.py). The registry directory is read through inotify, as
+the kubelet's fsnotify does.
 
-Known differences: pods are not real (``prepare_pod`` stands for admission,
-``unprepare_pod`` for the end of the last pod using the claims); no
+Known differences: pods are not real (``prepare`` stands for admission,
+``unprepare`` for the end of the last pod using the claims); no
 ResourceSlice wiping, which needs the API server.
 """
 
@@ -61,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Self
@@ -74,30 +53,16 @@ from genericdp.dra.api import pluginregistration_pb2 as reg_pb
 from genericdp.dra.api import pluginregistration_pb2_grpc as reg_grpc
 from genericdp.dra.claims import ClaimRef
 from genericdp.dra.embedded.calls import node_prepare, node_unprepare
-from genericdp.dra.embedded.health import HEALTH_API, health_entries
 from genericdp.dra.embedded.registry import WATCH, plugin_channel, sockets
-from genericdp.dra.embedded.state import (
-    DeviceHealth,
-    DraEvent,
-    DraEventKind,
-    DraKubeletError,
-    Plugin,
-    PreparedDevice,
-    describe,
-)
+from genericdp.dra.embedded.state import DraKubeletError, Plugin, PreparedDevice
 
 log = logging.getLogger(__name__)
 
 KUBELET_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")  # servicesSupportedByKubelet
-# healthServicesSupportedByKubelet of 1.37, most recent first (1.36: only v1alpha1).
-KUBELET_HEALTH_SERVICES = ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
-KUBELET_1_36_HEALTH = ("v1alpha1.DRAResourceHealth",)
 DIAL_TIMEOUT = 10.0
 GET_INFO_TIMEOUT = 1.0
 NOTIFY_TIMEOUT = 5.0
 CALL_TIMEOUT = 45.0
-HEALTH_RETRY = 5.0
-HEALTH_TIMEOUT = 30.0
 RETRY_FIRST = 0.5  # a failed registration is tried again after 0.5 s, 1 s, 2 s, ...
 RETRY_CAP = 122.0  # goroutinemap's maximum (2 min 2 s)
 
@@ -105,30 +70,14 @@ RETRY_CAP = 122.0  # goroutinemap's maximum (2 min 2 s)
 class EmbeddedDraKubelet:
     """Watches ``registry_dir``; registers DRA plugins; prepares and unprepares claims."""
 
-    def __init__(
-        self,
-        registry_dir: Path,
-        *,
-        services: Sequence[str] = KUBELET_SERVICES,
-        health: bool = True,
-        health_services: Sequence[str] = KUBELET_HEALTH_SERVICES,
-        health_announced: bool = True,
-        health_retry: float = HEALTH_RETRY,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    services: tuple[str, ...] = KUBELET_SERVICES
+
+    def __init__(self, registry_dir: Path) -> None:
         self.registry_dir = registry_dir
-        self.services = tuple(services)
-        self.health_enabled = health
-        self.health_services = tuple(health_services)
-        self.health_announced = health_announced  # False: opened whether advertised or not
-        self._health_retry = health_retry
-        self._clock = clock
-        self._events: list[DraEvent] = []
         self._plugins: dict[str, list[Plugin]] = {}
         self._sockets: dict[str, tuple[int, int]] = {}  # socket path -> (inode, ctime)
         # socket path -> (attempts, next try on the loop's clock: the wait is real)
         self._retry: dict[str, tuple[int, float]] = {}
-        self._health: dict[str, dict[tuple[str, str], DeviceHealth]] = {}
         self._prepared: dict[str, tuple[PreparedDevice, ...]] = {}  # claim UID -> devices
         self._tasks = TaskSet(log)
         self._inotify = contextlib.AsyncExitStack()  # the registry's watch, from ``start``
@@ -159,7 +108,7 @@ class EmbeddedDraKubelet:
             raise DraKubeletError(f"{where}: {exc}") from exc
         self._inotify = stack
         self._tasks.spawn("dra-kubelet/watch", lambda: self._watch_dir(inotify, readable))
-        self._record(DraEventKind.STARTED, "", f"watching {self.registry_dir}")
+        self._record("started", "", f"watching {self.registry_dir}")
 
     async def stop(self) -> None:
         await self._tasks.stop()
@@ -168,72 +117,29 @@ class EmbeddedDraKubelet:
             for plugin in list(self._plugins[driver]):
                 await self._drop(plugin)
         self._sockets.clear()
-        self._record(DraEventKind.STOPPED, "", "stopped")
-
-    # -- what tests look at ------------------------------------------------------
+        self._record("stopped", "", "stopped")
 
     def registered(self, driver: str) -> bool:
         return bool(self._plugins.get(driver))
 
-    def chosen_service(self, driver: str) -> str | None:
-        plugins = self._plugins.get(driver)
-        return plugins[-1].service if plugins else None
-
-    def health_service(self, driver: str) -> str | None:
-        """The health version the kubelet watches the driver's newest plugin with, if any."""
-        plugins = self._plugins.get(driver)
-        return plugins[-1].health_service if plugins else None
-
-    def device_health(self, driver: str) -> dict[tuple[str, str], tuple[str, str]]:
-        """(pool, device) -> (health, message) as the kubelet reads them (timeouts applied)."""
-        now = self._clock()
-        return {
-            key: (h.health, h.message) if now - h.seen <= HEALTH_TIMEOUT else ("Unknown", "")
-            for key, h in self._health.get(driver, {}).items()
-        }
-
-    def prepared(self, uid: str) -> tuple[PreparedDevice, ...] | None:
-        return self._prepared.get(uid)
-
-    def claims_of(self, pool: str, device: str) -> tuple[str, ...]:
-        """The UIDs of the prepared claims naming ``device`` of ``pool``, sorted."""
-        return tuple(
-            sorted(
-                uid
-                for uid, devices in self._prepared.items()
-                if any((d.pool, d.device) == (pool, device) for d in devices)
-            )
-        )
-
-    def claim_health(self, driver: str, uid: str) -> dict[str, tuple[str, str]]:
-        """device -> (health, message) as a pod of claim ``uid`` shows them in its
-        ``allocatedResourcesStatus``: a device not reported reads Unknown."""
-        health = self.device_health(driver)
-        return {
-            d.device: health.get((d.pool, d.device), ("Unknown", ""))
-            for d in self._prepared.get(uid, ())
-        }
-
-    @property
-    def events(self) -> tuple[DraEvent, ...]:
-        """The event log, oldest first."""
-        return tuple(self._events)
-
-    def count(self, kind: DraEventKind, driver: str | None = None) -> int:
-        """How many events of ``kind`` (of ``driver``, if given) the log holds."""
-        return sum(1 for e in self._events if e.kind is kind and driver in (None, e.driver))
-
     def describe(self) -> str:
         """The state in words, for timeouts and logs."""
-        plugins = [p for plugins in self._plugins.values() for p in plugins]
-        return describe(plugins, self._prepared, self._events)
+        plugins = [
+            f"{p.driver} at {p.endpoint} ({p.service})"
+            for plugins in self._plugins.values()
+            for p in plugins
+        ]
+        return (
+            f"plugins: {', '.join(plugins) or 'none'}\n"
+            f"prepared claims: {', '.join(sorted(self._prepared)) or 'none'}"
+        )
 
     async def wait_until(
         self,
-        predicate: Callable[[EmbeddedDraKubelet], bool],
+        predicate: Callable[[Self], bool],
         timeout: float = 10.0,  # noqa: ASYNC109 -- the whole wait, re-armed on every change
     ) -> None:
-        """Return once ``predicate(self)`` holds, checked again at every event and report.
+        """Return once ``predicate(self)`` holds, checked again at every event.
 
         Raises TimeoutError describing the current state when it does not hold in time.
         """
@@ -242,10 +148,9 @@ class EmbeddedDraKubelet:
                 f"embedded DRA kubelet: condition not met within {timeout}s\n{self.describe()}"
             )
 
-    def _record(self, kind: DraEventKind, driver: str, detail: str) -> None:
-        event = DraEvent(kind=kind, driver=driver, detail=detail, at=self._clock())
-        self._events.append(event)
-        log.info("embedded DRA kubelet: %s", event)
+    def _record(self, kind: str, driver: str, detail: str) -> None:
+        """Something happened: log it and wake the waiters."""
+        log.info("embedded DRA kubelet: %s %s: %s", kind, driver or "-", detail)
         self._changes.notify()
 
     # -- the plugin watcher ------------------------------------------------------
@@ -329,20 +234,17 @@ class EmbeddedDraKubelet:
                     f"RegisterPlugin error -- plugin validation failed with err: {exc}",
                 )
                 return False
-            offered = list(info.supported_versions)
-            known = [h for h in self.health_services if h in offered or not self.health_announced]
-            health = known[0] if known else None
-            plugin = Plugin(info.name, endpoint, service, socket, plugin_channel(endpoint), health)
+            plugin = Plugin(info.name, endpoint, service, socket, plugin_channel(endpoint))
             self._plugins.setdefault(info.name, []).append(plugin)
-            if self.health_enabled and health is not None:
-                self._tasks.spawn(
-                    plugin.health_task, lambda: self._health_loop(plugin), finishable=True
-                )
+            self._added(plugin, list(info.supported_versions))
             await stub.NotifyRegistrationStatus(
                 reg_pb.RegistrationStatus(plugin_registered=True), timeout=NOTIFY_TIMEOUT
             )
-            self._record(DraEventKind.REGISTERED, info.name, f"{service} at {endpoint}")
+            self._record("registered", info.name, f"{service} at {endpoint}")
             return True
+
+    def _added(self, plugin: Plugin, offered: Sequence[str]) -> None:
+        """``plugin`` is registered (it has not been told yet); ``offered``: its versions."""
 
     def _validate(self, driver: str, endpoint: str, offered: list[str]) -> str:
         where = f"DRA driver plugin {driver} at endpoint {endpoint}"
@@ -365,14 +267,14 @@ class EmbeddedDraKubelet:
                 reg_pb.RegistrationStatus(plugin_registered=False, error=message),
                 timeout=NOTIFY_TIMEOUT,
             )
-        self._record(DraEventKind.REFUSED, driver, message)  # once the plugin was told
+        self._record("refused", driver, message)  # once the plugin was told
 
     async def _deregister(self, socket: str) -> None:
         for plugins in list(self._plugins.values()):
             for plugin in list(plugins):
                 if plugin.socket == socket:
                     await self._drop(plugin)
-                    self._record(DraEventKind.DEREGISTERED, plugin.driver, f"{socket} gone")
+                    self._record("deregistered", plugin.driver, f"{socket} gone")
 
     async def _drop(self, plugin: Plugin) -> None:
         plugins = self._plugins.get(plugin.driver, [])
@@ -380,39 +282,7 @@ class EmbeddedDraKubelet:
             plugins.remove(plugin)
         if not plugins:
             self._plugins.pop(plugin.driver, None)
-        await self._tasks.cancel(plugin.health_task)
         await plugin.channel.close(None)
-
-    # -- health --------------------------------------------------------------------
-
-    async def _health_loop(self, plugin: Plugin) -> None:
-        if plugin.health_service is None:
-            raise RuntimeError("no loop without a chosen version")
-        pb, pb_grpc = HEALTH_API[plugin.health_service]
-        stub = pb_grpc.DRAResourceHealthStub(plugin.channel)
-        where = f"{plugin.endpoint} ({plugin.health_service})"
-        while True:
-            declined = False
-            try:
-                stream = stub.NodeWatchResources(pb.NodeWatchResourcesRequest())
-                self._record(DraEventKind.HEALTH_STREAM, plugin.driver, where)
-                async for response in stream:
-                    self._health_report(plugin.driver, response)
-                ended = "ended by the plugin"
-            except grpc.RpcError as exc:
-                ended = f"failed: {exc.code().name}"
-                declined = exc.code() is grpc.StatusCode.UNIMPLEMENTED
-            finally:
-                self._health.pop(plugin.driver, None)  # clearDriver on stream exit
-                self._changes.notify()
-            self._record(DraEventKind.HEALTH_ENDED, plugin.driver, ended)
-            if declined:  # the driver declines health reporting: not watched again
-                return
-            await asyncio.sleep(self._health_retry)
-
-    def _health_report(self, driver: str, response: Any) -> None:
-        self._health.setdefault(driver, {}).update(health_entries(response, self._clock()))
-        self._changes.notify()  # a report is no event: heartbeats would fill the log
 
     # -- prepare / unprepare -------------------------------------------------------
 
@@ -422,37 +292,19 @@ class EmbeddedDraKubelet:
             raise DraKubeletError(f"DRA driver {driver} is not registered")
         return plugins[-1]
 
-    async def prepare(self, driver: str, claims: Sequence[ClaimRef]) -> None:
-        """One pod sync: NodePrepareResources for the claims not prepared yet."""
+    async def prepare(self, driver: str, claims: Sequence[ClaimRef]) -> list[str]:
+        """One pod sync: NodePrepareResources for the claims not prepared yet; the pod's
+        CDI IDs."""
         todo = [c for c in claims if c.uid not in self._prepared]
-        if not todo:
-            return
-        plugin = self._plugin(driver)
-        self._record(DraEventKind.PREPARE, driver, ", ".join(c.uid for c in todo))
-        self._prepared.update(await node_prepare(plugin, todo, CALL_TIMEOUT))
-
-    async def prepare_pod(
-        self,
-        driver: str,
-        claims: Sequence[ClaimRef],
-        *,
-        attempts: int = 5,
-        backoff: float = 0.05,
-    ) -> list[str]:
-        """Prepare as the pod worker does, retrying failed syncs; the pod's CDI IDs."""
-        for attempt in range(attempts):
-            try:
-                await self.prepare(driver, claims)
-                break
-            except DraKubeletError:
-                if attempt == attempts - 1:
-                    raise
-                await asyncio.sleep(backoff * 2**attempt)
+        if todo:
+            plugin = self._plugin(driver)
+            self._record("prepare", driver, ", ".join(c.uid for c in todo))
+            self._prepared.update(await node_prepare(plugin, todo, CALL_TIMEOUT))
         return [i for c in claims for d in self._prepared[c.uid] for i in d.cdi_ids]
 
     async def unprepare(self, driver: str, claims: Sequence[ClaimRef]) -> None:
         """NodeUnprepareResources for the claims; they are forgotten once it succeeds."""
         plugin = self._plugin(driver)
-        self._record(DraEventKind.UNPREPARE, driver, ", ".join(c.uid for c in claims))
+        self._record("unprepare", driver, ", ".join(c.uid for c in claims))
         for uid in await node_unprepare(plugin, claims, CALL_TIMEOUT):
             self._prepared.pop(uid, None)

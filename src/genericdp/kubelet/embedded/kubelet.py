@@ -39,10 +39,8 @@ handler.go, client.go, endpoint.go, pod_devices.go):
   recorded answer again, without a new Allocate (the kubelet's checkpoint).
   The IDs chosen count as allocated while the Allocate is in flight, as in
   the kubelet's ``allocatedDevices``.
-- ``allocated_resources_status`` is a container's ``allocatedResourcesStatus``
-  (KEP-4680, on by default in 1.36), computed as ``UpdateAllocatedResourcesStatus``
-  does: each held ID takes the health of the plugin's last list, and an ID no
-  longer listed reads ``Healthy``.
+- A container's ``allocatedResourcesStatus`` (KEP-4680) is the tests'
+  (tests/kubelet_fakes.py's subclass).
 
 Known differences from the real kubelet:
 
@@ -97,8 +95,6 @@ from genericdp.kubelet.embedded.plugin_dir import leave_dead_socket, remove_sock
 from genericdp.kubelet.embedded.podresources_server import PodResourcesServicer
 from genericdp.kubelet.embedded.registration_server import RegistrationServicer
 from genericdp.kubelet.embedded.state import (
-    RESOURCE_HEALTHY,
-    RESOURCE_UNHEALTHY,
     DeviceSnapshot,
     Event,
     EventKind,
@@ -106,7 +102,7 @@ from genericdp.kubelet.embedded.state import (
     ResourceState,
     describe,
 )
-from genericdp.kubelet.options import API_VERSION, HEALTHY, KUBELET_SOCKET_NAME
+from genericdp.kubelet.options import API_VERSION, KUBELET_SOCKET_NAME
 from genericdp.kubelet.podresources import PodDevices
 from genericdp.unixgrpc import UnixServer, serve, unix_address
 
@@ -251,11 +247,6 @@ class EmbeddedKubelet:
     # -- introspection ---------------------------------------------------------------
 
     @property
-    def running(self) -> bool:
-        """Whether the kubelet is serving."""
-        return self._running
-
-    @property
     def resources(self) -> Mapping[str, ResourceSnapshot]:
         """Every known resource, as frozen snapshots."""
         return {
@@ -311,7 +302,7 @@ class EmbeddedKubelet:
 
     async def wait_until(
         self,
-        predicate: Callable[[EmbeddedKubelet], bool],
+        predicate: Callable[[Self], bool],
         timeout: float = 5.0,  # noqa: ASYNC109 -- the whole wait, re-armed on every change
     ) -> None:
         """Return once ``predicate(self)`` holds, re-checking on every state change.
@@ -490,32 +481,6 @@ class EmbeddedKubelet:
     def release(self, namespace: str, pod: str) -> int:
         """Forget a deleted pod's allocations; return how many devices were freed."""
         return self._admission.release(namespace, pod)
-
-    def allocated_resources_status(
-        self, namespace: str, pod: str, container: str = "main"
-    ) -> dict[str, dict[str, str]]:
-        """A container's ``status.containerStatuses[].allocatedResourcesStatus``:
-        resource -> device ID -> ``Healthy`` or ``Unhealthy`` (KEP-4680).
-
-        As ``UpdateAllocatedResourcesStatus`` in 1.36's device manager: each
-        held ID takes the health of the last ListAndWatch message that listed
-        it; an ID no message lists any more reads ``Healthy`` (the kubelet's
-        default), and anything but the exact string ``Healthy`` reads
-        ``Unhealthy``. A plugin whose stream ended keeps its last healths.
-        """
-        found: dict[str, dict[str, str]] = {}
-        for alloc in self._admission.allocations.values():
-            if (alloc.namespace, alloc.pod, alloc.container) != (namespace, pod, container):
-                continue
-            state = self._states.get(alloc.resource)
-            listed = state.listed if state is not None else {}
-            found[alloc.resource] = {
-                device_id: RESOURCE_HEALTHY
-                if listed.get(device_id, HEALTHY) == HEALTHY
-                else RESOURCE_UNHEALTHY
-                for device_id in alloc.device_ids
-            }
-        return found
 
 
 def _go_quote(value: str) -> str:

@@ -12,11 +12,6 @@ from types import MappingProxyType
 
 from genericdp.kubelet.options import HEALTHY, UNHEALTHY, PluginOptions
 
-# KEP-4680 (ResourceHealthStatus, beta and on by default since 1.36): the
-# health a pod's status shows for each device it holds.
-RESOURCE_HEALTHY = "Healthy"
-RESOURCE_UNHEALTHY = "Unhealthy"
-
 
 @dataclass(frozen=True)
 class DeviceSnapshot:
@@ -90,14 +85,10 @@ class ResourceState:
     options: PluginOptions | None = None
     connected: bool = False
     registrations: int = 0
-    # The health each device had in the last ListAndWatch message (the
-    # manager's ``allDevices``): a stream ending changes allocatable, not this.
-    listed: dict[str, str] = field(default_factory=dict)
 
     def replace_devices(self, devices: Iterable[DeviceSnapshot]) -> None:
         """Each ListAndWatch message is the whole list, never a delta."""
         self.devices = {device.id: device for device in devices}
-        self.listed = {device.id: device.health for device in self.devices.values()}
 
     def mark_unhealthy(self) -> None:
         """What the kubelet does when the plugin's stream ends."""

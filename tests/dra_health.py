@@ -1,7 +1,9 @@
-"""The kubelet's DRA health streams: the API of each version, and what a report holds."""
+"""The kubelet's DRA health streams (tests/dra_kubelet.py): the API of each version, and
+what a report holds."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from genericdp.dra.api import (
@@ -10,13 +12,21 @@ from genericdp.dra.api import (
     drahealth_v1alpha1_pb2,
     drahealth_v1alpha1_pb2_grpc,
 )
-from genericdp.dra.embedded.state import DeviceHealth
 from genericdp.errors import ellipsized
 
 HEALTH_API: dict[str, tuple[Any, Any]] = {
     "v1.DRAResourceHealth": (drahealth_v1_pb2, drahealth_v1_pb2_grpc),
     "v1alpha1.DRAResourceHealth": (drahealth_v1alpha1_pb2, drahealth_v1alpha1_pb2_grpc),
 }
+
+
+@dataclass(frozen=True)
+class DeviceHealth:
+    health: str
+    message: str
+    seen: float  # the kubelet's clock
+
+
 _STATUS = {1: "Healthy", 2: "Unhealthy"}  # HealthStatus, the same in v1 and v1alpha1
 
 
