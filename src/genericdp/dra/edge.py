@@ -24,9 +24,9 @@ from typing import Protocol
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.dra.inventory import Inventory
-from genericdp.dra.registration import RegistrationService
-from genericdp.dra.slices import DeviceOptions
 from genericdp.errors import GenericdpError, ellipsized, first_of
+from genericdp.kubeletplugin.registration import RegistrationService
+from genericdp.kubeletplugin.slices import DeviceOptions
 from genericdp.runtime.edge import PluginStatus
 from genericdp.runtime.state import DeviceState
 

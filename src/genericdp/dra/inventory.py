@@ -19,7 +19,7 @@ from enum import Enum
 
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
-from genericdp.dra.naming import device_name
+from genericdp.kubeletplugin.naming import device_name
 
 log = logging.getLogger(__name__)
 

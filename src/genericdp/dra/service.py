@@ -34,7 +34,11 @@ from typing import Any
 
 import grpc
 
-from genericdp.dra.api import (
+from genericdp.dra.checkpoint import PreparedDevice
+from genericdp.dra.inventory import Health, Inventory
+from genericdp.dra.prepare import ClaimResult, Preparer
+from genericdp.errors import ellipsized
+from genericdp.kubeletplugin.api import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2,
@@ -44,11 +48,7 @@ from genericdp.dra.api import (
     drahealth_v1alpha1_pb2,
     drahealth_v1alpha1_pb2_grpc,
 )
-from genericdp.dra.checkpoint import PreparedDevice
-from genericdp.dra.claims import ClaimRef
-from genericdp.dra.inventory import Health, Inventory
-from genericdp.dra.prepare import ClaimResult, Preparer
-from genericdp.errors import ellipsized
+from genericdp.kubeletplugin.claims import ClaimRef
 from genericdp.unixgrpc import UnixServer, serve
 
 log = logging.getLogger(__name__)

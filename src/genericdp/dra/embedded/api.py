@@ -16,8 +16,8 @@ import itertools
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from genericdp.dra.claims import AllocatedDevice, Allocation, ClaimError, ClaimRef
-from genericdp.dra.slicestore import Listing
+from genericdp.kubeletplugin.claims import AllocatedDevice, Allocation, ClaimError, ClaimRef
+from genericdp.kubeletplugin.slicestore import Listing
 
 
 class EmbeddedSlices:

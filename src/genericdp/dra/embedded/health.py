@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from genericdp.dra.api import (
+from genericdp.dra.embedded.state import DeviceHealth
+from genericdp.errors import ellipsized
+from genericdp.kubeletplugin.api import (
     drahealth_v1_pb2,
     drahealth_v1_pb2_grpc,
     drahealth_v1alpha1_pb2,
     drahealth_v1alpha1_pb2_grpc,
 )
-from genericdp.dra.embedded.state import DeviceHealth
-from genericdp.errors import ellipsized
 
 HEALTH_API: dict[str, tuple[Any, Any]] = {
     "v1.DRAResourceHealth": (drahealth_v1_pb2, drahealth_v1_pb2_grpc),
