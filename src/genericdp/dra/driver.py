@@ -38,13 +38,13 @@ from genericdp.dra import metadata
 from genericdp.dra.checkpoint import FILE_NAME, PREPARED, Checkpoint
 from genericdp.dra.inventory import Inventory
 from genericdp.dra.prepare import Preparer
-from genericdp.dra.service import HEARTBEAT, SERVICES, DraServer
 from genericdp.dra.turns import FILE_NAME as TURNS_FILE
 from genericdp.dra.turns import Turns
 from genericdp.errors import CdiSpecError, KubeletError, clip
 from genericdp.hooks import HookRunner
 from genericdp.kubeletplugin.claims import ClaimSource
 from genericdp.kubeletplugin.registration import RegistrationServer, RegistrationService
+from genericdp.kubeletplugin.service import HEARTBEAT, SERVICES, DraServer
 from genericdp.kubeletplugin.socketnames import dra_socket, registration_socket, remove_stale
 from genericdp.runtime.recorder import NO_METRICS, Recorder
 
