@@ -15,11 +15,11 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from genericdp.discovery.model import DeviceNode, Unit
-from genericdp.dra.apislices import ApiSlices
-from genericdp.dra.naming import DEFAULT_DRIVER
-from genericdp.dra.publisher import SlicePublisher
-from genericdp.dra.slicestore import Listing, SliceStore
 from genericdp.kube import client as kubeapi
+from genericdp.kubeletplugin.apislices import ApiSlices
+from genericdp.kubeletplugin.naming import DEFAULT_DRIVER
+from genericdp.kubeletplugin.publisher import SlicePublisher
+from genericdp.kubeletplugin.slicestore import Listing, SliceStore
 from tests.apiserver import ApiServer
 
 _nodes = itertools.count()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from genericdp.dra.claims import ClaimRef
-from genericdp.dra.naming import DEFAULT_DRIVER
+from genericdp.kubeletplugin.claims import ClaimRef
+from genericdp.kubeletplugin.naming import DEFAULT_DRIVER
 from tests.apiserver import ApiServer
 
 

@@ -23,16 +23,16 @@ from genericdp.config.model import (
 from genericdp.config.templates import compile_templates
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.dra.checkpoint import Checkpoint
-from genericdp.dra.claims import AllocatedDevice, Allocation, ClaimRef
 from genericdp.dra.embedded import EmbeddedClaims
 from genericdp.dra.inventory import Inventory
-from genericdp.dra.naming import device_name
 from genericdp.dra.prepare import Preparer
-from genericdp.dra.slicestore import Listing
 from genericdp.errors import HookError
 from genericdp.hooks import HookRun
 from genericdp.kube.client import ApiRequestError
 from genericdp.kube.listwatch import ExpiredError
+from genericdp.kubeletplugin.claims import AllocatedDevice, Allocation, ClaimRef
+from genericdp.kubeletplugin.naming import device_name
+from genericdp.kubeletplugin.slicestore import Listing
 
 NODE = "node-a"
 DRIVER = "genericdp.io"

@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from genericdp.dra.api import (
+from genericdp.errors import ellipsized
+from genericdp.kubeletplugin.api import (
     drahealth_v1_pb2,
     drahealth_v1_pb2_grpc,
     drahealth_v1alpha1_pb2,
     drahealth_v1alpha1_pb2_grpc,
 )
-from genericdp.errors import ellipsized
 
 HEALTH_API: dict[str, tuple[Any, Any]] = {
     "v1.DRAResourceHealth": (drahealth_v1_pb2, drahealth_v1_pb2_grpc),

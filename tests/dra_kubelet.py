@@ -40,10 +40,10 @@ from typing import Any
 import grpc
 
 from genericdp.dra import embedded
-from genericdp.dra.claims import ClaimRef
 from genericdp.dra.embedded import DraKubeletError
 from genericdp.dra.embedded.kubelet import KUBELET_SERVICES
 from genericdp.dra.embedded.state import Plugin, PreparedDevice
+from genericdp.kubeletplugin.claims import ClaimRef
 from tests.dra_health import HEALTH_API, DeviceHealth, health_entries
 
 # healthServicesSupportedByKubelet of 1.37, most recent first (1.36: only v1alpha1).

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from genericdp.dra.metadata import container_path
-from genericdp.dra.naming import DEFAULT_DRIVER
+from genericdp.kubeletplugin.naming import DEFAULT_DRIVER
 from tests.apiserver import ApiServer
 from tests.docs_commands import (
     FIRST_HOUR,

@@ -18,10 +18,10 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from genericdp.deviceclasses.api import ClassApi
-from genericdp.dra.apislices import ApiSlices, as_slice
-from genericdp.dra.naming import DEFAULT_DRIVER
 from genericdp.kube import client as kubeapi
 from genericdp.kube.answersize import LIST_PAGE, MAX_ANSWER_BYTES, MAX_ANSWER_VALUES
+from genericdp.kubeletplugin.apislices import ApiSlices, as_slice
+from genericdp.kubeletplugin.naming import DEFAULT_DRIVER
 from tests.dra_apislices import fresh_node
 from tests.ending_api import kubeconfig
 

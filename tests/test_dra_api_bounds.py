@@ -16,12 +16,12 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from genericdp.aio import Backoff, TaskSet
-from genericdp.dra.apislices import ApiSlices
-from genericdp.dra.publisher import SlicePublisher
-from genericdp.dra.slicewatch import SliceWatch
 from genericdp.kube import client as kubeapi
 from genericdp.kube.listwatch import BrokenWatchError, ListWatch
 from genericdp.kube.watchlines import MAX_EVENT_BYTES, lines
+from genericdp.kubeletplugin.apislices import ApiSlices
+from genericdp.kubeletplugin.publisher import SlicePublisher
+from genericdp.kubeletplugin.slicewatch import SliceWatch
 from genericdp.nodelabels.nodewatch import NodeWatch
 from tests.ending_api import LONG_LINE, EndingServer, kubeconfig
 from tests.polling import eventually
@@ -54,7 +54,7 @@ async def test_a_trickled_slice_list_ends_at_its_deadline_and_the_publisher_reco
     async with connected(server, tmp_path) as client:
         store = ApiSlices(client, node=NODE, deadline=0.5)
         publisher = SlicePublisher(store, adopt_grace=0)
-        with caplog.at_level(logging.INFO, "genericdp.dra"):
+        with caplog.at_level(logging.INFO, "genericdp.kubeletplugin"):
             await publisher.start()
             try:
                 await eventually(lambda: len(server.requests) >= 2, "a list retried")
@@ -120,7 +120,7 @@ async def test_a_watch_that_goes_silent_is_closed_past_its_timeout_and_listed_ag
     async with connected(server, tmp_path) as client:
         watch = slice_watch(client, watch_seconds=1, margin=0.5)
         tasks = TaskSet()
-        with caplog.at_level(logging.INFO, "genericdp.dra"):
+        with caplog.at_level(logging.INFO, "genericdp.kubeletplugin"):
             tasks.spawn("slice-watch", watch.run)
             try:
                 await eventually(lambda: kinds(server)[:4] == ["list", "watch", "list", "watch"])
@@ -150,7 +150,7 @@ async def test_a_watch_line_over_the_bound_drops_the_stream_in_bounded_memory(
         tasks = TaskSet()
         tracemalloc.start()
         try:
-            with caplog.at_level(logging.INFO, "genericdp.dra"):
+            with caplog.at_level(logging.INFO, "genericdp.kubeletplugin"):
                 tasks.spawn("slice-watch", watch.run)
                 try:
                     await eventually(

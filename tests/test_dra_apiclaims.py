@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from genericdp.dra.apiclaims import ApiClaimSource
 from genericdp.dra.checkpoint import Checkpoint
-from genericdp.dra.claims import AllocatedDevice, ClaimError, ClaimRef
 from genericdp.dra.inventory import Inventory
-from genericdp.dra.naming import DEFAULT_DRIVER, device_name
 from genericdp.dra.prepare import Preparer
 from genericdp.kube import client as kubeapi
+from genericdp.kubeletplugin.apiclaims import ApiClaimSource
+from genericdp.kubeletplugin.claims import AllocatedDevice, ClaimError, ClaimRef
+from genericdp.kubeletplugin.naming import DEFAULT_DRIVER, device_name
 from tests.apiserver import ApiServer
 from tests.dra_fakes import NODE, SERIAL, RecordedHooks, definition, unit
 

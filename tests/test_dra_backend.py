@@ -16,12 +16,12 @@ import pytest
 from genericdp.deviceplugin.backend import DevicePluginBackend
 from genericdp.discovery.model import Unit
 from genericdp.dra.backend import DraBackend, DraSetupError
-from genericdp.dra.claims import AllocatedDevice, ClaimRef
 from genericdp.dra.embedded import DraKubeletError, resolve_cdi
-from genericdp.dra.naming import device_name
-from genericdp.dra.publisher import SlicePublisher
-from genericdp.dra.slices import DEFAULT_OPTIONS, DeviceOptions
 from genericdp.hooks import HookRun
+from genericdp.kubeletplugin.claims import AllocatedDevice, ClaimRef
+from genericdp.kubeletplugin.naming import device_name
+from genericdp.kubeletplugin.publisher import SlicePublisher
+from genericdp.kubeletplugin.slices import DEFAULT_OPTIONS, DeviceOptions
 from genericdp.metrics import Metrics
 from genericdp.probes import readiness
 from genericdp.runtime.supervisor import Supervisor

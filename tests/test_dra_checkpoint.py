@@ -16,8 +16,8 @@ from pathlib import Path
 
 from genericdp.allocation.cdi import claim_spec_name
 from genericdp.dra.checkpoint import MAX_BYTES, PREPARED, Checkpoint, PreparedClaim
-from genericdp.dra.claims import ClaimRef
 from genericdp.dra.driver import DraDriver, DriverPaths
+from genericdp.kubeletplugin.claims import ClaimRef
 from tests.dra_fakes import DRIVER, NODE, SERIAL, RecordedHooks, allocated, claim, definition, unit
 from tests.dra_fakes import setup as prepare_setup
 

@@ -18,10 +18,10 @@ import pytest
 from genericdp.config.model import Config
 from genericdp.discovery.model import Unit
 from genericdp.dra.backend import DraBackend
-from genericdp.dra.claims import AllocatedDevice, ClaimRef
 from genericdp.dra.embedded import DraKubeletError
-from genericdp.dra.naming import device_name
 from genericdp.hooks import run_hook
+from genericdp.kubeletplugin.claims import AllocatedDevice, ClaimRef
+from genericdp.kubeletplugin.naming import device_name
 from genericdp.metrics import Metrics
 from genericdp.probes import readiness
 from genericdp.runtime import uncleaned

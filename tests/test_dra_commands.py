@@ -16,10 +16,10 @@ from ruamel.yaml import YAML
 from genericdp.deviceclasses import class_name, selector
 from genericdp.discovery import discover
 from genericdp.discovery.model import Roots
-from genericdp.dra.naming import device_name
-from genericdp.dra.slices import devices as slice_devices
-from genericdp.dra.slices import discovered_attributes, pool_slices
 from genericdp.exits import EXIT_FAILED
+from genericdp.kubeletplugin.naming import device_name
+from genericdp.kubeletplugin.slices import devices as slice_devices
+from genericdp.kubeletplugin.slices import discovered_attributes, pool_slices
 from tests.apiserver import ApiServer
 from tests.fakesys import FakeHost
 

@@ -18,11 +18,11 @@ from lightkube import ApiError
 from ruamel.yaml import YAML
 
 from genericdp.discovery.model import DeviceNode, Unit
-from genericdp.dra.apiclaims import ApiClaimSource
-from genericdp.dra.apislices import ApiSlices
-from genericdp.dra.claims import ClaimError, ClaimRef
-from genericdp.dra.slices import pool_slices
 from genericdp.kube import client as kubeapi
+from genericdp.kubeletplugin.apiclaims import ApiClaimSource
+from genericdp.kubeletplugin.apislices import ApiSlices
+from genericdp.kubeletplugin.claims import ClaimError, ClaimRef
+from genericdp.kubeletplugin.slices import pool_slices
 from tests.apiserver import ApiServer, kube_bin_dir
 from tests.dra_apislices import api_slices, running
 

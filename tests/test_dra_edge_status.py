@@ -12,12 +12,12 @@ from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 from genericdp.discovery.model import Unit
-from genericdp.dra.api import pluginregistration_pb2 as reg_pb
 from genericdp.dra.edge import DraEdge
 from genericdp.dra.inventory import Inventory
-from genericdp.dra.registration import RegistrationService
-from genericdp.dra.slices import DEFAULT_OPTIONS, DeviceOptions
 from genericdp.errors import GenericdpError
+from genericdp.kubeletplugin.api import pluginregistration_pb2 as reg_pb
+from genericdp.kubeletplugin.registration import RegistrationService
+from genericdp.kubeletplugin.slices import DEFAULT_OPTIONS, DeviceOptions
 from genericdp.runtime.edge import PluginStatus
 from genericdp.runtime.state import DeviceState
 from tests.runtime_harness import config, unit

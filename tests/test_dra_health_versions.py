@@ -10,9 +10,9 @@ from pathlib import Path
 
 from genericdp.config.model import HealthCheck
 from genericdp.dra.driver import DraDriver
-from genericdp.dra.naming import device_name
-from genericdp.dra.registration import RegistrationServer, RegistrationService
-from genericdp.dra.service import (
+from genericdp.kubeletplugin.naming import device_name
+from genericdp.kubeletplugin.registration import RegistrationServer, RegistrationService
+from genericdp.kubeletplugin.service import (
     DRA_V1,
     HEALTH_V1,
     HEALTH_V1ALPHA1,
@@ -20,7 +20,7 @@ from genericdp.dra.service import (
     SERVICES,
     DraServer,
 )
-from genericdp.dra.socketnames import registration_socket
+from genericdp.kubeletplugin.socketnames import registration_socket
 from tests.dra_drivers import new_driver
 from tests.dra_fakes import (
     DRIVER,

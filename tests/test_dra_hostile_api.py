@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from genericdp.dra.apiclaims import ApiClaimSource
 from genericdp.dra.checkpoint import Checkpoint
-from genericdp.dra.claims import ClaimError
 from genericdp.dra.inventory import Inventory
 from genericdp.dra.prepare import DEFAULT_CONCURRENCY, Preparer
 from genericdp.kube import client as kubeapi
+from genericdp.kubeletplugin.apiclaims import ApiClaimSource
+from genericdp.kubeletplugin.claims import ClaimError
 from tests.dra_fakes import NODE, SERIAL, RecordedHooks, allocated, claim, definition, setup, unit
 from tests.polling import eventually
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from genericdp.config.model import HealthCheck, Hooks
-from genericdp.dra.claims import ClaimRef
 from genericdp.dra.driver import DraDriver
 from genericdp.dra.embedded import DraKubeletError, resolve_cdi
-from genericdp.dra.naming import device_name
-from genericdp.dra.service import HEARTBEAT, SERVICES
 from genericdp.hooks import HookRunner, run_hook
+from genericdp.kubeletplugin.claims import ClaimRef
+from genericdp.kubeletplugin.naming import device_name
+from genericdp.kubeletplugin.service import HEARTBEAT, SERVICES
 from genericdp.metrics import Metrics
 from genericdp.runtime.recorder import CLAIM_RESULTS, NO_METRICS, Recorder
 from tests.dra_drivers import new_driver, started

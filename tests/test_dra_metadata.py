@@ -14,11 +14,11 @@ from typing import Any
 
 from genericdp.discovery.model import Unit
 from genericdp.dra.checkpoint import Checkpoint
-from genericdp.dra.claims import AllocatedDevice, ClaimRef
 from genericdp.dra.driver import DraDriver
 from genericdp.dra.embedded import resolve_cdi
 from genericdp.dra.metadata import API_VERSIONS
-from genericdp.dra.naming import device_name
+from genericdp.kubeletplugin.claims import AllocatedDevice, ClaimRef
+from genericdp.kubeletplugin.naming import device_name
 from tests.dra_drivers import new_driver, started
 from tests.dra_fakes import (
     DRIVER,

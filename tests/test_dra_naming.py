@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from genericdp.dra.naming import DNS1123_LABEL_MAX, device_name
+from genericdp.kubeletplugin.naming import DNS1123_LABEL_MAX, device_name
 
 LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 

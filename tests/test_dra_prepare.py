@@ -16,9 +16,9 @@ from genericdp.config.model import HealthCheck, Hooks, MountTemplate
 from genericdp.discovery import discover
 from genericdp.discovery.model import DeviceNode, Roots
 from genericdp.dra.checkpoint import PREPARING, Checkpoint
-from genericdp.dra.claims import AllocatedDevice, Allocation, ClaimError, ClaimRef
-from genericdp.dra.naming import device_name
 from genericdp.dra.prepare import MAX_DEVICES_PER_CLAIM, MAX_ERROR_CHARS, Preparer
+from genericdp.kubeletplugin.claims import AllocatedDevice, Allocation, ClaimError, ClaimRef
+from genericdp.kubeletplugin.naming import device_name
 from genericdp.settings import Settings
 from genericdp.simulate import SIMULATED_CLAIM_UID, AllocationRequest, simulate_dra
 from tests.dra_fakes import (

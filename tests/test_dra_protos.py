@@ -8,9 +8,9 @@ import pytest
 from google.protobuf.descriptor import FileDescriptor
 from google.protobuf.message import Message
 
-from genericdp.dra.api import dra_v1_pb2, dra_v1beta1_pb2, drahealth_v1alpha1_pb2
-from genericdp.dra.api import pluginregistration_pb2 as reg
-from genericdp.dra.api.generate import API_DIR, generate
+from genericdp.kubeletplugin.api import dra_v1_pb2, dra_v1beta1_pb2, drahealth_v1alpha1_pb2
+from genericdp.kubeletplugin.api import pluginregistration_pb2 as reg
+from genericdp.kubeletplugin.api.generate import API_DIR, generate
 
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from genericdp.dra.apislices import ApiSlices
-from genericdp.dra.naming import DEFAULT_DRIVER, device_name
-from genericdp.dra.publisher import MIN_WRITE_GAP
-from genericdp.dra.slices import MAX_DEVICES_PER_SLICE
 from genericdp.kube import client as kubeapi
+from genericdp.kubeletplugin.apislices import ApiSlices
+from genericdp.kubeletplugin.naming import DEFAULT_DRIVER, device_name
+from genericdp.kubeletplugin.publisher import MIN_WRITE_GAP
+from genericdp.kubeletplugin.slices import MAX_DEVICES_PER_SLICE
 from tests.apiserver import ApiServer, free_port
 from tests.dra_apislices import api_slices, devices_of, fresh_node, held, running, unit
 from tests.polling import eventually
@@ -225,7 +225,7 @@ async def test_a_resource_that_never_publishes_holds_the_takeover_only_for_the_g
     """After ``adopt_grace`` the first write goes ahead, and says which resource it gave up on."""
     await published_once(client, node_name, "example.com/a", "example.com/stuck")
     expect = ("example.com/a", "example.com/stuck")
-    with caplog.at_level(logging.INFO, "genericdp.dra.publisher"):
+    with caplog.at_level(logging.INFO, "genericdp.kubeletplugin.publisher"):
         async with running(api_slices(client, node_name), adopt_grace=0.3, expect=expect) as second:
             await second.publish("example.com/a", [unit("u")], set())
             assert await second.flush()
@@ -284,7 +284,7 @@ async def test_an_unreachable_api_server_is_logged_and_retried_never_raised(
         apiserver.kubeconfig.read_text().replace(apiserver.url, f"https://127.0.0.1:{free_port()}")
     )
     api = kubeapi.connect(dead)
-    with caplog.at_level(logging.WARNING, "genericdp.dra.publisher"):
+    with caplog.at_level(logging.WARNING, "genericdp.kubeletplugin.publisher"):
         async with running(ApiSlices(api, node="nowhere")) as publisher:
             await publisher.publish(RESOURCE, [unit("a")], set())
             await eventually(

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from genericdp.discovery.model import DeviceNode, Unit
-from genericdp.dra import slices
-from genericdp.dra.naming import device_name
-from genericdp.dra.publisher import SlicePublisher
 from genericdp.kube.client import ApiRequestError
+from genericdp.kubeletplugin import slices
+from genericdp.kubeletplugin.naming import device_name
+from genericdp.kubeletplugin.publisher import SlicePublisher
 from tests.dra_apislices import running
 from tests.dra_fakes import DRIVER, NODE, MemorySlices
 from tests.polling import eventually
@@ -152,7 +152,7 @@ async def test_failures_are_retried_with_one_warning_and_a_recovery_line(
         ConnectionError("connection refused"),
         ApiRequestError("listing the ResourceSlices of node node-a", 503, "unavailable"),
     ]
-    with caplog.at_level(logging.INFO, "genericdp.dra.publisher"):
+    with caplog.at_level(logging.INFO, "genericdp.kubeletplugin.publisher"):
         await publisher.publish(SERIAL, [unit("a")], set())
         assert await publisher.flush(timeout=10)
     assert set(store.devices()) == {device_name(SERIAL, "a")}

@@ -16,8 +16,8 @@ import pytest
 from genericdp.config.model import Hooks
 from genericdp.dra.checkpoint import FILE_NAME
 from genericdp.dra.driver import DraDriver
-from genericdp.dra.socketnames import dra_socket, registration_socket
 from genericdp.dra.turns import TurnError, Turns
+from genericdp.kubeletplugin.socketnames import dra_socket, registration_socket
 from genericdp.unixgrpc import MAX_UNIX_PATH_BYTES
 from tests.dra_drivers import new_driver, started
 from tests.dra_fakes import (

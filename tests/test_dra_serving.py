@@ -18,9 +18,9 @@ from ruamel.yaml import YAML
 from genericdp.config import load
 from genericdp.dra.backend import serving
 from genericdp.dra.embedded import resolve_cdi
-from genericdp.dra.naming import DEFAULT_DRIVER, device_name
-from genericdp.dra.slices import SHARES_CAPACITY, SLICE_LABEL
 from genericdp.hooks import HookRun
+from genericdp.kubeletplugin.naming import DEFAULT_DRIVER, device_name
+from genericdp.kubeletplugin.slices import SHARES_CAPACITY, SLICE_LABEL
 from genericdp.runtime.supervisor import Supervisor
 from genericdp.simulate import simulate_dra
 from tests.apiserver import ApiServer
@@ -151,7 +151,7 @@ async def test_slices_are_complete_within_a_second_of_start_and_a_restart_writes
                 supervisor.shutting_down()
                 await supervisor.stop()
 
-    with caplog.at_level(logging.INFO, "genericdp.dra.publisher"):
+    with caplog.at_level(logging.INFO, "genericdp.kubeletplugin.publisher"):
         first, written = await run_once()
         held = startup_slices(apiserver)
         assert {d["name"] for s in held for d in s["spec"]["devices"]} == wanted

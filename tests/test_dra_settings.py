@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from genericdp.dra.naming import DEFAULT_DRIVER
+from genericdp.kubeletplugin.naming import DEFAULT_DRIVER
 from genericdp.settings import DEFAULT_DRA_DRIVER, Settings
 from tests.test_cli import GOOD, run
 
@@ -66,10 +66,11 @@ def test_backend_dra_without_a_node_name_exits_2(tmp_path: Path) -> None:
 
 def test_the_device_plugin_backend_never_loads_dra() -> None:
     """`serve` loads the DRA backend only for --backend dra: none of its gRPC services,
-    prepare or driver come in, not even its names (``dra.naming``)."""
+    prepare or driver come in, not even its names (``kubeletplugin.naming``)."""
     code = (
         "import sys, genericdp.cli, genericdp.daemon, genericdp.runtime.supervisor;"
-        "print(sorted(m for m in sys.modules if m.startswith('genericdp.dra')))"
+        "print(sorted(m for m in sys.modules"
+        " if m.startswith(('genericdp.dra', 'genericdp.kubeletplugin'))))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True

@@ -6,11 +6,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from genericdp.dra.apiclaims import ApiClaimSource
-from genericdp.dra.claims import POD_CLAIM_ANNOTATION, AllocatedDevice, Allocation, ClaimRef
 from genericdp.dra.driver import DraDriver
-from genericdp.dra.naming import DEFAULT_DRIVER, device_name
 from genericdp.kube import client as kubeapi
+from genericdp.kubeletplugin.apiclaims import ApiClaimSource
+from genericdp.kubeletplugin.claims import (
+    POD_CLAIM_ANNOTATION,
+    AllocatedDevice,
+    Allocation,
+    ClaimRef,
+)
+from genericdp.kubeletplugin.naming import DEFAULT_DRIVER, device_name
 from tests.apiserver import ApiServer
 from tests.dra_drivers import new_driver, started
 from tests.dra_fakes import DRIVER, NODE, SERIAL, MemoryClaims, claim

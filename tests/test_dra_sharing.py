@@ -11,12 +11,12 @@ import pytest
 from genericdp.config import load_text
 from genericdp.config.model import Hooks
 from genericdp.discovery.model import DeviceNode, Unit
-from genericdp.dra.claims import AllocatedDevice
 from genericdp.dra.edge import MAX_MESSAGE, gone_message
-from genericdp.dra.naming import device_name
-from genericdp.dra.slices import SHARES_CAPACITY, DeviceOptions, devices
 from genericdp.errors import ConfigError
 from genericdp.hooks import HookRun
+from genericdp.kubeletplugin.claims import AllocatedDevice
+from genericdp.kubeletplugin.naming import device_name
+from genericdp.kubeletplugin.slices import SHARES_CAPACITY, DeviceOptions, devices
 from tests.dra_fakes import (
     HOOK,
     NODE,

@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 
 from genericdp.discovery.model import DeviceNode, Unit
-from genericdp.dra.naming import DEFAULT_DRIVER, device_name
-from genericdp.dra.publisher import SlicePublisher
-from genericdp.dra.slices import SHARES_CAPACITY, DeviceOptions
 from genericdp.kube import client as kubeapi
+from genericdp.kubeletplugin.naming import DEFAULT_DRIVER, device_name
+from genericdp.kubeletplugin.publisher import SlicePublisher
+from genericdp.kubeletplugin.slices import SHARES_CAPACITY, DeviceOptions
 from tests.dra_apislices import api_slices, devices_held, fresh_node, running
 
 

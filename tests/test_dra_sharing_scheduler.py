@@ -22,8 +22,8 @@ import pytest
 
 from genericdp.deviceclasses import device_class
 from genericdp.discovery.model import DeviceNode, Unit
-from genericdp.dra.naming import DEFAULT_DRIVER
-from genericdp.dra.slices import DeviceOptions, devices, pool_slices
+from genericdp.kubeletplugin.naming import DEFAULT_DRIVER
+from genericdp.kubeletplugin.slices import DeviceOptions, devices, pool_slices
 from tests.apiserver import ApiServer, missing, start
 
 NODE = "node-shared"

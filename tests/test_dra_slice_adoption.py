@@ -10,9 +10,9 @@ import copy
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node
 
-from genericdp.dra.apislices import as_slice
-from genericdp.dra.slices import SLICE_LABEL, slice_name
 from genericdp.kube import client as kubeapi
+from genericdp.kubeletplugin.apislices import as_slice
+from genericdp.kubeletplugin.slices import SLICE_LABEL, slice_name
 from tests.dra_apislices import api_slices, fresh_node, held, running, unit
 
 RESOURCE = "example.com/serial"

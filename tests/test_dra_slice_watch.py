@@ -19,9 +19,9 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap
 from lightkube.types import PatchType
 
-from genericdp.dra.apislices import ApiSlices
-from genericdp.dra.naming import device_name
 from genericdp.kube import client as kubeapi
+from genericdp.kubeletplugin.apislices import ApiSlices
+from genericdp.kubeletplugin.naming import device_name
 from tests.apiserver import ApiServer
 from tests.dra_apislices import (
     CountingSlices,

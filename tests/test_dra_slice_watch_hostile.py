@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from genericdp.dra.apislices import ApiSlices
-from genericdp.dra.publisher import SlicePublisher
 from genericdp.kube import client as kubeapi
+from genericdp.kubeletplugin.apislices import ApiSlices
+from genericdp.kubeletplugin.publisher import SlicePublisher
 from tests.ending_api import EndingServer, kubeconfig
 from tests.polling import eventually
 

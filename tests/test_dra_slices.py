@@ -1,4 +1,4 @@
-"""dra/slices.py without an API server: names, limits, splitting, comparison."""
+"""kubeletplugin/slices.py without an API server: names, limits, splitting, comparison."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 
 from genericdp.config.model import Version
 from genericdp.discovery.model import DeviceNode, Unit
-from genericdp.dra.slices import (
+from genericdp.k8snames import is_dns1123_subdomain
+from genericdp.kubeletplugin.slices import (
     MAX_DEVICES_PER_SLICE,
     SliceError,
     comparable,
@@ -18,7 +19,6 @@ from genericdp.dra.slices import (
     slice_name,
     typed,
 )
-from genericdp.k8snames import is_dns1123_subdomain
 
 
 def unit(uid: str, **props: str) -> Unit:

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from genericdp.dra.checkpoint import FILE_NAME
-from genericdp.dra.claims import ClaimRef
 from genericdp.dra.embedded import DraKubeletError
-from genericdp.dra.naming import DEFAULT_DRIVER
+from genericdp.kubeletplugin.claims import ClaimRef
+from genericdp.kubeletplugin.naming import DEFAULT_DRIVER
 from tests.apiserver import ApiServer
 from tests.dra_kubelet import DraEventKind, EmbeddedDraKubelet
 from tests.fakesys import FakeHost

@@ -25,8 +25,9 @@ from genericdp.config.v1.dra import (
 from genericdp.discovery import discover
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.discovery.pci import pci_place, pcie_root
-from genericdp.dra.naming import DEFAULT_DRIVER
-from genericdp.dra.slices import (
+from genericdp.errors import ConfigError
+from genericdp.kubeletplugin.naming import DEFAULT_DRIVER
+from genericdp.kubeletplugin.slices import (
     MAX_ATTRIBUTES,
     DeviceOptions,
     device,
@@ -34,7 +35,6 @@ from genericdp.dra.slices import (
     pool_slices,
     shaped,
 )
-from genericdp.errors import ConfigError
 from tests.apiserver import ApiServer
 from tests.fakesys import FakeHost
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from genericdp.dra.backend import DraBackend
-from genericdp.dra.naming import device_name
 from genericdp.kube import client as kubeapi
+from genericdp.kubeletplugin.naming import device_name
 from genericdp.metrics import Metrics
 from genericdp.runtime.supervisor import Supervisor
 from tests.apiserver import ApiServer, start
@@ -55,7 +55,7 @@ async def test_unhealthy_devices_are_left_out_when_the_server_drops_taints(
     """The unhealthy device is not in the slices the server holds (with its taint gone it
     would be allocatable), one warning says why, the metrics count it; healthy again,
     it is published."""
-    caplog.set_level(logging.WARNING, logger="genericdp.dra.publisher")
+    caplog.set_level(logging.WARNING, logger="genericdp.kubeletplugin.publisher")
     node = fresh_node("untainted")
     store = api_slices(untainting_client, node)
     async with running(store) as publisher:

@@ -19,10 +19,10 @@ import pytest
 from genericdp.aio import Changes
 from genericdp.allocation.cdi import claim_spec_name
 from genericdp.dra.checkpoint import FILE_NAME
-from genericdp.dra.claims import ClaimRef
 from genericdp.dra.embedded import resolve_cdi
-from genericdp.dra.naming import DEFAULT_DRIVER
-from genericdp.dra.nodelock import NodeLockError, node_lock
+from genericdp.kubeletplugin.claims import ClaimRef
+from genericdp.kubeletplugin.naming import DEFAULT_DRIVER
+from genericdp.kubeletplugin.nodelock import NodeLockError, node_lock
 from tests.apiserver import ApiServer
 from tests.dra_claims import allocated_claim, allocated_claims
 from tests.dra_kubelet import DraEventKind, EmbeddedDraKubelet

@@ -5,7 +5,10 @@ Imports point down the layers (``LAYERS``); on top of that (``FORBIDDEN``):
 - ``runtime`` imports no backend, nor the device-plugin protocol (``kubelet``);
 - the backends (``deviceplugin``, ``dra``) never import each other, and only the
   device-plugin backend imports ``kubelet``;
-- the Kubernetes API client (``kube``) imports no backend.
+- the Kubernetes API client (``kube``) imports no backend;
+- the DRA helper (``kubeletplugin``, the Go ``kubeletplugin`` package's job) imports
+  neither the driver behind it (``dra``) nor ``runtime`` nor ``kubelet``, and the
+  device-plugin backend never imports it.
 
 Every import counts: at the top of a module, inside a function and under
 ``if TYPE_CHECKING:``. A new top-level module or package must be placed in
@@ -42,6 +45,10 @@ PROTOCOL_BACKEND = "deviceplugin"
 # The Kubernetes API client: the backends, node labels and the DeviceClass reconciler
 # stand on it.
 CLIENT = "kube"
+# What the Go helper k8s.io/dynamic-resource-allocation/kubeletplugin does for a DRA
+# driver (sockets, registration, node lock, claim reads, slice publishing): the DRA
+# backend stands on it; it knows no backend, no runtime, no device-plugin protocol.
+HELPER = "kubeletplugin"
 # Top to bottom: each may import only what is in a lower layer, never its
 # neighbours on the same layer nor anything above it. ``__init__`` is the
 # package itself (``__version__``). The backends share a layer, so none
@@ -55,6 +62,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "metrics probes nodelabels",
         " ".join(sorted(BACKENDS)),
         "runtime",
+        HELPER,
         "kubelet allocation health",
         "hooks lastgood",
         "discovery",
@@ -74,9 +82,10 @@ PROTOCOL_LIBRARIES = ("grpc", "google.protobuf")
 # imports): the runtime drives a backend it does not know by name; the
 # device-plugin protocol is the device-plugin backend's (and the commands') alone;
 # the backends stand beside each other; the API client serves every backend and
-# knows none.
+# knows none; the DRA helper serves its driver without knowing it, and is DRA's alone.
 FORBIDDEN: frozenset[tuple[str, str]] = frozenset(
-    {("runtime", "kubelet")}
+    {("runtime", "kubelet"), ("runtime", HELPER), (PROTOCOL_BACKEND, HELPER)}
+    | {(HELPER, into) for into in (*BACKENDS, "runtime", "kubelet")}
     | {("runtime", backend) for backend in BACKENDS}
     | {(CLIENT, backend) for backend in BACKENDS}
     | {(backend, "kubelet") for backend in BACKENDS - {PROTOCOL_BACKEND}}
@@ -196,20 +205,34 @@ def test_the_checker_catches_every_kind_of_violation() -> None:
         "genericdp.discovery.globs": {"genericdp.kubelet.devices"},  # the core on the protocol
         "genericdp.config.model": {"genericdp.cli"},  # upward
         "genericdp.kube.client": {
-            "genericdp.dra.slicestore",  # the API client knows no backend
+            "genericdp.dra.checkpoint",  # the API client knows no backend
             "genericdp.kube.listwatch",  # its own package: fine
         },
+        "genericdp.kubeletplugin.publisher": {
+            "genericdp.dra.inventory",  # the helper knows not its driver (also: upward)
+            "genericdp.kube.listwatch",  # the helper on the API client: fine
+        },
+        "genericdp.deviceplugin.poller": {"genericdp.kubeletplugin.claims"},  # DRA's alone
     }
     wrong = violations(synthetic)
     assert wrong == [
         "genericdp.config.model imports genericdp.cli: not below it",
         "genericdp.deviceplugin.plugin imports genericdp.dra.edge: not below it",
         "genericdp.deviceplugin.plugin imports genericdp.dra.edge: deviceplugin never imports dra",
+        (
+            "genericdp.deviceplugin.poller imports genericdp.kubeletplugin.claims:"
+            " deviceplugin never imports kubeletplugin"
+        ),
         "genericdp.discovery.globs imports genericdp.kubelet.devices: not below it",
         "genericdp.discovery.globs imports genericdp.kubelet.devices: core and protocol stay apart",
         "genericdp.dra.edge imports genericdp.kubelet.devices: dra never imports kubelet",
-        "genericdp.kube.client imports genericdp.dra.slicestore: not below it",
-        "genericdp.kube.client imports genericdp.dra.slicestore: kube never imports dra",
+        "genericdp.kube.client imports genericdp.dra.checkpoint: not below it",
+        "genericdp.kube.client imports genericdp.dra.checkpoint: kube never imports dra",
+        "genericdp.kubeletplugin.publisher imports genericdp.dra.inventory: not below it",
+        (
+            "genericdp.kubeletplugin.publisher imports genericdp.dra.inventory:"
+            " kubeletplugin never imports dra"
+        ),
         "genericdp.runtime.supervisor imports genericdp.dra.backend: not below it",
         "genericdp.runtime.supervisor imports genericdp.dra.backend: runtime never imports dra",
         (

@@ -16,10 +16,10 @@ from genericdp.config.model import Exec
 from genericdp.deviceclasses.metrics import ClassMetrics
 from genericdp.deviceclasses.sync import SyncStatus
 from genericdp.dra.backend import DraBackend
-from genericdp.dra.publisher import SlicePublisher
 from genericdp.errors import CdiSpecError, HookError, InvalidDevicesError, TemplateRenderError
 from genericdp.hooks import HookRun, HookRunError
 from genericdp.hooks.execution import ExecResult
+from genericdp.kubeletplugin.publisher import SlicePublisher
 from genericdp.metrics import Metrics
 from genericdp.probes import liveness, readiness
 from genericdp.runtime.backend import Gauge

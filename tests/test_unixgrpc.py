@@ -9,8 +9,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from genericdp.dra.registration import RegistrationServer, RegistrationService
 from genericdp.errors import KubeletError
+from genericdp.kubeletplugin.registration import RegistrationServer, RegistrationService
 from genericdp.unixgrpc import (
     MAX_MESSAGE_BYTES,
     MAX_UNIX_PATH_BYTES,

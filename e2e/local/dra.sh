@@ -162,7 +162,7 @@ check_dra_slices() {
     log "  $resource on this node: $(slice_devices "$resource" | grep -c . || true) devices"
   done
 
-  log "check: every device is named device_name(resource, unitID) (genericdp.dra.naming, in the image)"
+  log "check: every device is named device_name(resource, unitID) (genericdp.kubeletplugin.naming, in the image)"
   listed=""
   for spec in "${EXPECTED[@]}"; do
     while read -r name unit _; do
@@ -171,7 +171,7 @@ check_dra_slices() {
   done
   expected=$(printf '%s' "$listed" | k -n "$NAMESPACE" exec -i "$(daemon_pod)" -- python3 -c '
 import sys
-from genericdp.dra.naming import device_name
+from genericdp.kubeletplugin.naming import device_name
 for line in sys.stdin:
     resource, unit, name = line.split()
     if device_name(resource, unit) != name:
@@ -1011,7 +1011,7 @@ check_dra_rollout() {
   expected=$(k -n "$NAMESPACE" exec "$new" -- python3 -c '
 import sys
 from pathlib import Path
-from genericdp.dra.socketnames import registration_socket
+from genericdp.kubeletplugin.socketnames import registration_socket
 print(" ".join(sorted(registration_socket(Path(sys.argv[1]), sys.argv[2], uid).name for uid in sys.argv[3:])))
 ' "$REGISTRY_DIR" "$DRIVER" "$old_uid" "$new_uid") || fail "could not compute the socket names in $new"
   both=$(awk 'NF >= 3 { print; exit }' "$dir/registry.txt")

@@ -1,6 +1,6 @@
 """Compile an API package's .proto files into Python stubs (a development tool).
 
-Both protocol packages (``genericdp.kubelet.api``, ``genericdp.dra.api``) keep
+Both protocol packages (``genericdp.kubelet.api``, ``genericdp.kubeletplugin.api``) keep
 their .proto files beside the generated modules and regenerate them with
 ``python -m genericdp.<package>.api.generate``; this is the one protoc run they
 share. The protos are compiled with ``src`` as the include root, so the

@@ -24,7 +24,7 @@ DEFAULT_DRA_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
 DEFAULT_STATE_DIR = "/var/lib/genericdp"
 # NFD's worker reads every file of this directory (its local feature source).
 DEFAULT_FEATURES_FILE = Path("/etc/kubernetes/node-feature-discovery/features.d/genericdp")
-# dra/naming.py DEFAULT_DRIVER: settings sits below dra and cannot import it.
+# kubeletplugin/naming.py DEFAULT_DRIVER: settings sits below dra and cannot import it.
 DEFAULT_DRA_DRIVER = "genericdp.io"
 # A DRA driver name: a DNS subdomain of at most 63 characters (ResourceSlice spec.driver).
 _DRIVER_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")

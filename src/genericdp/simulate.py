@@ -339,8 +339,8 @@ async def simulate_dra(
         EmbeddedDraKubelet,
         EmbeddedSlices,
     )
-    from genericdp.dra.publisher import SlicePublisher
     from genericdp.hooks import run_hook
+    from genericdp.kubeletplugin.publisher import SlicePublisher
     from genericdp.runtime.supervisor import Supervisor
 
     stream = out or sys.stdout
@@ -484,8 +484,8 @@ class _DraSession:
         """Allocate ``devices`` to the claim, prepare it (one pod sync), say what prepare
         made, and unprepare it again; whether all of it went well."""
         from genericdp.dra import metadata
-        from genericdp.dra.claims import AllocatedDevice, ClaimRef
         from genericdp.dra.embedded import DraKubeletError, UnresolvableCdiError, resolve_cdi
+        from genericdp.kubeletplugin.claims import AllocatedDevice, ClaimRef
 
         driver, node, request = self.settings.dra_driver_name, self.settings.node_name, "req"
         claim = ClaimRef("default", SIMULATED_CLAIM_NAME, SIMULATED_CLAIM_UID)

@@ -1,7 +1,7 @@
 """One DeviceClass per resource (``genericdp deviceclasses``), pure.
 
 Each class selects this driver's devices of one resource by CEL, on the
-``resource`` attribute every published device carries (dra/slices.py), and
+``resource`` attribute every published device carries (kubeletplugin/slices.py), and
 names the resource as its ``extendedResourceName`` (KEP-5004, beta in 1.36),
 so a pod asking for ``example.com/serial: 1`` in its limits is served by
 DRA with its spec unchanged.
@@ -14,8 +14,8 @@ from typing import Any
 
 from genericdp.config.model import Config
 from genericdp.config.names import device_class_collision, device_class_name
-from genericdp.dra.slices import API_VERSION, check_resource
 from genericdp.errors import GenericdpError
+from genericdp.kubeletplugin.slices import API_VERSION, check_resource
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 DRIVER_LABEL = "genericdp.io/driver"

@@ -97,7 +97,7 @@ class ClassApi:
 
     async def published_resources(self) -> set[str]:
         """The resources some node's slices of our driver hold devices of (the ``resource``
-        attribute every device we publish carries, dra/slices.py). Slices are many in a
+        attribute every device we publish carries, kubeletplugin/slices.py). Slices are many in a
         big cluster and not kept: each page is read within an answer's budget and
         dropped, and at most ``MAX_RESOURCES`` names are kept."""
         found: set[str] = set()

@@ -25,14 +25,14 @@ from pathlib import Path
 
 from genericdp.aio import Backoff, TaskSet
 from genericdp.config.model import Config
-from genericdp.dra.claims import ClaimSource
 from genericdp.dra.driver import DraDriver, DriverPaths
 from genericdp.dra.edge import DraEdge, Publisher
-from genericdp.dra.nodelock import node_lock
-from genericdp.dra.publisher import SlicePublisher
 from genericdp.dra.usage import DraUsage
 from genericdp.errors import GenericdpError
 from genericdp.hooks import HookRunner
+from genericdp.kubeletplugin.claims import ClaimSource
+from genericdp.kubeletplugin.nodelock import node_lock
+from genericdp.kubeletplugin.publisher import SlicePublisher
 from genericdp.runtime.backend import Fleet, Gauge, ResourceParts
 from genericdp.runtime.recorder import NO_METRICS, Recorder
 from genericdp.settings import Settings
@@ -264,9 +264,9 @@ async def open_api(settings: Settings, *, publish: bool = True) -> ApiPieces:
     """The claim source and the slice publisher over the API server: the only place
     the API client library is loaded (the device-plugin backend never comes here).
     ``publish``: start the publisher now (else its owner starts it, ``serving``)."""
-    from genericdp.dra.apiclaims import ApiClaimSource
-    from genericdp.dra.apislices import ApiSlices
     from genericdp.kube.client import connect
+    from genericdp.kubeletplugin.apiclaims import ApiClaimSource
+    from genericdp.kubeletplugin.apislices import ApiSlices
 
     client = connect(Path(settings.kubeconfig) if settings.kubeconfig else None)
     node, driver = settings.node_name, settings.dra_driver_name

@@ -37,8 +37,8 @@ from typing import Any
 
 from genericdp.atomicfile import reason, write_atomically
 from genericdp.config.model import Exec
-from genericdp.dra.claims import ClaimRef, valid_uid
 from genericdp.errors import clip
+from genericdp.kubeletplugin.claims import ClaimRef, valid_uid
 from genericdp.runtime import uncleaned
 from genericdp.runtime.owedrecords import dump_hook, parse_hook
 

@@ -36,16 +36,16 @@ from genericdp.aio import Backoff, TaskSet, inotify_events
 from genericdp.allocation.cdi import remove_stale_claim_specs
 from genericdp.dra import metadata
 from genericdp.dra.checkpoint import FILE_NAME, PREPARED, Checkpoint
-from genericdp.dra.claims import ClaimSource
 from genericdp.dra.inventory import Inventory
 from genericdp.dra.prepare import Preparer
-from genericdp.dra.registration import RegistrationServer, RegistrationService
-from genericdp.dra.service import HEARTBEAT, SERVICES, DraServer
-from genericdp.dra.socketnames import dra_socket, registration_socket, remove_stale
 from genericdp.dra.turns import FILE_NAME as TURNS_FILE
 from genericdp.dra.turns import Turns
 from genericdp.errors import CdiSpecError, KubeletError, clip
 from genericdp.hooks import HookRunner
+from genericdp.kubeletplugin.claims import ClaimSource
+from genericdp.kubeletplugin.registration import RegistrationServer, RegistrationService
+from genericdp.kubeletplugin.service import HEARTBEAT, SERVICES, DraServer
+from genericdp.kubeletplugin.socketnames import dra_socket, registration_socket, remove_stale
 from genericdp.runtime.recorder import NO_METRICS, Recorder
 
 log = logging.getLogger(__name__)

@@ -23,9 +23,9 @@ from typing import Protocol
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.dra.inventory import Inventory
-from genericdp.dra.registration import RegistrationService
-from genericdp.dra.slices import DeviceOptions
 from genericdp.errors import GenericdpError, ellipsized, first_of
+from genericdp.kubeletplugin.registration import RegistrationService
+from genericdp.kubeletplugin.slices import DeviceOptions
 from genericdp.runtime.edge import PluginStatus
 from genericdp.runtime.state import DeviceState
 
@@ -35,7 +35,7 @@ MAX_MESSAGE = 1024  # what the kubelet passes on to the pod's allocatedResources
 
 
 class Publisher(Protocol):
-    """The contract's ``SlicePublisher`` (``dra/publisher.py``), as an edge uses it."""
+    """The contract's ``SlicePublisher`` (``kubeletplugin/publisher.py``), as an edge uses it."""
 
     def expect(self, resource: str) -> None: ...
 

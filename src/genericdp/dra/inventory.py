@@ -15,19 +15,13 @@ import time
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from enum import Enum
 
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
-from genericdp.dra.naming import device_name
+from genericdp.kubeletplugin.naming import device_name
+from genericdp.kubeletplugin.service import Health
 
 log = logging.getLogger(__name__)
-
-
-class Health(Enum):
-    UNKNOWN = "Unknown"
-    HEALTHY = "Healthy"
-    UNHEALTHY = "Unhealthy"
 
 
 @dataclass(frozen=True)

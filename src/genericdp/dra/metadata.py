@@ -45,9 +45,9 @@ from genericdp.atomicfile import reason, write_atomically
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.dra.checkpoint import PreparedClaim, PreparedDevice
-from genericdp.dra.claims import POD_CLAIM_ANNOTATION
-from genericdp.dra.slices import MAX_ATTRIBUTES, MAX_VALUE_BYTES, device
 from genericdp.errors import CdiSpecError
+from genericdp.kubeletplugin.claims import POD_CLAIM_ANNOTATION
+from genericdp.kubeletplugin.slices import MAX_ATTRIBUTES, MAX_VALUE_BYTES, device
 
 SUBDIR = "dra-device-metadata"
 FILE_NAME = "metadata.json"

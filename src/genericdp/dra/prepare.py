@@ -68,17 +68,17 @@ from genericdp.dra.checkpoint import (
     PreparedDevice,
     describe_error,
 )
-from genericdp.dra.claims import (
+from genericdp.dra.inventory import Inventory, Located
+from genericdp.dra.turns import TurnError, Turns
+from genericdp.errors import GenericdpError, clip, cut, first_of
+from genericdp.hooks import CLEANUP, INIT, PRE_START, HookRun, HookRunner
+from genericdp.kubeletplugin.claims import (
     AllocatedDevice,
     ClaimError,
     ClaimRef,
     ClaimSource,
     unique_claims,
 )
-from genericdp.dra.inventory import Inventory, Located
-from genericdp.dra.turns import TurnError, Turns
-from genericdp.errors import GenericdpError, clip, cut, first_of
-from genericdp.hooks import CLEANUP, INIT, PRE_START, HookRun, HookRunner
 from genericdp.runtime.recorder import NO_METRICS, Recorder, allocation_result
 from genericdp.runtime.uncleaned import Uncleaned, file_name
 

@@ -37,8 +37,8 @@ from inotify_simple import flags
 
 from genericdp.aio import inotify_events
 from genericdp.dra.checkpoint import Checkpoint
-from genericdp.dra.lockfile import open_lock_file, try_lock
 from genericdp.errors import GenericdpError, KubeletError
+from genericdp.kubeletplugin.lockfile import open_lock_file, try_lock
 from genericdp.runtime.uncleaned import PREFIX as UNCLEANED
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-# The attributes every DRA device carries (genericdp.dra.slices); a config may not set them.
+# The attributes every DRA device carries (kubeletplugin/slices.py); a config may not set them.
 DRA_RESERVED_ATTRIBUTES = ("resource", "unitID", "healthy", "nodes")
 # The Kubernetes standard attributes genericdp sets from sysfs; not a config's either.
 STANDARD_ATTRIBUTES = (
@@ -15,9 +15,9 @@ STANDARD_ATTRIBUTES = (
     "resource.kubernetes.io/pciBusID",
     "resource.kubernetes.io/pcieRoot",
 )
-# What discovery may add in the driver's domain (genericdp.dra.slices.discovered_attributes).
+# What discovery may add in the driver's domain (kubeletplugin/slices.py discovered_attributes).
 DISCOVERED_ATTRIBUTES = 7
-# The capacities a device may carry: ``shares`` of a shared device (genericdp.dra.slices).
+# The capacities a device may carry: ``shares`` of a shared device (kubeletplugin/slices.py).
 DEVICE_CAPACITIES = 1
 # A device holds at most 32 attributes and capacities (resource.k8s.io/v1 validation):
 # what is left for a config after genericdp's own.

@@ -1,10 +1,10 @@
 """The API server as far as ``simulate --backend dra`` needs one, in memory.
 
 ``EmbeddedSlices`` keeps the node's ResourceSlices for the real
-``SlicePublisher`` (``dra/slicestore.SliceStore``): every write gets the
+``SlicePublisher`` (``kubeletplugin/slicestore.SliceStore``): every write gets the
 next ``resourceVersion``, and a watch reports nothing (the publisher is the
 only writer) until the server would end it. ``EmbeddedClaims`` answers the
-driver's claim reads (``dra/claims.ClaimSource``) with the allocations
+driver's claim reads (``kubeletplugin/claims.ClaimSource``) with the allocations
 ``allocate`` made, as the scheduler writes them into a claim's status.
 """
 
@@ -16,8 +16,8 @@ import itertools
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from genericdp.dra.claims import AllocatedDevice, Allocation, ClaimError, ClaimRef
-from genericdp.dra.slicestore import Listing
+from genericdp.kubeletplugin.claims import AllocatedDevice, Allocation, ClaimError, ClaimRef
+from genericdp.kubeletplugin.slicestore import Listing
 
 
 class EmbeddedSlices:

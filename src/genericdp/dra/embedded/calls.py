@@ -11,9 +11,14 @@ from typing import Any
 
 import grpc
 
-from genericdp.dra.api import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
-from genericdp.dra.claims import ClaimRef
 from genericdp.dra.embedded.state import DraKubeletError, Plugin, PreparedDevice
+from genericdp.kubeletplugin.api import (
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2,
+    dra_v1beta1_pb2_grpc,
+)
+from genericdp.kubeletplugin.claims import ClaimRef
 
 
 def _stub(plugin: Plugin) -> tuple[Any, Any]:

@@ -49,12 +49,12 @@ import grpc
 from inotify_simple import INotify
 
 from genericdp.aio import Changes, TaskSet, inotify_events, wait_event
-from genericdp.dra.api import pluginregistration_pb2 as reg_pb
-from genericdp.dra.api import pluginregistration_pb2_grpc as reg_grpc
-from genericdp.dra.claims import ClaimRef
 from genericdp.dra.embedded.calls import node_prepare, node_unprepare
 from genericdp.dra.embedded.registry import WATCH, plugin_channel, sockets
 from genericdp.dra.embedded.state import DraKubeletError, Plugin, PreparedDevice
+from genericdp.kubeletplugin.api import pluginregistration_pb2 as reg_pb
+from genericdp.kubeletplugin.api import pluginregistration_pb2_grpc as reg_grpc
+from genericdp.kubeletplugin.claims import ClaimRef
 
 log = logging.getLogger(__name__)
 

@@ -32,8 +32,8 @@ from typing import Any
 from genericdp.config.model import AttributeValue, ResourceDefinition, Version
 from genericdp.config.v1.dra import DEFAULT_TAINT_EFFECT, STANDARD_ATTRIBUTES
 from genericdp.discovery.model import Unit
-from genericdp.dra.naming import device_name
 from genericdp.errors import GenericdpError
+from genericdp.kubeletplugin.naming import device_name
 
 API_VERSION = "resource.k8s.io/v1"
 # 128 per slice, but 64 once a device has taints; unhealthy devices have one,

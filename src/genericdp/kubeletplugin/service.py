@@ -2,23 +2,25 @@
 
 - ``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`` and its ``v1beta1`` twin (same
   messages, kept for 1.32/1.33 kubelets): NodePrepareResources and
-  NodeUnprepareResources, answered by ``prepare.Preparer``.
-- ``v1.DRAResourceHealth`` and its ``v1alpha1`` twin (same messages; 1.34
-  to 1.36 kubelets know only v1alpha1, 1.37 to 1.39 prefer v1 and fall back
-  to v1alpha1): NodeWatchResources, a stream of every device's health from
-  ``inventory.Inventory``, the same whichever version the kubelet opens. A
-  kubelet opens the stream only for a version it finds among the
-  registration's ``supported_versions``, so both are listed there. Each
-  device's message (at most ``MAX_HEALTH_MESSAGE`` characters) says why it is
-  not Healthy: the probe's failure, or the unit's state. The kubelet stamps each
-  report with its own clock and turns a device Unknown when it has not
-  heard of it for 30 s (``DefaultHealthTimeout`` in
-  pkg/kubelet/cm/dra/healthinfo.go), so the whole list is sent at once,
-  again on every change, and at least every ``HEARTBEAT`` seconds.
+  NodeUnprepareResources, answered by the driver's ``ClaimPreparer``
+  (``dra.prepare.Preparer``).
+- ``v1.DRAResourceHealth`` and its ``v1alpha1`` twin (same messages; 1.34 to
+  1.36 kubelets know only v1alpha1, 1.37 to 1.39 prefer v1 and fall back to
+  v1alpha1): NodeWatchResources, a stream of every device's health from the
+  driver's ``HealthSource`` (``dra.inventory.Inventory``), the same whichever
+  version the kubelet opens. A kubelet opens the stream only for a version it
+  finds among the registration's ``supported_versions``, so both are listed
+  there. Each device's message (at most ``MAX_HEALTH_MESSAGE`` characters)
+  says why it is not Healthy: the probe's failure, or the unit's state. The
+  kubelet stamps each report with its own clock and turns a device Unknown
+  when it has not heard of it for 30 s (``DefaultHealthTimeout`` in
+  pkg/kubelet/cm/dra/healthinfo.go), so the whole list is sent at once, again
+  on every change, and at least every ``HEARTBEAT`` seconds.
 
 All four share one ``grpc.aio`` server on one unix socket
 (``/var/lib/kubelet/plugins/<driver>/dra.sock``), as the kubelet dials one
-endpoint for all of them.
+endpoint for all of them. The driver is seen through those two protocols only,
+as the Go helper sees a driver through its ``DRAPlugin`` interface.
 """
 
 from __future__ import annotations
@@ -27,14 +29,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from enum import Enum
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
-from genericdp.dra.api import (
+from genericdp.errors import ellipsized
+from genericdp.kubeletplugin.api import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2,
@@ -44,11 +48,7 @@ from genericdp.dra.api import (
     drahealth_v1alpha1_pb2,
     drahealth_v1alpha1_pb2_grpc,
 )
-from genericdp.dra.checkpoint import PreparedDevice
-from genericdp.dra.claims import ClaimRef
-from genericdp.dra.inventory import Health, Inventory
-from genericdp.dra.prepare import ClaimResult, Preparer
-from genericdp.errors import ellipsized
+from genericdp.kubeletplugin.claims import ClaimRef
 from genericdp.unixgrpc import UnixServer, serve
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,70 @@ SERVICES = (DRA_V1, DRA_V1BETA1, HEALTH_V1, HEALTH_V1ALPHA1)
 HEARTBEAT = 10.0  # seconds between full health reports when nothing changes
 MAX_HEALTH_MESSAGE = 1024  # the kubelet cuts longer messages to 1021 characters and "..."
 
+
+class Health(Enum):
+    """A device's health as the DRA health API states it."""
+
+    UNKNOWN = "Unknown"
+    HEALTHY = "Healthy"
+    UNHEALTHY = "Unhealthy"
+
+
+class Device(Protocol):
+    """A prepared device as the kubelet is told of it (``dra.checkpoint.PreparedDevice``)."""
+
+    @property
+    def request(self) -> str: ...
+    @property
+    def pool(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def cdi_ids(self) -> Sequence[str]: ...
+    @property
+    def share_id(self) -> str: ...
+
+
+class PrepareResult(Protocol):
+    """One claim's answer: its devices, or why it failed (``dra.prepare.ClaimResult``)."""
+
+    @property
+    def devices(self) -> Sequence[Device]: ...
+    @property
+    def error(self) -> str: ...
+
+
+class ClaimPreparer(Protocol):
+    """What the kubelet's prepare and unprepare calls are answered by: one entry per claim UID."""
+
+    async def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]: ...
+    async def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]: ...
+
+
+class DeviceHealth(Protocol):
+    """One device's health (``dra.inventory.DeviceHealth``)."""
+
+    @property
+    def device(self) -> str: ...
+    @property
+    def health(self) -> Health: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def updated(self) -> float: ...
+
+
+class HealthSource(Protocol):
+    """The devices' health and a version that moves when it changes."""
+
+    @property
+    def pool(self) -> str: ...
+    @property
+    def version(self) -> int: ...
+    def health(self) -> Sequence[DeviceHealth]: ...
+    async def wait_changed(self, version: int) -> int: ...
+
+
 # The health status enum's numbers are the same in both versions (UNKNOWN 0,
 # HEALTHY 1, UNHEALTHY 2); each version's module builds its own messages.
 _HEALTH = {Health.UNKNOWN: 0, Health.HEALTHY: 1, Health.UNHEALTHY: 2}
@@ -77,7 +141,7 @@ def _claims(request: Any) -> list[ClaimRef]:
 class _DraPlugin:
     """One version of the DRAPlugin service over ``module``'s messages."""
 
-    def __init__(self, preparer: Preparer, module: ModuleType) -> None:
+    def __init__(self, preparer: ClaimPreparer, module: ModuleType) -> None:
         self._preparer = preparer
         self._pb = module
 
@@ -103,7 +167,7 @@ class _DraPlugin:
             response.claims[uid].error = error
         return response
 
-    def _claim(self, result: ClaimResult) -> Any:
+    def _claim(self, result: PrepareResult) -> Any:
         if result.error:
             log.warning("NodePrepareResources: %s", result.error)
             return self._pb.NodePrepareResourceResponse(error=result.error)
@@ -111,7 +175,7 @@ class _DraPlugin:
             devices=[self._device(d) for d in result.devices]
         )
 
-    def _device(self, d: PreparedDevice) -> Any:
+    def _device(self, d: Device) -> Any:
         device = self._pb.Device(
             request_names=[d.request] if d.request else [],
             pool_name=d.pool,
@@ -124,12 +188,12 @@ class _DraPlugin:
 
 
 class DraPluginV1(_DraPlugin, dra_v1_pb2_grpc.DRAPluginServicer):
-    def __init__(self, preparer: Preparer) -> None:
+    def __init__(self, preparer: ClaimPreparer) -> None:
         super().__init__(preparer, dra_v1_pb2)
 
 
 class DraPluginV1beta1(_DraPlugin, dra_v1beta1_pb2_grpc.DRAPluginServicer):
-    def __init__(self, preparer: Preparer) -> None:
+    def __init__(self, preparer: ClaimPreparer) -> None:
         super().__init__(preparer, dra_v1beta1_pb2)
 
 
@@ -140,7 +204,7 @@ class HealthService:
     the module their messages come from.
     """
 
-    def __init__(self, inventory: Inventory, *, heartbeat: float = HEARTBEAT) -> None:
+    def __init__(self, inventory: HealthSource, *, heartbeat: float = HEARTBEAT) -> None:
         self._inventory = inventory
         self._heartbeat = heartbeat
         self.streams = 0  # open now, either version
@@ -221,8 +285,8 @@ class DraServer:
     @classmethod
     async def start(
         cls,
-        preparer: Preparer,
-        inventory: Inventory,
+        preparer: ClaimPreparer,
+        inventory: HealthSource,
         socket: Path,
         *,
         heartbeat: float = HEARTBEAT,

@@ -1,6 +1,6 @@
 """What the slice publisher writes through: the ResourceSlices of one node and driver.
 
-``dra/apislices.py``'s ``ApiSlices`` keeps them in the API server; the tests keep
+``kubeletplugin/apislices.py``'s ``ApiSlices`` keeps them in the API server; the tests keep
 them in memory (``tests/dra_fakes.py``), so the publisher's rules are tested
 without an API server.
 """

@@ -6,7 +6,8 @@ import asyncio
 from http import HTTPStatus
 from typing import Any
 
-from genericdp.dra.claims import (
+from genericdp.kube.client import ApiRequestError, AsyncClient, get_claim
+from genericdp.kubeletplugin.claims import (
     POD_CLAIM_ANNOTATION,
     AllocatedDevice,
     Allocation,
@@ -14,8 +15,7 @@ from genericdp.dra.claims import (
     ClaimRef,
     valid_uid,
 )
-from genericdp.dra.naming import DEFAULT_DRIVER
-from genericdp.kube.client import ApiRequestError, AsyncClient, get_claim
+from genericdp.kubeletplugin.naming import DEFAULT_DRIVER
 
 # The whole read, however the server answers: a server trickling its answer a
 # byte at a time never trips the client's per-read timeout, and the kubelet's

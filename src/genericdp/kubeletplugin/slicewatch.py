@@ -18,8 +18,8 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from genericdp.dra.slicestore import SliceStore
 from genericdp.kube.listwatch import version_of
+from genericdp.kubeletplugin.slicestore import SliceStore
 
 log = logging.getLogger(__name__)
 

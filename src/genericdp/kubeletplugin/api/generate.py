@@ -1,6 +1,6 @@
 """Regenerate the DRA API stubs from the .proto files in this folder.
 
-Run as ``python -m genericdp.dra.api.generate [OUT_ROOT]`` (``./dev protos``
+Run as ``python -m genericdp.kubeletplugin.api.generate [OUT_ROOT]`` (``./dev protos``
 runs it with the device-plugin API's). ``tests/test_dra_protos.py`` runs this
 into a temporary directory and fails if the checked-in stubs drift.
 """

@@ -24,9 +24,9 @@ from typing import Any
 
 import grpc
 
-from genericdp.dra.api import pluginregistration_pb2 as reg_pb
-from genericdp.dra.api import pluginregistration_pb2_grpc as reg_grpc
 from genericdp.errors import clip
+from genericdp.kubeletplugin.api import pluginregistration_pb2 as reg_pb
+from genericdp.kubeletplugin.api import pluginregistration_pb2_grpc as reg_grpc
 from genericdp.unixgrpc import UnixServer, serve
 
 log = logging.getLogger(__name__)

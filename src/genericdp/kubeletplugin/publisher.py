@@ -28,7 +28,7 @@ at most ``adopt_grace`` seconds after start: so a restart neither deletes
 the slices of a resource whose first scan is a little slower than the others
 nor writes the pool once per resource as their scans end.
 
-From the first list on, a watch of the node's slices (``dra/slicewatch.py``,
+From the first list on, a watch of the node's slices (``kubeletplugin/slicewatch.py``,
 run by ``kube/listwatch.py``: from a list's resourceVersion, one request at a
 time, our own backoff around each, and a list again every ``resync``
 seconds) notices what others change or delete (the kubelet deletes a node's
@@ -53,10 +53,10 @@ from typing import Any
 from genericdp.aio import Backoff, TaskSet, wait_event
 from genericdp.config.model import AttributeValue
 from genericdp.discovery.model import Unit
-from genericdp.dra import slices
-from genericdp.dra.slicestore import SliceStore
-from genericdp.dra.slicewatch import SliceWatch
 from genericdp.kube.listwatch import ListWatch, describe
+from genericdp.kubeletplugin import slices
+from genericdp.kubeletplugin.slicestore import SliceStore
+from genericdp.kubeletplugin.slicewatch import SliceWatch
 
 log = logging.getLogger(__name__)
 

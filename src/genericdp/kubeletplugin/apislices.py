@@ -1,4 +1,4 @@
-"""The publisher's ``SliceStore`` (``dra/slicestore.py``) over the API server: the
+"""The publisher's ``SliceStore`` (``kubeletplugin/slicestore.py``) over the API server: the
 ResourceSlices of one node and driver, through ``kube/client.py``'s requests (each with its
 overall deadline, a list in bounded pages, a watch as one request)."""
 
@@ -10,8 +10,6 @@ from typing import Any
 
 from lightkube.generic_resource import GenericGlobalResource
 
-from genericdp.dra.naming import DEFAULT_DRIVER
-from genericdp.dra.slicestore import Listing
 from genericdp.kube.client import (
     REQUEST_DEADLINE,
     RESOURCE_SLICE,
@@ -24,6 +22,8 @@ from genericdp.kube.client import (
     list_objects,
     watch_events,
 )
+from genericdp.kubeletplugin.naming import DEFAULT_DRIVER
+from genericdp.kubeletplugin.slicestore import Listing
 
 
 def as_slice(obj: dict[str, Any]) -> GenericGlobalResource:

@@ -28,8 +28,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from genericdp.dra.lockfile import open_lock_file, try_lock
 from genericdp.errors import GenericdpError, clip
+from genericdp.kubeletplugin.lockfile import open_lock_file, try_lock
 
 log = logging.getLogger(__name__)
 
