@@ -33,6 +33,11 @@ up() {
     echo 512 >/proc/sys/fs/inotify/max_user_instances
   fi
   if ! [[ -e /run/netns/$NETNS ]]; then
+    # The first `ip netns add` on a machine makes /run/netns a shared bind
+    # mount; down undoes that when this run made it and nothing else uses it.
+    if ! mountpoint -q /run/netns; then
+      touch "$ENGINE_RUN/made-run-netns"
+    fi
     ip netns add "$NETNS"
   fi
   inns ip link set lo up
@@ -134,9 +139,14 @@ down() {
   if [[ -e $ENGINE_RUN/made-lib-modules ]]; then
     rmdir /lib/modules 2>/dev/null || true
   fi
+  local made_run_netns=""
+  [[ -e $ENGINE_RUN/made-run-netns ]] && made_run_netns=1
   rm -rf "$ENGINE_STATE" "$ENGINE_RUN"
   if [[ -e /run/netns/$NETNS ]]; then
     ip netns delete "$NETNS"
+  fi
+  if [[ -n $made_run_netns ]] && [[ -z $(ls -A /run/netns 2>/dev/null) ]]; then
+    umount /run/netns 2>/dev/null || true
   fi
 }
 
