@@ -95,12 +95,12 @@ rm -f /var/run/cdi/gdp-claim-*.json
 rm -f /var/run/cdi/genericdp-example.com_e2e-*.json
 rm -f /dev/gdp-e2e-*
 rm -rf /var/lib/genericdp-e2e
+if [[ -e $NODE_STATE/made-run-netns ]] && [[ -z $(ls -A /run/netns 2>/dev/null) ]]; then
+  umount /run/netns 2>/dev/null || true
+fi
 if [[ -f $NODE_STATE/created-dirs ]]; then
   # Deepest first; only when empty (something else may have put files there since).
   sort -r "$NODE_STATE/created-dirs" | while read -r d; do
-    if [[ $d == /run/netns ]] && [[ -z $(ls -A /run/netns 2>/dev/null) ]]; then
-      umount /run/netns 2>/dev/null
-    fi
     find "$d" -depth -type d -empty -delete 2>/dev/null
   done
 fi

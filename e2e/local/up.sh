@@ -39,6 +39,9 @@ rm -f "$LOG_DIR"/*.log
 for d in /var/lib/kubelet /run/containerd /var/run/cdi /var/lib/cni /run/netns; do
   [[ -e $d ]] || echo "$d" >>"$NODE_STATE/created-dirs"
 done
+# The first `ip netns add` makes /run/netns a shared bind mount (the directory
+# may be there without it); down.sh undoes the mount this node made.
+mountpoint -q /run/netns || touch "$NODE_STATE/made-run-netns"
 
 log "network namespace $NETNS: $VETH_NODE $NODE_IP/24 (host end $VETH_HOST, no address)"
 ip netns add "$NETNS"
