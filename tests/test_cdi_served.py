@@ -204,7 +204,7 @@ async def test_unwritable_cdi_dir_fails_allocate_clearly_and_recovers(
         assert "could not resolve CDI device(s) example.com/gpu=pci-0000:03:00.0" in message
         assert "Not a directory" in message
         assert "Traceback" not in message
-        assert rt.supervisor.status()[GPU].registered
+        await rt.supervisor.wait_for(lambda statuses: statuses[GPU].registered)
         assert rt.kubelet.resources[GPU].allocatable == 1
         async with plugin_stub(rt.socket(GPU)) as stub:
             with pytest.raises(grpc.aio.AioRpcError) as rpc:

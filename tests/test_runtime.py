@@ -41,9 +41,9 @@ async def test_registers_and_advertises_replicas(base: Path) -> None:
         assert not snap.options.pre_start_required
         assert snap.endpoint is not None
         assert snap.endpoint.startswith("gdp-example.com-serial-")
-        status = rt.supervisor.status()[SERIAL]
-        assert status.registered
-        assert status.devices == 4
+        # The kubelet streams the list before our Register call has its answer.
+        await rt.supervisor.wait_for(lambda statuses: statuses[SERIAL].registered)
+        assert rt.supervisor.status()[SERIAL].devices == 4
 
 
 async def test_allocate_renders_devices_env_and_mounts(base: Path) -> None:
