@@ -4,19 +4,15 @@ what a report holds."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from genericdp.errors import ellipsized
-from genericdp.kubeletplugin.api import (
-    drahealth_v1_pb2,
-    drahealth_v1_pb2_grpc,
-    drahealth_v1alpha1_pb2,
-    drahealth_v1alpha1_pb2_grpc,
-)
+from genericdp.kubeletplugin.api import drahealth_v1_pb2, drahealth_v1alpha1_pb2
 
-HEALTH_API: dict[str, tuple[Any, Any]] = {
-    "v1.DRAResourceHealth": (drahealth_v1_pb2, drahealth_v1_pb2_grpc),
-    "v1alpha1.DRAResourceHealth": (drahealth_v1alpha1_pb2, drahealth_v1alpha1_pb2_grpc),
+HEALTH_API: dict[str, ModuleType] = {
+    "v1.DRAResourceHealth": drahealth_v1_pb2,
+    "v1alpha1.DRAResourceHealth": drahealth_v1alpha1_pb2,
 }
 
 

@@ -43,6 +43,7 @@ from genericdp.dra import embedded
 from genericdp.dra.embedded import DraKubeletError
 from genericdp.dra.embedded.kubelet import KUBELET_SERVICES
 from genericdp.dra.embedded.state import Plugin, PreparedDevice
+from genericdp.grpcservices import Stub
 from genericdp.kubeletplugin.claims import ClaimRef
 from tests.dra_health import HEALTH_API, DeviceHealth, health_entries
 
@@ -207,8 +208,8 @@ class EmbeddedDraKubelet(embedded.EmbeddedDraKubelet):
         await super()._drop(plugin)
 
     async def _health_loop(self, plugin: Plugin, service: str) -> None:
-        pb, pb_grpc = HEALTH_API[service]
-        stub = pb_grpc.DRAResourceHealthStub(plugin.channel)
+        pb = HEALTH_API[service]
+        stub = Stub(plugin.channel, pb.DESCRIPTOR.services_by_name["DRAResourceHealth"])
         where = f"{plugin.endpoint} ({service})"
         while True:
             declined = False

@@ -18,9 +18,9 @@ from typing import Any
 
 import grpc
 
+from genericdp.grpcservices import service_handler
 from genericdp.kubelet import embedded
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
-from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.embedded.endpoint import PluginEndpoint
 from genericdp.kubelet.options import HEALTHY, PluginOptions
 from genericdp.kubelet.podresources import PodDevices, PodResourcesLister
@@ -38,7 +38,7 @@ def device(device_id: str, health: str = "Healthy", numa: Sequence[int] = ()) ->
 
 
 @dataclass
-class FakePlugin(pb_grpc.DevicePluginServicer):
+class FakePlugin:
     """Scripted DevicePlugin servicer; push lists with ``send``, end the stream with ``end``."""
 
     devices: list[pb.Device]
@@ -116,7 +116,9 @@ class FakePlugin(pb_grpc.DevicePluginServicer):
 async def serving(plugin: FakePlugin, socket: Path) -> AsyncIterator[grpc.aio.Server]:
     """Serve ``plugin`` on ``socket`` for the duration of the block."""
     server = grpc.aio.server()
-    pb_grpc.add_DevicePluginServicer_to_server(plugin, server)  # type: ignore[no-untyped-call]
+    server.add_generic_rpc_handlers(
+        [service_handler(pb.DESCRIPTOR.services_by_name["DevicePlugin"], plugin)]
+    )
     server.add_insecure_port(f"unix:{socket}")
     await server.start()
     try:

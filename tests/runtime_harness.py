@@ -23,8 +23,8 @@ from genericdp.deviceplugin.backend import DevicePluginBackend
 from genericdp.deviceplugin.holders import Holder, holders_by_device
 from genericdp.deviceplugin.usage import UsageTracker
 from genericdp.discovery.model import DeviceNode, Roots, Unit
+from genericdp.grpcservices import Stub
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
-from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.podresources import PodDevices
 from genericdp.runtime.context import Discover
 from genericdp.runtime.owed import Release
@@ -215,10 +215,10 @@ async def running(
 
 
 @asynccontextmanager
-async def plugin_stub(socket: Path) -> AsyncIterator[pb_grpc.DevicePluginStub]:
+async def plugin_stub(socket: Path) -> AsyncIterator[Stub]:
     """A client of one plugin socket, as the kubelet would dial it."""
     async with grpc.aio.insecure_channel(f"unix:{socket}") as channel:
-        yield pb_grpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call]
+        yield Stub(channel, pb.DESCRIPTOR.services_by_name["DevicePlugin"])
 
 
 def allocate_request(*ids: str) -> pb.AllocateRequest:

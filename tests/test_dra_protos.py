@@ -12,7 +12,7 @@ from genericdp.kubeletplugin.api import dra_v1_pb2, dra_v1beta1_pb2, drahealth_v
 from genericdp.kubeletplugin.api import pluginregistration_pb2 as reg
 from genericdp.kubeletplugin.api.generate import API_DIR, generate
 
-GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
+GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi")
 
 
 def test_checked_in_stubs_are_exactly_what_protoc_generates(base: Path) -> None:

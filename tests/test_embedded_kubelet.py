@@ -9,8 +9,8 @@ import grpc
 import pytest
 
 from genericdp.errors import KubeletError, RegistrationError
+from genericdp.grpcservices import Stub
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
-from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.embedded import AllocationError, EventKind
 from genericdp.kubelet.options import PluginOptions
 from genericdp.kubelet.podresources import PodDevices
@@ -64,7 +64,7 @@ async def test_each_list_replaces_the_whole_device_list(kubelet: EmbeddedKubelet
 async def test_bad_version_is_refused_with_status_unknown(kubelet: EmbeddedKubelet) -> None:
     """A Register with another API version gets UNKNOWN and the kubelet's message."""
     async with grpc.aio.insecure_channel(f"unix:{kubelet.socket}") as channel:
-        stub = pb_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
+        stub = Stub(channel, pb.DESCRIPTOR.services_by_name["Registration"])
         request = pb.RegisterRequest(version="v1alpha", endpoint="x.sock", resource_name=SERIAL)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await stub.Register(request)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from genericdp.grpcservices import Stub
 from genericdp.kubelet.api import podresources_pb2 as pr
-from genericdp.kubelet.api import podresources_pb2_grpc as pr_grpc
 from genericdp.kubelet.embedded import AllocationError
 from tests.kubelet_fakes import (
     SERIAL,
@@ -19,8 +19,8 @@ from tests.kubelet_fakes import (
 )
 
 
-def lister(channel: grpc.aio.Channel) -> pr_grpc.PodResourcesListerStub:
-    return pr_grpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]
+def lister(channel: grpc.aio.Channel) -> Stub:
+    return Stub(channel, pr.DESCRIPTOR.services_by_name["PodResourcesLister"])
 
 
 async def test_pre_start_failure_keeps_the_allocation(kubelet: EmbeddedKubelet) -> None:

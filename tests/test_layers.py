@@ -67,7 +67,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "hooks lastgood",
         "discovery",
         "config",
-        "settings httpserver unixgrpc kube",
+        "settings httpserver unixgrpc grpcservices kube",
         "aio",
         "logsetup",
         "errors exits k8snames replicaids atomicfile protogen __init__",
@@ -381,6 +381,10 @@ CALLED_BY_NAME: dict[str, str] = {
     "connection_lost": "asyncio, on a subprocess protocol (hooks/execution.py)",
     "data_received": "asyncio, on a subprocess protocol (hooks/execution.py)",
     "eof_received": "asyncio, on a subprocess protocol (hooks/execution.py)",
+    **dict.fromkeys(
+        ("Get", "GetAllocatableResources", "NodeWatchResources"),
+        "gRPC, by its name in the proto's service (grpcservices.service_handler)",
+    ),
     **{
         f"visit_{node}": "jinja2's NodeVisitor, by node type (config/templates.py)"
         for node in ("Concat", "Dict", "For", "List", "Tuple")
@@ -388,7 +392,7 @@ CALLED_BY_NAME: dict[str, str] = {
 }
 # Code outside tests/ that may use src/: the benchmarks, tools and e2e checks.
 USERS = ("bench", "tools", "e2e")
-_GENERATED = re.compile(r"_pb2(_grpc)?\.py$")
+_GENERATED = re.compile(r"_pb2\.py$")
 
 
 def _unnamed(sources: dict[str, str], outside: str) -> dict[str, list[str]]:
@@ -435,6 +439,6 @@ def test_the_name_check_finds_what_only_tests_call() -> None:
         "a.py": "def lonely(): pass\nclass Shown:\n    def seen(self): pass\n"
         "    def unseen(self): pass\ndef by_bench(): pass\n",
         "b.py": "from a import Shown\nShown().seen()\n",
-        "c_pb2_grpc.py": "def generated(): pass\n",
+        "c_pb2.py": "def generated(): pass\n",
     }
     assert _unnamed(sources, "by_bench()") == {"lonely": ["a.py:1"], "unseen": ["a.py:4"]}

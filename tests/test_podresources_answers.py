@@ -6,16 +6,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
 from genericdp.deviceplugin.poller import ReleasePoller
 from genericdp.deviceplugin.usage import UsageTracker
+from genericdp.grpcservices import service_handler
 from genericdp.kubelet.api import podresources_pb2 as pr
-from genericdp.kubelet.api import podresources_pb2_grpc as pr_grpc
 from genericdp.kubelet.podresources import PodResourcesLister
 from genericdp.logsetup import TextFormatter
 from genericdp.runtime.owed import Release
@@ -25,14 +25,11 @@ from tests.polling import eventually
 from tests.runtime_harness import ScriptedDiscovery, config, running, unit
 
 
-def _add(lister: FixedLister) -> Callable[[grpc.aio.Server], None]:
-    def add(server: grpc.aio.Server) -> None:
-        pr_grpc.add_PodResourcesListerServicer_to_server(lister, server)  # type: ignore[no-untyped-call]
-
-    return add
+def _handlers(lister: FixedLister) -> list[grpc.GenericRpcHandler[Any, Any]]:
+    return [service_handler(pr.DESCRIPTOR.services_by_name["PodResourcesLister"], lister)]
 
 
-class FixedLister(pr_grpc.PodResourcesListerServicer):
+class FixedLister:
     """A PodResources server whose List answer the test sets."""
 
     def __init__(self, answer: pr.ListPodResourcesResponse) -> None:
@@ -63,7 +60,7 @@ async def test_a_repeated_answer_is_the_same_answer_and_a_new_one_is_parsed(
     socket = tmp_path / "pr.sock"
     server = await serve(
         socket,
-        _add(lister),
+        _handlers(lister),
         what="PodResources",
     )
     client = PodResourcesLister()
@@ -95,7 +92,7 @@ async def test_an_id_with_a_newline_from_podresources_yields_one_log_line(
         socket = run.settings.pod_resources_socket
         server = await serve(
             socket,
-            _add(lister),
+            _handlers(lister),
             what="PodResources",
             make_dir=True,
         )

@@ -9,8 +9,8 @@ import grpc
 import pytest
 
 from genericdp.errors import RegistrationError
+from genericdp.grpcservices import service_handler
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
-from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.options import PluginOptions
 from genericdp.kubelet.registration import register
 from tests.kubelet_fakes import EmbeddedKubelet, FakePlugin, device, serving
@@ -88,7 +88,7 @@ def _frame(kind: int, flags: int = 0, payload: bytes = b"", stream: int = 0) -> 
     )
 
 
-class Recording(pb_grpc.RegistrationServicer):
+class Recording:
     """A kubelet's Registration service that accepts and keeps every request."""
 
     def __init__(self) -> None:
@@ -111,7 +111,9 @@ async def test_a_register_the_dying_kubelet_never_read_is_not_sent_to_the_next(
     # The next kubelet is listening, its socket ready to take the path.
     successor = Recording()
     server = grpc.aio.server()
-    pb_grpc.add_RegistrationServicer_to_server(successor, server)  # type: ignore[no-untyped-call]
+    server.add_generic_rpc_handlers(
+        [service_handler(pb.DESCRIPTOR.services_by_name["Registration"], successor)]
+    )
     server.add_insecure_port(f"unix:{base / 'next.sock'}")
     await server.start()
     died = asyncio.Event()

@@ -27,8 +27,8 @@ import pytest
 from genericdp.config.model import Config
 from genericdp.deviceplugin.backend import DevicePluginBackend
 from genericdp.errors import RegistrationError
+from genericdp.grpcservices import Stub, service_handler
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
-from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.embedded import AllocationError, EventKind
 from genericdp.kubelet.embedded.endpoint import DIAL_TIMEOUT
 from genericdp.kubelet.options import KUBELET_SOCKET_NAME, REGISTER_TIMEOUT, PluginOptions
@@ -328,7 +328,7 @@ async def test_thousand_crash_restarts(base: Path) -> None:
     await _run_restarts(base, count, seed=int(os.environ.get("GENERICDP_SEED", "1")))
 
 
-class DeletingKubelet(pb_grpc.RegistrationServicer):
+class DeletingKubelet:
     """A kubelet whose directory loses the plugin's socket just as a Register arrives.
 
     It then dials the named socket back as the real one does (retrying for up to
@@ -355,7 +355,7 @@ class DeletingKubelet(pb_grpc.RegistrationServicer):
         except TimeoutError:
             await context.abort(grpc.StatusCode.UNKNOWN, "failed to dial device plugin")
         self.dialed.append(loop.time() - started)
-        stub = pb_grpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call]
+        stub = Stub(channel, pb.DESCRIPTOR.services_by_name["DevicePlugin"])
         await stub.GetDevicePluginOptions(pb.Empty())
         await stub.ListAndWatch(pb.Empty()).read()
         return pb.Empty()
@@ -371,7 +371,9 @@ async def test_socket_deleted_during_register_is_served_again_at_its_path(base: 
     settings.plugin_dir.mkdir()
     kubelet = DeletingKubelet(settings.plugin_dir)
     server = grpc.aio.server()
-    pb_grpc.add_RegistrationServicer_to_server(kubelet, server)  # type: ignore[no-untyped-call]
+    server.add_generic_rpc_handlers(
+        [service_handler(pb.DESCRIPTOR.services_by_name["Registration"], kubelet)]
+    )
     server.add_insecure_port(f"unix:{settings.plugin_dir / KUBELET_SOCKET_NAME}")
     await server.start()
     supervisor = Supervisor(

@@ -14,8 +14,8 @@ import grpc
 from genericdp.config.model import Exec, Hooks
 from genericdp.deviceplugin.backend import DevicePluginBackend
 from genericdp.discovery import discover
+from genericdp.grpcservices import Stub, service_handler
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
-from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.embedded.state import EventKind
 from genericdp.kubelet.options import KUBELET_SOCKET_NAME
 from genericdp.runtime.supervisor import Supervisor, all_registered
@@ -110,7 +110,7 @@ async def test_shutdown_ends_streams_and_removes_sockets(base: Path) -> None:
         assert rt.supervisor.status() == {}
 
 
-class DroppingKubelet(pb_grpc.RegistrationServicer):
+class DroppingKubelet:
     """A kubelet that reads the first ListAndWatch message and hangs up, ``drops`` times."""
 
     def __init__(self, plugin_dir: Path, drops: int) -> None:
@@ -123,7 +123,7 @@ class DroppingKubelet(pb_grpc.RegistrationServicer):
     async def Register(self, request: pb.RegisterRequest, context: _Context) -> pb.Empty:  # noqa: ARG002 -- the gRPC method's signature
         self.endpoints.append(request.endpoint)
         channel = grpc.aio.insecure_channel(f"unix:{self.plugin_dir / request.endpoint}")
-        stub = pb_grpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call]
+        stub = Stub(channel, pb.DESCRIPTOR.services_by_name["DevicePlugin"])
         await stub.GetDevicePluginOptions(pb.Empty())
         call = stub.ListAndWatch(pb.Empty())
         await call.read()
@@ -150,7 +150,9 @@ class DroppingKubelet(pb_grpc.RegistrationServicer):
 async def dropping_kubelet(plugin_dir: Path, drops: int) -> AsyncIterator[DroppingKubelet]:
     kubelet = DroppingKubelet(plugin_dir, drops)
     server = grpc.aio.server()
-    pb_grpc.add_RegistrationServicer_to_server(kubelet, server)  # type: ignore[no-untyped-call]
+    server.add_generic_rpc_handlers(
+        [service_handler(pb.DESCRIPTOR.services_by_name["Registration"], kubelet)]
+    )
     server.add_insecure_port(f"unix:{plugin_dir / KUBELET_SOCKET_NAME}")
     await server.start()
     try:

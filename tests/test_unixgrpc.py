@@ -21,19 +21,24 @@ from genericdp.unixgrpc import (
 )
 
 
-def _echo(server: grpc.aio.Server) -> None:
-    async def echo(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:  # noqa: ARG001 -- the gRPC method's signature
-        return request
+async def _echo(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:  # noqa: ARG001 -- the gRPC method's signature
+    return request
 
-    async def double(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:  # noqa: ARG001 -- the gRPC method's signature
-        return request * 2
 
-    # bytes in and out: no (de)serializers
-    handlers = {
-        "Echo": grpc.unary_unary_rpc_method_handler(echo),
-        "Double": grpc.unary_unary_rpc_method_handler(double),
-    }
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Echo", handlers),))
+async def _double(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:  # noqa: ARG001 -- the gRPC method's signature
+    return request * 2
+
+
+# bytes in and out: no (de)serializers
+_ECHO = [
+    grpc.method_handlers_generic_handler(
+        "test.Echo",
+        {
+            "Echo": grpc.unary_unary_rpc_method_handler(_echo),
+            "Double": grpc.unary_unary_rpc_method_handler(_double),
+        },
+    )
+]
 
 
 async def _call(socket: Path, payload: bytes, method: str = "Echo") -> bytes:
@@ -51,7 +56,7 @@ async def _call(socket: Path, payload: bytes, method: str = "Echo") -> bytes:
 
 @pytest.fixture
 async def echo(base: Path) -> AsyncIterator[UnixServer]:
-    server = await serve(base / "echo.sock", _echo, what="echo")
+    server = await serve(base / "echo.sock", _ECHO, what="echo")
     yield server
     await server.stop(None)
 
@@ -72,7 +77,7 @@ def test_the_path_limit_is_107_bytes(base: Path) -> None:
 async def test_serve_refuses_a_path_too_long(base: Path) -> None:
     """Serving on a 108-byte path fails before gRPC can truncate it, and binds nothing."""
     with pytest.raises(KubeletError, match="limit is 107"):
-        await serve(_path_of(base, MAX_UNIX_PATH_BYTES + 1), _echo, what="echo")
+        await serve(_path_of(base, MAX_UNIX_PATH_BYTES + 1), _ECHO, what="echo")
     assert not any(base.iterdir())  # noqa: ASYNC240 -- a directory of one test
 
 
@@ -86,10 +91,10 @@ async def test_a_stale_file_is_replaced(base: Path) -> None:
     """A regular file or a predecessor's socket at the path does not stop the bind."""
     path = base / "stale.sock"
     path.write_text("left behind")
-    first = await serve(path, _echo, what="echo")
+    first = await serve(path, _ECHO, what="echo")
     assert await _call(path, b"one") == b"one"
     await first._server.stop(None)
-    second = await serve(path, _echo, what="echo")
+    second = await serve(path, _ECHO, what="echo")
     assert await _call(path, b"two") == b"two"
     await second.stop(None)
     assert not path.exists()
@@ -98,8 +103,8 @@ async def test_a_stale_file_is_replaced(base: Path) -> None:
 async def test_make_dir_creates_the_directory(base: Path) -> None:
     """``make_dir`` creates the socket's directory; without it, a missing one is an error."""
     with pytest.raises(KubeletError, match="cannot serve echo on"):
-        await serve(base / "missing" / "echo.sock", _echo, what="echo")
-    server = await serve(base / "made" / "echo.sock", _echo, what="echo", make_dir=True)
+        await serve(base / "missing" / "echo.sock", _ECHO, what="echo")
+    server = await serve(base / "made" / "echo.sock", _ECHO, what="echo", make_dir=True)
     assert server.intact()
     await server.stop(None)
 
@@ -130,13 +135,13 @@ def test_file_id_of_a_regular_file(base: Path) -> None:
 async def test_stop_only_ours_keeps_another_file(base: Path) -> None:
     """A file put at our path by someone else survives ``stop(only_ours=True)``, not ``stop``."""
     path = base / "fixed.sock"
-    server = await serve(path, _echo, what="echo")
+    server = await serve(path, _ECHO, what="echo")
     path.unlink()
     path.write_text("someone else's")
     await server.stop(None, only_ours=True)
     server.remove()
     assert path.read_text() == "someone else's"
-    again = await serve(path, _echo, what="echo")
+    again = await serve(path, _ECHO, what="echo")
     path.unlink()
     path.write_text("someone else's")
     await again.stop(None)

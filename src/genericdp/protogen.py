@@ -1,4 +1,4 @@
-"""Compile an API package's .proto files into Python stubs (a development tool).
+"""Compile an API package's .proto files into Python message modules (a development tool).
 
 Both protocol packages (``genericdp.kubelet.api``, ``genericdp.kubeletplugin.api``) keep
 their .proto files beside the generated modules and regenerate them with
@@ -6,7 +6,8 @@ their .proto files beside the generated modules and regenerate them with
 share. The protos are compiled with ``src`` as the include root, so the
 generated modules import each other by their full names
 (``genericdp.kubelet.api.*``). ``grpc_tools`` is a development dependency
-only: it is imported when stubs are generated, never by the daemon.
+only: it is imported when stubs are generated, never by the daemon. No gRPC
+code is generated: ``grpcservices`` reads the services from their descriptors.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 SRC_ROOT = Path(__file__).resolve().parents[1]
-GENERATED = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
+GENERATED = ("_pb2.py", "_pb2.pyi")
 
 
 def compile_protos(api_dir: Path, protos: Sequence[str], out_root: Path = SRC_ROOT) -> list[Path]:
@@ -29,7 +30,6 @@ def compile_protos(api_dir: Path, protos: Sequence[str], out_root: Path = SRC_RO
         f"-I{SRC_ROOT}",
         f"--python_out={out_root}",
         f"--pyi_out={out_root}",
-        f"--grpc_python_out={out_root}",
         *(str(rel / p) for p in protos),
     ]
     out_dir = out_root / rel

@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -86,13 +87,13 @@ class UnixServer:
 
 async def serve(
     socket: Path,
-    add_services: Callable[[grpc.aio.Server], None],
+    handlers: Sequence[grpc.GenericRpcHandler[Any, Any]],
     *,
     what: str,
     make_dir: bool = False,
     options: Sequence[tuple[str, int]] = MESSAGE_LIMITS,
 ) -> UnixServer:
-    """Serve a new server with ``add_services`` on ``socket``, replacing what is there.
+    """Serve ``handlers`` on ``socket``, replacing what is there.
 
     ``what`` names the server in errors; ``options`` are its gRPC options (the
     kubelet's message limits unless told). Raises KubeletError when the path is
@@ -101,7 +102,7 @@ async def serve(
     address = unix_address(socket)
     await asyncio.to_thread(_clear, socket, make_dir=make_dir)
     server = grpc.aio.server(options=options)
-    add_services(server)
+    server.add_generic_rpc_handlers(handlers)
     try:
         port = server.add_insecure_port(address)
     except RuntimeError as exc:

@@ -17,8 +17,8 @@ from pathlib import Path
 import grpc
 
 from genericdp.errors import KubeletError, RegistrationError
+from genericdp.grpcservices import Stub
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
-from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.options import API_VERSION, REGISTER_TIMEOUT, PluginOptions
 from genericdp.kubelet.servicer import options_message
 from genericdp.unixgrpc import unix_address
@@ -77,7 +77,7 @@ async def register(
                     f"kubelet at {kubelet_socket} did not accept a connection in time"
                 )
             before_send()
-            stub = pb_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
+            stub = Stub(channel, pb.DESCRIPTOR.services_by_name["Registration"])
             try:
                 await stub.Register(request, timeout=max(deadline - loop.time(), 0.001))
             except grpc.aio.AioRpcError as exc:

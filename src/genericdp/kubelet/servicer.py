@@ -23,8 +23,8 @@ from genericdp.errors import (
     UnsafeAllocationError,
     cut,
 )
+from genericdp.grpcservices import service_handler
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
-from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.devices import DeviceInfo
 from genericdp.kubelet.options import HEALTHY, UNHEALTHY, PluginOptions
 from genericdp.unixgrpc import MAX_MESSAGE_BYTES, UnixServer, serve
@@ -224,32 +224,11 @@ def options_of(message: pb.DevicePluginOptions) -> PluginOptions:
     )
 
 
-class _GenericOnly:
-    """A server as the generated ``add_DevicePluginServicer_to_server`` sees it: the
-    methods are served through its generic handler alone. Registering them as well
-    makes ``grpc.aio`` keep a call (a task) requested for every method of every
-    server at all times; the generic handler keeps one per server."""
-
-    def __init__(self, server: grpc.aio.Server) -> None:
-        self._server = server
-
-    def add_generic_rpc_handlers(
-        self, handlers: Sequence[grpc.GenericRpcHandler[object, object]]
-    ) -> None:
-        self._server.add_generic_rpc_handlers(handlers)
-
-    def add_registered_method_handlers(self, service: str, handlers: object) -> None:
-        pass  # served by the generic handler above
-
-
-class DevicePluginServicer(pb_grpc.DevicePluginServicer):
+class DevicePluginServicer:
     """Serves one resource's ``Backend`` over gRPC."""
 
     def __init__(self, backend: Backend) -> None:
         self._backend = backend
-
-    def add_to(self, server: grpc.aio.Server) -> None:
-        pb_grpc.add_DevicePluginServicer_to_server(self, _GenericOnly(server))  # type: ignore[no-untyped-call]
 
     async def GetDevicePluginOptions(  # noqa: N802 -- the gRPC method name
         self,
@@ -336,4 +315,7 @@ def _status_of(exc: GenericdpError) -> grpc.StatusCode:
 
 async def serve_plugin(backend: Backend, socket: Path) -> UnixServer:
     """Serve ``backend`` on ``socket``; raises KubeletError when it cannot bind."""
-    return await serve(socket, DevicePluginServicer(backend).add_to, what=backend.resource)
+    handler = service_handler(
+        pb.DESCRIPTOR.services_by_name["DevicePlugin"], DevicePluginServicer(backend)
+    )
+    return await serve(socket, [handler], what=backend.resource)

@@ -25,8 +25,8 @@ from typing import Any
 import grpc
 
 from genericdp.errors import clip
+from genericdp.grpcservices import service_handler
 from genericdp.kubeletplugin.api import pluginregistration_pb2 as reg_pb
-from genericdp.kubeletplugin.api import pluginregistration_pb2_grpc as reg_grpc
 from genericdp.unixgrpc import UnixServer, serve
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 PLUGIN_TYPE = "DRAPlugin"
 
 
-class RegistrationService(reg_grpc.RegistrationServicer):
+class RegistrationService:
     """GetInfo and NotifyRegistrationStatus; remembers the kubelet's last verdict."""
 
     def __init__(self, driver: str, endpoint: Path, services: Sequence[str]) -> None:
@@ -87,7 +87,7 @@ class RegistrationServer:
         await self._stop_server()
         self._server = await serve(
             self.socket,
-            lambda server: reg_grpc.add_RegistrationServicer_to_server(self.service, server),  # type: ignore[no-untyped-call]
+            [service_handler(reg_pb.DESCRIPTOR.services_by_name["Registration"], self.service)],
             what="plugin registration",
             make_dir=True,
         )

@@ -38,15 +38,12 @@ from typing import Any, Protocol
 import grpc
 
 from genericdp.errors import ellipsized
+from genericdp.grpcservices import service_handler
 from genericdp.kubeletplugin.api import (
     dra_v1_pb2,
-    dra_v1_pb2_grpc,
     dra_v1beta1_pb2,
-    dra_v1beta1_pb2_grpc,
     drahealth_v1_pb2,
-    drahealth_v1_pb2_grpc,
     drahealth_v1alpha1_pb2,
-    drahealth_v1alpha1_pb2_grpc,
 )
 from genericdp.kubeletplugin.claims import ClaimRef
 from genericdp.unixgrpc import UnixServer, serve
@@ -187,12 +184,12 @@ class _DraPlugin:
         return device
 
 
-class DraPluginV1(_DraPlugin, dra_v1_pb2_grpc.DRAPluginServicer):
+class DraPluginV1(_DraPlugin):
     def __init__(self, preparer: ClaimPreparer) -> None:
         super().__init__(preparer, dra_v1_pb2)
 
 
-class DraPluginV1beta1(_DraPlugin, dra_v1beta1_pb2_grpc.DRAPluginServicer):
+class DraPluginV1beta1(_DraPlugin):
     def __init__(self, preparer: ClaimPreparer) -> None:
         super().__init__(preparer, dra_v1beta1_pb2)
 
@@ -246,7 +243,7 @@ class HealthService:
         return _HealthV1(self) if service == HEALTH_V1 else _HealthV1alpha1(self)
 
 
-class _HealthV1(drahealth_v1_pb2_grpc.DRAResourceHealthServicer):
+class _HealthV1:
     def __init__(self, health: HealthService) -> None:
         self._health = health
 
@@ -260,7 +257,7 @@ class _HealthV1(drahealth_v1_pb2_grpc.DRAResourceHealthServicer):
             yield response
 
 
-class _HealthV1alpha1(drahealth_v1alpha1_pb2_grpc.DRAResourceHealthServicer):
+class _HealthV1alpha1:
     def __init__(self, health: HealthService) -> None:
         self._health = health
 
@@ -294,23 +291,22 @@ class DraServer:
     ) -> DraServer:
         """Serve on ``socket`` (replacing a stale file); raises KubeletError when it cannot."""
         health = HealthService(inventory, heartbeat=heartbeat)
-        v1, v1beta1 = DraPluginV1(preparer), DraPluginV1beta1(preparer)
-
-        def add_services(server: grpc.aio.Server) -> None:
-            if DRA_V1 in services:
-                dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(v1, server)  # type: ignore[no-untyped-call]
-            if DRA_V1BETA1 in services:
-                dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(v1beta1, server)  # type: ignore[no-untyped-call]
-            if HEALTH_V1 in services:
-                drahealth_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(  # type: ignore[no-untyped-call]
-                    health.servicer(HEALTH_V1), server
-                )
-            if HEALTH_V1ALPHA1 in services:
-                drahealth_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(  # type: ignore[no-untyped-call]
-                    health.servicer(HEALTH_V1ALPHA1), server
-                )
-
-        server = await serve(socket, add_services, what="DRA", make_dir=True)
+        apis = {
+            DRA_V1: (dra_v1_pb2, "DRAPlugin", DraPluginV1(preparer)),
+            DRA_V1BETA1: (dra_v1beta1_pb2, "DRAPlugin", DraPluginV1beta1(preparer)),
+            HEALTH_V1: (drahealth_v1_pb2, "DRAResourceHealth", health.servicer(HEALTH_V1)),
+            HEALTH_V1ALPHA1: (
+                drahealth_v1alpha1_pb2,
+                "DRAResourceHealth",
+                health.servicer(HEALTH_V1ALPHA1),
+            ),
+        }
+        handlers = [
+            service_handler(module.DESCRIPTOR.services_by_name[name], servicer)
+            for api, (module, name, servicer) in apis.items()
+            if api in services
+        ]
+        server = await serve(socket, handlers, what="DRA", make_dir=True)
         return cls(server, health)
 
     def intact(self) -> bool:

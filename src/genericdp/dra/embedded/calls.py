@@ -12,19 +12,14 @@ from typing import Any
 import grpc
 
 from genericdp.dra.embedded.state import DraKubeletError, Plugin, PreparedDevice
-from genericdp.kubeletplugin.api import (
-    dra_v1_pb2,
-    dra_v1_pb2_grpc,
-    dra_v1beta1_pb2,
-    dra_v1beta1_pb2_grpc,
-)
+from genericdp.grpcservices import Stub
+from genericdp.kubeletplugin.api import dra_v1_pb2, dra_v1beta1_pb2
 from genericdp.kubeletplugin.claims import ClaimRef
 
 
 def _stub(plugin: Plugin) -> tuple[Any, Any]:
-    if plugin.service == "v1.DRAPlugin":
-        return dra_v1_pb2_grpc.DRAPluginStub(plugin.channel), dra_v1_pb2  # type: ignore[no-untyped-call]
-    return dra_v1beta1_pb2_grpc.DRAPluginStub(plugin.channel), dra_v1beta1_pb2  # type: ignore[no-untyped-call]
+    pb = dra_v1_pb2 if plugin.service == "v1.DRAPlugin" else dra_v1beta1_pb2
+    return Stub(plugin.channel, pb.DESCRIPTOR.services_by_name["DRAPlugin"]), pb
 
 
 def _claims(pb: Any, claims: Sequence[ClaimRef]) -> list[Any]:

@@ -52,8 +52,8 @@ from genericdp.aio import Changes, TaskSet, inotify_events, wait_event
 from genericdp.dra.embedded.calls import node_prepare, node_unprepare
 from genericdp.dra.embedded.registry import WATCH, plugin_channel, sockets
 from genericdp.dra.embedded.state import DraKubeletError, Plugin, PreparedDevice
+from genericdp.grpcservices import Stub
 from genericdp.kubeletplugin.api import pluginregistration_pb2 as reg_pb
-from genericdp.kubeletplugin.api import pluginregistration_pb2_grpc as reg_grpc
 from genericdp.kubeletplugin.claims import ClaimRef
 
 log = logging.getLogger(__name__)
@@ -208,7 +208,7 @@ class EmbeddedDraKubelet:
         async with grpc.aio.insecure_channel(f"unix:{socket}") as channel:
             async with asyncio.timeout(DIAL_TIMEOUT):
                 await channel.channel_ready()
-            stub = reg_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
+            stub = Stub(channel, reg_pb.DESCRIPTOR.services_by_name["Registration"])
             info: reg_pb.PluginInfo = await stub.GetInfo(
                 reg_pb.InfoRequest(), timeout=GET_INFO_TIMEOUT
             )

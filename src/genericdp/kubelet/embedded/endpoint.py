@@ -18,8 +18,8 @@ import grpc
 
 from genericdp.aio import TaskSet
 from genericdp.errors import KubeletError
+from genericdp.grpcservices import Stub
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
-from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.options import KUBELET_DIAL_TIMEOUT, PluginOptions
 from genericdp.kubelet.servicer import options_of
 from genericdp.unixgrpc import MAX_MESSAGE_BYTES, unix_address
@@ -43,7 +43,7 @@ class PluginEndpoint:
         self.socket = socket
         self.closed = False
         self._channel: grpc.aio.Channel | None = None
-        self._stub: pb_grpc.DevicePluginStub | None = None
+        self._stub: Stub | None = None
         self._stream: asyncio.Task[None] | None = None
         self._ended = False  # ListAndWatch returned (the task may still be finishing)
 
@@ -60,7 +60,7 @@ class PluginEndpoint:
             raise EndpointError(f"failed to dial device plugin: {exc}") from exc
         options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
         self._channel = grpc.aio.insecure_channel(target, options=options)
-        self._stub = pb_grpc.DevicePluginStub(self._channel)  # type: ignore[no-untyped-call]
+        self._stub = Stub(self._channel, pb.DESCRIPTOR.services_by_name["DevicePlugin"])
         try:
             return await self._handshake(self._channel, self._stub, dial_timeout)
         except BaseException:
@@ -69,7 +69,7 @@ class PluginEndpoint:
             raise
 
     async def _handshake(
-        self, channel: grpc.aio.Channel, stub: pb_grpc.DevicePluginStub, dial_timeout: float
+        self, channel: grpc.aio.Channel, stub: Stub, dial_timeout: float
     ) -> PluginOptions:
         try:
             async with asyncio.timeout(dial_timeout):
@@ -149,7 +149,7 @@ class PluginEndpoint:
             await self._channel.close(grace=None)
             self._channel = None
 
-    def _api(self) -> pb_grpc.DevicePluginStub:
+    def _api(self) -> Stub:
         if self._stub is None or self.closed:
             raise KubeletError(f"endpoint {self.endpoint} of {self.resource} is closed")
         return self._stub

@@ -74,17 +74,17 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import grpc
 
 from genericdp import logsetup
 from genericdp.aio import Changes, TaskSet
 from genericdp.errors import KubeletError
+from genericdp.grpcservices import service_handler
 from genericdp.k8snames import is_extended_resource_name
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
-from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
-from genericdp.kubelet.api import podresources_pb2_grpc as pr_grpc
+from genericdp.kubelet.api import podresources_pb2 as pr
 from genericdp.kubelet.embedded.admission import Admission
 from genericdp.kubelet.embedded.endpoint import (
     DIAL_TIMEOUT,
@@ -159,9 +159,9 @@ class EmbeddedKubelet:
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
         self._incarnation += 1
         removed = remove_sockets(self.plugin_dir)
-        await self._serve(self.socket, self._add_registration, "Registration")
+        await self._serve(self.socket, self._registration(), "Registration")
         if self.pod_resources_socket is not None:
-            await self._serve(self.pod_resources_socket, self._add_lister, "PodResources")
+            await self._serve(self.pod_resources_socket, self._lister(), "PodResources")
         self._running = True
         # Known resources read capacity 0 until their plugins register again.
         for state in self._states.values():
@@ -225,24 +225,21 @@ class EmbeddedKubelet:
         await self.stop()
 
     async def _serve(
-        self, path: Path, add_services: Callable[[grpc.aio.Server], None], what: str
+        self, path: Path, handler: grpc.GenericRpcHandler[Any, Any], what: str
     ) -> None:
         # The kubelet's servers keep gRPC's default message limits, not a plugin's.
-        server = await serve(path, add_services, what=what, make_dir=True, options=())
+        server = await serve(path, [handler], what=what, make_dir=True, options=())
         self._servers.append(server)
 
-    def _add_registration(self, server: grpc.aio.Server) -> None:
-        pb_grpc.add_RegistrationServicer_to_server(  # type: ignore[no-untyped-call]
-            RegistrationServicer(self._register), server
-        )
+    def _registration(self) -> grpc.GenericRpcHandler[Any, Any]:
+        servicer = RegistrationServicer(self._register)
+        return service_handler(pb.DESCRIPTOR.services_by_name["Registration"], servicer)
 
-    def _add_lister(self, server: grpc.aio.Server) -> None:
-        pr_grpc.add_PodResourcesListerServicer_to_server(  # type: ignore[no-untyped-call]
-            PodResourcesServicer(
-                lambda: tuple(self._admission.allocations.values()), lambda: self.resources
-            ),
-            server,
+    def _lister(self) -> grpc.GenericRpcHandler[Any, Any]:
+        servicer = PodResourcesServicer(
+            lambda: tuple(self._admission.allocations.values()), lambda: self.resources
         )
+        return service_handler(pr.DESCRIPTOR.services_by_name["PodResourcesLister"], servicer)
 
     # -- introspection ---------------------------------------------------------------
 

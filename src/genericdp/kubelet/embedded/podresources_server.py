@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import grpc
 
 from genericdp.kubelet.api import podresources_pb2 as pr
-from genericdp.kubelet.api import podresources_pb2_grpc as pr_grpc
 from genericdp.kubelet.embedded.state import ContainerAllocation, ResourceSnapshot
 
 
@@ -56,7 +55,7 @@ def pod_resources(allocations: Iterable[ContainerAllocation]) -> list[pr.PodReso
     ]
 
 
-class PodResourcesServicer(pr_grpc.PodResourcesListerServicer):
+class PodResourcesServicer:
     """List, Get and GetAllocatableResources from callbacks into the kubelet's state."""
 
     def __init__(

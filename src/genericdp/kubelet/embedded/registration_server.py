@@ -11,13 +11,12 @@ from collections.abc import Awaitable, Callable
 import grpc
 
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
-from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 
 # Returns None when accepted, else the kubelet's error message.
 RegisterHandler = Callable[[pb.RegisterRequest], Awaitable[str | None]]
 
 
-class RegistrationServicer(pb_grpc.RegistrationServicer):
+class RegistrationServicer:
     """Answers Register after the handler has dialed the plugin back."""
 
     def __init__(self, handler: RegisterHandler) -> None:
