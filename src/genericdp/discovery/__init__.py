@@ -71,7 +71,7 @@ def find_nodes(matchers: Sequence[Matcher], roots: Roots) -> list[tuple[DeviceNo
 
 
 def shared_nodes(
-    entries: Sequence[ExtraDevice], roots: Roots, resource: str = ""
+    entries: Sequence[ExtraDevice], roots: Roots, resource: str
 ) -> tuple[tuple[DeviceNode, ...], tuple[str, ...]]:
     """The device nodes of ``allocate.devices`` (in entry order, each real node
     once, confined as matched nodes are) and the paths of required entries that

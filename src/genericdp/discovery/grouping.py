@@ -49,13 +49,9 @@ def find_parent(device: SysDevice, subsystem: str) -> SysDevice | None:
     For other subsystems the device itself does not count: a sound card's
     ``controlC0`` is in subsystem ``sound`` like the ``card0`` it belongs to.
     """
-    if subsystem == "usb":
-        for candidate in device.ancestors(include_self=True):
-            if candidate.subsystem() == "usb" and candidate.devtype() == "usb_device":
-                return candidate
-        return None
-    for candidate in device.ancestors(include_self=False):
-        if candidate.subsystem() == subsystem:
+    usb = subsystem == "usb"
+    for candidate in device.ancestors(include_self=usb):
+        if candidate.subsystem() == subsystem and (not usb or candidate.devtype() == "usb_device"):
             return candidate
     return None
 
