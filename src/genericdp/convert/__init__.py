@@ -35,7 +35,6 @@ class Conversion:
 
     text: str
     notes: tuple[Note, ...]
-    resources: int
 
     @property
     def not_converted(self) -> tuple[Note, ...]:
@@ -133,7 +132,6 @@ def _emit(squat: SquatConfig, sources: Sequence[str]) -> Conversion:
         for note in converted.notes:
             body.append(f"  # NOTE: {comment(str(note))}")
         body += [f"  {line}" for line in converted.lines]
-    count = sum(1 for line in body if line.startswith("  - name: "))
     header = [
         f"# genericdp config v1, converted by `genericdp convert` (genericdp {__version__})",
         comment(
@@ -145,7 +143,7 @@ def _emit(squat: SquatConfig, sources: Sequence[str]) -> Conversion:
         "resources:",
     ]
     text = "\n".join(header + body) + "\n"
-    if count == 0:
+    if not any(line.startswith("  - name: ") for line in body):
         raise ConfigError(
             [ConfigIssue("<converted>", None, None, "", f"nothing to serve: {n}") for n in notes]
             or [ConfigIssue("<converted>", None, None, "", "nothing genericdp can serve")]
@@ -155,4 +153,4 @@ def _emit(squat: SquatConfig, sources: Sequence[str]) -> Conversion:
     except ConfigError as exc:  # a bug in the converter: said so, with what failed
         bug = "the converted config is invalid, a bug in `genericdp convert` (please report it)"
         raise ConfigError([ConfigIssue("<converted>", None, None, "", bug), *exc.issues]) from exc
-    return Conversion(text, tuple(notes), count)
+    return Conversion(text, tuple(notes))

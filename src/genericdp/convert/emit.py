@@ -13,13 +13,11 @@ a line on stderr. Nothing is dropped silently.
 
 from __future__ import annotations
 
-import functools
 import json
 import posixpath
 import re
 from dataclasses import dataclass, field
 
-from genericdp.config import schema
 from genericdp.config.names import validate_resource_name
 from genericdp.convert.goglob import fnmatch_literal, go_bang_class, go_glob
 from genericdp.convert.groupkeys import group_regex
@@ -78,13 +76,6 @@ def container_path(squat_path: SquatPath, host: str) -> str:
     if mount.endswith("/"):
         mount += posixpath.basename(host)
     return mount
-
-
-@functools.cache
-def matcher_container_paths() -> bool:
-    """Whether this genericdp's config v1 has ``containerPath`` on matchers."""
-    options = schema().get("$defs", {}).get("matcher", {}).get("oneOf", [])
-    return bool(options) and all("containerPath" in o.get("properties", {}) for o in options)
 
 
 def container_path_template(p: SquatPath) -> str | None:
@@ -201,17 +192,7 @@ class _Builder:
 
     def _path_notes(self, group: SquatGroup, devices: list[SquatPath]) -> None:
         for p in devices:
-            template = container_path_template(p)
-            if template is None or (template and matcher_container_paths()):
-                pass  # the same path as squat's, or said with containerPath
-            elif not matcher_container_paths():
-                self.note(
-                    p.where,
-                    f"mountPath {p.mount_path!r}: squat gives the container this node at"
-                    f" {container_path(p, '<name>' if has_magic(p.path) else p.path)};"
-                    " this genericdp gives it at its host path (no per-node container path)",
-                )
-            else:
+            if container_path_template(p) == "":  # None: squat's path; else a containerPath
                 self.note(
                     p.where,
                     f"NOT CONVERTED: mountPath {p.mount_path!r}: a container path is absolute,"
@@ -305,7 +286,7 @@ class _Builder:
                 seen.add(pattern)
                 lines.append(f"    - glob: {quote(pattern)}  # {comment(str(p.where))}")
                 template = container_path_template(p)
-                if template and matcher_container_paths():
+                if template:
                     lines.append(f"      containerPath: {quote_always(template)}  # mountPath")
                 if single_literal:
                     lines.append(

@@ -361,11 +361,7 @@ def _path(reader: _Reader, path: KeyPath) -> SquatPath | None:
     permissions = reader.string(found["permissions"]) if "permissions" in found else ""
     if kind == DEVICE:
         permissions = permissions or DEFAULT_PERMISSIONS
-        if (
-            not permissions
-            or set(permissions) - set("rwm")
-            or len(set(permissions)) != len(permissions)
-        ):
+        if set(permissions) - set("rwm") or len(set(permissions)) != len(permissions):
             reader.fail(
                 found["permissions"], f"permissions {permissions!r}: use r, w and m once each"
             )
