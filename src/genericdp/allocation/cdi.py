@@ -100,11 +100,7 @@ def claim_kind(driver: str) -> str:
 
 def claim_spec_name(driver: str, uid: str) -> str:
     """``gdp-claim-<driver>_<uid>.json``: ``_`` is in no driver name (a DNS subdomain)."""
-    return f"{claim_spec_prefix(driver)}{uid}.json"
-
-
-def claim_spec_prefix(driver: str) -> str:
-    return f"{CLAIM_SPEC_PREFIX}{driver}_"
+    return f"{CLAIM_SPEC_PREFIX}{driver}_{uid}.json"
 
 
 def claim_device_name(uid: str, device: str) -> str:
@@ -142,13 +138,8 @@ def device_node_entry(spec: DeviceSpec) -> dict[str, str | int]:
         "hostPath": spec.host_path,
         "permissions": spec.permissions,
     }
-    if spec.file_mode is not None:
-        entry["fileMode"] = spec.file_mode
-    if spec.uid is not None:
-        entry["uid"] = spec.uid
-    if spec.gid is not None:
-        entry["gid"] = spec.gid
-    return entry
+    known = {"fileMode": spec.file_mode, "uid": spec.uid, "gid": spec.gid}
+    return entry | {key: value for key, value in known.items() if value is not None}
 
 
 def cdi_device(name: str, nodes: Iterable[DeviceSpec]) -> dict[str, Any]:
@@ -226,7 +217,7 @@ def remove_stale_claim_specs(cdi_dir: Path, driver: str, keep: Iterable[str]) ->
     the node's lock: no write of its own is under way). Never raises."""
     keep = list(keep)
     wanted = {claim_spec_name(driver, uid) for uid in keep}
-    kind, prefix = claim_kind(driver), claim_spec_prefix(driver)
+    kind, prefix = claim_kind(driver), f"{CLAIM_SPEC_PREFIX}{driver}_"
 
     def ours(path: Path) -> bool:
         return path.name.startswith(prefix) and _kind_of(path) == kind

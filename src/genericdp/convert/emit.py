@@ -27,7 +27,6 @@ from genericdp.convert.squat import (
     SquatDevice,
     SquatGroup,
     SquatPath,
-    SquatUsb,
     Where,
 )
 from genericdp.discovery.globs import has_magic
@@ -112,13 +111,11 @@ def convert_device(device: SquatDevice, domain: str) -> Converted:
 @dataclass
 class _Builder:
     out: Converted
-    globs: list[tuple[str, str]] = field(default_factory=list)  # pattern, comment
-    udev: list[tuple[SquatUsb, str]] = field(default_factory=list)
     mounts: list[tuple[str, str, bool, str]] = field(default_factory=list)
     path_groups: list[tuple[SquatGroup, list[SquatPath]]] = field(default_factory=list)
     usb_groups: list[SquatGroup] = field(default_factory=list)
     counts: set[int] = field(default_factory=set)
-    permissions: dict[str, Where] = field(default_factory=dict)
+    permissions: set[str] = field(default_factory=set)
     all_required: list[str] = field(default_factory=list)  # groups of several required paths
 
     def note(self, where: Where | str, text: str) -> None:
@@ -132,13 +129,12 @@ class _Builder:
         if group.usb:
             self.usb_groups.append(group)
             self.counts.add(group.count)
-            self.permissions.setdefault(USB_PERMISSIONS, group.where)
-            self.udev += [(usb, str(usb.where)) for usb in group.usb]
+            self.permissions.add(USB_PERMISSIONS)
         elif devices:
             self.path_groups.append((group, devices))
             self.counts.add(group.count)
             for p in devices:
-                self.permissions.setdefault("".join(sorted(p.permissions)), p.where)
+                self.permissions.add("".join(sorted(p.permissions)))
             self._path_notes(group, devices)
         elif group.paths:
             self.note(
@@ -293,14 +289,13 @@ class _Builder:
                         f"    - glob: {quote(pattern + '/**')}  # squat hands out a directory"
                         " whole: every node below it, one unit"
                     )
-        for usb, where in self.udev:
+        for usb in (usb for group in self.usb_groups for usb in group.usb):
             attributes = {"idVendor": f"{usb.vendor:04x}", "idProduct": f"{usb.product:04x}"}
             if usb.serial:
                 attributes["serial"] = fnmatch_literal(usb.serial)
             shown = ", ".join(f"{k}: {quote_always(v)}" for k, v in attributes.items())
-            lines.append(
-                f"    - udev: {{subsystem: usb, attributes: {{{shown}}}}}  # {comment(where)}"
-            )
+            where = comment(str(usb.where))
+            lines.append(f"    - udev: {{subsystem: usb, attributes: {{{shown}}}}}  # {where}")
         if not lines:
             return [], []
         return lines, self._grouping(single_literal)
