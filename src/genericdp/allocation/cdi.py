@@ -285,20 +285,11 @@ class SpecPublisher:
     runtime calls it from one worker thread at a time, under its own lock."""
 
     def __init__(self, cdi_dir: Path) -> None:
-        self._dir = cdi_dir
+        self.cdi_dir = cdi_dir
+        self.touched = False  # we may have left a file behind (``retract`` has work to do)
         self._known = False  # whether ``_spec`` is what the file holds (None: no file)
         self._spec: dict[str, Any] | None = None
         self._entries: dict[str, dict[str, Any]] = {}
-        self._touched = False  # we may have left a file behind
-
-    @property
-    def cdi_dir(self) -> Path:
-        return self._dir
-
-    @property
-    def touched(self) -> bool:
-        """Whether we may have left a file behind (``retract`` has work to do)."""
-        return self._touched
 
     def publish(self, definition: ResourceDefinition, units: Sequence[Unit]) -> bool:
         """Make the file describe ``units`` (none: no file, a spec without devices is
@@ -307,22 +298,22 @@ class SpecPublisher:
         spec = cdi_spec(definition, units) if units else None
         if self._known and spec == self._spec:
             return False
-        self._known, self._entries, self._touched = False, {}, True
+        self._known, self._entries, self.touched = False, {}, True
         if spec is None:
-            remove_spec(self._dir, definition.name)
+            remove_spec(self.cdi_dir, definition.name)
         else:
-            write_spec(self._dir, definition, units)
+            write_spec(self.cdi_dir, definition, units)
         self._spec, self._known = spec, True
         self._entries = {d["name"]: d for d in spec["devices"]} if spec else {}
         return True
 
     def retract(self, resource: str) -> Path | None:
         """Remove the file if we may have written one; raises CdiSpecError."""
-        if not self._touched:
+        if not self.touched:
             return None
         self._known, self._spec, self._entries = False, None, {}
-        removed = remove_spec(self._dir, resource)
-        self._touched = False
+        removed = remove_spec(self.cdi_dir, resource)
+        self.touched = False
         return removed
 
     def unpublished(self, definition: ResourceDefinition, units: Iterable[Unit]) -> tuple[str, ...]:

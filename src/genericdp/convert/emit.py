@@ -69,14 +69,6 @@ def quote(text: str) -> str:
     return json.dumps(text)
 
 
-def container_path(squat_path: SquatPath, host: str) -> str:
-    """Where squat puts ``host`` in the container (path.go: a trailing ``/`` adds the name)."""
-    mount = squat_path.mount_path or host
-    if mount.endswith("/"):
-        mount += posixpath.basename(host)
-    return mount
-
-
 def container_path_template(p: SquatPath) -> str | None:
     """squat's ``mountPath`` as a ``containerPath`` template; None when squat keeps the
     matched path, "" when it cannot be said (not a clean path under /dev/)."""
@@ -173,7 +165,9 @@ class _Builder:
                 " (allocate.mounts), not globs found per unit",
             )
             return
-        target = container_path(p, host)
+        target = p.mount_path or host
+        if target.endswith("/"):  # path.go: a trailing "/" adds the name
+            target += posixpath.basename(host)
         if not target.startswith("/") or any(
             t in s for s in (host, target) for t in _TEMPLATE_START
         ):
@@ -222,10 +216,8 @@ class _Builder:
             )
             return
         lines = self.out.lines
-        lines.append(f"- name: {quote(self.out.name)}  # from {comment(str(device.where))}")
-        lines.append("  match:")
-        lines += matchers
-        lines += group_by
+        lines += [f"- name: {quote(self.out.name)}  # from {comment(str(device.where))}"]
+        lines += ["  match:", *matchers, *group_by]
         count = max(self.counts) if self.counts else 1
         if len(self.counts) > 1:
             self.note(
@@ -243,8 +235,7 @@ class _Builder:
             )
         self._permissions(device)
         if self.mounts:
-            lines.append("  allocate:")
-            lines.append("    mounts:")
+            lines += ["  allocate:", "    mounts:"]
             for host, target, read_only, where in self.mounts:
                 ro = ", readOnly: true" if read_only else ""
                 lines.append(

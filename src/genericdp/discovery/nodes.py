@@ -48,15 +48,10 @@ class Scan:
         return info
 
     def locate(self, relative: str) -> Located | None:
-        """The sysfs device of the node ``<dev>/<relative>``, if sysfs knows it: by
+        """The sysfs device of the real node ``<dev>/<relative>``, if sysfs knows it: by
         ``st_rdev`` (``sys/dev/char/M:m``), else (a /dev the kernel did not populate)
         by the ``DEVNAME`` in uevent."""
         info = self._lstat(relative)
-        if info is not None and stat.S_ISLNK(info.st_mode):
-            try:
-                info = os.stat(self.roots.dev / relative)
-            except OSError:
-                return None
         if info is None:
             return None
         if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode):
