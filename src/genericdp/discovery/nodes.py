@@ -15,8 +15,6 @@ from genericdp.config.model import frozen_map
 from genericdp.discovery.model import DeviceNode, Roots
 from genericdp.discovery.sysfs import SysDevice, device_at, parse_devnum, read_udev_properties
 
-_KINDS = (("char", "c"), ("block", "b"))
-
 
 @dataclass(frozen=True)
 class Located:
@@ -126,22 +124,18 @@ class Scan:
     def nodes(self) -> list[Located]:
         """Every device that has a node, from ``sys/dev/char`` and ``sys/dev/block``."""
         if self._nodes is None:
-            self._nodes = self._list_nodes()
+            self._nodes = []
+            for folder, kind in (("char", "c"), ("block", "b")):
+                try:
+                    entries = sorted(os.listdir(self.roots.sys / "dev" / folder))
+                except OSError:
+                    continue
+                for name in entries:
+                    devnum = parse_devnum(name)
+                    device = device_at(self.roots.sys, self.roots.sys / "dev" / folder / name)
+                    if devnum is not None and device is not None:
+                        self._nodes.append(Located(device, kind, devnum))
         return self._nodes
-
-    def _list_nodes(self) -> list[Located]:
-        found: list[Located] = []
-        for folder, kind in _KINDS:
-            try:
-                entries = sorted(os.listdir(self.roots.sys / "dev" / folder))
-            except OSError:
-                continue
-            for name in entries:
-                devnum = parse_devnum(name)
-                device = device_at(self.roots.sys, self.roots.sys / "dev" / folder / name)
-                if devnum is not None and device is not None:
-                    found.append(Located(device, kind, devnum))
-        return found
 
 
 def located_from_device(device: SysDevice) -> Located | None:
