@@ -274,7 +274,7 @@ class _Builder:
                 lines.append(f"    - glob: {quote(pattern)}  # {comment(str(p.where))}")
                 template = container_path_template(p)
                 if template:
-                    lines.append(f"      containerPath: {quote_always(template)}  # mountPath")
+                    lines.append(f"      containerPath: {json.dumps(template)}  # mountPath")
                 if single_literal:
                     lines.append(
                         f"    - glob: {quote(pattern + '/**')}  # squat hands out a directory"
@@ -284,7 +284,7 @@ class _Builder:
             attributes = {"idVendor": f"{usb.vendor:04x}", "idProduct": f"{usb.product:04x}"}
             if usb.serial:
                 attributes["serial"] = fnmatch_literal(usb.serial)
-            shown = ", ".join(f"{k}: {quote_always(v)}" for k, v in attributes.items())
+            shown = ", ".join(f"{k}: {json.dumps(v)}" for k, v in attributes.items())
             where = comment(str(usb.where))
             lines.append(f"    - udev: {{subsystem: usb, attributes: {{{shown}}}}}  # {where}")
         if not lines:
@@ -319,7 +319,7 @@ class _Builder:
             )
             if regex is not None:
                 return [
-                    f"  groupBy: {{pathRegex: {quote_always(regex)}}}  # one unit per squat group",
+                    f"  groupBy: {{pathRegex: {json.dumps(regex)}}}  # one unit per squat group",
                 ]
         self.note(
             self.path_groups[0][0].where,
@@ -327,7 +327,3 @@ class _Builder:
             " node is a unit here. Check `genericdp discover` and adjust groupBy",
         )
         return ["  groupBy: node"]
-
-
-def quote_always(text: str) -> str:
-    return json.dumps(text)
