@@ -114,10 +114,9 @@ class _Builder:
         self.out.notes.append(Note(where, text))
 
     def group(self, group: SquatGroup) -> None:
-        devices = [p for p in group.paths if p.type != MOUNT]
         for mount in (p for p in group.paths if p.type == MOUNT):
             self._mount(mount)
-        devices = [p for p in devices if self._device_path_ok(p)]
+        devices = [p for p in group.paths if p.type != MOUNT and self._device_path_ok(p)]
         if group.usb:
             self.usb_groups.append(group)
             self.counts.add(group.count)
@@ -125,8 +124,7 @@ class _Builder:
         elif devices:
             self.path_groups.append((group, devices))
             self.counts.add(group.count)
-            for p in devices:
-                self.permissions.add("".join(sorted(p.permissions)))
+            self.permissions |= {"".join(sorted(p.permissions)) for p in devices}
             self._path_notes(group, devices)
         elif group.paths:
             self.note(

@@ -57,8 +57,7 @@ def find_parent(device: SysDevice, subsystem: str) -> SysDevice | None:
 
 
 def _by_parent(nodes: Sequence[DeviceNode], subsystem: str, sys_root: Path) -> list[Group]:
-    by_parent: dict[str, list[DeviceNode]] = {}
-    parents: dict[str, SysDevice] = {}
+    by_parent: dict[SysDevice, list[DeviceNode]] = {}
     alone: list[Group] = []
     for node in nodes:
         device = sys_device(node, sys_root)
@@ -67,9 +66,8 @@ def _by_parent(nodes: Sequence[DeviceNode], subsystem: str, sys_root: Path) -> l
             log.debug("%s has no %s ancestor; it is a unit of its own", node.host_path, subsystem)
             alone.append(Group((node,)))
             continue
-        parents[parent.path] = parent
-        by_parent.setdefault(parent.path, []).append(node)
-    grouped = [Group(tuple(members), parent=parents[path]) for path, members in by_parent.items()]
+        by_parent.setdefault(parent, []).append(node)
+    grouped = [Group(tuple(members), parent=parent) for parent, members in by_parent.items()]
     return grouped + alone
 
 
