@@ -199,9 +199,7 @@ def owner_of(path: Path) -> str | None:
     if kind is None or "/" not in kind:
         return None
     resource = resource_of_kind(kind)
-    if path.name == spec_file_name(resource):
-        return resource
-    return None
+    return resource if path.name == spec_file_name(resource) else None
 
 
 def remove_stale_specs(cdi_dir: Path, keep: Iterable[str]) -> list[Path]:
@@ -215,14 +213,9 @@ def remove_stale_claim_specs(cdi_dir: Path, driver: str, keep: Iterable[str]) ->
     """Remove the claim specs of ``driver`` (named for it and of its kind) whose claim
     UID is not in ``keep``, and temporaries of interrupted writes (the driver holds
     the node's lock: no write of its own is under way). Never raises."""
-    keep = list(keep)
     wanted = {claim_spec_name(driver, uid) for uid in keep}
     kind, prefix = claim_kind(driver), f"{CLAIM_SPEC_PREFIX}{driver}_"
-
-    def ours(path: Path) -> bool:
-        return path.name.startswith(prefix) and _kind_of(path) == kind
-
-    removed = _remove_stale(cdi_dir, CLAIM_SPEC_PREFIX, wanted, ours)
+    removed = _remove_stale(cdi_dir, prefix, wanted, lambda path: _kind_of(path) == kind)
     with contextlib.suppress(OSError):
         for path in sorted(cdi_dir.glob(f".{prefix}*.tmp")):  # write_atomically's
             path.unlink()
