@@ -17,7 +17,6 @@ from ruamel.yaml import YAML
 from genericdp.cli import main
 from genericdp.config import load_text
 from genericdp.convert import convert_squat
-from genericdp.convert.emit import matcher_container_paths
 from genericdp.convert.goglob import go_glob
 from genericdp.convert.groupkeys import group_regex
 from genericdp.discovery import discover
@@ -96,18 +95,7 @@ def test_every_documented_squat_example_serves_the_nodes_squat_serves(
     assert expected, "the fake host must have something for every example"
     (name, got), *_ = _genericdp_units(result.text, host).items()
     assert name == f"squat.ai/{parsed['name']}"
-    if matcher_container_paths():  # mountPath becomes containerPath: nodes and paths equal
-        assert got == expected
-        return
-    # Without containerPath the same nodes reach the container, and each path that
-    # differs from squat's is a NOTE.
-    assert _hosts(got) == _hosts(expected)
-    moved = {c for unit in expected for h, c in unit if c != h and not h.startswith(c + "/")}
-    notes = "\n".join(str(n) for n in result.notes)
-    said = "squat gives the container this node at"
-    assert all(
-        f"{said} {c}" in notes or f"{said} {c.rsplit('/', 1)[0]}/<name>" in notes for c in moved
-    ), notes
+    assert got == expected  # mountPath becomes containerPath: nodes and paths equal
 
 
 def test_the_whole_manifest_converts_in_one_run() -> None:
@@ -122,11 +110,7 @@ def test_the_whole_manifest_converts_in_one_run() -> None:
         "squat.ai/capture",
     ]
     # The capture groups rename their nodes in the container: that is kept or said.
-    if matcher_container_paths():
-        assert 'containerPath: "/dev/snd/controlC0"  # mountPath' in result.text
-    else:
-        assert any("mountPath '/dev/snd/controlC0'" in str(n) for n in result.notes)
-        assert "# NOTE: --device #5:7:9: groups[1].paths[0]: mountPath" in result.text
+    assert 'containerPath: "/dev/snd/controlC0"  # mountPath' in result.text
 
 
 def test_a_squat_config_file_converts_like_the_same_flags(tmp_path: Path, host: FakeHost) -> None:
@@ -453,7 +437,7 @@ def test_cli_prints_yaml_on_stdout_and_differences_on_stderr(
     load_text(out)
     assert "warning: --device #1:1:98: groups[0].cnt: unknown key 'cnt', which squat ignores" in err
     mount_note = "warning: --device #1:1:42: groups[0].paths[0]: mountPath '/dev/serial/'"
-    assert (mount_note in err) != matcher_container_paths()
+    assert mount_note not in err
     target = tmp_path / "out.yaml"
     assert main(["convert", "--device", device, "-o", str(target)]) == EXIT_OK
     assert load_text(target.read_text()).resources[0].name == "squat.ai/serial"
@@ -542,14 +526,11 @@ def test_a_newline_in_a_file_name_cannot_write_yaml_into_the_output(tmp_path: Pa
 
 
 def test_a_mount_path_genericdp_cannot_give_is_said() -> None:
-    """A mountPath outside /dev keeps the node at its host path, with a NOTE either way."""
+    """A mountPath outside /dev keeps the node at its host path, with a NOTE."""
     result = convert_squat(
         ['{"name": "ab", "groups": [{"paths": [{"path": "/dev/a", "mountPath": "/tmp/a"}]}]}']
     )
     notes = "\n".join(str(n) for n in result.notes)
-    if matcher_container_paths():
-        assert "NOT CONVERTED: mountPath '/tmp/a'" in notes
-        assert "containerPath" not in result.text
-    else:
-        assert "squat gives the container this node at /tmp/a" in notes
+    assert "NOT CONVERTED: mountPath '/tmp/a'" in notes
+    assert "containerPath" not in result.text
     load_text(result.text)

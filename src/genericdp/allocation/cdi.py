@@ -100,11 +100,7 @@ def claim_kind(driver: str) -> str:
 
 def claim_spec_name(driver: str, uid: str) -> str:
     """``gdp-claim-<driver>_<uid>.json``: ``_`` is in no driver name (a DNS subdomain)."""
-    return f"{claim_spec_prefix(driver)}{uid}.json"
-
-
-def claim_spec_prefix(driver: str) -> str:
-    return f"{CLAIM_SPEC_PREFIX}{driver}_"
+    return f"{CLAIM_SPEC_PREFIX}{driver}_{uid}.json"
 
 
 def claim_device_name(uid: str, device: str) -> str:
@@ -142,13 +138,8 @@ def device_node_entry(spec: DeviceSpec) -> dict[str, str | int]:
         "hostPath": spec.host_path,
         "permissions": spec.permissions,
     }
-    if spec.file_mode is not None:
-        entry["fileMode"] = spec.file_mode
-    if spec.uid is not None:
-        entry["uid"] = spec.uid
-    if spec.gid is not None:
-        entry["gid"] = spec.gid
-    return entry
+    known = {"fileMode": spec.file_mode, "uid": spec.uid, "gid": spec.gid}
+    return entry | {key: value for key, value in known.items() if value is not None}
 
 
 def cdi_device(name: str, nodes: Iterable[DeviceSpec]) -> dict[str, Any]:
@@ -208,9 +199,7 @@ def owner_of(path: Path) -> str | None:
     if kind is None or "/" not in kind:
         return None
     resource = resource_of_kind(kind)
-    if path.name == spec_file_name(resource):
-        return resource
-    return None
+    return resource if path.name == spec_file_name(resource) else None
 
 
 def remove_stale_specs(cdi_dir: Path, keep: Iterable[str]) -> list[Path]:
@@ -224,14 +213,9 @@ def remove_stale_claim_specs(cdi_dir: Path, driver: str, keep: Iterable[str]) ->
     """Remove the claim specs of ``driver`` (named for it and of its kind) whose claim
     UID is not in ``keep``, and temporaries of interrupted writes (the driver holds
     the node's lock: no write of its own is under way). Never raises."""
-    keep = list(keep)
     wanted = {claim_spec_name(driver, uid) for uid in keep}
-    kind, prefix = claim_kind(driver), claim_spec_prefix(driver)
-
-    def ours(path: Path) -> bool:
-        return path.name.startswith(prefix) and _kind_of(path) == kind
-
-    removed = _remove_stale(cdi_dir, CLAIM_SPEC_PREFIX, wanted, ours)
+    kind, prefix = claim_kind(driver), f"{CLAIM_SPEC_PREFIX}{driver}_"
+    removed = _remove_stale(cdi_dir, prefix, wanted, lambda path: _kind_of(path) == kind)
     with contextlib.suppress(OSError):
         for path in sorted(cdi_dir.glob(f".{prefix}*.tmp")):  # write_atomically's
             path.unlink()
@@ -294,20 +278,11 @@ class SpecPublisher:
     runtime calls it from one worker thread at a time, under its own lock."""
 
     def __init__(self, cdi_dir: Path) -> None:
-        self._dir = cdi_dir
+        self.cdi_dir = cdi_dir
+        self.touched = False  # we may have left a file behind (``retract`` has work to do)
         self._known = False  # whether ``_spec`` is what the file holds (None: no file)
         self._spec: dict[str, Any] | None = None
         self._entries: dict[str, dict[str, Any]] = {}
-        self._touched = False  # we may have left a file behind
-
-    @property
-    def cdi_dir(self) -> Path:
-        return self._dir
-
-    @property
-    def touched(self) -> bool:
-        """Whether we may have left a file behind (``retract`` has work to do)."""
-        return self._touched
 
     def publish(self, definition: ResourceDefinition, units: Sequence[Unit]) -> bool:
         """Make the file describe ``units`` (none: no file, a spec without devices is
@@ -316,22 +291,22 @@ class SpecPublisher:
         spec = cdi_spec(definition, units) if units else None
         if self._known and spec == self._spec:
             return False
-        self._known, self._entries, self._touched = False, {}, True
+        self._known, self._entries, self.touched = False, {}, True
         if spec is None:
-            remove_spec(self._dir, definition.name)
+            remove_spec(self.cdi_dir, definition.name)
         else:
-            write_spec(self._dir, definition, units)
+            write_spec(self.cdi_dir, definition, units)
         self._spec, self._known = spec, True
         self._entries = {d["name"]: d for d in spec["devices"]} if spec else {}
         return True
 
     def retract(self, resource: str) -> Path | None:
         """Remove the file if we may have written one; raises CdiSpecError."""
-        if not self._touched:
+        if not self.touched:
             return None
         self._known, self._spec, self._entries = False, None, {}
-        removed = remove_spec(self._dir, resource)
-        self._touched = False
+        removed = remove_spec(self.cdi_dir, resource)
+        self.touched = False
         return removed
 
     def unpublished(self, definition: ResourceDefinition, units: Iterable[Unit]) -> tuple[str, ...]:

@@ -1,4 +1,4 @@
-"""What a rendered allocation may contain: paths confined to their template, clean values.
+"""What a rendered allocation may contain: paths confined to their template, clean device paths.
 
 Templates see strings whoever made the device wrote: a USB product string
 ``../../../../etc`` rendered into ``hostPath: /run/foo/{{ ... }}`` must not
@@ -85,16 +85,11 @@ def _within(path: str, prefix: str) -> bool:
     return bool(rest) and rest[0].startswith(tail)
 
 
-def check_device_path(path: str, *, what: str) -> None:
-    """A device node path (host or container): normalised, absolute, under ``/dev``."""
-    if not clean_device_path(path):
-        raise UnsafeAllocationError(f"{what}: device path {shown(path)} is not a clean /dev path")
-
-
 @functools.lru_cache(maxsize=4096)
 def clean_device_path(path: str) -> bool:
-    """Whether ``check_device_path`` passes ``path``: a pure function of the
-    text, remembered, since every Allocate checks the same few device paths."""
+    """Whether a device node path (host or container) is normalised, absolute and
+    under ``/dev``: a pure function of the text, remembered, since every Allocate
+    checks the same few device paths."""
     return not (
         _CONTROL.search(path)
         or not path.startswith("/dev/")
@@ -102,9 +97,3 @@ def clean_device_path(path: str) -> bool:
         or ".." in path.split("/")
         or len(path.encode(errors="surrogateescape")) > MAX_PATH_BYTES
     )
-
-
-def check_value(value: str, *, what: str) -> None:
-    """An env or annotation value: no NUL (runtimes cannot pass it on)."""
-    if "\x00" in value:
-        raise UnsafeAllocationError(f"{what} rendered a value containing NUL: {shown(value)}")

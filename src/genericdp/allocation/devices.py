@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from genericdp.allocation.confine import check_device_path, clean_device_path
+from genericdp.allocation.confine import clean_device_path
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
-from genericdp.errors import UnsafeAllocationError, clip
+from genericdp.errors import UnsafeAllocationError, clip, shown
 
 
 @dataclass(frozen=True)
@@ -49,12 +49,12 @@ def device_nodes(
             if checked and known.host_path != node.host_path:
                 raise _conflict(definition.name, unit, node.host_path, known)
             continue
-        if checked and not (
-            clean_device_path(node.container_path) and clean_device_path(node.host_path)
-        ):
-            what = unit_named(definition.name, unit)
-            check_device_path(node.container_path, what=what)
-            check_device_path(node.host_path, what=what)
+        for path in (node.container_path, node.host_path) if checked else ():
+            if not clean_device_path(path):
+                raise UnsafeAllocationError(
+                    f"{unit_named(definition.name, unit)}: device path {shown(path)}"
+                    " is not a clean /dev path"
+                )
         specs[node.container_path] = DeviceSpec(
             node.container_path,
             node.host_path,

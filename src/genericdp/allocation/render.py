@@ -9,7 +9,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, TypeVar, cast
 
-from genericdp.allocation.confine import check_value, confine_path
+from genericdp.allocation.confine import confine_path
 from genericdp.config.model import ResourceDefinition
 from genericdp.config.templates import (
     MAX_ALLOCATION_BYTES,
@@ -19,7 +19,7 @@ from genericdp.config.templates import (
     TemplateValue,
 )
 from genericdp.discovery.model import DeviceNode, Unit
-from genericdp.errors import TemplateRenderError, ellipsized, first_of
+from genericdp.errors import TemplateRenderError, UnsafeAllocationError, ellipsized, first_of, shown
 
 # What a render may take on the event loop before it is done again in a worker
 # thread: the templates of most allocations take well under a millisecond, and
@@ -135,8 +135,11 @@ def render_value(
     resource: str, section: str, name: str, value: TemplateValue, context: Mapping[str, Any]
 ) -> str:
     rendered = _render(resource, section, name, value, context)
-    if "\x00" in rendered:  # check_value's rule, tested here so the message is built only then
-        check_value(rendered, what=f"resource {resource}: allocate.{section}.{name}")
+    if "\x00" in rendered:  # runtimes cannot pass a NUL on
+        raise UnsafeAllocationError(
+            f"resource {resource}: allocate.{section}.{name} rendered a value containing NUL:"
+            f" {shown(rendered)}"
+        )
     # A character is at most 4 bytes: most values need no encoding to be measured.
     if len(rendered) * 4 > MAX_VALUE_BYTES and (size := _utf8(rendered)) > MAX_VALUE_BYTES:
         source = ellipsized(value.source, 80, "...")

@@ -17,10 +17,10 @@ from genericdp.config import load_text
 from genericdp.config.loader import MAX_FILE_BYTES, read_config_file
 from genericdp.convert.emit import Note, comment, convert_device
 from genericdp.convert.squat import (
+    DAEMON_SETTINGS,
     DEFAULT_DOMAIN,
     SquatConfig,
     check_domain,
-    daemon_setting,
     parse_config_file,
     parse_device_flag,
 )
@@ -35,7 +35,6 @@ class Conversion:
 
     text: str
     notes: tuple[Note, ...]
-    resources: int
 
     @property
     def not_converted(self) -> tuple[Note, ...]:
@@ -71,9 +70,7 @@ def convert_squat(
         squat.devices = []
         for index, text in enumerate(devices, start=1):
             if len(text.encode()) > MAX_FILE_BYTES:
-                issues.append(
-                    ConfigIssue(f"--device #{index}", None, None, "", "is larger than 1 MiB")
-                )
+                issues.append(_issue(f"--device #{index}", "is larger than 1 MiB"))
                 continue
             device, problems, ignored = parse_device_flag(text, index)
             issues += problems
@@ -82,7 +79,7 @@ def convert_squat(
                 squat.devices.append(device)
         sources.append(f"{len(devices)} --device flag(s)")
     for name, value in (daemon_flags or {}).items():
-        squat.ignored.append(f"--{name} {value!r}: {daemon_setting(name)}")
+        squat.ignored.append(f"--{name} {value!r}: {DAEMON_SETTINGS[name]}")
     if domain is not None:
         squat.domain = domain.strip()
     problem = check_domain(squat.domain, "--domain" if domain is not None else str(config_file))
@@ -90,32 +87,30 @@ def convert_squat(
         issues.append(problem)
     if not squat.devices and not issues:
         where = str(config_file) if config_file is not None else "command line"
-        issues.append(
-            ConfigIssue(where, None, None, "", "no device given (squat needs at least one)")
-        )
+        issues.append(_issue(where, "no device given (squat needs at least one)"))
     if issues:
         raise ConfigError(issues)
     return _emit(squat, sources)
 
 
+def _issue(where: str, message: str) -> ConfigIssue:
+    return ConfigIssue(where, None, None, "", message)
+
+
 def _read_file(path: Path, issues: list[ConfigIssue]) -> SquatConfig | None:
     if path.suffix.lower() not in (".yaml", ".yml", ".json"):
-        issues.append(
-            ConfigIssue(
-                str(path), None, None, "", "only YAML or JSON squat config files can be converted"
-            )
-        )
+        issues.append(_issue(str(path), "only YAML or JSON squat config files can be converted"))
         return None
     try:
         text = read_config_file(path).decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        issues.append(ConfigIssue(str(path), None, None, "", f"is not UTF-8 (byte {exc.start})"))
+        issues.append(_issue(str(path), f"is not UTF-8 (byte {exc.start})"))
         return None
     except OSError as exc:
-        issues.append(ConfigIssue(str(path), None, None, "", f"cannot be read: {exc.strerror}"))
+        issues.append(_issue(str(path), f"cannot be read: {exc.strerror}"))
         return None
     except Exception as exc:  # noqa: BLE001 -- the loader's refusals become one sentence
-        issues.append(ConfigIssue(str(path), None, None, "", str(exc)))
+        issues.append(_issue(str(path), str(exc)))
         return None
     parsed, problems = parse_config_file(text, str(path))
     issues += problems
@@ -133,7 +128,6 @@ def _emit(squat: SquatConfig, sources: Sequence[str]) -> Conversion:
         for note in converted.notes:
             body.append(f"  # NOTE: {comment(str(note))}")
         body += [f"  {line}" for line in converted.lines]
-    count = sum(1 for line in body if line.startswith("  - name: "))
     header = [
         f"# genericdp config v1, converted by `genericdp convert` (genericdp {__version__})",
         comment(
@@ -145,14 +139,14 @@ def _emit(squat: SquatConfig, sources: Sequence[str]) -> Conversion:
         "resources:",
     ]
     text = "\n".join(header + body) + "\n"
-    if count == 0:
+    if not any(line.startswith("  - name: ") for line in body):
         raise ConfigError(
-            [ConfigIssue("<converted>", None, None, "", f"nothing to serve: {n}") for n in notes]
-            or [ConfigIssue("<converted>", None, None, "", "nothing genericdp can serve")]
+            [_issue("<converted>", f"nothing to serve: {n}") for n in notes]
+            or [_issue("<converted>", "nothing genericdp can serve")]
         )
     try:
         load_text(text, "<converted>")
     except ConfigError as exc:  # a bug in the converter: said so, with what failed
         bug = "the converted config is invalid, a bug in `genericdp convert` (please report it)"
-        raise ConfigError([ConfigIssue("<converted>", None, None, "", bug), *exc.issues]) from exc
-    return Conversion(text, tuple(notes), count)
+        raise ConfigError([_issue("<converted>", bug), *exc.issues]) from exc
+    return Conversion(text, tuple(notes))

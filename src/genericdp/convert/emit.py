@@ -13,13 +13,11 @@ a line on stderr. Nothing is dropped silently.
 
 from __future__ import annotations
 
-import functools
 import json
 import posixpath
 import re
 from dataclasses import dataclass, field
 
-from genericdp.config import schema
 from genericdp.config.names import validate_resource_name
 from genericdp.convert.goglob import fnmatch_literal, go_bang_class, go_glob
 from genericdp.convert.groupkeys import group_regex
@@ -29,7 +27,6 @@ from genericdp.convert.squat import (
     SquatDevice,
     SquatGroup,
     SquatPath,
-    SquatUsb,
     Where,
 )
 from genericdp.discovery.globs import has_magic
@@ -72,21 +69,6 @@ def quote(text: str) -> str:
     return json.dumps(text)
 
 
-def container_path(squat_path: SquatPath, host: str) -> str:
-    """Where squat puts ``host`` in the container (path.go: a trailing ``/`` adds the name)."""
-    mount = squat_path.mount_path or host
-    if mount.endswith("/"):
-        mount += posixpath.basename(host)
-    return mount
-
-
-@functools.cache
-def matcher_container_paths() -> bool:
-    """Whether this genericdp's config v1 has ``containerPath`` on matchers."""
-    options = schema().get("$defs", {}).get("matcher", {}).get("oneOf", [])
-    return bool(options) and all("containerPath" in o.get("properties", {}) for o in options)
-
-
 def container_path_template(p: SquatPath) -> str | None:
     """squat's ``mountPath`` as a ``containerPath`` template; None when squat keeps the
     matched path, "" when it cannot be said (not a clean path under /dev/)."""
@@ -121,33 +103,28 @@ def convert_device(device: SquatDevice, domain: str) -> Converted:
 @dataclass
 class _Builder:
     out: Converted
-    globs: list[tuple[str, str]] = field(default_factory=list)  # pattern, comment
-    udev: list[tuple[SquatUsb, str]] = field(default_factory=list)
     mounts: list[tuple[str, str, bool, str]] = field(default_factory=list)
     path_groups: list[tuple[SquatGroup, list[SquatPath]]] = field(default_factory=list)
     usb_groups: list[SquatGroup] = field(default_factory=list)
     counts: set[int] = field(default_factory=set)
-    permissions: dict[str, Where] = field(default_factory=dict)
+    permissions: set[str] = field(default_factory=set)
     all_required: list[str] = field(default_factory=list)  # groups of several required paths
 
     def note(self, where: Where | str, text: str) -> None:
         self.out.notes.append(Note(where, text))
 
     def group(self, group: SquatGroup) -> None:
-        devices = [p for p in group.paths if p.type != MOUNT]
         for mount in (p for p in group.paths if p.type == MOUNT):
             self._mount(mount)
-        devices = [p for p in devices if self._device_path_ok(p)]
+        devices = [p for p in group.paths if p.type != MOUNT and self._device_path_ok(p)]
         if group.usb:
             self.usb_groups.append(group)
             self.counts.add(group.count)
-            self.permissions.setdefault(USB_PERMISSIONS, group.where)
-            self.udev += [(usb, str(usb.where)) for usb in group.usb]
+            self.permissions.add(USB_PERMISSIONS)
         elif devices:
             self.path_groups.append((group, devices))
             self.counts.add(group.count)
-            for p in devices:
-                self.permissions.setdefault("".join(sorted(p.permissions)), p.where)
+            self.permissions |= {"".join(sorted(p.permissions)) for p in devices}
             self._path_notes(group, devices)
         elif group.paths:
             self.note(
@@ -186,7 +163,9 @@ class _Builder:
                 " (allocate.mounts), not globs found per unit",
             )
             return
-        target = container_path(p, host)
+        target = p.mount_path or host
+        if target.endswith("/"):  # path.go: a trailing "/" adds the name
+            target += posixpath.basename(host)
         if not target.startswith("/") or any(
             t in s for s in (host, target) for t in _TEMPLATE_START
         ):
@@ -201,17 +180,7 @@ class _Builder:
 
     def _path_notes(self, group: SquatGroup, devices: list[SquatPath]) -> None:
         for p in devices:
-            template = container_path_template(p)
-            if template is None or (template and matcher_container_paths()):
-                pass  # the same path as squat's, or said with containerPath
-            elif not matcher_container_paths():
-                self.note(
-                    p.where,
-                    f"mountPath {p.mount_path!r}: squat gives the container this node at"
-                    f" {container_path(p, '<name>' if has_magic(p.path) else p.path)};"
-                    " this genericdp gives it at its host path (no per-node container path)",
-                )
-            else:
+            if container_path_template(p) == "":  # None: squat's path; else a containerPath
                 self.note(
                     p.where,
                     f"NOT CONVERTED: mountPath {p.mount_path!r}: a container path is absolute,"
@@ -245,10 +214,8 @@ class _Builder:
             )
             return
         lines = self.out.lines
-        lines.append(f"- name: {quote(self.out.name)}  # from {comment(str(device.where))}")
-        lines.append("  match:")
-        lines += matchers
-        lines += group_by
+        lines += [f"- name: {quote(self.out.name)}  # from {comment(str(device.where))}"]
+        lines += ["  match:", *matchers, *group_by]
         count = max(self.counts) if self.counts else 1
         if len(self.counts) > 1:
             self.note(
@@ -266,8 +233,7 @@ class _Builder:
             )
         self._permissions(device)
         if self.mounts:
-            lines.append("  allocate:")
-            lines.append("    mounts:")
+            lines += ["  allocate:", "    mounts:"]
             for host, target, read_only, where in self.mounts:
                 ro = ", readOnly: true" if read_only else ""
                 lines.append(
@@ -305,21 +271,20 @@ class _Builder:
                 seen.add(pattern)
                 lines.append(f"    - glob: {quote(pattern)}  # {comment(str(p.where))}")
                 template = container_path_template(p)
-                if template and matcher_container_paths():
-                    lines.append(f"      containerPath: {quote_always(template)}  # mountPath")
+                if template:
+                    lines.append(f"      containerPath: {json.dumps(template)}  # mountPath")
                 if single_literal:
                     lines.append(
                         f"    - glob: {quote(pattern + '/**')}  # squat hands out a directory"
                         " whole: every node below it, one unit"
                     )
-        for usb, where in self.udev:
+        for usb in (usb for group in self.usb_groups for usb in group.usb):
             attributes = {"idVendor": f"{usb.vendor:04x}", "idProduct": f"{usb.product:04x}"}
             if usb.serial:
                 attributes["serial"] = fnmatch_literal(usb.serial)
-            shown = ", ".join(f"{k}: {quote_always(v)}" for k, v in attributes.items())
-            lines.append(
-                f"    - udev: {{subsystem: usb, attributes: {{{shown}}}}}  # {comment(where)}"
-            )
+            shown = ", ".join(f"{k}: {json.dumps(v)}" for k, v in attributes.items())
+            where = comment(str(usb.where))
+            lines.append(f"    - udev: {{subsystem: usb, attributes: {{{shown}}}}}  # {where}")
         if not lines:
             return [], []
         return lines, self._grouping(single_literal)
@@ -352,7 +317,7 @@ class _Builder:
             )
             if regex is not None:
                 return [
-                    f"  groupBy: {{pathRegex: {quote_always(regex)}}}  # one unit per squat group",
+                    f"  groupBy: {{pathRegex: {json.dumps(regex)}}}  # one unit per squat group",
                 ]
         self.note(
             self.path_groups[0][0].where,
@@ -360,7 +325,3 @@ class _Builder:
             " node is a unit here. Check `genericdp discover` and adjust groupBy",
         )
         return ["  groupBy: node"]
-
-
-def quote_always(text: str) -> str:
-    return json.dumps(text)

@@ -49,16 +49,15 @@ def _distinct_common(paths: Sequence[str], others: Sequence[str]) -> str | None:
     seen = [0] * len(sam.length)
     for other in others:
         seen = [max(s, m) for s, m in zip(seen, sam.matched(other), strict=True)]
-    best: tuple[int, int] | None = None  # (-length, start)
-    for state in range(1, len(sam.length)):
-        length = common[state]
-        if length > max(sam.length[sam.link[state]], seen[state]):
-            key = (-length, sam.first_end[state] - length + 1)
-            best = key if best is None or key < best else best
-    if best is None:
+    found = [  # (-length, start): the longest first, then the leftmost
+        (-common[state], sam.first_end[state] - common[state] + 1)
+        for state in range(1, len(sam.length))
+        if common[state] > max(sam.length[sam.link[state]], seen[state])
+    ]
+    if not found:
         return None
-    start = best[1]
-    return paths[0][start : start - best[0]]
+    negative_length, start = min(found)
+    return paths[0][start : start - negative_length]
 
 
 class _Automaton:

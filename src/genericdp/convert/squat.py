@@ -36,9 +36,6 @@ _YAML11_BOOL = {
     **dict.fromkeys(("y", "yes", "on", "true"), True),
     **dict.fromkeys(("n", "no", "off", "false"), False),
 }
-
-
-_NO_SETTING = "a setting of squat's daemon, with no genericdp counterpart"
 # Where squat's daemon flags live in genericdp: settings (`genericdp serve --help`).
 DAEMON_SETTINGS = {
     "listen": "squat's metrics and health address; genericdp's is GENERICDP_METRICS_ADDRESS"
@@ -46,11 +43,6 @@ DAEMON_SETTINGS = {
     "log-level": "genericdp's is GENERICDP_LOG_LEVEL (--log-level: debug, info, warning, error)",
     "plugin-directory": "genericdp's is GENERICDP_PLUGIN_DIR (--plugin-dir)",
 }
-
-
-def daemon_setting(flag: str) -> str:
-    """What genericdp calls squat's daemon flag ``flag`` (listen, log-level, plugin-directory)."""
-    return DAEMON_SETTINGS.get(flag, _NO_SETTING)
 
 
 @dataclass(frozen=True)
@@ -76,7 +68,6 @@ class SquatPath:
     permissions: str
     read_only: bool
     type: str
-    limit: int  # defaulted: 1
     limit_given: bool
     optional: bool
     where: Where
@@ -128,9 +119,8 @@ class _Reader:
 
     def where(self, path: KeyPath, *, at_key: bool = False) -> Where:
         pos = self.doc.key_pos(path) if at_key else self.doc.value_pos(path)
-        if pos is None:
-            return Where(self.doc.file, _format(path))
-        return Where(self.doc.file, _format(path), pos.line, pos.column)
+        line, column = (pos.line, pos.column) if pos is not None else (None, None)
+        return Where(self.doc.file, _format(path), line, column)
 
     def fields(self, value: Any, path: KeyPath, known: Sequence[str]) -> dict[str, KeyPath]:
         """Each known key found in mapping ``value`` -> its path; Go matches keys
@@ -236,13 +226,11 @@ def parse_device_flag(
     text: str, index: int
 ) -> tuple[SquatDevice | None, list[ConfigIssue], list[str]]:
     """One ``--device`` value (JSON or YAML, as squat reads it); ``index`` is 1-based."""
-    source = f"--device #{index}"
-    doc, issues = parse_yaml(text, source)
+    doc, issues = parse_yaml(text, f"--device #{index}")
     if doc is None or issues:
         return None, issues, []
     reader = _Reader(doc, from_flag=True)
-    device = _device(reader, ())
-    return device, reader.issues, reader.ignored
+    return _device(reader, ()), reader.issues, reader.ignored
 
 
 def parse_config_file(text: str, file: str) -> tuple[SquatConfig | None, list[ConfigIssue]]:
@@ -254,14 +242,14 @@ def parse_config_file(text: str, file: str) -> tuple[SquatConfig | None, list[Co
         what = "only comments" if doc.data is None else describe(doc.data)
         return None, [ConfigIssue(file, 1, 1, "", f"must be a mapping with devices, not {what}")]
     reader = _Reader(doc, from_flag=False)
-    known = ("devices", "device", "domain", "listen", "log-level", "plugin-directory")
+    known = ("devices", "device", "domain", *DAEMON_SETTINGS)
     found = reader.fields(doc.data, (), known)
     config = SquatConfig(domain=DEFAULT_DOMAIN)
     if "domain" in found:
         config.domain = reader.string(found["domain"], DEFAULT_DOMAIN).strip()
-    for key in ("listen", "log-level", "plugin-directory"):
+    for key, setting in DAEMON_SETTINGS.items():
         if key in found:
-            reader.ignored.append(f"{reader.where(found[key])}: {daemon_setting(key)}")
+            reader.ignored.append(f"{reader.where(found[key])}: {setting}")
     # viper moves an alias's value onto its key: `devices` wins over `device`.
     key_path = found.get("devices") or found.get("device")
     if "devices" in found and "device" in found:
@@ -271,10 +259,8 @@ def parse_config_file(text: str, file: str) -> tuple[SquatConfig | None, list[Co
         if not isinstance(items, list):
             reader.fail(key_path, f"must be a list of devices, not {describe(items)}")
         else:
-            for i in range(len(items)):
-                device = _device(reader, (*key_path, i))
-                if device is not None:
-                    config.devices.append(device)
+            read = (_device(reader, (*key_path, i)) for i in range(len(items)))
+            config.devices = [device for device in read if device is not None]
     config.ignored = reader.ignored
     return config, reader.issues
 
@@ -298,19 +284,11 @@ def _device(reader: _Reader, path: KeyPath) -> SquatDevice | None:
             f"name {name!r} must match {_DEVICE_TYPE.pattern} (squat refuses it:"
             " lower-case letters, digits and '-', at least two characters)",
         )
-    groups: list[SquatGroup] = []
-    if "groups" in found:
-        items = reader.value(found["groups"])
-        if isinstance(items, list):
-            for i in range(len(items)):
-                group = _group(reader, (*found["groups"], i))
-                if group is not None:
-                    groups.append(group)
-        elif items is not None:
-            reader.fail(found["groups"], f"must be a list of groups, not {describe(items)}")
+    read = [_group(reader, p) for p in _items(reader, found.get("groups"), " of groups")]
+    groups = tuple(group for group in read if group is not None)
     if not groups:
         reader.ignored.append(f"{reader.where(path)}: no groups: squat serves no device for it")
-    return SquatDevice(name, tuple(groups), reader.where(path))
+    return SquatDevice(name, groups, reader.where(path))
 
 
 def _group(reader: _Reader, path: KeyPath) -> SquatGroup | None:
@@ -330,14 +308,14 @@ def _group(reader: _Reader, path: KeyPath) -> SquatGroup | None:
     )
 
 
-def _items(reader: _Reader, path: KeyPath | None) -> list[KeyPath]:
+def _items(reader: _Reader, path: KeyPath | None, what: str = "") -> list[KeyPath]:
     if path is None:
         return []
     value = reader.value(path)
     if value is None:
         return []
     if not isinstance(value, list):
-        reader.fail(path, f"must be a list, not {describe(value)}")
+        reader.fail(path, f"must be a list{what}, not {describe(value)}")
         return []
     return [(*path, i) for i in range(len(value))]
 
@@ -361,11 +339,7 @@ def _path(reader: _Reader, path: KeyPath) -> SquatPath | None:
     permissions = reader.string(found["permissions"]) if "permissions" in found else ""
     if kind == DEVICE:
         permissions = permissions or DEFAULT_PERMISSIONS
-        if (
-            not permissions
-            or set(permissions) - set("rwm")
-            or len(set(permissions)) != len(permissions)
-        ):
+        if set(permissions) - set("rwm") or len(set(permissions)) != len(permissions):
             reader.fail(
                 found["permissions"], f"permissions {permissions!r}: use r, w and m once each"
             )
@@ -377,7 +351,6 @@ def _path(reader: _Reader, path: KeyPath) -> SquatPath | None:
         permissions=permissions,
         read_only=reader.boolean(found["readOnly"]) if "readOnly" in found else False,
         type=kind,
-        limit=limit or 1,
         limit_given=limit > 1,
         optional=reader.boolean(found["optional"]) if "optional" in found else False,
         where=reader.where(path),

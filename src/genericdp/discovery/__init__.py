@@ -28,7 +28,7 @@ from genericdp.discovery.pci import pci_place
 from genericdp.discovery.udev import match_udev
 from genericdp.errors import DiscoveryError, clip
 
-__all__ = ["discover", "find_nodes", "group_units", "shared_nodes"]
+__all__ = ["discover", "find_nodes", "group_units"]
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def discover(definition: ResourceDefinition, roots: Roots) -> tuple[Unit, ...]:
         units = tuple(_rendered(unit, templates, definition.name) for unit in units)
         units = tuple(unit for unit in units if unit.nodes)
     if definition.allocate.devices:
-        shared, missing = shared_nodes(definition.allocate.devices, roots, definition.name)
+        shared, missing = _shared_nodes(definition.allocate.devices, roots, definition.name)
         units = tuple(replace(unit, shared=shared, missing=missing) for unit in units)
     return units
 
@@ -70,14 +70,12 @@ def find_nodes(matchers: Sequence[Matcher], roots: Roots) -> list[tuple[DeviceNo
     return sorted(found.values(), key=lambda item: item[0].host_path)
 
 
-def shared_nodes(
-    entries: Sequence[ExtraDevice], roots: Roots, resource: str = ""
+def _shared_nodes(
+    entries: Sequence[ExtraDevice], roots: Roots, resource: str
 ) -> tuple[tuple[DeviceNode, ...], tuple[str, ...]]:
     """The device nodes of ``allocate.devices`` (in entry order, each real node
     once, confined as matched nodes are) and the paths of required entries that
     found none."""
-    if not roots.dev.is_dir():
-        raise DiscoveryError(f"device root {roots.dev} does not exist or is not a directory")
     scan = Scan(roots)
     chosen: dict[str, DeviceNode] = {}
     missing: list[str] = []

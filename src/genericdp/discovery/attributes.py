@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genericdp.config.model import SysfsProbe
+from genericdp.discovery.globs import has_magic
 from genericdp.discovery.model import Roots, Unit
 from genericdp.discovery.sysfs import SysDevice
 from genericdp.errors import clip
 
 MAX_VALUE_BYTES = 4096
 MAX_FILES = 64
-_MAGIC = frozenset("*?[")
 
 
 @dataclass(frozen=True)
@@ -52,18 +52,17 @@ def probe_unit(unit: Unit, probe: SysfsProbe, roots: Roots) -> Reading:
 
 
 def _candidates(device: SysDevice, subsystem: str | None) -> Iterator[SysDevice]:
-    for candidate in device.ancestors():
-        if subsystem is None:
-            yield candidate
-        elif candidate.subsystem() == subsystem:
-            yield candidate
-            return
+    """Every ancestor, or with ``subsystem`` the nearest of that subsystem."""
+    if subsystem is None:
+        yield from device.ancestors()
+    elif (nearest := device.nearest(subsystem)) is not None:
+        yield nearest
 
 
 def _matching(directory: Path, parts: list[str]) -> Iterator[Path]:
     """Files below ``directory`` matching ``parts``, never through a symlink."""
     head, rest = parts[0], parts[1:]
-    if set(head) & _MAGIC:
+    if has_magic(head):
         try:
             names = sorted(e.name for e in os.scandir(directory))
         except OSError:

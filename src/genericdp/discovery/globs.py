@@ -25,17 +25,10 @@ def has_magic(part: str) -> bool:
     return any(char in _MAGIC for char in part)
 
 
-def dev_relative(pattern: str) -> str | None:
-    """The pattern relative to ``/dev``, or None when it is not under ``/dev``."""
-    if not pattern.startswith("/dev/"):
-        return None
-    return pattern.removeprefix("/dev/").strip("/") or None
-
-
 def expand(dev_root: Path, pattern: str) -> list[str]:
     """Paths (relative to ``dev_root``) matching the host glob ``pattern``, sorted, no dirs."""
-    relative = dev_relative(pattern)
-    if relative is None:
+    relative = pattern.removeprefix("/dev/")
+    if relative == pattern or not relative.strip("/"):
         log.warning("glob %s is not under /dev; it matches nothing", pattern)
         return []
     parts = [part for part in relative.split("/") if part not in ("", ".")]
@@ -61,7 +54,7 @@ def _expand(root: Path, done: tuple[str, ...], parts: list[str]) -> Iterator[str
                 yield "/".join((*done, name))
         return
     if not has_magic(head):
-        if os.path.lexists(here / head) and (not rest or _is_real_dir(here / head)):
+        if os.path.lexists(here / head) and (not rest or _is_dir(here / head, follow=False)):
             yield from _expand(root, (*done, head), rest)
         return
     for name, is_dir in _entries(here):
@@ -78,16 +71,9 @@ def _entries(directory: Path) -> list[tuple[str, bool]]:
         return []
 
 
-def _is_real_dir(path: Path) -> bool:
+def _is_dir(path: Path, *, follow: bool = True) -> bool:
     try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
-def _is_dir(path: Path) -> bool:
-    try:
-        return stat.S_ISDIR(os.stat(path).st_mode)
+        return stat.S_ISDIR(os.stat(path, follow_symlinks=follow).st_mode)
     except OSError:
         return False
 

@@ -49,20 +49,15 @@ def find_parent(device: SysDevice, subsystem: str) -> SysDevice | None:
     For other subsystems the device itself does not count: a sound card's
     ``controlC0`` is in subsystem ``sound`` like the ``card0`` it belongs to.
     """
-    if subsystem == "usb":
-        for candidate in device.ancestors(include_self=True):
-            if candidate.subsystem() == "usb" and candidate.devtype() == "usb_device":
-                return candidate
-        return None
-    for candidate in device.ancestors(include_self=False):
-        if candidate.subsystem() == subsystem:
+    usb = subsystem == "usb"
+    for candidate in device.ancestors(include_self=usb):
+        if candidate.subsystem() == subsystem and (not usb or candidate.devtype() == "usb_device"):
             return candidate
     return None
 
 
 def _by_parent(nodes: Sequence[DeviceNode], subsystem: str, sys_root: Path) -> list[Group]:
-    by_parent: dict[str, list[DeviceNode]] = {}
-    parents: dict[str, SysDevice] = {}
+    by_parent: dict[SysDevice, list[DeviceNode]] = {}
     alone: list[Group] = []
     for node in nodes:
         device = sys_device(node, sys_root)
@@ -71,9 +66,8 @@ def _by_parent(nodes: Sequence[DeviceNode], subsystem: str, sys_root: Path) -> l
             log.debug("%s has no %s ancestor; it is a unit of its own", node.host_path, subsystem)
             alone.append(Group((node,)))
             continue
-        parents[parent.path] = parent
-        by_parent.setdefault(parent.path, []).append(node)
-    grouped = [Group(tuple(members), parent=parents[path]) for path, members in by_parent.items()]
+        by_parent.setdefault(parent, []).append(node)
+    grouped = [Group(tuple(members), parent=parent) for parent, members in by_parent.items()]
     return grouped + alone
 
 

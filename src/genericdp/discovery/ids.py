@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from genericdp.discovery.grouping import Group, sys_device
+from genericdp.discovery.grouping import Group, find_parent, sys_device
 from genericdp.discovery.model import MAX_ID_LENGTH
 from genericdp.discovery.nodes import located_from_device
 from genericdp.discovery.sysfs import SysDevice, read_udev_properties
@@ -62,7 +62,7 @@ def identity(group: Group, kind: str, sys_root: Path, udev_root: Path) -> Identi
     if kind == "all":
         return Identity("all", ())
     device = group.parent or sys_device(first, sys_root)
-    usb = _usb_device(device)
+    usb = find_parent(device, "usb") if device is not None else None
     properties: Mapping[str, str] = first.properties
     if group.parent is not None:
         # Named at the parent's granularity: its nodes' serials may be those of
@@ -78,7 +78,7 @@ def identity(group: Group, kind: str, sys_root: Path, udev_root: Path) -> Identi
         return Identity(serial, qualifiers)
     if location is not None:
         return Identity(location, (qualifiers[0], None, names, paths))
-    pci = _nearest(device, "pci")
+    pci = device.nearest("pci") if device is not None else None
     if pci is not None:
         return Identity(f"pci-{pci.name}", qualifiers)
     return Identity(paths, (None, None, names, None))
@@ -111,27 +111,9 @@ def _location(
 def _usb_path_id(usb: SysDevice) -> str:
     """udev's path_id for a USB device without a database entry: ``pci-<addr>-usb-0:<port>``."""
     port = usb.name.split("-", 1)[-1]
-    pci = _nearest(usb, "pci")
+    pci = usb.nearest("pci")
     prefix = f"pci-{pci.name}-" if pci is not None else ""
     return f"{prefix}usb-0:{port}"
-
-
-def _usb_device(device: SysDevice | None) -> SysDevice | None:
-    if device is None:
-        return None
-    for candidate in device.ancestors():
-        if candidate.subsystem() == "usb" and candidate.devtype() == "usb_device":
-            return candidate
-    return None
-
-
-def _nearest(device: SysDevice | None, subsystem: str) -> SysDevice | None:
-    if device is None:
-        return None
-    for candidate in device.ancestors():
-        if candidate.subsystem() == subsystem:
-            return candidate
-    return None
 
 
 def properties_of(device: SysDevice, udev_root: Path) -> dict[str, str]:

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from genericdp.config.model import frozen_map
 from genericdp.discovery.model import DeviceNode, Roots
 from genericdp.discovery.sysfs import SysDevice, device_at, parse_devnum, read_udev_properties
-
-_KINDS = (("char", "c"), ("block", "b"))
 
 
 @dataclass(frozen=True)
@@ -48,15 +46,10 @@ class Scan:
         return info
 
     def locate(self, relative: str) -> Located | None:
-        """The sysfs device of the node ``<dev>/<relative>``, if sysfs knows it: by
+        """The sysfs device of the real node ``<dev>/<relative>``, if sysfs knows it: by
         ``st_rdev`` (``sys/dev/char/M:m``), else (a /dev the kernel did not populate)
         by the ``DEVNAME`` in uevent."""
         info = self._lstat(relative)
-        if info is not None and stat.S_ISLNK(info.st_mode):
-            try:
-                info = os.stat(self.roots.dev / relative)
-            except OSError:
-                return None
         if info is None:
             return None
         if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode):
@@ -91,29 +84,24 @@ class Scan:
     ) -> DeviceNode:
         """The DeviceNode for the real node ``<dev>/<host_relative>`` seen at ``container_path``
         (``located``: already found through sysfs)."""
-        host_path = f"/dev/{host_relative}"
         if located is None:
             located = self.locate(host_relative)
         info = self._lstat(host_relative)
-        mode = info.st_mode & 0o777 if info is not None else None
-        uid = info.st_uid if info is not None else None
-        gid = info.st_gid if info is not None else None
+        node = DeviceNode(
+            host_path=f"/dev/{host_relative}",
+            container_path=container_path,
+            mode=info.st_mode & 0o777 if info is not None else None,
+            uid=info.st_uid if info is not None else None,
+            gid=info.st_gid if info is not None else None,
+        )
         if located is None:
-            devnum = _devnum(info)
-            return DeviceNode(
-                host_path=host_path,
-                container_path=container_path,
-                major=devnum[0] if devnum else None,
-                minor=devnum[1] if devnum else None,
-                mode=mode,
-                uid=uid,
-                gid=gid,
-            )
+            if info is None or not (stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)):
+                return node
+            return replace(node, major=os.major(info.st_rdev), minor=os.minor(info.st_rdev))
         device = located.device
         properties = read_udev_properties(self.roots.udev, located.kind, located.devnum)
-        return DeviceNode(
-            host_path=host_path,
-            container_path=container_path,
+        return replace(
+            node,
             major=located.devnum[0],
             minor=located.devnum[1],
             subsystem=device.subsystem(),
@@ -121,9 +109,6 @@ class Scan:
             attributes=frozen_map(device.attributes()),
             properties=frozen_map(properties),
             numa_node=device.numa_node(),
-            mode=mode,
-            uid=uid,
-            gid=gid,
         )
 
     def _devname_index(self) -> dict[str, Located]:
@@ -139,29 +124,18 @@ class Scan:
     def nodes(self) -> list[Located]:
         """Every device that has a node, from ``sys/dev/char`` and ``sys/dev/block``."""
         if self._nodes is None:
-            self._nodes = self._list_nodes()
+            self._nodes = []
+            for folder, kind in (("char", "c"), ("block", "b")):
+                try:
+                    entries = sorted(os.listdir(self.roots.sys / "dev" / folder))
+                except OSError:
+                    continue
+                for name in entries:
+                    devnum = parse_devnum(name)
+                    device = device_at(self.roots.sys, self.roots.sys / "dev" / folder / name)
+                    if devnum is not None and device is not None:
+                        self._nodes.append(Located(device, kind, devnum))
         return self._nodes
-
-    def _list_nodes(self) -> list[Located]:
-        found: list[Located] = []
-        for folder, kind in _KINDS:
-            try:
-                entries = sorted(os.listdir(self.roots.sys / "dev" / folder))
-            except OSError:
-                continue
-            for name in entries:
-                devnum = parse_devnum(name)
-                device = device_at(self.roots.sys, self.roots.sys / "dev" / folder / name)
-                if devnum is not None and device is not None:
-                    found.append(Located(device, kind, devnum))
-        return found
-
-
-def _devnum(info: os.stat_result | None) -> tuple[int, int] | None:
-    """(major, minor) of a real device node without sysfs, None for anything else."""
-    if info is not None and (stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)):
-        return os.major(info.st_rdev), os.minor(info.st_rdev)
-    return None
 
 
 def located_from_device(device: SysDevice) -> Located | None:

@@ -61,22 +61,14 @@ def pci_place(sys_root: Path, sysfs_path: str | None) -> PciPlace:
     """Where the device at ``sysfs_path`` (relative to ``sys_root``) sits on the PCI tree."""
     if not sysfs_path:
         return PciPlace()
-    bus_id: str | None = None
-    own_decided = False
-    nearest_pci: str | None = None
+    own = True  # until a bus device that is not a PCI function is passed
     for device in SysDevice(sys_root, sysfs_path).ancestors():
-        bus = _bus_of(device)
-        if bus is None:
-            continue  # a class device, or a directory the kernel gave no subsystem
+        bus = _bus_of(device)  # None: a class device, or a directory with no subsystem
         if bus == "pci" and is_bus_id(device.name):
-            nearest_pci = device.name
-            if not own_decided:
-                bus_id = device.name
-            break
-        own_decided = True  # the nearest bus device is not PCI: no bus ID of its own
-    if nearest_pci is None:
-        return PciPlace()
-    return PciPlace(bus_id=bus_id, pcie_root=pcie_root(sys_root, nearest_pci))
+            return PciPlace(device.name if own else None, pcie_root(sys_root, device.name))
+        if bus is not None:
+            own = False
+    return PciPlace()
 
 
 def _bus_of(device: SysDevice) -> str | None:

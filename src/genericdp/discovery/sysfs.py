@@ -45,12 +45,6 @@ def parse_devnum(text: str) -> tuple[int, int] | None:
     return None
 
 
-def parse_uevent(text: str) -> dict[str, str]:
-    """``KEY=VALUE`` lines of a ``uevent`` file."""
-    pairs = (line.partition("=") for line in text.splitlines())
-    return {key: value for key, sep, value in pairs if sep and key}
-
-
 @dataclass(frozen=True)
 class SysDevice:
     """A device directory in sysfs, named by its path relative to the sys root."""
@@ -68,8 +62,10 @@ class SysDevice:
         return self.path.rsplit("/", 1)[-1]
 
     def uevent(self) -> dict[str, str]:
-        text = read_text(self.directory / "uevent")
-        return parse_uevent(text) if text is not None else {}
+        """The ``KEY=VALUE`` lines of its ``uevent`` file."""
+        text = read_text(self.directory / "uevent") or ""
+        pairs = (line.partition("=") for line in text.splitlines())
+        return {key: value for key, sep, value in pairs if sep and key}
 
     def subsystem(self) -> str | None:
         return self._link_name("subsystem")
@@ -130,6 +126,10 @@ class SysDevice:
             yield device
             device = device.parent()
 
+    def nearest(self, subsystem: str) -> SysDevice | None:
+        """This device or its nearest ancestor in ``subsystem``."""
+        return next((d for d in self.ancestors() if d.subsystem() == subsystem), None)
+
     def numa_node(self) -> int | None:
         """NUMA node of the nearest device (self included) with a ``numa_node`` file;
         None for the kernel's -1 (unknown)."""
@@ -166,14 +166,13 @@ def device_at(sys_root: Path, link: Path) -> SysDevice | None:
     return SysDevice(sys_root, relative.as_posix())
 
 
-def udev_db_name(kind: str, devnum: tuple[int, int]) -> str:
-    """``c188:0`` / ``b7:0``: the file name of a node's entry in ``<udev>/data``."""
-    return f"{kind}{devnum[0]}:{devnum[1]}"
-
-
 def read_udev_properties(udev_root: Path, kind: str, devnum: tuple[int, int]) -> Mapping[str, str]:
-    """The ``E:KEY=VALUE`` properties udev stored for a node (empty if none)."""
-    text = read_udev_db(udev_root, kind, devnum)
+    """The ``E:KEY=VALUE`` properties udev stored for a node (empty if none) in its
+    database entry ``<udev>/data/c188:0`` (``b7:0`` for a block device)."""
+    try:
+        text = (udev_root / "data" / f"{kind}{devnum[0]}:{devnum[1]}").read_text(errors="replace")
+    except OSError:
+        return {}
     properties: dict[str, str] = {}
     for line in text.splitlines():
         if line.startswith("E:"):
@@ -181,10 +180,3 @@ def read_udev_properties(udev_root: Path, kind: str, devnum: tuple[int, int]) ->
             if sep and key:
                 properties[key] = value
     return dict(sorted(properties.items()))
-
-
-def read_udev_db(udev_root: Path, kind: str, devnum: tuple[int, int]) -> str:
-    try:
-        return (udev_root / "data" / udev_db_name(kind, devnum)).read_text(errors="replace")
-    except OSError:
-        return ""

@@ -65,8 +65,6 @@ def _matches_device(matcher: UdevMatcher, device: SysDevice) -> bool:
         return False
     if matcher.kernel is not None and not fnmatch.fnmatchcase(device.name, matcher.kernel):
         return False
-    if matcher.driver is None and not matcher.attributes:
-        return True
     return any(_matches_one_device(matcher, candidate) for candidate in device.ancestors())
 
 
