@@ -257,9 +257,7 @@ async def simulate(
             file=stream,
         )
         async with EmbeddedKubelet(
-            plugin_dir,
-            pod_resources_socket=run_settings.pod_resources_socket,
-            node_name=run_settings.node_name,
+            plugin_dir, pod_resources_socket=run_settings.pod_resources_socket
         ) as kubelet:
             supervisor = Supervisor(
                 run_settings,

@@ -99,7 +99,7 @@ class Admission:
         preferred: tuple[str, ...] = ()
         if state.options is not None and state.options.get_preferred_allocation_available:
             try:
-                preferred = await endpoint.get_preferred_allocation(available, (), count)
+                preferred = await endpoint.get_preferred_allocation(available, count)
             except grpc.aio.AioRpcError as exc:
                 raise admission_error(
                     f"device plugin GetPreferredAllocation rpc failed with err: {rpc_error(exc)}"
