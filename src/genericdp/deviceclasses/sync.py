@@ -189,10 +189,11 @@ class ClassReconciler:
             resources = await self._api.published_resources()
             published = {device_class_name(r) for r in resources}
             steps = plan_classes(self._desired, present, self.driver, published)
+        write = self._api.write_class
         writes: list[tuple[str, str, Callable[[], Awaitable[None]]]] = [
-            *(("create", o["metadata"]["name"], partial(self._api.create_class, o))
+            *(("create", o["metadata"]["name"], partial(write, o, create=True))
               for o in steps.create),
-            *(("update", o["metadata"]["name"], partial(self._api.replace_class, o))
+            *(("update", o["metadata"]["name"], partial(write, o, create=False))
               for o in steps.update),
             *(("delete", n, partial(self._api.delete_class, n)) for n in steps.delete),
         ]  # fmt: skip

@@ -139,7 +139,10 @@ class ListWatch:
             except StopAsyncIteration:
                 return version
             except TimeoutError as err:
-                raise BrokenWatchError(self._overdue(seconds)) from err
+                raise BrokenWatchError(
+                    f"the API server kept the watch open past its {seconds}s timeout and a"
+                    f" {self.margin:g}s margin: closed"
+                ) from err
             self._answered(loop.time())
             # A watch that fails goes on from its last event; never from none
             # (a watch without a version waits for the server's cache).
@@ -167,12 +170,6 @@ class ListWatch:
                 now - self._failing_since,
             )
             self._failing_since = None
-
-    def _overdue(self, seconds: int) -> str:
-        return (
-            f"the API server kept the watch open past its {seconds}s timeout and a"
-            f" {self.margin:g}s margin: closed"
-        )
 
     def _spread(self, seconds: float) -> float:
         return seconds * (1.0 - SPREAD + 2 * SPREAD * self.rng.random())

@@ -216,14 +216,6 @@ def options_message(options: PluginOptions) -> pb.DevicePluginOptions:
     )
 
 
-def options_of(message: pb.DevicePluginOptions) -> PluginOptions:
-    """What a plugin's ``DevicePluginOptions`` say (the embedded kubelet's side)."""
-    return PluginOptions(
-        pre_start_required=message.pre_start_required,
-        get_preferred_allocation_available=message.get_preferred_allocation_available,
-    )
-
-
 class _GenericOnly:
     """A server as the generated ``add_DevicePluginServicer_to_server`` sees it: the
     methods are served through its generic handler alone. Registering them as well

@@ -21,7 +21,6 @@ from genericdp.errors import KubeletError
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import deviceplugin_pb2_grpc as pb_grpc
 from genericdp.kubelet.options import PluginOptions
-from genericdp.kubelet.servicer import options_of
 from genericdp.unixgrpc import MAX_MESSAGE_BYTES, unix_address
 
 log = logging.getLogger(__name__)
@@ -79,7 +78,7 @@ class PluginEndpoint:
                 why = rpc_error(exc)
                 raise EndpointError(f"failed to get device plugin options: {why}") from exc
             raise
-        return options_of(reply)
+        return PluginOptions(reply.pre_start_required, reply.get_preferred_allocation_available)
 
     def watch(self, tasks: TaskSet, on_list: OnList, on_end: OnEnd) -> None:
         """Read ListAndWatch in the background; ``on_end`` gets why it stopped."""

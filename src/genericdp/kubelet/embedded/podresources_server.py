@@ -15,6 +15,8 @@ from genericdp.kubelet.api import podresources_pb2 as pr
 from genericdp.kubelet.api import podresources_pb2_grpc as pr_grpc
 from genericdp.kubelet.embedded.state import ContainerAllocation, ResourceSnapshot
 
+_Context = grpc.aio.ServicerContext[object, object]
+
 
 def container_devices(
     resource: str, device_ids: Iterable[str], numa: Mapping[str, Sequence[int]]
@@ -70,7 +72,7 @@ class PodResourcesServicer(pr_grpc.PodResourcesListerServicer):
     async def List(  # noqa: N802 -- the gRPC method name
         self,
         request: pr.ListPodResourcesRequest,  # noqa: ARG002 -- the gRPC method's signature
-        context: grpc.aio.ServicerContext[pr.ListPodResourcesRequest, pr.ListPodResourcesResponse],  # noqa: ARG002 -- the gRPC method's signature
+        context: _Context,  # noqa: ARG002 -- the gRPC method's signature
     ) -> pr.ListPodResourcesResponse:
         """Every pod holding devices."""
         return pr.ListPodResourcesResponse(pod_resources=pod_resources(self._allocations()))
@@ -78,7 +80,7 @@ class PodResourcesServicer(pr_grpc.PodResourcesListerServicer):
     async def Get(  # noqa: N802 -- the gRPC method name
         self,
         request: pr.GetPodResourcesRequest,
-        context: grpc.aio.ServicerContext[pr.GetPodResourcesRequest, pr.GetPodResourcesResponse],
+        context: _Context,
     ) -> pr.GetPodResourcesResponse:
         """One pod, or the kubelet's not-found error."""
         mine = [
@@ -96,9 +98,7 @@ class PodResourcesServicer(pr_grpc.PodResourcesListerServicer):
     async def GetAllocatableResources(  # noqa: N802 -- the gRPC method name
         self,
         request: pr.AllocatableResourcesRequest,  # noqa: ARG002 -- the gRPC method's signature
-        context: grpc.aio.ServicerContext[  # noqa: ARG002 -- the gRPC method's signature
-            pr.AllocatableResourcesRequest, pr.AllocatableResourcesResponse
-        ],
+        context: _Context,  # noqa: ARG002 -- the gRPC method's signature
     ) -> pr.AllocatableResourcesResponse:
         """Healthy devices of every resource."""
         devices: list[pr.ContainerDevices] = []
