@@ -19,10 +19,9 @@ stream gone silent, or trickling) is closed and the objects listed again, and
 so is one whose stream breaks its form (``BrokenWatchError``: an event line
 over ``watchlines.py``'s bound): whatever it held back is in the list.
 
-The requests themselves are the source's (``client.py``'s ``list_objects``
-and ``watch_events``, which raise ``ExpiredError`` for the two answers above);
-the loop logs whatever ends a watch and watches again, so nothing reaches its
-task. It imports no API client: the tests run it over an in-memory store.
+The loop logs whatever ends a watch and watches again, so nothing reaches its
+task. The requests are its source's (``Followed``): the tests run it over an
+in-memory store.
 """
 
 from __future__ import annotations
