@@ -51,7 +51,6 @@ class PluginEndpoint:
 
     @property
     def streaming(self) -> bool:
-        """Whether this endpoint's ListAndWatch is open."""
         return self._stream is not None and not self._stream.done() and not self._ended
 
     async def connect(self, dial_timeout: float) -> PluginOptions:

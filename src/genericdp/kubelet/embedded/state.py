@@ -98,7 +98,6 @@ class ResourceState:
         return [device.id for device in self.devices.values() if device.healthy]
 
     def snapshot(self, allocated: frozenset[str], streams: int) -> ResourceSnapshot:
-        """A frozen copy for callers."""
         return ResourceSnapshot(
             name=self.name,
             capacity=len(self.devices),
