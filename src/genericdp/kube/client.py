@@ -90,10 +90,9 @@ def connect(kubeconfig: Path | None = None) -> AsyncClient:
     kubeconfig is for development and tests.
     """
     try:
-        if kubeconfig is not None:
-            config = KubeConfig.from_file(kubeconfig)
-        else:
-            config = KubeConfig.from_service_account()
+        config = (
+            KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()
+        )
     except (ConfigError, OSError, KeyError, ValueError) as err:
         where = f"kubeconfig {kubeconfig}" if kubeconfig else "the pod's service account"
         detail = f"{err} is not set" if isinstance(err, KeyError) else str(err)
