@@ -250,4 +250,4 @@ class ClassReconciler:
         cancelled."""
         on_event = self.wake if kind == "classes" else self.published_changed
         source = self._api.changes(kind, on_event)
-        await ListWatch(source.what, source, Backoff(initial=0.5, maximum=30.0)).run()
+        await ListWatch(source.what, source).run()

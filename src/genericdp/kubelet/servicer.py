@@ -250,15 +250,12 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         token = backend.stream_opened()
         by_peer = True  # unless we end it: a cancelled stream means the kubelet went away
         try:
-            version, devices = backend.devices()
-            yield list_response(devices, resource=backend.resource)
             while True:
-                changed = await backend.wait_devices(version)
-                if changed is None:
-                    by_peer = False
-                    return
                 version, devices = backend.devices()
                 yield list_response(devices, resource=backend.resource)
+                if await backend.wait_devices(version) is None:
+                    by_peer = False
+                    return
         finally:
             backend.stream_closed(token, by_peer=by_peer)
 
