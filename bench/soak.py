@@ -64,7 +64,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from genericdp.kubelet.api import deviceplugin_pb2 as pb  # noqa: E402
 from genericdp.kubelet.embedded import EmbeddedKubelet  # noqa: E402
-from genericdp.kubelet.embedded.allocation import AllocationError  # noqa: E402
+from genericdp.kubelet.embedded.admission import AllocationError  # noqa: E402
 from genericdp.kubelet.embedded.state import EventKind  # noqa: E402
 from tests.fakesys import FakeHost  # noqa: E402
 from tests.test_configwatch import ConfigMapVolume  # noqa: E402

@@ -21,7 +21,7 @@ import pytest
 from genericdp.allocation.cdi import spec_path
 from genericdp.discovery import discover
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
-from genericdp.kubelet.embedded.allocation import AllocationError
+from genericdp.kubelet.embedded.admission import AllocationError
 from tests.fakesys import FakeHost
 from tests.kubelet_fakes import EmbeddedKubelet
 from tests.runtime_harness import NO_PERIODIC, allocate_request, config, plugin_stub, running

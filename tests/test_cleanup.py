@@ -14,7 +14,7 @@ import pytest
 
 from genericdp.aio import Backoff
 from genericdp.config.model import Config
-from genericdp.kubelet.embedded.allocation import AllocationError
+from genericdp.kubelet.embedded.admission import AllocationError
 from genericdp.runtime.supervisor import Supervisor
 from tests.kubelet_fakes import EmbeddedKubelet
 from tests.polling import eventually

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from genericdp.deviceclasses import class_name, device_class
+from genericdp.config.names import device_class_name as class_name
+from genericdp.deviceclasses import device_class
 from tests.apiserver import ApiServer, free_port
 from tests.polling import eventually
 

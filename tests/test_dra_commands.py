@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from genericdp.deviceclasses import class_name, selector
+from genericdp.config.names import device_class_name as class_name
+from genericdp.deviceclasses import selector
 from genericdp.discovery import discover
 from genericdp.discovery.model import Roots
 from genericdp.exits import EXIT_FAILED

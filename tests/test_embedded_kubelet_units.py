@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from genericdp.k8snames import is_extended_resource_name
-from genericdp.kubelet.embedded.allocation import choose_devices
+from genericdp.kubelet.embedded.admission import choose_devices
 
 
 @pytest.mark.parametrize(

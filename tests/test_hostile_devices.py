@@ -24,7 +24,7 @@ from genericdp.discovery import find_nodes
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.errors import UnsafeAllocationError
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
-from genericdp.kubelet.embedded.allocation import AllocationError
+from genericdp.kubelet.embedded.admission import AllocationError
 from genericdp.metrics import Metrics
 from tests.fakesys import FakeHost
 from tests.runtime_harness import Running, allocate_request, config, plugin_stub, running

@@ -30,8 +30,12 @@ from genericdp.errors import RegistrationError
 from genericdp.grpcservices import Stub, service_handler
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.embedded import AllocationError, EventKind
-from genericdp.kubelet.embedded.endpoint import DIAL_TIMEOUT
-from genericdp.kubelet.options import KUBELET_SOCKET_NAME, REGISTER_TIMEOUT, PluginOptions
+from genericdp.kubelet.options import (
+    KUBELET_DIAL_TIMEOUT,
+    KUBELET_SOCKET_NAME,
+    REGISTER_TIMEOUT,
+    PluginOptions,
+)
 from genericdp.kubelet.registration import register
 from genericdp.runtime.supervisor import Supervisor, all_registered
 from tests.kubelet_fakes import (
@@ -126,7 +130,7 @@ async def test_crash_during_register_voids_it_and_the_restart_deletes_the_socket
 
 def test_register_outlasts_the_kubelets_dial_back() -> None:
     """The daemon never gives up on a Register the kubelet is still dialing back for."""
-    assert REGISTER_TIMEOUT > DIAL_TIMEOUT
+    assert REGISTER_TIMEOUT > KUBELET_DIAL_TIMEOUT
 
 
 # -- the daemon against it -------------------------------------------------------------
@@ -351,7 +355,7 @@ class DeletingKubelet:
         channel = grpc.aio.insecure_channel(f"unix:{socket}")
         self._channels.append(channel)
         try:
-            await asyncio.wait_for(channel.channel_ready(), DIAL_TIMEOUT)
+            await asyncio.wait_for(channel.channel_ready(), KUBELET_DIAL_TIMEOUT)
         except TimeoutError:
             await context.abort(grpc.StatusCode.UNKNOWN, "failed to dial device plugin")
         self.dialed.append(loop.time() - started)

@@ -16,7 +16,7 @@ import contextlib
 import copy
 import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -99,6 +99,20 @@ def _table(resources: Mapping[str, ResourceSnapshot], names: Sequence[str]) -> l
     return lines
 
 
+def _not_served(name: str, why: str) -> str:
+    hint = " (give them with --node-labels)" if why == LABELS_UNKNOWN else ""
+    return f"  {name}: not served on this node: {why}{hint}"
+
+
+async def _within(wait: Awaitable[None]) -> bool:
+    """Whether ``wait`` (a ``wait_until``) ends before its timeout."""
+    try:
+        await wait
+    except TimeoutError:
+        return False
+    return True
+
+
 def _registrations(
     kubelet: EmbeddedKubelet,
     statuses: Mapping[str, PluginStatus],
@@ -110,8 +124,7 @@ def _registrations(
     for definition in config.resources:
         name = definition.name
         if name in skipped:
-            hint = " (give them with --node-labels)" if skipped[name] == LABELS_UNKNOWN else ""
-            lines.append(f"  {name}: not served on this node: {skipped[name]}{hint}")
+            lines.append(_not_served(name, skipped[name]))
             continue
         snap = kubelet.resources.get(name)
         if snap is not None and snap.options is not None:
@@ -173,9 +186,7 @@ async def _allocate(
             continue
         allocated = next((p.device_ids for p in kubelet.pod_devices() if p.pod == pod), ())
         print(f"  device IDs: {', '.join(allocated)}", file=out)
-        print("  the container receives:", file=out)
-        for line in _describe_response(response):
-            print(line, file=out)
+        print("  the container receives:", *_describe_response(response), sep="\n", file=out)
     return ok
 
 
@@ -205,19 +216,21 @@ async def _watch(kubelet: EmbeddedKubelet, names: Sequence[str], out: TextIO) ->
         seen = len(events)
         now = {n: (s.capacity, s.allocatable) for n, s in kubelet.resources.items()}
         if now != last:
-            print("node status:", file=out)
-            for line in _table(kubelet.resources, names):
-                print(line, file=out)
+            print("node status:", *_table(kubelet.resources, names), sep="\n", file=out)
             last = now
         out.flush()
 
 
-async def _until_signal() -> None:
+async def _watch_until_signal(kubelet: EmbeddedKubelet, names: Sequence[str], out: TextIO) -> None:
     signals = StopSignals()
+    watcher = asyncio.create_task(_watch(kubelet, names, out), name="watch")
     try:
         await signals.wait()
     finally:
         signals.remove()
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
 
 
 async def simulate(
@@ -257,9 +270,7 @@ async def simulate(
             file=stream,
         )
         async with EmbeddedKubelet(
-            plugin_dir,
-            pod_resources_socket=run_settings.pod_resources_socket,
-            node_name=run_settings.node_name,
+            plugin_dir, pod_resources_socket=run_settings.pod_resources_socket
         ) as kubelet:
             supervisor = Supervisor(
                 run_settings,
@@ -270,20 +281,14 @@ async def simulate(
                 await supervisor.start(config)
                 skipped = dict(supervisor.skipped)
                 names = [n for n in names if n not in skipped]
-                registered = True
-                try:
-                    await kubelet.wait_until(
-                        lambda k: all(_listed(k, n) for n in names), timeout=timeout
-                    )
-                except TimeoutError:
-                    registered = False
+                registered = await _within(
+                    kubelet.wait_until(lambda k: all(_listed(k, n) for n in names), timeout)
+                )
                 print("\nregistrations:", file=stream)
                 statuses = supervisor.status()
                 for line in _registrations(kubelet, statuses, config, run_settings, skipped):
                     print(line, file=stream)
-                print("\nnode status:", file=stream)
-                for line in _table(kubelet.resources, names):
-                    print(line, file=stream)
+                print("\nnode status:", *_table(kubelet.resources, names), sep="\n", file=stream)
                 print("\nnode labels (published with GENERICDP_NODE_FEATURES):", file=stream)
                 print(*source_lines(supervisor, run_settings.node_name), sep="\n", file=stream)
                 # By default, show what one unit of every resource gives a container.
@@ -293,18 +298,11 @@ async def simulate(
                     if n in kubelet.resources and kubelet.resources[n].allocatable > 0
                 )
                 ok = await _allocate(kubelet, wanted, stream) and registered
+                if not once:
+                    print("\nwatching (Ctrl-C to stop):", file=stream)
+                    stream.flush()
+                    await _watch_until_signal(kubelet, names, stream)
                 stream.flush()
-                if once:
-                    return EXIT_OK if ok else EXIT_FAILED
-                print("\nwatching (Ctrl-C to stop):", file=stream)
-                stream.flush()
-                watcher = asyncio.create_task(_watch(kubelet, names, stream), name="watch")
-                try:
-                    await _until_signal()
-                finally:
-                    watcher.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await watcher
                 return EXIT_OK if ok else EXIT_FAILED
             finally:
                 await supervisor.stop()
@@ -383,11 +381,9 @@ async def simulate_dra(
             await publisher.start()
             try:
                 await supervisor.start(config)
-                registered = True
-                try:
-                    await kubelet.wait_until(lambda k: k.registered(driver), timeout=timeout)
-                except TimeoutError:
-                    registered = False
+                registered = await _within(
+                    kubelet.wait_until(lambda k: k.registered(driver), timeout=timeout)
+                )
                 await publisher.flush(timeout)
                 served = _dra_report(config, supervisor.skipped, store, path, driver, stream)
                 if not registered:
@@ -422,8 +418,7 @@ def _dra_report(  # noqa: PLR0917 -- one call site, each argument a different ki
         file=stream,
     )
     for name, why in skipped.items():
-        hint = " (give them with --node-labels)" if why == LABELS_UNKNOWN else ""
-        print(f"  {name}: not served on this node: {why}{hint}", file=stream)
+        print(_not_served(name, why), file=stream)
     print(f"\nResourceSlices ({len(store.objects)}):", file=stream)
     yaml = YAML(typ="safe", pure=True)
     yaml.default_flow_style = False

@@ -26,11 +26,6 @@ def owner_labels(driver: str) -> dict[str, str]:
     return {MANAGED_BY: "genericdp", DRIVER_LABEL: driver}
 
 
-def class_name(resource: str) -> str:
-    """``example.com/serial`` -> ``serial.example.com`` (a DNS subdomain, stable)."""
-    return device_class_name(resource)
-
-
 def selector(driver: str, resource: str) -> str:
     """The CEL expression matching ``driver``'s devices of ``resource``."""
     quoted_driver, quoted_resource = json.dumps(driver), json.dumps(resource)
@@ -45,10 +40,7 @@ def device_class(resource: str, driver: str) -> dict[str, Any]:
     return {
         "apiVersion": API_VERSION,
         "kind": "DeviceClass",
-        "metadata": {
-            "name": class_name(resource),
-            "labels": owner_labels(driver),
-        },
+        "metadata": {"name": device_class_name(resource), "labels": owner_labels(driver)},
         "spec": {
             "selectors": [{"cel": {"expression": selector(driver, resource)}}],
             "extendedResourceName": resource,
@@ -67,7 +59,7 @@ def device_classes(config: Config, driver: str) -> list[dict[str, Any]]:
     (``validate`` refuses such a config too)."""
     seen: dict[str, str] = {}
     for resource in config.resources:
-        other = seen.setdefault(class_name(resource.name), resource.name)
+        other = seen.setdefault(device_class_name(resource.name), resource.name)
         if other != resource.name:
             raise DeviceClassError(device_class_collision(resource.name, other))
     return [device_class(r.name, driver) for r in config.resources]

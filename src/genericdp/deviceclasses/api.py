@@ -76,15 +76,13 @@ class ClassApi:
         items, _ = await list_objects(http_of(self.client), CLASSES, {}, "the DeviceClasses")
         return {str(item["metadata"]["name"]): item for item in items}
 
-    async def create_class(self, obj: dict[str, Any]) -> None:
-        """Create ``obj``; raises ApiRequestError 409 when a class of that name exists."""
-        async with answered(f"creating DeviceClass {obj['metadata']['name']}"):
-            await self.client.create(DEVICE_CLASS.from_dict(obj))
-
-    async def replace_class(self, obj: dict[str, Any]) -> None:
-        """Replace ``obj`` (its resourceVersion makes a concurrent change a 409)."""
-        async with answered(f"updating DeviceClass {obj['metadata']['name']}"):
-            await self.client.replace(DEVICE_CLASS.from_dict(obj))
+    async def write_class(self, obj: dict[str, Any], *, create: bool) -> None:
+        """Create ``obj`` (ApiRequestError 409 when a class of that name exists), or
+        replace it (its resourceVersion makes a concurrent change a 409)."""
+        verb = "creating" if create else "updating"
+        async with answered(f"{verb} DeviceClass {obj['metadata']['name']}"):
+            made = DEVICE_CLASS.from_dict(obj)
+            await (self.client.create(made) if create else self.client.replace(made))
 
     async def delete_class(self, name: str) -> None:
         """Delete class ``name``; one already gone is no error."""

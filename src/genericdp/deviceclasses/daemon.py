@@ -96,14 +96,9 @@ async def _first_config(
         config, _ = await asyncio.to_thread(load_sources, [settings.config])
     except ConfigError as exc:
         refused = tuple(str(i) for i in exc.issues)
+        invalid = f"the config at {settings.config} is invalid"
         readiness.problem = "\n".join(
-            [
-                (
-                    f"the config at {settings.config} is invalid; no DeviceClass is written until"
-                    " it is fixed"
-                ),
-                *refused[:10],
-            ]
+            [f"{invalid}; no DeviceClass is written until it is fixed", *refused[:10]]
         )
         log.error(
             "config refused at start, nothing written until it is fixed: %s", "; ".join(refused)

@@ -87,17 +87,14 @@ class ClassMetrics(Recorder):
         return generate_latest(self.registry)
 
     def config_loaded(self, *, ok: bool) -> None:
-        """The config at start: valid (applied) or not."""
+        """The config at start or a reload: valid (applied) or not."""
         self._reload_ok.set(1 if ok else 0)
         if ok:
             self._reload_time.set(self._clock())
 
     def config_reload(self, result: str) -> None:
         self._reloads.labels(result).inc()
-        ok = result in RELOAD_SUCCESS
-        self._reload_ok.set(1 if ok else 0)
-        if ok:
-            self._reload_time.set(self._clock())
+        self.config_loaded(ok=result in RELOAD_SUCCESS)
 
     def write(self, action: str, *, ok: bool) -> None:
         self._writes.labels(action, "ok" if ok else "error").inc()

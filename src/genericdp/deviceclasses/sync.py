@@ -32,7 +32,8 @@ from typing import Any
 
 from genericdp.aio import Backoff, wait_event
 from genericdp.config.model import Config
-from genericdp.deviceclasses import class_name, device_classes, owner_labels
+from genericdp.config.names import device_class_name
+from genericdp.deviceclasses import device_classes, owner_labels
 from genericdp.deviceclasses.api import ClassApi
 from genericdp.kube.client import ApiRequestError
 from genericdp.kube.listwatch import ListWatch
@@ -60,10 +61,6 @@ class ClassPlan:
     delete: tuple[str, ...] = ()
     kept: tuple[str, ...] = ()  # ours, out of the config, still published by some node
     foreign: tuple[str, ...] = ()  # wanted names held by classes without our labels
-
-    @property
-    def writes(self) -> int:
-        return len(self.create) + len(self.update) + len(self.delete)
 
 
 def plan_classes(
@@ -190,12 +187,13 @@ class ClassReconciler:
         steps = plan_classes(self._desired, present, self.driver, None)
         if steps.kept:  # only now is it worth listing every node's slices
             resources = await self._api.published_resources()
-            published = {class_name(r) for r in resources}
+            published = {device_class_name(r) for r in resources}
             steps = plan_classes(self._desired, present, self.driver, published)
+        write = self._api.write_class
         writes: list[tuple[str, str, Callable[[], Awaitable[None]]]] = [
-            *(("create", o["metadata"]["name"], partial(self._api.create_class, o))
+            *(("create", o["metadata"]["name"], partial(write, o, create=True))
               for o in steps.create),
-            *(("update", o["metadata"]["name"], partial(self._api.replace_class, o))
+            *(("update", o["metadata"]["name"], partial(write, o, create=False))
               for o in steps.update),
             *(("delete", n, partial(self._api.delete_class, n)) for n in steps.delete),
         ]  # fmt: skip
@@ -252,4 +250,4 @@ class ClassReconciler:
         cancelled."""
         on_event = self.wake if kind == "classes" else self.published_changed
         source = self._api.changes(kind, on_event)
-        await ListWatch(source.what, source, Backoff(initial=0.5, maximum=30.0)).run()
+        await ListWatch(source.what, source).run()

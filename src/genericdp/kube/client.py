@@ -10,23 +10,17 @@ lightkube's ``ApiError`` ends here: what the server answered leaves this
 module as ``ApiRequestError`` (its HTTP status in ``code``), raised from it.
 
 Lists and watches (``list_objects``, ``watch_events``) are plain requests on
-lightkube's HTTP client, which carries the kubeconfig's or the service
-account's credentials: one watch request is one watch, which the caller
-(``listwatch.py``) opens again after its own backoff. lightkube's
-``watch`` is not used: it reopens a watch that ends cleanly at once, in a
-loop of its own. A version the server cannot watch from is ``ExpiredError``:
-410 Gone (older than the server keeps) or 504 "Too large resource version"
-(newer than its watch cache, which an API server whose cache has seen no
-event of the kind since it started answers to a watch without a version).
+lightkube's HTTP client (it carries the credentials): one watch request is one
+watch, which ``listwatch.py`` opens again after its own backoff. lightkube's
+``watch`` is not used: it reopens a watch that ends cleanly at once, in a loop
+of its own. A version the server cannot watch from (410, or 504 "Too large
+resource version": ``listwatch.py`` says when) is ``ExpiredError``.
 
 Every request but a watch has an overall deadline (``REQUEST_DEADLINE``;
-``ApiTimeoutError`` after it): the client's timeout is per read, and a
-server trickling its answer a byte at a time never trips it. A watch is
-bounded by its caller (``listwatch.py``: its timeoutSeconds and a
-margin) and its lines by ``watchlines.py``. Every other answer is bounded
-in decoded bytes and JSON values as it is read (``answersize.py``), a list
-over all its pages, read in pages of ``LIST_PAGE`` objects, at most
-``MAX_LIST_OBJECTS`` in all.
+``ApiTimeoutError`` after it): the client's timeout is per read, and a server
+trickling its answer a byte at a time never trips it. A watch is bounded by
+``listwatch.py`` and its lines by ``watchlines.py``; every other answer by
+``answersize.py``, a list over all its pages (at most ``MAX_LIST_OBJECTS``).
 """
 
 from __future__ import annotations
@@ -96,10 +90,9 @@ def connect(kubeconfig: Path | None = None) -> AsyncClient:
     kubeconfig is for development and tests.
     """
     try:
-        if kubeconfig is not None:
-            config = KubeConfig.from_file(kubeconfig)
-        else:
-            config = KubeConfig.from_service_account()
+        config = (
+            KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()
+        )
     except (ConfigError, OSError, KeyError, ValueError) as err:
         where = f"kubeconfig {kubeconfig}" if kubeconfig else "the pod's service account"
         detail = f"{err} is not set" if isinstance(err, KeyError) else str(err)

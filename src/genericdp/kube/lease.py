@@ -51,18 +51,15 @@ class Leases:
                 return None
             raise
 
-    async def create_lease(self, lease: Lease) -> Lease:
+    async def write_lease(self, lease: Lease, *, create: bool) -> Lease:
+        """Create ``lease``, or replace it (its resourceVersion makes a race a 409)."""
         if lease.metadata is None:
             raise TypeError("a Lease without metadata")
-        async with answered(f"creating Lease {lease.metadata.namespace}/{lease.metadata.name}"):
-            made: Lease = await self.client.create(lease)
-            return made
-
-    async def replace_lease(self, lease: Lease) -> Lease:
-        if lease.metadata is None:
-            raise TypeError("a Lease without metadata")
-        async with answered(f"updating Lease {lease.metadata.namespace}/{lease.metadata.name}"):
-            made: Lease = await self.client.replace(lease)
+        verb = "creating" if create else "updating"
+        async with answered(f"{verb} Lease {lease.metadata.namespace}/{lease.metadata.name}"):
+            made: Lease = await (
+                self.client.create(lease) if create else self.client.replace(lease)
+            )
             return made
 
 
@@ -173,10 +170,7 @@ class LeaseElector:
 
     async def _write(self, lease: Lease, *, create: bool) -> bool:
         try:
-            if create:
-                self._lease = await self._api.create_lease(lease)
-            else:
-                self._lease = await self._api.replace_lease(lease)
+            self._lease = await self._api.write_lease(lease, create=create)
         except ApiRequestError as err:
             if err.code == CONFLICT:  # another replica wrote it first
                 self._valid_until = 0.0
@@ -194,7 +188,7 @@ class LeaseElector:
         self._lease.spec.leaseDurationSeconds = 1
         self._lease.spec.renewTime = datetime.now(UTC)
         try:
-            await self._api.replace_lease(self._lease)
+            await self._api.write_lease(self._lease, create=False)
         except ApiRequestError as err:
             log.warning("lease %s/%s not released: %s", self.namespace, self.name, err)
         else:

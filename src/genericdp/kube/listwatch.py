@@ -19,10 +19,9 @@ stream gone silent, or trickling) is closed and the objects listed again, and
 so is one whose stream breaks its form (``BrokenWatchError``: an event line
 over ``watchlines.py``'s bound): whatever it held back is in the list.
 
-The requests themselves are the source's (``client.py``'s ``list_objects``
-and ``watch_events``, which raise ``ExpiredError`` for the two answers above);
-the loop logs whatever ends a watch and watches again, so nothing reaches its
-task. It imports no API client: the tests run it over an in-memory store.
+The loop logs whatever ends a watch and watches again, so nothing reaches its
+task. The requests are its source's (``Followed``): the tests run it over an
+in-memory store.
 """
 
 from __future__ import annotations
@@ -139,7 +138,10 @@ class ListWatch:
             except StopAsyncIteration:
                 return version
             except TimeoutError as err:
-                raise BrokenWatchError(self._overdue(seconds)) from err
+                raise BrokenWatchError(
+                    f"the API server kept the watch open past its {seconds}s timeout and a"
+                    f" {self.margin:g}s margin: closed"
+                ) from err
             self._answered(loop.time())
             # A watch that fails goes on from its last event; never from none
             # (a watch without a version waits for the server's cache).
@@ -167,12 +169,6 @@ class ListWatch:
                 now - self._failing_since,
             )
             self._failing_since = None
-
-    def _overdue(self, seconds: int) -> str:
-        return (
-            f"the API server kept the watch open past its {seconds}s timeout and a"
-            f" {self.margin:g}s margin: closed"
-        )
 
     def _spread(self, seconds: float) -> float:
         return seconds * (1.0 - SPREAD + 2 * SPREAD * self.rng.random())

@@ -132,17 +132,7 @@ def pod_devices_from(
                 key = (pod.namespace, pod.name, container.name, devices.resource_name)
                 ids = merged.setdefault(key, {})
                 ids.update(dict.fromkeys(devices.device_ids))
-    return tuple(
-        PodDevices(
-            namespace=namespace,
-            pod=pod,
-            container=container,
-            resource_name=resource,
-            device_ids=tuple(ids),
-        )
-        for (namespace, pod, container, resource), ids in merged.items()
-        if ids
-    )
+    return tuple(PodDevices(*key, device_ids=tuple(ids)) for key, ids in merged.items() if ids)
 
 
 _POD_RESOURCES = (1 << 3) | 2  # ListPodResourcesResponse.pod_resources: field 1, length-delimited

@@ -143,9 +143,9 @@ def list_response(devices: Sequence[DeviceInfo], *, resource: str) -> pb.ListAnd
         device = response.devices.add(ID=info.id, health=HEALTHY if info.healthy else UNHEALTHY)
         if info.numa_node is not None:
             device.topology.nodes.add(ID=info.numa_node)
-        # 1 tag byte + varint length + the device itself, as the encoder writes it
+        # 1 tag byte + the length as a varint (7 bits a byte) + the device itself
         item = device.ByteSize()
-        item += 1 + len(_varint(item))
+        item += 1 + max(1, (item.bit_length() + 6) // 7)
         if total + item > MAX_MESSAGE_BYTES:
             del response.devices[-1]
             log.error(
@@ -159,15 +159,6 @@ def list_response(devices: Sequence[DeviceInfo], *, resource: str) -> pb.ListAnd
             break
         total += item
     return response
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
 
 
 def allocate_response(allocations: Sequence[ContainerAnswer]) -> pb.AllocateResponse:
@@ -216,14 +207,6 @@ def options_message(options: PluginOptions) -> pb.DevicePluginOptions:
     )
 
 
-def options_of(message: pb.DevicePluginOptions) -> PluginOptions:
-    """What a plugin's ``DevicePluginOptions`` say (the embedded kubelet's side)."""
-    return PluginOptions(
-        pre_start_required=message.pre_start_required,
-        get_preferred_allocation_available=message.get_preferred_allocation_available,
-    )
-
-
 class DevicePluginServicer:
     """Serves one resource's ``Backend`` over gRPC."""
 
@@ -246,15 +229,12 @@ class DevicePluginServicer:
         token = backend.stream_opened()
         by_peer = True  # unless we end it: a cancelled stream means the kubelet went away
         try:
-            version, devices = backend.devices()
-            yield list_response(devices, resource=backend.resource)
             while True:
-                changed = await backend.wait_devices(version)
-                if changed is None:
-                    by_peer = False
-                    return
                 version, devices = backend.devices()
                 yield list_response(devices, resource=backend.resource)
+                if await backend.wait_devices(version) is None:
+                    by_peer = False
+                    return
         finally:
             backend.stream_closed(token, by_peer=by_peer)
 

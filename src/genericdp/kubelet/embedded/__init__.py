@@ -4,20 +4,8 @@ See :mod:`genericdp.kubelet.embedded.kubelet` for what it does like the real
 kubelet and where it differs.
 """
 
-from genericdp.kubelet.embedded.allocation import AllocationError
+from genericdp.kubelet.embedded.admission import AllocationError
 from genericdp.kubelet.embedded.kubelet import EmbeddedKubelet
-from genericdp.kubelet.embedded.state import (
-    DeviceSnapshot,
-    Event,
-    EventKind,
-    ResourceSnapshot,
-)
+from genericdp.kubelet.embedded.state import EventKind
 
-__all__ = [
-    "AllocationError",
-    "DeviceSnapshot",
-    "EmbeddedKubelet",
-    "Event",
-    "EventKind",
-    "ResourceSnapshot",
-]
+__all__ = ["AllocationError", "EmbeddedKubelet", "EventKind"]

@@ -7,23 +7,65 @@ container, and its in-memory ``podDevices`` (what the checkpoint stores).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import grpc
 
 from genericdp.errors import KubeletError
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
-from genericdp.kubelet.embedded.allocation import (
-    PRE_START_FAILED,
-    AllocationError,
-    admission_error,
-    choose_devices,
-)
 from genericdp.kubelet.embedded.endpoint import PluginEndpoint, rpc_error
 from genericdp.kubelet.embedded.state import ContainerAllocation, EventKind, ResourceState
 
 _Key = tuple[str, str, str, str]  # namespace, pod, container, resource
 Recorder = Callable[[EventKind, str, str], None]
+UNEXPECTED_ADMISSION = "UnexpectedAdmissionError"
+PRE_START_FAILED = "PreStartContainerError"
+
+
+class AllocationError(KubeletError):
+    """The kubelet could not give a container its devices.
+
+    ``reason`` is what the kubelet would put on the pod: ``UnexpectedAdmissionError``
+    when admission fails (not enough devices, plugin errors), or
+    ``PreStartContainerError`` when the container could not start.
+    """
+
+    def __init__(
+        self, message: str, *, reason: str = UNEXPECTED_ADMISSION, plain: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        # What happened and what to do, in a person's words (``simulate`` shows it
+        # before the kubelet's message); empty: the message says it.
+        self.plain = plain
+
+
+def admission_error(cause: str, plain: str = "") -> AllocationError:
+    """The kubelet's wording for a failed device admission; PLAIN says it for a person."""
+    return AllocationError(f"Allocate failed due to {cause}, which is unexpected", plain=plain)
+
+
+def choose_devices(
+    available: Sequence[str], count: int, preferred: Sequence[str] = ()
+) -> tuple[str, ...]:
+    """Pick ``count`` IDs from ``available``: valid preferred ones first, then the rest.
+
+    With no Topology Manager hint every available device is in the kubelet's "no
+    affinity" set, which Go iterates in random order; we fill up in the plugin's
+    list order so runs are reproducible. Preferred IDs that are not available
+    (unknown, unhealthy, taken) are ignored, as the kubelet intersects the
+    plugin's answer with what is available.
+    """
+    if count > len(available):
+        raise ValueError(f"cannot choose {count} of {len(available)} devices")
+    allowed = set(available)
+    chosen: dict[str, None] = {}
+    for device_id in (*preferred, *available):
+        if len(chosen) == count:
+            break
+        if device_id in allowed:
+            chosen[device_id] = None
+    return tuple(chosen)
 
 
 class Admission:
@@ -99,7 +141,7 @@ class Admission:
         preferred: tuple[str, ...] = ()
         if state.options is not None and state.options.get_preferred_allocation_available:
             try:
-                preferred = await endpoint.get_preferred_allocation(available, (), count)
+                preferred = await endpoint.get_preferred_allocation(available, count)
             except grpc.aio.AioRpcError as exc:
                 raise admission_error(
                     f"device plugin GetPreferredAllocation rpc failed with err: {rpc_error(exc)}"

@@ -20,14 +20,16 @@ from genericdp.aio import TaskSet
 from genericdp.errors import KubeletError
 from genericdp.grpcservices import Stub
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
-from genericdp.kubelet.options import KUBELET_DIAL_TIMEOUT, PluginOptions
-from genericdp.kubelet.servicer import options_of
+from genericdp.kubelet.options import PluginOptions
 from genericdp.unixgrpc import MAX_MESSAGE_BYTES, unix_address
 
 log = logging.getLogger(__name__)
 
-DIAL_TIMEOUT = KUBELET_DIAL_TIMEOUT
 PRE_START_TIMEOUT = 30.0  # pluginapi.KubeletPreStartContainerRPCTimeoutInSecs
+
+
+OnList = Callable[["PluginEndpoint", pb.ListAndWatchResponse], None]
+OnEnd = Callable[["PluginEndpoint", str], Awaitable[None]]
 
 
 class EndpointError(KubeletError):
@@ -49,10 +51,9 @@ class PluginEndpoint:
 
     @property
     def streaming(self) -> bool:
-        """Whether this endpoint's ListAndWatch is open."""
         return self._stream is not None and not self._stream.done() and not self._ended
 
-    async def connect(self, dial_timeout: float = DIAL_TIMEOUT) -> PluginOptions:
+    async def connect(self, dial_timeout: float) -> PluginOptions:
         """Dial the socket and return what GetDevicePluginOptions answers."""
         try:
             target = unix_address(self.socket)
@@ -62,41 +63,28 @@ class PluginEndpoint:
         self._channel = grpc.aio.insecure_channel(target, options=options)
         self._stub = Stub(self._channel, pb.DESCRIPTOR.services_by_name["DevicePlugin"])
         try:
-            return await self._handshake(self._channel, self._stub, dial_timeout)
-        except BaseException:
+            async with asyncio.timeout(dial_timeout):
+                await self._channel.channel_ready()
+            reply = await self._stub.GetDevicePluginOptions(pb.Empty())
+        except BaseException as exc:
             # Refused, timed out or cancelled (kubelet stopping): never leak the channel.
             await self.close()
+            if isinstance(exc, TimeoutError):
+                raise EndpointError(
+                    "failed to dial device plugin: context deadline exceeded"
+                ) from exc
+            if isinstance(exc, grpc.aio.AioRpcError):
+                why = rpc_error(exc)
+                raise EndpointError(f"failed to get device plugin options: {why}") from exc
             raise
+        return PluginOptions(reply.pre_start_required, reply.get_preferred_allocation_available)
 
-    async def _handshake(
-        self, channel: grpc.aio.Channel, stub: Stub, dial_timeout: float
-    ) -> PluginOptions:
-        try:
-            async with asyncio.timeout(dial_timeout):
-                await channel.channel_ready()
-        except TimeoutError as exc:
-            raise EndpointError("failed to dial device plugin: context deadline exceeded") from exc
-        try:
-            reply = await stub.GetDevicePluginOptions(pb.Empty())
-        except grpc.aio.AioRpcError as exc:
-            raise EndpointError(f"failed to get device plugin options: {rpc_error(exc)}") from exc
-        return options_of(reply)
-
-    def watch(
-        self,
-        tasks: TaskSet,
-        on_list: Callable[[PluginEndpoint, pb.ListAndWatchResponse], None],
-        on_end: Callable[[PluginEndpoint, str], Awaitable[None]],
-    ) -> None:
+    def watch(self, tasks: TaskSet, on_list: OnList, on_end: OnEnd) -> None:
         """Read ListAndWatch in the background; ``on_end`` gets why it stopped."""
         name = f"list-and-watch {self.resource} {self.endpoint}"
         self._stream = tasks.run(name, self._read(on_list, on_end))
 
-    async def _read(
-        self,
-        on_list: Callable[[PluginEndpoint, pb.ListAndWatchResponse], None],
-        on_end: Callable[[PluginEndpoint, str], Awaitable[None]],
-    ) -> None:
+    async def _read(self, on_list: OnList, on_end: OnEnd) -> None:
         reason = "stream closed by the plugin"
         try:
             call = self._api().ListAndWatch(pb.Empty())
@@ -110,15 +98,14 @@ class PluginEndpoint:
         await on_end(self, reason)
 
     async def get_preferred_allocation(
-        self, available: Sequence[str], must_include: Sequence[str], size: int
+        self, available: Sequence[str], size: int
     ) -> tuple[str, ...]:
-        """The plugin's preferred IDs for one container (empty if it sent none)."""
+        """The plugin's preferred IDs for one container (empty if it sent none); the
+        kubelet's must-include list is empty without a Topology Manager."""
         request = pb.PreferredAllocationRequest(
             container_requests=[
                 pb.ContainerPreferredAllocationRequest(
-                    available_deviceIDs=list(available),
-                    must_include_deviceIDs=list(must_include),
-                    allocation_size=size,
+                    available_deviceIDs=list(available), allocation_size=size
                 )
             ]
         )

@@ -9,25 +9,24 @@ handler.go, client.go, endpoint.go, pod_devices.go):
   ``kubelet.sock``; optionally ``v1.PodResourcesLister`` on its own socket.
 - Register checks the version (``v1beta1``) and the name (IsExtendedResourceName)
   and refuses with status UNKNOWN and the kubelet's message; then, before
-  answering, files a client under the resource name (replacing whatever client
-  was there), dials the plugin's socket (10 s, retrying a missing or refusing
-  socket), keeps the options that GetDevicePluginOptions returns (not the
-  request's) and reads ListAndWatch. The dial-back runs under the Register
-  call's context: when the plugin gives up on its Register first, the dial
-  fails ("context canceled", seen on a real 1.36 node, docs/contributing/testing.md) and is
-  handled as any failed dial-back below.
+  answering, files a client under the resource name (replacing any), dials the
+  plugin's socket (10 s, retrying a missing or refusing socket), keeps the
+  options that GetDevicePluginOptions returns (not the request's) and reads
+  ListAndWatch. The dial-back runs under the Register call's context: when the
+  plugin gives up on its Register first, the dial fails ("context canceled",
+  seen on a real 1.36 node, docs/contributing/testing.md).
 - As 1.26-1.32 (``handler.go``): clients are kept **by resource name**. When the
-  dial-back fails, the client under that name is deleted, even if it is a
-  newer, live registration that arrived meanwhile (event ``deregistered``). A
-  stream that ends disconnects whatever client is filed under its name (so an
-  old stream ending disconnects a newer client) and marks the resource
-  unhealthy; a stream whose name has no client ends unnoticed (event
-  ``stream-unnoticed``): its devices stay allocatable, and Allocate goes to a
-  connection whose socket may be gone. A new registration leaves the previous
-  endpoint's stream open. ``problems()`` lists such stale or duplicate state.
+  dial-back fails, the client under that name is deleted, even a newer, live
+  one that registered meanwhile (event ``deregistered``). A stream that ends
+  disconnects whatever client is filed under its name (so an old stream ending
+  disconnects a newer client) and marks the resource unhealthy; a stream whose
+  name has no client ends unnoticed (event ``stream-unnoticed``): its devices
+  stay allocatable, and Allocate goes to a connection whose socket may be gone.
+  A new registration leaves the previous endpoint's stream open. ``problems()``
+  lists such stale or duplicate state.
 - Each ListAndWatch message replaces the device list; capacity counts every
-  device, allocatable those whose health is exactly ``Healthy``. When a stream
-  ends it is never reopened: every device turns unhealthy at once, and the
+  device, allocatable those whose health is exactly ``Healthy``. A stream that
+  ends is never reopened: every device turns unhealthy at once, and the
   resource is forgotten after ``endpoint_grace`` (5 minutes by default) unless
   the plugin registers again. After a restart known resources read capacity 0
   until their plugins register again.
@@ -54,16 +53,14 @@ Known differences from the real kubelet:
   connection), a dead ``kubelet.sock`` stays. The next ``start`` deletes every
   socket (its own stale one too) before it listens, as ``server.Start`` does,
   but keeps the resources it knew in memory where the real one rebuilds them
-  from its checkpoint.
+  from its checkpoint. ``stop`` removes the kubelet's socket, as Go unlinks a
+  listener's socket on close.
 - Registrations are handled concurrently, as grpc-go runs each call on its
-  own goroutine; the order two racing Register calls take is asyncio's, not
-  the Go scheduler's.
+  own goroutine; the order two racing Register calls take is asyncio's.
 - Pods are not real: ``allocate`` stands for admission, ``release`` for pod
   deletion; PreStartContainer runs right after Allocate, not at container start.
 - The checkpoint lives in memory: allocations survive ``restart`` but not a
   new instance, and no file is written.
-- The kubelet's own socket is removed on ``stop`` (Go unlinks a listener's
-  socket on close); ``crash`` leaves it behind.
 """
 
 from __future__ import annotations
@@ -86,11 +83,7 @@ from genericdp.k8snames import is_extended_resource_name
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import podresources_pb2 as pr
 from genericdp.kubelet.embedded.admission import Admission
-from genericdp.kubelet.embedded.endpoint import (
-    DIAL_TIMEOUT,
-    EndpointError,
-    PluginEndpoint,
-)
+from genericdp.kubelet.embedded.endpoint import EndpointError, PluginEndpoint
 from genericdp.kubelet.embedded.plugin_dir import leave_dead_socket, remove_sockets
 from genericdp.kubelet.embedded.podresources_server import PodResourcesServicer
 from genericdp.kubelet.embedded.registration_server import RegistrationServicer
@@ -102,7 +95,7 @@ from genericdp.kubelet.embedded.state import (
     ResourceState,
     describe,
 )
-from genericdp.kubelet.options import API_VERSION, KUBELET_SOCKET_NAME
+from genericdp.kubelet.options import API_VERSION, KUBELET_DIAL_TIMEOUT, KUBELET_SOCKET_NAME
 from genericdp.kubelet.podresources import PodDevices
 from genericdp.unixgrpc import UnixServer, serve, unix_address
 
@@ -119,15 +112,13 @@ class EmbeddedKubelet:
         plugin_dir: Path,
         *,
         pod_resources_socket: Path | None = None,
-        node_name: str = "embedded",
         endpoint_grace: float = ENDPOINT_GRACE,
-        dial_timeout: float = DIAL_TIMEOUT,
+        dial_timeout: float = KUBELET_DIAL_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.plugin_dir = plugin_dir
         self.socket = plugin_dir / KUBELET_SOCKET_NAME
         self.pod_resources_socket = pod_resources_socket
-        self.node_name = node_name
         self._grace = endpoint_grace
         self._dial_timeout = dial_timeout
         self._clock = clock
@@ -141,6 +132,9 @@ class EmbeddedKubelet:
         self._events: list[Event] = []
         self._changes = Changes()
         self._admission = Admission(self._states, self._endpoints, self._record)
+        # Pods: admitting one container, and forgetting a deleted pod's allocations.
+        self.allocate = self._admission.allocate
+        self.release = self._admission.release
         self._tasks = TaskSet(log)
         self._timers: dict[str, asyncio.Task[None]] = {}
         self._servers: list[UnixServer] = []
@@ -165,7 +159,7 @@ class EmbeddedKubelet:
         self._running = True
         # Known resources read capacity 0 until their plugins register again.
         for state in self._states.values():
-            state.replace_devices(())
+            state.devices = {}
             state.connected = False
             self._start_grace(state.name)
         names = ", ".join(p.name for p in removed) or "none"
@@ -398,10 +392,10 @@ class EmbeddedKubelet:
         state = self._current(endpoint)
         if state is None:
             return
-        state.replace_devices(
-            DeviceSnapshot(d.ID, d.health, tuple(n.ID for n in d.topology.nodes))
+        state.devices = {  # each message is the whole list, never a delta
+            d.ID: DeviceSnapshot(d.ID, d.health, tuple(n.ID for n in d.topology.nodes))
             for d in response.devices
-        )
+        }
         healthy = len(state.healthy_ids())
         self._record(
             EventKind.DEVICES, state.name, f"{len(state.devices)} devices, {healthy} healthy"
@@ -455,29 +449,6 @@ class EmbeddedKubelet:
             del self._states[name]
             self._endpoints.pop(name, None)
             self._record(EventKind.EXPIRED, name, f"forgotten after {self._grace}s")
-
-    # -- pods ------------------------------------------------------------------------
-
-    async def allocate(
-        self,
-        resource: str,
-        count: int,
-        *,
-        pod: str,
-        container: str = "main",
-        namespace: str = "default",
-    ) -> pb.AllocateResponse:
-        """Admit one container asking for ``count`` devices; return the plugin's answer.
-
-        Raises AllocationError as the kubelet would fail the pod (see the module doc).
-        """
-        return await self._admission.allocate(
-            resource, count, pod=pod, container=container, namespace=namespace
-        )
-
-    def release(self, namespace: str, pod: str) -> int:
-        """Forget a deleted pod's allocations; return how many devices were freed."""
-        return self._admission.release(namespace, pod)
 
 
 def _go_quote(value: str) -> str:

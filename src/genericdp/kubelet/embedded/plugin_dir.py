@@ -9,8 +9,6 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_NAME = "kubelet_internal_checkpoint"
-
 
 def leave_dead_socket(path: Path) -> None:
     """Leave a socket file nobody listens on, as a killed process leaves its listener's."""
@@ -26,8 +24,6 @@ def remove_sockets(plugin_dir: Path) -> list[Path]:
     """
     removed: list[Path] = []
     for entry in sorted(plugin_dir.iterdir()):
-        if entry.name == CHECKPOINT_NAME:
-            continue
         try:
             mode = entry.stat().st_mode  # follows symlinks, like the kubelet's os.Stat
         except OSError as exc:

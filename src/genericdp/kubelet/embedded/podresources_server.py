@@ -14,6 +14,8 @@ import grpc
 from genericdp.kubelet.api import podresources_pb2 as pr
 from genericdp.kubelet.embedded.state import ContainerAllocation, ResourceSnapshot
 
+_Context = grpc.aio.ServicerContext[object, object]
+
 
 def container_devices(
     resource: str, device_ids: Iterable[str], numa: Mapping[str, Sequence[int]]
@@ -69,7 +71,7 @@ class PodResourcesServicer:
     async def List(  # noqa: N802 -- the gRPC method name
         self,
         request: pr.ListPodResourcesRequest,  # noqa: ARG002 -- the gRPC method's signature
-        context: grpc.aio.ServicerContext[pr.ListPodResourcesRequest, pr.ListPodResourcesResponse],  # noqa: ARG002 -- the gRPC method's signature
+        context: _Context,  # noqa: ARG002 -- the gRPC method's signature
     ) -> pr.ListPodResourcesResponse:
         """Every pod holding devices."""
         return pr.ListPodResourcesResponse(pod_resources=pod_resources(self._allocations()))
@@ -77,7 +79,7 @@ class PodResourcesServicer:
     async def Get(  # noqa: N802 -- the gRPC method name
         self,
         request: pr.GetPodResourcesRequest,
-        context: grpc.aio.ServicerContext[pr.GetPodResourcesRequest, pr.GetPodResourcesResponse],
+        context: _Context,
     ) -> pr.GetPodResourcesResponse:
         """One pod, or the kubelet's not-found error."""
         mine = [
@@ -95,9 +97,7 @@ class PodResourcesServicer:
     async def GetAllocatableResources(  # noqa: N802 -- the gRPC method name
         self,
         request: pr.AllocatableResourcesRequest,  # noqa: ARG002 -- the gRPC method's signature
-        context: grpc.aio.ServicerContext[  # noqa: ARG002 -- the gRPC method's signature
-            pr.AllocatableResourcesRequest, pr.AllocatableResourcesResponse
-        ],
+        context: _Context,  # noqa: ARG002 -- the gRPC method's signature
     ) -> pr.AllocatableResourcesResponse:
         """Healthy devices of every resource."""
         devices: list[pr.ContainerDevices] = []

@@ -19,7 +19,7 @@ class DeviceSnapshot:
 
     id: str
     health: str
-    numa_nodes: tuple[int, ...] = ()
+    numa_nodes: tuple[int, ...]
 
     @property
     def healthy(self) -> bool:
@@ -40,7 +40,7 @@ class ResourceSnapshot:
     connected: bool
     registrations: int
     allocated: frozenset[str]
-    streams: int = 0  # ListAndWatch streams open to this resource's endpoints, old ones too
+    streams: int  # ListAndWatch streams open to this resource's endpoints, old ones too
 
 
 class EventKind(StrEnum):
@@ -86,10 +86,6 @@ class ResourceState:
     connected: bool = False
     registrations: int = 0
 
-    def replace_devices(self, devices: Iterable[DeviceSnapshot]) -> None:
-        """Each ListAndWatch message is the whole list, never a delta."""
-        self.devices = {device.id: device for device in devices}
-
     def mark_unhealthy(self) -> None:
         """What the kubelet does when the plugin's stream ends."""
         self.devices = {
@@ -101,8 +97,7 @@ class ResourceState:
         """Healthy device IDs in the plugin's order."""
         return [device.id for device in self.devices.values() if device.healthy]
 
-    def snapshot(self, allocated: frozenset[str], streams: int = 0) -> ResourceSnapshot:
-        """A frozen copy for callers."""
+    def snapshot(self, allocated: frozenset[str], streams: int) -> ResourceSnapshot:
         return ResourceSnapshot(
             name=self.name,
             capacity=len(self.devices),
