@@ -21,14 +21,17 @@ class TemplateValue:
         source: str,
         template: Template | None,
         names: frozenset[str] = frozenset(),
+        least_bytes: int = 0,
     ) -> None:
         self.source = source
         self.template = template  # None: literal text, rendered as written
         self.names = names  # the context names the template reads (none: literal text)
         self._literal = _literal_text(source) if template is None else ""
         # What it renders at least, in UTF-8: all of a literal; of a template, its
-        # text and constants (``templatesize``, set by the compiler).
-        self.least_bytes = len(self._literal.encode("utf-8", "surrogatepass"))
+        # text and constants (``templatesize``, given by the compiler).
+        self.least_bytes = (
+            least_bytes if template else len(self._literal.encode("utf-8", "surrogatepass"))
+        )
 
     def render(self, context: Mapping[str, Any]) -> str:
         if self.template is None:
