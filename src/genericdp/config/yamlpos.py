@@ -20,7 +20,7 @@ from ruamel.yaml.error import MarkedYAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
 
-from genericdp.config.yamldepth import flow_too_deep, too_deep_for_parser
+from genericdp.config.yamldepth import flow_too_deep, issue_at, too_deep_for_parser
 from genericdp.errors import ConfigIssue
 
 _SHOWN = 40  # characters of a user's value quoted in a message
@@ -137,11 +137,9 @@ def _parsed(text: str, file: str) -> tuple[Document | None, list[ConfigIssue]]:
     except MarkedYAMLError as exc:
         return None, [_syntax_issue(exc, file)]
     except ReaderError as exc:  # a character YAML does not allow, e.g. NUL
-        line = text.count("\n", 0, exc.position) + 1
-        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
         char = exc.character if isinstance(exc.character, int) else ord(exc.character)
         message = f"YAML syntax error: the control character U+{char:04X} is not allowed"
-        return None, [ConfigIssue(file, line, column, "", message)]
+        return None, [issue_at(text, exc.position, file, message)]
     except (ValueError, TypeError, KeyError, OverflowError, AttributeError) as exc:
         # A scalar its tag (given or implied) cannot hold: ``!!int abc``, a number of
         # thousands of digits (int() refuses them), ``!!bool maybe``.
