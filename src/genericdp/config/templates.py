@@ -2,7 +2,8 @@
 syntax errors, unknown names and whatever the sandbox would refuse while rendering
 (other templates, macros, recursive loops, private attributes) are config errors
 before the first Allocate. ``CompiledTemplates``, the compiled form of a whole
-``allocate`` section, is built here and only here.
+``allocate`` section, is built here and only here; each of its sources is a
+``TemplateValue``, which ``genericdp.allocation`` renders at every allocation.
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ from __future__ import annotations
 import difflib
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import cast
+from typing import Any, cast
 
 from jinja2 import TemplateSyntaxError, meta, nodes
+from jinja2.environment import Template
+from jinja2.exceptions import SecurityError
 from jinja2.visitor import NodeTransformer
 
 from genericdp.config import sandbox
@@ -22,6 +25,7 @@ from genericdp.config.sandbox import (
     MAX_ALLOCATION_BYTES,
     MAX_TEMPLATE_CHARS,
     MAX_VALUE_BYTES,
+    MAX_VALUE_CHARS,
     SANDBOX,
     SliceSpent,
     allocation_budget,
@@ -34,24 +38,10 @@ from genericdp.config.templatefields import (
     looked_up,
 )
 from genericdp.config.templatesize import least_output
-from genericdp.config.templatevalues import TemplateValue
 from genericdp.config.v1.allocate import AllocateSpec
 
-# What the rest of the tree imports from here, wherever it is defined.
-__all__ = [
-    "MAX_ALLOCATION_BYTES",
-    "MAX_VALUE_BYTES",
-    "TEMPLATE_NAMES",
-    "CompiledTemplates",
-    "SliceSpent",
-    "TemplateProblem",
-    "TemplateSyntaxErrors",
-    "TemplateValue",
-    "allocation_budget",
-    "compile_label_template",
-    "compile_node_template",
-    "compile_templates",
-]
+# Defined in ``sandbox``; the rest of the tree imports them from here.
+__all__ = ["MAX_ALLOCATION_BYTES", "MAX_VALUE_BYTES", "SliceSpent", "allocation_budget"]
 
 # The names a template sees (docs/config.md "Templates"); nothing else exists.
 TEMPLATE_NAMES = ("resource", "node_name", "units", "devices", "device_ids")
@@ -63,6 +53,45 @@ LABEL_TEMPLATE_NAMES = ("resource", "node_name", "units", "devices")
 
 # What the records each name stands for hold (``templatefields``).
 _SHAPES = {**ALLOCATE_CONTEXT, **NODE_CONTEXT}
+
+
+class TemplateValue:
+    """One compiled template source; literal text skips Jinja entirely."""
+
+    def __init__(
+        self,
+        source: str,
+        template: Template | None,
+        names: frozenset[str] = frozenset(),
+        least_bytes: int = 0,
+    ) -> None:
+        self.source = source
+        self.template = template  # None: literal text, rendered as written
+        self.names = names  # the context names the template reads (none: literal text)
+        self._literal = _literal_text(source) if template is None else ""
+        # What it renders at least, in UTF-8: all of a literal; of a template, its
+        # text and constants (``templatesize``, given by the compiler).
+        self.least_bytes = (
+            least_bytes if template else len(self._literal.encode("utf-8", "surrogatepass"))
+        )
+
+    def render(self, context: Mapping[str, Any]) -> str:
+        if self.template is None:
+            return self._literal
+        size, out = 0, []
+        for chunk in self.template.generate(context):
+            size += len(chunk)
+            if size > MAX_VALUE_CHARS:
+                raise SecurityError(f"output exceeds {MAX_VALUE_CHARS} characters")
+            out.append(chunk)
+        return "".join(out)
+
+
+def _literal_text(source: str) -> str:
+    """What Jinja would render for a source without markup: newlines
+    normalised, one trailing newline dropped (``keep_trailing_newline=False``)."""
+    text = source.replace("\r\n", "\n").replace("\r", "\n")
+    return text.removesuffix("\n")
 
 
 @dataclass(frozen=True)
