@@ -20,11 +20,7 @@ from typing import TYPE_CHECKING
 from genericdp.config.convert import compile_allocate
 from genericdp.config.limits import too_many_ids, too_many_resources
 from genericdp.config.schema import schema_issues
-from genericdp.config.semantic import (
-    duplicate_names,
-    resources_of,
-    semantic_issues,
-)
+from genericdp.config.semantic import duplicate_names, resources_of, semantic_issues
 from genericdp.config.v1.allocate import AllocateSpec, allocate_spec
 from genericdp.config.v1.resource import (
     CONFIG_VERSION,

@@ -15,11 +15,7 @@ from typing import Any
 from genericdp.config.convert import label_issues
 from genericdp.config.devpaths import container_path_problem, glob_problem
 from genericdp.config.durations import parse_duration
-from genericdp.config.names import (
-    device_class_collision,
-    device_class_name,
-    validate_resource_name,
-)
+from genericdp.config.names import device_class_collision, device_class_name, validate_resource_name
 from genericdp.config.regex import compile_regex
 from genericdp.config.templates import TemplateSyntaxErrors, compile_node_template
 from genericdp.config.v1.health import DEFAULT_HEALTH_INTERVAL, DEFAULT_HEALTH_TIMEOUT

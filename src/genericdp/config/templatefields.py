@@ -36,16 +36,9 @@ Shape = Record | ListOf
 # A dict's own methods, fine on any record (``device.items()``).
 _DICT_METHODS = frozenset({"get", "items", "keys", "values"})
 
-_NODE_COMMON: dict[str, Shape | None] = {
-    "path": None,
-    "host_path": None,
-    "major": None,
-    "minor": None,
-    "subsystem": None,
-    "numa_node": None,
-    "attributes": None,
-    "properties": None,
-}
+_NODE_COMMON: dict[str, Shape | None] = dict.fromkeys(
+    ("path", "host_path", "major", "minor", "subsystem", "numa_node", "attributes", "properties")
+)
 ALLOCATED_NODE = Record(
     "a device (an item of devices or of a unit's nodes)",
     {**_NODE_COMMON, "container_path": None, "unit_id": None},

@@ -196,10 +196,7 @@ def _filter_hint(message: str) -> str:
 
 
 def _compile_one(
-    key: str,
-    source: str,
-    problems: list[TemplateProblem],
-    known: Sequence[str] = TEMPLATE_NAMES,
+    key: str, source: str, problems: list[TemplateProblem], known: Sequence[str] = TEMPLATE_NAMES
 ) -> TemplateValue:
     if len(source) > MAX_TEMPLATE_CHARS:
         # Compiling costs tens of microseconds a character; a literal this long
