@@ -154,16 +154,15 @@ class _BudgetScope:
     """``with allocation_budget()``: a class rather than ``contextlib``'s
     generator, which cost more than the plain templates it is around."""
 
+    _token: contextvars.Token[_Budget | None]  # set on entering
+
     def __init__(self, slice_seconds: float | None) -> None:
         self._slice_seconds = slice_seconds
-        self._token: contextvars.Token[_Budget | None] | None = None
 
     def __enter__(self) -> None:
         self._token = _BUDGET.set(_Budget(self._slice_seconds))
 
     def __exit__(self, *exc_info: object) -> None:
-        if self._token is None:
-            raise RuntimeError("self._token is not set")
         _BUDGET.reset(self._token)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ruamel.yaml import YAML
@@ -64,9 +64,9 @@ class Document:
 
     file: str
     data: Any
-    keys: Mapping[KeyPath, Pos] = field(default_factory=dict)
-    values: Mapping[KeyPath, Pos] = field(default_factory=dict)
-    lines: tuple[str, ...] = ()
+    keys: Mapping[KeyPath, Pos]
+    values: Mapping[KeyPath, Pos]
+    lines: tuple[str, ...]
 
     def key_pos(self, path: KeyPath) -> Pos | None:
         """Where the key naming ``path`` is (else its value, else the nearest ancestor)."""
