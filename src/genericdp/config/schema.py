@@ -25,9 +25,7 @@ def schema_text() -> str:
     return render_schema(build_schema())
 
 
-def schema() -> dict[str, Any]:
-    """A fresh copy of the schema as a dict (callers may modify it)."""
-    return build_schema()
+schema = build_schema  # a fresh copy as a dict each time: callers may modify it
 
 
 @cache

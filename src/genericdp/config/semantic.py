@@ -218,16 +218,13 @@ def _group_by(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[Co
 
 
 def _sharing(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[ConfigIssue]:
-    if "freeIds" in resource and resource.get("count") != UNBOUNDED:
-        count = resource.get("count", 1)
-        return [
-            doc.issue(
-                (*path, "freeIds"),
-                f"freeIds applies only to count: {UNBOUNDED} (count is {count!r}):"
-                f" set count: {UNBOUNDED}, or remove freeIds",
-            )
-        ]
-    return []
+    if "freeIds" not in resource or resource.get("count") == UNBOUNDED:
+        return []
+    message = (
+        f"freeIds applies only to count: {UNBOUNDED} (count is {resource.get('count', 1)!r}):"
+        f" set count: {UNBOUNDED}, or remove freeIds"
+    )
+    return [doc.issue((*path, "freeIds"), message)]
 
 
 def _health(
