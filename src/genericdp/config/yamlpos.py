@@ -268,7 +268,7 @@ class _Builder:
         self.keys: dict[KeyPath, Pos] = {}
         self.values: dict[KeyPath, Pos] = {}
         self.issues: list[ConfigIssue] = []
-        self._open: set[int] = set()  # collections being copied, to stop alias loops
+        self._open: set[int] = set()  # what is being copied, to stop alias loops
         self._copied: set[int] = set()  # collections copied once: seen again = an alias
         self._aliases: list[tuple[KeyPath, Any]] = []  # aliases being expanded: path, node
         self._values_left = MAX_VALUES
@@ -316,37 +316,31 @@ class _Builder:
         raise _TooLarge(self._located(where, message))
 
     def plain(self, node: Any, path: KeyPath) -> Any:
-        if isinstance(node, dict | list):
-            if id(node) in self._open:
-                self._issue(path, "an alias refers to itself; recursive YAML is not supported")
-                return None
-            alias = id(node) in self._copied
-            if alias:
-                self._aliases.append((path, node))
-            self._open.add(id(node))
-            try:
+        collection = isinstance(node, dict | list)
+        if collection and id(node) in self._open:
+            self._issue(path, "an alias refers to itself; recursive YAML is not supported")
+            return None
+        # A collection, or an anchored scalar, is one object however often it is aliased.
+        shared = collection or _anchored(node)
+        alias = shared and id(node) in self._copied
+        if alias:
+            self._aliases.append((path, node))
+        self._open.add(id(node))
+        try:
+            if collection:
                 self._spend(path)
                 self._check_tag(node, path)
                 if isinstance(node, dict):
                     return self._mapping(node, path)
                 return self._sequence(node, path)
-            finally:
-                self._open.discard(id(node))
-                self._copied.add(id(node))
-                if alias:
-                    self._aliases.pop()
-        # An anchored scalar is one object however often it is aliased.
-        alias = _anchored(node) and id(node) in self._copied
-        if alias:
-            self._aliases.append((path, node))
-        try:
             value = self._scalar(node, path)
             self._spend(path, len(value) if isinstance(value, str) else 0)
         finally:
+            self._open.discard(id(node))
+            if shared:
+                self._copied.add(id(node))
             if alias:
                 self._aliases.pop()
-            elif _anchored(node):
-                self._copied.add(id(node))
         if isinstance(value, str) and "\0" in value:
             self._issue(path, _NUL_MESSAGE)
         return value
