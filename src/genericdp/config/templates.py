@@ -71,7 +71,7 @@ class TemplateValue:
         self._literal = _literal_text(source) if template is None else ""
         # What it renders at least, in UTF-8: all of a literal; of a template, its
         # text and constants (``templatesize``, given by the compiler).
-        self.least_bytes = least_bytes if template else _utf8(self._literal)
+        self.least_bytes = least_bytes if template is not None else _utf8(self._literal)
 
     def render(self, context: Mapping[str, Any]) -> str:
         if self.template is None:
