@@ -43,7 +43,8 @@ def flow_too_deep(text: str, file: str) -> ConfigIssue | None:
         starts_node = at == 0 or text[at - 1] in (_FLOW_NODE_AFTER if depth else _BLOCK_NODE_AFTER)
         pos = at + 1
         if char == "#" and (at == 0 or text[at - 1] in " \t\n"):
-            pos = _after(text, "\n", at)
+            end = text.find("\n", at + 1)
+            pos = len(text) if end < 0 else end + 1
             if pos - at - 1 > MAX_COMMENT_CHARS:
                 message = f"a comment of {pos - at - 1} characters; at most {MAX_COMMENT_CHARS}"
                 return issue_at(text, at, file, message + " (split it over lines)")
@@ -63,11 +64,6 @@ def issue_at(text: str, at: int, file: str, message: str) -> ConfigIssue:
     line = text.count("\n", 0, at) + 1
     column = at - (text.rfind("\n", 0, at) + 1) + 1
     return ConfigIssue(file, line, column, "", message)
-
-
-def _after(text: str, char: str, start: int) -> int:
-    found = text.find(char, start + 1)
-    return len(text) if found < 0 else found + 1
 
 
 def _after_quoted(text: str, start: int) -> int:
