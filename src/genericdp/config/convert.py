@@ -1,7 +1,5 @@
 """The templates of each resource's ``allocate`` and ``labels`` compiled at load,
-each problem located at its value in the file.
-
-"""
+and its label keys checked, each problem located at its value in the file."""
 
 from __future__ import annotations
 
@@ -17,10 +15,10 @@ from genericdp.config.templates import (
     compile_templates,
 )
 from genericdp.config.v1.allocate import AllocateSpec
-from genericdp.config.v1.labels import label_key_issues
+from genericdp.config.v1.labels import present_label
 from genericdp.config.yamlpos import Document, KeyPath
 from genericdp.errors import ConfigIssue, ellipsized
-from genericdp.k8snames import label_value_problem
+from genericdp.k8snames import label_key_problem, label_value_problem
 
 _MOUNT_KEY = re.compile(r"mounts\[(\d+)\]\.(hostPath|containerPath)")
 
@@ -38,23 +36,56 @@ def compile_allocate(
 
 
 def label_issues(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[ConfigIssue]:
-    """A resource's ``labels``: label keys, and values that compile over the names a
-    label sees; a value without markup must be a label value already."""
-    issues = label_key_issues(doc, path, resource)
+    """A resource's ``labels``: each key a label key that Node Feature Discovery publishes
+    (null only on the default label), each value a template that compiles over the names
+    a label sees; a value without markup must be a label value already."""
     labels = resource.get("labels")
-    for key, source in labels.items() if isinstance(labels, dict) else ():
+    if not isinstance(labels, dict):
+        return []
+    name = resource.get("name")
+    default = present_label(name) if isinstance(name, str) else None
+    issues: list[ConfigIssue] = []
+    for key, source in labels.items():
+        where = (*path, "labels", key)
+        shown = ellipsized(key, 80)
+        if problem := label_key_problem(key) or _denied(key):
+            issues.append(doc.issue(where, f"label key {shown!r}: {problem}", at_key=True))
+        elif source is None and key != default:
+            message = (
+                f"null turns off only the default label {default!r}; {shown!r} is not it"
+                " (remove the key instead)"
+                if default
+                else f"null turns off only the default label, which {name!r} does not have"
+            )
+            issues.append(doc.issue(where, message))
         if not isinstance(source, str):
             continue  # null, or what the schema refused
-        where = (*path, "labels", key)
         try:
             value = compile_label_template(source)
         except TemplateSyntaxErrors as exc:
             issues += [_template_issue(doc, where, p) for p in exc.problems]
             continue
         if value.template is None and (problem := label_value_problem(value.render({}))):
-            shown = ellipsized(source, 80)
-            issues.append(doc.issue(where, f"label value {shown!r}: {problem}"))
+            issues.append(doc.issue(where, f"label value {ellipsized(source, 80)!r}: {problem}"))
     return issues
+
+
+# Node Feature Discovery never publishes these (nfd-master's denyLabelNs), but for
+# these two sub-namespaces, which it always allows.
+_DENIED_DOMAIN = "kubernetes.io"
+_ALLOWED_DOMAINS = ("feature.node.kubernetes.io", "profile.node.kubernetes.io")
+
+
+def _denied(key: str) -> str | None:
+    prefix, slash, _ = key.rpartition("/")
+    if not slash or not (prefix == _DENIED_DOMAIN or prefix.endswith("." + _DENIED_DOMAIN)):
+        return None
+    if any(prefix == d or prefix.endswith("." + d) for d in _ALLOWED_DOMAINS):
+        return None
+    return (
+        "Node Feature Discovery publishes no label under kubernetes.io or its subdomains"
+        " but feature.node.kubernetes.io and profile.node.kubernetes.io"
+    )
 
 
 def _template_issue(doc: Document, path: KeyPath, problem: TemplateProblem) -> ConfigIssue:

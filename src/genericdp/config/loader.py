@@ -15,16 +15,12 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from genericdp.config.convert import compile_allocate
 from genericdp.config.limits import too_many_ids, too_many_resources
 from genericdp.config.schema import schema_issues
-from genericdp.config.semantic import (
-    duplicate_names,
-    resources_of,
-    semantic_issues,
-)
+from genericdp.config.semantic import duplicate_names, resources_of, semantic_issues
 from genericdp.config.v1.allocate import AllocateSpec, allocate_spec
 from genericdp.config.v1.resource import (
     CONFIG_VERSION,
@@ -84,21 +80,23 @@ def load_sources(paths: Sequence[Path | str]) -> tuple[Config, tuple[Source, ...
         files, problems = config_files(path)
         checked += [_Checked(str(path), issues=[p]) for p in problems]
         for f in files:
-            text, problem = _read(f)
-            if text is not None:
-                sources.append(Source(str(f), text))
-            checked.append(_check(str(f), text, problem))
+            read = _read(f)
+            if isinstance(read, ConfigIssue):
+                checked.append(_Checked(read.file, issues=[read]))
+            else:
+                sources.append(read)
+                checked.append(_check(read))
     return _finish(checked), tuple(sources)
 
 
 def load_text(text: str, filename: str = "<string>") -> Config:
     """Load one config from a string; ``filename`` is used in messages."""
-    return _finish([_check(filename, text, None)])
+    return load_texts([Source(filename, text)])
 
 
 def load_texts(sources: Sequence[Source]) -> Config:
     """Load several files given as text, checked together as one directory's files are."""
-    return _finish([_check(s.file, s.text, None) for s in sources])
+    return _finish([_check(s) for s in sources])
 
 
 def config_files(path: Path) -> tuple[list[Path], list[ConfigIssue]]:
@@ -123,16 +121,16 @@ def config_files(path: Path) -> tuple[list[Path], list[ConfigIssue]]:
     return [], [ConfigIssue(str(path), None, None, "", message)]
 
 
-def _read(path: Path) -> tuple[str | None, ConfigIssue | None]:
+def _read(path: Path) -> Source | ConfigIssue:
     try:
-        return read_config_file(path).decode("utf-8-sig"), None
+        return Source(str(path), read_config_file(path).decode("utf-8-sig"))
     except UnicodeDecodeError as exc:
         message = f"is not UTF-8 text (invalid byte at offset {exc.start})"
     except _NotAConfigFileError as exc:
         message = str(exc)
     except OSError as exc:
         message = f"cannot be read: {exc.strerror or exc}"
-    return None, ConfigIssue(str(path), None, None, "", message)
+    return ConfigIssue(str(path), None, None, "", message)
 
 
 class _NotAConfigFileError(Exception):
@@ -189,19 +187,15 @@ def _size_message(size: int, limit: int, *, growing: bool = False) -> str:
     return f"{what} the limit of {limit} bytes (1 MiB, what a ConfigMap can hold)"
 
 
-def _check(file: str, text: str | None, problem: ConfigIssue | None) -> _Checked:
-    result = _Checked(file)
-    if problem is not None or text is None:
-        result.issues = [problem] if problem else []
-        return result
+def _check(source: Source) -> _Checked:
+    result = _Checked(source.file)
     try:
-        _check_text(result, text)
+        _check_text(result, source.text)
     except RecursionError:
-        result.issues.append(ConfigIssue(file, None, None, "", "is nested too deeply"))
+        result.issues.append(ConfigIssue(source.file, None, None, "", "is nested too deeply"))
     except Exception as exc:  # noqa: BLE001 -- whatever a file does to us becomes an issue of that file
-        result.issues.append(
-            ConfigIssue(file, None, None, "", f"could not be checked: {type(exc).__name__}: {exc}")
-        )
+        message = f"could not be checked: {type(exc).__name__}: {exc}"
+        result.issues.append(ConfigIssue(source.file, None, None, "", message))
     return result
 
 
@@ -265,7 +259,17 @@ def _finish(checked: list[_Checked]) -> Config:
         if c.doc is None:
             raise RuntimeError("no issues means every file parsed")
         for path, raw in resources_of(c.doc):
-            resources.append(_definition(c, path[1], raw))
+            index, pos = int(path[1]), c.doc.value_pos(path)
+            definition = resource_definition(
+                raw,
+                path=path,
+                file=c.file,
+                line=pos.line if pos else None,
+                allocate=c.allocate[index],
+                templates=c.templates.get(index),
+                seconds=c.seconds,
+            )
+            resources.append(definition)
     return Config(tuple(resources), files=tuple(c.file for c in checked))
 
 
@@ -275,16 +279,11 @@ def _capped(issues: list[ConfigIssue]) -> list[ConfigIssue]:
     ordered = sorted((_shortened(i) for i in issues), key=lambda i: (i.line or 0, i.column or 0))
     if len(ordered) <= MAX_ISSUES_PER_FILE:
         return ordered
-    first_hidden = ordered[MAX_ISSUES_PER_FILE]
-    rest = len(ordered) - MAX_ISSUES_PER_FILE
-    summary = ConfigIssue(
-        first_hidden.file,
-        first_hidden.line,
-        first_hidden.column,
-        "",
-        f"… and {rest} more problem(s) in this file, from here on"
-        f" (only the first {MAX_ISSUES_PER_FILE} are shown)",
+    message = (
+        f"… and {len(ordered) - MAX_ISSUES_PER_FILE} more problem(s) in this file, from here on"
+        f" (only the first {MAX_ISSUES_PER_FILE} are shown)"
     )
+    summary = replace(ordered[MAX_ISSUES_PER_FILE], path="", message=message)
     return [*ordered[:MAX_ISSUES_PER_FILE], summary]
 
 
@@ -294,18 +293,3 @@ def _shortened(issue: ConfigIssue) -> ConfigIssue:
     message = cut_middle(issue.message, MAX_MESSAGE_CHARS)
     path = ellipsized(issue.path, MAX_MESSAGE_CHARS + 1)
     return replace(issue, message=message, path=path)
-
-
-def _definition(checked: _Checked, index: Any, raw: dict[str, Any]) -> ResourceDefinition:
-    if checked.doc is None:
-        raise RuntimeError("checked.doc is not set")
-    pos = checked.doc.value_pos(("resources", index))
-    return resource_definition(
-        raw,
-        path=("resources", index),
-        file=checked.file,
-        line=pos.line if pos else None,
-        allocate=checked.allocate[int(index)],
-        templates=checked.templates.get(int(index)),
-        seconds=checked.seconds,
-    )

@@ -19,13 +19,6 @@ _MAX_PROGRAM_BYTES = 8 << 20
 _UNSUPPORTED = re.compile(r"invalid perl operator|invalid escape sequence: \\[1-9]")
 
 
-def _options() -> Any:
-    options = re2.Options()
-    options.log_errors = False  # RE2 would print each bad pattern to stderr itself
-    options.max_mem = _MAX_PROGRAM_BYTES
-    return options
-
-
 @dataclass(frozen=True)
 class UserRegex:
     """A compiled user pattern; ``search`` never backtracks."""
@@ -52,8 +45,11 @@ class UserRegex:
 
 def compile_regex(pattern: str) -> UserRegex:
     """Compile ``pattern`` with RE2, or raise ValueError saying why it is refused."""
+    options = re2.Options()
+    options.log_errors = False  # RE2 would print each bad pattern to stderr itself
+    options.max_mem = _MAX_PROGRAM_BYTES
     try:
-        compiled = re2.compile(pattern, _options())
+        compiled = re2.compile(pattern, options)
     except re2.error as exc:
         raise ValueError(_reason(exc)) from None
     return UserRegex(pattern, compiled)

@@ -19,7 +19,6 @@ holds to within milliseconds.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import functools
 import itertools
@@ -151,29 +150,25 @@ _BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar(
 
 
 class _BudgetScope:
-    """``with allocation_budget()``: a class rather than ``contextlib``'s
-    generator, which cost more than the plain templates it is around."""
+    """``with allocation_budget():`` every template rendered inside shares one
+    allocation's budget: its loop iterations, its work and its wall-clock
+    deadline. With ``slice_seconds``, a render that takes longer than that raises
+    SliceSpent. A class rather than ``contextlib``'s generator, which cost more
+    than the plain templates it is around."""
 
-    def __init__(self, slice_seconds: float | None) -> None:
+    _token: contextvars.Token[_Budget | None]  # set on entering
+
+    def __init__(self, slice_seconds: float | None = None) -> None:
         self._slice_seconds = slice_seconds
-        self._token: contextvars.Token[_Budget | None] | None = None
 
     def __enter__(self) -> None:
         self._token = _BUDGET.set(_Budget(self._slice_seconds))
 
     def __exit__(self, *exc_info: object) -> None:
-        if self._token is None:
-            raise RuntimeError("self._token is not set")
         _BUDGET.reset(self._token)
 
 
-def allocation_budget(
-    slice_seconds: float | None = None,
-) -> contextlib.AbstractContextManager[None]:
-    """Every template rendered inside shares one allocation's budget: its loop
-    iterations, its work and its wall-clock deadline. With ``slice_seconds``, a
-    render that takes longer than that raises SliceSpent."""
-    return _BudgetScope(slice_seconds)
+allocation_budget = _BudgetScope
 
 
 def _budget() -> _Budget:

@@ -14,20 +14,16 @@ from genericdp.config.v1 import build_schema, render_schema
 from genericdp.config.yamlpos import Document, KeyPath
 from genericdp.errors import ConfigIssue
 
-# The schema's rendering, packaged beside this module for editors and
-# published as schemas/config-v1.schema.json (a link to it); ./dev schema writes it.
-SCHEMA_FILE = "config-v1.schema.json"
-
 
 @cache
 def schema_text() -> str:
-    """The schema as JSON text (what ``genericdp schema`` prints and SCHEMA_FILE holds)."""
+    """The schema as JSON text: what ``genericdp schema`` prints, and ``./dev schema``
+    packages beside this module (config-v1.schema.json, for editors) and publishes as
+    schemas/config-v1.schema.json (a link to it)."""
     return render_schema(build_schema())
 
 
-def schema() -> dict[str, Any]:
-    """A fresh copy of the schema as a dict (callers may modify it)."""
-    return build_schema()
+schema = build_schema  # a fresh copy as a dict each time: callers may modify it
 
 
 @cache

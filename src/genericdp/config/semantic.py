@@ -15,11 +15,7 @@ from typing import Any
 from genericdp.config.convert import label_issues
 from genericdp.config.devpaths import container_path_problem, glob_problem
 from genericdp.config.durations import parse_duration
-from genericdp.config.names import (
-    device_class_collision,
-    device_class_name,
-    validate_resource_name,
-)
+from genericdp.config.names import device_class_collision, device_class_name, validate_resource_name
 from genericdp.config.regex import compile_regex
 from genericdp.config.templates import TemplateSyntaxErrors, compile_node_template
 from genericdp.config.v1.health import DEFAULT_HEALTH_INTERVAL, DEFAULT_HEALTH_TIMEOUT
@@ -32,13 +28,14 @@ from genericdp.errors import ConfigIssue, ellipsized
 _SHOWN = 40  # characters of a user's value quoted in a message
 
 # Bounds of every duration, in seconds ("longer" than a day must stay a number
-# the event loop can wait for).
-MIN_HEALTH_INTERVAL = 1.0
-MIN_TIMEOUT = 0.1
+# the event loop can wait for); the least by key, and why.
 MAX_DURATION = 24 * 3600.0
-_TOO_SHORT = {
-    "interval": "probes run per unit; more often than once a second is a fork storm, not a probe",
-    "timeout": "a command cannot even start in less",
+_MINIMUM = {
+    "interval": (
+        1.0,
+        "probes run per unit; more often than once a second is a fork storm, not a probe",
+    ),
+    "timeout": (0.1, "a command cannot even start in less"),
 }
 
 
@@ -63,11 +60,17 @@ def semantic_issues(doc: Document, seconds: dict[KeyPath, float]) -> list[Config
 
 def resources_of(doc: Document) -> Iterator[tuple[KeyPath, dict[str, Any]]]:
     """(path, mapping) of each resource that is a mapping."""
-    data = doc.data
-    resources = data.get("resources") if isinstance(data, dict) else None
-    for index, resource in enumerate(resources if isinstance(resources, list) else ()):
-        if isinstance(resource, dict):
-            yield ("resources", index), resource
+    for index, resource in _entries(doc.data, "resources"):
+        yield ("resources", index), resource
+
+
+def _entries(data: object, *keys: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(index, mapping) of each mapping in the list at ``keys`` below ``data``, if it is one."""
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+    for index, item in enumerate(data if isinstance(data, list) else ()):
+        if isinstance(item, dict):
+            yield index, item
 
 
 def duplicate_names(docs: Sequence[Document]) -> list[ConfigIssue]:
@@ -103,21 +106,12 @@ def _name(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[Config
 
 def _globs(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[ConfigIssue]:
     issues = []
-    match = resource.get("match")
-    for index, item in enumerate(match if isinstance(match, list) else ()):
-        pattern = item.get("glob") if isinstance(item, dict) else None
-        if not isinstance(pattern, str) or not pattern:
-            continue
-        problem = glob_problem(pattern)
-        if problem is not None:
-            issues.append(doc.issue((*path, "match", index, "glob"), problem))
-    for index, entry in enumerate(_extra_devices(resource)):
-        pattern = entry.get("path")
-        if not isinstance(pattern, str) or not pattern:
-            continue
-        problem = glob_problem(pattern, what="path")
-        if problem is not None:
-            issues.append(doc.issue((*path, "allocate", "devices", index, "path"), problem))
+    for keys, what in ((("match",), "glob"), (("allocate", "devices"), "path")):
+        for index, item in _entries(resource, *keys):
+            pattern = item.get(what)
+            problem = glob_problem(pattern, what=what) if isinstance(pattern, str) else None
+            if pattern and problem:
+                issues.append(doc.issue((*path, *keys, index, what), problem))
     return issues
 
 
@@ -128,9 +122,8 @@ def _udev_subsystems(doc: Document, path: KeyPath, resource: dict[str, Any]) -> 
     """A udev ``subsystem`` is one directory name of /sys/class or /sys/bus: discovery
     lists that directory, so a '/' or '..' would have it read elsewhere."""
     issues = []
-    match = resource.get("match")
-    for index, item in enumerate(match if isinstance(match, list) else ()):
-        udev = item.get("udev") if isinstance(item, dict) else None
+    for index, item in _entries(resource, "match"):
+        udev = item.get("udev")
         subsystem = udev.get("subsystem") if isinstance(udev, dict) else None
         if isinstance(subsystem, str) and subsystem and not _SUBSYSTEM.fullmatch(subsystem):
             shown = subsystem if len(subsystem) <= _SHOWN else subsystem[:_SHOWN] + "…"
@@ -142,30 +135,18 @@ def _udev_subsystems(doc: Document, path: KeyPath, resource: dict[str, Any]) -> 
     return issues
 
 
-def _extra_devices(resource: dict[str, Any]) -> list[dict[str, Any]]:
-    allocate = resource.get("allocate")
-    devices = allocate.get("devices") if isinstance(allocate, dict) else None
-    return [d for d in devices if isinstance(d, dict)] if isinstance(devices, list) else []
-
-
 def _container_paths(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[ConfigIssue]:
     """Each node ``containerPath``: a template that compiles, over ``device`` only,
     whose literal text already keeps the rules its rendering must keep."""
-    found: list[tuple[KeyPath, object]] = []
-    match = resource.get("match")
-    for index, item in enumerate(match if isinstance(match, list) else ()):
-        if isinstance(item, dict) and "containerPath" in item:
-            found.append(((*path, "match", index, "containerPath"), item["containerPath"]))
-    allocate = resource.get("allocate")
-    devices = allocate.get("devices") if isinstance(allocate, dict) else None
-    for index, entry in enumerate(devices if isinstance(devices, list) else ()):
-        if isinstance(entry, dict) and "containerPath" in entry:
-            where = (*path, "allocate", "devices", index, "containerPath")
-            found.append((where, entry["containerPath"]))
+    found = [
+        ((*path, *keys, index, "containerPath"), item.get("containerPath"))
+        for keys in (("match",), ("allocate", "devices"))
+        for index, item in _entries(resource, *keys)
+    ]
     issues: list[ConfigIssue] = []
     for where, source in found:
         if not isinstance(source, str) or not source:
-            continue  # the schema says so
+            continue  # absent, or the schema says so
         try:
             compile_node_template(source)
         except TemplateSyntaxErrors as exc:
@@ -237,16 +218,13 @@ def _group_by(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[Co
 
 
 def _sharing(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[ConfigIssue]:
-    if "freeIds" in resource and resource.get("count") != UNBOUNDED:
-        count = resource.get("count", 1)
-        return [
-            doc.issue(
-                (*path, "freeIds"),
-                f"freeIds applies only to count: {UNBOUNDED} (count is {count!r}):"
-                f" set count: {UNBOUNDED}, or remove freeIds",
-            )
-        ]
-    return []
+    if "freeIds" not in resource or resource.get("count") == UNBOUNDED:
+        return []
+    message = (
+        f"freeIds applies only to count: {UNBOUNDED} (count is {resource.get('count', 1)!r}):"
+        f" set count: {UNBOUNDED}, or remove freeIds"
+    )
+    return [doc.issue((*path, "freeIds"), message)]
 
 
 def _health(
@@ -258,18 +236,10 @@ def _health(
     here = (*path, "health")
     issues = _argv(doc, (*here, "exec"), health.get("exec"))
     issues += _sysfs_probe(doc, (*here, "sysfs"), health.get("sysfs"))
-    interval, bad_interval = _duration(
-        doc,
-        (*here, "interval"),
-        health,
-        DEFAULT_HEALTH_INTERVAL,
-        MIN_HEALTH_INTERVAL,
-        seconds=seconds,
-    )
-    timeout, bad_timeout = _duration(
-        doc, (*here, "timeout"), health, DEFAULT_HEALTH_TIMEOUT, MIN_TIMEOUT, seconds=seconds
-    )
-    issues += bad_interval + bad_timeout
+    interval, bad = _duration(doc, (*here, "interval"), health, DEFAULT_HEALTH_INTERVAL, seconds)
+    issues += bad
+    timeout, bad = _duration(doc, (*here, "timeout"), health, DEFAULT_HEALTH_TIMEOUT, seconds)
+    issues += bad
     if interval is not None and timeout is not None and timeout >= interval:
         shown_timeout = health.get("timeout", f"{DEFAULT_HEALTH_TIMEOUT} (the default)")
         shown_interval = health.get("interval", f"{DEFAULT_HEALTH_INTERVAL} (the default)")
@@ -309,10 +279,7 @@ def _hooks(
         if isinstance(hook, dict):
             here = (*path, "hooks", name)
             issues += _argv(doc, (*here, "exec"), hook.get("exec"))
-            timeout = (*here, "timeout")
-            issues += _duration(
-                doc, timeout, hook, DEFAULT_HOOK_TIMEOUT, MIN_TIMEOUT, seconds=seconds
-            )[1]
+            issues += _duration(doc, (*here, "timeout"), hook, DEFAULT_HOOK_TIMEOUT, seconds)[1]
     return issues
 
 
@@ -346,8 +313,6 @@ def _duration(
     path: KeyPath,
     section: dict[str, Any],
     default: str,
-    minimum: float,
-    *,
     seconds: dict[KeyPath, float],
 ) -> tuple[float | None, list[ConfigIssue]]:
     """The duration at ``path`` (or its default) in seconds, also kept in
@@ -360,9 +325,10 @@ def _duration(
         value = parse_duration(text)
     except ValueError as exc:
         return None, [doc.issue(path, str(exc))]
+    minimum, why = _MINIMUM[key]
     if value < minimum:
         shown = f"{minimum:g}s" if minimum >= 1 else f"{minimum * 1000:g}ms"
-        message = f"{key} {text} is shorter than {shown}: {_TOO_SHORT[key]}"
+        message = f"{key} {text} is shorter than {shown}: {why}"
         return None, [doc.issue(path, message)]
     if value > MAX_DURATION:
         shown = ellipsized(text, 41)
@@ -372,12 +338,10 @@ def _duration(
 
 
 def _mounts(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[ConfigIssue]:
-    allocate = resource.get("allocate")
-    mounts = allocate.get("mounts") if isinstance(allocate, dict) else None
     issues = []
-    for index, mount in enumerate(mounts if isinstance(mounts, list) else ()):
+    for index, mount in _entries(resource, "allocate", "mounts"):
         for key in ("hostPath", "containerPath"):
-            value = mount.get(key) if isinstance(mount, dict) else None
+            value = mount.get(key)
             if not isinstance(value, str) or not value:
                 continue
             where = (*path, "allocate", "mounts", index, key)

@@ -12,7 +12,7 @@ listed here. The check follows lookups from a context name (``x.f``,
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from jinja2 import nodes
@@ -36,16 +36,9 @@ Shape = Record | ListOf
 # A dict's own methods, fine on any record (``device.items()``).
 _DICT_METHODS = frozenset({"get", "items", "keys", "values"})
 
-_NODE_COMMON: dict[str, Shape | None] = {
-    "path": None,
-    "host_path": None,
-    "major": None,
-    "minor": None,
-    "subsystem": None,
-    "numa_node": None,
-    "attributes": None,
-    "properties": None,
-}
+_NODE_COMMON: dict[str, Shape | None] = dict.fromkeys(
+    ("path", "host_path", "major", "minor", "subsystem", "numa_node", "attributes", "properties")
+)
 ALLOCATED_NODE = Record(
     "a device (an item of devices or of a unit's nodes)",
     {**_NODE_COMMON, "container_path": None, "unit_id": None},
@@ -99,7 +92,7 @@ def _walk(node: nodes.Node, scope: Mapping[str, Shape | None], out: list[FieldPr
         _walk_for(node, scope, out)
         return
     if isinstance(node, nodes.Getattr | nodes.Getitem):
-        name = _looked_up(node)
+        name = looked_up(node)
         base = _shape(node.node, scope)
         if isinstance(base, Record) and name is not None:
             allowed = name in base.fields or name in _DICT_METHODS  # x['items'] falls back
@@ -130,11 +123,12 @@ def _walk_for(node: nodes.For, scope: Mapping[str, Shape | None], out: list[Fiel
         _walk(child, scope, out)
 
 
-def _looked_up(node: nodes.Getattr | nodes.Getitem) -> str | None:
+def looked_up(node: nodes.Node) -> str | None:
+    """The attribute of ``x.attr`` or the constant key of ``x['key']``."""
     if isinstance(node, nodes.Getattr):
         return str(node.attr)
-    if isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str):
-        return node.arg.value
+    if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
+        return node.arg.value if isinstance(node.arg.value, str) else None
     return None
 
 
@@ -159,7 +153,7 @@ def _shape(expr: nodes.Node, scope: Mapping[str, Shape | None]) -> Shape | None:
 
 def _lookup_shape(expr: nodes.Getattr | nodes.Getitem, base: Shape | None) -> Shape | None:
     if isinstance(base, Record):
-        name = _looked_up(expr)
+        name = looked_up(expr)
         return base.fields.get(name) if name is not None else None
     if isinstance(base, ListOf) and isinstance(expr, nodes.Getitem):
         index = expr.arg
@@ -172,6 +166,10 @@ def _lookup_shape(expr: nodes.Getattr | nodes.Getitem, base: Shape | None) -> Sh
 
 def _unknown_field(name: str, record: Record) -> str:
     known = sorted(record.fields)
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    hint = did_you_mean(name, known)
     return f"{record.what} has no field {name!r} (fields: {', '.join(known)}{hint})"
+
+
+def did_you_mean(word: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""

@@ -2,7 +2,8 @@
 syntax errors, unknown names and whatever the sandbox would refuse while rendering
 (other templates, macros, recursive loops, private attributes) are config errors
 before the first Allocate. ``CompiledTemplates``, the compiled form of a whole
-``allocate`` section, is built here and only here.
+``allocate`` section, is built here and only here; each of its sources is a
+``TemplateValue``, which ``genericdp.allocation`` renders at every allocation.
 """
 
 from __future__ import annotations
@@ -10,12 +11,13 @@ from __future__ import annotations
 import difflib
 import functools
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import cast
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, cast
 
 from jinja2 import TemplateSyntaxError, meta, nodes
 from jinja2.environment import Template
+from jinja2.exceptions import SecurityError
 from jinja2.visitor import NodeTransformer
 
 from genericdp.config import sandbox
@@ -28,27 +30,18 @@ from genericdp.config.sandbox import (
     SliceSpent,
     allocation_budget,
 )
-from genericdp.config.templatefields import ALLOCATE_CONTEXT, NODE_CONTEXT, field_problems
+from genericdp.config.templatefields import (
+    ALLOCATE_CONTEXT,
+    NODE_CONTEXT,
+    did_you_mean,
+    field_problems,
+    looked_up,
+)
 from genericdp.config.templatesize import least_output
-from genericdp.config.templatevalues import TemplateValue
 from genericdp.config.v1.allocate import AllocateSpec
 
-# What the rest of the tree imports from here, wherever it is defined.
-__all__ = [
-    "MAX_ALLOCATION_BYTES",
-    "MAX_VALUE_BYTES",
-    "MAX_VALUE_CHARS",
-    "TEMPLATE_NAMES",
-    "CompiledTemplates",
-    "SliceSpent",
-    "TemplateProblem",
-    "TemplateSyntaxErrors",
-    "TemplateValue",
-    "allocation_budget",
-    "compile_label_template",
-    "compile_node_template",
-    "compile_templates",
-]
+# Defined in ``sandbox``; the rest of the tree imports them from here.
+__all__ = ["MAX_ALLOCATION_BYTES", "MAX_VALUE_BYTES", "SliceSpent", "allocation_budget"]
 
 # The names a template sees (docs/config.md "Templates"); nothing else exists.
 TEMPLATE_NAMES = ("resource", "node_name", "units", "devices", "device_ids")
@@ -58,7 +51,45 @@ NODE_TEMPLATE_NAMES = ("device",)
 # A node label (``labels``) is rendered over the resource's healthy units, not an allocation.
 LABEL_TEMPLATE_NAMES = ("resource", "node_name", "units", "devices")
 
-_TEMPLATE_MARKERS = ("{{", "{%", "{#")
+# What the records each name stands for hold (``templatefields``).
+_SHAPES = {**ALLOCATE_CONTEXT, **NODE_CONTEXT}
+
+
+class TemplateValue:
+    """One compiled template source; literal text skips Jinja entirely."""
+
+    def __init__(
+        self,
+        source: str,
+        template: Template | None,
+        names: frozenset[str] = frozenset(),
+        least_bytes: int = 0,
+    ) -> None:
+        self.source = source
+        self.template = template  # None: literal text, rendered as written
+        self.names = names  # the context names the template reads (none: literal text)
+        self._literal = _literal_text(source) if template is None else ""
+        # What it renders at least, in UTF-8: all of a literal; of a template, its
+        # text and constants (``templatesize``, given by the compiler).
+        self.least_bytes = least_bytes if template is not None else _utf8(self._literal)
+
+    def render(self, context: Mapping[str, Any]) -> str:
+        if self.template is None:
+            return self._literal
+        size, out = 0, []
+        for chunk in self.template.generate(context):
+            size += len(chunk)
+            if size > MAX_VALUE_CHARS:
+                raise SecurityError(f"output exceeds {MAX_VALUE_CHARS} characters")
+            out.append(chunk)
+        return "".join(out)
+
+
+def _literal_text(source: str) -> str:
+    """What Jinja would render for a source without markup: newlines
+    normalised, one trailing newline dropped (``keep_trailing_newline=False``)."""
+    text = source.replace("\r\n", "\n").replace("\r", "\n")
+    return text.removesuffix("\n")
 
 
 @dataclass(frozen=True)
@@ -125,69 +156,28 @@ _REFUSED: tuple[tuple[type[nodes.Node], str], ...] = (
 )
 
 
-def _static_problems(
-    key: str, tree: nodes.Template, known: Sequence[str] = TEMPLATE_NAMES
-) -> list[TemplateProblem]:
+def _static_problems(tree: nodes.Template, known: Sequence[str]) -> list[TemplateProblem]:
     """What the sandbox would refuse at render time, found before the first Allocate."""
-    problems = [
-        TemplateProblem(key, message, node.lineno)
-        for kind, message in _REFUSED
-        for node in tree.find_all(kind)
+    found: list[tuple[str, int | None]] = [
+        (message, node.lineno) for kind, message in _REFUSED for node in tree.find_all(kind)
     ]
-    problems += [
-        TemplateProblem(key, "recursive loops are not supported", node.lineno)
+    found += [
+        ("recursive loops are not supported", node.lineno)
         for node in tree.find_all(nodes.For)
         if node.recursive
     ]
-    for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
-        attr = _accessed_name(node)
-        if attr is not None and attr.startswith("_"):
-            problems.append(
-                TemplateProblem(
-                    key, f"attribute {attr!r} is private (starts with '_')", node.lineno
-                )
-            )
-    names = meta.find_undeclared_variables(tree) | _self_references(tree)
-    problems += [
-        TemplateProblem(key, _unknown_name_message(name, known), _first_use(tree, name))
-        for name in sorted(names - set(known))
+    found += [
+        (f"attribute {attr!r} is private (starts with '_')", node.lineno)
+        for node in tree.find_all((nodes.Getattr, nodes.Getitem))
+        if (attr := looked_up(node)) is not None and attr.startswith("_")
     ]
-    return problems
-
-
-def _field_problems(tree: nodes.Template, known: Sequence[str]) -> list[TemplateProblem]:
-    """Lookups of fields the records a template sees do not have (``templatefields``)."""
-    shapes = {**ALLOCATE_CONTEXT, **NODE_CONTEXT}
-    scope = {name: shapes.get(name) for name in known}
-    return [TemplateProblem("", p.message, p.line) for p in field_problems(tree, scope)]
-
-
-def _accessed_name(node: nodes.Node) -> str | None:
-    """The attribute of ``x.attr`` or the constant key of ``x['key']``."""
-    if isinstance(node, nodes.Getattr):
-        return str(node.attr)
-    if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
-        value = node.arg.value
-        return value if isinstance(value, str) else None
-    return None
-
-
-def _self_references(tree: nodes.Template) -> set[str]:
     # Jinja binds `self` implicitly, so find_undeclared_variables never reports it.
-    return {n.name for n in tree.find_all(nodes.Name) if n.name == "self" and n.ctx == "load"}
-
-
-def _first_use(tree: nodes.Template, name: str) -> int | None:
-    for node in tree.find_all(nodes.Name):
-        if node.name == name:
-            return node.lineno
-    return None
-
-
-def _unknown_name_message(name: str, known: Sequence[str] = TEMPLATE_NAMES) -> str:
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return f"unknown name {name!r} (known: {', '.join(known)}{hint})"
+    selves = {n.name for n in tree.find_all(nodes.Name) if n.name == "self" and n.ctx == "load"}
+    for name in sorted((meta.find_undeclared_variables(tree) | selves) - set(known)):
+        line = next((n.lineno for n in tree.find_all(nodes.Name) if n.name == name), None)
+        hint = did_you_mean(name, known)
+        found.append((f"unknown name {name!r} (known: {', '.join(known)}{hint})", line))
+    return [TemplateProblem("", message, line) for message, line in found]
 
 
 _NO_SUCH = re.compile(r"No (filter|test) named '([^']*)'")
@@ -203,15 +193,8 @@ def _filter_hint(message: str) -> str:
     return f" Did you mean {close[0]!r}?" if close else ""
 
 
-def _is_literal(source: str) -> bool:
-    return not any(marker in source for marker in _TEMPLATE_MARKERS)
-
-
 def _compile_one(
-    key: str,
-    source: str,
-    problems: list[TemplateProblem],
-    known: Sequence[str] = TEMPLATE_NAMES,
+    key: str, source: str, problems: list[TemplateProblem], known: Sequence[str] = TEMPLATE_NAMES
 ) -> TemplateValue:
     if len(source) > MAX_TEMPLATE_CHARS:
         # Compiling costs tens of microseconds a character; a literal this long
@@ -219,43 +202,29 @@ def _compile_one(
         message = f"is {len(source)} characters long; at most {MAX_TEMPLATE_CHARS} are allowed"
         problems.append(TemplateProblem(key, message))
         return TemplateValue("", None)
-    if _is_literal(source):
+    if not any(marker in source for marker in ("{{", "{%", "{#")):
         return TemplateValue(source, None)
     compiled, found = _compiled(source, tuple(known))
-    problems.extend(TemplateProblem(key, p.message, p.line) for p in found)
-    if compiled is None:
-        return TemplateValue(source, None)
-    fields = compiled.field_problems
-    problems.extend(TemplateProblem(key, p.message, p.line) for p in fields)
-    value = TemplateValue(source, compiled.template, compiled.names)
-    value.least_bytes = compiled.least_bytes
-    return value
-
-
-@dataclass(frozen=True)
-class _Compiled:
-    template: Template
-    names: frozenset[str]  # the context names it reads
-    # Fields it reads that no record it sees has: a config error.
-    field_problems: tuple[TemplateProblem, ...] = ()
-    least_bytes: int = 0  # what it renders at least, in UTF-8 (``templatesize``)
+    problems += (replace(p, key=key) for p in found)
+    return compiled or TemplateValue(source, None)
 
 
 @functools.lru_cache(maxsize=1024)
 def _compiled(
     source: str, known: tuple[str, ...]
-) -> tuple[_Compiled | None, tuple[TemplateProblem, ...]]:
-    """``source`` compiled for the names ``known`` (None with the problems found,
-    keyed ``""``), once: the same template in many resources is compiled once and
-    shared, since compiling is most of loading a config."""
+) -> tuple[TemplateValue | None, tuple[TemplateProblem, ...]]:
+    """``source`` compiled for the names ``known`` (None when it cannot be), and the
+    problems found, keyed ``""``; once: the same template in many resources is
+    compiled once and shared, since compiling is most of loading a config."""
     try:
         tree = SANDBOX.parse(source)
-        found = _static_problems("", tree, known) or _too_large(tree)
+        found = _static_problems(tree, known) or _too_large(tree)
         if found:
             return None, tuple(found)
         least = sum(size for size, _ in least_output(tree))
         names = frozenset(meta.find_undeclared_variables(tree))
-        fields = tuple(_field_problems(tree, known))
+        scope = {name: _SHAPES.get(name) for name in known}
+        fields = tuple(TemplateProblem("", p.message, p.line) for p in field_problems(tree, scope))
         _Harden().visit(tree)
         code = SANDBOX.compile(tree)
         template = SANDBOX.template_class.from_code(SANDBOX, code, SANDBOX.make_globals(None))
@@ -264,7 +233,7 @@ def _compiled(
         return None, (TemplateProblem("", message + _filter_hint(message), exc.lineno),)
     except RecursionError:  # Jinja's parser and compiler recurse per nesting level
         return None, (TemplateProblem("", "expressions or blocks are nested too deeply"),)
-    return _Compiled(template, names, fields, least), ()
+    return TemplateValue(source, template, names, least), fields
 
 
 def _too_large(tree: nodes.Template) -> list[TemplateProblem]:

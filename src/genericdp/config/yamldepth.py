@@ -29,6 +29,7 @@ _FLOW_SIGNIFICANT = re.compile(r"[\[\]{}'\"#]")
 # whitespace only (else it is inside a plain scalar), in a flow collection also these.
 _BLOCK_NODE_AFTER = " \t\n"
 _FLOW_NODE_AFTER = " \t\n[{,:"
+_TOO_DEEP = f"collections nested more than {MAX_FLOW_DEPTH} deep here; a config needs a handful"
 
 
 def flow_too_deep(text: str, file: str) -> ConfigIssue | None:
@@ -42,42 +43,27 @@ def flow_too_deep(text: str, file: str) -> ConfigIssue | None:
         starts_node = at == 0 or text[at - 1] in (_FLOW_NODE_AFTER if depth else _BLOCK_NODE_AFTER)
         pos = at + 1
         if char == "#" and (at == 0 or text[at - 1] in " \t\n"):
-            pos = _after(text, "\n", at)
+            end = text.find("\n", at + 1)
+            pos = len(text) if end < 0 else end + 1
             if pos - at - 1 > MAX_COMMENT_CHARS:
-                return _issue_at(
-                    text,
-                    at,
-                    file,
-                    f"a comment of {pos - at - 1} characters; at most {MAX_COMMENT_CHARS}"
-                    " (split it over lines)",
-                )
+                message = f"a comment of {pos - at - 1} characters; at most {MAX_COMMENT_CHARS}"
+                return issue_at(text, at, file, message + " (split it over lines)")
         elif char in "'\"" and starts_node:
             pos = _after_quoted(text, at)
         elif char in "[{" and starts_node:
             depth += 1
             if depth > MAX_FLOW_DEPTH:
-                return _issue_at(
-                    text,
-                    at,
-                    file,
-                    f"collections nested more than {MAX_FLOW_DEPTH} deep here;"
-                    " a config needs a handful",
-                )
+                return issue_at(text, at, file, _TOO_DEEP)
         elif char in "]}" and depth:
             depth -= 1
     return None
 
 
-def _issue_at(text: str, at: int, file: str, message: str) -> ConfigIssue:
+def issue_at(text: str, at: int, file: str, message: str) -> ConfigIssue:
     """An issue at offset ``at`` of ``text``, as line and column (1-based)."""
     line = text.count("\n", 0, at) + 1
     column = at - (text.rfind("\n", 0, at) + 1) + 1
     return ConfigIssue(file, line, column, "", message)
-
-
-def _after(text: str, char: str, start: int) -> int:
-    found = text.find(char, start + 1)
-    return len(text) if found < 0 else found + 1
 
 
 def _after_quoted(text: str, start: int) -> int:
@@ -112,11 +98,7 @@ def too_deep_for_parser(text: str, file: str) -> ConfigIssue:
                 depth += 1
                 if depth > MAX_FLOW_DEPTH:
                     mark = event.start_mark
-                    message = (
-                        f"collections nested more than {MAX_FLOW_DEPTH} deep here;"
-                        " a config needs a handful"
-                    )
-                    return ConfigIssue(file, mark.line + 1, mark.column + 1, "", message)
+                    return ConfigIssue(file, mark.line + 1, mark.column + 1, "", _TOO_DEEP)
             elif isinstance(event, CollectionEndEvent):
                 depth -= 1
     return ConfigIssue(file, 1, 1, "", "is nested too deeply for a config")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ruamel.yaml import YAML
@@ -20,7 +20,7 @@ from ruamel.yaml.error import MarkedYAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
 
-from genericdp.config.yamldepth import flow_too_deep, too_deep_for_parser
+from genericdp.config.yamldepth import flow_too_deep, issue_at, too_deep_for_parser
 from genericdp.errors import ConfigIssue
 
 _SHOWN = 40  # characters of a user's value quoted in a message
@@ -64,9 +64,9 @@ class Document:
 
     file: str
     data: Any
-    keys: Mapping[KeyPath, Pos] = field(default_factory=dict)
-    values: Mapping[KeyPath, Pos] = field(default_factory=dict)
-    lines: tuple[str, ...] = ()
+    keys: Mapping[KeyPath, Pos]
+    values: Mapping[KeyPath, Pos]
+    lines: tuple[str, ...]
 
     def key_pos(self, path: KeyPath) -> Pos | None:
         """Where the key naming ``path`` is (else its value, else the nearest ancestor)."""
@@ -137,11 +137,9 @@ def _parsed(text: str, file: str) -> tuple[Document | None, list[ConfigIssue]]:
     except MarkedYAMLError as exc:
         return None, [_syntax_issue(exc, file)]
     except ReaderError as exc:  # a character YAML does not allow, e.g. NUL
-        line = text.count("\n", 0, exc.position) + 1
-        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
         char = exc.character if isinstance(exc.character, int) else ord(exc.character)
         message = f"YAML syntax error: the control character U+{char:04X} is not allowed"
-        return None, [ConfigIssue(file, line, column, "", message)]
+        return None, [issue_at(text, exc.position, file, message)]
     except (ValueError, TypeError, KeyError, OverflowError, AttributeError) as exc:
         # A scalar its tag (given or implied) cannot hold: ``!!int abc``, a number of
         # thousands of digits (int() refuses them), ``!!bool maybe``.
@@ -270,7 +268,7 @@ class _Builder:
         self.keys: dict[KeyPath, Pos] = {}
         self.values: dict[KeyPath, Pos] = {}
         self.issues: list[ConfigIssue] = []
-        self._open: set[int] = set()  # collections being copied, to stop alias loops
+        self._open: set[int] = set()  # what is being copied, to stop alias loops
         self._copied: set[int] = set()  # collections copied once: seen again = an alias
         self._aliases: list[tuple[KeyPath, Any]] = []  # aliases being expanded: path, node
         self._values_left = MAX_VALUES
@@ -318,37 +316,31 @@ class _Builder:
         raise _TooLarge(self._located(where, message))
 
     def plain(self, node: Any, path: KeyPath) -> Any:
-        if isinstance(node, dict | list):
-            if id(node) in self._open:
-                self._issue(path, "an alias refers to itself; recursive YAML is not supported")
-                return None
-            alias = id(node) in self._copied
-            if alias:
-                self._aliases.append((path, node))
-            self._open.add(id(node))
-            try:
+        collection = isinstance(node, dict | list)
+        if collection and id(node) in self._open:
+            self._issue(path, "an alias refers to itself; recursive YAML is not supported")
+            return None
+        # A collection, or an anchored scalar, is one object however often it is aliased.
+        shared = collection or _anchored(node)
+        alias = shared and id(node) in self._copied
+        if alias:
+            self._aliases.append((path, node))
+        self._open.add(id(node))
+        try:
+            if collection:
                 self._spend(path)
                 self._check_tag(node, path)
                 if isinstance(node, dict):
                     return self._mapping(node, path)
                 return self._sequence(node, path)
-            finally:
-                self._open.discard(id(node))
-                self._copied.add(id(node))
-                if alias:
-                    self._aliases.pop()
-        # An anchored scalar is one object however often it is aliased.
-        alias = _anchored(node) and id(node) in self._copied
-        if alias:
-            self._aliases.append((path, node))
-        try:
             value = self._scalar(node, path)
             self._spend(path, len(value) if isinstance(value, str) else 0)
         finally:
+            self._open.discard(id(node))
+            if shared:
+                self._copied.add(id(node))
             if alias:
                 self._aliases.pop()
-            elif _anchored(node):
-                self._copied.add(id(node))
         if isinstance(value, str) and "\0" in value:
             self._issue(path, _NUL_MESSAGE)
         return value

@@ -195,14 +195,6 @@ class AllocateSpec:
     device_nodes: NodeOwnership = field(default_factory=NodeOwnership)
 
 
-def node_ownership(raw: dict[str, Any]) -> NodeOwnership:
-    """``allocate.deviceNodes`` as checked by the schema: ``mode`` read as octal."""
-    mode = raw.get("mode")
-    return NodeOwnership(
-        mode=int(mode, 8) if mode is not None else None, uid=raw.get("uid"), gid=raw.get("gid")
-    )
-
-
 def allocate_spec(raw: dict[str, Any], *, permissions: object = "rw") -> AllocateSpec:
     """The ``allocate`` section as template sources; ``permissions`` (the
     resource's) is the default of its ``devices``."""
@@ -211,6 +203,8 @@ def allocate_spec(raw: dict[str, Any], *, permissions: object = "rw") -> Allocat
         for m in raw.get("mounts", ())
     )
     default = permissions if isinstance(permissions, str) else "rw"
+    nodes = raw.get("deviceNodes", {})
+    mode = int(nodes["mode"], 8) if "mode" in nodes else None  # octal, as the schema checked
     devices = tuple(
         ExtraDevice(
             path=d["path"],
@@ -226,5 +220,5 @@ def allocate_spec(raw: dict[str, Any], *, permissions: object = "rw") -> Allocat
         annotations=frozen_map(raw.get("annotations")),
         cdi=bool(raw.get("cdi", False)),
         devices=devices,
-        device_nodes=node_ownership(raw.get("deviceNodes", {})),
+        device_nodes=NodeOwnership(mode, nodes.get("uid"), nodes.get("gid")),
     )

@@ -8,12 +8,17 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-PERMISSIONS_DESCRIPTION = (
-    "Device cgroup permissions for the container: one or more of r (read), w (write),"
-    " m (mknod), each at most once."
-)
-PERMISSIONS_PATTERN = "^(r?w?m?|r?m?w?|w?r?m?|w?m?r?|m?r?w?|m?w?r?)$"
 _PERMISSION_ORDER = "rwm"
+# A resource's ``permissions`` is this with a default (``resource.py``).
+PERMISSIONS: dict[str, Any] = {
+    "description": (
+        "Device cgroup permissions for the container: one or more of r (read), w (write),"
+        " m (mknod), each at most once."
+    ),
+    "type": "string",
+    "minLength": 1,
+    "pattern": "^(r?w?m?|r?m?w?|w?r?m?|w?m?r?|m?r?w?|m?w?r?)$",
+}
 
 DEFS: dict[str, Any] = {
     "stringMap": {
@@ -38,12 +43,7 @@ DEFS: dict[str, Any] = {
         "minItems": 1,
         "items": {"type": "string"},
     },
-    "permissions": {
-        "description": PERMISSIONS_DESCRIPTION,
-        "type": "string",
-        "minLength": 1,
-        "pattern": PERMISSIONS_PATTERN,
-    },
+    "permissions": PERMISSIONS,
 }
 
 

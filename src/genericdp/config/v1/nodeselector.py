@@ -88,10 +88,10 @@ def node_selector_issues(
         where = (*here, "matchLabels", key)
         if problem := label_key_problem(str(key)):
             issues.append(
-                doc.issue(where, f"label key {_short(str(key))!r}: {problem}", at_key=True)
+                doc.issue(where, f"label key {ellipsized(str(key), 80)!r}: {problem}", at_key=True)
             )
         if isinstance(value, str) and (problem := label_value_problem(value)):
-            issues.append(doc.issue(where, f"label value {_short(value)!r}: {problem}"))
+            issues.append(doc.issue(where, f"label value {ellipsized(value, 80)!r}: {problem}"))
     expressions = selector.get("matchExpressions")
     for index, expr in enumerate(expressions if isinstance(expressions, list) else ()):
         if isinstance(expr, dict):
@@ -99,20 +99,16 @@ def node_selector_issues(
     return issues
 
 
-def _short(text: str) -> str:
-    return ellipsized(text, 80)
-
-
 def _requirement(doc: Document, where: KeyPath, expr: dict[str, Any]) -> list[ConfigIssue]:
     issues: list[ConfigIssue] = []
     key, operator, values = expr.get("key"), expr.get("operator"), expr.get("values", [])
     if isinstance(key, str) and (problem := label_key_problem(key)):
-        issues.append(doc.issue((*where, "key"), f"label key {_short(key)!r}: {problem}"))
+        issues.append(doc.issue((*where, "key"), f"label key {ellipsized(key, 80)!r}: {problem}"))
     if not isinstance(values, list):
         return issues
     for index, value in enumerate(values):
         if isinstance(value, str) and (problem := label_value_problem(value)):
-            message = f"label value {_short(value)!r}: {problem}"
+            message = f"label value {ellipsized(value, 80)!r}: {problem}"
             issues.append(doc.issue((*where, "values", index), message))
     if operator in tuple(Operator):
         op = Operator(operator)

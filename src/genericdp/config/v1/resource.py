@@ -11,11 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from genericdp.config.selector import NodeSelector
 from genericdp.config.v1.allocate import AllocateSpec
-from genericdp.config.v1.common import (
-    PERMISSIONS_DESCRIPTION,
-    PERMISSIONS_PATTERN,
-    canonical_permissions,
-)
+from genericdp.config.v1.common import PERMISSIONS, canonical_permissions
 from genericdp.config.v1.dra import DraSpec, dra_spec
 from genericdp.config.v1.grouping import DEFAULT_GROUP_BY, GroupBy, group_by
 from genericdp.config.v1.grouping import PROPERTY as GROUP_BY_PROPERTY
@@ -128,13 +124,7 @@ DEFS: dict[str, Any] = {
                 "minimum": 1,
                 "maximum": 100,
             },
-            "permissions": {
-                "description": PERMISSIONS_DESCRIPTION,
-                "type": "string",
-                "minLength": 1,
-                "pattern": PERMISSIONS_PATTERN,
-                "default": DEFAULT_PERMISSIONS,
-            },
+            "permissions": {**PERMISSIONS, "default": DEFAULT_PERMISSIONS},
             "health": {"$ref": "#/$defs/health"},
             "hooks": {"$ref": "#/$defs/hooks"},
             "allocate": {"$ref": "#/$defs/allocate"},
