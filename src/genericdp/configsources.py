@@ -81,7 +81,11 @@ def _read(path: Path) -> str:
     try:
         return path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError([ConfigIssue(str(path), None, None, "", f"cannot read: {exc}")]) from exc
+        raise _whole_file(path, f"cannot read: {exc}") from exc
+
+
+def _whole_file(path: Path, message: str) -> ConfigError:
+    return ConfigError([ConfigIssue(str(path), None, None, "", message)])
 
 
 def _syntax(path: Path, exc: YAMLError) -> ConfigError:
@@ -161,8 +165,8 @@ def from_helm_values(path: Path) -> list[Embedded]:
         values = _round_trip().load(text)
     except YAMLError as exc:
         raise _syntax(path, exc) from exc
-    if not hasattr(values, "lc"):
-        raise ConfigError([ConfigIssue(str(path), None, None, "", "is not a YAML mapping")])
+    if not hasattr(values, "lc"):  # ruamel's round-trip mapping
+        raise _whole_file(path, "is not a YAML mapping")
     found = []
     if values.get("configYaml"):
         found.append(
@@ -184,14 +188,7 @@ def from_helm_values(path: Path) -> list[Embedded]:
             raise ConfigError([_issue_at(path, extra, name, where, message)])
         found.append(_scalar(path, lines, extra, name, name=str(name), where=where))
     if not found:
-        raise ConfigError(
-            [
-                ConfigIssue(
-                    str(path), None, None, "",
-                    "has no config, configYaml or extraConfigFiles: nothing to check",
-                )
-            ]
-        )  # fmt: skip
+        raise _whole_file(path, "has no config, configYaml or extraConfigFiles: nothing to check")
     return found
 
 
@@ -218,8 +215,7 @@ def from_manifest(path: Path) -> list[list[Embedded]]:
         if group:
             groups.append(group)
     if not groups:
-        message = "has no ConfigMap with *.yaml or *.yml data"
-        raise ConfigError([ConfigIssue(str(path), None, None, "", message)])
+        raise _whole_file(path, "has no ConfigMap with *.yaml or *.yml data")
     return groups
 
 

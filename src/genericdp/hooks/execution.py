@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genericdp.config.model import Exec
-from genericdp.hooks.reaper import RUN_ID_VAR, SUBREAPER, read_stat
+from genericdp.hooks.reaper import RUN_ID_VAR, SUBREAPER, process_table, read_stat
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_OUTPUT_LIMIT = 64 * 1024
@@ -341,7 +341,7 @@ def _signal_group(pgid: int, sig: int) -> bool:
     return True
 
 
-def _group_alive(pgid: int, proc_root: Path = Path("/proc")) -> bool:
+def _group_alive(pgid: int) -> bool:
     """Whether any member of the group still runs (zombies do not count).
 
     Signal 0 alone would also see zombies, and some init processes reap their
@@ -349,21 +349,10 @@ def _group_alive(pgid: int, proc_root: Path = Path("/proc")) -> bool:
     """
     if not _signal_group(pgid, 0):
         return False
-    try:
-        entries = [e for e in os.scandir(proc_root) if e.name.isdigit()]
-    except OSError:  # no /proc: trust the signal
+    table = process_table()
+    if not table:  # no /proc: trust the signal
         return True
-    return any(_running_in_group(Path(e.path), pgid) for e in entries)
-
-
-def _running_in_group(proc_dir: Path, pgid: int) -> bool:
-    try:
-        stat = (proc_dir / "stat").read_text()
-    except OSError:  # exited while we looked
-        return False
-    # ``pid (comm) state ppid pgrp ...``; comm may contain spaces and parentheses.
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return len(fields) >= 3 and fields[2] == str(pgid) and fields[0] not in ("Z", "X")  # noqa: PLR2004 -- state, ppid, pgrp of /proc/PID/stat
+    return any(info.pgrp == pgid and info.alive for info in table.values())
 
 
 def _reap_group(pgid: int) -> None:

@@ -57,6 +57,7 @@ class ProcInfo:
 
     pid: int
     ppid: int
+    pgrp: int
     state: str
     start: int  # start time in clock ticks: with pid, a process's identity
 
@@ -88,7 +89,8 @@ def read_stat(proc_dir: Path) -> ProcInfo | None:
     head, _, rest = stat.rpartition(")")
     fields = rest.split()
     try:
-        return ProcInfo(int(head.split(" (", 1)[0]), int(fields[1]), fields[0], int(fields[19]))
+        pid = int(head.split(" (", 1)[0])
+        return ProcInfo(pid, int(fields[1]), int(fields[2]), fields[0], int(fields[19]))
     except (IndexError, ValueError):
         return None
 

@@ -101,7 +101,6 @@ def resource_labels(
         try:
             with allocation_budget():
                 text = value.render(context)
-        # The boundary for everything a template can raise (as allocation/render.py's).
         except Exception as exc:  # noqa: BLE001 -- the boundary for what a template raises
             dropped.append(Dropped(definition.name, key, "render_failed", str(exc)))
             continue
@@ -251,16 +250,3 @@ async def _first_of(events: Sequence[asyncio.Event], seconds: float | None) -> N
         for waiter in waiters:
             waiter.cancel()
         await asyncio.gather(*waiters, return_exceptions=True)
-
-
-__all__ = [
-    "DROP_REASONS",
-    "Dropped",
-    "LabelFollower",
-    "LabelSink",
-    "LabelSource",
-    "healthy_units",
-    "label_lines",
-    "resource_labels",
-    "source_lines",
-]

@@ -10,9 +10,7 @@ by the pod: a pod's restart or rolling update keeps the labels, deleting the
 DaemonSet removes them (garbage collection). Each write is one server-side
 apply, so labels no longer given are removed and nobody else's fields are
 touched; ``current`` reads the object once at start, so a restart that
-changes nothing writes nothing. A ``LabelSink`` (``nodelabels/__init__.py``),
-on lightkube's HTTP client, which carries the kubeconfig's or the service
-account's credentials.
+changes nothing writes nothing.
 
 One object per DaemonSet and node: its name is ``<DaemonSet>-<node>`` and its
 field manager the DaemonSet's name (``genericdp`` for both when no owner is
@@ -172,17 +170,13 @@ class NodeFeatureSink:
         owners = [ref.get("uid") for ref in metadata.get("ownerReferences") or ()]
         if owners != [uid]:
             return
-        precondition = {
-            "uid": metadata.get("uid"),
-            "resourceVersion": metadata.get("resourceVersion"),
-        }
+        precondition = {k: metadata.get(k) for k in ("uid", "resourceVersion")}
+        options = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": precondition}
         response = await self._send(
             "DELETE",
             self._path(old),
             f"deleting {what}",
-            content=json.dumps(
-                {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": precondition}
-            ),
+            content=json.dumps(options),
             headers={"Content-Type": "application/json"},
         )
         if response.status_code not in (_NOT_FOUND, _CONFLICT):
@@ -191,9 +185,11 @@ class NodeFeatureSink:
 
     async def _find_owner(self) -> None:
         """The DaemonSet's UID for the owner reference, looked up once."""
-        if self._owner_known or not self.owner:
-            self._owner_known = True
-            return
+        if not self._owner_known and self.owner:
+            self._owner_ref = await self._owner_reference()
+        self._owner_known = True
+
+    async def _owner_reference(self) -> dict[str, Any] | None:
         path = f"/apis/apps/v1/namespaces/{self.namespace}/daemonsets/{self.owner}"
         what = f"reading DaemonSet {self.namespace}/{self.owner}"
         response = await self._send("GET", path, what)
@@ -206,18 +202,11 @@ class NodeFeatureSink:
                 code,
                 self.what,
             )
-            self._owner_known = True
-            return
+            return None
         uid = _body(response, what).get("metadata", {}).get("uid")
         if not uid:
             raise ApiRequestError(what, code, "no metadata.uid")
-        self._owner_ref = {
-            "apiVersion": "apps/v1",
-            "kind": "DaemonSet",
-            "name": self.owner,
-            "uid": str(uid),
-        }
-        self._owner_known = True
+        return {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": self.owner, "uid": str(uid)}
 
     async def _send(self, method: str, path: str, what: str, **kwargs: Any) -> httpx2.Response:
         http = http_of(self.client)  # lightkube's HTTP client

@@ -61,17 +61,16 @@ class NodeWatch:
 
     async def relist(self) -> str:
         """List this Node: tell its labels; the list's resourceVersion."""
-        http = http_of(self.client)
-        what = f"Node {self.node}"
-        selector = self._selector()
-        items, version = await list_objects(http, NODES, selector, what, deadline=self.deadline)
+        http, what = http_of(self.client), f"Node {self.node}"
+        items, version = await list_objects(
+            http, NODES, self._selector(), what, deadline=self.deadline
+        )
         await self._tell(_labels(items[0]) if items else None)
         return version
 
     async def follow(self, version: str, seconds: int) -> AsyncIterator[str]:
         """One watch request: tell each change of the labels."""
-        http = http_of(self.client)
-        what = f"Node {self.node}"
+        http, what = http_of(self.client), f"Node {self.node}"
         events = watch_events(
             http, NODES, self._selector(), version=version, seconds=seconds, what=what
         )
@@ -84,10 +83,6 @@ class NodeWatch:
         if self._told and labels == self._last:
             return
         self._told, self._last = True, labels
-        self._say(labels)
-        await self.on_labels(labels)
-
-    def _say(self, labels: Labels) -> None:
         if labels is None:
             log.warning(
                 "node %s: no Node object by that name: resources with a nodeSelector are"
@@ -96,6 +91,7 @@ class NodeWatch:
             )
         else:
             log.info("node %s: %d label(s)", self.node, len(labels))
+        await self.on_labels(labels)
 
     def _selector(self) -> dict[str, str]:
         return {"fieldSelector": f"metadata.name={self.node}"}
