@@ -1,11 +1,8 @@
 """Config carried inside other files: a Helm values file, a rendered manifest.
 
-``genericdp validate --helm-values FILE`` checks what the chart writes to its
-ConfigMap from a values file; ``genericdp validate MANIFEST`` checks each
-ConfigMap of a rendered manifest. The files of one ConfigMap are checked
-together, as the pod reads its mounted directory, and each problem is put
-back at the line of the file the user wrote where the text was copied from
-it verbatim.
+The files of one ConfigMap are checked together, as the pod reads its mounted
+directory, and each problem is put back at the line of the file the user wrote
+where the text was copied from it verbatim.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import logging
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, cast
@@ -196,7 +196,9 @@ async def _serve(
         ),
     )
 
-    def on_result(result: ReloadResult) -> None:
+    node_watch = NodeLabelsWatch(watches, settings, supervisor)
+
+    def reloaded(result: ReloadResult) -> None:
         metrics.config_reload(result.outcome)
         if result.ok and start.problem is not None:
             start.problem = None
@@ -204,21 +206,22 @@ async def _serve(
             log.info("the config at %s is valid again and served", settings.config)
         elif not result.ok:
             start.still_invalid(result.issues)
+        node_watch.start_if_needed()
 
     try:
-        _say_serving(settings, start, store, supervisor)
+        where = {"config": str(settings.config), "none": "no config"}.get(
+            start.source, f"the last good config ({store.path if store else ''})"
+        )
+        log.info(
+            "serving %d resource(s) from %s in %s",
+            len(start.config.resources), where, supervisor.backend.where,
+        )  # fmt: skip
         await supervisor.start(start.config, tidy=start.source != "none")
         started.set()
         if store is not None and start.sources:
             await asyncio.to_thread(store.keep, start.sources)
-        node_watch = NodeLabelsWatch(watches, settings, supervisor)
         node_watch.start_if_needed()
         publish_node_labels(watches, settings, supervisor, metrics)
-
-        def reloaded(result: ReloadResult) -> None:
-            on_result(result)
-            node_watch.start_if_needed()
-
         start_config_watch(  # hot reload
             watches, settings, supervisor, on_result=reloaded, store=store, refused=start.refused
         )
@@ -235,20 +238,6 @@ async def _serve(
             log.warning("exiting with tasks still running: %s", ", ".join(stragglers))
     log.info("shut down cleanly")
     return EXIT_OK
-
-
-def _say_serving(
-    settings: Settings, start: StartingConfig, store: LastGood | None, supervisor: Supervisor
-) -> None:
-    where = {"config": str(settings.config), "none": "no config"}.get(
-        start.source, f"the last good config ({store.path if store else ''})"
-    )
-    log.info(
-        "serving %d resource(s) from %s in %s",
-        len(start.config.resources),
-        where,
-        supervisor.backend.where,
-    )
 
 
 class NodeLabelsWatch:
@@ -295,28 +284,26 @@ def publish_node_labels(
     if problem is not None:
         log.warning("node labels are not published: %s", problem)
         return
-    from genericdp.nodelabels import LabelFollower
+    from genericdp.nodelabels import LabelFollower, LabelSink
 
     async def follow() -> None:
-        if settings.node_features == "file":
-            from genericdp.nodelabels.featuresfile import FeaturesFile
+        async with AsyncExitStack() as stack:
+            sink: LabelSink
+            if settings.node_features == "file":
+                from genericdp.nodelabels.featuresfile import FeaturesFile
 
-            sink = FeaturesFile(settings.node_features_file)
+                sink = FeaturesFile(settings.node_features_file)
+            else:
+                from genericdp.nodelabels.nodefeature import node_feature_sink
+
+                sink = api = node_feature_sink(
+                    Path(settings.kubeconfig) if settings.kubeconfig else None,
+                    settings.node_name,
+                    settings.node_features_namespace,
+                    settings.node_features_owner,
+                )
+                stack.push_async_callback(api.close)
             await LabelFollower(supervisor, sink, settings.node_name, metrics).run()
-            return
-        from genericdp.nodelabels.nodefeature import node_feature_sink
-
-        kubeconfig = Path(settings.kubeconfig) if settings.kubeconfig else None
-        api = node_feature_sink(
-            kubeconfig,
-            settings.node_name,
-            settings.node_features_namespace,
-            settings.node_features_owner,
-        )
-        try:
-            await LabelFollower(supervisor, api, settings.node_name, metrics).run()
-        finally:
-            await api.close()
 
     tasks.spawn("node-features", follow, backoff=Backoff(maximum=30.0))
 

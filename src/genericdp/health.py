@@ -2,18 +2,13 @@
 
 A unit is Unhealthy until its first probe passes, turns Unhealthy after
 ``failure_threshold`` consecutive failed probes (non-zero exit, timeout, could
-not start) and is Healthy again after one success. Recovery is the point: a
-device plugin whose devices can never come back forces a node drain for a
-glitch.
+not start) and is Healthy again after one success: a device plugin whose
+devices can never come back forces a node drain for a glitch.
 
-Why Unhealthy until proven: the kubelet knows only Healthy and Unhealthy;
-capacity counts every unit listed, allocatable only the Healthy ones. A unit
-nobody has checked yet is present but not known to work, which is what
-"in capacity, not allocatable" says; advertising it Healthy would let a pod be
-admitted onto a device that fails its first probe. The cost is small because
-a new unit is probed at once (``poke``), not an interval later: allocatable
-follows within one probe's run time. ``failureThreshold`` is about a proven
-unit's glitches; a unit that never passed has nothing to tolerate.
+Unhealthy until proven: the kubelet counts every unit listed in capacity but
+only Healthy ones as allocatable, and advertising an unchecked unit Healthy
+would admit a pod onto a device that fails its first probe. A new unit is
+probed at once (``poke``), so allocatable follows within one probe's run time.
 """
 
 from __future__ import annotations

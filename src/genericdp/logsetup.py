@@ -1,14 +1,8 @@
 """Logging for the daemon and the CLI: plain text for people, JSON lines for
-log collectors. Extra fields passed with ``extra={...}`` appear in both.
-
-A task started with ``context_with(resource=..., unit=...)`` (``TaskSet.spawn``'s
-``log_fields``), and a block under ``with fields(...)``, log those as fields
-of every JSON line, whatever module logs; the text lines already name them
-in the message, so they stay as they are.
-
-``RateLimitedLog`` is for messages that whoever is outside can trigger at
-will (connections to the metrics port): a flood of them must not become a
-flood of log lines.
+log collectors. Fields given with ``extra={...}`` appear in both; those of a
+``with fields(...)`` block or of a task started with ``context_with(...)``
+(``TaskSet.spawn``'s ``log_fields``) in JSON only, as the text lines name them
+in the message already.
 """
 
 from __future__ import annotations

@@ -1,18 +1,14 @@
 """Running one user-configured argv: no shell, bounded output, a hard timeout.
 
-Hooks and health probes are written by cluster admins and run on every node,
-so this module assumes they misbehave: they fork, ignore SIGTERM, print
-megabytes, never exit, or leave their process group (``setsid``). Each command
-runs in a session (and process group) of its own, and whatever is left of it
-when the command exits, times out or is cancelled is terminated: SIGTERM, then
-SIGKILL after a short grace. "Whatever is left" is the process group plus
-every process ``genericdp.hooks.reaper`` finds the command started (its tree, and
-orphans re-parented to the daemon, which ``serve`` makes a child subreaper):
-nothing a hook starts outlives it.
+Hooks and health probes are written by cluster admins and run on every node, so
+this assumes they misbehave: they fork, ignore SIGTERM, print megabytes, never
+exit or leave their process group. Each command runs in a session of its own,
+and whatever is left of it when it exits, times out or is cancelled (its group
+and all ``genericdp.hooks.reaper`` finds it started) gets SIGTERM, then SIGKILL
+after a short grace: nothing a hook starts outlives it.
 
-stdout and stderr share one pipe that we own (not asyncio's subprocess pipes),
-so a grandchild that keeps the pipe open can never keep us waiting or keep a
-transport alive: we close our end when we are done.
+stdout and stderr share one pipe that we own (not asyncio's subprocess pipes), so
+a grandchild that keeps it open can never keep us waiting: we close our end.
 """
 
 from __future__ import annotations

@@ -1,33 +1,20 @@
 """Every process a command starts, found and stopped: the daemon as child subreaper.
 
-A process group is not enough to stop what a hook started: a child that calls
-``setsid`` or ``setpgid`` (a daemonizing helper, ``setsid`` in a script)
-leaves the group, and once its parent exits it is re-parented to init, out of
-our sight. So ``genericdp serve`` makes itself a *child subreaper*
-(``prctl(PR_SET_CHILD_SUBREAPER)``, unprivileged): orphans of anything it
-started are re-parented to the daemon instead of init. What a command started
-is then, at any moment,
+A process group is not enough: a child that calls ``setsid`` (a daemonizing
+helper) leaves the group, and once its parent exits init adopts it, out of our
+sight. So ``genericdp serve`` makes itself a child subreaper
+(``prctl(PR_SET_CHILD_SUBREAPER)``, unprivileged) and orphans come to it. What a
+command started is then its own process tree (while it runs) and the trees of
+orphans that carry its run ID in their environment (``GENERICDP_RUN_ID``,
+inherited through fork and exec) or lost it (``env -i``) and appeared while it
+ran. ``execution`` stops all of that with the process group; orphans several
+running commands may own are stopped when the last of those ends.
 
-- the command's own process tree (while it runs), and
-- the trees of orphans re-parented to the daemon that carry the command's
-  run ID in their environment (``GENERICDP_RUN_ID``, inherited through fork and
-  exec), or that lost it (``env -i``) and appeared while the command ran.
-
-``execution`` signals all of that together with the process group when a
-command exits, times out or is cancelled, and waits until it is gone. Orphans
-that could belong to several commands running at once are stopped when the
-last of those ends: later than their own command's timeout at worst, but
-never left running.
-
-Zombies of orphans are reaped here (on SIGCHLD), but only pids that asyncio's
-child watcher does not own: every command's own process is registered while it
-runs, and no reaping happens while a command is being started (its pid is not
-known yet). ``waitpid(-1)`` is never called: it could steal an exit status
-asyncio waits for.
-
-Without the subreaper (``genericdp`` used as a library, tests), the command's
-tree is still walked while it runs, but orphans of a command that has exited
-go to init and only the process group is stopped.
+Zombies of orphans are reaped here on SIGCHLD, but never a pid asyncio's child
+watcher owns: a command's own process is registered while it runs, nothing is
+reaped while a command is being started (its pid is not known yet), and
+``waitpid(-1)`` is never called. Without the subreaper (a library, tests) only
+the running command's tree and its process group are stopped.
 """
 
 from __future__ import annotations

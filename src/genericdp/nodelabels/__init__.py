@@ -2,12 +2,10 @@
 healthy units, kept published through a ``LabelSink`` (a NodeFeature object, a
 features.d file: the daemon chooses; the runtime knows neither).
 
-``resource_labels`` is pure. ``LabelFollower`` recomputes the labels at every
-change of any resource's state and of the set of resources (hotplug, health,
-reload, nodeSelector), lets a burst settle, and publishes only what differs from
-what it published last: one write per change, none at idle. A rendered value
-that is not a label value (a USB descriptor string is anything its maker
-wrote) is dropped with one clipped log line and a metric, never published.
+``LabelFollower`` recomputes the labels at every change (hotplug, health, reload,
+nodeSelector), lets a burst settle and publishes only what differs from what it
+published last. A rendered value that is not a label value (a USB descriptor
+string is anything its maker wrote) is dropped with one log line and a metric.
 """
 
 from __future__ import annotations

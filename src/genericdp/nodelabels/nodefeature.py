@@ -2,23 +2,17 @@
 (``nfd.k8s-sigs.io/v1alpha1``), the way NFD takes labels from third parties
 (``GENERICDP_NODE_FEATURES=nodefeature``; docs/deploy.md).
 
-nfd-master labels node N with the ``spec.labels`` of every NodeFeature that
-carries the label ``nfd.node.kubernetes.io/node-name: N``, and removes them
-when the object goes. The object is owned by the DaemonSet
-(``GENERICDP_NODE_FEATURES_OWNER``; its UID read once from the API server), not
-by the pod: a pod's restart or rolling update keeps the labels, deleting the
-DaemonSet removes them (garbage collection). Each write is one server-side
-apply, so labels no longer given are removed and nobody else's fields are
-touched; ``current`` reads the object once at start, so a restart that
-changes nothing writes nothing.
+nfd-master labels node N with the ``spec.labels`` of every NodeFeature labelled
+``nfd.node.kubernetes.io/node-name: N``. The object is owned by the DaemonSet
+(``GENERICDP_NODE_FEATURES_OWNER``), not the pod: a pod's restart keeps the
+labels, deleting the DaemonSet removes them. Each write is one server-side apply,
+so labels no longer given go and nobody else's fields are touched; the object is
+read once at start, so a restart that changes nothing writes nothing.
 
-One object per DaemonSet and node: its name is ``<DaemonSet>-<node>`` and its
-field manager the DaemonSet's name (``genericdp`` for both when no owner is
-set), so two DaemonSets in one namespace keep two objects and neither's apply
-takes the other's labels. The name was ``genericdp-<node>`` for every
-DaemonSet before; an object of that name owned by this DaemonSet alone is
-deleted at start (``_drop_old``), so an upgrade leaves no second object with
-stale labels.
+One object per DaemonSet and node, ``<DaemonSet>-<node>``, with the DaemonSet's
+name as field manager (``genericdp`` without owner), so two DaemonSets never take
+each other's labels. Every DaemonSet used ``genericdp-<node>`` before: such an
+object owned by this DaemonSet alone is deleted at start (``_drop_old``).
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """The labels of the node the daemon runs on, read and watched on the API server.
 
 Only this node's Node object is read (field selector ``metadata.name``), so a
-label change on one node reaches only that node's daemon, and the RBAC it
-needs is get/list/watch on nodes. Loaded only when some resource has a
-``nodeSelector`` (``daemon``): the API client comes with it.
-
-One list gives the labels and a ``resourceVersion``; the watch goes on from
-there, one request at a time (``kube/listwatch.py``), so a watch the server ends
-(at once, or at its timeout) is reopened after a backoff, never in a tight
-loop; a 410 Gone (the version is too old) lists again. What the server
-answers becomes ``ApiRequestError``.
+label change reaches only that node's daemon, and the RBAC it needs is
+get/list/watch on nodes. Loaded only when some resource has a ``nodeSelector``:
+the API client comes with it. Listing and watching follow ``kube/listwatch.py``.
 """
 
 from __future__ import annotations
