@@ -95,15 +95,13 @@ def parse_labels(text: str) -> dict[str, str]:
         if not item:
             continue
         key, equals, value = item.partition("=")
-        problem = (
-            f"{item!r} is not key=value"
-            if not equals
-            else (f"key {key!r}: {p}" if (p := label_key_problem(key)) else None)
-            or (f"value {value!r} of {key}: {p}" if (p := label_value_problem(value)) else None)
-        )
-        if problem is None and key in labels:
-            problem = f"label {key} is given twice"
-        if problem:
-            raise LabelsError(problem)
+        if not equals:
+            raise LabelsError(f"{item!r} is not key=value")
+        if problem := label_key_problem(key):
+            raise LabelsError(f"key {key!r}: {problem}")
+        if problem := label_value_problem(value):
+            raise LabelsError(f"value {value!r} of {key}: {problem}")
+        if key in labels:
+            raise LabelsError(f"label {key} is given twice")
         labels[key] = value
     return labels

@@ -359,13 +359,9 @@ def _reap_group(pgid: int) -> None:
     Only called once the leader itself has been reaped by asyncio, so this can
     never steal its exit status.
     """
-    while True:
-        try:
-            pid, _ = os.waitpid(-pgid, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    with contextlib.suppress(ChildProcessError):  # none left
+        while os.waitpid(-pgid, os.WNOHANG)[0]:  # 0: those left still run
+            pass
 
 
 def _start_error(argv: tuple[str, ...], cwd: Path | None, exc: OSError | ValueError) -> str:
