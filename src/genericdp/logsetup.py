@@ -67,9 +67,8 @@ class ContextFields(logging.Filter):
     """Adds the current context's fields to a record that does not have them."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        added = [k for k in _FIELDS.get() if not hasattr(record, k)]
-        for key in added:
-            setattr(record, key, _FIELDS.get()[key])
+        added = {k: v for k, v in _FIELDS.get().items() if not hasattr(record, k)}
+        record.__dict__.update(added)
         setattr(record, _FROM_CONTEXT, tuple(added))
         return True
 
@@ -79,17 +78,18 @@ def _extras(record: logging.LogRecord, *, context: bool = True) -> dict[str, Any
     return {k: v for k, v in vars(record).items() if k not in _STANDARD and k not in skip}
 
 
+def _stamp(record: logging.LogRecord) -> str:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+    return f"{stamp}.{int(record.msecs):03d}Z"
+
+
 class TextFormatter(logging.Formatter):
     """``2026-11-29T07:00:00.123Z info  genericdp.runtime: message key=value``."""
 
     def format(self, record: logging.LogRecord) -> str:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        millis = int(record.msecs)
         extras = " ".join(f"{k}={v}" for k, v in sorted(_extras(record, context=False).items()))
-        line = (
-            f"{stamp}.{millis:03d}Z {record.levelname.lower():<7} {record.name}: "
-            f"{record.getMessage()}"
-        )
+        level = record.levelname.lower()
+        line = f"{_stamp(record)} {level:<7} {record.name}: {record.getMessage()}"
         if extras:
             line += f" {extras}"
         if record.exc_info:
@@ -102,8 +102,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         data: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
+            "time": _stamp(record),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
