@@ -39,11 +39,15 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_validate(args: argparse.Namespace) -> int:
     from genericdp import configsources
     from genericdp.config import load
+    from genericdp.k8snames import LabelsError, parse_labels
     from genericdp.report import label_keys_note, served_note
 
     if not args.paths and not args.helm_values:
         raise UsageError("validate needs a PATH or --helm-values FILE")
-    labels = _node_labels(args.node_labels)
+    try:
+        labels = None if args.node_labels is None else parse_labels(args.node_labels)
+    except LabelsError as exc:
+        raise UsageError(f"--node-labels: {exc}") from exc
     manifests = [p for p in args.paths if configsources.looks_like_manifest(p)]
     plain = [p for p in args.paths if p not in manifests]
     issues: list[ConfigIssue] = []
@@ -74,18 +78,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for name, where in checked.resources:
             print(f"  {name}  ({where})")
     return EXIT_OK
-
-
-def _node_labels(text: str | None) -> dict[str, str] | None:
-    """``--node-labels`` of validate: None when not given."""
-    from genericdp.k8snames import LabelsError, parse_labels
-
-    if text is None:
-        return None
-    try:
-        return parse_labels(text)
-    except LabelsError as exc:
-        raise UsageError(f"--node-labels: {exc}") from exc
 
 
 def cmd_schema(_args: argparse.Namespace) -> int:

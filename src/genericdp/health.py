@@ -78,8 +78,6 @@ class HealthMonitor:
         logger: logging.Logger | None = None,
         roots: Roots | None = None,
     ) -> None:
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, not {concurrency}")
         self.resource = resource
         self.check = check
         self._units = units

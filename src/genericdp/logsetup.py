@@ -148,8 +148,6 @@ class RateLimitedLog:
         burst: int = 5,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if period <= 0 or burst < 1:
-            raise ValueError(f"need period > 0 and burst >= 1, not {period} and {burst}")
         self.logger = logger
         self._period = period
         self._burst = burst

@@ -98,8 +98,6 @@ async def run_exec(
 
     if not argv:
         return result(None, False, None, "empty argv")
-    if output_limit < 0:
-        raise ValueError(f"output_limit must be >= 0, not {output_limit}")
     run_id = SUBREAPER.new_run()
     full_env = {**child_env(env), RUN_ID_VAR: run_id}
     try:
