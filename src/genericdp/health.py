@@ -124,20 +124,17 @@ class HealthMonitor:
 
     async def _wait(self, seconds: float) -> bool:
         """Sleep ``seconds``; True if poked first (or before)."""
-        if self._poked.is_set():
-            self._poked.clear()
-            return True
-        sleeping = asyncio.ensure_future(self._sleep(seconds))
-        poked = asyncio.ensure_future(self._poked.wait())
-        try:
-            await asyncio.wait((sleeping, poked), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeping.cancel()
-            poked.cancel()
-        if self._poked.is_set():
-            self._poked.clear()
-            return True
-        return False
+        if not self._poked.is_set():
+            sleeping = asyncio.ensure_future(self._sleep(seconds))
+            poked = asyncio.ensure_future(self._poked.wait())
+            try:
+                await asyncio.wait((sleeping, poked), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                sleeping.cancel()
+                poked.cancel()
+        was_poked = self._poked.is_set()
+        self._poked.clear()
+        return was_poked
 
     async def probe_once(self, *, only_new: bool = False) -> frozenset[str]:
         """One round: probe every current unit (``only_new``: those never probed yet),

@@ -176,11 +176,9 @@ def to_text(reports: Sequence[ResourceReport]) -> str:
             out.append(f"  not served on this node: {r.not_served}")
         if r.error:
             out.append(f"  error: {r.error}")
-        if _missing(r.units):
-            missing = ", ".join(_missing(r.units))
+        if missing := ", ".join(_missing(r.units)):
             out.append(f"  every unit is Unhealthy: required device node(s) missing: {missing}")
-        probe = _probe_text(d)
-        if probe is not None:
+        if probe := _probe_text(d):
             out.append(f"  {probe}")
         if not r.units:
             out.append("  no devices found")
