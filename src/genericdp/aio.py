@@ -246,7 +246,6 @@ class StopSignals:
         return self._received[0]
 
     def remove(self) -> None:
-        """Give the signals back their default effect."""
         for sig in self.SIGNALS:
             self._loop.remove_signal_handler(sig)
 

@@ -46,7 +46,6 @@ class Checked:
 
     label: str
     resources: tuple[tuple[str, str], ...]  # (name, "file:line")
-    files: int
 
 
 def _starts_a_line(pattern: re.Pattern[str], path: Path) -> bool:
@@ -237,7 +236,7 @@ def check(files: Sequence[Embedded]) -> Checked:
             where = f"{f.source} ({f.key}, line {line})"
         resources.append((r.name, where))
     label = ", ".join(sorted({f"{f.source} ({f.key})" for f in files}))
-    return Checked(label, tuple(resources), len(files))
+    return Checked(label, tuple(resources))
 
 
 def _place(issue: ConfigIssue, by_name: dict[str, Embedded]) -> ConfigIssue:

@@ -148,7 +148,6 @@ class HttpServer:
 
     @property
     def connections(self) -> int:
-        """Connections open now."""
         return len(self._connections)
 
     async def close(self) -> None:

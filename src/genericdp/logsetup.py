@@ -98,8 +98,6 @@ class TextFormatter(logging.Formatter):
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line."""
-
     def format(self, record: logging.LogRecord) -> str:
         data: dict[str, Any] = {
             "time": _stamp(record),
@@ -177,5 +175,4 @@ class RateLimitedLog:
         return self.log(logging.WARNING, key, msg, *args)
 
     def exception(self, key: str, msg: str, *args: object) -> bool:
-        """An error with the traceback being handled."""
         return self.log(logging.ERROR, key, msg, *args, exc_info=True)

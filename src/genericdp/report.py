@@ -24,8 +24,6 @@ from genericdp.nodelabels import Dropped, label_lines, resource_labels
 
 @dataclass(frozen=True)
 class ResourceReport:
-    """Discovery result of one resource."""
-
     definition: ResourceDefinition
     units: tuple[Unit, ...]
     example: Allocation | None  # what one unit would give a container
@@ -164,7 +162,6 @@ def to_json(reports: Sequence[ResourceReport]) -> str:
 
 
 def to_text(reports: Sequence[ResourceReport]) -> str:
-    """A readable table per resource."""
     out: list[str] = []
     for r in reports:
         d = r.definition
