@@ -13,7 +13,7 @@ import logging
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, cast
@@ -284,26 +284,27 @@ def publish_node_labels(
     if problem is not None:
         log.warning("node labels are not published: %s", problem)
         return
-    from genericdp.nodelabels import LabelFollower, LabelSink
+    from genericdp.nodelabels import LabelFollower
 
     async def follow() -> None:
-        async with AsyncExitStack() as stack:
-            sink: LabelSink
-            if settings.node_features == "file":
-                from genericdp.nodelabels.featuresfile import FeaturesFile
+        if settings.node_features == "file":
+            from genericdp.nodelabels.featuresfile import FeaturesFile
 
-                sink = FeaturesFile(settings.node_features_file)
-            else:
-                from genericdp.nodelabels.nodefeature import node_feature_sink
-
-                sink = api = node_feature_sink(
-                    Path(settings.kubeconfig) if settings.kubeconfig else None,
-                    settings.node_name,
-                    settings.node_features_namespace,
-                    settings.node_features_owner,
-                )
-                stack.push_async_callback(api.close)
+            sink = FeaturesFile(settings.node_features_file)
             await LabelFollower(supervisor, sink, settings.node_name, metrics).run()
+            return
+        from genericdp.nodelabels.nodefeature import node_feature_sink
+
+        api = node_feature_sink(
+            Path(settings.kubeconfig) if settings.kubeconfig else None,
+            settings.node_name,
+            settings.node_features_namespace,
+            settings.node_features_owner,
+        )
+        try:
+            await LabelFollower(supervisor, api, settings.node_name, metrics).run()
+        finally:
+            await api.close()
 
     tasks.spawn("node-features", follow, backoff=Backoff(maximum=30.0))
 
