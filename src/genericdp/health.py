@@ -287,15 +287,10 @@ REASON_TAIL = 800  # characters of a probe's output a reason keeps (its end says
 
 
 def failure_reason(check: HealthCheck, result: ExecResult) -> str:
-    """Why a probe of ``check`` failed, in words a pod's status can show.
-
-    ``health probe exited 3: <output's tail>``, ``health probe timed out
-    after 3s``, ``health probe could not start: ...``, ``health probe was
-    killed by signal 9 (SIGKILL)``; for a sysfs probe what was read:
-    ``sysfs operstate: devices/.../operstate is 'down', not 'up'``. The tail
-    is the last ``REASON_TAIL`` characters of the output, lines joined by
-    `` | ``; the DRA health stream clips the whole to 1024.
-    """
+    """Why a probe of ``check`` failed, in words a pod's status can show:
+    ``health probe exited 3: <the output's last REASON_TAIL characters, lines joined
+    by " | ">`` (the DRA health stream clips the whole to 1024), or for a sysfs probe
+    what was read: ``sysfs operstate: devices/.../operstate is 'down', not 'up'``."""
     if check.sysfs is not None:
         how = f"sysfs {check.sysfs.attribute}: {result.output.strip() or 'nothing read'}"
         return f"{how} (after {check.sysfs.timeout:g}s)" if result.timed_out else how

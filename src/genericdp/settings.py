@@ -98,11 +98,9 @@ def parse_listen_address(text: str) -> ListenAddress | None:
     return ListenAddress(host or None, int(port_text))
 
 
-# Settings that are not flags of ``simulate``: it replaces the first four with
-# temporary ones (it never touches the host's kubelet or CDI directories),
-# serves no HTTP endpoints and keeps no state.
-# ``simulate`` has its own ``--backend`` (what to simulate, not how to serve),
-# and never talks to an API server.
+# Settings that are not flags of ``simulate``: it uses temporary kubelet and CDI
+# directories (never the host's), serves no HTTP endpoints, keeps no state, never
+# talks to an API server, and has its own ``--backend`` (what to simulate).
 SIMULATE_SKIPS = frozenset({
     "config", "plugin_dir", "pod_resources_socket", "cdi_dir", "metrics_address",
     "dra_registration_dir", "dra_plugins_dir", "pod_uid", "kubeconfig", "backend", "state_dir",
