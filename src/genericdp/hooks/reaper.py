@@ -211,12 +211,9 @@ class Subreaper:
         table = process_table(self._proc)
         roots = set() if leader is None else {leader}
         if self.enabled:
-            me = os.getpid()
-            self._adopt_strays(table, me)
-            for info in table.values():
-                ours = info.ppid == me and info.alive and info.pid not in self._leaders
-                if ours and run_id_of(info.pid, self._proc) == run_id:
-                    roots.add(info.pid)
+            self._adopt_strays(table)
+            orphans = self._orphans(table)
+            roots |= {i.pid for i in orphans if run_id_of(i.pid, self._proc) == run_id}
             for (pid, start), owners in self._strays.items():
                 stray = table.get(pid)
                 mine = owners <= {run_id} and pid not in self._leaders
@@ -224,13 +221,18 @@ class Subreaper:
                     roots.add(pid)
         return {p for p in descendants(table, roots) if table[p].alive}
 
-    def _adopt_strays(self, table: dict[int, ProcInfo], me: int) -> None:
+    def _orphans(self, table: dict[int, ProcInfo]) -> list[ProcInfo]:
+        """Our live children that are no command's own process: adopted orphans."""
+        me = os.getpid()
+        return [
+            i for i in table.values() if i.ppid == me and i.alive and i.pid not in self._leaders
+        ]
+
+    def _adopt_strays(self, table: dict[int, ProcInfo]) -> None:
         """Note orphans without run ID seen for the first time, with the runs that may own
         them: they appeared since the last look, so a run running now started them."""
-        for info in table.values():
+        for info in self._orphans(table):
             key = (info.pid, info.start)
-            if info.ppid != me or not info.alive or info.pid in self._leaders:
-                continue
             if key not in self._strays and run_id_of(info.pid, self._proc) is None:
                 self._strays[key] = set(self._runs)
 
@@ -247,7 +249,7 @@ class Subreaper:
             self._runs.discard(run_id)
             return
         table = process_table(self._proc)
-        self._adopt_strays(table, os.getpid())
+        self._adopt_strays(table)
         self._runs.discard(run_id)
         for key, owners in list(self._strays.items()):
             owners.discard(run_id)
