@@ -146,10 +146,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
         ThreadPoolExecutor(max_workers=WORKER_THREADS, thread_name_prefix="genericdp")
     )
     metrics = Metrics()
-    if start.problem is None:
-        metrics.config_loaded()
-    else:
-        metrics.config_refused_at_start(start.source)
+    metrics.config_at_start(start.source)
     from genericdp.hooks import run_hook
     from genericdp.runtime.recorder import TimedHooks
 
