@@ -180,7 +180,7 @@ class HealthMonitor:
             except Exception:  # noqa: BLE001 -- a caller's callback must not stop health checking
                 self._log.exception("health: on_result callback failed")
 
-    async def _read_sysfs(self, probe: SysfsProbe, units: list[Unit]) -> list[ExecResult | None]:
+    async def _read_sysfs(self, probe: SysfsProbe, units: list[Unit]) -> list[ExecResult]:
         """Every unit's attribute read in one worker thread, no process at all.
 
         A read that blocks (a driver stuck in its attribute's show function)
@@ -197,7 +197,7 @@ class HealthMonitor:
         reading = self._reading = asyncio.ensure_future(
             asyncio.to_thread(self._read_all, probe, units)
         )
-        results: list[ExecResult | None]
+        results: list[ExecResult]
         try:
             async with asyncio.timeout(probe.timeout):  # not wait_for: see aio.wait_event
                 results = list(await asyncio.shield(reading))
@@ -206,8 +206,7 @@ class HealthMonitor:
             timed_out = ExecResult(argv, None, True, "read timed out", elapsed, None)
             results = [timed_out for _ in units]
         for unit, result in zip(units, results, strict=True):
-            if result is not None:
-                self._report_result(unit.id, result)
+            self._report_result(unit.id, result)
         return results
 
     def _read_all(self, probe: SysfsProbe, units: list[Unit]) -> list[ExecResult]:
