@@ -133,9 +133,10 @@ def test_every_exit_code_is_documented() -> None:
     readme = (REPO / "docs" / "reference.md").read_text()
     paragraph = readme[readme.index("Exit codes") :].split("\n\n", 1)[0]
     listed = {int(n) for n in re.findall(r"\b(\d+) [a-z`]", paragraph)}
-    assert listed == set(exits.ALL.values())
+    codes = {v for k, v in vars(exits).items() if k.startswith("EXIT_")}
+    assert listed == codes
     assert exits.__doc__ is not None
-    for code in exits.ALL.values():
+    for code in codes:
         assert re.search(rf"^  {code} ", exits.__doc__, re.MULTILINE), code
 
 

@@ -176,7 +176,7 @@ def test_config_reloads() -> None:
     metrics = Metrics(clock=lambda: now[0])
     for outcome in ("applied", "unchanged", "refused", "failed"):
         assert value(metrics, "genericdp_config_reloads_total", result=outcome) == 0
-    metrics.config_loaded()
+    metrics.config_at_start("config")
     assert value(metrics, "genericdp_config_last_reload_success_timestamp_seconds") == 100.0
     now[0] = 200.0
     metrics.config_reload("applied")

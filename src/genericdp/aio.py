@@ -1,20 +1,10 @@
 """A small asyncio toolkit with no knowledge of devices or kubelets (after kopf's aiokits).
 
-- ``TaskSet``: named tasks that are tracked, guarded and cancelled together.
-  ``spawn`` runs a long-lived coroutine whose failure is logged with its
-  name and, given a ``Backoff``, restarted after a growing delay; it never
-  takes its neighbours down. A spawned task is meant to run until it is
-  cancelled: one that returns is logged as ended unexpectedly (a loop that
-  fell out silently is a resource that stopped working), unless it was
-  spawned ``finishable`` (kopf's ``aiotasks.guard``). ``run`` starts a
-  one-shot coroutine whose failure is logged, never lost. Shutdown is
-  cancellation plus a bounded wait that names the stragglers.
-- ``Backoff``: exponential, with jitter.
-- ``wait_event``: an event with a timeout that never swallows a cancel;
-  ``next_by``: an async iterator's next item before a deadline.
-- ``Changes``: "something changed", for any number of waiters on a condition.
-- ``StopSignals``: SIGTERM and SIGINT as a request to stop, for every process.
-- ``inotify_events``: one non-blocking inotify instance read from the loop.
+Every long-lived task is named, guarded and cancelled together (``TaskSet``): a
+task that fails is logged and, given a ``Backoff``, restarted; one that returns
+is logged as ended unexpectedly (a loop that fell out silently is a resource that
+stopped working) unless spawned ``finishable``. Shutdown is cancellation plus a
+bounded wait that names the stragglers.
 """
 
 from __future__ import annotations
@@ -88,10 +78,7 @@ class TaskSet:
         finishable: bool = False,
     ) -> asyncio.Task[None]:
         """Run ``factory()`` as task ``name``; with ``backoff``, restart it after failures.
-
-        Its log lines (JSON) carry ``log_fields`` (``resource``, ``unit``).
-        Unless ``finishable``, its returning is logged as a warning.
-        """
+        Its log lines (JSON) carry ``log_fields`` (``resource``, ``unit``)."""
         old = self._guarded.get(name)
         if old is not None and not old.done():
             raise RuntimeError(f"task {name} is already running")
@@ -259,7 +246,6 @@ class StopSignals:
         return self._received[0]
 
     def remove(self) -> None:
-        """Give the signals back their default effect."""
         for sig in self.SIGNALS:
             self._loop.remove_signal_handler(sig)
 

@@ -10,7 +10,7 @@ import argparse
 import dataclasses
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -24,11 +24,7 @@ from genericdp.exits import (
     EXIT_OK,
     EXIT_USAGE,
 )
-from genericdp.settings import (
-    ClassSettings,
-    DiscoverySettings,
-    Settings,
-)
+from genericdp.settings import ClassSettings, DiscoverySettings, Settings
 
 
 class UsageError(Exception):
@@ -37,25 +33,21 @@ class UsageError(Exception):
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The setting flags that were given; they override GENERICDP_* variables."""
-    names: Sequence[str] = args.settings
-    return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
-
-
-def _print_config_error(exc: ConfigError, out: TextIO) -> None:
-    for issue in exc.issues:
-        print(f"error: {issue}", file=out)
-    files = {i.file for i in exc.issues}
-    print(f"{len(exc.issues)} problem(s) in {len(files)} file(s)", file=out)
+    return {n: getattr(args, n) for n in args.settings if getattr(args, n) is not None}
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from genericdp import configsources
     from genericdp.config import load
+    from genericdp.k8snames import LabelsError, parse_labels
     from genericdp.report import label_keys_note, served_note
 
     if not args.paths and not args.helm_values:
         raise UsageError("validate needs a PATH or --helm-values FILE")
-    labels = _node_labels(args.node_labels)
+    try:
+        labels = None if args.node_labels is None else parse_labels(args.node_labels)
+    except LabelsError as exc:
+        raise UsageError(f"--node-labels: {exc}") from exc
     manifests = [p for p in args.paths if configsources.looks_like_manifest(p)]
     plain = [p for p in args.paths if p not in manifests]
     issues: list[ConfigIssue] = []
@@ -88,24 +80,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _node_labels(text: str | None) -> dict[str, str] | None:
-    """``--node-labels`` of validate: None when not given."""
-    from genericdp.k8snames import LabelsError, parse_labels
-
-    if text is None:
-        return None
-    try:
-        return parse_labels(text)
-    except LabelsError as exc:
-        raise UsageError(f"--node-labels: {exc}") from exc
-
-
 def cmd_schema(_args: argparse.Namespace) -> int:
     from genericdp.config import schema_text
 
-    sys.stdout.write(schema_text())
-    if not schema_text().endswith("\n"):
-        sys.stdout.write("\n")
+    text = schema_text()
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return EXIT_OK
 
 
@@ -115,12 +94,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if not args.device and args.config is None:
         raise UsageError("convert needs --device values, a --config file, or both")
     given = {n: getattr(args, n.replace("-", "_")) for n in SQUAT_DAEMON_FLAGS}
-    result = convert_squat(
-        args.device,
-        args.config,
-        args.domain,
-        daemon_flags={n: v for n, v in given.items() if v is not None},
-    )
+    flags = {n: v for n, v in given.items() if v is not None}
+    result = convert_squat(args.device, args.config, args.domain, daemon_flags=flags)
     for note in result.notes:
         print(f"warning: {note}", file=sys.stderr)
     if args.output is not None:
@@ -203,23 +178,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.backend == "dra":
         from genericdp.simulate import simulate_dra
 
+        driver = settings.dra_driver_name
         return asyncio.run(
             simulate_dra(
-                args.path,
-                settings,
-                driver=settings.dra_driver_name,
-                requests=requests,
-                timeout=args.timeout,
+                args.path, settings, driver=driver, requests=requests, timeout=args.timeout
             )
         )
     return asyncio.run(
-        simulate(
-            args.path,
-            settings,
-            requests=requests,
-            once=args.once,
-            timeout=args.timeout,
-        )
+        simulate(args.path, settings, requests=requests, once=args.once, timeout=args.timeout)
     )
 
 
@@ -265,7 +231,10 @@ COMMANDS = {
 def _report(exc: Exception) -> int | None:
     """Print an expected failure for a person; its exit code, or None for a bug."""
     if isinstance(exc, ConfigError):
-        _print_config_error(exc, sys.stderr)
+        for issue in exc.issues:
+            print(f"error: {issue}", file=sys.stderr)
+        files = {i.file for i in exc.issues}
+        print(f"{len(exc.issues)} problem(s) in {len(files)} file(s)", file=sys.stderr)
         return EXIT_INVALID
     if isinstance(exc, UsageError):
         print(f"error: {exc}", file=sys.stderr)

@@ -1,11 +1,8 @@
 """Config carried inside other files: a Helm values file, a rendered manifest.
 
-``genericdp validate --helm-values FILE`` checks what the chart writes to its
-ConfigMap from a values file; ``genericdp validate MANIFEST`` checks each
-ConfigMap of a rendered manifest. The files of one ConfigMap are checked
-together, as the pod reads its mounted directory, and each problem is put
-back at the line of the file the user wrote where the text was copied from
-it verbatim.
+The files of one ConfigMap are checked together, as the pod reads its mounted
+directory, and each problem is put back at the line of the file the user wrote
+where the text was copied from it verbatim.
 """
 
 from __future__ import annotations
@@ -49,7 +46,6 @@ class Checked:
 
     label: str
     resources: tuple[tuple[str, str], ...]  # (name, "file:line")
-    files: int
 
 
 def _starts_a_line(pattern: re.Pattern[str], path: Path) -> bool:
@@ -81,7 +77,11 @@ def _read(path: Path) -> str:
     try:
         return path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError([ConfigIssue(str(path), None, None, "", f"cannot read: {exc}")]) from exc
+        raise _whole_file(path, f"cannot read: {exc}") from exc
+
+
+def _whole_file(path: Path, message: str) -> ConfigError:
+    return ConfigError([ConfigIssue(str(path), None, None, "", message)])
 
 
 def _syntax(path: Path, exc: YAMLError) -> ConfigError:
@@ -161,8 +161,8 @@ def from_helm_values(path: Path) -> list[Embedded]:
         values = _round_trip().load(text)
     except YAMLError as exc:
         raise _syntax(path, exc) from exc
-    if not hasattr(values, "lc"):
-        raise ConfigError([ConfigIssue(str(path), None, None, "", "is not a YAML mapping")])
+    if not hasattr(values, "lc"):  # ruamel's round-trip mapping
+        raise _whole_file(path, "is not a YAML mapping")
     found = []
     if values.get("configYaml"):
         found.append(
@@ -184,14 +184,7 @@ def from_helm_values(path: Path) -> list[Embedded]:
             raise ConfigError([_issue_at(path, extra, name, where, message)])
         found.append(_scalar(path, lines, extra, name, name=str(name), where=where))
     if not found:
-        raise ConfigError(
-            [
-                ConfigIssue(
-                    str(path), None, None, "",
-                    "has no config, configYaml or extraConfigFiles: nothing to check",
-                )
-            ]
-        )  # fmt: skip
+        raise _whole_file(path, "has no config, configYaml or extraConfigFiles: nothing to check")
     return found
 
 
@@ -218,8 +211,7 @@ def from_manifest(path: Path) -> list[list[Embedded]]:
         if group:
             groups.append(group)
     if not groups:
-        message = "has no ConfigMap with *.yaml or *.yml data"
-        raise ConfigError([ConfigIssue(str(path), None, None, "", message)])
+        raise _whole_file(path, "has no ConfigMap with *.yaml or *.yml data")
     return groups
 
 
@@ -244,7 +236,7 @@ def check(files: Sequence[Embedded]) -> Checked:
             where = f"{f.source} ({f.key}, line {line})"
         resources.append((r.name, where))
     label = ", ".join(sorted({f"{f.source} ({f.key})" for f in files}))
-    return Checked(label, tuple(resources), len(files))
+    return Checked(label, tuple(resources))
 
 
 def _place(issue: ConfigIssue, by_name: dict[str, Embedded]) -> ConfigIssue:

@@ -146,10 +146,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
         ThreadPoolExecutor(max_workers=WORKER_THREADS, thread_name_prefix="genericdp")
     )
     metrics = Metrics()
-    if start.problem is None:
-        metrics.config_loaded()
-    else:
-        metrics.config_refused_at_start(start.source)
+    metrics.config_at_start(start.source)
     from genericdp.hooks import run_hook
     from genericdp.runtime.recorder import TimedHooks
 
@@ -196,7 +193,9 @@ async def _serve(
         ),
     )
 
-    def on_result(result: ReloadResult) -> None:
+    node_watch = NodeLabelsWatch(watches, settings, supervisor)
+
+    def reloaded(result: ReloadResult) -> None:
         metrics.config_reload(result.outcome)
         if result.ok and start.problem is not None:
             start.problem = None
@@ -204,21 +203,22 @@ async def _serve(
             log.info("the config at %s is valid again and served", settings.config)
         elif not result.ok:
             start.still_invalid(result.issues)
+        node_watch.start_if_needed()
 
     try:
-        _say_serving(settings, start, store, supervisor)
+        where = {"config": str(settings.config), "none": "no config"}.get(
+            start.source, f"the last good config ({store.path if store else ''})"
+        )
+        log.info(
+            "serving %d resource(s) from %s in %s",
+            len(start.config.resources), where, supervisor.backend.where,
+        )  # fmt: skip
         await supervisor.start(start.config, tidy=start.source != "none")
         started.set()
         if store is not None and start.sources:
             await asyncio.to_thread(store.keep, start.sources)
-        node_watch = NodeLabelsWatch(watches, settings, supervisor)
         node_watch.start_if_needed()
         publish_node_labels(watches, settings, supervisor, metrics)
-
-        def reloaded(result: ReloadResult) -> None:
-            on_result(result)
-            node_watch.start_if_needed()
-
         start_config_watch(  # hot reload
             watches, settings, supervisor, on_result=reloaded, store=store, refused=start.refused
         )
@@ -235,20 +235,6 @@ async def _serve(
             log.warning("exiting with tasks still running: %s", ", ".join(stragglers))
     log.info("shut down cleanly")
     return EXIT_OK
-
-
-def _say_serving(
-    settings: Settings, start: StartingConfig, store: LastGood | None, supervisor: Supervisor
-) -> None:
-    where = {"config": str(settings.config), "none": "no config"}.get(
-        start.source, f"the last good config ({store.path if store else ''})"
-    )
-    log.info(
-        "serving %d resource(s) from %s in %s",
-        len(start.config.resources),
-        where,
-        supervisor.backend.where,
-    )
 
 
 class NodeLabelsWatch:
@@ -306,9 +292,8 @@ def publish_node_labels(
             return
         from genericdp.nodelabels.nodefeature import node_feature_sink
 
-        kubeconfig = Path(settings.kubeconfig) if settings.kubeconfig else None
         api = node_feature_sink(
-            kubeconfig,
+            Path(settings.kubeconfig) if settings.kubeconfig else None,
             settings.node_name,
             settings.node_features_namespace,
             settings.node_features_owner,

@@ -2,18 +2,13 @@
 
 A unit is Unhealthy until its first probe passes, turns Unhealthy after
 ``failure_threshold`` consecutive failed probes (non-zero exit, timeout, could
-not start) and is Healthy again after one success. Recovery is the point: a
-device plugin whose devices can never come back forces a node drain for a
-glitch.
+not start) and is Healthy again after one success: a device plugin whose
+devices can never come back forces a node drain for a glitch.
 
-Why Unhealthy until proven: the kubelet knows only Healthy and Unhealthy;
-capacity counts every unit listed, allocatable only the Healthy ones. A unit
-nobody has checked yet is present but not known to work, which is what
-"in capacity, not allocatable" says; advertising it Healthy would let a pod be
-admitted onto a device that fails its first probe. The cost is small because
-a new unit is probed at once (``poke``), not an interval later: allocatable
-follows within one probe's run time. ``failureThreshold`` is about a proven
-unit's glitches; a unit that never passed has nothing to tolerate.
+Unhealthy until proven: the kubelet counts every unit listed in capacity but
+only Healthy ones as allocatable, and advertising an unchecked unit Healthy
+would admit a pod onto a device that fails its first probe. A new unit is
+probed at once (``poke``), so allocatable follows within one probe's run time.
 """
 
 from __future__ import annotations
@@ -47,18 +42,13 @@ class HealthTracker:
             raise ValueError(f"failure_threshold must be at least 1, not {failure_threshold}")
         self.failure_threshold = failure_threshold
         self.consecutive_failures = 0
-        self._healthy = False  # until the first probe passes
-
-    @property
-    def healthy(self) -> bool:
-        return self._healthy
+        self.healthy = False  # until the first probe passes
 
     def record(self, ok: bool) -> bool:
         """Count one probe result; True if the healthy state changed."""
         self.consecutive_failures = 0 if ok else self.consecutive_failures + 1
-        healthy = ok or (self._healthy and self.consecutive_failures < self.failure_threshold)
-        changed = healthy != self._healthy
-        self._healthy = healthy
+        healthy = ok or (self.healthy and self.consecutive_failures < self.failure_threshold)
+        changed, self.healthy = healthy != self.healthy, healthy
         return changed
 
 
@@ -69,9 +59,8 @@ class HealthMonitor:
     ``poke`` says the units changed, and units never probed are then probed at
     once, between rounds. ``on_change`` (plain or async) gets the IDs of all
     unhealthy units whenever that set or the set of ``probed`` units changes,
-    and only then. ``sleep`` and ``clock`` are injectable so tests drive the
-    rounds. Nothing a probe, ``units`` or ``on_change`` does can end ``run``:
-    every failure is logged and the next round comes.
+    and only then (``sleep`` and ``clock`` let tests drive the rounds). Nothing a probe,
+    ``units`` or ``on_change`` does can end ``run``: every failure is logged.
     """
 
     def __init__(
@@ -89,8 +78,6 @@ class HealthMonitor:
         logger: logging.Logger | None = None,
         roots: Roots | None = None,
     ) -> None:
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, not {concurrency}")
         self.resource = resource
         self.check = check
         self._units = units
@@ -124,44 +111,34 @@ class HealthMonitor:
     async def run(self) -> None:
         """Probe, wait out the rest of the interval (probing new units), repeat."""
         while True:
-            started = self._clock()
-            await self._guarded(self.probe_once)
-            deadline = started + self.check.interval
+            deadline = self._clock() + self.check.interval
+            await self._guarded(only_new=False)
             while await self._wait(max(0.0, deadline - self._clock())):
-                await self._guarded(self.probe_new)
+                await self._guarded(only_new=True)
 
-    async def _guarded(self, probe: Callable[[], Awaitable[frozenset[str]]]) -> None:
+    async def _guarded(self, *, only_new: bool) -> None:
         try:
-            await probe()
+            await self.probe_once(only_new=only_new)
         except Exception:  # noqa: BLE001 -- a bug of ours must not stop health checking
             self._log.exception("health round for %s failed", self.resource)
 
     async def _wait(self, seconds: float) -> bool:
         """Sleep ``seconds``; True if poked first (or before)."""
-        if self._poked.is_set():
-            self._poked.clear()
-            return True
-        sleeping = asyncio.ensure_future(self._sleep(seconds))
-        poked = asyncio.ensure_future(self._poked.wait())
-        try:
-            await asyncio.wait((sleeping, poked), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeping.cancel()
-            poked.cancel()
-        if self._poked.is_set():
-            self._poked.clear()
-            return True
-        return False
+        if not self._poked.is_set():
+            sleeping = asyncio.ensure_future(self._sleep(seconds))
+            poked = asyncio.ensure_future(self._poked.wait())
+            try:
+                await asyncio.wait((sleeping, poked), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                sleeping.cancel()
+                poked.cancel()
+        was_poked = self._poked.is_set()
+        self._poked.clear()
+        return was_poked
 
-    async def probe_once(self) -> frozenset[str]:
-        """One round: probe every current unit, then report if the unhealthy set changed."""
-        return await self._round(only_new=False)
-
-    async def probe_new(self) -> frozenset[str]:
-        """Probe the units never probed yet (new ones), then report as ``probe_once``."""
-        return await self._round(only_new=True)
-
-    async def _round(self, *, only_new: bool) -> frozenset[str]:
+    async def probe_once(self, *, only_new: bool = False) -> frozenset[str]:
+        """One round: probe every current unit (``only_new``: those never probed yet),
+        then report if the unhealthy set changed."""
         try:
             units = {u.id: u for u in self._units()}
         except Exception:  # noqa: BLE001 -- a bug of ours must not stop health checking
@@ -203,7 +180,7 @@ class HealthMonitor:
             except Exception:  # noqa: BLE001 -- a caller's callback must not stop health checking
                 self._log.exception("health: on_result callback failed")
 
-    async def _read_sysfs(self, probe: SysfsProbe, units: list[Unit]) -> list[ExecResult | None]:
+    async def _read_sysfs(self, probe: SysfsProbe, units: list[Unit]) -> list[ExecResult]:
         """Every unit's attribute read in one worker thread, no process at all.
 
         A read that blocks (a driver stuck in its attribute's show function)
@@ -220,7 +197,7 @@ class HealthMonitor:
         reading = self._reading = asyncio.ensure_future(
             asyncio.to_thread(self._read_all, probe, units)
         )
-        results: list[ExecResult | None]
+        results: list[ExecResult]
         try:
             async with asyncio.timeout(probe.timeout):  # not wait_for: see aio.wait_event
                 results = list(await asyncio.shield(reading))
@@ -229,8 +206,7 @@ class HealthMonitor:
             timed_out = ExecResult(argv, None, True, "read timed out", elapsed, None)
             results = [timed_out for _ in units]
         for unit, result in zip(units, results, strict=True):
-            if result is not None:
-                self._report_result(unit.id, result)
+            self._report_result(unit.id, result)
         return results
 
     def _read_all(self, probe: SysfsProbe, units: list[Unit]) -> list[ExecResult]:
@@ -249,51 +225,38 @@ class HealthMonitor:
         return results
 
     def _record(self, unit_id: str, result: ExecResult | None) -> None:
-        with logsetup.fields(resource=self.resource, unit=unit_id):
-            self._record_in(unit_id, result)
-
-    def _record_in(self, unit_id: str, result: ExecResult | None) -> None:
         tracker = self._trackers.get(unit_id)
         first = tracker is None
         if tracker is None:
             tracker = self._trackers[unit_id] = HealthTracker(self.check.failure_threshold)
         ok = result is not None and result.ok
         changed = tracker.record(ok)
-        if first:  # Unhealthy until now: only a failure is news
-            if not ok:
+        name, how = f"{self.resource} unit {unit_id}", self._how(result)
+        with logsetup.fields(resource=self.resource, unit=unit_id):
+            if first:  # Unhealthy until now: only a failure is news
+                if not ok:
+                    self._log.warning(
+                        "%s stays Unhealthy: its first probe failed: %s%s",
+                        name, how, self._output(result),
+                    )  # fmt: skip
+            elif changed and tracker.healthy:
+                self._log.info("%s is Healthy again", name)
+            elif changed:
                 self._log.warning(
-                    "%s unit %s stays Unhealthy: its first probe failed: %s%s",
-                    self.resource,
-                    unit_id,
-                    self._how(result),
-                    self._output(result),
-                )
-            return
-        if not changed:
-            if not ok:
+                    "%s is Unhealthy after %d failed probes: %s%s",
+                    name, tracker.consecutive_failures, how, self._output(result),
+                )  # fmt: skip
+            elif not ok:
                 self._log.debug(
-                    "%s unit %s: probe failed (%d/%d): %s",
-                    self.resource,
-                    unit_id,
-                    tracker.consecutive_failures,
-                    tracker.failure_threshold,
-                    self._how(result),
-                )
-            return
-        if tracker.healthy:
-            self._log.info("%s unit %s is Healthy again", self.resource, unit_id)
-        else:
-            self._log.warning(
-                "%s unit %s is Unhealthy after %d failed probes: %s%s",
-                self.resource,
-                unit_id,
-                tracker.consecutive_failures,
-                self._how(result),
-                self._output(result),
-            )
+                    "%s: probe failed (%d/%d): %s",
+                    name, tracker.consecutive_failures, tracker.failure_threshold, how,
+                )  # fmt: skip
 
     def _output(self, result: ExecResult | None) -> str:
-        return "" if self.check.sysfs is not None else _output_block(result)
+        """The probe's output on lines of its own (a sysfs reading is in ``_how`` already)."""
+        if self.check.sysfs is not None or result is None or not result.output.strip():
+            return ""
+        return "\n" + result.output.rstrip()
 
     def _how(self, result: ExecResult | None) -> str:
         if result is None:
@@ -323,15 +286,10 @@ REASON_TAIL = 800  # characters of a probe's output a reason keeps (its end says
 
 
 def failure_reason(check: HealthCheck, result: ExecResult) -> str:
-    """Why a probe of ``check`` failed, in words a pod's status can show.
-
-    ``health probe exited 3: <output's tail>``, ``health probe timed out
-    after 3s``, ``health probe could not start: ...``, ``health probe was
-    killed by signal 9 (SIGKILL)``; for a sysfs probe what was read:
-    ``sysfs operstate: devices/.../operstate is 'down', not 'up'``. The tail
-    is the last ``REASON_TAIL`` characters of the output, lines joined by
-    `` | ``; the DRA health stream clips the whole to 1024.
-    """
+    """Why a probe of ``check`` failed, in words a pod's status can show:
+    ``health probe exited 3: <the output's last REASON_TAIL characters, lines joined
+    by " | ">`` (the DRA health stream clips the whole to 1024), or for a sysfs probe
+    what was read: ``sysfs operstate: devices/.../operstate is 'down', not 'up'``."""
     if check.sysfs is not None:
         how = f"sysfs {check.sysfs.attribute}: {result.output.strip() or 'nothing read'}"
         return f"{how} (after {check.sysfs.timeout:g}s)" if result.timed_out else how
@@ -346,9 +304,3 @@ def _tail(output: str) -> str:
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     joined = " | ".join(lines)
     return joined if len(joined) <= REASON_TAIL else "..." + joined[-(REASON_TAIL - 3) :]
-
-
-def _output_block(result: ExecResult | None) -> str:
-    if result is None or not result.output.strip():
-        return ""
-    return "\n" + result.output.rstrip()

@@ -62,12 +62,6 @@ class Response:
 Route = Callable[[], Response]
 
 
-class _BadRequestError(Exception):
-    def __init__(self, status: HTTPStatus, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-
-
 class _CountingReader(asyncio.StreamReader):
     """A StreamReader that counts the bytes it was given: silent clients are shed first."""
 
@@ -148,7 +142,6 @@ class HttpServer:
 
     @property
     def connections(self) -> int:
-        """Connections open now."""
         return len(self._connections)
 
     async def close(self) -> None:
@@ -232,10 +225,20 @@ class HttpServer:
     async def _respond(self, reader: asyncio.StreamReader) -> tuple[Response, bool]:
         """The response, and whether to leave its body out (HEAD)."""
         try:
-            method, path = await self._read_head(reader)
-        except _BadRequestError as exc:
-            return _status(exc.status, str(exc)), False
-        return self._route(method, path), method == "HEAD"
+            async with asyncio.timeout(self._read_timeout):
+                head = await reader.readuntil(_END_OF_HEAD)
+        except TimeoutError:
+            return _status(HTTPStatus.REQUEST_TIMEOUT, "request head too slow"), False
+        except asyncio.LimitOverrunError:
+            too_large = f"request head larger than {self._max_head} bytes"
+            return _status(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, too_large), False
+        except asyncio.IncompleteReadError:
+            return _status(HTTPStatus.BAD_REQUEST, "incomplete request"), False
+        parts = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[1].startswith("/"):  # noqa: PLR2004 -- method, target, version
+            return _status(HTTPStatus.BAD_REQUEST, "not an HTTP/1.x request line"), False
+        method, target, _ = parts
+        return self._route(method, target.split("?", 1)[0]), method == "HEAD"
 
     def _route(self, method: str, path: str) -> Response:
         route = self._routes.get(path)
@@ -248,27 +251,6 @@ class HttpServer:
         except Exception:
             log.exception("http: handler of %s failed", path)
             return _status(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error")
-
-    async def _read_head(self, reader: asyncio.StreamReader) -> tuple[str, str]:
-        """The method and path of the request; raises _BadRequestError."""
-        try:
-            async with asyncio.timeout(self._read_timeout):
-                head = await reader.readuntil(_END_OF_HEAD)
-        except TimeoutError:
-            raise _BadRequestError(HTTPStatus.REQUEST_TIMEOUT, "request head too slow") from None
-        except asyncio.LimitOverrunError:
-            raise _BadRequestError(
-                HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
-                f"request head larger than {self._max_head} bytes",
-            ) from None
-        except asyncio.IncompleteReadError:
-            raise _BadRequestError(HTTPStatus.BAD_REQUEST, "incomplete request") from None
-        line = head.split(b"\r\n", 1)[0].decode("latin-1")
-        parts = line.split(" ")
-        if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[1].startswith("/"):  # noqa: PLR2004 -- method, target, version
-            raise _BadRequestError(HTTPStatus.BAD_REQUEST, "not an HTTP/1.x request line")
-        method, target, _ = parts
-        return method, target.split("?", 1)[0]
 
 
 def _status(status: HTTPStatus, reason: str) -> Response:

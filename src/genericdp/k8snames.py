@@ -1,16 +1,9 @@
 """Kubernetes' name rules, one implementation for the config and the embedded kubelet.
 
-``is_extended_resource_name`` is ``v1helper.IsExtendedResourceName``, which the
-kubelet's device manager applies to every Register call: the name is not
-native (it has a ``/`` and does not contain ``kubernetes.io/``), does not start
-with ``requests.``, and ``"requests." + name`` passes ``IsQualifiedName``: a
-DNS-1123 subdomain prefix of at most 253 characters and a name part of at most
-63 characters of ``[A-Za-z0-9_.-]``, starting and ending alphanumeric.
-``config.names`` says why a name fails, in these terms; the embedded kubelet
-accepts and refuses exactly what the real one does.
-
-Label keys are qualified names too (``label_key_problem``), and label values
-``IsValidLabelValue``'s (at most 63 characters, empty allowed).
+``is_extended_resource_name`` is the kubelet's ``v1helper.IsExtendedResourceName``,
+applied to every Register call, so the embedded kubelet accepts and refuses
+exactly what the real one does (``config.names`` says why a name fails, in these
+terms). Label keys are qualified names too, label values ``IsValidLabelValue``'s.
 """
 
 from __future__ import annotations
@@ -102,15 +95,13 @@ def parse_labels(text: str) -> dict[str, str]:
         if not item:
             continue
         key, equals, value = item.partition("=")
-        problem = (
-            f"{item!r} is not key=value"
-            if not equals
-            else (f"key {key!r}: {p}" if (p := label_key_problem(key)) else None)
-            or (f"value {value!r} of {key}: {p}" if (p := label_value_problem(value)) else None)
-        )
-        if problem is None and key in labels:
-            problem = f"label {key} is given twice"
-        if problem:
-            raise LabelsError(problem)
+        if not equals:
+            raise LabelsError(f"{item!r} is not key=value")
+        if problem := label_key_problem(key):
+            raise LabelsError(f"key {key!r}: {problem}")
+        if problem := label_value_problem(value):
+            raise LabelsError(f"value {value!r} of {key}: {problem}")
+        if key in labels:
+            raise LabelsError(f"label {key} is given twice")
         labels[key] = value
     return labels

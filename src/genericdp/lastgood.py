@@ -99,11 +99,8 @@ class LastGood:
         """The kept config, or why it cannot be used; never raises."""
         try:
             data = self._read_bytes()
-        except _StateError as exc:
-            return Reading(problem=f"{self.path}: {exc}")
-        if data is None:
-            return Reading()
-        try:
+            if data is None:
+                return Reading()
             kept = self._parse(data)
         except _StateError as exc:
             return Reading(problem=f"{self.path}: {exc}")

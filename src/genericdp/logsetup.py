@@ -1,14 +1,8 @@
 """Logging for the daemon and the CLI: plain text for people, JSON lines for
-log collectors. Extra fields passed with ``extra={...}`` appear in both.
-
-A task started with ``context_with(resource=..., unit=...)`` (``TaskSet.spawn``'s
-``log_fields``), and a block under ``with fields(...)``, log those as fields
-of every JSON line, whatever module logs; the text lines already name them
-in the message, so they stay as they are.
-
-``RateLimitedLog`` is for messages that whoever is outside can trigger at
-will (connections to the metrics port): a flood of them must not become a
-flood of log lines.
+log collectors. Fields given with ``extra={...}`` appear in both; those of a
+``with fields(...)`` block or of a task started with ``context_with(...)``
+(``TaskSet.spawn``'s ``log_fields``) in JSON only, as the text lines name them
+in the message already.
 """
 
 from __future__ import annotations
@@ -73,9 +67,8 @@ class ContextFields(logging.Filter):
     """Adds the current context's fields to a record that does not have them."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        added = [k for k in _FIELDS.get() if not hasattr(record, k)]
-        for key in added:
-            setattr(record, key, _FIELDS.get()[key])
+        added = {k: v for k, v in _FIELDS.get().items() if not hasattr(record, k)}
+        record.__dict__.update(added)
         setattr(record, _FROM_CONTEXT, tuple(added))
         return True
 
@@ -85,17 +78,18 @@ def _extras(record: logging.LogRecord, *, context: bool = True) -> dict[str, Any
     return {k: v for k, v in vars(record).items() if k not in _STANDARD and k not in skip}
 
 
+def _stamp(record: logging.LogRecord) -> str:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+    return f"{stamp}.{int(record.msecs):03d}Z"
+
+
 class TextFormatter(logging.Formatter):
     """``2026-11-29T07:00:00.123Z info  genericdp.runtime: message key=value``."""
 
     def format(self, record: logging.LogRecord) -> str:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        millis = int(record.msecs)
         extras = " ".join(f"{k}={v}" for k, v in sorted(_extras(record, context=False).items()))
-        line = (
-            f"{stamp}.{millis:03d}Z {record.levelname.lower():<7} {record.name}: "
-            f"{record.getMessage()}"
-        )
+        level = record.levelname.lower()
+        line = f"{_stamp(record)} {level:<7} {record.name}: {record.getMessage()}"
         if extras:
             line += f" {extras}"
         if record.exc_info:
@@ -104,12 +98,9 @@ class TextFormatter(logging.Formatter):
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line."""
-
     def format(self, record: logging.LogRecord) -> str:
         data: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
+            "time": _stamp(record),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
@@ -155,8 +146,6 @@ class RateLimitedLog:
         burst: int = 5,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if period <= 0 or burst < 1:
-            raise ValueError(f"need period > 0 and burst >= 1, not {period} and {burst}")
         self.logger = logger
         self._period = period
         self._burst = burst
@@ -186,5 +175,4 @@ class RateLimitedLog:
         return self.log(logging.WARNING, key, msg, *args)
 
     def exception(self, key: str, msg: str, *args: object) -> bool:
-        """An error with the traceback being handled."""
         return self.log(logging.ERROR, key, msg, *args, exc_info=True)

@@ -183,15 +183,12 @@ class Metrics:
         """The text format Prometheus scrapes."""
         return generate_latest(self.registry)
 
-    def config_loaded(self) -> None:
-        """The config was loaded at start (not a reload: not counted as one)."""
-        self._reload_ok.set(1)
-        self._reload_time.set(self._clock())
-        self.config_source("config")
-
-    def config_refused_at_start(self, source: str) -> None:
-        """The config was invalid at start; ``source`` (``last_good``, ``none``) is served."""
-        self._reload_ok.set(0)
+    def config_at_start(self, source: str) -> None:
+        """What ``serve`` started with: the config it loaded (``config``; not a reload, not
+        counted as one) or, the config being invalid, ``last_good`` or ``none``."""
+        self._reload_ok.set(1 if source == "config" else 0)
+        if source == "config":
+            self._reload_time.set(self._clock())
         self.config_source(source)
 
     def config_source(self, source: str) -> None:

@@ -76,16 +76,12 @@ class Exposition(Protocol):
 
 def routes(metrics: Exposition, ready: Callable[[], Verdict]) -> dict[str, Route]:
     """``/metrics``, ``/healthz`` and ``/readyz`` for the HTTP server."""
-
-    def verdict(check: Callable[[], Verdict]) -> Route:
-        def answer() -> Response:
-            v = check()
-            return Response(200 if v.ok else 503, (v.text + "\n").encode())
-
-        return answer
-
     return {
         "/metrics": lambda: Response(200, metrics.exposition(), CONTENT_TYPE_LATEST),
-        "/healthz": verdict(liveness),
-        "/readyz": verdict(ready),
+        "/healthz": lambda: _answer(liveness()),
+        "/readyz": lambda: _answer(ready()),
     }
+
+
+def _answer(verdict: Verdict) -> Response:
+    return Response(200 if verdict.ok else 503, (verdict.text + "\n").encode())

@@ -24,8 +24,6 @@ from genericdp.nodelabels import Dropped, label_lines, resource_labels
 
 @dataclass(frozen=True)
 class ResourceReport:
-    """Discovery result of one resource."""
-
     definition: ResourceDefinition
     units: tuple[Unit, ...]
     example: Allocation | None  # what one unit would give a container
@@ -164,7 +162,6 @@ def to_json(reports: Sequence[ResourceReport]) -> str:
 
 
 def to_text(reports: Sequence[ResourceReport]) -> str:
-    """A readable table per resource."""
     out: list[str] = []
     for r in reports:
         d = r.definition
@@ -176,11 +173,9 @@ def to_text(reports: Sequence[ResourceReport]) -> str:
             out.append(f"  not served on this node: {r.not_served}")
         if r.error:
             out.append(f"  error: {r.error}")
-        if _missing(r.units):
-            missing = ", ".join(_missing(r.units))
+        if missing := ", ".join(_missing(r.units)):
             out.append(f"  every unit is Unhealthy: required device node(s) missing: {missing}")
-        probe = _probe_text(d)
-        if probe is not None:
+        if probe := _probe_text(d):
             out.append(f"  {probe}")
         if not r.units:
             out.append("  no devices found")

@@ -98,30 +98,14 @@ def parse_listen_address(text: str) -> ListenAddress | None:
     return ListenAddress(host or None, int(port_text))
 
 
-# Settings that are not flags of ``simulate``: it replaces the first four with
-# temporary ones (it never touches the host's kubelet or CDI directories),
-# serves no HTTP endpoints and keeps no state.
-# ``simulate`` has its own ``--backend`` (what to simulate, not how to serve),
-# and never talks to an API server.
-SIMULATE_SKIPS = frozenset(
-    {
-        "config",
-        "plugin_dir",
-        "pod_resources_socket",
-        "cdi_dir",
-        "metrics_address",
-        "dra_registration_dir",
-        "dra_plugins_dir",
-        "pod_uid",
-        "kubeconfig",
-        "backend",
-        "state_dir",
-        "node_features",
-        "node_features_file",
-        "node_features_namespace",
-        "node_features_owner",
-    }
-)
+# Settings that are not flags of ``simulate``: it uses temporary kubelet and CDI
+# directories (never the host's), serves no HTTP endpoints, keeps no state, never
+# talks to an API server, and has its own ``--backend`` (what to simulate).
+SIMULATE_SKIPS = frozenset({
+    "config", "plugin_dir", "pod_resources_socket", "cdi_dir", "metrics_address",
+    "dra_registration_dir", "dra_plugins_dir", "pod_uid", "kubeconfig", "backend", "state_dir",
+    "node_features", "node_features_file", "node_features_namespace", "node_features_owner",
+})  # fmt: skip
 
 
 class DiscoverySettings(BaseSettings):
@@ -310,17 +294,10 @@ class Settings(DiscoverySettings):
 
 # The settings of ``serve`` that ``reconcile-classes`` reads too; the others are
 # not its flags (it runs in a Deployment: no node, no kubelet, no devices).
-CLASS_SETTINGS_SHARED = frozenset(
-    {
-        "config",
-        "dra_driver_name",
-        "kubeconfig",
-        "metrics_address",
-        "reload_settle",
-        "log_level",
-        "log_format",
-    }
-)
+CLASS_SETTINGS_SHARED = frozenset({
+    "config", "dra_driver_name", "kubeconfig", "metrics_address", "reload_settle", "log_level",
+    "log_format",
+})  # fmt: skip
 
 
 class ClassSettings(Settings):
@@ -347,13 +324,10 @@ class ClassSettings(Settings):
         description="this replica's name in the Lease (empty: the host name, which is the pod's"
         " name, and the process ID)",
     )
-    resync_interval: float = Field(
+    resync_interval: float = _interval(
         60.0,
-        ge=MIN_INTERVAL,
-        le=MAX_INTERVAL,
-        allow_inf_nan=False,
-        description="seconds between comparisons of the DeviceClasses with the config when"
-        " nothing changed (watches see changes at once)",
+        "seconds between comparisons of the DeviceClasses with the config when nothing changed"
+        " (watches see changes at once)",
     )
 
     @property

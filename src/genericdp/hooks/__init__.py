@@ -61,15 +61,7 @@ class HookRun:
         spec = {INIT: hooks.init, PRE_START: hooks.pre_start, CLEANUP: hooks.cleanup}[name]
         if spec is None:
             return None
-        return cls(
-            name,
-            spec,
-            definition.name,
-            units,
-            device_ids,
-            node_name=node_name,
-            logger=logger,
-        )
+        return cls(name, spec, definition.name, units, device_ids, node_name, logger)
 
 
 class HookRunner(Protocol):
@@ -120,16 +112,15 @@ def unit_env(
 async def run_hook(hook: HookRun) -> ExecResult:
     """Run ``hook``; return its result, or raise ``HookRunError``. Its log lines carry
     ``resource`` (and ``unit`` when it runs for one) as fields."""
-    unit_ids = {u.id for u in hook.units}
-    unit = {"unit": next(iter(unit_ids))} if len(unit_ids) == 1 else {}
+    unit_ids = [u.id for u in _unique_units(hook.units)]
+    unit = {"unit": unit_ids[0]} if len(unit_ids) == 1 else {}
     with logsetup.fields(resource=hook.resource, **unit):
-        return await _run_hook(hook)
+        return await _run_hook(hook, _ids_text(unit_ids))
 
 
-async def _run_hook(hook: HookRun) -> ExecResult:
+async def _run_hook(hook: HookRun, ids: str) -> ExecResult:
     name, spec, resource, units = hook.name, hook.spec, hook.resource, hook.units
     log = hook.logger or _log
-    ids = _ids_text([u.id for u in _unique_units(units)])
     env = unit_env(resource, units, device_ids=hook.device_ids, node_name=hook.node_name, hook=name)
     log.info(
         "%s hook %s for %s %s: starting", name, spec.argv[0] if spec.argv else "", resource, ids
@@ -148,16 +139,12 @@ async def _run_hook(hook: HookRun) -> ExecResult:
 
 def failure_message(name: str, spec: Exec, *, resource: str, ids: str, result: ExecResult) -> str:
     """``init hook /usr/bin/x for example.com/serial unit A1B2 exited 3: <last line>``."""
-    program = _program(spec)
+    program = spec.argv[0] if spec.argv else "<empty argv>"
     how = f"timed out after {spec.timeout:g}s" if result.timed_out else result.describe()
     last = result.last_line()
     if last and result.error is None:
         how += f": {last}"
     return f"{name} hook {program} for {resource} {ids} {how}"
-
-
-def _program(spec: Exec) -> str:
-    return spec.argv[0] if spec.argv else "<empty argv>"
 
 
 def _ids_text(ids: Sequence[str]) -> str:

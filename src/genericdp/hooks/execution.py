@@ -1,18 +1,14 @@
 """Running one user-configured argv: no shell, bounded output, a hard timeout.
 
-Hooks and health probes are written by cluster admins and run on every node,
-so this module assumes they misbehave: they fork, ignore SIGTERM, print
-megabytes, never exit, or leave their process group (``setsid``). Each command
-runs in a session (and process group) of its own, and whatever is left of it
-when the command exits, times out or is cancelled is terminated: SIGTERM, then
-SIGKILL after a short grace. "Whatever is left" is the process group plus
-every process ``genericdp.hooks.reaper`` finds the command started (its tree, and
-orphans re-parented to the daemon, which ``serve`` makes a child subreaper):
-nothing a hook starts outlives it.
+Hooks and health probes are written by cluster admins and run on every node, so
+this assumes they misbehave: they fork, ignore SIGTERM, print megabytes, never
+exit or leave their process group. Each command runs in a session of its own,
+and whatever is left of it when it exits, times out or is cancelled (its group
+and all ``genericdp.hooks.reaper`` finds it started) gets SIGTERM, then SIGKILL
+after a short grace: nothing a hook starts outlives it.
 
-stdout and stderr share one pipe that we own (not asyncio's subprocess pipes),
-so a grandchild that keeps the pipe open can never keep us waiting or keep a
-transport alive: we close our end when we are done.
+stdout and stderr share one pipe that we own (not asyncio's subprocess pipes), so
+a grandchild that keeps it open can never keep us waiting: we close our end.
 """
 
 from __future__ import annotations
@@ -28,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genericdp.config.model import Exec
-from genericdp.hooks.reaper import RUN_ID_VAR, SUBREAPER, read_stat
+from genericdp.hooks.reaper import RUN_ID_VAR, SUBREAPER, process_table, read_stat
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_OUTPUT_LIMIT = 64 * 1024
@@ -102,8 +98,6 @@ async def run_exec(
 
     if not argv:
         return result(None, False, None, "empty argv")
-    if output_limit < 0:
-        raise ValueError(f"output_limit must be >= 0, not {output_limit}")
     run_id = SUBREAPER.new_run()
     full_env = {**child_env(env), RUN_ID_VAR: run_id}
     try:
@@ -341,7 +335,7 @@ def _signal_group(pgid: int, sig: int) -> bool:
     return True
 
 
-def _group_alive(pgid: int, proc_root: Path = Path("/proc")) -> bool:
+def _group_alive(pgid: int) -> bool:
     """Whether any member of the group still runs (zombies do not count).
 
     Signal 0 alone would also see zombies, and some init processes reap their
@@ -349,21 +343,10 @@ def _group_alive(pgid: int, proc_root: Path = Path("/proc")) -> bool:
     """
     if not _signal_group(pgid, 0):
         return False
-    try:
-        entries = [e for e in os.scandir(proc_root) if e.name.isdigit()]
-    except OSError:  # no /proc: trust the signal
+    table = process_table()
+    if not table:  # no /proc: trust the signal
         return True
-    return any(_running_in_group(Path(e.path), pgid) for e in entries)
-
-
-def _running_in_group(proc_dir: Path, pgid: int) -> bool:
-    try:
-        stat = (proc_dir / "stat").read_text()
-    except OSError:  # exited while we looked
-        return False
-    # ``pid (comm) state ppid pgrp ...``; comm may contain spaces and parentheses.
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return len(fields) >= 3 and fields[2] == str(pgid) and fields[0] not in ("Z", "X")  # noqa: PLR2004 -- state, ppid, pgrp of /proc/PID/stat
+    return any(info.pgrp == pgid and info.alive for info in table.values())
 
 
 def _reap_group(pgid: int) -> None:
@@ -374,13 +357,9 @@ def _reap_group(pgid: int) -> None:
     Only called once the leader itself has been reaped by asyncio, so this can
     never steal its exit status.
     """
-    while True:
-        try:
-            pid, _ = os.waitpid(-pgid, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    with contextlib.suppress(ChildProcessError):  # none left
+        while os.waitpid(-pgid, os.WNOHANG)[0]:  # 0: those left still run
+            pass
 
 
 def _start_error(argv: tuple[str, ...], cwd: Path | None, exc: OSError | ValueError) -> str:

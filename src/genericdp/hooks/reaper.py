@@ -1,33 +1,20 @@
 """Every process a command starts, found and stopped: the daemon as child subreaper.
 
-A process group is not enough to stop what a hook started: a child that calls
-``setsid`` or ``setpgid`` (a daemonizing helper, ``setsid`` in a script)
-leaves the group, and once its parent exits it is re-parented to init, out of
-our sight. So ``genericdp serve`` makes itself a *child subreaper*
-(``prctl(PR_SET_CHILD_SUBREAPER)``, unprivileged): orphans of anything it
-started are re-parented to the daemon instead of init. What a command started
-is then, at any moment,
+A process group is not enough: a child that calls ``setsid`` (a daemonizing
+helper) leaves the group, and once its parent exits init adopts it, out of our
+sight. So ``genericdp serve`` makes itself a child subreaper
+(``prctl(PR_SET_CHILD_SUBREAPER)``, unprivileged) and orphans come to it. What a
+command started is then its own process tree (while it runs) and the trees of
+orphans that carry its run ID in their environment (``GENERICDP_RUN_ID``,
+inherited through fork and exec) or lost it (``env -i``) and appeared while it
+ran. ``execution`` stops all of that with the process group; orphans several
+running commands may own are stopped when the last of those ends.
 
-- the command's own process tree (while it runs), and
-- the trees of orphans re-parented to the daemon that carry the command's
-  run ID in their environment (``GENERICDP_RUN_ID``, inherited through fork and
-  exec), or that lost it (``env -i``) and appeared while the command ran.
-
-``execution`` signals all of that together with the process group when a
-command exits, times out or is cancelled, and waits until it is gone. Orphans
-that could belong to several commands running at once are stopped when the
-last of those ends: later than their own command's timeout at worst, but
-never left running.
-
-Zombies of orphans are reaped here (on SIGCHLD), but only pids that asyncio's
-child watcher does not own: every command's own process is registered while it
-runs, and no reaping happens while a command is being started (its pid is not
-known yet). ``waitpid(-1)`` is never called: it could steal an exit status
-asyncio waits for.
-
-Without the subreaper (``genericdp`` used as a library, tests), the command's
-tree is still walked while it runs, but orphans of a command that has exited
-go to init and only the process group is stopped.
+Zombies of orphans are reaped here on SIGCHLD, but never a pid asyncio's child
+watcher owns: a command's own process is registered while it runs, nothing is
+reaped while a command is being started (its pid is not known yet), and
+``waitpid(-1)`` is never called. Without the subreaper (a library, tests) only
+the running command's tree and its process group are stopped.
 """
 
 from __future__ import annotations
@@ -57,6 +44,7 @@ class ProcInfo:
 
     pid: int
     ppid: int
+    pgrp: int
     state: str
     start: int  # start time in clock ticks: with pid, a process's identity
 
@@ -88,7 +76,8 @@ def read_stat(proc_dir: Path) -> ProcInfo | None:
     head, _, rest = stat.rpartition(")")
     fields = rest.split()
     try:
-        return ProcInfo(int(head.split(" (", 1)[0]), int(fields[1]), fields[0], int(fields[19]))
+        pid = int(head.split(" (", 1)[0])
+        return ProcInfo(pid, int(fields[1]), int(fields[2]), fields[0], int(fields[19]))
     except (IndexError, ValueError):
         return None
 
@@ -222,12 +211,9 @@ class Subreaper:
         table = process_table(self._proc)
         roots = set() if leader is None else {leader}
         if self.enabled:
-            me = os.getpid()
-            self._adopt_strays(table, me)
-            for info in table.values():
-                ours = info.ppid == me and info.alive and info.pid not in self._leaders
-                if ours and run_id_of(info.pid, self._proc) == run_id:
-                    roots.add(info.pid)
+            self._adopt_strays(table)
+            orphans = self._orphans(table)
+            roots |= {i.pid for i in orphans if run_id_of(i.pid, self._proc) == run_id}
             for (pid, start), owners in self._strays.items():
                 stray = table.get(pid)
                 mine = owners <= {run_id} and pid not in self._leaders
@@ -235,13 +221,18 @@ class Subreaper:
                     roots.add(pid)
         return {p for p in descendants(table, roots) if table[p].alive}
 
-    def _adopt_strays(self, table: dict[int, ProcInfo], me: int) -> None:
+    def _orphans(self, table: dict[int, ProcInfo]) -> list[ProcInfo]:
+        """Our live children that are no command's own process: adopted orphans."""
+        me = os.getpid()
+        return [
+            i for i in table.values() if i.ppid == me and i.alive and i.pid not in self._leaders
+        ]
+
+    def _adopt_strays(self, table: dict[int, ProcInfo]) -> None:
         """Note orphans without run ID seen for the first time, with the runs that may own
         them: they appeared since the last look, so a run running now started them."""
-        for info in table.values():
+        for info in self._orphans(table):
             key = (info.pid, info.start)
-            if info.ppid != me or not info.alive or info.pid in self._leaders:
-                continue
             if key not in self._strays and run_id_of(info.pid, self._proc) is None:
                 self._strays[key] = set(self._runs)
 
@@ -258,7 +249,7 @@ class Subreaper:
             self._runs.discard(run_id)
             return
         table = process_table(self._proc)
-        self._adopt_strays(table, os.getpid())
+        self._adopt_strays(table)
         self._runs.discard(run_id)
         for key, owners in list(self._strays.items()):
             owners.discard(run_id)

@@ -2,12 +2,10 @@
 healthy units, kept published through a ``LabelSink`` (a NodeFeature object, a
 features.d file: the daemon chooses; the runtime knows neither).
 
-``resource_labels`` is pure. ``LabelFollower`` recomputes the labels at every
-change of any resource's state and of the set of resources (hotplug, health,
-reload, nodeSelector), lets a burst settle, and publishes only what differs from
-what it published last: one write per change, none at idle. A rendered value
-that is not a label value (a USB descriptor string is anything its maker
-wrote) is dropped with one clipped log line and a metric, never published.
+``LabelFollower`` recomputes the labels at every change (hotplug, health, reload,
+nodeSelector), lets a burst settle and publishes only what differs from what it
+published last. A rendered value that is not a label value (a USB descriptor
+string is anything its maker wrote) is dropped with one log line and a metric.
 """
 
 from __future__ import annotations
@@ -101,7 +99,6 @@ def resource_labels(
         try:
             with allocation_budget():
                 text = value.render(context)
-        # The boundary for everything a template can raise (as allocation/render.py's).
         except Exception as exc:  # noqa: BLE001 -- the boundary for what a template raises
             dropped.append(Dropped(definition.name, key, "render_failed", str(exc)))
             continue
@@ -251,16 +248,3 @@ async def _first_of(events: Sequence[asyncio.Event], seconds: float | None) -> N
         for waiter in waiters:
             waiter.cancel()
         await asyncio.gather(*waiters, return_exceptions=True)
-
-
-__all__ = [
-    "DROP_REASONS",
-    "Dropped",
-    "LabelFollower",
-    "LabelSink",
-    "LabelSource",
-    "healthy_units",
-    "label_lines",
-    "resource_labels",
-    "source_lines",
-]

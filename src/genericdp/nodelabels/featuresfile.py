@@ -2,12 +2,11 @@
 NFD's workers only (``GENERICDP_NODE_FEATURES=file``).
 
 NFD's local source reads every file of its ``features.d`` directory, one
-``key=value`` per line, and ignores names that start with a dot, which is how
-``atomicfile`` names its temporary file: the worker reads the old file or the
-new one, never half of one. No labels removes the file (NFD removes the
-labels it gave). Whatever is at the path but a regular file (a FIFO, which
-would block its reader for ever; a device) is not read but replaced, with a
-warning. A ``LabelSink`` (``nodelabels/__init__.py``).
+``key=value`` per line, and ignores names that start with a dot, as
+``atomicfile``'s temporary files do: the worker reads the old file or the new
+one, never half of one. No labels removes the file (NFD removes the labels it
+gave). Whatever is at the path but a regular file (a FIFO would block its reader
+for ever) is not read but replaced, with a warning.
 """
 
 from __future__ import annotations

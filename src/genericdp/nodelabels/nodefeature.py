@@ -2,25 +2,17 @@
 (``nfd.k8s-sigs.io/v1alpha1``), the way NFD takes labels from third parties
 (``GENERICDP_NODE_FEATURES=nodefeature``; docs/deploy.md).
 
-nfd-master labels node N with the ``spec.labels`` of every NodeFeature that
-carries the label ``nfd.node.kubernetes.io/node-name: N``, and removes them
-when the object goes. The object is owned by the DaemonSet
-(``GENERICDP_NODE_FEATURES_OWNER``; its UID read once from the API server), not
-by the pod: a pod's restart or rolling update keeps the labels, deleting the
-DaemonSet removes them (garbage collection). Each write is one server-side
-apply, so labels no longer given are removed and nobody else's fields are
-touched; ``current`` reads the object once at start, so a restart that
-changes nothing writes nothing. A ``LabelSink`` (``nodelabels/__init__.py``),
-on lightkube's HTTP client, which carries the kubeconfig's or the service
-account's credentials.
+nfd-master labels node N with the ``spec.labels`` of every NodeFeature labelled
+``nfd.node.kubernetes.io/node-name: N``. The object is owned by the DaemonSet
+(``GENERICDP_NODE_FEATURES_OWNER``), not the pod: a pod's restart keeps the
+labels, deleting the DaemonSet removes them. Each write is one server-side apply,
+so labels no longer given go and nobody else's fields are touched; the object is
+read once at start, so a restart that changes nothing writes nothing.
 
-One object per DaemonSet and node: its name is ``<DaemonSet>-<node>`` and its
-field manager the DaemonSet's name (``genericdp`` for both when no owner is
-set), so two DaemonSets in one namespace keep two objects and neither's apply
-takes the other's labels. The name was ``genericdp-<node>`` for every
-DaemonSet before; an object of that name owned by this DaemonSet alone is
-deleted at start (``_drop_old``), so an upgrade leaves no second object with
-stale labels.
+One object per DaemonSet and node, ``<DaemonSet>-<node>``, with the DaemonSet's
+name as field manager (``genericdp`` without owner), so two DaemonSets never take
+each other's labels. Every DaemonSet used ``genericdp-<node>`` before: such an
+object owned by this DaemonSet alone is deleted at start (``_drop_old``).
 """
 
 from __future__ import annotations
@@ -172,17 +164,13 @@ class NodeFeatureSink:
         owners = [ref.get("uid") for ref in metadata.get("ownerReferences") or ()]
         if owners != [uid]:
             return
-        precondition = {
-            "uid": metadata.get("uid"),
-            "resourceVersion": metadata.get("resourceVersion"),
-        }
+        precondition = {k: metadata.get(k) for k in ("uid", "resourceVersion")}
+        options = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": precondition}
         response = await self._send(
             "DELETE",
             self._path(old),
             f"deleting {what}",
-            content=json.dumps(
-                {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": precondition}
-            ),
+            content=json.dumps(options),
             headers={"Content-Type": "application/json"},
         )
         if response.status_code not in (_NOT_FOUND, _CONFLICT):
@@ -191,9 +179,11 @@ class NodeFeatureSink:
 
     async def _find_owner(self) -> None:
         """The DaemonSet's UID for the owner reference, looked up once."""
-        if self._owner_known or not self.owner:
-            self._owner_known = True
-            return
+        if not self._owner_known and self.owner:
+            self._owner_ref = await self._owner_reference()
+        self._owner_known = True
+
+    async def _owner_reference(self) -> dict[str, Any] | None:
         path = f"/apis/apps/v1/namespaces/{self.namespace}/daemonsets/{self.owner}"
         what = f"reading DaemonSet {self.namespace}/{self.owner}"
         response = await self._send("GET", path, what)
@@ -206,18 +196,11 @@ class NodeFeatureSink:
                 code,
                 self.what,
             )
-            self._owner_known = True
-            return
+            return None
         uid = _body(response, what).get("metadata", {}).get("uid")
         if not uid:
             raise ApiRequestError(what, code, "no metadata.uid")
-        self._owner_ref = {
-            "apiVersion": "apps/v1",
-            "kind": "DaemonSet",
-            "name": self.owner,
-            "uid": str(uid),
-        }
-        self._owner_known = True
+        return {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": self.owner, "uid": str(uid)}
 
     async def _send(self, method: str, path: str, what: str, **kwargs: Any) -> httpx2.Response:
         http = http_of(self.client)  # lightkube's HTTP client

@@ -1,15 +1,9 @@
 """The labels of the node the daemon runs on, read and watched on the API server.
 
 Only this node's Node object is read (field selector ``metadata.name``), so a
-label change on one node reaches only that node's daemon, and the RBAC it
-needs is get/list/watch on nodes. Loaded only when some resource has a
-``nodeSelector`` (``daemon``): the API client comes with it.
-
-One list gives the labels and a ``resourceVersion``; the watch goes on from
-there, one request at a time (``kube/listwatch.py``), so a watch the server ends
-(at once, or at its timeout) is reopened after a backoff, never in a tight
-loop; a 410 Gone (the version is too old) lists again. What the server
-answers becomes ``ApiRequestError``.
+label change reaches only that node's daemon, and the RBAC it needs is
+get/list/watch on nodes. Loaded only when some resource has a ``nodeSelector``:
+the API client comes with it. Listing and watching follow ``kube/listwatch.py``.
 """
 
 from __future__ import annotations
@@ -61,17 +55,16 @@ class NodeWatch:
 
     async def relist(self) -> str:
         """List this Node: tell its labels; the list's resourceVersion."""
-        http = http_of(self.client)
-        what = f"Node {self.node}"
-        selector = self._selector()
-        items, version = await list_objects(http, NODES, selector, what, deadline=self.deadline)
+        http, what = http_of(self.client), f"Node {self.node}"
+        items, version = await list_objects(
+            http, NODES, self._selector(), what, deadline=self.deadline
+        )
         await self._tell(_labels(items[0]) if items else None)
         return version
 
     async def follow(self, version: str, seconds: int) -> AsyncIterator[str]:
         """One watch request: tell each change of the labels."""
-        http = http_of(self.client)
-        what = f"Node {self.node}"
+        http, what = http_of(self.client), f"Node {self.node}"
         events = watch_events(
             http, NODES, self._selector(), version=version, seconds=seconds, what=what
         )
@@ -84,10 +77,6 @@ class NodeWatch:
         if self._told and labels == self._last:
             return
         self._told, self._last = True, labels
-        self._say(labels)
-        await self.on_labels(labels)
-
-    def _say(self, labels: Labels) -> None:
         if labels is None:
             log.warning(
                 "node %s: no Node object by that name: resources with a nodeSelector are"
@@ -96,6 +85,7 @@ class NodeWatch:
             )
         else:
             log.info("node %s: %d label(s)", self.node, len(labels))
+        await self.on_labels(labels)
 
     def _selector(self) -> dict[str, str]:
         return {"fieldSelector": f"metadata.name={self.node}"}
