@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from genericdp.aio import Backoff, wait_event
-from genericdp.config.model import Config, ResourceDefinition
+from genericdp.config.model import ResourceDefinition
 from genericdp.deviceplugin.kubeletwatch import DirChange, watch_plugin_dir
 from genericdp.deviceplugin.options import renews
 from genericdp.deviceplugin.plugin import ResourcePlugin
@@ -81,15 +81,6 @@ class DevicePluginBackend:
                 1 if self.watching else 0,
             ),
         )
-
-    def shutting_down(self) -> None:
-        """Nothing outlasts the daemon but what the kubelet checkpointed."""
-
-    def configured(self, config: Config) -> None:
-        """Each edge's cleaner cleans what a resource leaving the config held."""
-
-    def notes(self) -> tuple[str, ...]:
-        return ()
 
     async def start(self, fleet: Fleet) -> None:
         """Clean up stale sockets and watch the kubelet directory."""

@@ -30,7 +30,7 @@ from genericdp.allocation.cdi import remove_stale_specs
 from genericdp.config.model import Config, ResourceDefinition
 from genericdp.errors import HookError
 from genericdp.hooks import CLEANUP, HookRun, HookRunner
-from genericdp.runtime.backend import Backend, Gauge, Registers
+from genericdp.runtime.backend import Backend, Gauge, KeepsRecords, Registers
 from genericdp.runtime.context import SETTLE, Discover, ResourceContext
 from genericdp.runtime.devwatch import DevChange, watch_devices
 from genericdp.runtime.edge import Edge, PluginStatus
@@ -162,7 +162,8 @@ class Supervisor:
             return await self._apply(config, if_changed=if_changed)
 
     async def _apply(self, config: Config, *, if_changed: bool) -> Plan:
-        self._backend.configured(config)  # before a removed resource's units are released
+        if isinstance(self._backend, KeepsRecords):
+            self._backend.configured(config)  # before a removed resource's units are released
         self._configured = frozenset(d.name for d in config.resources)
         wanted, skipped = served(config.resources, self._labels)
         self._say_skipped(skipped)
@@ -236,7 +237,8 @@ class Supervisor:
 
     def shutting_down(self) -> None:
         """The daemon stops (not a reload): its backend keeps what should outlast it."""
-        self._backend.shutting_down()
+        if isinstance(self._backend, KeepsRecords):
+            self._backend.shutting_down()
 
     async def stop(self, *, timeout: float = 5.0) -> tuple[str, ...]:  # noqa: ASYNC109
         """Stop every plugin (streams end, sockets removed); return straggler task names."""
@@ -270,7 +272,8 @@ class Supervisor:
 
     def notes(self) -> tuple[str, ...]:
         """What /readyz lists without failing (units kept out of service)."""
-        return (*self._backend.notes(), *self._owed.notes())
+        backend = self._backend.notes() if isinstance(self._backend, KeepsRecords) else ()
+        return (*backend, *self._owed.notes())
 
     def status(self) -> dict[str, PluginStatus]:
         return {name: r.status() for name, r in sorted(self._runners.items())}
