@@ -97,13 +97,13 @@ class Cleaner:
                 self._spawn(unit, release.device_ids, retry=True, wait_first=True)
         return True
 
-    async def stop(self, timeout: float = 5.0) -> tuple[str, ...]:  # noqa: ASYNC109
-        """No more retries; running hooks get ``timeout`` to finish, then are cancelled."""
+    async def stop(self) -> tuple[str, ...]:
+        """No more retries; running hooks get 5 s to finish, then are cancelled."""
         self._stopping.set()
         running = [t for t in self._running.values() if not t.done()]
         self._running.clear()
         if running:
-            await asyncio.wait(running, timeout=timeout)
+            await asyncio.wait(running, timeout=5.0)
         # A cancelled hook gets SIGTERM, then SIGKILL 2 s later (hooks/execution.py).
         return await self._tasks.stop(timeout=3.0)
 

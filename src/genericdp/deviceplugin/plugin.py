@@ -97,11 +97,11 @@ class ResourcePlugin:
         """Serve and Register whenever asked, until cancelled (``close`` stops serving)."""
         await self._registrar.run()
 
-    async def close(self, grace: float = 3.0) -> tuple[str, ...]:
+    async def close(self) -> tuple[str, ...]:
         """End the streams, stop the server and remove its socket; running cleanups
         get 5 s to finish."""
         self.state.close()
-        await self._registrar.close(grace)
+        await self._registrar.close()
         return await self.cleaner.stop()
 
     def released(self, release: Release) -> None:

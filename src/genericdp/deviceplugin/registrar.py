@@ -133,12 +133,12 @@ class Registrar:
                 self.wake("retry after an error")
                 raise
 
-    async def close(self, grace: float = 3.0) -> None:
-        """Stop the server and remove its socket."""
+    async def close(self) -> None:
+        """Stop the server (3 s for its calls to finish) and remove its socket."""
         self._closing = True
         server, self._server = self._server, None
         if server is not None:
-            await server.stop(grace)
+            await server.stop(3.0)
             log.info("%s: stopped serving on %s", self.resource, server.socket)
         self.registered = False
         self._on_status()
