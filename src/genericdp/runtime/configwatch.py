@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -168,16 +169,7 @@ def subpath_hint(config: Path, mountinfo: Path = MOUNTINFO) -> str | None:
 
 def _unescape(field: str) -> str:
     # mountinfo escapes space, tab, newline and backslash as \ooo octal.
-    out, i = [], 0
-    while i < len(field):
-        octal = field[i + 1 : i + 4]
-        if field[i] == "\\" and len(octal) == 3 and all(c in "01234567" for c in octal):  # noqa: PLR2004 -- a \\ooo escape
-            out.append(chr(int(octal, 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), field)
 
 
 async def in_daemon_thread(func: Callable[[], T]) -> T:

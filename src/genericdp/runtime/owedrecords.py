@@ -124,7 +124,7 @@ def load(directory: Path, prefix: str) -> tuple[dict[Key, Record], list[Refused]
         path = directory / name
         key: Key | None = None
         try:
-            doc, trusted = _read(path)
+            doc, trusted = read(path)
             key = _key(doc)  # an untrusted file's unit is still kept out of service
             if not trusted:
                 raise ValueError("not owned by the daemon's user and writable by it alone")
@@ -144,8 +144,9 @@ def set_aside(path: Path) -> Path:
     return aside
 
 
-def _read(path: Path) -> tuple[dict[str, Any], bool]:
-    """The file's document, and whether only the daemon's user can have written it."""
+def read(path: Path) -> tuple[dict[str, Any], bool]:
+    """The file's document (a JSON mapping of at most ``MAX_BYTES``), and whether only
+    the daemon's user can have written it; raises OSError, ValueError or TypeError."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as file:
         info = os.fstat(file.fileno())

@@ -32,8 +32,6 @@ from genericdp.runtime import owedrecords
 log = logging.getLogger(__name__)
 
 PREFIX = "uncleaned-"
-MAX_BYTES = 64 * 1024
-MAX_FILES = 4096  # far above the units of a node
 _KEYS = ("resource", "unit", "device", "claim", "since", "why")
 
 DirId = frozenset[tuple[str, int, int]]
@@ -67,20 +65,10 @@ def record(directory: Path, entry: Uncleaned) -> Path:
     return path
 
 
-def _names(directory: Path) -> list[str]:
-    try:
-        names = [
-            p.name for p in directory.iterdir() if p.name.startswith(PREFIX) and p.suffix == ".json"
-        ]
-    except OSError:
-        return []
-    return sorted(names)[:MAX_FILES]
-
-
 def identity(directory: Path) -> DirId:
     """Which files are there now (name, inode, change time): what ``load`` would read."""
     found = set()
-    for name in _names(directory):
+    for name in owedrecords.names(directory, PREFIX):
         try:
             info = os.lstat(directory / name)
         except OSError:
@@ -92,7 +80,7 @@ def identity(directory: Path) -> DirId:
 def load(directory: Path) -> dict[tuple[str, str], Uncleaned]:
     """Every usable file's unit, by (resource, unit); never raises."""
     out: dict[tuple[str, str], Uncleaned] = {}
-    for name in _names(directory):
+    for name in owedrecords.names(directory, PREFIX):
         path = directory / name
         try:
             entry = _read(path)
@@ -110,14 +98,7 @@ def load(directory: Path) -> dict[tuple[str, str], Uncleaned]:
 def _read(path: Path) -> Uncleaned:
     if not stat.S_ISREG(path.lstat().st_mode):
         raise ValueError("not a regular file")
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as file:
-        data = file.read(MAX_BYTES + 1)
-    if len(data) > MAX_BYTES:
-        raise ValueError(f"over {MAX_BYTES} bytes")
-    doc = json.loads(data)
-    if not isinstance(doc, dict):
-        raise TypeError("not a mapping")
+    doc, _ = owedrecords.read(path)
     values = [doc.get(k) for k in _KEYS]
     if not all(isinstance(v, str) and len(v) <= 4096 for v in values):  # noqa: PLR2004 -- as the checkpoint's strings
         raise TypeError(f"not {', '.join(_KEYS)} as strings")
