@@ -135,28 +135,28 @@ class Cleaner:
                 return
 
     async def _attempt(self, unit: Unit, device_ids: tuple[str, ...], *, retry: bool) -> bool:
-        with logsetup.fields(resource=self.resource, unit=unit.id):
-            return await self._attempt_in(unit, device_ids, retry=retry)
-
-    async def _attempt_in(self, unit: Unit, device_ids: tuple[str, ...], *, retry: bool) -> bool:
         name = self.resource
-        owed = self._owed.get(name, unit.id)
-        spec = owed.hook if owed is not None else self._definition().hooks.cleanup
-        if spec is None:
-            return True  # handed out without a hook, which a reload removed: nothing to run
-        run = HookRun(
-            CLEANUP, spec, name, (unit,), device_ids, node_name=self._node_name, logger=log
-        )
-        try:
-            await self._run_hook(run)
-        except HookError as exc:
-            what = "out of service until its cleanup passes" if retry else "removed, not retried"
-            log.error("%s: unit %s %s: %s", name, unit.id, what, exc)
-            if not retry:
-                await self._owed.done(name, unit.id)  # a gone unit's one cleanup, passed or not
-            return False
-        await self._owed.done(name, unit.id)
-        return True
+        with logsetup.fields(resource=name, unit=unit.id):
+            owed = self._owed.get(name, unit.id)
+            spec = owed.hook if owed is not None else self._definition().hooks.cleanup
+            if spec is None:
+                return True  # handed out without a hook, which a reload removed: nothing to run
+            run = HookRun(
+                CLEANUP, spec, name, (unit,), device_ids, node_name=self._node_name, logger=log
+            )
+            try:
+                await self._run_hook(run)
+            except HookError as exc:
+                what = (
+                    "out of service until its cleanup passes" if retry else "removed, not retried"
+                )
+                log.error("%s: unit %s %s: %s", name, unit.id, what, exc)
+                if not retry:
+                    # a gone unit's one cleanup, passed or not
+                    await self._owed.done(name, unit.id)
+                return False
+            await self._owed.done(name, unit.id)
+            return True
 
     async def _pause(self, unit: Unit, backoff: Backoff) -> bool:
         """Wait before the next attempt; False when it should not happen."""

@@ -9,14 +9,10 @@ The edge is first woken after the first successful scan, so the kubelet
 never sees a transient empty list; a scan that fails is retried with backoff and touches
 nothing else.
 
-With ``allocate.cdi`` each scan also brings the resource's CDI spec up to
-date (``runtime/cdisync.py``) before the new units reach the device list, so the
-kubelet can never allocate a unit whose CDI name the runtime cannot resolve
-yet. A spec that cannot be written is logged, retried by the next scan and by
-Allocate, and until then Allocate of the units it lacks fails with the reason.
-The spec is removed when the resource leaves the config or turns ``cdi`` off,
-and kept on shutdown: the kubelet restarts containers from its checkpointed
-answers (CDI names included) while we are down.
+With ``allocate.cdi`` each scan brings the CDI spec up to date first
+(``cdisync.py``). The spec is removed when the resource leaves the config or
+turns ``cdi`` off, and kept on shutdown: the kubelet restarts containers from
+its checkpointed answers (CDI names included) while we are down.
 """
 
 from __future__ import annotations

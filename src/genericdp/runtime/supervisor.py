@@ -1,19 +1,13 @@
 """The supervisor: one ``ResourceRunner`` per resource, reconciled, watched.
 
 ``apply(config)`` is the single entry point for a config, at start and on
-reload: it computes a ``Plan`` (pure, in ``reconcile``) once and carries it
-out, stopping removed resources before starting new ones. Resources whose
-``nodeSelector`` the node's labels do not match are left out of the plan
-(``reconcile.served``); ``set_node_labels`` applies the config again when the
-labels change, so a resource that stops matching stops as a removed one
-does (units in use stay with their containers, cleaned once released, with
-the hook they were handed out under: ``owed.py``) and one that starts
-matching starts. The backend
-(``runtime/backend.py``) makes each resource's edge and runs its own
-daemon-wide tasks (the device plugin's kubelet watch and PodResources
-poller), which reach the resources through the supervisor as their
-``Fleet``. ``status()`` and ``wait_for()`` let ``simulate`` and the tests
-observe registrations.
+reload: it carries out one ``Plan`` (``reconcile``), stopping removed
+resources before starting new ones. A resource whose ``nodeSelector`` the
+node's labels stop matching (``set_node_labels`` applies the config again)
+stops as a removed one does: units in use stay with their containers and are
+cleaned once released, with the hook they were handed out under (``owed.py``).
+The backend's daemon-wide tasks reach the resources through the supervisor,
+their ``Fleet``.
 """
 
 from __future__ import annotations
