@@ -65,7 +65,7 @@ class ResourceRunner:
             ResourceParts(lambda: self._definition, self.state, context, self._cdi)
         )
         self._rescan = asyncio.Event()
-        self._discovered = False
+        self.discovered = False  # whether the first scan is done (before it, no units: nothing yet)
         self._kept = Kept((), 0)
         self._tasks = TaskSet(log)
         self._monitor: HealthMonitor | None = None
@@ -84,11 +84,6 @@ class ResourceRunner:
             return status
         return replace(status, left_out=self._kept.left_out, limited=self._kept.note(self.name))
 
-    @property
-    def discovered(self) -> bool:
-        """Whether the first scan is done (before it, no units means nothing yet)."""
-        return self._discovered
-
     def start(self) -> None:
         if isinstance(self._usage, HandOuts):
             self._usage.watch(self.name, self._allocations_changed)
@@ -103,7 +98,7 @@ class ResourceRunner:
 
     def kick(self, reason: str, *, renew: bool = False) -> None:
         """Tell the kubelet again (it restarted...), once the first scan is done."""
-        if self._discovered and isinstance(self.edge, Kickable):
+        if self.discovered and isinstance(self.edge, Kickable):
             self.edge.kick(reason, renew=renew)
 
     def rescan(self) -> None:
@@ -147,8 +142,7 @@ class ResourceRunner:
         await self._cdi.retract(self.name)
         used = in_use(self._usage, self.name)
         for unit in self.state.units.values():
-            if any(self.state.unit_of(d) == unit.id for d in used):
-                await self._context.owed.kept(self._definition, (unit,))
+            await self._keep_owed(unit, used)
 
     def _allocations_changed(self) -> None:
         # Unbounded: the next free IDs appear with the Allocate, not at the next
@@ -161,7 +155,7 @@ class ResourceRunner:
         """What containers hold changed: vanished units and unbounded IDs follow it.
 
         Not before the first scan: every held unit would look vanished."""
-        if not self._discovered:
+        if not self.discovered:
             return
         gone_before = self.state.gone
         for unit_id in self.state.set_in_use(self._usage.held(self.name)):
@@ -184,8 +178,8 @@ class ResourceRunner:
             clip(unit_id),  # from PodResources: a peer's string
         )
 
-    async def _vanished(self, unit: Unit, in_use: frozenset[str]) -> None:
-        """A unit vanished; held, it is owed its cleanup, run once when it is released."""
+    async def _keep_owed(self, unit: Unit, in_use: frozenset[str]) -> None:
+        """A unit held (of ``in_use``) is owed its cleanup, run once when it is released."""
         if any(self.state.unit_of(d) == unit.id for d in in_use):
             await self._context.owed.kept(self._definition, (unit,))
 
@@ -245,10 +239,10 @@ class ResourceRunner:
                 used, found = in_use(self._usage, self.name), {u.id for u in units}
                 for unit in before.values():
                     if unit.id not in found:
-                        await self._vanished(unit, used)
+                        await self._keep_owed(unit, used)
                 self._log_held(before.keys(), gone)
-            if not self._discovered:
-                self._discovered = True
+            if not self.discovered:
+                self.discovered = True
                 self._context.on_status()  # node labels wait for every first scan
                 await self._usage_settled()
                 self.edge.wake()

@@ -22,8 +22,10 @@ from genericdp import logsetup
 from genericdp.aio import Backoff, TaskSet
 from genericdp.allocation.cdi import remove_stale_specs
 from genericdp.config.model import Config, ResourceDefinition
+from genericdp.discovery import discover as default_discover
 from genericdp.errors import HookError
 from genericdp.hooks import CLEANUP, HookRun, HookRunner
+from genericdp.hooks import run_hook as default_hook_runner
 from genericdp.runtime.backend import Backend, Gauge, KeepsRecords, Registers
 from genericdp.runtime.context import SETTLE, Discover, ResourceContext
 from genericdp.runtime.devwatch import DevChange, watch_devices
@@ -39,18 +41,6 @@ from genericdp.settings import Settings
 log = logging.getLogger(__name__)
 
 Statuses = Mapping[str, PluginStatus]
-
-
-def _default_discover() -> Discover:
-    from genericdp.discovery import discover
-
-    return discover
-
-
-def _default_hook_runner() -> HookRunner:
-    from genericdp.hooks import run_hook
-
-    return run_hook
 
 
 class Supervisor:
@@ -77,8 +67,8 @@ class Supervisor:
     ) -> None:
         self._settings = settings
         self._backend = backend
-        self._discover = discover or _default_discover()
-        self._run_hook = run_hook or _default_hook_runner()
+        self._discover = discover or default_discover
+        self._run_hook = run_hook or default_hook_runner
         self._metrics = metrics or NO_METRICS
         if metrics is not None:
             self._run_hook = TimedHooks(self._run_hook, metrics)
