@@ -86,7 +86,7 @@ class Allocator:
     ) -> tuple[list[Plan], bool]:
         """One plan per container, its units looked up once; whether it was
         rendered off the loop (the units may have changed meanwhile)."""
-        node_name = self._context.node_name
+        node_name = self._context.settings.node_name
         lookups = [self.checked(ids) for ids in requests]
 
         def plan(slice_seconds: float | None) -> list[Plan]:
@@ -132,7 +132,7 @@ class Allocator:
 
     async def _pre_start(self, definition: ResourceDefinition, device_ids: tuple[str, ...]) -> None:
         units = self.checked(device_ids, require_healthy=False)
-        node_name = self._context.node_name
+        node_name = self._context.settings.node_name
         run = HookRun.of(PRE_START, definition, units, device_ids, node_name=node_name, logger=log)
         if run is not None:
             await self._context.run_hook(run)

@@ -38,7 +38,7 @@ class Cleaner:
     def __init__(self, parts: ResourceParts) -> None:
         self._state, self._definition, context = parts.state, parts.definition, parts.context
         self._run_hook = context.run_hook
-        self._node_name = context.node_name
+        self._node_name = context.settings.node_name
         self._backoff = context.cleanup_backoff or (lambda: Backoff(initial=1.0, maximum=60.0))
         self._tasks = TaskSet(log)
         self._running: dict[str, asyncio.Task[None]] = {}  # for stop to wait on

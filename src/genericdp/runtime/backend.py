@@ -37,10 +37,6 @@ class ResourceParts:
     cdi: CdiSync  # its CDI spec (an Allocate checks its units are in it)
 
 
-EdgeFactory = Callable[[ResourceParts], Edge]
-"""Makes a runner's edge from its resource's parts."""
-
-
 @dataclass(frozen=True)
 class Gauge:
     """One sample of a backend's own metrics, read at scrape time: a gauge, or a
@@ -115,7 +111,7 @@ class Backend(Protocol):
         ...
 
     def edge(self, parts: ResourceParts) -> Edge:
-        """The edge of one resource (an ``EdgeFactory``)."""
+        """The edge of one resource."""
         ...
 
     async def start(self, fleet: Fleet) -> None:

@@ -214,11 +214,9 @@ class Owed:
         return bool(self._handed)
 
     def resources(self) -> frozenset[str]:
-        """Resources with a unit owed a cleanup."""
         return frozenset(r for r, _ in self._handed)
 
     def units_of(self, resource: str) -> tuple[str, ...]:
-        """Units of ``resource`` owed a cleanup."""
         return tuple(sorted(u for r, u in self._handed if r == resource))
 
     def out_of_service(self, resource: str) -> dict[str, str]:

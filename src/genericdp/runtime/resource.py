@@ -60,7 +60,7 @@ class ResourceRunner:
         self.state = state or DeviceState(device_ids(backend, definition))
         self._usage = backend.usage  # shared by every resource
         self._context = context
-        self._cdi = CdiSync(context.cdi_dir)
+        self._cdi = CdiSync(context.settings.cdi_dir)
         self.edge: Edge = backend.edge(
             ResourceParts(lambda: self._definition, self.state, context, self._cdi)
         )
@@ -194,7 +194,7 @@ class ResourceRunner:
             check,
             lambda: tuple(self.state.units.values()),
             self._health_changed,
-            node_name=self._context.node_name,
+            node_name=self._context.settings.node_name,
             on_result=self._probed,
             logger=log,
             roots=self._context.roots,
@@ -246,7 +246,7 @@ class ResourceRunner:
                 self._context.on_status()  # node labels wait for every first scan
                 await self._usage_settled()
                 self.edge.wake()
-            await wait_event(self._rescan, self._context.rescan_interval)
+            await wait_event(self._rescan, self._context.settings.rescan_interval)
 
     def _within_budget(
         self, definition: ResourceDefinition, found: Sequence[Unit]

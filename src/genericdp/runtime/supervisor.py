@@ -73,7 +73,7 @@ class Supervisor:
         if metrics is not None:
             self._run_hook = TimedHooks(self._run_hook, metrics)
         # Built once: what every resource shares (its runner and edge).
-        self._context = ResourceContext.of(
+        self._context = ResourceContext(
             settings,
             discover=self._discover,
             run_hook=self._run_hook,
