@@ -39,7 +39,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Protocol, TypeVar, cast
@@ -212,19 +212,11 @@ def _read_config(path: Path) -> tuple[Config, tuple[Source, ...]]:
     log.debug("loading the config from %s", path)  # from the loading thread
     _, problems = config_files(path)
     if problems:
-        raise ConfigError(
-            [
-                ConfigIssue(
-                    p.file,
-                    p.line,
-                    p.column,
-                    p.path,
-                    f"{p.message} (a config with no files is never applied: it would "
-                    "stop every resource; is the ConfigMap being rewritten?)",
-                )
-                for p in problems
-            ]
+        why = (
+            " (a config with no files is never applied: it would stop every resource;"
+            " is the ConfigMap being rewritten?)"
         )
+        raise ConfigError([replace(p, message=p.message + why) for p in problems])
     return load_sources([path])
 
 
