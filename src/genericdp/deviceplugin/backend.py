@@ -41,16 +41,9 @@ class DevicePluginBackend:
     settled_timeout = POD_RESOURCES_TIMEOUT + 1.0
     owed_records = "owed-device-plugin-"
 
-    def __init__(
-        self,
-        settings: Settings,
-        *,
-        watch_timeout: float = 5.0,
-        usage: UsageTracker | None = None,
-    ) -> None:
+    def __init__(self, settings: Settings, *, usage: UsageTracker | None = None) -> None:
         """``usage``: the tracker the poller feeds (tests pass one that records)."""
         self._settings = settings
-        self._watch_timeout = watch_timeout
         self.usage = usage or UsageTracker()
         self._watching = asyncio.Event()
         self._fleet: Fleet | None = None
@@ -90,7 +83,7 @@ class DevicePluginBackend:
             for path in remove_stale_sockets(plugin_dir):
                 log.info("removed stale socket %s", path)
         fleet.tasks.spawn("kubelet-watch", self._watch, backoff=Backoff(maximum=10.0))
-        if not await wait_event(self._watching, self._watch_timeout):
+        if not await wait_event(self._watching, 5.0):
             log.warning("not watching %s yet; kubelet restarts may be missed", plugin_dir)
 
     def started(self, fleet: Fleet) -> None:

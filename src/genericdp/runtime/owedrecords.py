@@ -4,10 +4,8 @@ One file per unit handed out with a ``cleanup`` hook and not cleaned since,
 ``<prefix><digest>.json``: the prefix names the backend that keeps them
 (the device plugin's ``owed-device-plugin-``; DRA keeps its own in its
 checkpoint), so a daemon of the other backend given the same directory
-reads none. It is written atomically before the Allocate that hands the unit
-out answers, and removed once the unit is cleaned. It holds what the hook
-needs to run: the resource, the unit's ID, nodes and NUMA node, and the hook
-as it was (argv, timeout).
+reads none. It holds what the hook needs to run: the resource, the unit's
+ID, nodes and NUMA node, and the hook as it was (argv, timeout).
 
 The files are ours but live on the host, and each names a command the
 daemon runs as root: each is read as hostile input (a regular file, owned by

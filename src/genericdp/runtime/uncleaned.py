@@ -1,16 +1,13 @@
 """Units whose cleanup is owed and cannot run: out of service until an admin releases them.
 
-A unit handed out is cleaned at its release with the ``cleanup`` hook of the
-definition it was handed out under (DRA: recorded in the checkpoint at
-prepare; the device plugin: ``runtime/owed.py``), whether or not the node
-still serves that resource. When the definition has left the config by then,
-no command the config no longer names is run: the unit is recorded here
-instead, one file per unit, ``uncleaned-<digest>.json`` (DRA: in the driver's
-plugin directory, written before the claim is forgotten; the device plugin:
-in ``stateDir``). While its file is there the unit is not handed out, whatever
-the config says, and ``/readyz``, the log and a metric say so. An admin who
-has cleaned the device (or knows it needs none) deletes the file: the daemon
-sees it go and serves the unit again.
+A unit whose owed cleanup cannot run (its definition left the config:
+``runtime/owed.py``, DRA's checkpoint) is recorded here, one file per unit,
+``uncleaned-<digest>.json`` (DRA: in the driver's plugin directory, written
+before the claim is forgotten; the device plugin: in ``stateDir``). While its
+file is there the unit is not handed out, whatever the config says, and
+``/readyz``, the log and a metric say so. An admin who has cleaned the device
+(or knows it needs none) deletes the file: the daemon sees it go and serves
+the unit again.
 
 The files are ours but live on the host: each is read as hostile input
 (a regular file, small, the expected keys); one that cannot be read is
