@@ -30,7 +30,6 @@ from genericdp.runtime.backend import ResourceParts
 from genericdp.runtime.edge import PluginStatus
 from genericdp.runtime.owed import Release
 from genericdp.runtime.state import DeviceState
-from genericdp.unixgrpc import UnixServer
 
 _Answer = TypeVar("_Answer")
 
@@ -51,12 +50,9 @@ class ResourcePlugin:
             lambda: self._definition().name,
             self.options,
             parts.context,
-            self._start_server,
+            lambda path: serve_plugin(self, path),
             plugin_dir=plugin_dir,
         )
-
-    async def _start_server(self, path: Path) -> UnixServer:
-        return await serve_plugin(self, path)
 
     # -- the Edge the runner uses ------------------------------------------------
 

@@ -108,20 +108,17 @@ class ResourceRunner:
     async def update(self, definition: ResourceDefinition, *, renew: bool) -> None:
         """Apply a changed definition in place; ``renew``: tell the kubelet anew."""
         with logsetup.fields(resource=self.name):
-            await self._update(definition, renew=renew)
-
-    async def _update(self, definition: ResourceDefinition, *, renew: bool) -> None:
-        old, self._definition = self._definition, definition
-        # The device list follows the new naming (the device plugin's count or sharing).
-        self.state.set_ids(device_ids(self._backend, definition))
-        self._rescan.set()  # matchers or grouping may have changed
-        if old.allocate.cdi and not definition.allocate.cdi:
-            await self._cdi.retract(self.name)  # gone when apply returns, not at the next scan
-        if old.health != definition.health:
-            await self._tasks.cancel(f"{self.name}/health")
-            self._start_health()  # a new probe starts over: Unhealthy until probed
-        if renew:
-            self.kick("options changed", renew=True)
+            old, self._definition = self._definition, definition
+            # The device list follows the new naming (the device plugin's count or sharing).
+            self.state.set_ids(device_ids(self._backend, definition))
+            self._rescan.set()  # matchers or grouping may have changed
+            if old.allocate.cdi and not definition.allocate.cdi:
+                await self._cdi.retract(self.name)  # gone when apply returns, not at the next scan
+            if old.health != definition.health:
+                await self._tasks.cancel(f"{self.name}/health")
+                self._start_health()  # a new probe starts over: Unhealthy until probed
+            if renew:
+                self.kick("options changed", renew=True)
 
     async def stop(self, *, timeout: float = 5.0) -> tuple[str, ...]:  # noqa: ASYNC109
         """Cancel the tasks (``timeout`` to stop), then close the edge.
