@@ -164,16 +164,16 @@ class ResourceRunner:
                 )
         # Held but not found (gone before List showed it held, or while we were down).
         for unit_id in sorted(self.state.gone - gone_before):
-            with logsetup.fields(resource=self.name, unit=unit_id):
-                self._log_vanished(unit_id)
+            self._log_vanished(unit_id)
 
     def _log_vanished(self, unit_id: str) -> None:
-        log.warning(
-            "%s: unit %s vanished while a container holds it: listed Unhealthy"
-            " until the kubelet releases it",
-            self.name,
-            clip(unit_id),  # from PodResources: a peer's string
-        )
+        with logsetup.fields(resource=self.name, unit=unit_id):
+            log.warning(
+                "%s: unit %s vanished while a container holds it: listed Unhealthy"
+                " until the kubelet releases it",
+                self.name,
+                clip(unit_id),  # from PodResources: a peer's string
+            )
 
     async def _keep_owed(self, unit: Unit, in_use: frozenset[str]) -> None:
         """A unit held (of ``in_use``) is owed its cleanup, run once when it is released."""
@@ -263,8 +263,7 @@ class ResourceRunner:
         """Say what happened to units that vanished while held, or came back."""
         gone = self.state.gone
         for unit_id in sorted((gone - gone_before) & before):
-            with logsetup.fields(unit=unit_id):
-                self._log_vanished(unit_id)
+            self._log_vanished(unit_id)
         for unit_id in sorted(gone_before - gone):
             if unit_id in self.state.units:
                 with logsetup.fields(unit=unit_id):
