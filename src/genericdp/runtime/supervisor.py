@@ -67,18 +67,14 @@ class Supervisor:
     ) -> None:
         self._settings = settings
         self._backend = backend
-        self._discover = discover or default_discover
-        self._run_hook = run_hook or default_hook_runner
-        self._metrics = metrics or NO_METRICS
-        if metrics is not None:
-            self._run_hook = TimedHooks(self._run_hook, metrics)
+        run_hook = run_hook or default_hook_runner
         # Built once: what every resource shares (its runner and edge).
         self._context = ResourceContext(
             settings,
-            discover=self._discover,
-            run_hook=self._run_hook,
+            discover=discover or default_discover,
+            run_hook=run_hook if metrics is None else TimedHooks(run_hook, metrics),
             settle=settle,
-            recorder=self._metrics,
+            recorder=metrics or NO_METRICS,
             cleanup_backoff=cleanup_backoff,
             on_status=self._notify,
             settled_timeout=backend.settled_timeout,
@@ -106,7 +102,7 @@ class Supervisor:
 
     @property
     def recorder(self) -> Recorder:
-        return self._metrics
+        return self._context.recorder
 
     @property
     def tasks(self) -> TaskSet:
@@ -363,7 +359,7 @@ class Supervisor:
                 logger=log,
             )
             try:
-                await self._run_hook(run)
+                await self._context.run_hook(run)
             except HookError as exc:
                 log.error(
                     "%s: unit %s out of service until its cleanup passes: %s",
