@@ -63,17 +63,9 @@ MOUNTINFO = Path("/proc/self/mountinfo")
 
 # CLOSE_WRITE and MODIFY: edits in place; CREATE/MOVED_TO/DELETE/MOVED_FROM: saves by
 # rename, ConfigMap keys added or removed, the ``..data`` swap.
-_CHANGES = (
-    flags.CREATE
-    | flags.DELETE
-    | flags.MOVED_TO
-    | flags.MOVED_FROM
-    | flags.CLOSE_WRITE
-    | flags.MODIFY
-    | flags.ATTRIB
-)
+_MASK = flags.CREATE | flags.DELETE | flags.MOVED_TO | flags.MOVED_FROM | flags.CLOSE_WRITE
+_MASK |= flags.MODIFY | flags.ATTRIB | flags.DELETE_SELF | flags.MOVE_SELF | flags.ONLYDIR
 _GONE = flags.DELETE_SELF | flags.MOVE_SELF | flags.IGNORED
-_MASK = _CHANGES | flags.DELETE_SELF | flags.MOVE_SELF | flags.ONLYDIR
 
 
 class ReloadTarget(Protocol):

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from genericdp.atomicfile import reason
-from genericdp.config.model import Exec, ResourceDefinition
+from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.errors import GenericdpError, clip
 from genericdp.runtime import owedrecords, uncleaned
@@ -63,14 +63,6 @@ class Release:
     device_ids: tuple[str, ...]  # the replica IDs that were in use, sorted
 
 
-@dataclass(frozen=True)
-class Handed:
-    """A unit handed out and not cleaned since: the hook to clean it with."""
-
-    unit: Unit
-    hook: Exec
-
-
 class Owed:
     """The daemon's owed cleanups and uncleaned units (one for every resource)."""
 
@@ -81,7 +73,7 @@ class Owed:
         self._directory = directory
         # Where the owed cleanups are kept: the directory and the files' prefix.
         self._records = (directory, records) if directory is not None and records else None
-        self._handed: dict[Key, Handed] = {}
+        self._handed: dict[Key, Record] = {}  # units handed out and not cleaned since
         self.uncleaned: dict[Key, Uncleaned] = {}
         self._seen: uncleaned.DirId = frozenset()
         self.cleaning: set[Key] = set()  # owed cleanups of units no runner cleans, running
@@ -103,7 +95,7 @@ class Owed:
             if key in self.uncleaned:  # recorded uncleaned since: that file decides
                 self._forget_file(key)
                 continue
-            self._handed[key] = Handed(record.unit, record.hook)
+            self._handed[key] = record
             self.unsettled.add(key)
         for found in refused:
             self._refuse(found)
@@ -169,8 +161,8 @@ class Owed:
             for unit in units:
                 key = (definition.name, unit.id)
                 if key not in self._handed:
-                    self._handed[key] = Handed(unit, hook)
-                    new.append(Record(definition.name, unit, hook))
+                    self._handed[key] = record = Record(definition.name, unit, hook)
+                    new.append(record)
             if not new or self._records is None:
                 return
             try:
@@ -185,7 +177,7 @@ class Owed:
                     f" directory: {where}"
                 ) from exc
 
-    def get(self, resource: str, unit_id: str) -> Handed | None:
+    def get(self, resource: str, unit_id: str) -> Record | None:
         return self._handed.get((resource, unit_id))
 
     async def done(self, resource: str, unit_id: str) -> None:

@@ -30,7 +30,8 @@ from genericdp.runtime.backend import Backend, Gauge, KeepsRecords, Registers
 from genericdp.runtime.context import SETTLE, Discover, ResourceContext
 from genericdp.runtime.devwatch import DevChange, watch_devices
 from genericdp.runtime.edge import Edge, PluginStatus
-from genericdp.runtime.owed import Handed, Release
+from genericdp.runtime.owed import Release
+from genericdp.runtime.owedrecords import Record
 from genericdp.runtime.reconcile import NodeLabels, Plan, plan, served
 from genericdp.runtime.recorder import NO_METRICS, Recorder, TimedHooks
 from genericdp.runtime.resource import ResourceRunner
@@ -320,7 +321,7 @@ class Supervisor:
             if unit_id not in used and handed is not None:
                 self._clean_owed(Release(resource, unit_id, ()), handed)
 
-    def _clean_owed(self, release: Release, handed: Handed) -> None:
+    def _clean_owed(self, release: Release, handed: Record) -> None:
         """Run the hook a unit of a resource not served was handed out under, until it
         passes; its definition gone from the config, keep the unit uncleaned instead."""
         key = (release.resource, release.unit_id)
@@ -341,7 +342,7 @@ class Supervisor:
         name = f"{release.resource}/owed-cleanup/{release.unit_id}"
         self._tasks.spawn(name, clean, log_fields=fields, finishable=True)
 
-    async def _run_owed(self, release: Release, handed: Handed) -> None:
+    async def _run_owed(self, release: Release, handed: Record) -> None:
         resource, unit_id = release.resource, release.unit_id
         backoff = (self._context.cleanup_backoff or (lambda: Backoff(initial=1.0, maximum=60.0)))()
         while True:
