@@ -39,15 +39,13 @@ from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.errors import GenericdpError, clip
 from genericdp.runtime import owedrecords, uncleaned
-from genericdp.runtime.owedrecords import Record, Refused
+from genericdp.runtime.owedrecords import Key, Record, Refused
 from genericdp.runtime.uncleaned import Uncleaned
 
 if TYPE_CHECKING:
     from genericdp.runtime.backend import Gauge
 
 log = logging.getLogger(__name__)
-
-Key = tuple[str, str]  # resource, unit ID
 
 
 class RecordError(GenericdpError):
