@@ -17,12 +17,10 @@ What the watch has to survive:
   once. Events that arrive while a reload runs are read afterwards and lead to
   one more reload, so the last state on disk is always the one looked at.
 
-A reload loads in a worker thread and hands the config to
-``Supervisor.apply``, which plans once against the running config and, if
-any resource differs, stops, updates and starts only what changed. An invalid config, or one with no
-files at all (a ConfigMap being rewritten, a directory emptied), is refused:
-the previous config keeps serving. Every outcome is also reported to
-``on_result`` (metrics). A config applied (or found unchanged) is kept in the
+A reload hands the config to ``Supervisor.apply``, which changes only the
+resources that differ. An invalid config, or one with no files at all (a
+ConfigMap being rewritten, a directory emptied), is refused: the previous
+config keeps serving. A config applied (or found unchanged) is kept in the
 state directory (``genericdp.lastgood``) for the next start.
 
 A ConfigMap key mounted with ``subPath`` is a bind mount of one file and is
