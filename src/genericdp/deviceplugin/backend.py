@@ -95,7 +95,7 @@ class DevicePluginBackend:
             interval=self._settings.pod_resources_poll_interval,
             # Every resource: a unit that vanishes while held stays listed until
             # released, and unbounded sharing follows what is held.
-            active=fleet.serving,
+            active=lambda: bool(fleet.watched()),
             resources=fleet.watched,
             on_observed=fleet.usage_changed,
             timeout=POD_RESOURCES_TIMEOUT,

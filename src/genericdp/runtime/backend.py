@@ -61,10 +61,6 @@ class Fleet(Protocol):
         """Where the backend spawns its daemon-wide tasks (the supervisor stops them)."""
         ...
 
-    def serving(self) -> bool:
-        """Whether any resource runs."""
-        ...
-
     def watched(self) -> frozenset[str]:
         """The resources whose holds matter: served, stopping, or owed a cleanup."""
         ...

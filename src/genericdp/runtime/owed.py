@@ -199,10 +199,6 @@ class Owed:
                 reason(exc),
             )
 
-    def owing(self) -> bool:
-        """Whether any unit is owed a cleanup (PodResources must be polled for it)."""
-        return bool(self._handed)
-
     def resources(self) -> frozenset[str]:
         return frozenset(r for r, _ in self._handed)
 

@@ -288,9 +288,6 @@ class Supervisor:
 
     # -- the Fleet the backend's tasks see ---------------------------------------
 
-    def serving(self) -> bool:
-        return bool(self._runners) or bool(self._stopping) or self._owed.owing()
-
     def watched(self) -> frozenset[str]:
         return frozenset(self._runners) | self._stopping | self._owed.resources()
 
