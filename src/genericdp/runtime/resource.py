@@ -120,14 +120,14 @@ class ResourceRunner:
             if renew:
                 self.kick("options changed", renew=True)
 
-    async def stop(self, *, timeout: float = 5.0) -> tuple[str, ...]:  # noqa: ASYNC109
-        """Cancel the tasks (``timeout`` to stop), then close the edge.
+    async def stop(self) -> tuple[str, ...]:
+        """Cancel the tasks (5 s to stop), then close the edge.
 
         A unit in use stays owed its cleanup (``owed.py``): it is cleaned when
         released, runner or not.
         """
         with logsetup.fields(resource=self.name):
-            stragglers = await self._tasks.stop(timeout=timeout)
+            stragglers = await self._tasks.stop(timeout=5.0)
             self._context.budget.release(self.name)
             if isinstance(self._usage, HandOuts):
                 self._usage.watch(self.name, None)

@@ -221,12 +221,13 @@ class Supervisor:
         if isinstance(self._backend, KeepsRecords):
             self._backend.shutting_down()
 
-    async def stop(self, *, timeout: float = 5.0) -> tuple[str, ...]:  # noqa: ASYNC109
-        """Stop every plugin (streams end, sockets removed); return straggler task names."""
+    async def stop(self) -> tuple[str, ...]:
+        """Stop every plugin (streams end, sockets removed); return the names of the tasks
+        that did not stop within 5 s."""
         async with self._lock:
-            stragglers = list(await self._tasks.stop(timeout=timeout))
+            stragglers = list(await self._tasks.stop(timeout=5.0))
             runners, self._runners = list(self._runners.values()), {}
-            results = await asyncio.gather(*(r.stop(timeout=timeout) for r in runners))
+            results = await asyncio.gather(*(r.stop() for r in runners))
             self._config, self._served = Config(resources=()), ()
             self._notify()
         for names in results:
