@@ -230,7 +230,8 @@ class ResourceRunner:
                 else:
                     log.info("%s: required device nodes present again", self.name)
             if changed:
-                log.info("%s: %d units: %s", self.name, len(units), _ids(units))
+                ids = first_of(sorted(u.id for u in units), 8, empty="none")
+                log.info("%s: %d units: %s", self.name, len(units), ids)
                 if self._monitor is not None:
                     self._monitor.poke()  # new units are Unhealthy until probed: probe now
                 used, found = in_use(self._usage, self.name), {u.id for u in units}
@@ -283,7 +284,3 @@ class ResourceRunner:
                 timeout,
             )
         self.usage_changed()
-
-
-def _ids(units: Sequence[Unit], limit: int = 8) -> str:
-    return first_of(sorted(u.id for u in units), limit, empty="none")

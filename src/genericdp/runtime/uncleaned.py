@@ -54,12 +54,10 @@ def file_name(resource: str, unit: str) -> str:
     return owedrecords.file_name(PREFIX, resource, unit)
 
 
-def record(directory: Path, entry: Uncleaned) -> Path:
+def record(directory: Path, entry: Uncleaned) -> None:
     """Write the unit's file (replaced atomically); raises OSError."""
-    path = directory / entry.file_name
     data = json.dumps({k: getattr(entry, k) for k in _KEYS}, indent=1) + "\n"
-    write_atomically(path, data.encode())
-    return path
+    write_atomically(directory / entry.file_name, data.encode())
 
 
 def identity(directory: Path) -> DirId:
