@@ -96,7 +96,7 @@ class Owed:
             self._handed[key] = record
             self.unsettled.add(key)
         for found in refused:
-            self._refuse(found)
+            self._refuse(self._directory, found)
         self._seen = uncleaned.identity(self._directory)
         if self.unsettled:
             log.info(
@@ -105,21 +105,18 @@ class Owed:
                 len(self.unsettled),
             )
 
-    def _refuse(self, found: Refused) -> None:
+    def _refuse(self, directory: Path, found: Refused) -> None:
         """A record that cannot be used: its unit, when it names one, is uncleaned."""
-        assert self._directory is not None  # noqa: S101 -- only load calls it
         log.error("%s cannot be used (%s): no command it names is run", found.path, found.why)
         if found.key is not None:
             resource, unit_id = found.key
             why = f"its owed cleanup's record {found.path.name} could not be used ({found.why})"
-            entry = self._entry(resource, unit_id, "", why)
+            entry = self.uncleaned[found.key] = self._entry(resource, unit_id, "", why)
             try:
-                uncleaned.record(self._directory, entry)
-            except OSError as exc:
+                uncleaned.record(directory, entry)
+            except OSError as exc:  # out of service until the next start all the same
                 log.error("%s: cannot record unit %s as uncleaned: %s", resource, unit_id, exc)
-                self.uncleaned[found.key] = entry  # out of service until the next start
                 return
-            self.uncleaned[found.key] = entry
             log.error(
                 "%s: unit %s is not cleaned and stays out of service: %s",
                 resource,
@@ -225,7 +222,7 @@ class Owed:
         )
         if self._directory is not None:
             try:
-                await asyncio.to_thread(self._record, entry)
+                await asyncio.to_thread(self._record, self._directory, entry)
             except OSError as exc:
                 log.error("%s: cannot record unit %s as uncleaned: %s", resource, unit_id, exc)
                 self._handed.pop((resource, unit_id), None)  # its record stays, for a restart
@@ -247,11 +244,10 @@ class Owed:
             why=f"{why}, so its cleanup hook cannot run; clean the device, then {where}",
         )
 
-    def _record(self, entry: Uncleaned) -> None:
-        assert self._directory is not None  # noqa: S101 -- checked by the caller
-        self._directory.mkdir(parents=True, exist_ok=True)
-        uncleaned.record(self._directory, entry)
-        self._seen = uncleaned.identity(self._directory)
+    def _record(self, directory: Path, entry: Uncleaned) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        uncleaned.record(directory, entry)
+        self._seen = uncleaned.identity(directory)
 
     def released_by_admin(self) -> tuple[Key, ...]:
         """Uncleaned units whose file an admin deleted since the last call."""
