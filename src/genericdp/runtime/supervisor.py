@@ -28,7 +28,7 @@ from genericdp.hooks import CLEANUP, HookRun, HookRunner
 from genericdp.hooks import run_hook as default_hook_runner
 from genericdp.runtime.backend import Backend, Gauge, KeepsRecords, Registers
 from genericdp.runtime.context import SETTLE, Discover, ResourceContext
-from genericdp.runtime.devwatch import DevChange, watch_devices
+from genericdp.runtime.devwatch import watch_devices
 from genericdp.runtime.edge import Edge, PluginStatus
 from genericdp.runtime.owed import Release
 from genericdp.runtime.owedrecords import Record
@@ -437,13 +437,10 @@ class Supervisor:
     async def _watch_devices(self) -> None:
         await watch_devices(
             self._settings.dev_root,
-            self._on_dev_change,
+            lambda change: self.rescan(change.describe()),
             settle=self._settings.hotplug_settle,
             on_ready=lambda: self.rescan("device watch (re)started"),
         )
-
-    def _on_dev_change(self, change: DevChange) -> None:
-        self.rescan(change.describe())
 
 
 def _frozen(labels: NodeLabels) -> NodeLabels:
