@@ -99,7 +99,7 @@ def allocate_cases(units: int = 1000, count: int = 1000) -> list[Result]:
     state = DeviceState(Replicas(count), units=_units(units))
     results.append(Result(f"{label}: device state", time.perf_counter() - start, 0.5, "s"))
     settings = Settings.model_validate({"plugin_dir": Path("/nonexistent")})
-    context = ResourceContext.of(settings, discover=lambda *_: (), run_hook=_no_hook)
+    context = ResourceContext(settings, discover=lambda *_: (), run_hook=_no_hook)
     backend = DevicePluginBackend(settings)
     plugin = ResourceRunner(definition, context, backend, state=state).edge
     if not isinstance(plugin, ResourcePlugin):

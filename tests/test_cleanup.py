@@ -321,7 +321,7 @@ async def test_shutdown_lets_a_running_cleanup_finish(base: Path) -> None:
         hook.flag("hold", on=True)
         kubelet.release("default", "p")
         await eventually(lambda: hook.lines("runs") == ["ttyUSB0"])
-        stopping = asyncio.create_task(supervisor.stop(timeout=5.0))
+        stopping = asyncio.create_task(supervisor.stop())
         await rt.until(lambda k: not k.resources[SERIAL].connected)
         assert not stopping.done()
         hook.flag("hold", on=False)

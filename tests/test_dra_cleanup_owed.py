@@ -24,7 +24,7 @@ from genericdp.kubeletplugin.claims import AllocatedDevice, ClaimRef
 from genericdp.kubeletplugin.naming import device_name
 from genericdp.metrics import Metrics
 from genericdp.probes import readiness
-from genericdp.runtime import uncleaned
+from genericdp.runtime import owedrecords, uncleaned
 from genericdp.runtime.supervisor import Supervisor
 from genericdp.settings import Settings
 from tests.dra_fakes import MemoryClaims
@@ -209,7 +209,7 @@ def test_uncleaned_files_are_read_as_hostile_input(
     entry = uncleaned.Uncleaned(NAME, "ttyUSB0", USB0, "default/pod-1", "now", "why")
     uncleaned.record(directory, entry)
     os.mkfifo(directory / "uncleaned-fifo.json")
-    (directory / "uncleaned-big.json").write_bytes(b" " * (uncleaned.MAX_BYTES + 1))
+    (directory / "uncleaned-big.json").write_bytes(b" " * (owedrecords.MAX_BYTES + 1))
     (directory / "uncleaned-text.json").write_text("not json")
     other = uncleaned.Uncleaned(NAME, "ttyUSB9", "x", "default/pod-2", "now", "why")
     (directory / "uncleaned-moved.json").write_text(

@@ -181,7 +181,7 @@ async def _no_hook(*_args: object, **_kwargs: object) -> None:
 def _plugin(definition: ResourceDefinition, state: DeviceState, tmp_path: Path) -> ResourcePlugin:
     """One resource's device-plugin edge over ``state`` (never started)."""
     settings = Settings.model_validate({"plugin_dir": tmp_path})
-    context = ResourceContext.of(settings, discover=lambda *_: (), run_hook=_no_hook)
+    context = ResourceContext(settings, discover=lambda *_: (), run_hook=_no_hook)
     plugin = ResourceRunner(definition, context, DevicePluginBackend(settings), state=state).edge
     assert isinstance(plugin, ResourcePlugin)
     return plugin

@@ -86,7 +86,7 @@ class Allocator:
     ) -> tuple[list[Plan], bool]:
         """One plan per container, its units looked up once; whether it was
         rendered off the loop (the units may have changed meanwhile)."""
-        node_name = self._context.node_name
+        node_name = self._context.settings.node_name
         lookups = [self.checked(ids) for ids in requests]
 
         def plan(slice_seconds: float | None) -> list[Plan]:
@@ -127,15 +127,14 @@ class Allocator:
 
     async def pre_start(self, device_ids: tuple[str, ...]) -> None:
         definition = self._definition()
+        node_name = self._context.settings.node_name
         with logsetup.fields(resource=definition.name):
-            await self._pre_start(definition, device_ids)
-
-    async def _pre_start(self, definition: ResourceDefinition, device_ids: tuple[str, ...]) -> None:
-        units = self.checked(device_ids, require_healthy=False)
-        node_name = self._context.node_name
-        run = HookRun.of(PRE_START, definition, units, device_ids, node_name=node_name, logger=log)
-        if run is not None:
-            await self._context.run_hook(run)
+            units = self.checked(device_ids, require_healthy=False)
+            run = HookRun.of(
+                PRE_START, definition, units, device_ids, node_name=node_name, logger=log
+            )
+            if run is not None:
+                await self._context.run_hook(run)
 
     def checked(self, ids: Sequence[str], *, require_healthy: bool = True) -> tuple[Unit, ...]:
         """The units of ``ids``; InvalidDevicesError naming unknown, cleaning or unhealthy IDs."""

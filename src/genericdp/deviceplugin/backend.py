@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from genericdp.aio import Backoff, wait_event
-from genericdp.config.model import Config, ResourceDefinition
+from genericdp.config.model import ResourceDefinition
 from genericdp.deviceplugin.kubeletwatch import DirChange, watch_plugin_dir
 from genericdp.deviceplugin.options import renews
 from genericdp.deviceplugin.plugin import ResourcePlugin
@@ -41,16 +41,9 @@ class DevicePluginBackend:
     settled_timeout = POD_RESOURCES_TIMEOUT + 1.0
     owed_records = "owed-device-plugin-"
 
-    def __init__(
-        self,
-        settings: Settings,
-        *,
-        watch_timeout: float = 5.0,
-        usage: UsageTracker | None = None,
-    ) -> None:
+    def __init__(self, settings: Settings, *, usage: UsageTracker | None = None) -> None:
         """``usage``: the tracker the poller feeds (tests pass one that records)."""
         self._settings = settings
-        self._watch_timeout = watch_timeout
         self.usage = usage or UsageTracker()
         self._watching = asyncio.Event()
         self._fleet: Fleet | None = None
@@ -82,15 +75,6 @@ class DevicePluginBackend:
             ),
         )
 
-    def shutting_down(self) -> None:
-        """Nothing outlasts the daemon but what the kubelet checkpointed."""
-
-    def configured(self, config: Config) -> None:
-        """Each edge's cleaner cleans what a resource leaving the config held."""
-
-    def notes(self) -> tuple[str, ...]:
-        return ()
-
     async def start(self, fleet: Fleet) -> None:
         """Clean up stale sockets and watch the kubelet directory."""
         self._fleet = fleet
@@ -99,7 +83,7 @@ class DevicePluginBackend:
             for path in remove_stale_sockets(plugin_dir):
                 log.info("removed stale socket %s", path)
         fleet.tasks.spawn("kubelet-watch", self._watch, backoff=Backoff(maximum=10.0))
-        if not await wait_event(self._watching, self._watch_timeout):
+        if not await wait_event(self._watching, 5.0):
             log.warning("not watching %s yet; kubelet restarts may be missed", plugin_dir)
 
     def started(self, fleet: Fleet) -> None:
@@ -111,7 +95,7 @@ class DevicePluginBackend:
             interval=self._settings.pod_resources_poll_interval,
             # Every resource: a unit that vanishes while held stays listed until
             # released, and unbounded sharing follows what is held.
-            active=fleet.serving,
+            active=lambda: bool(fleet.watched()),
             resources=fleet.watched,
             on_observed=fleet.usage_changed,
             timeout=POD_RESOURCES_TIMEOUT,

@@ -38,7 +38,7 @@ class Cleaner:
     def __init__(self, parts: ResourceParts) -> None:
         self._state, self._definition, context = parts.state, parts.definition, parts.context
         self._run_hook = context.run_hook
-        self._node_name = context.node_name
+        self._node_name = context.settings.node_name
         self._backoff = context.cleanup_backoff or (lambda: Backoff(initial=1.0, maximum=60.0))
         self._tasks = TaskSet(log)
         self._running: dict[str, asyncio.Task[None]] = {}  # for stop to wait on
@@ -97,13 +97,13 @@ class Cleaner:
                 self._spawn(unit, release.device_ids, retry=True, wait_first=True)
         return True
 
-    async def stop(self, timeout: float = 5.0) -> tuple[str, ...]:  # noqa: ASYNC109
-        """No more retries; running hooks get ``timeout`` to finish, then are cancelled."""
+    async def stop(self) -> tuple[str, ...]:
+        """No more retries; running hooks get 5 s to finish, then are cancelled."""
         self._stopping.set()
         running = [t for t in self._running.values() if not t.done()]
         self._running.clear()
         if running:
-            await asyncio.wait(running, timeout=timeout)
+            await asyncio.wait(running, timeout=5.0)
         # A cancelled hook gets SIGTERM, then SIGKILL 2 s later (hooks/execution.py).
         return await self._tasks.stop(timeout=3.0)
 
@@ -135,28 +135,28 @@ class Cleaner:
                 return
 
     async def _attempt(self, unit: Unit, device_ids: tuple[str, ...], *, retry: bool) -> bool:
-        with logsetup.fields(resource=self.resource, unit=unit.id):
-            return await self._attempt_in(unit, device_ids, retry=retry)
-
-    async def _attempt_in(self, unit: Unit, device_ids: tuple[str, ...], *, retry: bool) -> bool:
         name = self.resource
-        owed = self._owed.get(name, unit.id)
-        spec = owed.hook if owed is not None else self._definition().hooks.cleanup
-        if spec is None:
-            return True  # handed out without a hook, which a reload removed: nothing to run
-        run = HookRun(
-            CLEANUP, spec, name, (unit,), device_ids, node_name=self._node_name, logger=log
-        )
-        try:
-            await self._run_hook(run)
-        except HookError as exc:
-            what = "out of service until its cleanup passes" if retry else "removed, not retried"
-            log.error("%s: unit %s %s: %s", name, unit.id, what, exc)
-            if not retry:
-                await self._owed.done(name, unit.id)  # a gone unit's one cleanup, passed or not
-            return False
-        await self._owed.done(name, unit.id)
-        return True
+        with logsetup.fields(resource=name, unit=unit.id):
+            owed = self._owed.get(name, unit.id)
+            spec = owed.hook if owed is not None else self._definition().hooks.cleanup
+            if spec is None:
+                return True  # handed out without a hook, which a reload removed: nothing to run
+            run = HookRun(
+                CLEANUP, spec, name, (unit,), device_ids, node_name=self._node_name, logger=log
+            )
+            try:
+                await self._run_hook(run)
+            except HookError as exc:
+                what = (
+                    "out of service until its cleanup passes" if retry else "removed, not retried"
+                )
+                log.error("%s: unit %s %s: %s", name, unit.id, what, exc)
+                if not retry:
+                    # a gone unit's one cleanup, passed or not
+                    await self._owed.done(name, unit.id)
+                return False
+            await self._owed.done(name, unit.id)
+            return True
 
     async def _pause(self, unit: Unit, backoff: Backoff) -> bool:
         """Wait before the next attempt; False when it should not happen."""

@@ -9,7 +9,7 @@ restart wakes the plugins once, not once per event.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +17,7 @@ from inotify_simple import flags
 
 from genericdp.aio import inotify_events
 from genericdp.errors import KubeletError
+from genericdp.runtime.devwatch import InotifyEvent
 
 log = logging.getLogger(__name__)
 
@@ -33,13 +34,12 @@ class DirChange:
     lost: bool = False  # the directory was removed or moved, or events were dropped
 
 
-def _changes(events: list[object]) -> DirChange:
+def _changes(events: Iterable[InotifyEvent]) -> DirChange:
     created: set[str] = set()
     deleted: set[str] = set()
     lost = False
     for event in events:
-        mask: int = event.mask  # type: ignore[attr-defined]
-        name: str = event.name  # type: ignore[attr-defined]
+        mask, name = event.mask, event.name
         if mask & (flags.DELETE_SELF | flags.MOVE_SELF | flags.IGNORED | flags.Q_OVERFLOW):
             lost = True
         elif mask & (flags.CREATE | flags.MOVED_TO):
@@ -71,7 +71,7 @@ async def watch_plugin_dir(
         while True:
             await readable.wait()
             readable.clear()
-            change = _changes(list(inotify.read(timeout=0)))
+            change = _changes(inotify.read(timeout=0))
             if change.created or change.deleted or change.lost:
                 on_change(change)
             if change.lost:

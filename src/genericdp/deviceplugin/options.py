@@ -7,7 +7,6 @@ from genericdp.kubelet.options import PluginOptions
 
 
 def plugin_options(definition: ResourceDefinition) -> PluginOptions:
-    """The options a resource registers with, derived from its definition."""
     return PluginOptions(
         pre_start_required=definition.hooks.pre_start is not None,
         get_preferred_allocation_available=(

@@ -30,7 +30,6 @@ from genericdp.runtime.backend import ResourceParts
 from genericdp.runtime.edge import PluginStatus
 from genericdp.runtime.owed import Release
 from genericdp.runtime.state import DeviceState
-from genericdp.unixgrpc import UnixServer
 
 _Answer = TypeVar("_Answer")
 
@@ -51,12 +50,9 @@ class ResourcePlugin:
             lambda: self._definition().name,
             self.options,
             parts.context,
-            self._start_server,
+            lambda path: serve_plugin(self, path),
             plugin_dir=plugin_dir,
         )
-
-    async def _start_server(self, path: Path) -> UnixServer:
-        return await serve_plugin(self, path)
 
     # -- the Edge the runner uses ------------------------------------------------
 
@@ -97,11 +93,11 @@ class ResourcePlugin:
         """Serve and Register whenever asked, until cancelled (``close`` stops serving)."""
         await self._registrar.run()
 
-    async def close(self, grace: float = 3.0) -> tuple[str, ...]:
+    async def close(self) -> tuple[str, ...]:
         """End the streams, stop the server and remove its socket; running cleanups
         get 5 s to finish."""
         self.state.close()
-        await self._registrar.close(grace)
+        await self._registrar.close()
         return await self.cleaner.stop()
 
     def released(self, release: Release) -> None:

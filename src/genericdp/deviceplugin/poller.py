@@ -76,7 +76,6 @@ class ReleasePoller:
         list_pods: ListPods | None = None,
         timeout: float = 5.0,
         rest: float = REST,
-        logger: logging.Logger = log,
     ) -> None:
         self._socket = socket
         self._tracker = tracker
@@ -92,7 +91,6 @@ class ReleasePoller:
             list_pods = self._own_lister = PodResourcesLister()
         self._list: ListPods = list_pods
         self._timeout = timeout
-        self._log = logger
         self._failing = False
 
     async def run(self) -> None:
@@ -130,7 +128,7 @@ class ReleasePoller:
             )
         except KubeletError as exc:
             if not self._failing:
-                self._log.warning(
+                log.warning(
                     "cannot read PodResources, no cleanup and no release of held IDs"
                     " until it answers: %s",
                     exc,
@@ -139,14 +137,14 @@ class ReleasePoller:
             self._tracker.settled.set()  # nothing to wait for: register with what we know
             return False
         if self._failing:
-            self._log.info("PodResources %s answers again", self._socket)
+            log.info("PodResources %s answers again", self._socket)
             self._failing = False
         if self._tracker.repeats(pods):
             return True  # nothing released, nothing any resource lists differently
         first = not self._tracker.has_baseline
         releases = self._tracker.observe(pods)
         if first:
-            self._log.info("PodResources baseline: %s", _describe(self._tracker.snapshot()))
+            log.info("PodResources baseline: %s", _describe(self._tracker.snapshot()))
         if releases:
             self._dispatch(releases)
         self._tracker.settled.set()

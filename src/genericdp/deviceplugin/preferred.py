@@ -26,6 +26,7 @@ import heapq
 from collections import Counter, deque
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from genericdp.config.model import PreferredAllocation
 from genericdp.discovery.model import Unit
@@ -73,32 +74,40 @@ def preferred_allocation(
 
 
 Key = tuple[int, ...]
+_Node = TypeVar("_Node", bound=Hashable)
 
 
-class _Heap:
+class _Heap(Generic[_Node]):
     """A heap of nodes by key where a node's newer entry makes its older ones stale."""
 
     def __init__(self) -> None:
-        self._entries: list[tuple[Key, int, Hashable]] = []
-        self._version: dict[Hashable, int] = {}
+        self._entries: list[tuple[Key, int, _Node]] = []
+        self._version: dict[_Node, int] = {}
 
-    def set(self, node: Hashable, key: Key | None) -> None:
+    def set(self, node: _Node, key: Key | None) -> None:
         version = self._version.get(node, 0) + 1
         self._version[node] = version
         if key is not None:
             heapq.heappush(self._entries, (key, version, node))
 
-    def fill(self, items: Sequence[tuple[Key, Hashable]]) -> None:
+    def fill(self, items: Sequence[tuple[Key, _Node]]) -> None:
         """Start with ``items`` (a new heap): one heapify instead of a push each."""
         self._entries = [(key, 1, node) for key, node in items]
         self._version = {node: 1 for _, node in items}
         heapq.heapify(self._entries)
 
-    def top(self) -> tuple[Key, Hashable] | None:
+    def top(self) -> tuple[Key, _Node] | None:
         entries = self._entries
         while entries and entries[0][1] != self._version[entries[0][2]]:
             heapq.heappop(entries)
         return (entries[0][0], entries[0][2]) if entries else None
+
+    def top_node(self) -> _Node:
+        """The node of the least key; the heap of a node above that has a key is not empty."""
+        top = self.top()
+        if top is None:
+            raise RuntimeError("an empty heap under a node with a key")
+        return top[1]
 
 
 class _Picker:
@@ -116,9 +125,10 @@ class _Picker:
         self._ids: dict[str, deque[tuple[int, str]]] = {}  # unit -> (order, ID), in order
         self._place: dict[str, _Place] = {}  # unit -> its place
         self._numas_of_parent: dict[str, set[int]] = {}
-        self._unit_heaps: dict[tuple[int, str], _Heap] = {}  # (numa, parent) -> its units
-        self._parent_heaps: dict[int, _Heap] = {}  # numa -> its (numa, parent) nodes
-        self._numa_heap = _Heap()
+        self._unit_heaps: dict[tuple[int, str], _Heap[str]] = {}  # (numa, parent) -> its units
+        # numa -> its (numa, parent) nodes
+        self._parent_heaps: dict[int, _Heap[tuple[int, str]]] = {}
+        self._numa_heap: _Heap[int] = _Heap()
 
     def add(self, chosen: Sequence[str], candidates: Sequence[str]) -> None:
         for device_id in chosen:
@@ -130,13 +140,13 @@ class _Picker:
             self._avail_numa[place.numa] += 1
             self._avail_parent[place.parent] += 1
             self._numas_of_parent.setdefault(place.parent, set()).add(place.numa)
-        by_node: dict[tuple[int, str], list[tuple[Key, Hashable]]] = {}
+        by_node: dict[tuple[int, str], list[tuple[Key, str]]] = {}
         for unit, ids in self._ids.items():
             place = self._place[unit]
             key = (self._sign * self._used_unit[unit], ids[0][0])
             by_node.setdefault((place.numa, place.parent), []).append((key, unit))
         for node, items in by_node.items():
-            self._unit_heaps[node] = heap = _Heap()
+            self._unit_heaps[node] = heap = _Heap[str]()
             heap.fill(items)
         for numa, parent in by_node:
             self._refresh_parent(numa, parent)
@@ -149,17 +159,8 @@ class _Picker:
             best = self._numa_heap.top()
             if best is None:
                 break
-            numa = _int(best[1])
-            parent_top = self._parent_heaps[numa].top()
-            if parent_top is None:
-                raise RuntimeError("parent_top is not set")
-            node = parent_top[1]
-            if not isinstance(node, tuple):
-                raise TypeError("node is not tuple")
-            unit_top = self._unit_heaps[node].top()
-            if unit_top is None:
-                raise RuntimeError("unit_top is not set")
-            unit = str(unit_top[1])
+            node = self._parent_heaps[best[1]].top_node()
+            unit = self._unit_heaps[node].top_node()
             out.append(self._ids[unit].popleft()[1])
             place = self._place[unit]
             self._use(place)
@@ -178,7 +179,7 @@ class _Picker:
         place = self._place[unit]
         ids = self._ids[unit]
         key = (self._sign * self._used_unit[unit], ids[0][0]) if ids else None
-        heap = self._unit_heaps.setdefault((place.numa, place.parent), _Heap())
+        heap = self._unit_heaps.setdefault((place.numa, place.parent), _Heap[str]())
         heap.set(unit, key)
 
     def _refresh_parent(self, numa: int, parent: str) -> None:
@@ -191,7 +192,7 @@ class _Picker:
                 key = (used, used_unit, -self._avail_parent[parent], order)
             else:
                 key = (used, used_unit, order)
-        self._parent_heaps.setdefault(numa, _Heap()).set((numa, parent), key)
+        self._parent_heaps.setdefault(numa, _Heap[tuple[int, str]]()).set((numa, parent), key)
 
     def _refresh_numa(self, numa: int) -> None:
         best = self._parent_heaps[numa].top()
@@ -204,9 +205,3 @@ class _Picker:
             else:
                 key = (used, *best[0])
         self._numa_heap.set(numa, key)
-
-
-def _int(value: Hashable) -> int:
-    if not isinstance(value, int):
-        raise TypeError("value is not int")
-    return value

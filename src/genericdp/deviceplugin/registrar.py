@@ -133,12 +133,12 @@ class Registrar:
                 self.wake("retry after an error")
                 raise
 
-    async def close(self, grace: float = 3.0) -> None:
-        """Stop the server and remove its socket."""
+    async def close(self) -> None:
+        """Stop the server (3 s for its calls to finish) and remove its socket."""
         self._closing = True
         server, self._server = self._server, None
         if server is not None:
-            await server.stop(grace)
+            await server.stop(3.0)
             log.info("%s: stopped serving on %s", self.resource, server.socket)
         self.registered = False
         self._on_status()
@@ -198,18 +198,16 @@ class Registrar:
         # restarted kubelet ended it, or it belongs to a kubelet being replaced.
         self._kubelet_stream = None
         try:
-            await self._ensure_serving()
+            server = await self._ensure_serving()
         except KubeletError as exc:
             return self._failed(str(exc))
         if not kubelet.exists():
             return self._failed(f"waiting for the kubelet: {kubelet} does not exist")
-        if self._server is None:
-            raise RuntimeError("self._server is not set")
-        endpoint = self._server.socket.name
+        endpoint = server.socket.name
         self._claiming = True
         seen = self._kubelet_streams
         try:
-            await self._register(kubelet)
+            await self._register(kubelet, server.socket)
             self.registrations += 1  # accepted; complete once the kubelet's stream is open
             if not await self._kubelet_stream_opened(seen, kubelet):
                 return self._failed("the kubelet accepted Register but has no ListAndWatch open")
@@ -226,11 +224,8 @@ class Registrar:
         self._on_status()
         return True
 
-    async def _register(self, kubelet: Path) -> None:
-        """Send one Register; serve its socket's path again if it is lost meanwhile."""
-        if self._server is None:
-            raise RuntimeError("self._server is not set")
-        path = self._server.socket
+    async def _register(self, kubelet: Path, path: Path) -> None:
+        """Send one Register naming ``path``; serve it again if it is lost meanwhile."""
 
         def check() -> None:  # connected: this kubelet has cleaned its directory already
             if not self._socket_intact():
@@ -293,25 +288,26 @@ class Registrar:
         """Whether the socket our server bound is still at its path (same file, a socket)."""
         return self._server is not None and self._server.intact()
 
-    async def _ensure_serving(self) -> None:
+    async def _ensure_serving(self) -> UnixServer:
         """Serve on a fresh socket unless the current one is still in place (a fresh
         name never collides with what the kubelet knows)."""
         if self._server is not None and self._socket_intact() and not self._renew:
-            return
+            return self._server
         self._renew = False
         path, shortened = socket_path(self._plugin_dir, self.resource)
         if shortened:
             log.info(
                 "%s: socket name shortened to fit %d bytes", self.resource, MAX_UNIX_PATH_BYTES
             )
-        await self._serve(path)
+        return await self._serve(path)
 
-    async def _serve(self, path: Path) -> None:
+    async def _serve(self, path: Path) -> UnixServer:
         """Stop the current server (if any) and serve on ``path``, replacing what is there."""
         server, self._server = self._server, None
         if server is not None:
             # At once: its socket is gone (its streams are a dead kubelet's or
             # another client's) or being replaced, and the kubelet waits for the new one.
             await server.stop(None)
-        self._server = await self._start_server(path)  # a file left at our name is cleared
+        self._server = new = await self._start_server(path)  # a file left at our name is cleared
         log.info("%s: serving on %s", self.resource, path)
+        return new

@@ -13,6 +13,7 @@ exactly what the kubelet's checkpoint holds, and a released ID is reused.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import islice
 
 from genericdp.config.model import UNBOUNDED, UNBOUNDED_INDEX_LIMIT, ResourceDefinition
 from genericdp.kubelet.devices import index_text, replica_id, replica_ids
@@ -35,12 +36,7 @@ def replica_index(device_id: str) -> int | None:
 def advertised_indices(held: Iterable[int], free: int) -> tuple[int, ...]:
     """The held indices and the ``free`` lowest ones nobody holds, in order."""
     taken = set(held)
-    spare: list[int] = []
-    index = 0
-    while len(spare) < free and index < UNBOUNDED_INDEX_LIMIT:
-        if index not in taken:
-            spare.append(index)
-        index += 1
+    spare = islice((i for i in range(UNBOUNDED_INDEX_LIMIT) if i not in taken), free)
     return tuple(sorted(taken.union(spare)))
 
 

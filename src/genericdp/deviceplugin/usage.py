@@ -20,12 +20,6 @@ and ``handed_out``):
   until List shows a holder for them, or until the kubelet asks for them
   again (then cleanup runs first). No timer: an init container may run for
   hours, and cleaning a device under it is worse than cleaning late.
-
-Pieces: ``released_units`` (the pure diff, ``holders.py``), ``UsageTracker``
-(here: the daemon's view of who holds what, the runtime's ``Usage`` and
-``HandOuts``), ``ReleasePoller`` (one task for the daemon, ``poller.py``),
-and the ``Cleaner`` (``cleanup.py``, one per resource: runs the hook, keeps
-the unit out of service until it succeeds).
 """
 
 from __future__ import annotations

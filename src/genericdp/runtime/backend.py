@@ -1,15 +1,11 @@
 """A backend: how the kubelet is told of the daemon's resources, behind one protocol.
 
-The runtime runs each resource (discovery, health, hooks, the CDI spec, the
-device state: ``runtime/resource.py``) and does not know which backend
-serves it. A backend is a package of its own (``deviceplugin/``, ``dra/``)
-with one object meeting ``Backend``: its daemon-wide tasks (``start``), one
-edge per resource (``edge``), who holds their devices (``usage``), and its
-own metrics (``gauges``); one that registers each resource with the kubelet
-also meets ``Registers``. What status and readiness mean for it is its
-edges' ``status()`` (``runtime/edge.py``): ``registrations`` is what
-``/readyz`` waits for. The daemon chooses the backend (``daemon.py``) and
-hands it to the ``Supervisor``.
+The runtime runs each resource (``runtime/resource.py``) and does not know
+which backend serves it. A backend (``deviceplugin/``, ``dra/``) meets
+``Backend``; one that registers each resource with the kubelet also meets
+``Registers``, one that keeps its own records of what it handed out
+``KeepsRecords``. Status and readiness are its edges' ``status()``
+(``runtime/edge.py``): ``registrations`` is what ``/readyz`` waits for.
 """
 
 from __future__ import annotations
@@ -41,10 +37,6 @@ class ResourceParts:
     cdi: CdiSync  # its CDI spec (an Allocate checks its units are in it)
 
 
-EdgeFactory = Callable[[ResourceParts], Edge]
-"""Makes a runner's edge from its resource's parts."""
-
-
 @dataclass(frozen=True)
 class Gauge:
     """One sample of a backend's own metrics, read at scrape time: a gauge, or a
@@ -67,10 +59,6 @@ class Fleet(Protocol):
     @property
     def tasks(self) -> TaskSet:
         """Where the backend spawns its daemon-wide tasks (the supervisor stops them)."""
-        ...
-
-    def serving(self) -> bool:
-        """Whether any resource runs."""
         ...
 
     def watched(self) -> frozenset[str]:
@@ -119,7 +107,7 @@ class Backend(Protocol):
         ...
 
     def edge(self, parts: ResourceParts) -> Edge:
-        """The edge of one resource (an ``EdgeFactory``)."""
+        """The edge of one resource."""
         ...
 
     async def start(self, fleet: Fleet) -> None:
@@ -134,6 +122,12 @@ class Backend(Protocol):
     def gauges(self) -> tuple[Gauge, ...]:
         """Its own metrics, now."""
         ...
+
+
+@runtime_checkable
+class KeepsRecords(Protocol):
+    """What a backend that keeps its own records of what it handed out (DRA's
+    checkpoint, its slices) also answers."""
 
     def configured(self, config: Config) -> None:
         """The config being applied: every resource of it, served on this node or not."""

@@ -17,12 +17,10 @@ What the watch has to survive:
   once. Events that arrive while a reload runs are read afterwards and lead to
   one more reload, so the last state on disk is always the one looked at.
 
-A reload loads in a worker thread and hands the config to
-``Supervisor.apply``, which plans once against the running config and, if
-any resource differs, stops, updates and starts only what changed. An invalid config, or one with no
-files at all (a ConfigMap being rewritten, a directory emptied), is refused:
-the previous config keeps serving. Every outcome is also reported to
-``on_result`` (metrics). A config applied (or found unchanged) is kept in the
+A reload hands the config to ``Supervisor.apply``, which changes only the
+resources that differ. An invalid config, or one with no files at all (a
+ConfigMap being rewritten, a directory emptied), is refused: the previous
+config keeps serving. A config applied (or found unchanged) is kept in the
 state directory (``genericdp.lastgood``) for the next start.
 
 A ConfigMap key mounted with ``subPath`` is a bind mount of one file and is
@@ -36,9 +34,10 @@ import asyncio
 import contextlib
 import functools
 import logging
+import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Protocol, TypeVar, cast
@@ -62,17 +61,9 @@ MOUNTINFO = Path("/proc/self/mountinfo")
 
 # CLOSE_WRITE and MODIFY: edits in place; CREATE/MOVED_TO/DELETE/MOVED_FROM: saves by
 # rename, ConfigMap keys added or removed, the ``..data`` swap.
-_CHANGES = (
-    flags.CREATE
-    | flags.DELETE
-    | flags.MOVED_TO
-    | flags.MOVED_FROM
-    | flags.CLOSE_WRITE
-    | flags.MODIFY
-    | flags.ATTRIB
-)
+_MASK = flags.CREATE | flags.DELETE | flags.MOVED_TO | flags.MOVED_FROM | flags.CLOSE_WRITE
+_MASK |= flags.MODIFY | flags.ATTRIB | flags.DELETE_SELF | flags.MOVE_SELF | flags.ONLYDIR
 _GONE = flags.DELETE_SELF | flags.MOVE_SELF | flags.IGNORED
-_MASK = _CHANGES | flags.DELETE_SELF | flags.MOVE_SELF | flags.ONLYDIR
 
 
 class ReloadTarget(Protocol):
@@ -168,16 +159,7 @@ def subpath_hint(config: Path, mountinfo: Path = MOUNTINFO) -> str | None:
 
 def _unescape(field: str) -> str:
     # mountinfo escapes space, tab, newline and backslash as \ooo octal.
-    out, i = [], 0
-    while i < len(field):
-        octal = field[i + 1 : i + 4]
-        if field[i] == "\\" and len(octal) == 3 and all(c in "01234567" for c in octal):  # noqa: PLR2004 -- a \\ooo escape
-            out.append(chr(int(octal, 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), field)
 
 
 async def in_daemon_thread(func: Callable[[], T]) -> T:
@@ -220,19 +202,11 @@ def _read_config(path: Path) -> tuple[Config, tuple[Source, ...]]:
     log.debug("loading the config from %s", path)  # from the loading thread
     _, problems = config_files(path)
     if problems:
-        raise ConfigError(
-            [
-                ConfigIssue(
-                    p.file,
-                    p.line,
-                    p.column,
-                    p.path,
-                    f"{p.message} (a config with no files is never applied: it would "
-                    "stop every resource; is the ConfigMap being rewritten?)",
-                )
-                for p in problems
-            ]
+        why = (
+            " (a config with no files is never applied: it would stop every resource;"
+            " is the ConfigMap being rewritten?)"
         )
+        raise ConfigError([replace(p, message=p.message + why) for p in problems])
     return load_sources([path])
 
 

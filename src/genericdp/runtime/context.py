@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from functools import cached_property
 
 from genericdp.aio import Backoff
 from genericdp.config.model import ResourceDefinition
@@ -24,15 +24,12 @@ SETTLE = 0.05  # seconds a burst of state changes may take (ListAndWatch, Regist
 @dataclass(frozen=True)
 class ResourceContext:
     """What every resource's runner, edge, allocator and cleaner share: built once
-    by the supervisor (``of``) instead of a dozen arguments per constructor. Its
-    settings have their defaults in ``Settings`` alone."""
+    by the supervisor instead of a dozen arguments per constructor. Its settings
+    have their defaults in ``Settings`` alone."""
 
-    roots: Roots
+    settings: Settings
     discover: Discover
     run_hook: HookRunner
-    node_name: str
-    rescan_interval: float
-    cdi_dir: Path
     settle: float = SETTLE
     recorder: Recorder = NO_METRICS
     cleanup_backoff: Callable[[], Backoff] | None = None
@@ -40,38 +37,16 @@ class ResourceContext:
     # The longest a first wake waits for the backend's usage to settle
     # (``Backend.settled_timeout``; 0: nothing to wait for).
     settled_timeout: float = 0.0
+    owed_records: str | None = None  # the backend's ``owed_records``
     # The units and IDs every resource of the node holds, against the node's limits.
     budget: NodeBudget = field(default_factory=NodeBudget)
-    # The units handed out and owed a cleanup, and those whose cleanup cannot run.
-    owed: Owed = field(default_factory=lambda: Owed(None))
 
-    @classmethod
-    def of(
-        cls,
-        settings: Settings,
-        *,
-        discover: Discover,
-        run_hook: HookRunner,
-        settle: float = SETTLE,
-        recorder: Recorder = NO_METRICS,
-        cleanup_backoff: Callable[[], Backoff] | None = None,
-        on_status: Callable[[], None] = lambda: None,
-        settled_timeout: float = 0.0,
-        owed_records: str | None = None,
-    ) -> ResourceContext:
-        """The context of ``settings``, with the runtime's own pieces; ``owed_records``:
-        the backend's ``owed_records``."""
-        return cls(
-            roots=Roots(dev=settings.dev_root, sys=settings.sys_root, udev=settings.udev_root),
-            discover=discover,
-            run_hook=run_hook,
-            node_name=settings.node_name,
-            rescan_interval=settings.rescan_interval,
-            cdi_dir=settings.cdi_dir,
-            settle=settle,
-            recorder=recorder,
-            cleanup_backoff=cleanup_backoff,
-            on_status=on_status,
-            settled_timeout=settled_timeout,
-            owed=Owed(settings.state_path, owed_records),
-        )
+    @cached_property
+    def roots(self) -> Roots:
+        settings = self.settings
+        return Roots(dev=settings.dev_root, sys=settings.sys_root, udev=settings.udev_root)
+
+    @cached_property
+    def owed(self) -> Owed:
+        """The units handed out and owed a cleanup, and those whose cleanup cannot run."""
+        return Owed(self.settings.state_path, self.owed_records)

@@ -113,18 +113,13 @@ def _join(parent: str, name: str) -> str:
     return f"{parent}/{name}" if parent else name
 
 
-def classify(
-    events: Iterable[InotifyEvent],
-    dirs: Mapping[int, str],
-    skip: Iterable[str] = SKIP,
-) -> DevChange:
+def classify(events: Iterable[InotifyEvent], dirs: Mapping[int, str]) -> DevChange:
     """Turn raw events into one ``DevChange`` (pure).
 
     ``dirs`` maps watch descriptors to directories relative to the root
     (``""`` is the root). Events of unknown descriptors (already forgotten)
     and entries in skipped trees are ignored.
     """
-    skip = frozenset(skip)
     paths: set[str] = set()
     new_dirs: set[str] = set()
     dropped: set[int] = set()
@@ -148,7 +143,7 @@ def classify(
                 resync = True  # its watch now has a stale path; the parent saw the name go
         else:
             path = _join(parent, event.name)
-            if skipped(path, skip):
+            if skipped(path):
                 continue
             paths.add(path)
             if mask & flags.ISDIR and mask & (flags.CREATE | flags.MOVED_TO):
@@ -159,10 +154,9 @@ def classify(
 class _Watches:
     """The watch descriptors of one inotify instance, by directory."""
 
-    def __init__(self, inotify: Any, root: Path, skip: frozenset[str]) -> None:
+    def __init__(self, inotify: Any, root: Path) -> None:
         self._inotify = inotify
         self._root = root
-        self.skip = skip
         self.dirs: dict[int, str] = {}
 
     def add_tree(self, top: str) -> None:
@@ -188,7 +182,7 @@ class _Watches:
                 continue  # gone again; its parent reports that
             for name in children:
                 child = _join(relative, name)
-                if not skipped(child, self.skip):
+                if not skipped(child):
                     stack.append(child)
 
     def _cannot_watch(self, relative: str, path: Path, exc: OSError) -> None:
@@ -207,7 +201,7 @@ class _Watches:
 
     def read(self) -> DevChange:
         """Read, classify and apply the waiting events: new directories are watched at once."""
-        change = classify(self._inotify.read(timeout=0), self.dirs, self.skip)
+        change = classify(self._inotify.read(timeout=0), self.dirs)
         self.apply(change)
         return change
 
@@ -246,7 +240,6 @@ async def watch_devices(
     *,
     settle: float = 0.1,
     late: float = LATE_UDEV_DELAY,
-    skip: Iterable[str] = SKIP,
     on_ready: Callable[[], None] = lambda: None,
 ) -> None:
     """Report batches of changes under ``root`` until cancelled.
@@ -261,7 +254,7 @@ async def watch_devices(
     async with inotify_events(
         lambda exc: DiscoveryError(f"cannot start inotify for {root}: {exc.strerror}")
     ) as (inotify, readable):
-        watches = _Watches(inotify, watched, frozenset(skip))
+        watches = _Watches(inotify, watched)
         watches.add_tree("")
         on_ready()
         await _report(watches, readable, on_change, settle=settle, late=late)

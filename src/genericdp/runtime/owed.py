@@ -35,19 +35,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from genericdp.atomicfile import reason
-from genericdp.config.model import Exec, ResourceDefinition
+from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.errors import GenericdpError, clip
 from genericdp.runtime import owedrecords, uncleaned
-from genericdp.runtime.owedrecords import Record, Refused
+from genericdp.runtime.owedrecords import Key, Record, Refused
 from genericdp.runtime.uncleaned import Uncleaned
 
 if TYPE_CHECKING:
     from genericdp.runtime.backend import Gauge
 
 log = logging.getLogger(__name__)
-
-Key = tuple[str, str]  # resource, unit ID
 
 
 class RecordError(GenericdpError):
@@ -63,14 +61,6 @@ class Release:
     device_ids: tuple[str, ...]  # the replica IDs that were in use, sorted
 
 
-@dataclass(frozen=True)
-class Handed:
-    """A unit handed out and not cleaned since: the hook to clean it with."""
-
-    unit: Unit
-    hook: Exec
-
-
 class Owed:
     """The daemon's owed cleanups and uncleaned units (one for every resource)."""
 
@@ -81,7 +71,7 @@ class Owed:
         self._directory = directory
         # Where the owed cleanups are kept: the directory and the files' prefix.
         self._records = (directory, records) if directory is not None and records else None
-        self._handed: dict[Key, Handed] = {}
+        self._handed: dict[Key, Record] = {}  # units handed out and not cleaned since
         self.uncleaned: dict[Key, Uncleaned] = {}
         self._seen: uncleaned.DirId = frozenset()
         self.cleaning: set[Key] = set()  # owed cleanups of units no runner cleans, running
@@ -103,10 +93,10 @@ class Owed:
             if key in self.uncleaned:  # recorded uncleaned since: that file decides
                 self._forget_file(key)
                 continue
-            self._handed[key] = Handed(record.unit, record.hook)
+            self._handed[key] = record
             self.unsettled.add(key)
         for found in refused:
-            self._refuse(found)
+            self._refuse(self._directory, found)
         self._seen = uncleaned.identity(self._directory)
         if self.unsettled:
             log.info(
@@ -115,21 +105,18 @@ class Owed:
                 len(self.unsettled),
             )
 
-    def _refuse(self, found: Refused) -> None:
+    def _refuse(self, directory: Path, found: Refused) -> None:
         """A record that cannot be used: its unit, when it names one, is uncleaned."""
-        assert self._directory is not None  # noqa: S101 -- only load calls it
         log.error("%s cannot be used (%s): no command it names is run", found.path, found.why)
         if found.key is not None:
             resource, unit_id = found.key
             why = f"its owed cleanup's record {found.path.name} could not be used ({found.why})"
-            entry = self._entry(resource, unit_id, "", why)
+            entry = self.uncleaned[found.key] = self._entry(resource, unit_id, "", why)
             try:
-                uncleaned.record(self._directory, entry)
-            except OSError as exc:
+                uncleaned.record(directory, entry)
+            except OSError as exc:  # out of service until the next start all the same
                 log.error("%s: cannot record unit %s as uncleaned: %s", resource, unit_id, exc)
-                self.uncleaned[found.key] = entry  # out of service until the next start
                 return
-            self.uncleaned[found.key] = entry
             log.error(
                 "%s: unit %s is not cleaned and stays out of service: %s",
                 resource,
@@ -169,8 +156,8 @@ class Owed:
             for unit in units:
                 key = (definition.name, unit.id)
                 if key not in self._handed:
-                    self._handed[key] = Handed(unit, hook)
-                    new.append(Record(definition.name, unit, hook))
+                    self._handed[key] = record = Record(definition.name, unit, hook)
+                    new.append(record)
             if not new or self._records is None:
                 return
             try:
@@ -185,7 +172,7 @@ class Owed:
                     f" directory: {where}"
                 ) from exc
 
-    def get(self, resource: str, unit_id: str) -> Handed | None:
+    def get(self, resource: str, unit_id: str) -> Record | None:
         return self._handed.get((resource, unit_id))
 
     async def done(self, resource: str, unit_id: str) -> None:
@@ -209,16 +196,10 @@ class Owed:
                 reason(exc),
             )
 
-    def owing(self) -> bool:
-        """Whether any unit is owed a cleanup (PodResources must be polled for it)."""
-        return bool(self._handed)
-
     def resources(self) -> frozenset[str]:
-        """Resources with a unit owed a cleanup."""
         return frozenset(r for r, _ in self._handed)
 
     def units_of(self, resource: str) -> tuple[str, ...]:
-        """Units of ``resource`` owed a cleanup."""
         return tuple(sorted(u for r, u in self._handed if r == resource))
 
     def out_of_service(self, resource: str) -> dict[str, str]:
@@ -241,7 +222,7 @@ class Owed:
         )
         if self._directory is not None:
             try:
-                await asyncio.to_thread(self._record, entry)
+                await asyncio.to_thread(self._record, self._directory, entry)
             except OSError as exc:
                 log.error("%s: cannot record unit %s as uncleaned: %s", resource, unit_id, exc)
                 self._handed.pop((resource, unit_id), None)  # its record stays, for a restart
@@ -263,11 +244,10 @@ class Owed:
             why=f"{why}, so its cleanup hook cannot run; clean the device, then {where}",
         )
 
-    def _record(self, entry: Uncleaned) -> None:
-        assert self._directory is not None  # noqa: S101 -- checked by the caller
-        self._directory.mkdir(parents=True, exist_ok=True)
-        uncleaned.record(self._directory, entry)
-        self._seen = uncleaned.identity(self._directory)
+    def _record(self, directory: Path, entry: Uncleaned) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        uncleaned.record(directory, entry)
+        self._seen = uncleaned.identity(directory)
 
     def released_by_admin(self) -> tuple[Key, ...]:
         """Uncleaned units whose file an admin deleted since the last call."""

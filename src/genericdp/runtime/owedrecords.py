@@ -4,10 +4,8 @@ One file per unit handed out with a ``cleanup`` hook and not cleaned since,
 ``<prefix><digest>.json``: the prefix names the backend that keeps them
 (the device plugin's ``owed-device-plugin-``; DRA keeps its own in its
 checkpoint), so a daemon of the other backend given the same directory
-reads none. It is written atomically before the Allocate that hands the unit
-out answers, and removed once the unit is cleaned. It holds what the hook
-needs to run: the resource, the unit's ID, nodes and NUMA node, and the hook
-as it was (argv, timeout).
+reads none. It holds what the hook needs to run: the resource, the unit's
+ID, nodes and NUMA node, and the hook as it was (argv, timeout).
 
 The files are ours but live on the host, and each names a command the
 daemon runs as root: each is read as hostile input (a regular file, owned by
@@ -124,7 +122,7 @@ def load(directory: Path, prefix: str) -> tuple[dict[Key, Record], list[Refused]
         path = directory / name
         key: Key | None = None
         try:
-            doc, trusted = _read(path)
+            doc, trusted = read(path)
             key = _key(doc)  # an untrusted file's unit is still kept out of service
             if not trusted:
                 raise ValueError("not owned by the daemon's user and writable by it alone")
@@ -144,8 +142,9 @@ def set_aside(path: Path) -> Path:
     return aside
 
 
-def _read(path: Path) -> tuple[dict[str, Any], bool]:
-    """The file's document, and whether only the daemon's user can have written it."""
+def read(path: Path) -> tuple[dict[str, Any], bool]:
+    """The file's document (a JSON mapping of at most ``MAX_BYTES``), and whether only
+    the daemon's user can have written it; raises OSError, ValueError or TypeError."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as file:
         info = os.fstat(file.fileno())

@@ -43,16 +43,13 @@ class Plan:
 
     def __str__(self) -> str:
         parts = [
-            f"stop {_names(self.stop)}" if self.stop else "",
-            f"update {_names(d.name for d in self.update)}" if self.update else "",
-            f"re-register {_names(d.name for d in self.renew)}" if self.renew else "",
-            f"start {_names(d.name for d in self.start)}" if self.start else "",
+            ("stop", self.stop),
+            ("update", [d.name for d in self.update]),
+            ("re-register", [d.name for d in self.renew]),
+            ("start", [d.name for d in self.start]),
         ]
-        return "; ".join(p for p in parts if p) or "nothing to do"
-
-
-def _names(names: Iterable[str]) -> str:
-    return ", ".join(names)
+        said = "; ".join(f"{verb} {', '.join(names)}" for verb, names in parts if names)
+        return said or "nothing to do"
 
 
 def plan(

@@ -139,12 +139,6 @@ def exec_result(result: ExecResult) -> str:
     return "ok" if result.ok else "failed"
 
 
-def _hook_error_result(exc: BaseException) -> str:
-    if isinstance(exc, HookRunError):
-        return exec_result(exc.result)
-    return "failed"
-
-
 class TimedHooks:
     """A ``HookRunner`` that reports each run's result and duration, then the same outcome."""
 
@@ -165,7 +159,7 @@ class TimedHooks:
         try:
             outcome = await self._inner(hook)
         except Exception as exc:
-            result = _hook_error_result(exc)
+            result = exec_result(exc.result) if isinstance(exc, HookRunError) else "failed"
             raise
         else:
             result = "ok"

@@ -9,14 +9,10 @@ The edge is first woken after the first successful scan, so the kubelet
 never sees a transient empty list; a scan that fails is retried with backoff and touches
 nothing else.
 
-With ``allocate.cdi`` each scan also brings the resource's CDI spec up to
-date (``runtime/cdisync.py``) before the new units reach the device list, so the
-kubelet can never allocate a unit whose CDI name the runtime cannot resolve
-yet. A spec that cannot be written is logged, retried by the next scan and by
-Allocate, and until then Allocate of the units it lacks fails with the reason.
-The spec is removed when the resource leaves the config or turns ``cdi`` off,
-and kept on shutdown: the kubelet restarts containers from its checkpointed
-answers (CDI names included) while we are down.
+With ``allocate.cdi`` each scan brings the CDI spec up to date first
+(``cdisync.py``). The spec is removed when the resource leaves the config or
+turns ``cdi`` off, and kept on shutdown: the kubelet restarts containers from
+its checkpointed answers (CDI names included) while we are down.
 """
 
 from __future__ import annotations
@@ -64,12 +60,12 @@ class ResourceRunner:
         self.state = state or DeviceState(device_ids(backend, definition))
         self._usage = backend.usage  # shared by every resource
         self._context = context
-        self._cdi = CdiSync(context.cdi_dir)
+        self._cdi = CdiSync(context.settings.cdi_dir)
         self.edge: Edge = backend.edge(
             ResourceParts(lambda: self._definition, self.state, context, self._cdi)
         )
         self._rescan = asyncio.Event()
-        self._discovered = False
+        self.discovered = False  # whether the first scan is done (before it, no units: nothing yet)
         self._kept = Kept((), 0)
         self._tasks = TaskSet(log)
         self._monitor: HealthMonitor | None = None
@@ -88,11 +84,6 @@ class ResourceRunner:
             return status
         return replace(status, left_out=self._kept.left_out, limited=self._kept.note(self.name))
 
-    @property
-    def discovered(self) -> bool:
-        """Whether the first scan is done (before it, no units means nothing yet)."""
-        return self._discovered
-
     def start(self) -> None:
         if isinstance(self._usage, HandOuts):
             self._usage.watch(self.name, self._allocations_changed)
@@ -107,7 +98,7 @@ class ResourceRunner:
 
     def kick(self, reason: str, *, renew: bool = False) -> None:
         """Tell the kubelet again (it restarted...), once the first scan is done."""
-        if self._discovered and isinstance(self.edge, Kickable):
+        if self.discovered and isinstance(self.edge, Kickable):
             self.edge.kick(reason, renew=renew)
 
     def rescan(self) -> None:
@@ -117,29 +108,26 @@ class ResourceRunner:
     async def update(self, definition: ResourceDefinition, *, renew: bool) -> None:
         """Apply a changed definition in place; ``renew``: tell the kubelet anew."""
         with logsetup.fields(resource=self.name):
-            await self._update(definition, renew=renew)
+            old, self._definition = self._definition, definition
+            # The device list follows the new naming (the device plugin's count or sharing).
+            self.state.set_ids(device_ids(self._backend, definition))
+            self._rescan.set()  # matchers or grouping may have changed
+            if old.allocate.cdi and not definition.allocate.cdi:
+                await self._cdi.retract(self.name)  # gone when apply returns, not at the next scan
+            if old.health != definition.health:
+                await self._tasks.cancel(f"{self.name}/health")
+                self._start_health()  # a new probe starts over: Unhealthy until probed
+            if renew:
+                self.kick("options changed", renew=True)
 
-    async def _update(self, definition: ResourceDefinition, *, renew: bool) -> None:
-        old, self._definition = self._definition, definition
-        # The device list follows the new naming (the device plugin's count or sharing).
-        self.state.set_ids(device_ids(self._backend, definition))
-        self._rescan.set()  # matchers or grouping may have changed
-        if old.allocate.cdi and not definition.allocate.cdi:
-            await self._cdi.retract(self.name)  # gone when apply returns, not at the next scan
-        if old.health != definition.health:
-            await self._tasks.cancel(f"{self.name}/health")
-            self._start_health()  # a new probe starts over: Unhealthy until probed
-        if renew:
-            self.kick("options changed", renew=True)
-
-    async def stop(self, *, timeout: float = 5.0) -> tuple[str, ...]:  # noqa: ASYNC109
-        """Cancel the tasks (``timeout`` to stop), then close the edge.
+    async def stop(self) -> tuple[str, ...]:
+        """Cancel the tasks (5 s to stop), then close the edge.
 
         A unit in use stays owed its cleanup (``owed.py``): it is cleaned when
         released, runner or not.
         """
         with logsetup.fields(resource=self.name):
-            stragglers = await self._tasks.stop(timeout=timeout)
+            stragglers = await self._tasks.stop(timeout=5.0)
             self._context.budget.release(self.name)
             if isinstance(self._usage, HandOuts):
                 self._usage.watch(self.name, None)
@@ -151,8 +139,7 @@ class ResourceRunner:
         await self._cdi.retract(self.name)
         used = in_use(self._usage, self.name)
         for unit in self.state.units.values():
-            if any(self.state.unit_of(d) == unit.id for d in used):
-                await self._context.owed.kept(self._definition, (unit,))
+            await self._keep_owed(unit, used)
 
     def _allocations_changed(self) -> None:
         # Unbounded: the next free IDs appear with the Allocate, not at the next
@@ -165,7 +152,7 @@ class ResourceRunner:
         """What containers hold changed: vanished units and unbounded IDs follow it.
 
         Not before the first scan: every held unit would look vanished."""
-        if not self._discovered:
+        if not self.discovered:
             return
         gone_before = self.state.gone
         for unit_id in self.state.set_in_use(self._usage.held(self.name)):
@@ -177,19 +164,19 @@ class ResourceRunner:
                 )
         # Held but not found (gone before List showed it held, or while we were down).
         for unit_id in sorted(self.state.gone - gone_before):
-            with logsetup.fields(resource=self.name, unit=unit_id):
-                self._log_vanished(unit_id)
+            self._log_vanished(unit_id)
 
     def _log_vanished(self, unit_id: str) -> None:
-        log.warning(
-            "%s: unit %s vanished while a container holds it: listed Unhealthy"
-            " until the kubelet releases it",
-            self.name,
-            clip(unit_id),  # from PodResources: a peer's string
-        )
+        with logsetup.fields(resource=self.name, unit=unit_id):
+            log.warning(
+                "%s: unit %s vanished while a container holds it: listed Unhealthy"
+                " until the kubelet releases it",
+                self.name,
+                clip(unit_id),  # from PodResources: a peer's string
+            )
 
-    async def _vanished(self, unit: Unit, in_use: frozenset[str]) -> None:
-        """A unit vanished; held, it is owed its cleanup, run once when it is released."""
+    async def _keep_owed(self, unit: Unit, in_use: frozenset[str]) -> None:
+        """A unit held (of ``in_use``) is owed its cleanup, run once when it is released."""
         if any(self.state.unit_of(d) == unit.id for d in in_use):
             await self._context.owed.kept(self._definition, (unit,))
 
@@ -204,7 +191,7 @@ class ResourceRunner:
             check,
             lambda: tuple(self.state.units.values()),
             self._health_changed,
-            node_name=self._context.node_name,
+            node_name=self._context.settings.node_name,
             on_result=self._probed,
             logger=log,
             roots=self._context.roots,
@@ -243,20 +230,21 @@ class ResourceRunner:
                 else:
                     log.info("%s: required device nodes present again", self.name)
             if changed:
-                log.info("%s: %d units: %s", self.name, len(units), _ids(units))
+                ids = first_of(sorted(u.id for u in units), 8, empty="none")
+                log.info("%s: %d units: %s", self.name, len(units), ids)
                 if self._monitor is not None:
                     self._monitor.poke()  # new units are Unhealthy until probed: probe now
                 used, found = in_use(self._usage, self.name), {u.id for u in units}
                 for unit in before.values():
                     if unit.id not in found:
-                        await self._vanished(unit, used)
+                        await self._keep_owed(unit, used)
                 self._log_held(before.keys(), gone)
-            if not self._discovered:
-                self._discovered = True
+            if not self.discovered:
+                self.discovered = True
                 self._context.on_status()  # node labels wait for every first scan
                 await self._usage_settled()
                 self.edge.wake()
-            await wait_event(self._rescan, self._context.rescan_interval)
+            await wait_event(self._rescan, self._context.settings.rescan_interval)
 
     def _within_budget(
         self, definition: ResourceDefinition, found: Sequence[Unit]
@@ -276,8 +264,7 @@ class ResourceRunner:
         """Say what happened to units that vanished while held, or came back."""
         gone = self.state.gone
         for unit_id in sorted((gone - gone_before) & before):
-            with logsetup.fields(unit=unit_id):
-                self._log_vanished(unit_id)
+            self._log_vanished(unit_id)
         for unit_id in sorted(gone_before - gone):
             if unit_id in self.state.units:
                 with logsetup.fields(unit=unit_id):
@@ -297,7 +284,3 @@ class ResourceRunner:
                 timeout,
             )
         self.usage_changed()
-
-
-def _ids(units: Sequence[Unit], limit: int = 8) -> str:
-    return first_of(sorted(u.id for u in units), limit, empty="none")

@@ -133,11 +133,10 @@ class DeviceState:
 
     def note_probe(self, unit_id: str, failure: str | None) -> None:
         """A probe of ``unit_id`` ended: ``failure`` says how, None when it passed."""
-        if failure is None:
-            if self._messages.pop(unit_id, None) is None:
-                return
-        elif self._messages.get(unit_id) == failure:
+        if self._messages.get(unit_id) == failure:
             return
+        if failure is None:
+            del self._messages[unit_id]
         else:
             self._messages[unit_id] = failure
         self._wake()

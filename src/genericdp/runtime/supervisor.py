@@ -1,19 +1,13 @@
 """The supervisor: one ``ResourceRunner`` per resource, reconciled, watched.
 
 ``apply(config)`` is the single entry point for a config, at start and on
-reload: it computes a ``Plan`` (pure, in ``reconcile``) once and carries it
-out, stopping removed resources before starting new ones. Resources whose
-``nodeSelector`` the node's labels do not match are left out of the plan
-(``reconcile.served``); ``set_node_labels`` applies the config again when the
-labels change, so a resource that stops matching stops as a removed one
-does (units in use stay with their containers, cleaned once released, with
-the hook they were handed out under: ``owed.py``) and one that starts
-matching starts. The backend
-(``runtime/backend.py``) makes each resource's edge and runs its own
-daemon-wide tasks (the device plugin's kubelet watch and PodResources
-poller), which reach the resources through the supervisor as their
-``Fleet``. ``status()`` and ``wait_for()`` let ``simulate`` and the tests
-observe registrations.
+reload: it carries out one ``Plan`` (``reconcile``), stopping removed
+resources before starting new ones. A resource whose ``nodeSelector`` the
+node's labels stop matching (``set_node_labels`` applies the config again)
+stops as a removed one does: units in use stay with their containers and are
+cleaned once released, with the hook they were handed out under (``owed.py``).
+The backend's daemon-wide tasks reach the resources through the supervisor,
+their ``Fleet``.
 """
 
 from __future__ import annotations
@@ -28,13 +22,16 @@ from genericdp import logsetup
 from genericdp.aio import Backoff, TaskSet
 from genericdp.allocation.cdi import remove_stale_specs
 from genericdp.config.model import Config, ResourceDefinition
+from genericdp.discovery import discover as default_discover
 from genericdp.errors import HookError
 from genericdp.hooks import CLEANUP, HookRun, HookRunner
-from genericdp.runtime.backend import Backend, Gauge, Registers
+from genericdp.hooks import run_hook as default_hook_runner
+from genericdp.runtime.backend import Backend, Gauge, KeepsRecords, Registers
 from genericdp.runtime.context import SETTLE, Discover, ResourceContext
-from genericdp.runtime.devwatch import DevChange, watch_devices
+from genericdp.runtime.devwatch import watch_devices
 from genericdp.runtime.edge import Edge, PluginStatus
-from genericdp.runtime.owed import Handed, Release
+from genericdp.runtime.owed import Release
+from genericdp.runtime.owedrecords import Record
 from genericdp.runtime.reconcile import NodeLabels, Plan, plan, served
 from genericdp.runtime.recorder import NO_METRICS, Recorder, TimedHooks
 from genericdp.runtime.resource import ResourceRunner
@@ -45,18 +42,6 @@ from genericdp.settings import Settings
 log = logging.getLogger(__name__)
 
 Statuses = Mapping[str, PluginStatus]
-
-
-def _default_discover() -> Discover:
-    from genericdp.discovery import discover
-
-    return discover
-
-
-def _default_hook_runner() -> HookRunner:
-    from genericdp.hooks import run_hook
-
-    return run_hook
 
 
 class Supervisor:
@@ -83,18 +68,14 @@ class Supervisor:
     ) -> None:
         self._settings = settings
         self._backend = backend
-        self._discover = discover or _default_discover()
-        self._run_hook = run_hook or _default_hook_runner()
-        self._metrics = metrics or NO_METRICS
-        if metrics is not None:
-            self._run_hook = TimedHooks(self._run_hook, metrics)
+        run_hook = run_hook or default_hook_runner
         # Built once: what every resource shares (its runner and edge).
-        self._context = ResourceContext.of(
+        self._context = ResourceContext(
             settings,
-            discover=self._discover,
-            run_hook=self._run_hook,
+            discover=discover or default_discover,
+            run_hook=run_hook if metrics is None else TimedHooks(run_hook, metrics),
             settle=settle,
-            recorder=self._metrics,
+            recorder=metrics or NO_METRICS,
             cleanup_backoff=cleanup_backoff,
             on_status=self._notify,
             settled_timeout=backend.settled_timeout,
@@ -122,7 +103,7 @@ class Supervisor:
 
     @property
     def recorder(self) -> Recorder:
-        return self._metrics
+        return self._context.recorder
 
     @property
     def tasks(self) -> TaskSet:
@@ -162,7 +143,8 @@ class Supervisor:
             return await self._apply(config, if_changed=if_changed)
 
     async def _apply(self, config: Config, *, if_changed: bool) -> Plan:
-        self._backend.configured(config)  # before a removed resource's units are released
+        if isinstance(self._backend, KeepsRecords):
+            self._backend.configured(config)  # before a removed resource's units are released
         self._configured = frozenset(d.name for d in config.resources)
         wanted, skipped = served(config.resources, self._labels)
         self._say_skipped(skipped)
@@ -236,14 +218,16 @@ class Supervisor:
 
     def shutting_down(self) -> None:
         """The daemon stops (not a reload): its backend keeps what should outlast it."""
-        self._backend.shutting_down()
+        if isinstance(self._backend, KeepsRecords):
+            self._backend.shutting_down()
 
-    async def stop(self, *, timeout: float = 5.0) -> tuple[str, ...]:  # noqa: ASYNC109
-        """Stop every plugin (streams end, sockets removed); return straggler task names."""
+    async def stop(self) -> tuple[str, ...]:
+        """Stop every plugin (streams end, sockets removed); return the names of the tasks
+        that did not stop within 5 s."""
         async with self._lock:
-            stragglers = list(await self._tasks.stop(timeout=timeout))
+            stragglers = list(await self._tasks.stop(timeout=5.0))
             runners, self._runners = list(self._runners.values()), {}
-            results = await asyncio.gather(*(r.stop(timeout=timeout) for r in runners))
+            results = await asyncio.gather(*(r.stop() for r in runners))
             self._config, self._served = Config(resources=()), ()
             self._notify()
         for names in results:
@@ -270,7 +254,8 @@ class Supervisor:
 
     def notes(self) -> tuple[str, ...]:
         """What /readyz lists without failing (units kept out of service)."""
-        return (*self._backend.notes(), *self._owed.notes())
+        backend = self._backend.notes() if isinstance(self._backend, KeepsRecords) else ()
+        return (*backend, *self._owed.notes())
 
     def status(self) -> dict[str, PluginStatus]:
         return {name: r.status() for name, r in sorted(self._runners.items())}
@@ -304,9 +289,6 @@ class Supervisor:
 
     # -- the Fleet the backend's tasks see ---------------------------------------
 
-    def serving(self) -> bool:
-        return bool(self._runners) or bool(self._stopping) or self._owed.owing()
-
     def watched(self) -> frozenset[str]:
         return frozenset(self._runners) | self._stopping | self._owed.resources()
 
@@ -337,7 +319,7 @@ class Supervisor:
             if unit_id not in used and handed is not None:
                 self._clean_owed(Release(resource, unit_id, ()), handed)
 
-    def _clean_owed(self, release: Release, handed: Handed) -> None:
+    def _clean_owed(self, release: Release, handed: Record) -> None:
         """Run the hook a unit of a resource not served was handed out under, until it
         passes; its definition gone from the config, keep the unit uncleaned instead."""
         key = (release.resource, release.unit_id)
@@ -358,7 +340,7 @@ class Supervisor:
         name = f"{release.resource}/owed-cleanup/{release.unit_id}"
         self._tasks.spawn(name, clean, log_fields=fields, finishable=True)
 
-    async def _run_owed(self, release: Release, handed: Handed) -> None:
+    async def _run_owed(self, release: Release, handed: Record) -> None:
         resource, unit_id = release.resource, release.unit_id
         backoff = (self._context.cleanup_backoff or (lambda: Backoff(initial=1.0, maximum=60.0)))()
         while True:
@@ -376,7 +358,7 @@ class Supervisor:
                 logger=log,
             )
             try:
-                await self._run_hook(run)
+                await self._context.run_hook(run)
             except HookError as exc:
                 log.error(
                     "%s: unit %s out of service until its cleanup passes: %s",
@@ -455,13 +437,10 @@ class Supervisor:
     async def _watch_devices(self) -> None:
         await watch_devices(
             self._settings.dev_root,
-            self._on_dev_change,
+            lambda change: self.rescan(change.describe()),
             settle=self._settings.hotplug_settle,
             on_ready=lambda: self.rescan("device watch (re)started"),
         )
-
-    def _on_dev_change(self, change: DevChange) -> None:
-        self.rescan(change.describe())
 
 
 def _frozen(labels: NodeLabels) -> NodeLabels:

@@ -1,16 +1,13 @@
 """Units whose cleanup is owed and cannot run: out of service until an admin releases them.
 
-A unit handed out is cleaned at its release with the ``cleanup`` hook of the
-definition it was handed out under (DRA: recorded in the checkpoint at
-prepare; the device plugin: ``runtime/owed.py``), whether or not the node
-still serves that resource. When the definition has left the config by then,
-no command the config no longer names is run: the unit is recorded here
-instead, one file per unit, ``uncleaned-<digest>.json`` (DRA: in the driver's
-plugin directory, written before the claim is forgotten; the device plugin:
-in ``stateDir``). While its file is there the unit is not handed out, whatever
-the config says, and ``/readyz``, the log and a metric say so. An admin who
-has cleaned the device (or knows it needs none) deletes the file: the daemon
-sees it go and serves the unit again.
+A unit whose owed cleanup cannot run (its definition left the config:
+``runtime/owed.py``, DRA's checkpoint) is recorded here, one file per unit,
+``uncleaned-<digest>.json`` (DRA: in the driver's plugin directory, written
+before the claim is forgotten; the device plugin: in ``stateDir``). While its
+file is there the unit is not handed out, whatever the config says, and
+``/readyz``, the log and a metric say so. An admin who has cleaned the device
+(or knows it needs none) deletes the file: the daemon sees it go and serves
+the unit again.
 
 The files are ours but live on the host: each is read as hostile input
 (a regular file, small, the expected keys); one that cannot be read is
@@ -32,8 +29,6 @@ from genericdp.runtime import owedrecords
 log = logging.getLogger(__name__)
 
 PREFIX = "uncleaned-"
-MAX_BYTES = 64 * 1024
-MAX_FILES = 4096  # far above the units of a node
 _KEYS = ("resource", "unit", "device", "claim", "since", "why")
 
 DirId = frozenset[tuple[str, int, int]]
@@ -59,28 +54,16 @@ def file_name(resource: str, unit: str) -> str:
     return owedrecords.file_name(PREFIX, resource, unit)
 
 
-def record(directory: Path, entry: Uncleaned) -> Path:
+def record(directory: Path, entry: Uncleaned) -> None:
     """Write the unit's file (replaced atomically); raises OSError."""
-    path = directory / entry.file_name
     data = json.dumps({k: getattr(entry, k) for k in _KEYS}, indent=1) + "\n"
-    write_atomically(path, data.encode())
-    return path
-
-
-def _names(directory: Path) -> list[str]:
-    try:
-        names = [
-            p.name for p in directory.iterdir() if p.name.startswith(PREFIX) and p.suffix == ".json"
-        ]
-    except OSError:
-        return []
-    return sorted(names)[:MAX_FILES]
+    write_atomically(directory / entry.file_name, data.encode())
 
 
 def identity(directory: Path) -> DirId:
     """Which files are there now (name, inode, change time): what ``load`` would read."""
     found = set()
-    for name in _names(directory):
+    for name in owedrecords.names(directory, PREFIX):
         try:
             info = os.lstat(directory / name)
         except OSError:
@@ -92,7 +75,7 @@ def identity(directory: Path) -> DirId:
 def load(directory: Path) -> dict[tuple[str, str], Uncleaned]:
     """Every usable file's unit, by (resource, unit); never raises."""
     out: dict[tuple[str, str], Uncleaned] = {}
-    for name in _names(directory):
+    for name in owedrecords.names(directory, PREFIX):
         path = directory / name
         try:
             entry = _read(path)
@@ -110,14 +93,7 @@ def load(directory: Path) -> dict[tuple[str, str], Uncleaned]:
 def _read(path: Path) -> Uncleaned:
     if not stat.S_ISREG(path.lstat().st_mode):
         raise ValueError("not a regular file")
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as file:
-        data = file.read(MAX_BYTES + 1)
-    if len(data) > MAX_BYTES:
-        raise ValueError(f"over {MAX_BYTES} bytes")
-    doc = json.loads(data)
-    if not isinstance(doc, dict):
-        raise TypeError("not a mapping")
+    doc, _ = owedrecords.read(path)
     values = [doc.get(k) for k in _KEYS]
     if not all(isinstance(v, str) and len(v) <= 4096 for v in values):  # noqa: PLR2004 -- as the checkpoint's strings
         raise TypeError(f"not {', '.join(_KEYS)} as strings")
