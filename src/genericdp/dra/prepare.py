@@ -43,7 +43,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -220,10 +220,7 @@ class Preparer:
 
     async def _prepare(self, claim: ClaimRef) -> ClaimResult:
         known = self._checkpoint.get(claim.uid)
-        if known is not None and (known.claim.namespace, known.claim.name) != (
-            claim.namespace,
-            claim.name,
-        ):
+        if known is not None and known.claim != claim:  # the same UID, another name
             raise ClaimError(f"its UID is that of claim {known.claim.named}, prepared here already")
         if known is not None and known.state == PREPARED:
             return ClaimResult(known.devices)  # no read, no slot: answered at once
@@ -244,45 +241,15 @@ class Preparer:
         if named:
             raise ClaimError(f"its device metadata cannot be written: {named}")
         found = [(a, self._locate(a)) for a in allocated]
-        groups: dict[str, list[tuple[AllocatedDevice, Located]]] = defaultdict(list)
-        for alloc, located in found:
-            groups[located.resource].append((alloc, located))
         async with self._slots:
-            return await self._commit(claim, found, groups, allocation.pod_claim)
+            return await self._commit(claim, found, allocation.pod_claim)
 
     async def _commit(
-        self,
-        claim: ClaimRef,
-        found: Sequence[tuple[AllocatedDevice, Located]],
-        groups: Mapping[str, Sequence[tuple[AllocatedDevice, Located]]],
-        pod_claim: str,
+        self, claim: ClaimRef, found: Sequence[tuple[AllocatedDevice, Located]], pod_claim: str
     ) -> ClaimResult:
         """Record, run the hooks, write the metadata and the spec: what a slot bounds."""
-        plans, _ = await rendered_soon(lambda slice_seconds: self._plan(groups, slice_seconds))
-        paths = {
-            device: tuple(n.container_path for n in nodes)
-            for plan in plans
-            for device, nodes in zip(plan.device_ids, plan.nodes, strict=True)
-        }
-        # A request's metadata mount goes with its first device: the kubelet hands a
-        # container the IDs of every device of the requests it uses.
-        firsts = {alloc.request: n for n, (alloc, _) in reversed(list(enumerate(found)))}
-        devices = tuple(
-            _prepared(
-                alloc,
-                located,
-                (claim_device_id(self.driver, claim.uid, alloc.device),)
-                + (
-                    (metadata.cdi_id(self.driver, claim.uid, alloc.request),)
-                    if firsts[alloc.request] == n
-                    else ()
-                ),
-                metadata.attributes(
-                    located.definition, located.unit, self.driver, paths[alloc.device]
-                ),
-            )
-            for n, (alloc, located) in enumerate(found)
-        )
+        plans, _ = await rendered_soon(lambda slice_seconds: self._plan(found, slice_seconds))
+        devices = self._devices(claim, found, plans)
         async with self._units_locked((d.resource, d.unit) for d in devices):
             preparing = PreparedClaim(claim, PREPARING, devices, pod_claim=pod_claim)
             await self._checkpoint.put(preparing)
@@ -300,13 +267,49 @@ class Preparer:
             await asyncio.to_thread(write_claim_spec, self._cdi_dir, self.driver, claim.uid, spec)
             name = claim_spec_name(self.driver, claim.uid)
             await self._checkpoint.put(replace(preparing, state=PREPARED, spec=name))
-        log.info(
-            "prepared claim %s (UID %s): %s",
-            claim.named,
-            claim.uid,
-            _names(d.device for d in devices),
-        )
+        names = first_of([d.device for d in devices], 5, empty="no devices")
+        log.info("prepared claim %s (UID %s): %s", claim.named, claim.uid, names)
         return ClaimResult(devices)
+
+    def _devices(
+        self,
+        claim: ClaimRef,
+        found: Sequence[tuple[AllocatedDevice, Located]],
+        plans: Sequence[Plan],
+    ) -> tuple[PreparedDevice, ...]:
+        """The claim's devices as the checkpoint records them and the kubelet is told."""
+        paths = {
+            device: tuple(n.container_path for n in nodes)
+            for plan in plans
+            for device, nodes in zip(plan.device_ids, plan.nodes, strict=True)
+        }
+        devices = []
+        requests: set[str] = set()
+        for alloc, located in found:
+            cdi_ids = [claim_device_id(self.driver, claim.uid, alloc.device)]
+            # A request's metadata mount goes with its first device: the kubelet hands a
+            # container the IDs of every device of the requests it uses.
+            if alloc.request not in requests:
+                requests.add(alloc.request)
+                cdi_ids.append(metadata.cdi_id(self.driver, claim.uid, alloc.request))
+            unit, definition = located.unit, located.definition
+            devices.append(
+                PreparedDevice(
+                    request=alloc.request,
+                    pool=alloc.pool,
+                    device=alloc.device,
+                    resource=located.resource,
+                    unit=unit.id,
+                    cdi_ids=tuple(cdi_ids),
+                    nodes=tuple((n.host_path, n.container_path) for n in unit.nodes),
+                    attributes=metadata.attributes(
+                        definition, unit, self.driver, paths[alloc.device]
+                    ),
+                    share_id=alloc.share_id,
+                    cleanup=definition.hooks.cleanup,
+                )
+            )
+        return tuple(devices)
 
     def _locate(self, alloc: AllocatedDevice) -> Located:
         device = clip(alloc.device, 80)
@@ -331,25 +334,23 @@ class Preparer:
         return located
 
     def _plan(
-        self,
-        groups: Mapping[str, Sequence[tuple[AllocatedDevice, Located]]],
-        slice_seconds: float | None,
+        self, found: Sequence[tuple[AllocatedDevice, Located]], slice_seconds: float | None
     ) -> list[Plan]:
         """One plan per resource of the claim, over all its units of that resource (a
         shared device that several of its requests name is one unit)."""
-        plans = []
-        for members in groups.values():
-            distinct = {alloc.device: located for alloc, located in members}
-            plans.append(
-                plan_allocation(
-                    members[0][1].definition,
-                    [located.unit for located in distinct.values()],
-                    list(distinct),
-                    node_name=self._node_name,
-                    slice_seconds=slice_seconds,
-                )
+        groups: dict[str, dict[str, Located]] = defaultdict(dict)
+        for alloc, located in found:
+            groups[located.resource].setdefault(alloc.device, located)
+        return [
+            plan_allocation(
+                next(iter(units.values())).definition,
+                [located.unit for located in units.values()],
+                list(units),
+                node_name=self._node_name,
+                slice_seconds=slice_seconds,
             )
-        return plans
+            for units in groups.values()
+        ]
 
     async def _unprepare(self, claim: ClaimRef) -> ClaimResult:
         known = self._checkpoint.get(claim.uid)
@@ -398,28 +399,23 @@ class Preparer:
             if hook is not None:
                 runs[device.resource, hook].setdefault(device.device, device)
         for (resource, hook), named in runs.items():
-            if hook is _UNKNOWN_HOOK or resource not in (self.configured or ()):
-                why = (
-                    f"{resource} left the config"
-                    if hook is not _UNKNOWN_HOOK
-                    else f"the checkpoint does not record the cleanup hook of {resource} and"
-                    " the node does not serve it"
-                )
-                for device in named.values():
-                    await self._owe(known, device, why)
-                continue
             devices = list(named.values())
-            await self._run_hook(
-                HookRun(
-                    CLEANUP,
-                    hook,
-                    resource,
-                    [self._unit(resource, d) for d in devices],
-                    [d.device for d in devices],
-                    node_name=self._node_name,
-                    logger=log,
+            if hook is _UNKNOWN_HOOK:
+                why = (
+                    f"the checkpoint does not record the cleanup hook of {resource} and the"
+                    " node does not serve it"
                 )
-            )
+            elif resource not in (self.configured or ()):
+                why = f"{resource} left the config"
+            else:
+                units = [self._unit(resource, d) for d in devices]
+                node = self._node_name
+                await self._run_hook(
+                    HookRun(CLEANUP, hook, resource, units, list(named), node_name=node, logger=log)
+                )
+                continue
+            for device in devices:
+                await self._owe(known, device, why)
 
     def _owed_hook(self, device: PreparedDevice) -> Exec | None:
         """The cleanup hook the device was handed out under (an entry from before hooks
@@ -469,29 +465,5 @@ class Preparer:
         return Unit(device.unit, tuple(DeviceNode(h, c) for h, c in device.nodes))
 
 
-def _prepared(
-    alloc: AllocatedDevice,
-    located: Located,
-    cdi_ids: tuple[str, ...],
-    attributes: tuple[tuple[str, str, object], ...],
-) -> PreparedDevice:
-    return PreparedDevice(
-        request=alloc.request,
-        pool=alloc.pool,
-        device=alloc.device,
-        resource=located.resource,
-        unit=located.unit.id,
-        cdi_ids=cdi_ids,
-        nodes=tuple((n.host_path, n.container_path) for n in located.unit.nodes),
-        attributes=attributes,
-        share_id=alloc.share_id,
-        cleanup=located.definition.hooks.cleanup,
-    )
-
-
 # A hook that cannot be known: the unit is owed a cleanup (``_cleanup``).
 _UNKNOWN_HOOK = Exec(("<unrecorded>",), 1.0)
-
-
-def _names(names: Iterable[str]) -> str:
-    return first_of(list(names), 5, empty="no devices")
