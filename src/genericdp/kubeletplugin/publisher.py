@@ -1,43 +1,36 @@
 """Keeps the node's ResourceSlices equal to what its resources serve (docs/dra.md, Slices).
 
 ``publish`` and ``withdraw`` only record what a resource serves now and wake
-one writer task. The writer waits ``coalesce`` seconds, so a burst (a hub
-plugged in, a reload touching every resource) becomes one write, then
-compares the whole pool it wants with what the API server holds, ignoring
-the generation and what the server fills in. Only when they differ does it
-write: the pool's generation goes up by one and every slice of the pool is
-created, replaced or deleted to match, because the scheduler only uses the
-slices of a pool's newest generation.
+one writer task. It waits ``coalesce`` seconds, so a burst (a hub plugged
+in, a reload touching every resource) becomes one write, then compares the
+whole pool with what the API server holds, ignoring the generation and what
+the server fills in. Only when they differ does it write: the pool's
+generation goes up by one and every slice of the pool is created, replaced
+or deleted to match, because the scheduler only uses the slices of a pool's
+newest generation.
 
-Failures never reach the caller: a write that fails (API server down,
-conflict, a slice someone else changed) is logged, the slices are listed
-again and the write retried with exponential backoff, until it lands or
-``close`` is called. The API server names each slice (``generateName``), so
-no name can be squatted: the publisher knows its slices by their label
-(``slices.SLICE_LABEL``, the slice's key) and owner (the Node, when it can
-be read). At ``start`` the slices a previous instance on this node left
-(listed by ``spec.nodeName`` and ``spec.driver``, then by label and owner)
-are adopted: the first write keeps those that still match, replaces those
-that changed and deletes those of resources no longer published (and a
-second slice of one key, and the unlabelled slices of versions that named
-their own). A slice with our label but another owner is a stranger's: left
-alone, said once. It waits until every
-resource announced with ``expect`` has published or withdrawn (each edge
-announces its resource when it is made, before its first scan can end), and
-at most ``adopt_grace`` seconds after start: so a restart neither deletes
-the slices of a resource whose first scan is a little slower than the others
-nor writes the pool once per resource as their scans end.
+A failed write (API server down, conflict, a slice someone else changed) is
+logged, the slices listed again and the write retried with backoff until it
+lands or ``close`` is called; callers never see it. The API server names
+each slice (``generateName``), so no name can be squatted: our slices are
+known by their label (``slices.SLICE_LABEL``) and owner (the Node, when it
+can be read). A slice with our label but another owner is a stranger's:
+left alone, said once.
 
-From the first list on, a watch of the node's slices (``kubeletplugin/slicewatch.py``,
-run by ``kube/listwatch.py``: from a list's resourceVersion, one request at a
-time, our own backoff around each, and a list again every ``resync``
-seconds) notices what others change or delete (the kubelet deletes a node's
-slices when it starts): the pool is compared again and rewritten if it
-differs.
+At ``start`` the slices a previous instance on this node left are adopted:
+the first write keeps those that still match, replaces those that changed
+and deletes those of resources no longer published (and a second slice of
+one key, and the unlabelled slices of versions that named their own). It
+waits until every resource announced with ``expect`` has published or
+withdrawn (each edge announces its resource when it is made), at most
+``adopt_grace`` seconds after start: so a restart neither deletes the slices
+of a resource whose first scan is a little slower nor writes the pool once
+per resource.
 
-The API server is reached through a ``SliceStore``: the node's slices of
-the driver, five verbs, our own errors (``apislices.ApiSlices`` is the real
-one; the tests have one in memory).
+From the first list on, a watch of the node's slices (``slicewatch.py``, run
+by ``kube/listwatch.py``, which lists again every ``resync`` seconds)
+notices what others change or delete (the kubelet deletes a node's slices
+when it starts): the pool is compared again and rewritten if it differs.
 """
 
 from __future__ import annotations
@@ -51,7 +44,6 @@ from dataclasses import replace
 from typing import Any
 
 from genericdp.aio import Backoff, TaskSet, wait_event
-from genericdp.config.model import AttributeValue
 from genericdp.discovery.model import Unit
 from genericdp.kube.listwatch import ListWatch, describe
 from genericdp.kubeletplugin import slices
@@ -174,19 +166,16 @@ class SlicePublisher:
         units: Sequence[Unit],
         unhealthy: AbstractSet[str],
         *,
-        attributes: Mapping[str, AttributeValue] | None = None,
         options: slices.DeviceOptions = slices.DEFAULT_OPTIONS,
     ) -> None:
         """``resource`` serves ``units`` now (``unhealthy``: unit IDs); written within a second.
 
-        ``attributes``: the definition's own (``dra.attributes``, else those of
-        ``options``: sharing and the taint's effect, ``slices.DeviceOptions``). Raises
-        ``slices.SliceError`` when the resource cannot be published at all.
+        Raises ``slices.SliceError`` when the resource cannot be published at all.
         """
         self._answer(resource)  # even one that cannot be published: its old slices go
         if not self._sharing:
             options = replace(options, sharing=False)
-        found = _devices(resource, units, unhealthy, self.driver, attributes, options)
+        found = slices.devices(resource, units, unhealthy, driver=self.driver, options=options)
         if not self._tainting:
             found = self._leave_tainted_out(resource, found)
         if self._desired.get(resource) == found:
@@ -394,8 +383,7 @@ class SlicePublisher:
                     held.pop(key, None)
                 else:
                     held[key] = written
-                    self._check_sharing(wanted[key], written)
-                    self._check_taints(wanted[key], written)
+                    self._check_dropped(wanted[key], written)
         finally:
             self._followed.written()  # our own writes among the events held back change nothing
         log.debug(
@@ -406,40 +394,37 @@ class SlicePublisher:
         )
         self._first_sync(len(outcomes))
 
-    def _check_sharing(self, wanted: dict[str, Any], written: dict[str, Any]) -> None:
-        """Publish shared devices as exclusive ones from now on if the server dropped
-        their sharing (docs/dra.md, Sharing): said once, at the first write."""
-        if not self._sharing or not slices.sharing_dropped(wanted["spec"], written["spec"]):
-            return
-        self._sharing = False
-        self._desired = {r: slices.unshared(found) for r, found in self._desired.items()}
-        log.warning(
-            "the API server dropped allowMultipleAllocations from the ResourceSlices of node %s"
-            " (its DRAConsumableCapacity feature gate is off): devices of resources with count"
-            " are published for one claim at a time, pods share one only by sharing a claim",
-            self.node,
-        )
-
-    def _check_taints(self, wanted: dict[str, Any], written: dict[str, Any]) -> None:
-        """Leave tainted devices out of the slices from now on if the server dropped
-        their taints: an unhealthy device must not be published as allocatable
-        (docs/dra.md, Unhealthy and unplugged devices). Said once."""
-        if not self._tainting or not slices.taints_dropped(wanted["spec"], written["spec"]):
-            return
-        self._tainting = False
-        self._desired = {r: self._leave_tainted_out(r, f) for r, f in self._desired.items()}
-        log.warning(
-            "the API server dropped the taints from the ResourceSlices of node %s (its"
-            " DRADeviceTaints feature gate is off): unhealthy devices, and unplugged ones"
-            " still held, are left out of the slices until they are healthy again",
-            self.node,
-        )
-        self._changed()  # the devices just written untainted go at once
+    def _check_dropped(self, wanted: dict[str, Any], written: dict[str, Any]) -> None:
+        """Follow a server seen dropping what a feature gate of its serves, said once:
+        shared devices are published as exclusive ones (docs/dra.md, Sharing), and
+        tainted ones are left out, as an unhealthy device must not be published as
+        allocatable (docs/dra.md, Unhealthy and unplugged devices)."""
+        wanted, written = wanted["spec"], written["spec"]
+        if self._sharing and slices.dropped("allowMultipleAllocations", wanted, written):
+            self._sharing = False
+            self._desired = {r: slices.unshared(found) for r, found in self._desired.items()}
+            log.warning(
+                "the API server dropped allowMultipleAllocations from the ResourceSlices of node"
+                " %s (its DRAConsumableCapacity feature gate is off): devices of resources with"
+                " count are published for one claim at a time, pods share one only by sharing a"
+                " claim",
+                self.node,
+            )
+        if self._tainting and slices.dropped("taints", wanted, written):
+            self._tainting = False
+            self._desired = {r: self._leave_tainted_out(r, f) for r, f in self._desired.items()}
+            log.warning(
+                "the API server dropped the taints from the ResourceSlices of node %s (its"
+                " DRADeviceTaints feature gate is off): unhealthy devices, and unplugged ones"
+                " still held, are left out of the slices until they are healthy again",
+                self.node,
+            )
+            self._changed()  # the devices just written untainted go at once
 
     def _leave_tainted_out(
         self, resource: str, found: list[dict[str, Any]]
     ) -> list[dict[str, Any]]:
-        kept = slices.untainted(found)
+        kept = [entry for entry in found if not entry.get("taints")]
         self._untainted[resource] = len(found) - len(kept)
         return kept
 
@@ -461,7 +446,9 @@ class SlicePublisher:
 
     def _wanted(self, generation: int) -> dict[str, dict[str, Any]]:
         """The pool to write, by key, each slice owned by our Node when it could be read."""
-        pool = _pool(self._desired, self.node, self.driver, generation)
+        pool = slices.pool_slices(
+            self._desired, node=self.node, driver=self.driver, generation=generation
+        )
         if self._owner is not None:
             for obj in pool.values():
                 obj["metadata"]["ownerReferences"] = [dict(self._owner)]
@@ -479,26 +466,6 @@ class SlicePublisher:
     async def _delete(self, key: str, old: dict[str, Any]) -> tuple[str, None]:
         await self._store.delete(_name(old))
         return key, None
-
-
-def _devices(  # noqa: PLR0917 -- publish's arguments, passed on
-    resource: str,
-    units: Sequence[Unit],
-    unhealthy: AbstractSet[str],
-    driver: str,
-    attributes: Mapping[str, AttributeValue] | None,
-    options: slices.DeviceOptions,
-) -> list[dict[str, Any]]:
-    """The devices ``publish`` puts in the pool for ``resource``."""
-    return slices.devices(
-        resource, units, unhealthy, driver=driver, own=attributes, options=options
-    )
-
-
-def _pool(
-    desired: Mapping[str, Sequence[dict[str, Any]]], node: str, driver: str, generation: int
-) -> dict[str, dict[str, Any]]:
-    return slices.pool_slices(desired, node=node, driver=driver, generation=generation)
 
 
 def _same(wanted: dict[str, dict[str, Any]], held: dict[str, dict[str, Any]]) -> bool:

@@ -186,32 +186,17 @@ def shaped(entry: dict[str, Any], options: DeviceOptions) -> dict[str, Any]:
     return entry
 
 
-def sharing_dropped(wanted: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
-    """Whether the server dropped the sharing of a device of slice spec ``wanted`` in
-    what it stored (``written``): an API server whose DRAConsumableCapacity gate is
-    off (off by default before 1.36) drops fields it does not serve."""
+def dropped(field: str, wanted: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
+    """Whether the server dropped ``field`` of a device of slice spec ``wanted`` in what it
+    stored (``written``): an API server drops the fields of a feature gate that is off
+    (``allowMultipleAllocations``: DRAConsumableCapacity, off by default before 1.36;
+    ``taints``: DRADeviceTaints, and the device is then allocatable, its being unhealthy
+    unsaid)."""
     kept = {d.get("name"): d for d in written.get("devices") or []}
     return any(
-        d.get("allowMultipleAllocations")
-        and not kept.get(d.get("name"), {}).get("allowMultipleAllocations")
+        d.get(field) and not kept.get(d.get("name"), {}).get(field)
         for d in wanted.get("devices") or []
     )
-
-
-def taints_dropped(wanted: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
-    """Whether the server dropped the taints of a device of slice spec ``wanted`` in what
-    it stored (``written``): an API server whose DRADeviceTaints gate is off drops them,
-    and the device is then allocatable, its being unhealthy unsaid."""
-    kept = {d.get("name"): d for d in written.get("devices") or []}
-    return any(
-        d.get("taints") and not kept.get(d.get("name"), {}).get("taints")
-        for d in wanted.get("devices") or []
-    )
-
-
-def untainted(found: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``found`` without its tainted devices: what a server that drops taints is given."""
-    return [entry for entry in found if not entry.get("taints")]
 
 
 def unshared(found: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -293,12 +278,11 @@ def devices(
     unhealthy: AbstractSet[str],
     *,
     driver: str,
-    own: Mapping[str, AttributeValue] | None = None,
     options: DeviceOptions = DEFAULT_OPTIONS,
 ) -> list[dict[str, Any]]:
     """The devices of ``resource``, ordered by name (two units never share one)."""
     check_resource(resource)
-    own = own if own is not None else options.attributes
+    own = options.attributes
     made = [
         shaped(device(resource, u, healthy=u.id not in unhealthy, driver=driver, own=own), options)
         for u in units
