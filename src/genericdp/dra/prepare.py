@@ -56,6 +56,7 @@ from genericdp.allocation.cdi import (
 )
 from genericdp.allocation.plan import Plan, plan_allocation
 from genericdp.allocation.render import rendered_soon
+from genericdp.atomicfile import reason
 from genericdp.config.model import Exec
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.dra import metadata
@@ -66,7 +67,6 @@ from genericdp.dra.checkpoint import (
     Checkpoint,
     PreparedClaim,
     PreparedDevice,
-    describe_error,
 )
 from genericdp.dra.inventory import Inventory, Located
 from genericdp.dra.turns import TurnError, Turns
@@ -204,7 +204,7 @@ class Preparer:
         except GenericdpError as exc:  # a hook, a template, the CDI spec
             return ClaimResult(error=f"{where}: {exc}"), allocation_result(exc)
         except OSError as exc:
-            error = describe_error(self._checkpoint.path, exc)
+            error = f"cannot write the DRA checkpoint {self._checkpoint.path}: {reason(exc)}"
             return ClaimResult(error=f"{where}: {error}"), "checkpoint_failed"
         except Exception as exc:  # a bug of ours: this claim fails, the others go on
             log.exception("%s failed", where)
