@@ -334,7 +334,7 @@ def _dump(prepared: PreparedClaim) -> dict[str, Any]:
         "devices": [
             {
                 **{k: v for k, v in asdict(d).items() if k != "recorded"},
-                "cleanup": _dump_exec(d.cleanup) if d.recorded else _UNRECORDED,
+                "cleanup": _dump_hook(d),
                 "cdi_ids": list(d.cdi_ids),
                 "nodes": [list(n) for n in d.nodes],
                 "attributes": [list(a) for a in d.attributes],
@@ -372,6 +372,9 @@ def _parse(uid: object, entry: object) -> PreparedClaim:
         if not isinstance(device, dict):
             raise TypeError("a device is not a mapping")
         cdi_ids, nodes = device["cdi_ids"], device["nodes"]
+        # {argv, timeout}, None (the definition had none), or absent (an older entry: the
+        # current definition's hook, ``prepare.py``).
+        cleanup = device.get("cleanup", _UNRECORDED)
         if not isinstance(cdi_ids, list) or not all(isinstance(i, str) for i in cdi_ids):
             raise TypeError("cdi_ids is not a list of strings")
         if not isinstance(nodes, list) or not all(
@@ -390,8 +393,8 @@ def _parse(uid: object, entry: object) -> PreparedClaim:
                 nodes=tuple((n[0], n[1]) for n in nodes),
                 attributes=_attributes(device.get("attributes", [])),
                 share_id=_text(device, "share_id", limit=128) if "share_id" in device else "",
-                cleanup=_exec(device.get("cleanup")),
-                recorded=device.get("cleanup", _UNRECORDED) != _UNRECORDED,
+                cleanup=None if cleanup in (None, _UNRECORDED) else parse_hook(cleanup),
+                recorded=cleanup != _UNRECORDED,
             )
         )
     claim = ClaimRef(_text(entry, "namespace"), _text(entry, "name"), uid)
@@ -402,16 +405,10 @@ def _parse(uid: object, entry: object) -> PreparedClaim:
 _UNRECORDED = "unrecorded"  # an entry from before hooks were recorded
 
 
-def _dump_exec(spec: Exec | None) -> dict[str, Any] | None:
-    return None if spec is None else dump_hook(spec)
-
-
-def _exec(found: object) -> Exec | None:
-    """A recorded cleanup hook: {argv, timeout}, None (the definition had none), or
-    absent (an older entry: the current definition's hook, ``prepare.py``)."""
-    if found is None or found == _UNRECORDED:
-        return None
-    return parse_hook(found)
+def _dump_hook(device: PreparedDevice) -> dict[str, Any] | str | None:
+    if not device.recorded:
+        return _UNRECORDED
+    return None if device.cleanup is None else dump_hook(device.cleanup)
 
 
 _ATTRIBUTE_TYPES = {"string": str, "version": str, "int": int, "bool": bool}

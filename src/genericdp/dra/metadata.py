@@ -165,29 +165,26 @@ def by_request(devices: Iterable[PreparedDevice]) -> dict[str, list[PreparedDevi
 def cdi_devices(plugin_dir: Path, driver: str, prepared: PreparedClaim) -> list[dict[str, Any]]:
     """The claim spec's CDI devices that mount each request's file read-only."""
     claim = prepared.claim
-    made: dict[str, dict[str, Any]] = {}
-    for request in by_request(prepared.devices):
-        made.setdefault(
-            cdi_name(claim.uid, request),
-            {
-                "name": cdi_name(claim.uid, request),
-                "containerEdits": {
-                    "mounts": [
-                        {
-                            "hostPath": str(
-                                host_path(plugin_dir, claim.namespace, claim.name, request)
-                            ),
-                            "containerPath": container_path(
-                                driver, claim.name, prepared.pod_claim, request
-                            ),
-                            "type": "bind",
-                            "options": ["ro", "bind"],
-                        }
-                    ]
-                },
+    return [
+        {
+            "name": cdi_name(claim.uid, request),
+            "containerEdits": {
+                "mounts": [
+                    {
+                        "hostPath": str(
+                            host_path(plugin_dir, claim.namespace, claim.name, request)
+                        ),
+                        "containerPath": container_path(
+                            driver, claim.name, prepared.pod_claim, request
+                        ),
+                        "type": "bind",
+                        "options": ["ro", "bind"],
+                    }
+                ]
             },
-        )
-    return list(made.values())
+        }
+        for request in dict.fromkeys(base_request(d.request) for d in prepared.devices)
+    ]
 
 
 def stream(

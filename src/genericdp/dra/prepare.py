@@ -90,7 +90,7 @@ MAX_DEVICES_PER_CLAIM = 128
 # A claim's error ends up in the pod's events (and the kubelet's log): the API
 # server's or a hook's words are cut to this.
 MAX_ERROR_CHARS = 2048
-DEFAULT_CONCURRENCY = 8
+CONCURRENCY = 8  # claims whose hooks and files are under way at once
 
 
 _Step = Callable[[ClaimRef], Awaitable["ClaimResult"]]
@@ -118,7 +118,6 @@ class Preparer:
         cdi_dir: Path,
         run_hook: HookRunner,
         node_name: str = "",
-        concurrency: int = DEFAULT_CONCURRENCY,
         recorder: Recorder = NO_METRICS,
         turns: Turns | None = None,
     ) -> None:
@@ -131,7 +130,7 @@ class Preparer:
         self._run_hook = run_hook
         self._node_name = node_name
         self._recorder = recorder
-        self._slots = asyncio.Semaphore(concurrency)
+        self._slots = asyncio.Semaphore(CONCURRENCY)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # per claim UID, and its users
         self._unit_locks: dict[tuple[str, str], asyncio.Lock] = {}  # per (resource, unit)
         # Called after each change of the recorded claims (what they hold: ``DraUsage``).

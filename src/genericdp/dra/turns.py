@@ -75,10 +75,6 @@ class Turns:
         self._users = 0
         self._fd: int | None = None
 
-    @property
-    def held(self) -> bool:
-        return self._users > 0
-
     @asynccontextmanager
     async def turn(self) -> AsyncIterator[None]:
         """Hold the node's call lock, the checkpoint as every instance left it; raises

@@ -30,6 +30,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from types import ModuleType
@@ -105,17 +106,14 @@ class ClaimPreparer(Protocol):
     async def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]: ...
 
 
-class DeviceHealth(Protocol):
-    """One device's health (``dra.inventory.DeviceHealth``)."""
+@dataclass(frozen=True)
+class DeviceHealth:
+    """What the health stream says about one device."""
 
-    @property
-    def device(self) -> str: ...
-    @property
-    def health(self) -> Health: ...
-    @property
-    def message(self) -> str: ...
-    @property
-    def updated(self) -> float: ...
+    device: str
+    health: Health
+    message: str
+    updated: float  # unix time of the probe (or of the last change) it comes from
 
 
 class HealthSource(Protocol):
