@@ -1,40 +1,30 @@
 """NodePrepareResources and NodeUnprepareResources, on our types.
 
-Prepare, for each claim of a batch: read our driver's results in the claim's
-allocation (``ClaimSource``), find each device among this node's current
-units (``Inventory``), plan what its containers receive
-(``allocation.plan``, one plan per resource of the claim), record the claim
-as ``preparing`` in the checkpoint, commit the plans (the ``init`` then
-``preStart`` hooks, the claim's device metadata: ``dra/metadata.py``, and
-its CDI spec: ``dra/cdispec.py``), record it as ``prepared``, and answer
-with each device's CDI device ID and that of its request's metadata mount.
-The kubelet retries, and calls again after its own restart: a claim already
+A claim is recorded as ``preparing`` in the checkpoint before its ``init``
+and ``preStart`` hooks run, and as ``prepared`` once its device metadata
+(``dra/metadata.py``) and CDI spec (``dra/cdispec.py``) are written. The
+kubelet retries, and calls again after its own restart: a claim already
 prepared gets the same answer, without running anything again.
 
 Unprepare runs the ``cleanup`` hook on the claim's units, removes its CDI
-spec and device metadata and forgets it. A claim we never prepared (or already unprepared) is
-a success: that is what the kubelet needs to hear to move on. The hook is the
-one of the definition each unit was handed out under, recorded in the
-checkpoint: it runs whether or not the node serves the resource now (a
+spec and device metadata and forgets it. A claim we never prepared (or
+already unprepared) is a success: that is what the kubelet needs to hear to
+move on. The hook is the one each unit was handed out under, recorded in
+the checkpoint: it runs whether or not the node serves the resource now (a
 ``nodeSelector`` that stopped matching, a reload, a restart). When the
 definition has left the config, the unit is recorded as uncleaned instead
 (``uncleaned.py``) and prepare refuses it until an admin releases it.
 
-Shared devices (``count``, KEP-5075's ``allowMultipleAllocations``): several
-claims may name one unit, each with its own checkpoint entry and CDI spec.
-As under the device plugin, where ``init`` runs at every Allocate and
-``cleanup`` once the unit's last holder is gone, ``init`` and ``preStart``
-run at each claim's prepare and ``cleanup`` at the unprepare of the unit's
-last claim (on the units no other recorded claim names). The hooks and
-checkpoint changes of claims sharing a unit take turns (a lock per unit),
-so a prepare never runs ``init`` during that unit's ``cleanup`` and two
-claims unprepared at once still clean their unit once.
+Shared devices (``count``, KEP-5075's ``allowMultipleAllocations``): as
+under the device plugin, ``init`` and ``preStart`` run at each claim's
+prepare and ``cleanup`` at the unprepare of the unit's last claim. Claims
+sharing a unit take turns (a lock per unit), so a prepare never runs
+``init`` during that unit's ``cleanup`` and two claims unprepared at once
+still clean their unit once.
 
 A problem with one claim is that claim's error in the answer, never the
 whole call's, and never a crash: the claim comes from the API server and
-its names from whoever wrote the pod. Each claim's outcome and time go to
-the ``Recorder`` (``genericdp_dra_prepares_total`` and the others in
-docs/contributing/architecture.md).
+its names from whoever wrote the pod.
 """
 
 from __future__ import annotations
@@ -44,9 +34,10 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, nullcontext
+from contextlib import AsyncExitStack, asynccontextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
+from weakref import WeakValueDictionary
 
 from genericdp.allocation.cdi import (
     claim_device_id,
@@ -131,7 +122,8 @@ class Preparer:
         self._node_name = node_name
         self._recorder = recorder
         self._slots = asyncio.Semaphore(CONCURRENCY)
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # per claim UID, and its users
+        # Per claim UID, while a call for it is under way (a step holds its lock).
+        self._locks: WeakValueDictionary[str, asyncio.Lock] = WeakValueDictionary()
         self._unit_locks: dict[tuple[str, str], asyncio.Lock] = {}  # per (resource, unit)
         # Called after each change of the recorded claims (what they hold: ``DraUsage``).
         self.on_change: Callable[[], None] = lambda: None
@@ -145,23 +137,18 @@ class Preparer:
         """Prepare every claim; one entry per distinct claim UID."""
         started = time.monotonic()
         unique = unique_claims(claims)
-        record = self._recorder.claim_prepare
-        results = await self._batch(self._prepare, unique, record)
-        answer = dict(zip((c.uid for c in unique), results, strict=True))
+        results = await self._batch(self._prepare, unique, self._recorder.claim_prepare)
         failed = sum(1 for r in results if r.error)
+        took = time.monotonic() - started
         log.info(
-            "NodePrepareResources: %d claim(s), %d failed, in %.3fs",
-            len(unique),
-            failed,
-            time.monotonic() - started,
+            "NodePrepareResources: %d claim(s), %d failed, in %.3fs", len(unique), failed, took
         )
-        return answer
+        return {c.uid: r for c, r in zip(unique, results, strict=True)}
 
     async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
         """Unprepare every claim; one entry per distinct claim UID, its error or ""."""
         unique = unique_claims(claims)
-        record = self._recorder.claim_unprepare
-        results = await self._batch(self._unprepare, unique, record)
+        results = await self._batch(self._unprepare, unique, self._recorder.claim_unprepare)
         return {c.uid: r.error for c, r in zip(unique, results, strict=True)}
 
     async def _batch(
@@ -169,15 +156,12 @@ class Preparer:
     ) -> list[ClaimResult]:
         """Every claim's step, in one turn of the node's instances (``turns.py``)."""
         try:
-            async with self._turn():
+            async with self._turns.turn() if self._turns else nullcontext():
                 return await asyncio.gather(*(self._guarded(step, c, record) for c in claims))
         except TurnError as exc:
             for _ in claims:
                 record(self.driver, "checkpoint_failed", 0.0)
             return [ClaimResult(error=f"claim {clip(c.named, 200)}: {exc}") for c in claims]
-
-    def _turn(self) -> AbstractAsyncContextManager[None]:
-        return nullcontext() if self._turns is None else self._turns.turn()
 
     async def _guarded(self, step: _Step, claim: ClaimRef, record: _Record) -> ClaimResult:
         started = time.monotonic()
@@ -193,8 +177,7 @@ class Preparer:
         invalid = claim.problem()
         if invalid:
             return ClaimResult(error=f"{where}: {invalid}"), "invalid"
-        lock, users = self._locks.get(claim.uid, (asyncio.Lock(), 0))
-        self._locks[claim.uid] = lock, users + 1
+        lock = self._locks.setdefault(claim.uid, asyncio.Lock())
         try:
             async with lock:  # one step at a time per claim: the kubelet retries
                 return await step(claim), "ok"
@@ -208,12 +191,6 @@ class Preparer:
         except Exception as exc:  # a bug of ours: this claim fails, the others go on
             log.exception("%s failed", where)
             return ClaimResult(error=f"{where}: internal error: {clip(str(exc), 200)}"), "error"
-        finally:
-            lock, users = self._locks[claim.uid]
-            if users == 1:
-                del self._locks[claim.uid]
-            else:
-                self._locks[claim.uid] = lock, users - 1
 
     # -- one claim ---------------------------------------------------------------
 
