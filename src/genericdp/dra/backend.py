@@ -70,7 +70,7 @@ class DraBackend:
         **driver_options: float,
     ) -> None:
         check_settings(settings)
-        self._where = f"DRA driver {settings.dra_driver_name}, node {settings.node_name}"
+        self.where = f"DRA driver {settings.dra_driver_name}, node {settings.node_name}"
         self.publisher = publisher
         self.stopping = False  # shutting down: edges keep their slices (see DraEdge.close)
         self.driver = DraDriver(
@@ -90,10 +90,6 @@ class DraBackend:
         self.usage = DraUsage(self.driver.checkpoint)
         self.driver.preparer.on_change = self.usage.changed
         self.driver.turns.on_change = self.usage.changed  # another instance's claims
-
-    @property
-    def where(self) -> str:
-        return self._where
 
     def edge(self, parts: ResourceParts) -> DraEdge:
         registration = self.driver.registration.service

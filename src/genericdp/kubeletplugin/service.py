@@ -169,20 +169,17 @@ class _DraPlugin:
         if result.error:
             log.warning("NodePrepareResources: %s", result.error)
             return self._pb.NodePrepareResourceResponse(error=result.error)
-        return self._pb.NodePrepareResourceResponse(
-            devices=[self._device(d) for d in result.devices]
-        )
-
-    def _device(self, d: Device) -> Any:
-        device = self._pb.Device(
-            request_names=[d.request] if d.request else [],
-            pool_name=d.pool,
-            device_name=d.device,
-            cdi_device_ids=list(d.cdi_ids),
-        )
-        if d.share_id and self._pb is dra_v1_pb2:  # v1beta1 has no share_id
-            device.share_id = d.share_id
-        return device
+        answer = self._pb.NodePrepareResourceResponse()
+        for d in result.devices:
+            device = answer.devices.add(
+                request_names=[d.request] if d.request else [],
+                pool_name=d.pool,
+                device_name=d.device,
+                cdi_device_ids=list(d.cdi_ids),
+            )
+            if d.share_id and self._pb is dra_v1_pb2:  # v1beta1 has no share_id
+                device.share_id = d.share_id
+        return answer
 
 
 class DraPluginV1(_DraPlugin, dra_v1_pb2_grpc.DRAPluginServicer):
@@ -208,7 +205,7 @@ class HealthService:
         self.streams = 0  # open now, either version
         self.opened: dict[str, int] = {}  # service -> streams opened since start
 
-    def report(self, module: ModuleType = drahealth_v1_pb2) -> Any:
+    def report(self, module: ModuleType) -> Any:
         """Every device's health now, as ``module``'s NodeWatchResourcesResponse."""
         now = int(time.time())
         pool = self._inventory.pool

@@ -75,10 +75,7 @@ def _string(value: str | None) -> Attribute | None:
 
 def _hex_id(value: str | None) -> str | None:
     """``0x8086`` (sysfs) and ``8086`` (udev) both as ``8086``."""
-    if value is None:
-        return None
-    value = value.strip().lower()
-    return value.removeprefix("0x")
+    return None if value is None else value.strip().lower().removeprefix("0x")
 
 
 def _pci_address(unit: Unit) -> str | None:
