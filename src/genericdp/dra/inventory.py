@@ -62,9 +62,6 @@ class Inventory:
     def version(self) -> int:
         return self._version
 
-    def resources(self) -> tuple[str, ...]:
-        return tuple(self._resources)
-
     def definition(self, resource: str) -> ResourceDefinition | None:
         held = self._resources.get(resource)
         return held.definition if held is not None else None
