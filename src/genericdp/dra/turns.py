@@ -152,18 +152,11 @@ class Turns:
 
     async def refresh(self) -> None:
         """Between turns: take up what another instance wrote (a turn of ours reads it anyway)."""
-        async with self._entry:
-            if self._users:
-                return
-            try:
-                self._fd = await _acquire(self.path, self.deadline)
-            except TurnError as exc:
-                log.warning("cannot reload the DRA checkpoint: %s", exc)
-                return
-            try:
-                await self._reload()
-            finally:
-                self._release()
+        try:
+            async with self.turn():  # reloads unless a turn is under way
+                pass
+        except TurnError as exc:
+            log.warning("cannot reload the DRA checkpoint: %s", exc)
 
 
 async def _acquire(path: Path, deadline: float) -> int:
