@@ -8,9 +8,9 @@ shares, ``slices.py``), never told anew; a unit is held while a claim
 naming it is in the driver's checkpoint (``DraUsage``), so a unit unplugged
 under a claim stays listed, Unhealthy, until the claim is unprepared.
 Daemon-wide, ``start`` starts the driver, which serves and registers its
-own sockets. The API server pieces (the claim source and the
-slice publisher) come from ``open_api``, which is the only place that loads
-the API client library, so the device-plugin backend never does.
+own sockets. The API server pieces (the claim source and the slice
+publisher) are made in ``serving``, the only place that loads the API client
+library, so the device-plugin backend never does.
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from genericdp.aio import Backoff, TaskSet
@@ -44,13 +43,6 @@ REGISTER_GRACE = 5.0  # seconds registration waits for the resources' first scan
 
 class DraSetupError(GenericdpError):
     """The DRA backend cannot start with these settings (the CLI exits 2 with it)."""
-
-
-@dataclass
-class ApiPieces:
-    claims: ClaimSource
-    publisher: Publisher
-    close: Callable[[], Awaitable[None]]
 
 
 class DraBackend:
@@ -223,24 +215,33 @@ async def serving(
     have the other's names, so the whole backend waits for it.
     """
     check_settings(settings)
-    plugin_dir = settings.dra_plugins_dir / settings.dra_driver_name
+    # The only place the API client library is loaded: the device-plugin backend never is.
+    from genericdp.kube.client import connect
+    from genericdp.kubeletplugin.apiclaims import ApiClaimSource
+    from genericdp.kubeletplugin.apislices import ApiSlices
+
+    node, driver = settings.node_name, settings.dra_driver_name
+    plugin_dir = settings.dra_plugins_dir / driver
     async with AsyncExitStack() as stack:  # closed last in, first out
         owner = TaskSet(log)
         if settings.pod_uid:
             stack.push_async_callback(owner.stop)  # the lock goes after the publisher stops
         else:
             await stack.enter_async_context(node_lock(plugin_dir))
-        api = await open_api(settings, publish=not settings.pod_uid)
-        stack.push_async_callback(api.close)
+        client = connect(Path(settings.kubeconfig) if settings.kubeconfig else None)
+        stack.push_async_callback(client.close)
+        publisher = SlicePublisher(ApiSlices(client, node=node, driver=driver))
+        stack.push_async_callback(publisher.close)
         if settings.pod_uid:
-            publisher = api.publisher
             owner.spawn(
                 "dra/slice-owner", lambda: _own_slices(plugin_dir, publisher), backoff=Backoff()
             )
+        else:
+            await publisher.start()
         backend = DraBackend(
             settings,
-            claims=api.claims,
-            publisher=api.publisher,
+            claims=ApiClaimSource(client, node=node, driver=driver),
+            publisher=publisher,
             run_hook=run_hook,
             recorder=recorder,
         )
@@ -248,30 +249,8 @@ async def serving(
         yield backend
 
 
-async def _own_slices(plugin_dir: Path, publisher: Publisher) -> None:
+async def _own_slices(plugin_dir: Path, publisher: SlicePublisher) -> None:
     """Wait for the node's slice lock, start publishing, and hold it until cancelled."""
     async with node_lock(plugin_dir, rolling=True):
-        if isinstance(publisher, SlicePublisher):
-            await publisher.start()
-        await asyncio.Event().wait()
-
-
-async def open_api(settings: Settings, *, publish: bool = True) -> ApiPieces:
-    """The claim source and the slice publisher over the API server: the only place
-    the API client library is loaded (the device-plugin backend never comes here).
-    ``publish``: start the publisher now (else its owner starts it, ``serving``)."""
-    from genericdp.kube.client import connect
-    from genericdp.kubeletplugin.apiclaims import ApiClaimSource
-    from genericdp.kubeletplugin.apislices import ApiSlices
-
-    client = connect(Path(settings.kubeconfig) if settings.kubeconfig else None)
-    node, driver = settings.node_name, settings.dra_driver_name
-    publisher = SlicePublisher(ApiSlices(client, node=node, driver=driver))
-    if publish:
         await publisher.start()
-
-    async def close() -> None:
-        await publisher.close()
-        await client.close()
-
-    return ApiPieces(ApiClaimSource(client, node=node, driver=driver), publisher, close)
+        await asyncio.Event().wait()
