@@ -110,12 +110,12 @@ class SlicePublisher:
         self._tasks = TaskSet(log)
         self._started = False
         self._started_at = 0.0
-        self._adopted = False
         self._synced = False  # the first comparison or write is done
         self._expected: set[str] = set()  # what the first write waits for (``expect``)
         self._answered: set[str] = set()  # resources that published or withdrew
         self._all_in = asyncio.Event()  # every expected resource answered
-        self._listed = asyncio.Event()  # the first list is done: the watch may start
+        # The first list is done: slices are adopted, and the watch may start.
+        self._listed = asyncio.Event()
         self._list_version = ""  # the resourceVersion of the writer's last list
         self._stales = 0  # changes by others seen (a list under way meanwhile is redone)
         # Watch events that come while a write is in flight are told apart from ours
@@ -150,7 +150,7 @@ class SlicePublisher:
     def expect(self, resource: str) -> None:
         """``resource`` is served here and will publish or withdraw: the first write
         waits for it (at most ``adopt_grace`` after start). No effect once written."""
-        if self._adopted or resource in self._answered:
+        if self._listed.is_set() or resource in self._answered:
             return
         self._expected.add(resource)
         self._all_in.clear()
@@ -234,7 +234,7 @@ class SlicePublisher:
         while True:
             await self._wake.wait()
             self._idle.clear()
-            if self._adopted:
+            if self._listed.is_set():
                 await asyncio.sleep(self._coalesce)
                 # Changes keep gathering (in _desired) while the last write is too recent.
                 await asyncio.sleep(self._last_sync + self._min_write_gap - time.monotonic())
@@ -347,14 +347,13 @@ class SlicePublisher:
     async def _sync(self) -> None:
         if self._held is None:
             self._held = await self._list()
-            if not self._adopted and self._held:
+            if not self._listed.is_set() and self._held:
                 log.info(
                     "adopting %d ResourceSlice(s) of node %s: %s",
                     len(self._held),
                     self.node,
                     ", ".join(sorted(_name(obj) for obj in self._held.values())),
                 )
-            self._adopted = True
             self._listed.set()
         held = self._held
         wanted = self._wanted(0)
