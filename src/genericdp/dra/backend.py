@@ -59,7 +59,6 @@ class DraBackend:
         publisher: Publisher,
         run_hook: HookRunner,
         recorder: Recorder = NO_METRICS,
-        **driver_options: float,
     ) -> None:
         check_settings(settings)
         self.where = f"DRA driver {settings.dra_driver_name}, node {settings.node_name}"
@@ -75,7 +74,6 @@ class DraBackend:
             run_hook=run_hook,
             recorder=recorder,
             pod_uid=settings.pod_uid,
-            **driver_options,
         )
         # The first apply's edges, that registration waits for (None once registering).
         self._edges: list[DraEdge] | None = []

@@ -8,8 +8,7 @@ on every change it hands the units and their health to the node's
 while a prepared claim holds it (``DraUsage``, the runtime's ``gone``)
 stays in both, Unhealthy ("device nodes gone: ..."), and tainted in the
 slice, until the claim is unprepared, as the device plugin keeps such a
-unit listed until its pod is gone. A claim is prepared by the driver
-(``prepare.py``) for all its devices at once, with one CDI spec per claim.
+unit listed until its pod is gone.
 """
 
 from __future__ import annotations
