@@ -31,7 +31,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import IntEnum
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
@@ -67,12 +67,12 @@ HEARTBEAT = 10.0  # seconds between full health reports when nothing changes
 MAX_HEALTH_MESSAGE = 1024  # the kubelet cuts longer messages to 1021 characters and "..."
 
 
-class Health(Enum):
-    """A device's health as the DRA health API states it."""
+class Health(IntEnum):
+    """A device's health, numbered as the health status enum of both API versions."""
 
-    UNKNOWN = "Unknown"
-    HEALTHY = "Healthy"
-    UNHEALTHY = "Unhealthy"
+    UNKNOWN = 0
+    HEALTHY = 1
+    UNHEALTHY = 2
 
 
 class Device(Protocol):
@@ -125,11 +125,6 @@ class HealthSource(Protocol):
     def version(self) -> int: ...
     def health(self) -> Sequence[DeviceHealth]: ...
     async def wait_changed(self, version: int) -> int: ...
-
-
-# The health status enum's numbers are the same in both versions (UNKNOWN 0,
-# HEALTHY 1, UNHEALTHY 2); each version's module builds its own messages.
-_HEALTH = {Health.UNKNOWN: 0, Health.HEALTHY: 1, Health.UNHEALTHY: 2}
 
 
 def _claims(request: Any) -> list[ClaimRef]:
@@ -213,7 +208,7 @@ class HealthService:
             devices=[
                 module.DeviceHealth(
                     device=module.DeviceIdentifier(pool_name=pool, device_name=d.device),
-                    health=_HEALTH[d.health],
+                    health=int(d.health),
                     last_updated_time=int(d.updated) or now,
                     message=ellipsized(d.message, MAX_HEALTH_MESSAGE, "..."),
                 )
