@@ -146,11 +146,6 @@ class DeviceOptions:
             taint_effect=definition.dra.taint_effect,
         )
 
-    @property
-    def multiple(self) -> bool:
-        """Whether a device may be allocated to several claims at once."""
-        return self.sharing and self.shares != 1
-
 
 DEFAULT_OPTIONS = DeviceOptions()
 
@@ -165,7 +160,7 @@ def shaped(entry: dict[str, Any], options: DeviceOptions) -> dict[str, Any]:
     ``count: unbounded``: ``allowMultipleAllocations`` and no capacity, so
     nothing limits how many claims share the device.
     """
-    if options.multiple:
+    if options.sharing and options.shares != 1:  # several claims may hold a device
         entry["allowMultipleAllocations"] = True
         if options.shares is not None:
             shares = str(options.shares)
