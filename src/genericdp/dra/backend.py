@@ -78,8 +78,6 @@ class DraBackend:
         # The first apply's edges, that registration waits for (None once registering).
         self._edges: list[DraEdge] | None = []
         self.usage = DraUsage(self.driver.checkpoint)
-        self.driver.preparer.on_change = self.usage.changed
-        self.driver.turns.on_change = self.usage.changed  # another instance's claims
 
     def edge(self, parts: ResourceParts) -> DraEdge:
         registration = self.driver.registration.service
@@ -125,7 +123,8 @@ class DraBackend:
                 if isinstance(edge, DraEdge):
                     edge.refresh()  # a unit released from ``uncleaned`` is published again
 
-        self.usage.listen(changed)
+        # A claim recorded or forgotten, here or by another instance: the lists follow.
+        self.driver.preparer.on_change = self.driver.turns.on_change = changed
         self.usage.settled.set()
 
     def started(self, fleet: Fleet) -> None:
