@@ -59,18 +59,12 @@ class TurnError(GenericdpError):
 class Turns:
     """The node-wide turn of one instance's calls, and its checkpoint kept fresh."""
 
-    def __init__(
-        self,
-        checkpoint: Checkpoint,
-        lock_path: Path,
-        *,
-        deadline: float = DEADLINE,
-        on_change: Callable[[], None] = lambda: None,
-    ) -> None:
+    def __init__(self, checkpoint: Checkpoint, lock_path: Path) -> None:
         self.checkpoint = checkpoint
         self.path = lock_path
-        self.deadline = deadline
-        self.on_change = on_change  # the recorded claims changed under us
+        self.deadline = DEADLINE
+        # Called when the recorded claims changed under us.
+        self.on_change: Callable[[], None] = lambda: None
         self._entry = asyncio.Lock()
         self._users = 0
         self._fd: int | None = None

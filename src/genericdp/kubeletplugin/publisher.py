@@ -84,7 +84,6 @@ class SlicePublisher:
         store: SliceStore,
         *,
         coalesce: float = COALESCE,
-        min_write_gap: float = MIN_WRITE_GAP,
         adopt_grace: float = ADOPT_GRACE,
         resync: float = RESYNC,
     ) -> None:
@@ -92,8 +91,7 @@ class SlicePublisher:
         self.node = store.node
         self.driver = store.driver
         self._coalesce = coalesce
-        self._min_write_gap = min_write_gap
-        self._last_sync = -min_write_gap  # time.monotonic() at the end of the last write
+        self._last_sync = -MIN_WRITE_GAP  # time.monotonic() at the end of the last write
         self._adopt_grace = adopt_grace
         self._desired: dict[str, list[dict[str, Any]]] = {}
         self._held: dict[str, dict[str, Any]] | None = None  # key -> what the server holds
@@ -237,7 +235,7 @@ class SlicePublisher:
             if self._listed.is_set():
                 await asyncio.sleep(self._coalesce)
                 # Changes keep gathering (in _desired) while the last write is too recent.
-                await asyncio.sleep(self._last_sync + self._min_write_gap - time.monotonic())
+                await asyncio.sleep(self._last_sync + MIN_WRITE_GAP - time.monotonic())
             else:
                 await self._takeover_ready()
             self._wake.clear()
