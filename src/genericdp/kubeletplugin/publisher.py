@@ -100,7 +100,8 @@ class SlicePublisher:
         self._owner: dict[str, str] | None = None  # the ownerReference to our Node, if read
         self._generation = 0
         self._sharing = True  # until the API server drops allowMultipleAllocations
-        self._tainting = True  # until the API server drops a device's taints
+        # The API server was seen dropping taints (``genericdp_dra_taints_dropped``).
+        self.taints_dropped = False
         self._untainted: dict[str, int] = {}  # resource -> tainted devices left out
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -174,7 +175,7 @@ class SlicePublisher:
         if not self._sharing:
             options = replace(options, sharing=False)
         found = slices.devices(resource, units, unhealthy, driver=self.driver, options=options)
-        if not self._tainting:
+        if self.taints_dropped:
             found = self._leave_tainted_out(resource, found)
         if self._desired.get(resource) == found:
             return
@@ -205,11 +206,6 @@ class SlicePublisher:
     def watch_restarts(self) -> dict[str, int]:
         """Watches opened again, by why (``genericdp_dra_slice_watch_restarts_total``)."""
         return dict(self._watch.restarts)
-
-    @property
-    def taints_dropped(self) -> bool:
-        """Whether the API server was seen dropping taints (``genericdp_dra_taints_dropped``)."""
-        return not self._tainting
 
     @property
     def untainted(self) -> int:
@@ -407,8 +403,8 @@ class SlicePublisher:
                 " claim",
                 self.node,
             )
-        if self._tainting and slices.dropped("taints", wanted, written):
-            self._tainting = False
+        if not self.taints_dropped and slices.dropped("taints", wanted, written):
+            self.taints_dropped = True
             self._desired = {r: self._leave_tainted_out(r, f) for r, f in self._desired.items()}
             log.warning(
                 "the API server dropped the taints from the ResourceSlices of node %s (its"
