@@ -41,8 +41,8 @@ import grpc
 
 from genericdp.dra import embedded
 from genericdp.dra.embedded import DraKubeletError
+from genericdp.dra.embedded.calls import Plugin, PreparedDevice
 from genericdp.dra.embedded.kubelet import KUBELET_SERVICES
-from genericdp.dra.embedded.state import Plugin, PreparedDevice
 from genericdp.grpcservices import Stub
 from genericdp.kubeletplugin.claims import ClaimRef
 from tests.dra_health import HEALTH_API, DeviceHealth, health_entries

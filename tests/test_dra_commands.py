@@ -19,8 +19,8 @@ from genericdp.discovery import discover
 from genericdp.discovery.model import Roots
 from genericdp.exits import EXIT_FAILED
 from genericdp.kubeletplugin.naming import device_name
+from genericdp.kubeletplugin.slices import DeviceOptions, discovered_attributes, pool_slices
 from genericdp.kubeletplugin.slices import devices as slice_devices
-from genericdp.kubeletplugin.slices import discovered_attributes, pool_slices
 from tests.apiserver import ApiServer
 from tests.fakesys import FakeHost
 
@@ -174,7 +174,11 @@ def test_simulated_slices_pass_the_real_api_server(tmp_path: Path, apiserver: Ap
     roots = Roots(dev=host.dev, sys=host.sys, udev=host.udev)
     by_resource = {
         r.name: slice_devices(
-            r.name, discover(r, roots), {"x"}, driver="genericdp.io", own=r.dra.attributes
+            r.name,
+            discover(r, roots),
+            {"x"},
+            driver="genericdp.io",
+            options=DeviceOptions(attributes=r.dra.attributes),
         )
         for r in config.resources
     }

@@ -14,7 +14,7 @@ import pytest
 
 from genericdp.dra.checkpoint import Checkpoint
 from genericdp.dra.inventory import Inventory
-from genericdp.dra.prepare import DEFAULT_CONCURRENCY, Preparer
+from genericdp.dra.prepare import CONCURRENCY, Preparer
 from genericdp.kube import client as kubeapi
 from genericdp.kubeletplugin.apiclaims import ApiClaimSource
 from genericdp.kubeletplugin.claims import ClaimError
@@ -126,7 +126,7 @@ async def test_trickled_reads_never_hold_back_claims_that_need_no_read(
     preparer.configured = frozenset({definition().name})
     slow = [
         asyncio.create_task(preparer.prepare([claim(n)]), name=f"slow-{n}")
-        for n in range(3, 3 + DEFAULT_CONCURRENCY)
+        for n in range(3, 3 + CONCURRENCY)
     ]
     try:
         await eventually(lambda: server.requests == len(slow), "every slow read under way")

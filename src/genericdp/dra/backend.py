@@ -8,9 +8,9 @@ shares, ``slices.py``), never told anew; a unit is held while a claim
 naming it is in the driver's checkpoint (``DraUsage``), so a unit unplugged
 under a claim stays listed, Unhealthy, until the claim is unprepared.
 Daemon-wide, ``start`` starts the driver, which serves and registers its
-own sockets. The API server pieces (the claim source and the
-slice publisher) come from ``open_api``, which is the only place that loads
-the API client library, so the device-plugin backend never does.
+own sockets. The API server pieces (the claim source and the slice
+publisher) are made in ``serving``, the only place that loads the API client
+library, so the device-plugin backend never does.
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from genericdp.aio import Backoff, TaskSet
@@ -46,13 +45,6 @@ class DraSetupError(GenericdpError):
     """The DRA backend cannot start with these settings (the CLI exits 2 with it)."""
 
 
-@dataclass
-class ApiPieces:
-    claims: ClaimSource
-    publisher: Publisher
-    close: Callable[[], Awaitable[None]]
-
-
 class DraBackend:
     """The driver and the publisher of one node (``runtime.backend.Backend``)."""
 
@@ -67,10 +59,9 @@ class DraBackend:
         publisher: Publisher,
         run_hook: HookRunner,
         recorder: Recorder = NO_METRICS,
-        **driver_options: float,
     ) -> None:
         check_settings(settings)
-        self._where = f"DRA driver {settings.dra_driver_name}, node {settings.node_name}"
+        self.where = f"DRA driver {settings.dra_driver_name}, node {settings.node_name}"
         self.publisher = publisher
         self.stopping = False  # shutting down: edges keep their slices (see DraEdge.close)
         self.driver = DraDriver(
@@ -83,17 +74,10 @@ class DraBackend:
             run_hook=run_hook,
             recorder=recorder,
             pod_uid=settings.pod_uid,
-            **driver_options,
         )
         # The first apply's edges, that registration waits for (None once registering).
         self._edges: list[DraEdge] | None = []
         self.usage = DraUsage(self.driver.checkpoint)
-        self.driver.preparer.on_change = self.usage.changed
-        self.driver.turns.on_change = self.usage.changed  # another instance's claims
-
-    @property
-    def where(self) -> str:
-        return self._where
 
     def edge(self, parts: ResourceParts) -> DraEdge:
         registration = self.driver.registration.service
@@ -139,7 +123,8 @@ class DraBackend:
                 if isinstance(edge, DraEdge):
                     edge.refresh()  # a unit released from ``uncleaned`` is published again
 
-        self.usage.listen(changed)
+        # A claim recorded or forgotten, here or by another instance: the lists follow.
+        self.driver.preparer.on_change = self.driver.turns.on_change = changed
         self.usage.settled.set()
 
     def started(self, fleet: Fleet) -> None:
@@ -227,24 +212,33 @@ async def serving(
     have the other's names, so the whole backend waits for it.
     """
     check_settings(settings)
-    plugin_dir = settings.dra_plugins_dir / settings.dra_driver_name
+    # The only place the API client library is loaded: the device-plugin backend never is.
+    from genericdp.kube.client import connect
+    from genericdp.kubeletplugin.apiclaims import ApiClaimSource
+    from genericdp.kubeletplugin.apislices import ApiSlices
+
+    node, driver = settings.node_name, settings.dra_driver_name
+    plugin_dir = settings.dra_plugins_dir / driver
     async with AsyncExitStack() as stack:  # closed last in, first out
         owner = TaskSet(log)
         if settings.pod_uid:
             stack.push_async_callback(owner.stop)  # the lock goes after the publisher stops
         else:
             await stack.enter_async_context(node_lock(plugin_dir))
-        api = await open_api(settings, publish=not settings.pod_uid)
-        stack.push_async_callback(api.close)
+        client = connect(Path(settings.kubeconfig) if settings.kubeconfig else None)
+        stack.push_async_callback(client.close)
+        publisher = SlicePublisher(ApiSlices(client, node=node, driver=driver))
+        stack.push_async_callback(publisher.close)
         if settings.pod_uid:
-            publisher = api.publisher
             owner.spawn(
                 "dra/slice-owner", lambda: _own_slices(plugin_dir, publisher), backoff=Backoff()
             )
+        else:
+            await publisher.start()
         backend = DraBackend(
             settings,
-            claims=api.claims,
-            publisher=api.publisher,
+            claims=ApiClaimSource(client, node=node, driver=driver),
+            publisher=publisher,
             run_hook=run_hook,
             recorder=recorder,
         )
@@ -252,30 +246,8 @@ async def serving(
         yield backend
 
 
-async def _own_slices(plugin_dir: Path, publisher: Publisher) -> None:
+async def _own_slices(plugin_dir: Path, publisher: SlicePublisher) -> None:
     """Wait for the node's slice lock, start publishing, and hold it until cancelled."""
     async with node_lock(plugin_dir, rolling=True):
-        if isinstance(publisher, SlicePublisher):
-            await publisher.start()
-        await asyncio.Event().wait()
-
-
-async def open_api(settings: Settings, *, publish: bool = True) -> ApiPieces:
-    """The claim source and the slice publisher over the API server: the only place
-    the API client library is loaded (the device-plugin backend never comes here).
-    ``publish``: start the publisher now (else its owner starts it, ``serving``)."""
-    from genericdp.kube.client import connect
-    from genericdp.kubeletplugin.apiclaims import ApiClaimSource
-    from genericdp.kubeletplugin.apislices import ApiSlices
-
-    client = connect(Path(settings.kubeconfig) if settings.kubeconfig else None)
-    node, driver = settings.node_name, settings.dra_driver_name
-    publisher = SlicePublisher(ApiSlices(client, node=node, driver=driver))
-    if publish:
         await publisher.start()
-
-    async def close() -> None:
-        await publisher.close()
-        await client.close()
-
-    return ApiPieces(ApiClaimSource(client, node=node, driver=driver), publisher, close)
+        await asyncio.Event().wait()

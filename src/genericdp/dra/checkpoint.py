@@ -116,22 +116,27 @@ class Checkpoint:
         loop never sees half of them (another instance's turn, ``turns.py``).
         """
         seen = _identity(self.path)
-        data, problem = self._read()
-        doc: Any = None
-        if problem is None and data is not None:
-            doc, problem = _decode(data)
         claims: dict[str, PreparedClaim] = {}
         unaccounted: set[str] = set()
-        complete = True
+        problem = None
+        try:
+            entries = _decode(_read_regular(self.path))
+        except FileNotFoundError:
+            pass
+        except _Unusable as exc:
+            problem = str(exc)
+        except OSError as exc:
+            problem = f"cannot be read: {reason(exc)}"
+        else:
+            self._take(entries, claims, unaccounted)
         if problem is not None:
-            complete, seen = self._set_aside(problem), None
-        elif doc is not None:
-            self._take(doc["claims"], claims, unaccounted)
+            self._set_aside(problem)
+            seen = None
         self._claims, self.unaccounted, self._seen = claims, unaccounted, seen
         self._uncleaned_seen = uncleaned.identity(self.path.parent)
         self.uncleaned = uncleaned.load(self.path.parent)
         aside = sorted(self.path.parent.glob(self.path.name + UNUSABLE + "*"))
-        self.complete = complete and not aside
+        self.complete = problem is None and not aside
         if aside:
             log.warning(
                 "DRA checkpoint %s: %s set aside as unusable; claim CDI specs it does not"
@@ -141,17 +146,6 @@ class Checkpoint:
             )
         if self._claims:
             log.info("DRA checkpoint %s: %d claim(s) prepared", self.path, len(self._claims))
-
-    def _read(self) -> tuple[bytes | None, str | None]:
-        """The file's bytes (None: there is none), or why it cannot be used."""
-        try:
-            return _read_regular(self.path), None
-        except FileNotFoundError:
-            return None, None
-        except _Unusable as exc:
-            return None, str(exc)
-        except OSError as exc:
-            return None, f"cannot be read: {reason(exc)}"
 
     def changed_on_disk(self) -> bool:
         """Whether the file, or the set of uncleaned units, is not what this instance
@@ -168,9 +162,8 @@ class Checkpoint:
         self.uncleaned[entry.resource, entry.unit] = entry
         self._uncleaned_seen = await asyncio.to_thread(uncleaned.identity, directory)
 
-    def _set_aside(self, problem: str) -> bool:
-        """Keep an unusable file under a name of its own; ours is written anew. False:
-        the checkpoint is incomplete (it may have listed claims we do not know)."""
+    def _set_aside(self, problem: str) -> None:
+        """Keep an unusable file under a name of its own; ours is written anew."""
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         aside = self.path.with_name(f"{self.path.name}{UNUSABLE}{stamp}")
         for n in range(1, 1000):
@@ -186,7 +179,7 @@ class Checkpoint:
                 problem,
                 reason(exc),
             )
-            return False
+            return
         log.error(
             "DRA checkpoint %s %s: kept as %s, starting without it; no claim CDI spec is"
             " removed at start while it is there",
@@ -194,7 +187,6 @@ class Checkpoint:
             problem,
             aside,
         )
-        return False
 
     def _take(
         self, entries: dict[Any, Any], claims: dict[str, PreparedClaim], unaccounted: set[str]
@@ -314,25 +306,22 @@ def _read_regular(path: Path) -> bytes:
     return data
 
 
-def _decode(data: bytes) -> tuple[Any, str | None]:
-    """The document, or why it is not one of ours (values counted before parsing)."""
+def _decode(data: bytes) -> dict[Any, Any]:
+    """The document's claims; raises _Unusable when it is not one of ours (values are
+    counted before parsing)."""
     values = sum(data.count(c) for c in (b",", b":", b"[", b"{"))
     if values > MAX_VALUES:
-        return None, f"holds over {MAX_VALUES} JSON values"
+        raise _Unusable(f"holds over {MAX_VALUES} JSON values")
     try:
         doc = json.loads(data)
     except (ValueError, RecursionError) as exc:
-        return None, f"is not JSON ({clip(str(exc), 200)})"
+        raise _Unusable(f"is not JSON ({clip(str(exc), 200)})") from None
     if not isinstance(doc, dict) or doc.get("version") != VERSION:
         version = doc.get("version") if isinstance(doc, dict) else None
-        return None, f"is not version {VERSION} (version {clip(repr(version), 40)})"
-    if not isinstance(doc.get("claims"), dict):
-        return None, "has no 'claims' mapping"
-    return doc, None
-
-
-def describe_error(path: Path, exc: OSError) -> str:
-    return f"cannot write the DRA checkpoint {path}: {reason(exc)}"
+        raise _Unusable(f"is not version {VERSION} (version {clip(repr(version), 40)})")
+    if not isinstance(claims := doc.get("claims"), dict):
+        raise _Unusable("has no 'claims' mapping")
+    return claims
 
 
 def _dump(prepared: PreparedClaim) -> dict[str, Any]:
@@ -345,7 +334,7 @@ def _dump(prepared: PreparedClaim) -> dict[str, Any]:
         "devices": [
             {
                 **{k: v for k, v in asdict(d).items() if k != "recorded"},
-                "cleanup": _dump_exec(d.cleanup) if d.recorded else _UNRECORDED,
+                "cleanup": _dump_hook(d),
                 "cdi_ids": list(d.cdi_ids),
                 "nodes": [list(n) for n in d.nodes],
                 "attributes": [list(a) for a in d.attributes],
@@ -383,6 +372,9 @@ def _parse(uid: object, entry: object) -> PreparedClaim:
         if not isinstance(device, dict):
             raise TypeError("a device is not a mapping")
         cdi_ids, nodes = device["cdi_ids"], device["nodes"]
+        # {argv, timeout}, None (the definition had none), or absent (an older entry: the
+        # current definition's hook, ``prepare.py``).
+        cleanup = device.get("cleanup", _UNRECORDED)
         if not isinstance(cdi_ids, list) or not all(isinstance(i, str) for i in cdi_ids):
             raise TypeError("cdi_ids is not a list of strings")
         if not isinstance(nodes, list) or not all(
@@ -401,8 +393,8 @@ def _parse(uid: object, entry: object) -> PreparedClaim:
                 nodes=tuple((n[0], n[1]) for n in nodes),
                 attributes=_attributes(device.get("attributes", [])),
                 share_id=_text(device, "share_id", limit=128) if "share_id" in device else "",
-                cleanup=_exec(device.get("cleanup")),
-                recorded=device.get("cleanup", _UNRECORDED) != _UNRECORDED,
+                cleanup=None if cleanup in (None, _UNRECORDED) else parse_hook(cleanup),
+                recorded=cleanup != _UNRECORDED,
             )
         )
     claim = ClaimRef(_text(entry, "namespace"), _text(entry, "name"), uid)
@@ -413,16 +405,10 @@ def _parse(uid: object, entry: object) -> PreparedClaim:
 _UNRECORDED = "unrecorded"  # an entry from before hooks were recorded
 
 
-def _dump_exec(spec: Exec | None) -> dict[str, Any] | None:
-    return None if spec is None else dump_hook(spec)
-
-
-def _exec(found: object) -> Exec | None:
-    """A recorded cleanup hook: {argv, timeout}, None (the definition had none), or
-    absent (an older entry: the current definition's hook, ``prepare.py``)."""
-    if found is None or found == _UNRECORDED:
-        return None
-    return parse_hook(found)
+def _dump_hook(device: PreparedDevice) -> dict[str, Any] | str | None:
+    if not device.recorded:
+        return _UNRECORDED
+    return None if device.cleanup is None else dump_hook(device.cleanup)
 
 
 _ATTRIBUTE_TYPES = {"string": str, "version": str, "int": int, "bool": bool}

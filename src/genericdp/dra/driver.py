@@ -106,12 +106,8 @@ class DraDriver:
             registration_socket(paths.registry_dir, driver, pod_uid),
         )
         self._heartbeat = heartbeat
-        self._server: DraServer | None = None
+        self.server: DraServer | None = None  # serving from ``start`` on
         self._tasks = TaskSet(log)
-
-    @property
-    def server(self) -> DraServer | None:
-        return self._server
 
     async def start(self, *, register: bool = True) -> None:
         """Load the checkpoint, clear stale specs, serve DRA, then registration
@@ -183,14 +179,14 @@ class DraDriver:
     async def close(self) -> None:
         await self._tasks.stop()
         await self.registration.stop()
-        if self._server is not None:
-            await self._server.stop()
-            self._server = None
+        if self.server is not None:
+            await self.server.stop()
+            self.server = None
 
     async def _serve_dra(self) -> None:
-        if self._server is not None:
-            await self._server.stop(0.5)
-        self._server = await DraServer.start(
+        if self.server is not None:
+            await self.server.stop(0.5)
+        self.server = await DraServer.start(
             self.preparer, self.inventory, self.dra_socket, heartbeat=self._heartbeat
         )
 
@@ -202,7 +198,8 @@ class DraDriver:
         over with backoff, which serves what is missing first.
         """
         directories = sorted({self.dra_socket.parent, self.registration.socket.parent})
-        await asyncio.to_thread(_make_dirs, directories)  # removed ones come back, as on start
+        for directory in directories:  # removed ones come back, as on start
+            await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)
         async with inotify_events(lambda exc: KubeletError(f"cannot start inotify: {exc}")) as (
             inotify,
             readable,
@@ -224,7 +221,7 @@ class DraDriver:
                     )
 
     async def _repair(self) -> None:
-        if self._server is None or not self._server.intact():
+        if self.server is None or not self.server.intact():
             log.warning("the DRA socket %s was removed: serving it again", self.dra_socket)
             await self._serve_dra()
         if not self.registration.intact():
@@ -233,8 +230,3 @@ class DraDriver:
                 self.registration.socket,
             )
             await self.registration.start()
-
-
-def _make_dirs(directories: list[Path]) -> None:
-    for directory in directories:
-        directory.mkdir(parents=True, exist_ok=True)

@@ -8,8 +8,7 @@ on every change it hands the units and their health to the node's
 while a prepared claim holds it (``DraUsage``, the runtime's ``gone``)
 stays in both, Unhealthy ("device nodes gone: ..."), and tainted in the
 slice, until the claim is unprepared, as the device plugin keeps such a
-unit listed until its pod is gone. A claim is prepared by the driver
-(``prepare.py``) for all its devices at once, with one CDI spec per claim.
+unit listed until its pod is gone.
 """
 
 from __future__ import annotations
@@ -81,8 +80,7 @@ class DraEdge:
         publisher.expect(definition().name)
         self._woken = asyncio.Event()
         self._last_error: str | None = None
-        self._handed = False  # the first scan's units went to the inventory and the publisher
-        self.handed = asyncio.Event()  # the same, to wait for (the driver registers then)
+        self.handed = asyncio.Event()  # the first scan went to the inventory and the slices
 
     async def run(self) -> None:
         """After the first scan, follow the state until it is closed: the inventory
@@ -92,8 +90,7 @@ class DraEdge:
             changed = self.state.next_change()  # before reading: no change is missed
             self._refreshed.clear()
             await self._sync()
-            if not self._handed:
-                self._handed = True
+            if not self.handed.is_set():
                 self.handed.set()
                 self._on_status()
             await _either(changed, self._refreshed)
@@ -148,11 +145,11 @@ class DraEdge:
         out = self.state.unhealthy | self.state.cleaning
         return PluginStatus(
             resource=self._definition().name,
-            registered=self._registration.registered and self._handed,
+            registered=self._registration.registered and self.handed.is_set(),
             # /readyz waits for this: the driver registered with the kubelet, and
             # this resource's first scan in the inventory and on its way to the
             # slices (written at once, docs/dra.md), not only the registration.
-            registrations=self._registration.registrations if self._handed else 0,
+            registrations=self._registration.registrations if self.handed.is_set() else 0,
             devices=len(units),  # one DRA device per unit, shared by claims under ``count``
             healthy=sum(1 for uid in units if uid not in out),
             last_error=self._last_error or self._registration.last_error,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.kubeletplugin.naming import device_name
-from genericdp.kubeletplugin.service import Health
+from genericdp.kubeletplugin.service import DeviceHealth, Health
 
 log = logging.getLogger(__name__)
 
@@ -35,16 +35,6 @@ class Located:
     @property
     def resource(self) -> str:
         return self.definition.name
-
-
-@dataclass(frozen=True)
-class DeviceHealth:
-    """What the health stream says about one device."""
-
-    device: str
-    health: Health
-    message: str
-    updated: float  # unix time of the probe (or of the last change) it comes from
 
 
 @dataclass
@@ -67,14 +57,10 @@ class Inventory:
         self._names: dict[str, tuple[str, str]] = {}  # device name -> (resource, unit id)
         self._version = 0
         self._changed = asyncio.Event()
-        self._now = time.time
 
     @property
     def version(self) -> int:
         return self._version
-
-    def resources(self) -> tuple[str, ...]:
-        return tuple(self._resources)
 
     def definition(self, resource: str) -> ResourceDefinition | None:
         held = self._resources.get(resource)
@@ -95,7 +81,7 @@ class Inventory:
             held = self._resources[definition.name] = _Resource(definition, {}, probed)
         held.definition, held.probed = definition, probed
         held.units = found
-        held.updated = self._now()
+        held.updated = time.time()
         self._reindex()
 
     def set_health(
@@ -113,7 +99,7 @@ class Inventory:
         if (held.unhealthy, held.seen, held.messages) == report:
             return
         held.unhealthy, held.seen, held.messages = report
-        held.updated = self._now()
+        held.updated = time.time()
         self._bump()
 
     def remove_resource(self, resource: str) -> None:

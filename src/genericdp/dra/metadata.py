@@ -154,40 +154,29 @@ def cdi_id(driver: str, uid: str, request: str) -> str:
     return f"{claim_kind(driver)}={cdi_name(uid, request)}"
 
 
-def by_request(devices: Iterable[PreparedDevice]) -> dict[str, list[PreparedDevice]]:
-    """The claim's devices by request (a device two requests name is in each)."""
-    grouped: dict[str, list[PreparedDevice]] = {}
-    for d in devices:
-        grouped.setdefault(d.request, []).append(d)
-    return grouped
-
-
 def cdi_devices(plugin_dir: Path, driver: str, prepared: PreparedClaim) -> list[dict[str, Any]]:
     """The claim spec's CDI devices that mount each request's file read-only."""
     claim = prepared.claim
-    made: dict[str, dict[str, Any]] = {}
-    for request in by_request(prepared.devices):
-        made.setdefault(
-            cdi_name(claim.uid, request),
-            {
-                "name": cdi_name(claim.uid, request),
-                "containerEdits": {
-                    "mounts": [
-                        {
-                            "hostPath": str(
-                                host_path(plugin_dir, claim.namespace, claim.name, request)
-                            ),
-                            "containerPath": container_path(
-                                driver, claim.name, prepared.pod_claim, request
-                            ),
-                            "type": "bind",
-                            "options": ["ro", "bind"],
-                        }
-                    ]
-                },
+    return [
+        {
+            "name": cdi_name(claim.uid, request),
+            "containerEdits": {
+                "mounts": [
+                    {
+                        "hostPath": str(
+                            host_path(plugin_dir, claim.namespace, claim.name, request)
+                        ),
+                        "containerPath": container_path(
+                            driver, claim.name, prepared.pod_claim, request
+                        ),
+                        "type": "bind",
+                        "options": ["ro", "bind"],
+                    }
+                ]
             },
-        )
-    return list(made.values())
+        }
+        for request in dict.fromkeys(base_request(d.request) for d in prepared.devices)
+    ]
 
 
 def stream(
@@ -239,8 +228,11 @@ def write(plugin_dir: Path, driver: str, prepared: PreparedClaim) -> list[Path]:
     )
     if named:
         raise CdiSpecError(f"no device metadata is written for this claim: {named}")
+    by_request: dict[str, list[PreparedDevice]] = {}  # a device two requests name is in each
+    for d in prepared.devices:
+        by_request.setdefault(d.request, []).append(d)
     files = []
-    for request, devices in by_request(prepared.devices).items():
+    for request, devices in by_request.items():
         data = stream(driver, prepared, request, devices)
         path = host_path(plugin_dir, claim.namespace, claim.name, request)
         if len(data) > MAX_FILE_BYTES:

@@ -1,40 +1,30 @@
 """NodePrepareResources and NodeUnprepareResources, on our types.
 
-Prepare, for each claim of a batch: read our driver's results in the claim's
-allocation (``ClaimSource``), find each device among this node's current
-units (``Inventory``), plan what its containers receive
-(``allocation.plan``, one plan per resource of the claim), record the claim
-as ``preparing`` in the checkpoint, commit the plans (the ``init`` then
-``preStart`` hooks, the claim's device metadata: ``dra/metadata.py``, and
-its CDI spec: ``dra/cdispec.py``), record it as ``prepared``, and answer
-with each device's CDI device ID and that of its request's metadata mount.
-The kubelet retries, and calls again after its own restart: a claim already
+A claim is recorded as ``preparing`` in the checkpoint before its ``init``
+and ``preStart`` hooks run, and as ``prepared`` once its device metadata
+(``dra/metadata.py``) and CDI spec (``dra/cdispec.py``) are written. The
+kubelet retries, and calls again after its own restart: a claim already
 prepared gets the same answer, without running anything again.
 
 Unprepare runs the ``cleanup`` hook on the claim's units, removes its CDI
-spec and device metadata and forgets it. A claim we never prepared (or already unprepared) is
-a success: that is what the kubelet needs to hear to move on. The hook is the
-one of the definition each unit was handed out under, recorded in the
-checkpoint: it runs whether or not the node serves the resource now (a
+spec and device metadata and forgets it. A claim we never prepared (or
+already unprepared) is a success: that is what the kubelet needs to hear to
+move on. The hook is the one each unit was handed out under, recorded in
+the checkpoint: it runs whether or not the node serves the resource now (a
 ``nodeSelector`` that stopped matching, a reload, a restart). When the
 definition has left the config, the unit is recorded as uncleaned instead
 (``uncleaned.py``) and prepare refuses it until an admin releases it.
 
-Shared devices (``count``, KEP-5075's ``allowMultipleAllocations``): several
-claims may name one unit, each with its own checkpoint entry and CDI spec.
-As under the device plugin, where ``init`` runs at every Allocate and
-``cleanup`` once the unit's last holder is gone, ``init`` and ``preStart``
-run at each claim's prepare and ``cleanup`` at the unprepare of the unit's
-last claim (on the units no other recorded claim names). The hooks and
-checkpoint changes of claims sharing a unit take turns (a lock per unit),
-so a prepare never runs ``init`` during that unit's ``cleanup`` and two
-claims unprepared at once still clean their unit once.
+Shared devices (``count``, KEP-5075's ``allowMultipleAllocations``): as
+under the device plugin, ``init`` and ``preStart`` run at each claim's
+prepare and ``cleanup`` at the unprepare of the unit's last claim. Claims
+sharing a unit take turns (a lock per unit), so a prepare never runs
+``init`` during that unit's ``cleanup`` and two claims unprepared at once
+still clean their unit once.
 
 A problem with one claim is that claim's error in the answer, never the
 whole call's, and never a crash: the claim comes from the API server and
-its names from whoever wrote the pod. Each claim's outcome and time go to
-the ``Recorder`` (``genericdp_dra_prepares_total`` and the others in
-docs/contributing/architecture.md).
+its names from whoever wrote the pod.
 """
 
 from __future__ import annotations
@@ -43,10 +33,11 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, nullcontext
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
+from weakref import WeakValueDictionary
 
 from genericdp.allocation.cdi import (
     claim_device_id,
@@ -56,6 +47,7 @@ from genericdp.allocation.cdi import (
 )
 from genericdp.allocation.plan import Plan, plan_allocation
 from genericdp.allocation.render import rendered_soon
+from genericdp.atomicfile import reason
 from genericdp.config.model import Exec
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.dra import metadata
@@ -66,7 +58,6 @@ from genericdp.dra.checkpoint import (
     Checkpoint,
     PreparedClaim,
     PreparedDevice,
-    describe_error,
 )
 from genericdp.dra.inventory import Inventory, Located
 from genericdp.dra.turns import TurnError, Turns
@@ -90,7 +81,7 @@ MAX_DEVICES_PER_CLAIM = 128
 # A claim's error ends up in the pod's events (and the kubelet's log): the API
 # server's or a hook's words are cut to this.
 MAX_ERROR_CHARS = 2048
-DEFAULT_CONCURRENCY = 8
+CONCURRENCY = 8  # claims whose hooks and files are under way at once
 
 
 _Step = Callable[[ClaimRef], Awaitable["ClaimResult"]]
@@ -118,7 +109,6 @@ class Preparer:
         cdi_dir: Path,
         run_hook: HookRunner,
         node_name: str = "",
-        concurrency: int = DEFAULT_CONCURRENCY,
         recorder: Recorder = NO_METRICS,
         turns: Turns | None = None,
     ) -> None:
@@ -131,8 +121,9 @@ class Preparer:
         self._run_hook = run_hook
         self._node_name = node_name
         self._recorder = recorder
-        self._slots = asyncio.Semaphore(concurrency)
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # per claim UID, and its users
+        self._slots = asyncio.Semaphore(CONCURRENCY)
+        # Per claim UID, while a call for it is under way (a step holds its lock).
+        self._locks: WeakValueDictionary[str, asyncio.Lock] = WeakValueDictionary()
         self._unit_locks: dict[tuple[str, str], asyncio.Lock] = {}  # per (resource, unit)
         # Called after each change of the recorded claims (what they hold: ``DraUsage``).
         self.on_change: Callable[[], None] = lambda: None
@@ -146,23 +137,18 @@ class Preparer:
         """Prepare every claim; one entry per distinct claim UID."""
         started = time.monotonic()
         unique = unique_claims(claims)
-        record = self._recorder.claim_prepare
-        results = await self._batch(self._prepare, unique, record)
-        answer = dict(zip((c.uid for c in unique), results, strict=True))
+        results = await self._batch(self._prepare, unique, self._recorder.claim_prepare)
         failed = sum(1 for r in results if r.error)
+        took = time.monotonic() - started
         log.info(
-            "NodePrepareResources: %d claim(s), %d failed, in %.3fs",
-            len(unique),
-            failed,
-            time.monotonic() - started,
+            "NodePrepareResources: %d claim(s), %d failed, in %.3fs", len(unique), failed, took
         )
-        return answer
+        return {c.uid: r for c, r in zip(unique, results, strict=True)}
 
     async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
         """Unprepare every claim; one entry per distinct claim UID, its error or ""."""
         unique = unique_claims(claims)
-        record = self._recorder.claim_unprepare
-        results = await self._batch(self._unprepare, unique, record)
+        results = await self._batch(self._unprepare, unique, self._recorder.claim_unprepare)
         return {c.uid: r.error for c, r in zip(unique, results, strict=True)}
 
     async def _batch(
@@ -170,15 +156,12 @@ class Preparer:
     ) -> list[ClaimResult]:
         """Every claim's step, in one turn of the node's instances (``turns.py``)."""
         try:
-            async with self._turn():
+            async with self._turns.turn() if self._turns else nullcontext():
                 return await asyncio.gather(*(self._guarded(step, c, record) for c in claims))
         except TurnError as exc:
             for _ in claims:
                 record(self.driver, "checkpoint_failed", 0.0)
             return [ClaimResult(error=f"claim {clip(c.named, 200)}: {exc}") for c in claims]
-
-    def _turn(self) -> AbstractAsyncContextManager[None]:
-        return nullcontext() if self._turns is None else self._turns.turn()
 
     async def _guarded(self, step: _Step, claim: ClaimRef, record: _Record) -> ClaimResult:
         started = time.monotonic()
@@ -194,8 +177,7 @@ class Preparer:
         invalid = claim.problem()
         if invalid:
             return ClaimResult(error=f"{where}: {invalid}"), "invalid"
-        lock, users = self._locks.get(claim.uid, (asyncio.Lock(), 0))
-        self._locks[claim.uid] = lock, users + 1
+        lock = self._locks.setdefault(claim.uid, asyncio.Lock())
         try:
             async with lock:  # one step at a time per claim: the kubelet retries
                 return await step(claim), "ok"
@@ -204,26 +186,17 @@ class Preparer:
         except GenericdpError as exc:  # a hook, a template, the CDI spec
             return ClaimResult(error=f"{where}: {exc}"), allocation_result(exc)
         except OSError as exc:
-            error = describe_error(self._checkpoint.path, exc)
+            error = f"cannot write the DRA checkpoint {self._checkpoint.path}: {reason(exc)}"
             return ClaimResult(error=f"{where}: {error}"), "checkpoint_failed"
         except Exception as exc:  # a bug of ours: this claim fails, the others go on
             log.exception("%s failed", where)
             return ClaimResult(error=f"{where}: internal error: {clip(str(exc), 200)}"), "error"
-        finally:
-            lock, users = self._locks[claim.uid]
-            if users == 1:
-                del self._locks[claim.uid]
-            else:
-                self._locks[claim.uid] = lock, users - 1
 
     # -- one claim ---------------------------------------------------------------
 
     async def _prepare(self, claim: ClaimRef) -> ClaimResult:
         known = self._checkpoint.get(claim.uid)
-        if known is not None and (known.claim.namespace, known.claim.name) != (
-            claim.namespace,
-            claim.name,
-        ):
+        if known is not None and known.claim != claim:  # the same UID, another name
             raise ClaimError(f"its UID is that of claim {known.claim.named}, prepared here already")
         if known is not None and known.state == PREPARED:
             return ClaimResult(known.devices)  # no read, no slot: answered at once
@@ -244,45 +217,15 @@ class Preparer:
         if named:
             raise ClaimError(f"its device metadata cannot be written: {named}")
         found = [(a, self._locate(a)) for a in allocated]
-        groups: dict[str, list[tuple[AllocatedDevice, Located]]] = defaultdict(list)
-        for alloc, located in found:
-            groups[located.resource].append((alloc, located))
         async with self._slots:
-            return await self._commit(claim, found, groups, allocation.pod_claim)
+            return await self._commit(claim, found, allocation.pod_claim)
 
     async def _commit(
-        self,
-        claim: ClaimRef,
-        found: Sequence[tuple[AllocatedDevice, Located]],
-        groups: Mapping[str, Sequence[tuple[AllocatedDevice, Located]]],
-        pod_claim: str,
+        self, claim: ClaimRef, found: Sequence[tuple[AllocatedDevice, Located]], pod_claim: str
     ) -> ClaimResult:
         """Record, run the hooks, write the metadata and the spec: what a slot bounds."""
-        plans, _ = await rendered_soon(lambda slice_seconds: self._plan(groups, slice_seconds))
-        paths = {
-            device: tuple(n.container_path for n in nodes)
-            for plan in plans
-            for device, nodes in zip(plan.device_ids, plan.nodes, strict=True)
-        }
-        # A request's metadata mount goes with its first device: the kubelet hands a
-        # container the IDs of every device of the requests it uses.
-        firsts = {alloc.request: n for n, (alloc, _) in reversed(list(enumerate(found)))}
-        devices = tuple(
-            _prepared(
-                alloc,
-                located,
-                (claim_device_id(self.driver, claim.uid, alloc.device),)
-                + (
-                    (metadata.cdi_id(self.driver, claim.uid, alloc.request),)
-                    if firsts[alloc.request] == n
-                    else ()
-                ),
-                metadata.attributes(
-                    located.definition, located.unit, self.driver, paths[alloc.device]
-                ),
-            )
-            for n, (alloc, located) in enumerate(found)
-        )
+        plans, _ = await rendered_soon(lambda slice_seconds: self._plan(found, slice_seconds))
+        devices = self._devices(claim, found, plans)
         async with self._units_locked((d.resource, d.unit) for d in devices):
             preparing = PreparedClaim(claim, PREPARING, devices, pod_claim=pod_claim)
             await self._checkpoint.put(preparing)
@@ -300,13 +243,49 @@ class Preparer:
             await asyncio.to_thread(write_claim_spec, self._cdi_dir, self.driver, claim.uid, spec)
             name = claim_spec_name(self.driver, claim.uid)
             await self._checkpoint.put(replace(preparing, state=PREPARED, spec=name))
-        log.info(
-            "prepared claim %s (UID %s): %s",
-            claim.named,
-            claim.uid,
-            _names(d.device for d in devices),
-        )
+        names = first_of([d.device for d in devices], 5, empty="no devices")
+        log.info("prepared claim %s (UID %s): %s", claim.named, claim.uid, names)
         return ClaimResult(devices)
+
+    def _devices(
+        self,
+        claim: ClaimRef,
+        found: Sequence[tuple[AllocatedDevice, Located]],
+        plans: Sequence[Plan],
+    ) -> tuple[PreparedDevice, ...]:
+        """The claim's devices as the checkpoint records them and the kubelet is told."""
+        paths = {
+            device: tuple(n.container_path for n in nodes)
+            for plan in plans
+            for device, nodes in zip(plan.device_ids, plan.nodes, strict=True)
+        }
+        devices = []
+        requests: set[str] = set()
+        for alloc, located in found:
+            cdi_ids = [claim_device_id(self.driver, claim.uid, alloc.device)]
+            # A request's metadata mount goes with its first device: the kubelet hands a
+            # container the IDs of every device of the requests it uses.
+            if alloc.request not in requests:
+                requests.add(alloc.request)
+                cdi_ids.append(metadata.cdi_id(self.driver, claim.uid, alloc.request))
+            unit, definition = located.unit, located.definition
+            devices.append(
+                PreparedDevice(
+                    request=alloc.request,
+                    pool=alloc.pool,
+                    device=alloc.device,
+                    resource=located.resource,
+                    unit=unit.id,
+                    cdi_ids=tuple(cdi_ids),
+                    nodes=tuple((n.host_path, n.container_path) for n in unit.nodes),
+                    attributes=metadata.attributes(
+                        definition, unit, self.driver, paths[alloc.device]
+                    ),
+                    share_id=alloc.share_id,
+                    cleanup=definition.hooks.cleanup,
+                )
+            )
+        return tuple(devices)
 
     def _locate(self, alloc: AllocatedDevice) -> Located:
         device = clip(alloc.device, 80)
@@ -331,25 +310,23 @@ class Preparer:
         return located
 
     def _plan(
-        self,
-        groups: Mapping[str, Sequence[tuple[AllocatedDevice, Located]]],
-        slice_seconds: float | None,
+        self, found: Sequence[tuple[AllocatedDevice, Located]], slice_seconds: float | None
     ) -> list[Plan]:
         """One plan per resource of the claim, over all its units of that resource (a
         shared device that several of its requests name is one unit)."""
-        plans = []
-        for members in groups.values():
-            distinct = {alloc.device: located for alloc, located in members}
-            plans.append(
-                plan_allocation(
-                    members[0][1].definition,
-                    [located.unit for located in distinct.values()],
-                    list(distinct),
-                    node_name=self._node_name,
-                    slice_seconds=slice_seconds,
-                )
+        groups: dict[str, dict[str, Located]] = defaultdict(dict)
+        for alloc, located in found:
+            groups[located.resource].setdefault(alloc.device, located)
+        return [
+            plan_allocation(
+                next(iter(units.values())).definition,
+                [located.unit for located in units.values()],
+                list(units),
+                node_name=self._node_name,
+                slice_seconds=slice_seconds,
             )
-        return plans
+            for units in groups.values()
+        ]
 
     async def _unprepare(self, claim: ClaimRef) -> ClaimResult:
         known = self._checkpoint.get(claim.uid)
@@ -398,28 +375,23 @@ class Preparer:
             if hook is not None:
                 runs[device.resource, hook].setdefault(device.device, device)
         for (resource, hook), named in runs.items():
-            if hook is _UNKNOWN_HOOK or resource not in (self.configured or ()):
-                why = (
-                    f"{resource} left the config"
-                    if hook is not _UNKNOWN_HOOK
-                    else f"the checkpoint does not record the cleanup hook of {resource} and"
-                    " the node does not serve it"
-                )
-                for device in named.values():
-                    await self._owe(known, device, why)
-                continue
             devices = list(named.values())
-            await self._run_hook(
-                HookRun(
-                    CLEANUP,
-                    hook,
-                    resource,
-                    [self._unit(resource, d) for d in devices],
-                    [d.device for d in devices],
-                    node_name=self._node_name,
-                    logger=log,
+            if hook is _UNKNOWN_HOOK:
+                why = (
+                    f"the checkpoint does not record the cleanup hook of {resource} and the"
+                    " node does not serve it"
                 )
-            )
+            elif resource not in (self.configured or ()):
+                why = f"{resource} left the config"
+            else:
+                units = [self._unit(resource, d) for d in devices]
+                node = self._node_name
+                await self._run_hook(
+                    HookRun(CLEANUP, hook, resource, units, list(named), node_name=node, logger=log)
+                )
+                continue
+            for device in devices:
+                await self._owe(known, device, why)
 
     def _owed_hook(self, device: PreparedDevice) -> Exec | None:
         """The cleanup hook the device was handed out under (an entry from before hooks
@@ -469,29 +441,5 @@ class Preparer:
         return Unit(device.unit, tuple(DeviceNode(h, c) for h, c in device.nodes))
 
 
-def _prepared(
-    alloc: AllocatedDevice,
-    located: Located,
-    cdi_ids: tuple[str, ...],
-    attributes: tuple[tuple[str, str, object], ...],
-) -> PreparedDevice:
-    return PreparedDevice(
-        request=alloc.request,
-        pool=alloc.pool,
-        device=alloc.device,
-        resource=located.resource,
-        unit=located.unit.id,
-        cdi_ids=cdi_ids,
-        nodes=tuple((n.host_path, n.container_path) for n in located.unit.nodes),
-        attributes=attributes,
-        share_id=alloc.share_id,
-        cleanup=located.definition.hooks.cleanup,
-    )
-
-
 # A hook that cannot be known: the unit is owed a cleanup (``_cleanup``).
 _UNKNOWN_HOOK = Exec(("<unrecorded>",), 1.0)
-
-
-def _names(names: Iterable[str]) -> str:
-    return first_of(list(names), 5, empty="no devices")

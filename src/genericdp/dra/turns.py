@@ -59,25 +59,15 @@ class TurnError(GenericdpError):
 class Turns:
     """The node-wide turn of one instance's calls, and its checkpoint kept fresh."""
 
-    def __init__(
-        self,
-        checkpoint: Checkpoint,
-        lock_path: Path,
-        *,
-        deadline: float = DEADLINE,
-        on_change: Callable[[], None] = lambda: None,
-    ) -> None:
+    def __init__(self, checkpoint: Checkpoint, lock_path: Path) -> None:
         self.checkpoint = checkpoint
         self.path = lock_path
-        self.deadline = deadline
-        self.on_change = on_change  # the recorded claims changed under us
+        self.deadline = DEADLINE
+        # Called when the recorded claims changed under us.
+        self.on_change: Callable[[], None] = lambda: None
         self._entry = asyncio.Lock()
         self._users = 0
         self._fd: int | None = None
-
-    @property
-    def held(self) -> bool:
-        return self._users > 0
 
     @asynccontextmanager
     async def turn(self) -> AsyncIterator[None]:
@@ -156,18 +146,11 @@ class Turns:
 
     async def refresh(self) -> None:
         """Between turns: take up what another instance wrote (a turn of ours reads it anyway)."""
-        async with self._entry:
-            if self._users:
-                return
-            try:
-                self._fd = await _acquire(self.path, self.deadline)
-            except TurnError as exc:
-                log.warning("cannot reload the DRA checkpoint: %s", exc)
-                return
-            try:
-                await self._reload()
-            finally:
-                self._release()
+        try:
+            async with self.turn():  # reloads unless a turn is under way
+                pass
+        except TurnError as exc:
+            log.warning("cannot reload the DRA checkpoint: %s", exc)
 
 
 async def _acquire(path: Path, deadline: float) -> int:

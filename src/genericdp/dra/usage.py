@@ -16,7 +16,6 @@ config does not run it a second time.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 from genericdp.dra.checkpoint import Checkpoint
 
@@ -29,15 +28,6 @@ class DraUsage:
         # Set once the checkpoint is loaded (the driver's start): before it,
         # a unit gone while the daemon was down would look free.
         self.settled = asyncio.Event()
-        self._listener: Callable[[], None] = lambda: None
-
-    def listen(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` whenever what the claims hold changes (every resource's list)."""
-        self._listener = callback
-
-    def changed(self) -> None:
-        """A claim was recorded or forgotten: the device lists follow."""
-        self._listener()
 
     def held(self, resource: str) -> frozenset[str]:
         return frozenset(

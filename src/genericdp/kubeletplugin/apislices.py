@@ -47,23 +47,20 @@ class ApiSlices:
         self.node = node
         self.driver = driver
         self._deadline = deadline  # seconds for each request but a watch
+        self._selector = {"fieldSelector": f"spec.nodeName={node},spec.driver={driver}"}
+        self._what = f"the ResourceSlices of node {node}"
 
     async def list(self) -> Listing:
         http = http_of(self._client)
-        what = self._what()
         items, version = await list_objects(
-            http, SLICES, self._selector(), what, deadline=self._deadline
+            http, SLICES, self._selector, self._what, deadline=self._deadline
         )
         return Listing({str(item["metadata"]["name"]): item for item in items}, version)
 
     def watch(self, version: str, seconds: int) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        http = http_of(self._client)
         return watch_events(
-            http_of(self._client),
-            SLICES,
-            self._selector(),
-            version=version,
-            seconds=seconds,
-            what=self._what(),
+            http, SLICES, self._selector, version=version, seconds=seconds, what=self._what
         )
 
     async def owner(self) -> dict[str, str] | None:
@@ -88,12 +85,6 @@ class ApiSlices:
     async def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
         async with answered(f"replacing ResourceSlice {obj['metadata']['name']}", self._deadline):
             return dict(await self._client.replace(as_slice(obj)))
-
-    def _selector(self) -> dict[str, str]:
-        return {"fieldSelector": f"spec.nodeName={self.node},spec.driver={self.driver}"}
-
-    def _what(self) -> str:
-        return f"the ResourceSlices of node {self.node}"
 
     async def delete(self, name: str) -> None:
         """Delete slice ``name``; one already gone is no error."""

@@ -1,7 +1,7 @@
 """What prepare needs to know about a ResourceClaim, and where it comes from (DRA contract).
 
 ``ClaimSource`` is the seam between the kubelet side (prepare) and the API
-server: ``dra.apiclaims.ApiClaimSource`` reads claims from the API server,
+server: ``apiclaims.ApiClaimSource`` reads claims from the API server,
 tests use an in-memory source.
 """
 

@@ -1,43 +1,36 @@
 """Keeps the node's ResourceSlices equal to what its resources serve (docs/dra.md, Slices).
 
 ``publish`` and ``withdraw`` only record what a resource serves now and wake
-one writer task. The writer waits ``coalesce`` seconds, so a burst (a hub
-plugged in, a reload touching every resource) becomes one write, then
-compares the whole pool it wants with what the API server holds, ignoring
-the generation and what the server fills in. Only when they differ does it
-write: the pool's generation goes up by one and every slice of the pool is
-created, replaced or deleted to match, because the scheduler only uses the
-slices of a pool's newest generation.
+one writer task. It waits ``coalesce`` seconds, so a burst (a hub plugged
+in, a reload touching every resource) becomes one write, then compares the
+whole pool with what the API server holds, ignoring the generation and what
+the server fills in. Only when they differ does it write: the pool's
+generation goes up by one and every slice of the pool is created, replaced
+or deleted to match, because the scheduler only uses the slices of a pool's
+newest generation.
 
-Failures never reach the caller: a write that fails (API server down,
-conflict, a slice someone else changed) is logged, the slices are listed
-again and the write retried with exponential backoff, until it lands or
-``close`` is called. The API server names each slice (``generateName``), so
-no name can be squatted: the publisher knows its slices by their label
-(``slices.SLICE_LABEL``, the slice's key) and owner (the Node, when it can
-be read). At ``start`` the slices a previous instance on this node left
-(listed by ``spec.nodeName`` and ``spec.driver``, then by label and owner)
-are adopted: the first write keeps those that still match, replaces those
-that changed and deletes those of resources no longer published (and a
-second slice of one key, and the unlabelled slices of versions that named
-their own). A slice with our label but another owner is a stranger's: left
-alone, said once. It waits until every
-resource announced with ``expect`` has published or withdrawn (each edge
-announces its resource when it is made, before its first scan can end), and
-at most ``adopt_grace`` seconds after start: so a restart neither deletes
-the slices of a resource whose first scan is a little slower than the others
-nor writes the pool once per resource as their scans end.
+A failed write (API server down, conflict, a slice someone else changed) is
+logged, the slices listed again and the write retried with backoff until it
+lands or ``close`` is called; callers never see it. The API server names
+each slice (``generateName``), so no name can be squatted: our slices are
+known by their label (``slices.SLICE_LABEL``) and owner (the Node, when it
+can be read). A slice with our label but another owner is a stranger's:
+left alone, said once.
 
-From the first list on, a watch of the node's slices (``kubeletplugin/slicewatch.py``,
-run by ``kube/listwatch.py``: from a list's resourceVersion, one request at a
-time, our own backoff around each, and a list again every ``resync``
-seconds) notices what others change or delete (the kubelet deletes a node's
-slices when it starts): the pool is compared again and rewritten if it
-differs.
+At ``start`` the slices a previous instance on this node left are adopted:
+the first write keeps those that still match, replaces those that changed
+and deletes those of resources no longer published (and a second slice of
+one key, and the unlabelled slices of versions that named their own). It
+waits until every resource announced with ``expect`` has published or
+withdrawn (each edge announces its resource when it is made), at most
+``adopt_grace`` seconds after start: so a restart neither deletes the slices
+of a resource whose first scan is a little slower nor writes the pool once
+per resource.
 
-The API server is reached through a ``SliceStore``: the node's slices of
-the driver, five verbs, our own errors (``apislices.ApiSlices`` is the real
-one; the tests have one in memory).
+From the first list on, a watch of the node's slices (``slicewatch.py``, run
+by ``kube/listwatch.py``, which lists again every ``resync`` seconds)
+notices what others change or delete (the kubelet deletes a node's slices
+when it starts): the pool is compared again and rewritten if it differs.
 """
 
 from __future__ import annotations
@@ -51,7 +44,6 @@ from dataclasses import replace
 from typing import Any
 
 from genericdp.aio import Backoff, TaskSet, wait_event
-from genericdp.config.model import AttributeValue
 from genericdp.discovery.model import Unit
 from genericdp.kube.listwatch import ListWatch, describe
 from genericdp.kubeletplugin import slices
@@ -92,7 +84,6 @@ class SlicePublisher:
         store: SliceStore,
         *,
         coalesce: float = COALESCE,
-        min_write_gap: float = MIN_WRITE_GAP,
         adopt_grace: float = ADOPT_GRACE,
         resync: float = RESYNC,
     ) -> None:
@@ -100,8 +91,7 @@ class SlicePublisher:
         self.node = store.node
         self.driver = store.driver
         self._coalesce = coalesce
-        self._min_write_gap = min_write_gap
-        self._last_sync = -min_write_gap  # time.monotonic() at the end of the last write
+        self._last_sync = -MIN_WRITE_GAP  # time.monotonic() at the end of the last write
         self._adopt_grace = adopt_grace
         self._desired: dict[str, list[dict[str, Any]]] = {}
         self._held: dict[str, dict[str, Any]] | None = None  # key -> what the server holds
@@ -110,7 +100,8 @@ class SlicePublisher:
         self._owner: dict[str, str] | None = None  # the ownerReference to our Node, if read
         self._generation = 0
         self._sharing = True  # until the API server drops allowMultipleAllocations
-        self._tainting = True  # until the API server drops a device's taints
+        # The API server was seen dropping taints (``genericdp_dra_taints_dropped``).
+        self.taints_dropped = False
         self._untainted: dict[str, int] = {}  # resource -> tainted devices left out
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -118,12 +109,12 @@ class SlicePublisher:
         self._tasks = TaskSet(log)
         self._started = False
         self._started_at = 0.0
-        self._adopted = False
         self._synced = False  # the first comparison or write is done
         self._expected: set[str] = set()  # what the first write waits for (``expect``)
         self._answered: set[str] = set()  # resources that published or withdrew
         self._all_in = asyncio.Event()  # every expected resource answered
-        self._listed = asyncio.Event()  # the first list is done: the watch may start
+        # The first list is done: slices are adopted, and the watch may start.
+        self._listed = asyncio.Event()
         self._list_version = ""  # the resourceVersion of the writer's last list
         self._stales = 0  # changes by others seen (a list under way meanwhile is redone)
         # Watch events that come while a write is in flight are told apart from ours
@@ -158,7 +149,7 @@ class SlicePublisher:
     def expect(self, resource: str) -> None:
         """``resource`` is served here and will publish or withdraw: the first write
         waits for it (at most ``adopt_grace`` after start). No effect once written."""
-        if self._adopted or resource in self._answered:
+        if self._listed.is_set() or resource in self._answered:
             return
         self._expected.add(resource)
         self._all_in.clear()
@@ -174,20 +165,17 @@ class SlicePublisher:
         units: Sequence[Unit],
         unhealthy: AbstractSet[str],
         *,
-        attributes: Mapping[str, AttributeValue] | None = None,
         options: slices.DeviceOptions = slices.DEFAULT_OPTIONS,
     ) -> None:
         """``resource`` serves ``units`` now (``unhealthy``: unit IDs); written within a second.
 
-        ``attributes``: the definition's own (``dra.attributes``, else those of
-        ``options``: sharing and the taint's effect, ``slices.DeviceOptions``). Raises
-        ``slices.SliceError`` when the resource cannot be published at all.
+        Raises ``slices.SliceError`` when the resource cannot be published at all.
         """
         self._answer(resource)  # even one that cannot be published: its old slices go
         if not self._sharing:
             options = replace(options, sharing=False)
-        found = _devices(resource, units, unhealthy, self.driver, attributes, options)
-        if not self._tainting:
+        found = slices.devices(resource, units, unhealthy, driver=self.driver, options=options)
+        if self.taints_dropped:
             found = self._leave_tainted_out(resource, found)
         if self._desired.get(resource) == found:
             return
@@ -220,11 +208,6 @@ class SlicePublisher:
         return dict(self._watch.restarts)
 
     @property
-    def taints_dropped(self) -> bool:
-        """Whether the API server was seen dropping taints (``genericdp_dra_taints_dropped``)."""
-        return not self._tainting
-
-    @property
     def untainted(self) -> int:
         """Unhealthy devices left out of the slices because the server drops taints."""
         return sum(self._untainted.values())
@@ -245,10 +228,10 @@ class SlicePublisher:
         while True:
             await self._wake.wait()
             self._idle.clear()
-            if self._adopted:
+            if self._listed.is_set():
                 await asyncio.sleep(self._coalesce)
                 # Changes keep gathering (in _desired) while the last write is too recent.
-                await asyncio.sleep(self._last_sync + self._min_write_gap - time.monotonic())
+                await asyncio.sleep(self._last_sync + MIN_WRITE_GAP - time.monotonic())
             else:
                 await self._takeover_ready()
             self._wake.clear()
@@ -358,14 +341,13 @@ class SlicePublisher:
     async def _sync(self) -> None:
         if self._held is None:
             self._held = await self._list()
-            if not self._adopted and self._held:
+            if not self._listed.is_set() and self._held:
                 log.info(
                     "adopting %d ResourceSlice(s) of node %s: %s",
                     len(self._held),
                     self.node,
                     ", ".join(sorted(_name(obj) for obj in self._held.values())),
                 )
-            self._adopted = True
             self._listed.set()
         held = self._held
         wanted = self._wanted(0)
@@ -394,8 +376,7 @@ class SlicePublisher:
                     held.pop(key, None)
                 else:
                     held[key] = written
-                    self._check_sharing(wanted[key], written)
-                    self._check_taints(wanted[key], written)
+                    self._check_dropped(wanted[key], written)
         finally:
             self._followed.written()  # our own writes among the events held back change nothing
         log.debug(
@@ -406,40 +387,37 @@ class SlicePublisher:
         )
         self._first_sync(len(outcomes))
 
-    def _check_sharing(self, wanted: dict[str, Any], written: dict[str, Any]) -> None:
-        """Publish shared devices as exclusive ones from now on if the server dropped
-        their sharing (docs/dra.md, Sharing): said once, at the first write."""
-        if not self._sharing or not slices.sharing_dropped(wanted["spec"], written["spec"]):
-            return
-        self._sharing = False
-        self._desired = {r: slices.unshared(found) for r, found in self._desired.items()}
-        log.warning(
-            "the API server dropped allowMultipleAllocations from the ResourceSlices of node %s"
-            " (its DRAConsumableCapacity feature gate is off): devices of resources with count"
-            " are published for one claim at a time, pods share one only by sharing a claim",
-            self.node,
-        )
-
-    def _check_taints(self, wanted: dict[str, Any], written: dict[str, Any]) -> None:
-        """Leave tainted devices out of the slices from now on if the server dropped
-        their taints: an unhealthy device must not be published as allocatable
-        (docs/dra.md, Unhealthy and unplugged devices). Said once."""
-        if not self._tainting or not slices.taints_dropped(wanted["spec"], written["spec"]):
-            return
-        self._tainting = False
-        self._desired = {r: self._leave_tainted_out(r, f) for r, f in self._desired.items()}
-        log.warning(
-            "the API server dropped the taints from the ResourceSlices of node %s (its"
-            " DRADeviceTaints feature gate is off): unhealthy devices, and unplugged ones"
-            " still held, are left out of the slices until they are healthy again",
-            self.node,
-        )
-        self._changed()  # the devices just written untainted go at once
+    def _check_dropped(self, wanted: dict[str, Any], written: dict[str, Any]) -> None:
+        """Follow a server seen dropping what a feature gate of its serves, said once:
+        shared devices are published as exclusive ones (docs/dra.md, Sharing), and
+        tainted ones are left out, as an unhealthy device must not be published as
+        allocatable (docs/dra.md, Unhealthy and unplugged devices)."""
+        wanted, written = wanted["spec"], written["spec"]
+        if self._sharing and slices.dropped("allowMultipleAllocations", wanted, written):
+            self._sharing = False
+            self._desired = {r: slices.unshared(found) for r, found in self._desired.items()}
+            log.warning(
+                "the API server dropped allowMultipleAllocations from the ResourceSlices of node"
+                " %s (its DRAConsumableCapacity feature gate is off): devices of resources with"
+                " count are published for one claim at a time, pods share one only by sharing a"
+                " claim",
+                self.node,
+            )
+        if not self.taints_dropped and slices.dropped("taints", wanted, written):
+            self.taints_dropped = True
+            self._desired = {r: self._leave_tainted_out(r, f) for r, f in self._desired.items()}
+            log.warning(
+                "the API server dropped the taints from the ResourceSlices of node %s (its"
+                " DRADeviceTaints feature gate is off): unhealthy devices, and unplugged ones"
+                " still held, are left out of the slices until they are healthy again",
+                self.node,
+            )
+            self._changed()  # the devices just written untainted go at once
 
     def _leave_tainted_out(
         self, resource: str, found: list[dict[str, Any]]
     ) -> list[dict[str, Any]]:
-        kept = slices.untainted(found)
+        kept = [entry for entry in found if not entry.get("taints")]
         self._untainted[resource] = len(found) - len(kept)
         return kept
 
@@ -461,7 +439,9 @@ class SlicePublisher:
 
     def _wanted(self, generation: int) -> dict[str, dict[str, Any]]:
         """The pool to write, by key, each slice owned by our Node when it could be read."""
-        pool = _pool(self._desired, self.node, self.driver, generation)
+        pool = slices.pool_slices(
+            self._desired, node=self.node, driver=self.driver, generation=generation
+        )
         if self._owner is not None:
             for obj in pool.values():
                 obj["metadata"]["ownerReferences"] = [dict(self._owner)]
@@ -479,26 +459,6 @@ class SlicePublisher:
     async def _delete(self, key: str, old: dict[str, Any]) -> tuple[str, None]:
         await self._store.delete(_name(old))
         return key, None
-
-
-def _devices(  # noqa: PLR0917 -- publish's arguments, passed on
-    resource: str,
-    units: Sequence[Unit],
-    unhealthy: AbstractSet[str],
-    driver: str,
-    attributes: Mapping[str, AttributeValue] | None,
-    options: slices.DeviceOptions,
-) -> list[dict[str, Any]]:
-    """The devices ``publish`` puts in the pool for ``resource``."""
-    return slices.devices(
-        resource, units, unhealthy, driver=driver, own=attributes, options=options
-    )
-
-
-def _pool(
-    desired: Mapping[str, Sequence[dict[str, Any]]], node: str, driver: str, generation: int
-) -> dict[str, dict[str, Any]]:
-    return slices.pool_slices(desired, node=node, driver=driver, generation=generation)
 
 
 def _same(wanted: dict[str, dict[str, Any]], held: dict[str, dict[str, Any]]) -> bool:

@@ -30,7 +30,8 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from enum import Enum
+from dataclasses import dataclass
+from enum import IntEnum
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
@@ -63,12 +64,12 @@ HEARTBEAT = 10.0  # seconds between full health reports when nothing changes
 MAX_HEALTH_MESSAGE = 1024  # the kubelet cuts longer messages to 1021 characters and "..."
 
 
-class Health(Enum):
-    """A device's health as the DRA health API states it."""
+class Health(IntEnum):
+    """A device's health, numbered as the health status enum of both API versions."""
 
-    UNKNOWN = "Unknown"
-    HEALTHY = "Healthy"
-    UNHEALTHY = "Unhealthy"
+    UNKNOWN = 0
+    HEALTHY = 1
+    UNHEALTHY = 2
 
 
 class Device(Protocol):
@@ -102,17 +103,14 @@ class ClaimPreparer(Protocol):
     async def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]: ...
 
 
-class DeviceHealth(Protocol):
-    """One device's health (``dra.inventory.DeviceHealth``)."""
+@dataclass(frozen=True)
+class DeviceHealth:
+    """What the health stream says about one device."""
 
-    @property
-    def device(self) -> str: ...
-    @property
-    def health(self) -> Health: ...
-    @property
-    def message(self) -> str: ...
-    @property
-    def updated(self) -> float: ...
+    device: str
+    health: Health
+    message: str
+    updated: float  # unix time of the probe (or of the last change) it comes from
 
 
 class HealthSource(Protocol):
@@ -124,11 +122,6 @@ class HealthSource(Protocol):
     def version(self) -> int: ...
     def health(self) -> Sequence[DeviceHealth]: ...
     async def wait_changed(self, version: int) -> int: ...
-
-
-# The health status enum's numbers are the same in both versions (UNKNOWN 0,
-# HEALTHY 1, UNHEALTHY 2); each version's module builds its own messages.
-_HEALTH = {Health.UNKNOWN: 0, Health.HEALTHY: 1, Health.UNHEALTHY: 2}
 
 
 def _claims(request: Any) -> list[ClaimRef]:
@@ -168,20 +161,17 @@ class _DraPlugin:
         if result.error:
             log.warning("NodePrepareResources: %s", result.error)
             return self._pb.NodePrepareResourceResponse(error=result.error)
-        return self._pb.NodePrepareResourceResponse(
-            devices=[self._device(d) for d in result.devices]
-        )
-
-    def _device(self, d: Device) -> Any:
-        device = self._pb.Device(
-            request_names=[d.request] if d.request else [],
-            pool_name=d.pool,
-            device_name=d.device,
-            cdi_device_ids=list(d.cdi_ids),
-        )
-        if d.share_id and self._pb is dra_v1_pb2:  # v1beta1 has no share_id
-            device.share_id = d.share_id
-        return device
+        answer = self._pb.NodePrepareResourceResponse()
+        for d in result.devices:
+            device = answer.devices.add(
+                request_names=[d.request] if d.request else [],
+                pool_name=d.pool,
+                device_name=d.device,
+                cdi_device_ids=list(d.cdi_ids),
+            )
+            if d.share_id and self._pb is dra_v1_pb2:  # v1beta1 has no share_id
+                device.share_id = d.share_id
+        return answer
 
 
 class DraPluginV1(_DraPlugin):
@@ -207,7 +197,7 @@ class HealthService:
         self.streams = 0  # open now, either version
         self.opened: dict[str, int] = {}  # service -> streams opened since start
 
-    def report(self, module: ModuleType = drahealth_v1_pb2) -> Any:
+    def report(self, module: ModuleType) -> Any:
         """Every device's health now, as ``module``'s NodeWatchResourcesResponse."""
         now = int(time.time())
         pool = self._inventory.pool
@@ -215,7 +205,7 @@ class HealthService:
             devices=[
                 module.DeviceHealth(
                     device=module.DeviceIdentifier(pool_name=pool, device_name=d.device),
-                    health=_HEALTH[d.health],
+                    health=int(d.health),
                     last_updated_time=int(d.updated) or now,
                     message=ellipsized(d.message, MAX_HEALTH_MESSAGE, "..."),
                 )

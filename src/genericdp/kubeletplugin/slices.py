@@ -75,10 +75,7 @@ def _string(value: str | None) -> Attribute | None:
 
 def _hex_id(value: str | None) -> str | None:
     """``0x8086`` (sysfs) and ``8086`` (udev) both as ``8086``."""
-    if value is None:
-        return None
-    value = value.strip().lower()
-    return value.removeprefix("0x")
+    return None if value is None else value.strip().lower().removeprefix("0x")
 
 
 def _pci_address(unit: Unit) -> str | None:
@@ -149,11 +146,6 @@ class DeviceOptions:
             taint_effect=definition.dra.taint_effect,
         )
 
-    @property
-    def multiple(self) -> bool:
-        """Whether a device may be allocated to several claims at once."""
-        return self.sharing and self.shares != 1
-
 
 DEFAULT_OPTIONS = DeviceOptions()
 
@@ -168,7 +160,7 @@ def shaped(entry: dict[str, Any], options: DeviceOptions) -> dict[str, Any]:
     ``count: unbounded``: ``allowMultipleAllocations`` and no capacity, so
     nothing limits how many claims share the device.
     """
-    if options.multiple:
+    if options.sharing and options.shares != 1:  # several claims may hold a device
         entry["allowMultipleAllocations"] = True
         if options.shares is not None:
             shares = str(options.shares)
@@ -186,32 +178,17 @@ def shaped(entry: dict[str, Any], options: DeviceOptions) -> dict[str, Any]:
     return entry
 
 
-def sharing_dropped(wanted: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
-    """Whether the server dropped the sharing of a device of slice spec ``wanted`` in
-    what it stored (``written``): an API server whose DRAConsumableCapacity gate is
-    off (off by default before 1.36) drops fields it does not serve."""
+def dropped(field: str, wanted: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
+    """Whether the server dropped ``field`` of a device of slice spec ``wanted`` in what it
+    stored (``written``): an API server drops the fields of a feature gate that is off
+    (``allowMultipleAllocations``: DRAConsumableCapacity, off by default before 1.36;
+    ``taints``: DRADeviceTaints, and the device is then allocatable, its being unhealthy
+    unsaid)."""
     kept = {d.get("name"): d for d in written.get("devices") or []}
     return any(
-        d.get("allowMultipleAllocations")
-        and not kept.get(d.get("name"), {}).get("allowMultipleAllocations")
+        d.get(field) and not kept.get(d.get("name"), {}).get(field)
         for d in wanted.get("devices") or []
     )
-
-
-def taints_dropped(wanted: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
-    """Whether the server dropped the taints of a device of slice spec ``wanted`` in what
-    it stored (``written``): an API server whose DRADeviceTaints gate is off drops them,
-    and the device is then allocatable, its being unhealthy unsaid."""
-    kept = {d.get("name"): d for d in written.get("devices") or []}
-    return any(
-        d.get("taints") and not kept.get(d.get("name"), {}).get("taints")
-        for d in wanted.get("devices") or []
-    )
-
-
-def untainted(found: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``found`` without its tainted devices: what a server that drops taints is given."""
-    return [entry for entry in found if not entry.get("taints")]
 
 
 def unshared(found: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -293,12 +270,11 @@ def devices(
     unhealthy: AbstractSet[str],
     *,
     driver: str,
-    own: Mapping[str, AttributeValue] | None = None,
     options: DeviceOptions = DEFAULT_OPTIONS,
 ) -> list[dict[str, Any]]:
     """The devices of ``resource``, ordered by name (two units never share one)."""
     check_resource(resource)
-    own = own if own is not None else options.attributes
+    own = options.attributes
     made = [
         shaped(device(resource, u, healthy=u.id not in unhealthy, driver=driver, own=own), options)
         for u in units

@@ -47,7 +47,7 @@ def _fitted(directory: Path, stem: str, suffix: str, driver: str, pod_uid: str) 
     if not pod_uid:
         return directory / f"{stem}{suffix}"
     full = directory / f"{stem}-{pod_uid}{suffix}"
-    if _fits(full):
+    if len(str(full.absolute()).encode()) <= MAX_UNIX_PATH_BYTES:
         return full
     digest = hashlib.sha256(f"{driver}\0{pod_uid}".encode()).hexdigest()[:_HASH_LENGTH]
     room = MAX_UNIX_PATH_BYTES - len(str((directory / f"-{digest}{suffix}").absolute()).encode())
@@ -55,10 +55,6 @@ def _fitted(directory: Path, stem: str, suffix: str, driver: str, pod_uid: str) 
     # Still too long (a very long directory): the socket cannot be served, and
     # serving says so with the path and the limit (unixgrpc.unix_address).
     return directory / (f"{head}-{digest}{suffix}" if head else f"{digest}{suffix}")
-
-
-def _fits(path: Path) -> bool:
-    return len(str(path.absolute()).encode()) <= MAX_UNIX_PATH_BYTES
 
 
 # A name made here: what is left of the stem, and the pod UID or its hash.

@@ -2,9 +2,9 @@
 the tests extend it in tests/dra_kubelet.py)."""
 
 from genericdp.dra.embedded.api import EmbeddedClaims, EmbeddedSlices
+from genericdp.dra.embedded.calls import DraKubeletError
 from genericdp.dra.embedded.kubelet import EmbeddedDraKubelet
 from genericdp.dra.embedded.runtime import UnresolvableCdiError, resolve_cdi
-from genericdp.dra.embedded.state import DraKubeletError
 
 __all__ = [
     "DraKubeletError",

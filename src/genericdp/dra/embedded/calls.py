@@ -1,4 +1,5 @@
-"""The embedded DRA kubelet's prepare and unprepare calls, and how it reads their answers.
+"""The embedded DRA kubelet's prepare and unprepare calls, the plugins it makes them to,
+and how it reads their answers.
 
 As pkg/kubelet/cm/dra/manager.go does: a claim's error, a result for a UID
 that was not asked, or claims left out fail the whole call.
@@ -7,14 +8,38 @@ that was not asked, or claims left out fail the whole call.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
-from genericdp.dra.embedded.state import DraKubeletError, Plugin, PreparedDevice
 from genericdp.grpcservices import Stub
 from genericdp.kubeletplugin.api import dra_v1_pb2, dra_v1beta1_pb2
 from genericdp.kubeletplugin.claims import ClaimRef
+
+
+class DraKubeletError(Exception):
+    """What the kubelet would report in the pod's events."""
+
+
+@dataclass(frozen=True)
+class PreparedDevice:
+    requests: tuple[str, ...]
+    pool: str
+    device: str
+    cdi_ids: tuple[str, ...]
+    share_id: str | None = None  # v1 only: the share of a device several claims hold
+
+
+@dataclass
+class Plugin:
+    """One registered endpoint of a driver (a rolling upgrade has two for a while)."""
+
+    driver: str
+    endpoint: str
+    service: str  # the chosen one
+    socket: str  # its registration socket
+    channel: grpc.aio.Channel
 
 
 def _stub(plugin: Plugin) -> tuple[Any, Any]:

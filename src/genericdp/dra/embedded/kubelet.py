@@ -41,17 +41,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Self
 
 import grpc
-from inotify_simple import INotify
+from inotify_simple import INotify, flags
 
 from genericdp.aio import Changes, TaskSet, inotify_events, wait_event
-from genericdp.dra.embedded.calls import node_prepare, node_unprepare
-from genericdp.dra.embedded.registry import WATCH, plugin_channel, sockets
-from genericdp.dra.embedded.state import DraKubeletError, Plugin, PreparedDevice
+from genericdp.dra.embedded.calls import (
+    DraKubeletError,
+    Plugin,
+    PreparedDevice,
+    node_prepare,
+    node_unprepare,
+)
 from genericdp.grpcservices import Stub
 from genericdp.kubeletplugin.api import pluginregistration_pb2 as reg_pb
 from genericdp.kubeletplugin.claims import ClaimRef
@@ -65,6 +71,9 @@ NOTIFY_TIMEOUT = 5.0
 CALL_TIMEOUT = 45.0
 RETRY_FIRST = 0.5  # a failed registration is tried again after 0.5 s, 1 s, 2 s, ...
 RETRY_CAP = 122.0  # goroutinemap's maximum (2 min 2 s)
+# What the plugin watcher reacts to: a socket (or a directory) created,
+# removed or moved in or out; fsnotify hands the kubelet the same.
+WATCH = flags.CREATE | flags.DELETE | flags.MOVED_TO | flags.MOVED_FROM | flags.ONLYDIR
 
 
 class EmbeddedDraKubelet:
@@ -234,7 +243,8 @@ class EmbeddedDraKubelet:
                     f"RegisterPlugin error -- plugin validation failed with err: {exc}",
                 )
                 return False
-            plugin = Plugin(info.name, endpoint, service, socket, plugin_channel(endpoint))
+            calls = grpc.aio.insecure_channel(f"unix:{endpoint}")  # the plugin's own
+            plugin = Plugin(info.name, endpoint, service, socket, calls)
             self._plugins.setdefault(info.name, []).append(plugin)
             self._added(plugin, list(info.supported_versions))
             await stub.NotifyRegistrationStatus(
@@ -308,3 +318,24 @@ class EmbeddedDraKubelet:
         self._record("unprepare", driver, ", ".join(c.uid for c in claims))
         for uid in await node_unprepare(plugin, claims, CALL_TIMEOUT):
             self._prepared.pop(uid, None)
+
+
+def sockets(directory: Path) -> tuple[dict[str, tuple[int, int]], list[str]]:
+    """Unix sockets under ``directory`` (recursively) and its subdirectories, none
+    starting with ``.``: what the plugin watcher sees."""
+    found: dict[str, tuple[int, int]] = {}
+    directories: list[str] = []
+    for root, dirs, files in os.walk(directory):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        directories.extend(os.path.join(root, d) for d in dirs)  # noqa: PTH118 -- os.walk gives strings
+        for name in files:
+            if name.startswith("."):
+                continue
+            path = os.path.join(root, name)  # noqa: PTH118 -- os.walk gives strings
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue
+            if stat.S_ISSOCK(info.st_mode):
+                found[path] = (info.st_ino, info.st_ctime_ns)
+    return found, directories
