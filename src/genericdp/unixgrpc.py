@@ -93,12 +93,8 @@ async def serve(
     make_dir: bool = False,
     options: Sequence[tuple[str, int]] = MESSAGE_LIMITS,
 ) -> UnixServer:
-    """Serve ``handlers`` on ``socket``, replacing what is there.
-
-    ``what`` names the server in errors; ``options`` are its gRPC options (the
-    kubelet's message limits unless told). Raises KubeletError when the path is
-    too long or the socket cannot be bound.
-    """
+    """Serve ``handlers`` on ``socket``, replacing what is there; ``what`` names the server
+    in errors (KubeletError when the path is too long or cannot be bound)."""
     address = unix_address(socket)
     await asyncio.to_thread(_clear, socket, make_dir=make_dir)
     server = grpc.aio.server(options=options)

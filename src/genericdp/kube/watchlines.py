@@ -1,10 +1,8 @@
 """A watch answer's lines, each at most ``MAX_EVENT_BYTES``: what a watch may make us hold.
 
-A watch event is one JSON line. httpx's ``aiter_lines`` keeps whatever comes
-until a newline does, so an API server (or something in its place) sending a
-line of gigabytes would have the daemon hold it all. Here the raw bytes are
-cut at newlines as they come, and a line that grows past the limit ends the
-stream (``BrokenWatchError``: the watch is closed and the objects listed
+A watch event is one JSON line. httpx's ``aiter_lines`` keeps whatever comes until a
+newline does, so a server sending a line of gigabytes would have the daemon hold it all.
+Here a line that grows past the limit ends the stream (``BrokenWatchError``: listed
 again) with no more of it read.
 
 The figure: the largest object a watch of ours can carry is a ResourceSlice
@@ -31,7 +29,7 @@ async def lines(
     chunks: AsyncIterator[bytes], *, what: str, limit: int = MAX_EVENT_BYTES
 ) -> AsyncIterator[bytes]:
     """The lines of ``chunks`` without their newlines (the last one even without);
-    raises ``BrokenWatchError`` naming ``what`` once a line passes ``limit`` bytes."""
+    ``BrokenWatchError`` once a line passes ``limit`` bytes."""
     pending = bytearray()
     async for chunk in chunks:
         start = 0

@@ -1,7 +1,4 @@
-"""Constants of the kubelet device-plugin wire contract, and the options a plugin registers.
-
-Kept free of gRPC imports so the runtime can name options without pulling in stubs.
-"""
+"""The kubelet device-plugin contract's constants and plugin options, free of gRPC imports."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The kubelet's ``v1.PodResourcesLister`` service over the embedded kubelet's allocations.
-
-Shapes follow the real server: one ContainerDevices per device and NUMA node
-(no topology when the device has none), pods and containers in the order they
-were admitted.
-"""
+"""The kubelet's ``v1.PodResourcesLister`` over the embedded kubelet's allocations: as the
+real one, one ContainerDevices per device and NUMA node (no topology when it has none),
+pods and containers in the order admitted."""
 
 from __future__ import annotations
 
@@ -20,7 +17,6 @@ _Context = grpc.aio.ServicerContext[object, object]
 def container_devices(
     resource: str, device_ids: Iterable[str], numa: Mapping[str, Sequence[int]]
 ) -> list[pr.ContainerDevices]:
-    """The kubelet's per-device, per-NUMA-node entries."""
     entries: list[pr.ContainerDevices] = []
     for device_id in device_ids:
         nodes = numa.get(device_id, ())
@@ -38,7 +34,6 @@ def container_devices(
 
 
 def pod_resources(allocations: Iterable[ContainerAllocation]) -> list[pr.PodResources]:
-    """Group allocations into pods and containers."""
     pods: dict[tuple[str, str], dict[str, list[pr.ContainerDevices]]] = {}
     for alloc in allocations:
         containers = pods.setdefault((alloc.namespace, alloc.pod), {})
@@ -58,8 +53,6 @@ def pod_resources(allocations: Iterable[ContainerAllocation]) -> list[pr.PodReso
 
 
 class PodResourcesServicer:
-    """List, Get and GetAllocatableResources from callbacks into the kubelet's state."""
-
     def __init__(
         self,
         allocations: Callable[[], Sequence[ContainerAllocation]],
