@@ -51,9 +51,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Self
-
-import grpc
+from typing import TYPE_CHECKING, Self
 
 from genericdp import logsetup
 from genericdp.aio import Changes, TaskSet
@@ -78,6 +76,9 @@ from genericdp.kubelet.embedded.state import (
 from genericdp.kubelet.options import API_VERSION, KUBELET_DIAL_TIMEOUT, KUBELET_SOCKET_NAME
 from genericdp.kubelet.podresources import PodDevices
 from genericdp.unixgrpc import UnixServer, serve, unix_address
+
+if TYPE_CHECKING:
+    from google.protobuf.descriptor import ServiceDescriptor
 
 log = logging.getLogger(__name__)
 
@@ -132,9 +133,14 @@ class EmbeddedKubelet:
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
         self._incarnation += 1
         removed = remove_sockets(self.plugin_dir)
-        await self._serve(self.socket, self._registration(), "Registration")
+        registration = RegistrationServicer(self._register)
+        await self._serve(self.socket, pb.DESCRIPTOR.services_by_name["Registration"], registration)
         if self.pod_resources_socket is not None:
-            await self._serve(self.pod_resources_socket, self._lister(), "PodResources")
+            lister = PodResourcesServicer(
+                lambda: tuple(self._admission.allocations.values()), lambda: self.resources
+            )
+            service = pr.DESCRIPTOR.services_by_name["PodResourcesLister"]
+            await self._serve(self.pod_resources_socket, service, lister)
         self._running = True
         for state in self._states.values():
             state.devices = {}
@@ -190,22 +196,11 @@ class EmbeddedKubelet:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    async def _serve(
-        self, path: Path, handler: grpc.GenericRpcHandler[Any, Any], what: str
-    ) -> None:
+    async def _serve(self, path: Path, service: ServiceDescriptor, servicer: object) -> None:
+        handler = service_handler(service, servicer)
         # The kubelet's servers keep gRPC's default message limits, not a plugin's.
-        server = await serve(path, [handler], what=what, make_dir=True, options=())
+        server = await serve(path, [handler], what=service.name, make_dir=True, options=())
         self._servers.append(server)
-
-    def _registration(self) -> grpc.GenericRpcHandler[Any, Any]:
-        servicer = RegistrationServicer(self._register)
-        return service_handler(pb.DESCRIPTOR.services_by_name["Registration"], servicer)
-
-    def _lister(self) -> grpc.GenericRpcHandler[Any, Any]:
-        servicer = PodResourcesServicer(
-            lambda: tuple(self._admission.allocations.values()), lambda: self.resources
-        )
-        return service_handler(pr.DESCRIPTOR.services_by_name["PodResourcesLister"], servicer)
 
     # -- introspection ---------------------------------------------------------------
 
