@@ -1,7 +1,7 @@
 """The ``v1beta1.DevicePlugin`` gRPC service: protobuf in, our types out, and back.
 
-The behaviour lives behind ``Backend`` (``genericdp.deviceplugin.plugin``);
-errors it raises become gRPC statuses here, meant for the pod's events.
+The behaviour lives behind ``Backend`` (``deviceplugin/plugin.py``); its errors become
+gRPC statuses here, meant for the pod's events.
 """
 
 from __future__ import annotations
@@ -34,8 +34,7 @@ log = logging.getLogger(__name__)
 _Answer = TypeVar("_Answer")
 _Context = grpc.aio.ServicerContext[object, object]
 
-# A status message is sent as an HTTP/2 header (8 KiB by default) and ends up in
-# the pod's events.
+# A status message is an HTTP/2 header (8 KiB by default) and ends up in the pod's events.
 MAX_STATUS_CHARS = 1024
 
 

@@ -129,7 +129,7 @@ class EmbeddedKubelet:
             raise KubeletError("embedded kubelet is already running")
         for path in (self.socket, self.pod_resources_socket):
             if path is not None:
-                unix_address(path)
+                unix_address(path)  # both checked before anything is touched
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
         self._incarnation += 1
         removed = remove_sockets(self.plugin_dir)
