@@ -63,16 +63,14 @@ class PluginEndpoint:
             async with asyncio.timeout(dial_timeout):
                 await self._channel.channel_ready()
             reply = await self._stub.GetDevicePluginOptions(pb.Empty())
-        except BaseException as exc:
-            # Refused, timed out or cancelled (kubelet stopping): never leak the channel.
+        except TimeoutError as exc:
             await self.close()
-            if isinstance(exc, TimeoutError):
-                raise EndpointError(
-                    "failed to dial device plugin: context deadline exceeded"
-                ) from exc
-            if isinstance(exc, grpc.aio.AioRpcError):
-                why = rpc_error(exc)
-                raise EndpointError(f"failed to get device plugin options: {why}") from exc
+            raise EndpointError("failed to dial device plugin: context deadline exceeded") from exc
+        except grpc.aio.AioRpcError as exc:
+            await self.close()
+            raise EndpointError(f"failed to get device plugin options: {rpc_error(exc)}") from exc
+        except BaseException:
+            await self.close()  # cancelled (the kubelet stopping): never leak the channel
             raise
         return PluginOptions(reply.pre_start_required, reply.get_preferred_allocation_available)
 
