@@ -155,11 +155,6 @@ def _received(container: pb.ContainerAllocateResponse) -> Allocation:
     )
 
 
-def _describe_response(response: pb.AllocateResponse) -> list[str]:
-    lines = [line for c in response.container_responses for line in _received(c).lines()]
-    return lines or ["    (nothing)"]
-
-
 async def _allocate(
     kubelet: EmbeddedKubelet, requests: Sequence[AllocationRequest], out: TextIO
 ) -> bool:
@@ -183,7 +178,8 @@ async def _allocate(
             continue
         allocated = next((p.device_ids for p in kubelet.pod_devices() if p.pod == pod), ())
         print(f"  device IDs: {', '.join(allocated)}", file=out)
-        print("  the container receives:", *_describe_response(response), sep="\n", file=out)
+        lines = [line for c in response.container_responses for line in _received(c).lines()]
+        print("  the container receives:", *(lines or ["    (nothing)"]), sep="\n", file=out)
     return ok
 
 

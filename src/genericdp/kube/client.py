@@ -118,11 +118,6 @@ def unanswered(what: str, err: httpx2.HTTPError) -> ApiRequestError:
     return ApiRequestError(what, 0, reason, message=f"{what}: no whole answer: {reason}")
 
 
-def _status_code(err: ApiError) -> int:
-    code = getattr(err.status, "code", None)
-    return code if isinstance(code, int) else 0
-
-
 @asynccontextmanager
 async def answered(what: str, deadline: float = REQUEST_DEADLINE) -> AsyncIterator[None]:
     """lightkube's and httpx's errors as ours, naming the request, which ends after
@@ -133,7 +128,9 @@ async def answered(what: str, deadline: float = REQUEST_DEADLINE) -> AsyncIterat
     except TimeoutError as err:
         raise ApiTimeoutError(what, deadline) from err
     except ApiError as err:
-        raise ApiRequestError(what, _status_code(err), str(err.status.message)) from err
+        code = getattr(err.status, "code", None)
+        code = code if isinstance(code, int) else 0
+        raise ApiRequestError(what, code, str(err.status.message)) from err
     except httpx2.HTTPError as err:
         raise unanswered(what, err) from err
 

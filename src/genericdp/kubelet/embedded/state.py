@@ -127,8 +127,7 @@ def describe(resources: Mapping[str, ResourceSnapshot], events: Iterable[Event])
         lines.append(
             f"  {snap.name}: capacity={snap.capacity} allocatable={snap.allocatable} "
             f"connected={snap.connected} registrations={snap.registrations} "
-            f"streams={snap.streams} "
-            f"endpoint={snap.endpoint} [{health}]"
+            f"streams={snap.streams} endpoint={snap.endpoint} [{health}]"
         )
     recent = list(events)[-10:]
     lines.append("last events:" if recent else "last events: none")
