@@ -104,8 +104,7 @@ class EmbeddedKubelet:
         self._dial_timeout = dial_timeout
         self._clock = clock
         self._states: dict[str, ResourceState] = {}
-        # The manager's endpoints (what Allocate uses) and the registration
-        # server's clients, both by resource name as in 1.26-1.32.
+        # By name, as 1.26-1.32: the manager's endpoints (for Allocate), the server's clients.
         self._endpoints: dict[str, PluginEndpoint] = {}
         self._clients: dict[str, PluginEndpoint] = {}
         self._connections: set[PluginEndpoint] = set()  # every connection not closed yet
@@ -113,7 +112,6 @@ class EmbeddedKubelet:
         self._events: list[Event] = []
         self._changes = Changes()
         self._admission = Admission(self._states, self._endpoints, self._record)
-        # Pods: admitting one container, and forgetting a deleted pod's allocations.
         self.allocate = self._admission.allocate
         self.release = self._admission.release
         self._tasks = TaskSet(log)

@@ -17,20 +17,15 @@ _Context = grpc.aio.ServicerContext[object, object]
 def container_devices(
     resource: str, device_ids: Iterable[str], numa: Mapping[str, Sequence[int]]
 ) -> list[pr.ContainerDevices]:
-    entries: list[pr.ContainerDevices] = []
-    for device_id in device_ids:
-        nodes = numa.get(device_id, ())
-        if not nodes:
-            entries.append(pr.ContainerDevices(resource_name=resource, device_ids=[device_id]))
-        for node in nodes:
-            entries.append(
-                pr.ContainerDevices(
-                    resource_name=resource,
-                    device_ids=[device_id],
-                    topology=pr.TopologyInfo(nodes=[pr.NUMANode(ID=node)]),
-                )
-            )
-    return entries
+    return [
+        pr.ContainerDevices(
+            resource_name=resource,
+            device_ids=[device_id],
+            topology=None if node is None else pr.TopologyInfo(nodes=[pr.NUMANode(ID=node)]),
+        )
+        for device_id in device_ids
+        for node in numa.get(device_id) or (None,)
+    ]
 
 
 def pod_resources(allocations: Iterable[ContainerAllocation]) -> list[pr.PodResources]:
