@@ -374,11 +374,8 @@ class EmbeddedKubelet:
         self._disconnected(name)
         self._start_grace(name)
         which = "" if client is endpoint else f"; disconnected the newer {client.endpoint}"
-        self._record(
-            EventKind.STREAM_ENDED,
-            name,
-            f"ListAndWatch of {endpoint.endpoint} ended: {reason}{which}",
-        )
+        ended = f"ListAndWatch of {endpoint.endpoint} ended: {reason}{which}"
+        self._record(EventKind.STREAM_ENDED, name, ended)
 
     def _disconnected(self, name: str) -> None:
         """PluginDisconnected: every device unhealthy, the grace period starts."""
