@@ -72,15 +72,10 @@ def _listed(kubelet: EmbeddedKubelet, name: str) -> bool:
     snap = kubelet.resources.get(name)
     if snap is None or not snap.connected:
         return False
-    registered_at = -1
-    for index, event in enumerate(kubelet.events):
-        if event.resource != name:
-            continue
-        if event.kind is EventKind.REGISTERED:
-            registered_at = index
-        elif event.kind is EventKind.DEVICES and registered_at >= 0:
-            return True
-    return False
+    kinds = [event.kind for event in kubelet.events if event.resource == name]
+    if EventKind.REGISTERED not in kinds:
+        return False
+    return EventKind.DEVICES in kinds[kinds.index(EventKind.REGISTERED) :]
 
 
 def _table(resources: Mapping[str, ResourceSnapshot], names: Sequence[str]) -> list[str]:
