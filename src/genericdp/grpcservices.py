@@ -1,9 +1,7 @@
 """gRPC services read from their protobuf descriptors: a server's handler, a client's stub.
 
-protoc's gRPC plugin would generate both for every service (``*_pb2_grpc.py``);
-the ``_pb2`` module's service descriptor holds the same method table. Each
-method's path is ``/<proto package>.<Service>/<Method>`` (``/v1beta1.DevicePlugin/Allocate``):
-the paths the kubelet dials and serves.
+protoc's gRPC plugin would generate both (``*_pb2_grpc.py``) from the same method table.
+A method's path is ``/<proto package>.<Service>/<Method>`` (``/v1beta1.DevicePlugin/Allocate``).
 """
 
 from __future__ import annotations
@@ -15,13 +13,6 @@ from google.protobuf.message_factory import GetMessageClass
 
 if TYPE_CHECKING:
     from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
-
-_RPC_HANDLERS = {
-    "unary_unary": grpc.unary_unary_rpc_method_handler,
-    "unary_stream": grpc.unary_stream_rpc_method_handler,
-    "stream_unary": grpc.stream_unary_rpc_method_handler,
-    "stream_stream": grpc.stream_stream_rpc_method_handler,
-}
 
 
 def _kind(method: MethodDescriptor) -> str:
@@ -42,7 +33,7 @@ def service_handler(
     the servicer lacks is one no handler knows: gRPC answers it UNIMPLEMENTED.
     """
     handlers = {
-        method.name: _RPC_HANDLERS[_kind(method)](
+        method.name: getattr(grpc, f"{_kind(method)}_rpc_method_handler")(
             getattr(servicer, method.name),
             request_deserializer=GetMessageClass(method.input_type).FromString,
             response_serializer=GetMessageClass(method.output_type).SerializeToString,

@@ -1,12 +1,9 @@
 """``genericdp simulate``: the real daemon code against the embedded kubelet.
 
-Nothing here is a mock of the daemon: the same ``Supervisor`` that ``serve``
-runs registers every resource with an ``EmbeddedKubelet`` serving in a
-temporary directory, which dials back, watches ListAndWatch and admits
-containers as the real kubelet's device manager does. What it prints is what
-the node status and a container would show. ``--backend dra`` runs the DRA
-backend the same way, against the embedded DRA kubelet and API server
-(``dra/embedded``).
+The same ``Supervisor`` that ``serve`` runs registers every resource with an
+``EmbeddedKubelet`` in a temporary directory; what it prints is what the node status and
+a container would show. ``--backend dra`` runs the DRA backend against the embedded DRA
+kubelet and API server (``dra/embedded``).
 """
 
 from __future__ import annotations
@@ -75,15 +72,10 @@ def _listed(kubelet: EmbeddedKubelet, name: str) -> bool:
     snap = kubelet.resources.get(name)
     if snap is None or not snap.connected:
         return False
-    registered_at = -1
-    for index, event in enumerate(kubelet.events):
-        if event.resource != name:
-            continue
-        if event.kind is EventKind.REGISTERED:
-            registered_at = index
-        elif event.kind is EventKind.DEVICES and registered_at >= 0:
-            return True
-    return False
+    kinds = [event.kind for event in kubelet.events if event.resource == name]
+    if EventKind.REGISTERED not in kinds:
+        return False
+    return EventKind.DEVICES in kinds[kinds.index(EventKind.REGISTERED) :]
 
 
 def _table(resources: Mapping[str, ResourceSnapshot], names: Sequence[str]) -> list[str]:
@@ -158,11 +150,6 @@ def _received(container: pb.ContainerAllocateResponse) -> Allocation:
     )
 
 
-def _describe_response(response: pb.AllocateResponse) -> list[str]:
-    lines = [line for c in response.container_responses for line in _received(c).lines()]
-    return lines or ["    (nothing)"]
-
-
 async def _allocate(
     kubelet: EmbeddedKubelet, requests: Sequence[AllocationRequest], out: TextIO
 ) -> bool:
@@ -186,7 +173,8 @@ async def _allocate(
             continue
         allocated = next((p.device_ids for p in kubelet.pod_devices() if p.pod == pod), ())
         print(f"  device IDs: {', '.join(allocated)}", file=out)
-        print("  the container receives:", *_describe_response(response), sep="\n", file=out)
+        lines = [line for c in response.container_responses for line in _received(c).lines()]
+        print("  the container receives:", *(lines or ["    (nothing)"]), sep="\n", file=out)
     return ok
 
 
@@ -322,14 +310,9 @@ async def simulate_dra(
     timeout: float = 10.0,  # noqa: ASYNC109 - how long registration may take
     out: TextIO | None = None,
 ) -> int:
-    """``simulate --backend dra``: the DRA backend ``serve`` runs, with its real
-    publisher writing to an embedded API server and its driver registered with
-    the embedded DRA kubelet, in a temporary directory. Prints the
-    ResourceSlices it publishes, then, for each request, what prepare does with
-    a claim allocated the first N untainted devices by name (the scheduler may
-    pick any): the CDI devices it answers, the CDI spec and the device metadata
-    it writes. The claim is unprepared again before the next one.
-    """
+    """``simulate --backend dra``: print the ResourceSlices published, then, for each
+    request, what prepare does with a claim allocated the first N untainted devices by
+    name (the scheduler may pick any); the claim is unprepared before the next one."""
     from genericdp.dra.backend import DraBackend
     from genericdp.dra.embedded import (
         DraKubeletError,
@@ -410,8 +393,8 @@ def _dra_report(  # noqa: PLR0917 -- one call site, each argument a different ki
     driver: str,
     stream: TextIO,
 ) -> dict[str, list[tuple[str, bool]]]:
-    """Print the header, the resources not served and the slices as the embedded API
-    server holds them; each served resource's devices by name, and whether tainted."""
+    """Print the header, the resources not served and the slices; each served resource's
+    devices by name, and whether tainted."""
     print(
         f"genericdp simulate --backend dra: {path} ({len(config.resources)} resource(s)); "
         f"driver {driver}, node {store.node}",
@@ -453,8 +436,8 @@ class _DraSession:
         served: Mapping[str, Sequence[tuple[str, bool]]],
         requests: Sequence[AllocationRequest],
     ) -> bool:
-        """Prepare one claim per request (by default one device of every resource that
-        has an untainted one); whether every one was prepared."""
+        """Prepare one claim per request (by default one device of every resource with an
+        untainted one); whether every one was prepared."""
         usable = {r: [n for n, tainted in found if not tainted] for r, found in served.items()}
         wanted = requests or tuple(AllocationRequest(r, 1) for r, ok in usable.items() if ok)
         ok = True
@@ -476,8 +459,8 @@ class _DraSession:
         return ok
 
     async def _prepare(self, devices: Sequence[str]) -> bool:
-        """Allocate ``devices`` to the claim, prepare it (one pod sync), say what prepare
-        made, and unprepare it again; whether all of it went well."""
+        """Allocate ``devices`` to the claim, prepare it, print what prepare made, and
+        unprepare it; whether all went well."""
         from genericdp.dra import metadata
         from genericdp.dra.embedded import DraKubeletError, UnresolvableCdiError, resolve_cdi
         from genericdp.kubeletplugin.claims import AllocatedDevice, ClaimRef

@@ -1,12 +1,8 @@
 """One way to serve gRPC on a unix socket, for every socket the kubelet dials.
 
-- the path must fit ``sun_path`` (107 bytes and a NUL), or gRPC would fail
-  later with an obscure message: ``unix_address`` refuses it first;
-- a stale file at the path makes bind fail, so it is removed before serving;
-- "our socket is still there" means the same file, not the same path (the
-  kubelet deletes every socket in its directory when it restarts):
-  ``file_id`` is its device and inode;
-- messages are bounded by the kubelet's own limit both ways.
+A path too long for ``sun_path`` is refused here, before gRPC fails on it obscurely.
+"Our socket is still there" means the same file (``file_id``), not the same path: the
+kubelet deletes every socket in its directory when it restarts.
 """
 
 from __future__ import annotations
@@ -75,9 +71,8 @@ class UnixServer:
             self.socket.unlink(missing_ok=True)
 
     async def stop(self, grace: float | None, *, only_ours: bool = False) -> None:
-        """Stop serving (calls still running after ``grace`` seconds are cancelled)
-        and remove the socket file (gRPC removes a socket, not another kind of file
-        put in its place: that is removed too, unless ``only_ours``)."""
+        """Stop serving (cancelling calls after ``grace`` seconds) and remove whatever is at
+        the path (``only_ours``: only the socket we bound)."""
         await self._server.stop(grace)
         if only_ours:
             self.remove()
@@ -93,12 +88,8 @@ async def serve(
     make_dir: bool = False,
     options: Sequence[tuple[str, int]] = MESSAGE_LIMITS,
 ) -> UnixServer:
-    """Serve ``handlers`` on ``socket``, replacing what is there.
-
-    ``what`` names the server in errors; ``options`` are its gRPC options (the
-    kubelet's message limits unless told). Raises KubeletError when the path is
-    too long or the socket cannot be bound.
-    """
+    """Serve ``handlers`` on ``socket``, replacing what is there; ``what`` names the server
+    in errors (KubeletError when the path is too long or cannot be bound)."""
     address = unix_address(socket)
     await asyncio.to_thread(_clear, socket, make_dir=make_dir)
     server = grpc.aio.server(options=options)

@@ -1,10 +1,9 @@
 """One DeviceClass per resource (``genericdp deviceclasses``), pure.
 
-Each class selects this driver's devices of one resource by CEL, on the
-``resource`` attribute every published device carries (kubeletplugin/slices.py), and
-names the resource as its ``extendedResourceName`` (KEP-5004, beta in 1.36),
-so a pod asking for ``example.com/serial: 1`` in its limits is served by
-DRA with its spec unchanged.
+Each selects this driver's devices of one resource by CEL on the ``resource`` attribute
+every published device carries (kubeletplugin/slices.py), and names the resource as its
+``extendedResourceName`` (KEP-5004, beta in 1.36): a pod asking for
+``example.com/serial: 1`` in its limits is served by DRA with its spec unchanged.
 """
 
 from __future__ import annotations
@@ -53,10 +52,8 @@ class DeviceClassError(GenericdpError):
 
 
 def device_classes(config: Config, driver: str) -> list[dict[str, Any]]:
-    """The DeviceClass of each resource of ``config``, in config order.
-
-    Raises DeviceClassError naming both resources when two derive one name
-    (``validate`` refuses such a config too)."""
+    """The DeviceClass of each resource of ``config``, in config order; DeviceClassError
+    when two derive one name (``validate`` refuses such a config too)."""
     seen: dict[str, str] = {}
     for resource in config.resources:
         other = seen.setdefault(device_class_name(resource.name), resource.name)

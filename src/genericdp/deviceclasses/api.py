@@ -1,11 +1,6 @@
-"""What the DeviceClass reconciler asks of the API server (``genericdp reconcile-classes``).
-
-Two kinds of object, each through lightkube and each failure as
-``ApiRequestError``: the DeviceClasses (every one read, since a name we want
-may be held by a class not ours; only ours written) and the ResourceSlices of
-our driver on every node (only read: which resources some node still
-publishes). Objects are plain dicts, as in ``kube/client.py``. The reconciler's Lease
-is ``kube/lease.py``'s.
+"""What the DeviceClass reconciler asks of the API server (``genericdp reconcile-classes``):
+every DeviceClass (a name we want may be held by one not ours; only ours are written)
+and our driver's ResourceSlices on every node (only read), as plain dicts.
 """
 
 from __future__ import annotations
@@ -39,8 +34,7 @@ MAX_RESOURCES = 10_000
 
 @dataclass
 class Changes:
-    """The list and the watches of one kind (``kube/listwatch.py``'s source): each
-    list, and each event of a watch but a bookmark, calls ``on_change``."""
+    """A ``ListWatch`` source calling ``on_change`` at each list and event but a bookmark."""
 
     http: httpx2.AsyncClient
     path: str
@@ -71,8 +65,7 @@ class ClassApi:
         self.driver = driver
 
     async def classes(self) -> dict[str, dict[str, Any]]:
-        """``{name: DeviceClass}`` of every DeviceClass of the cluster, all kept: the
-        whole list within one answer's budget (``kube/client.py``'s ``list_objects``)."""
+        """``{name: DeviceClass}`` of every DeviceClass of the cluster."""
         items, _ = await list_objects(http_of(self.client), CLASSES, {}, "the DeviceClasses")
         return {str(item["metadata"]["name"]): item for item in items}
 
@@ -94,10 +87,8 @@ class ClassApi:
                 raise
 
     async def published_resources(self) -> set[str]:
-        """The resources some node's slices of our driver hold devices of (the ``resource``
-        attribute every device we publish carries, kubeletplugin/slices.py). Slices are many in a
-        big cluster and not kept: each page is read within an answer's budget and
-        dropped, and at most ``MAX_RESOURCES`` names are kept."""
+        """The resources (``resource`` attributes) some node's slices of our driver hold
+        devices of. Slices are many in a big cluster: each page is dropped once read."""
         found: set[str] = set()
         what = f"the ResourceSlices of driver {self.driver}"
 
@@ -119,9 +110,7 @@ class ClassApi:
         return found
 
     def changes(self, kind: str, on_change: Callable[[], object]) -> Changes:
-        """What a ``ListWatch`` follows to call ``on_change`` at every change of the
-        DeviceClasses (``kind`` ``classes``) or of our driver's slices (``slices``),
-        the list at each start included."""
+        """The ``Changes`` of the DeviceClasses (``kind`` ``classes``) or of our slices."""
         http = http_of(self.client)
         if kind == "classes":
             return Changes(http, CLASSES, {}, "the DeviceClasses", on_change)

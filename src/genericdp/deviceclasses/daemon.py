@@ -1,13 +1,9 @@
 """``genericdp reconcile-classes``: the DeviceClasses kept equal to the config, until SIGTERM.
 
-One process per cluster and driver (a Deployment; more replicas wait on the
-Lease, ``kube/lease.py``). It reads the config mount as ``serve`` does,
-watched by the same ``ConfigWatcher``: a valid edit is applied, an invalid
-one is refused and the last applied config stays wanted. A config invalid
-at start wants nothing and writes nothing (no class is deleted because of a
-typo) until it is fixed; /readyz says so meanwhile. ``deviceclasses/sync.py``
-does the comparing and writing. /metrics, /healthz and /readyz are served
-as ``serve`` serves them; readiness does not wait for the Lease, so a
+One process per cluster and driver (a Deployment; more replicas wait on the Lease). The
+config is watched as ``serve`` watches it: a valid edit is applied, an invalid one
+refused. A config invalid at start writes nothing (no class is deleted because of a
+typo) until it is fixed, and /readyz says so. Readiness does not wait for the Lease, so a
 rolling update's new pod becomes ready while the old one still holds it.
 """
 

@@ -1,12 +1,11 @@
-"""What ``genericdp reconcile-classes`` says about itself: its Prometheus metrics.
+"""The Prometheus metrics of ``genericdp reconcile-classes``, in a registry of its own.
 
-A registry of its own, as ``metrics.Metrics`` has; the config families keep
-the names and meaning they have under ``serve``, so one dashboard reads both.
-The gauges are read from the reconciler and the Lease at scrape time.
+The config families keep their names and meaning under ``serve``: one dashboard reads both.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterable
 
@@ -71,9 +70,8 @@ class ClassMetrics(Recorder):
             "Unix time of the last successful load or reload.",
             registry=r,
         )
-        for action in ACTIONS:
-            for result in RESULTS:
-                self._writes.labels(action, result)
+        for action, result in itertools.product(ACTIONS, RESULTS):
+            self._writes.labels(action, result)
         for result in RESULTS:
             self._syncs.labels(result)
         for result in RELOAD_RESULTS:

@@ -1,23 +1,16 @@
 """DeviceClasses kept equal to the config: the loop of ``genericdp reconcile-classes``.
 
-The classes wanted are ``deviceclasses.device_classes`` of the config, the
-ones ``genericdp deviceclasses`` prints, each labelled with ``owner_labels(driver)``.
-A class is ours only while it carries those labels: one without them is
-never written, whatever its name (a name wanted but held by such a class is
-*foreign*, reported and left alone; ours is created once it is gone). Ours
-are created, replaced when their spec or labels differ (a hand edit is
-undone), and deleted once their resource has left the config *and* no
-ResourceSlice of the driver holds a device of that resource any more (a
-node still publishing it may have pods using the class; until then the class
-is *kept*).
+The classes wanted are ``deviceclasses.device_classes`` of the config. A class is ours
+only while it carries ``owner_labels(driver)``: one without them is never written (a
+wanted name it holds is *foreign*, reported and left alone). Ours are created, replaced
+when they differ (a hand edit is undone), and deleted once their resource has left the
+config *and* no ResourceSlice of the driver holds a device of it (until then a node may
+have pods using the class: it is *kept*).
 
-Every sync lists the cluster's DeviceClasses (there are few) and, only when
-some class waits for deletion, the driver's ResourceSlices, and writes only
-what differs, so a sync that finds everything equal writes nothing. A sync
-runs after a change of the config, a watch event on any DeviceClass, a
-watch event on the driver's slices while some class is kept, a failed sync
-(with backoff) and every ``resync`` seconds. Writes happen only while
-``leading()`` (the Lease, ``kube/lease.py``) says so, checked before each.
+A sync lists the DeviceClasses (few), the driver's slices only while some class is kept,
+and writes only what differs. It runs after a config change, a DeviceClass event, a
+slice event while some class is kept, a failed sync (with backoff) and every
+``resync`` seconds; each write only while ``leading()`` (the Lease).
 """
 
 from __future__ import annotations
@@ -54,7 +47,7 @@ def owned(obj: Mapping[str, Any], driver: str) -> bool:
 
 @dataclass(frozen=True)
 class ClassPlan:
-    """What one sync writes, and what it leaves (pure result of ``plan_classes``)."""
+    """What one sync writes, and what it leaves."""
 
     create: tuple[dict[str, Any], ...] = ()
     update: tuple[dict[str, Any], ...] = ()  # the server's object with our spec and labels
@@ -69,10 +62,8 @@ def plan_classes(
     driver: str,
     published: set[str] | None,
 ) -> ClassPlan:
-    """From the classes wanted and every class ``present``, what to write.
-
-    ``published``: the class names of the resources some node publishes; None
-    when not listed (then every class out of the config is kept)."""
+    """What to write. ``published``: the class names of the resources some node publishes;
+    None when not listed (then every class out of the config is kept)."""
     wanted = {c["metadata"]["name"]: c for c in desired}
     create, update, foreign = [], [], []
     for name, want in wanted.items():
@@ -140,9 +131,7 @@ class ClassReconciler:
         self._foreign_said: set[str] = set()
 
     async def apply(self, config: Config, *, if_changed: bool = False) -> Plan:  # noqa: ARG002 -- the ReloadTarget signature
-        """Want the classes of ``config`` from now on (the config watch's ``ReloadTarget``).
-
-        Raises DeviceClassError when two resources derive one class name."""
+        """Want the classes of ``config`` from now on (the config watch's ``ReloadTarget``)."""
         desired = device_classes(config, self.driver)
         steps = plan(self.config.resources if self.config else (), config.resources)
         self.config, self._desired = config, desired
@@ -244,10 +233,8 @@ class ClassReconciler:
         )
 
     async def watch(self, kind: str) -> None:
-        """Wake on every change of the DeviceClasses (``classes``) or the driver's slices
-        (``slices``), and at each list: a list, then watches from its resourceVersion,
-        each reopened after our own backoff however it ends (``ListWatch``), until
-        cancelled."""
+        """Wake at each list and change of the DeviceClasses (``classes``) or the driver's
+        slices (``slices``), until cancelled."""
         on_event = self.wake if kind == "classes" else self.published_changed
         source = self._api.changes(kind, on_event)
         await ListWatch(source.what, source).run()

@@ -1,34 +1,25 @@
 """What an API server's answer may make us hold: every answer but a watch's, bounded.
 
-lightkube and httpx read an answer whole before parsing it, however long it
-is, and ``json.loads`` of small values costs many times their bytes: an API
-server (or something in its place) could have the daemon hold gigabytes
-with one list. ``bound`` is a response hook on the client (``client.connect``)
-that counts an answer's decoded bytes and JSON values as they arrive and
-drops it (``AnswerTooLargeError``) once they pass its ``Budget``, before
-anything parses it. Values are counted as the JSON text's commas, colons and
-opening brackets, which is at least the number of values it holds. Answers
-come unencoded (``Accept-Encoding: identity``): a compressed answer of a few
-megabytes can decompress to any size, so an encoded one is refused. A watch's
-lines are bounded one by one instead (``watchlines.py``).
+lightkube and httpx read an answer whole before parsing it, and ``json.loads`` of small
+values costs many times their bytes: a server (or something in its place) could have the
+daemon hold gigabytes with one list. ``bound``, a response hook on the client, counts an
+answer's decoded bytes and JSON values as they arrive and drops it
+(``AnswerTooLargeError``) past its ``Budget``, before anything parses it. Values are
+counted as commas, colons and opening brackets: at least the number of values. Answers
+come unencoded (``Accept-Encoding: identity``): a compressed answer of a few megabytes
+can decompress to any size, so an encoded one is refused.
 
-Decoded, not received: Python holds text in 1, 2 or 4 bytes a character,
-the widest character of the text deciding, so 31 MiB of UTF-8 with one emoji
-(or one ``\\ud83d`` escape) in it decodes, and parses, to 124 MiB. An answer
-costs its characters times that width (``_Cost``).
+Decoded, not received: Python holds text in 1, 2 or 4 bytes a character, the widest
+deciding, so 31 MiB of UTF-8 with one emoji (or one ``\\ud83d`` escape) decodes, and
+parses, to 124 MiB (``_Cost``). A list of many pages whose objects are all kept is read
+within one ``Budget`` (``one_budget``), so its pages cannot add up to more.
 
-One budget a request: a list of many pages (``client.list_objects``, whose
-objects are all kept) is read within one ``Budget`` for all its pages
-(``one_budget``), so that its pages cannot add up to what one answer may not.
-
-The figures: a node lists its own slices, its Node, its NodeFeatures and one
-claim at a time, and lists are read in pages (``LIST_PAGE`` objects each). A
-hundred slices at the API's limits (64 devices each, every device with 31
-attributes of 64 bytes) is about 25 MiB and 870,000 values; what genericdp
-publishes is a small part of that. Parsing 1,000,000 values of the smallest
-kinds measured 32-75 MiB (Python 3.11), so an answer, or a list, at the
-bounds costs under about 110 MiB on top of the daemon while it is parsed,
-within the DaemonSet's 256 MiB.
+The figures: a node lists its own slices, its Node, its NodeFeatures and one claim at a
+time, in pages of ``LIST_PAGE``. A hundred slices at the API's limits (64 devices each,
+every device with 31 attributes of 64 bytes) is about 25 MiB and 870,000 values; what
+genericdp publishes is a small part of that. Parsing 1,000,000 values of the smallest
+kinds measured 32-75 MiB (Python 3.11), so an answer, or a list, at the bounds costs
+under about 110 MiB while parsed, within the DaemonSet's 256 MiB.
 """
 
 from __future__ import annotations

@@ -1,26 +1,18 @@
 """The Kubernetes API client: lightkube, with resource.k8s.io/v1 as generic (dict) resources.
 
-Only this module and those making requests through it import lightkube at
-import time; ``daemon``, ``cli`` and ``simulate`` import them lazily, so the
-device-plugin backend never loads it (docs/contributing/architecture.md, Dependencies).
-Objects are plain dicts: whatever fields the server knows pass through,
-even ones lightkube's models predate.
+Only modules requesting through it import lightkube at import time; ``daemon``, ``cli``
+and ``simulate`` import them lazily, so the device-plugin backend never loads it
+(docs/contributing/architecture.md, Dependencies). Objects are plain dicts: fields
+lightkube's models predate pass through. lightkube's ``ApiError`` ends here, as
+``ApiRequestError`` (its HTTP status in ``code``).
 
-lightkube's ``ApiError`` ends here: what the server answered leaves this
-module as ``ApiRequestError`` (its HTTP status in ``code``), raised from it.
-
-Lists and watches (``list_objects``, ``watch_events``) are plain requests on
-lightkube's HTTP client (it carries the credentials): one watch request is one
-watch, which ``listwatch.py`` opens again after its own backoff. lightkube's
-``watch`` is not used: it reopens a watch that ends cleanly at once, in a loop
-of its own. A version the server cannot watch from (410, or 504 "Too large
-resource version": ``listwatch.py`` says when) is ``ExpiredError``.
-
-Every request but a watch has an overall deadline (``REQUEST_DEADLINE``;
-``ApiTimeoutError`` after it): the client's timeout is per read, and a server
-trickling its answer a byte at a time never trips it. A watch is bounded by
-``listwatch.py`` and its lines by ``watchlines.py``; every other answer by
-``answersize.py``, a list over all its pages (at most ``MAX_LIST_OBJECTS``).
+Lists and watches are plain requests on lightkube's HTTP client (it carries the
+credentials): lightkube's ``watch`` reopens a watch that ends cleanly at once, in a loop
+of its own, where ``listwatch.py`` backs off. A version the server cannot watch from is
+``ExpiredError``. Every request but a watch has an overall deadline (``REQUEST_DEADLINE``,
+then ``ApiTimeoutError``): the client's timeout is per read, which a server trickling
+its answer never trips. Answers are bounded by ``answersize.py``, watch lines by
+``watchlines.py``, a list at ``MAX_LIST_OBJECTS`` over its pages.
 """
 
 from __future__ import annotations
@@ -83,12 +75,8 @@ class ApiSetupError(GenericdpError):
 
 
 def connect(kubeconfig: Path | None = None) -> AsyncClient:
-    """A client for the API server: ``kubeconfig`` if given, else the pod's service account.
-
-    The service account (``/var/run/secrets/kubernetes.io/serviceaccount`` and
-    ``KUBERNETES_SERVICE_HOST``/``_PORT``) is what the DaemonSet uses; a
-    kubeconfig is for development and tests.
-    """
+    """A client for the API server: ``kubeconfig`` if given (development, tests), else the
+    pod's service account (as the DaemonSet)."""
     try:
         config = (
             KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()
@@ -130,23 +118,19 @@ def unanswered(what: str, err: httpx2.HTTPError) -> ApiRequestError:
     return ApiRequestError(what, 0, reason, message=f"{what}: no whole answer: {reason}")
 
 
-def _status_code(err: ApiError) -> int:
-    code = getattr(err.status, "code", None)
-    return code if isinstance(code, int) else 0
-
-
 @asynccontextmanager
 async def answered(what: str, deadline: float = REQUEST_DEADLINE) -> AsyncIterator[None]:
-    """Turn lightkube's ``ApiError`` and httpx's errors (no answer, one too large) into
-    ours, naming the request, and end the request after ``deadline`` seconds
-    (``ApiTimeoutError``)."""
+    """lightkube's and httpx's errors as ours, naming the request, which ends after
+    ``deadline`` seconds (``ApiTimeoutError``)."""
     try:
         async with asyncio.timeout(deadline):
             yield
     except TimeoutError as err:
         raise ApiTimeoutError(what, deadline) from err
     except ApiError as err:
-        raise ApiRequestError(what, _status_code(err), str(err.status.message)) from err
+        code = getattr(err.status, "code", None)
+        code = code if isinstance(code, int) else 0
+        raise ApiRequestError(what, code, str(err.status.message)) from err
     except httpx2.HTTPError as err:
         raise unanswered(what, err) from err
 
@@ -172,8 +156,7 @@ async def list_objects(
     deadline: float = REQUEST_DEADLINE,
 ) -> tuple[list[dict[str, Any]], str]:
     """The objects at ``path`` (``params``: the selectors) and the list's resourceVersion,
-    read in pages of ``LIST_PAGE``, all of them within one answer's budget (every object
-    is kept: ``answersize.one_budget``) and answered within ``deadline`` seconds in all."""
+    all pages within one answer's budget (``answersize.one_budget``) and ``deadline``."""
     objects: list[dict[str, Any]] = []
     with one_budget():
         version = await read_pages(http, path, params, what, objects.extend, deadline=deadline)
@@ -190,10 +173,8 @@ async def read_pages(
     deadline: float = REQUEST_DEADLINE,
     max_objects: int = MAX_LIST_OBJECTS,
 ) -> str:
-    """Call ``on_page`` with each page's objects of the list at ``path``, at most
-    ``max_objects`` in all, within ``deadline`` seconds in all; the list's
-    resourceVersion. Each page is within an answer's budget; a caller that keeps the
-    objects reads them all within one (``list_objects``)."""
+    """Call ``on_page`` with each page of the list at ``path`` (at most ``max_objects`` in
+    all, within ``deadline``); the list's resourceVersion. Each page has its own budget."""
     what = f"listing {what}"
     query = {**params, "limit": str(LIST_PAGE)}
     version = ""
@@ -301,8 +282,8 @@ def _event(line: bytes, what: str) -> tuple[str, dict[str, Any]]:
 
 
 def _raise(what: str, code: int, status: Mapping[str, Any], default: str) -> None:
-    """Raise what a failure ``status`` (a Status object) says: ExpiredError when the
-    version cannot be watched from."""
+    """Raise what a failure Status says: ExpiredError when the version cannot be watched
+    from."""
     message = str(status.get("message") or default)
     details = status.get("details")
     causes = details.get("causes") if isinstance(details, dict) else None

@@ -1,15 +1,13 @@
 """One writer among the reconciler's replicas: a ``coordination.k8s.io/v1`` Lease.
 
-As client-go's leader election does: the holder renews the Lease every
-``duration / 5`` seconds; another replica takes it only once it has watched
-the Lease's record stay unchanged for ``leaseDurationSeconds`` by its own
-clock (never by comparing the holder's timestamps with its own, so clock
-skew between nodes does not matter), and the take is a replace carrying the
-resourceVersion it read, so of two replicas taking at once one gets a 409.
-The holder counts itself leader only until ``2/3 * duration`` after the
-start of its last successful renewal: a holder cut off from the API server
-stops writing well before anyone else may start. ``release`` at shutdown
-empties the holder, so the next replica takes over at once.
+As client-go's leader election: the holder renews every ``duration / 5`` seconds; another
+replica takes the Lease only once it has watched its record stay unchanged for
+``leaseDurationSeconds`` by its own clock (never comparing the holder's timestamps with
+its own: clock skew does not matter), by a replace carrying the resourceVersion it read
+(of two replicas taking at once, one gets a 409). The holder counts itself leader only
+until ``2/3 * duration`` after the start of its last successful renewal, so a holder cut
+off from the API server stops writing well before anyone else may start. ``release`` at
+shutdown empties the holder: the next replica takes over at once.
 """
 
 from __future__ import annotations
@@ -35,8 +33,7 @@ RETRY_SHARE = 1 / 5  # of the duration: how often we renew or try to take it
 
 
 class Leases:
-    """The Lease requests, each failure as ``ApiRequestError``; the Lease is lightkube's
-    model."""
+    """The Lease requests (lightkube's model), each failure as ``ApiRequestError``."""
 
     def __init__(self, client: AsyncClient) -> None:
         self.client = client
@@ -64,11 +61,8 @@ class Leases:
 
 
 class LeaseElector:
-    """Holds Lease ``namespace/name`` as ``identity`` while ``run`` runs, when it can.
-
-    ``leading()`` says whether writes may go ahead now; ``changed`` is called
-    with the new answer each time it flips (on the event loop).
-    """
+    """Holds Lease ``namespace/name`` as ``identity`` while ``run`` runs, when it can;
+    ``changed`` gets each flip of ``leading()`` (whether writes may go ahead now)."""
 
     def __init__(
         self,

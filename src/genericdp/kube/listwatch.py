@@ -1,27 +1,16 @@
 """List, then watch from the list's resourceVersion: the loop every watch of the API runs.
 
-One list gives the objects and a ``resourceVersion``; the watch goes on from
-there, one request at a time, each ended by the server after a few minutes
-(``timeoutSeconds``, jittered) so a half-open connection is noticed. Whatever
-ends a watch (the server closing it at once or at its timeout, an error, an
-exception), the next request waits for our own ``Backoff``: a server that
-ends every watch at once gets a few requests a second at most, never a tight
-loop.
+Each watch request is ended by the server after a few minutes (``timeoutSeconds``,
+jittered) so a half-open connection is noticed. Whatever ends a watch, the next request
+waits for our ``Backoff``: a server that ends every watch at once never gets a tight loop.
 
-A resourceVersion the server cannot watch from lists again: 410 Gone (older
-than the server keeps) or 504 "Too large resource version" (newer than the
-server's watch cache, seen on an API server whose cache has had no event of
-the kind since it started). With ``resync``, the loop also lists again that
-often (give or take a tenth), so whatever a watch could miss is found.
-
-A watch the server keeps open past its ``timeoutSeconds`` and a margin (a
-stream gone silent, or trickling) is closed and the objects listed again, and
-so is one whose stream breaks its form (``BrokenWatchError``: an event line
-over ``watchlines.py``'s bound): whatever it held back is in the list.
-
-The loop logs whatever ends a watch and watches again, so nothing reaches its
-task. The requests are its source's (``Followed``): the tests run it over an
-in-memory store.
+It lists again on a version the server cannot watch from (410 Gone: older than it keeps;
+504 "Too large resource version": newer than its watch cache, seen on an API server
+whose cache has had no event of the kind since it started), every ``resync`` (give or
+take a tenth) if set, and after a watch kept open past its ``timeoutSeconds`` and a
+margin (silent, or trickling) or one whose stream broke its form (``BrokenWatchError``):
+whatever it held back is in the list. Failures are logged, never raised to its task.
+The requests are its source's (``Followed``): the tests run it over an in-memory store.
 """
 
 from __future__ import annotations
@@ -44,9 +33,8 @@ WATCH_SECONDS = 300
 # A watch still open this long after its timeoutSeconds is closed and listed again.
 WATCH_MARGIN = 30.0
 SPREAD = 0.1  # the fraction by which watch lengths and resyncs are jittered
-# Why a watch was opened again (``ListWatch.restarts``): the server ended it
-# (at its timeout, or at once), its version could not be watched from (listed
-# again), or it failed (an error answer, the connection lost).
+# Why a watch was opened again (``ListWatch.restarts``): the server ended it, its
+# version could not be watched from, or it failed (an error answer, the connection lost).
 RESTART_REASONS = ("ended", "expired", "failed")
 # Seconds between warnings while the API server stays unreachable (every node
 # loses it at once when it restarts: one line each, not one per retry).
@@ -127,8 +115,8 @@ class ListWatch:
             await sleep(self.backoff.next())
 
     async def _watch(self, version: str, seconds: int) -> str:
-        """One watch from ``version`` that the server ends after ``seconds``: the last
-        version seen. Closed (BrokenWatchError) when still open ``margin`` later."""
+        """One watch from ``version``: the last version seen. BrokenWatchError when still
+        open ``margin`` after ``seconds``."""
         loop = asyncio.get_running_loop()
         events = self.source.follow(version, seconds)
         deadline = loop.time() + seconds + self.margin
@@ -148,7 +136,7 @@ class ListWatch:
             version = seen or version
 
     def _failed(self, err: Exception, now: float, last_warning: float) -> float:
-        """Log a failure (a warning once in ``FAILURE_LOG_EVERY``); when the last warning was."""
+        """Log a failure (a warning once in ``FAILURE_LOG_EVERY``); the last warning's time."""
         if self._failing_since is None or now - last_warning >= FAILURE_LOG_EVERY:
             log.warning(
                 "the watch of %s failed: %s (retrying with backoff)", self.what, describe(err)

@@ -1,21 +1,17 @@
 """A watch answer's lines, each at most ``MAX_EVENT_BYTES``: what a watch may make us hold.
 
-A watch event is one JSON line. httpx's ``aiter_lines`` keeps whatever comes
-until a newline does, so an API server (or something in its place) sending a
-line of gigabytes would have the daemon hold it all. Here the raw bytes are
-cut at newlines as they come, and a line that grows past the limit ends the
-stream (``BrokenWatchError``: the watch is closed and the objects listed
+A watch event is one JSON line. httpx's ``aiter_lines`` keeps whatever comes until a
+newline does, so a server sending a line of gigabytes would have the daemon hold it all.
+Here a line that grows past the limit ends the stream (``BrokenWatchError``: listed
 again) with no more of it read.
 
-The figure: the largest object a watch of ours can carry is a ResourceSlice
-of another writer's (ours hold at most 64 devices) of 128 devices, each with
-32 attributes of the longest names (a 63-character domain and a 32-character
-identifier) and values (64 bytes, each byte escaped as ``\\u00XX`` in JSON), and
-4 taints: about 2.6 MiB of JSON with its ``managedFields``; a Node is smaller
-(its labels and annotations are at most 256 KiB each, its image list 50 entries).
-etcd stores no object over 1.5 MiB (its ``--max-request-bytes``) and the API
-server accepts no JSON body over 3 MiB. 8 MiB holds any of them with room to
-spare, and a line that long costs far less than the DaemonSet's 256 MiB.
+The figure: the largest object a watch of ours can carry is another writer's ResourceSlice
+(ours hold at most 64 devices) of 128 devices, each with 32 attributes of the longest
+names (a 63-character domain, a 32-character identifier) and values (64 bytes, each
+escaped as ``\\u00XX``), and 4 taints: about 2.6 MiB of JSON with its ``managedFields``;
+a Node is smaller (labels and annotations at most 256 KiB each, 50 images). etcd stores
+no object over 1.5 MiB (``--max-request-bytes``), the API server accepts no JSON body
+over 3 MiB: 8 MiB holds any with room to spare, far less than the DaemonSet's 256 MiB.
 """
 
 from __future__ import annotations
@@ -31,7 +27,7 @@ async def lines(
     chunks: AsyncIterator[bytes], *, what: str, limit: int = MAX_EVENT_BYTES
 ) -> AsyncIterator[bytes]:
     """The lines of ``chunks`` without their newlines (the last one even without);
-    raises ``BrokenWatchError`` naming ``what`` once a line passes ``limit`` bytes."""
+    ``BrokenWatchError`` once a line passes ``limit`` bytes."""
     pending = bytearray()
     async for chunk in chunks:
         start = 0

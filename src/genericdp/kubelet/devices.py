@@ -1,8 +1,5 @@
-"""The kubelet's devices: one per replica of a unit, as ListAndWatch reports them.
-
-No gRPC here: the device-plugin backend and the reports work with these IDs
-too. A unit shared by ``count`` containers is ``count`` kubelet devices
-``<unit>::<i>`` (the format's one home is ``genericdp.replicaids``).
+"""The kubelet's devices, without gRPC: a unit shared by ``count`` containers is ``count``
+devices ``<unit>::<i>`` (the format's one home is ``genericdp.replicaids``).
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ from genericdp.replicaids import replica_id, split_replica_id
 
 @dataclass(frozen=True, slots=True)  # slots: there may be a million of them
 class DeviceInfo:
-    """One kubelet device (a replica of a unit), as ListAndWatch reports it."""
+    """One kubelet device (a replica of a unit)."""
 
     id: str
     healthy: bool

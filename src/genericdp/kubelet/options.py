@@ -1,7 +1,4 @@
-"""Constants of the kubelet device-plugin wire contract, and the options a plugin registers.
-
-Kept free of gRPC imports so the runtime can name options without pulling in stubs.
-"""
+"""The kubelet device-plugin contract's constants and plugin options, free of gRPC imports."""
 
 from __future__ import annotations
 
@@ -12,12 +9,10 @@ KUBELET_SOCKET_NAME = "kubelet.sock"
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 
-# The kubelet dials a registering plugin back for up to 10 s (devicemanager
-# plugin/v1beta1/client.go ``dial``) before it answers Register; 1.26-1.32 then
-# deregister the resource *by name* when that dial fails.
+# The kubelet dials a registering plugin back for up to 10 s (client.go ``dial``) before it
+# answers Register (1.26-1.32 deregister *by name* when that fails). Our deadline outlasts
+# it, so we never give up on (and replace) a Register the kubelet is still working on.
 KUBELET_DIAL_TIMEOUT = 10.0
-# Our Register deadline outlasts that dial-back, so we never give up on (and
-# replace) a Register the kubelet is still working on.
 REGISTER_TIMEOUT = KUBELET_DIAL_TIMEOUT + 5.0
 
 

@@ -37,21 +37,19 @@ class PodDevices:
 
 
 class PodResourcesLister:
-    """Every (pod, container, resource) holding devices, as the kubelet reports it, over
-    one channel kept from call to call (a channel per call cost more CPU than
-    everything else an idle daemon does). A failed call raises KubeletError and
-    closes the channel, so the next one connects afresh (a restarted kubelet's socket).
+    """Every (pod, container, resource) holding devices, as the kubelet reports it.
 
-    The event loop does nothing with an answer's bytes: a worker thread digests
-    them and, unless they repeat the last answer (an idle node's every poll: the
-    very tuple given last time comes back, so the caller can tell by identity),
-    parses them one pod at a time (each a short hold of the GIL), keeping only
+    One channel is kept from call to call (a channel per call cost more CPU than all
+    else an idle daemon does); a failed call (KubeletError) closes it, so the next one
+    reaches a restarted kubelet's socket. A worker thread digests the answer's bytes and,
+    unless they repeat the last answer (then the very tuple given last time comes back,
+    so the caller can tell by identity), parses them one pod at a time, keeping only
     ``resources`` (docs/contributing/architecture.md has the figures).
     """
 
     def __init__(self) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
-        # target -> (digest of the bytes, resources kept), the answer made of them
+        # target -> ((digest of the bytes, resources kept), the answer made of them)
         self._last: dict[str, tuple[_Key, tuple[PodDevices, ...]]] = {}
 
     async def __call__(
@@ -107,7 +105,7 @@ _Key = tuple[bytes, frozenset[str] | None]
 def _taken(
     raw: bytes, resources: frozenset[str] | None, last: _Key | None
 ) -> tuple[_Key, tuple[PodDevices, ...] | None]:
-    """In a worker thread: the answer's key, and its devices (None: the key is ``last``)."""
+    """The answer's key, and its devices (None: the key is ``last``)."""
     key = (hashlib.blake2b(raw, digest_size=16).digest(), resources)
     if key == last:
         return key, None
@@ -120,9 +118,9 @@ def _taken(
 def pod_devices_from(
     raw: bytes, resources: AbstractSet[str] | None = None
 ) -> tuple[PodDevices, ...]:
-    """Flatten a List answer (its bytes) into one entry per (pod, container, resource)
-    of ``resources`` (None: every one), merged (the kubelet sends one ContainerDevices
-    per device and NUMA node); containers without devices are left out."""
+    """A List answer (its bytes) as one entry per (pod, container, resource) of
+    ``resources`` (None: every one), merging the kubelet's one ContainerDevices per
+    device and NUMA node; containers without devices are left out."""
     merged: dict[tuple[str, str, str, str], dict[str, None]] = {}
     for pod in _pods(raw):
         for container in pod.containers:
@@ -139,8 +137,8 @@ _POD_RESOURCES = (1 << 3) | 2  # ListPodResourcesResponse.pod_resources: field 1
 
 
 def _pods(raw: bytes) -> Iterator[pr.PodResources]:
-    """The answer's pods, parsed one at a time (a whole answer in one parse holds the
-    GIL, and so the event loop, for as long as it takes); other fields are skipped."""
+    """The answer's pods, parsed one at a time: one parse of a whole answer would hold the
+    GIL, and so the event loop, for as long as it takes."""
     pos = 0
     while pos < len(raw):
         tag, pos = _varint(raw, pos)

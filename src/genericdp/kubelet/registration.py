@@ -1,10 +1,8 @@
 """Register a device plugin with the kubelet (``v1beta1.Registration/Register``).
 
-The kubelet dials the plugin's socket back while it handles Register, so the
-plugin must already be serving when this is called. ``register`` connects to
-the kubelet first and only then calls ``before_send``: a kubelet that accepts
-connections has already deleted the sockets in its directory (it cleans the
-directory before it listens), so a socket that ``before_send`` finds in place
+The kubelet dials the plugin back while it handles Register, so the plugin must already
+be serving. ``before_send`` runs once connected: a kubelet that accepts connections has
+already deleted the sockets in its directory, so a socket ``before_send`` finds in place
 is not about to be deleted by that kubelet's start.
 """
 
@@ -27,11 +25,9 @@ _READY = grpc.ChannelConnectivity.READY
 _FAILED = (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN)
 _CHANNEL_OPTIONS = [
     ("grpc.use_local_subchannel_pool", 1),
-    # No transparent retry: gRPC would send a Register that the dying kubelet it
-    # went to never read again, on a new connection, to whatever kubelet listens
-    # at the path by then. That kubelet deleted the socket the Register names
-    # when it started, after ``before_send`` checked it: the Register must fail
-    # instead, and the next one names a socket served for that kubelet.
+    # No transparent retry: gRPC would resend a Register a dying kubelet never read to
+    # whatever kubelet listens there by then, which deleted the socket it names after
+    # ``before_send`` checked it. It must fail; the next one names a socket served anew.
     ("grpc.enable_retries", 0),
 ]
 CONNECT_ATTEMPT = 1.0  # seconds one connection may take before a fresh one is tried
@@ -48,9 +44,8 @@ async def register(
 ) -> None:
     """Register ``resource_name`` served on ``endpoint`` (a file name in the kubelet's dir).
 
-    ``before_send`` runs once connected; it may raise RegistrationError to call
-    the registration off. Raises RegistrationError with the kubelet's message
-    when it refuses, or when it is missing or does not answer within ``timeout``.
+    ``before_send`` may raise RegistrationError to call it off. RegistrationError with the
+    kubelet's message when it refuses, is missing or does not answer within ``timeout``.
     """
     try:
         target = unix_address(kubelet_socket)
@@ -86,11 +81,10 @@ async def register(
 
 
 async def _connected(channel: grpc.aio.Channel, kubelet_socket: Path, timeout: float) -> bool:  # noqa: ASYNC109
-    """Wait until ``channel`` is connected (True), or ``timeout`` passes (False).
+    """Whether ``channel`` connects within ``timeout``; fails at once when nobody listens.
 
-    Fails at once when nobody listens. A connection not ready after ``timeout``
-    went to a kubelet that died as we connected, and gRPC would wait out its own
-    handshake timeout (20 s): the caller starts over on a fresh channel instead.
+    One not ready by then went to a kubelet that died as we connected, and gRPC would wait
+    out its handshake timeout (20 s): the caller starts over on a fresh channel instead.
     """
     try:
         async with asyncio.timeout(timeout):

@@ -1,7 +1,7 @@
 """The ``v1beta1.DevicePlugin`` gRPC service: protobuf in, our types out, and back.
 
-The behaviour lives behind ``Backend`` (``genericdp.deviceplugin.plugin``);
-errors it raises become gRPC statuses here, meant for the pod's events.
+The behaviour lives behind ``Backend`` (``deviceplugin/plugin.py``); its errors become
+gRPC statuses here, meant for the pod's events.
 """
 
 from __future__ import annotations
@@ -34,8 +34,7 @@ log = logging.getLogger(__name__)
 _Answer = TypeVar("_Answer")
 _Context = grpc.aio.ServicerContext[object, object]
 
-# A status message is sent as an HTTP/2 header (8 KiB by default) and ends up in
-# the pod's events.
+# A status message is an HTTP/2 header (8 KiB by default) and ends up in the pod's events.
 MAX_STATUS_CHARS = 1024
 
 
@@ -75,8 +74,7 @@ class MountSpec(Protocol):
 
 
 class ContainerAnswer(Protocol):
-    """What one container receives (``allocation.plan.Allocation``): the
-    protocol needs these fields only, so this module never imports rendering."""
+    """What one container receives (``allocation.plan.Allocation``, not imported here)."""
 
     @property
     def devices(self) -> Sequence[DeviceNodeSpec]: ...
@@ -133,9 +131,9 @@ class Backend(Protocol):
 def list_response(devices: Sequence[DeviceInfo], *, resource: str) -> pb.ListAndWatchResponse:
     """The whole list as one message, clipped (with an error log) to stay under 4 MiB.
 
-    The kubelet replaces its list with each message, so a list cannot be split;
-    the tail of one that does not fit (a config problem) is left out rather than
-    have the kubelet drop the stream. Built one device at a time up to the limit.
+    The kubelet replaces its list with each message, so a list cannot be split; the tail
+    of one that does not fit (a config problem) is left out rather than have the kubelet
+    drop the stream.
     """
     response = pb.ListAndWatchResponse()
     total = 0
@@ -162,9 +160,8 @@ def list_response(devices: Sequence[DeviceInfo], *, resource: str) -> pb.ListAnd
 
 
 def allocate_response(allocations: Sequence[ContainerAnswer]) -> pb.AllocateResponse:
-    """The AllocateResponse of ``allocations``, one container response each, in order,
-    refused (UnsafeAllocationError) over the kubelet's 4 MiB; the allocator calls this
-    before it commits anything."""
+    """One container response per allocation, in order; UnsafeAllocationError over the
+    kubelet's 4 MiB (the allocator calls this before it commits anything)."""
     response = pb.AllocateResponse()
     for allocation in allocations:
         _fill(response.container_responses.add(), allocation)
@@ -179,9 +176,8 @@ def allocate_response(allocations: Sequence[ContainerAnswer]) -> pb.AllocateResp
 
 
 def _fill(response: pb.ContainerAllocateResponse, allocation: ContainerAnswer) -> None:
-    """``allocation`` written into ``response`` in place: a third of the time of
-    building each field's message and list first and copying them in."""
-    # Item by item: a protobuf map's update() is the generic Python one, slower.
+    """Fill ``response`` in place: a third of the time of building each field first.
+    Maps item by item: a protobuf map's update() is the generic Python one, slower."""
     envs, annotations = response.envs, response.annotations
     for key, value in allocation.env.items():
         envs[key] = value
@@ -200,7 +196,7 @@ def _fill(response: pb.ContainerAllocateResponse, allocation: ContainerAnswer) -
 
 
 def options_message(options: PluginOptions) -> pb.DevicePluginOptions:
-    """``options`` as the kubelet receives them (GetDevicePluginOptions and Register)."""
+    """``options`` as GetDevicePluginOptions and Register send them."""
     return pb.DevicePluginOptions(
         pre_start_required=options.pre_start_required,
         get_preferred_allocation_available=options.get_preferred_allocation_available,

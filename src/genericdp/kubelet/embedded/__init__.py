@@ -1,8 +1,4 @@
-"""An embedded kubelet device manager for tests and ``genericdp simulate``.
-
-See :mod:`genericdp.kubelet.embedded.kubelet` for what it does like the real
-kubelet and where it differs.
-"""
+"""An embedded kubelet device manager for tests and ``simulate`` (see its ``kubelet.py``)."""
 
 from genericdp.kubelet.embedded.admission import AllocationError
 from genericdp.kubelet.embedded.kubelet import EmbeddedKubelet

@@ -1,7 +1,12 @@
-"""Pod admission for device resources and the record of who holds what.
+"""Pod admission for device resources, and the record of who holds what.
 
-The kubelet's ``allocateContainerResources``/``devicesToAllocate`` for one
-container, and its in-memory ``podDevices`` (what the checkpoint stores).
+The kubelet's ``allocateContainerResources``/``devicesToAllocate`` for one container:
+healthy, unallocated IDs; GetPreferredAllocation only when advertised (no Topology
+Manager, see ``choose_devices``); one Allocate with one container request and no
+deadline; PreStartContainer (30 s) when required. The chosen IDs count as allocated
+while Allocate is in flight (``allocatedDevices``). ``allocations`` is its in-memory
+``podDevices``: a container that already holds devices gets the recorded answer again
+without a new Allocate, as from the checkpoint.
 """
 
 from __future__ import annotations
@@ -23,21 +28,15 @@ PRE_START_FAILED = "PreStartContainerError"
 
 
 class AllocationError(KubeletError):
-    """The kubelet could not give a container its devices.
-
-    ``reason`` is what the kubelet would put on the pod: ``UnexpectedAdmissionError``
-    when admission fails (not enough devices, plugin errors), or
-    ``PreStartContainerError`` when the container could not start.
-    """
+    """The kubelet could not give a container its devices; ``reason`` is what it puts on
+    the pod (``UnexpectedAdmissionError``, or ``PreStartContainerError``)."""
 
     def __init__(
         self, message: str, *, reason: str = UNEXPECTED_ADMISSION, plain: str = ""
     ) -> None:
         super().__init__(message)
         self.reason = reason
-        # What happened and what to do, in a person's words (``simulate`` shows it
-        # before the kubelet's message); empty: the message says it.
-        self.plain = plain
+        self.plain = plain  # for a person, shown by ``simulate``; empty: the message says it
 
 
 def admission_error(cause: str, plain: str = "") -> AllocationError:
@@ -48,13 +47,10 @@ def admission_error(cause: str, plain: str = "") -> AllocationError:
 def choose_devices(
     available: Sequence[str], count: int, preferred: Sequence[str] = ()
 ) -> tuple[str, ...]:
-    """Pick ``count`` IDs from ``available``: valid preferred ones first, then the rest.
+    """``count`` IDs of ``available``: the available preferred ones first, then the rest.
 
-    With no Topology Manager hint every available device is in the kubelet's "no
-    affinity" set, which Go iterates in random order; we fill up in the plugin's
-    list order so runs are reproducible. Preferred IDs that are not available
-    (unknown, unhealthy, taken) are ignored, as the kubelet intersects the
-    plugin's answer with what is available.
+    Without a Topology Manager every device is in the "no affinity" set, which Go
+    iterates in random order; we take the plugin's list order, so runs repeat.
     """
     if count > len(available):
         raise ValueError(f"cannot choose {count} of {len(available)} devices")
@@ -77,14 +73,13 @@ class Admission:
         endpoints: Mapping[str, PluginEndpoint],
         record: Recorder,
     ) -> None:
-        self._states = states  # live views owned by the kubelet facade
+        self._states = states  # the kubelet's live views
         self._endpoints = endpoints
         self._record = record
         self.allocations: dict[_Key, ContainerAllocation] = {}
         self._responses: dict[_Key, pb.AllocateResponse] = {}
         self._lock = asyncio.Lock()
-        # IDs chosen for the Allocate in flight: the kubelet counts them in
-        # allocatedDevices before it calls the plugin (and restores on failure).
+        # (resource, IDs) of the Allocate in flight; restored on failure, as the kubelet
         self._allocating: tuple[str, tuple[str, ...]] | None = None
 
     def allocated(self, resource: str) -> frozenset[str]:
@@ -108,10 +103,8 @@ class Admission:
         container: str = "main",
         namespace: str = "default",
     ) -> pb.AllocateResponse:
-        """Admit one container asking for ``count`` devices; return the plugin's answer.
-
-        Raises AllocationError as the kubelet would fail the pod.
-        """
+        """The plugin's answer for one container asking for ``count`` devices;
+        AllocationError as the kubelet would fail the pod."""
         if count < 1:
             raise AllocationError(f"a container must ask for at least 1 {resource}, not {count}")
         key = (namespace, pod, container, resource)

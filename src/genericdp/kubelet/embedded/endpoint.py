@@ -1,10 +1,7 @@
-"""The kubelet's connection to one registered device plugin.
+"""The kubelet's connection to one registered device plugin (client.go, endpoint.go).
 
-Mirrors ``plugin/v1beta1/client.go`` and ``endpoint.go``: dial with a 10 s
-timeout (blocking until connected, retrying a missing or refusing socket as
-grpc-go's ``WithBlock`` does), ask for the options, then read ListAndWatch
-until it ends. The kubelet never reopens a stream, and a stream that ends does
-not close the connection by itself: only the kubelet's ``Disconnect`` does.
+The dial blocks until connected, retrying a missing or refusing socket (grpc-go's
+``WithBlock``). A stream that ends does not close the connection: only ``Disconnect``.
 """
 
 from __future__ import annotations
@@ -37,7 +34,7 @@ class EndpointError(KubeletError):
 
 
 class PluginEndpoint:
-    """One plugin socket the kubelet has dialed; closed when replaced or stopped."""
+    """One plugin socket the kubelet has dialed."""
 
     def __init__(self, resource: str, endpoint: str, socket: Path) -> None:
         self.resource = resource
@@ -66,16 +63,14 @@ class PluginEndpoint:
             async with asyncio.timeout(dial_timeout):
                 await self._channel.channel_ready()
             reply = await self._stub.GetDevicePluginOptions(pb.Empty())
-        except BaseException as exc:
-            # Refused, timed out or cancelled (kubelet stopping): never leak the channel.
+        except TimeoutError as exc:
             await self.close()
-            if isinstance(exc, TimeoutError):
-                raise EndpointError(
-                    "failed to dial device plugin: context deadline exceeded"
-                ) from exc
-            if isinstance(exc, grpc.aio.AioRpcError):
-                why = rpc_error(exc)
-                raise EndpointError(f"failed to get device plugin options: {why}") from exc
+            raise EndpointError("failed to dial device plugin: context deadline exceeded") from exc
+        except grpc.aio.AioRpcError as exc:
+            await self.close()
+            raise EndpointError(f"failed to get device plugin options: {rpc_error(exc)}") from exc
+        except BaseException:
+            await self.close()  # cancelled (the kubelet stopping): never leak the channel
             raise
         return PluginOptions(reply.pre_start_required, reply.get_preferred_allocation_available)
 
@@ -100,8 +95,8 @@ class PluginEndpoint:
     async def get_preferred_allocation(
         self, available: Sequence[str], size: int
     ) -> tuple[str, ...]:
-        """The plugin's preferred IDs for one container (empty if it sent none); the
-        kubelet's must-include list is empty without a Topology Manager."""
+        """The plugin's preferred IDs for one container; must-include is empty without a
+        Topology Manager."""
         request = pb.PreferredAllocationRequest(
             container_requests=[
                 pb.ContainerPreferredAllocationRequest(
@@ -128,7 +123,7 @@ class PluginEndpoint:
         await self._api().PreStartContainer(request, timeout=PRE_START_TIMEOUT)
 
     async def close(self) -> None:
-        """Stop reading and hang up; later stream endings are ignored by the owner."""
+        """Stop reading and hang up."""
         self.closed = True
         if self._stream is not None and self._stream is not asyncio.current_task():
             self._stream.cancel()
@@ -143,7 +138,7 @@ class PluginEndpoint:
 
 
 def rpc_error(exc: grpc.aio.AioRpcError) -> str:
-    """Render a gRPC error the way grpc-go prints one in kubelet messages."""
+    """A gRPC error as grpc-go prints one in kubelet messages."""
     code = exc.code()
     words = "".join(part.capitalize() for part in code.name.split("_"))
     return f"rpc error: code = {words} desc = {exc.details()}"

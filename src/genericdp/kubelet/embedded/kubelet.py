@@ -1,66 +1,46 @@
 """An in-process kubelet device manager, as far as a device plugin can tell.
 
-Used by the integration tests and by ``genericdp simulate``. It follows
-``pkg/kubelet/cm/devicemanager`` (manager.go, plugin/v1beta1/server.go,
-handler.go, client.go, endpoint.go, pod_devices.go):
+For the integration tests and ``genericdp simulate``; it follows
+``pkg/kubelet/cm/devicemanager`` (manager.go, plugin/v1beta1/{server,handler,client}.go,
+endpoint.go, pod_devices.go):
 
-- On start it deletes every unix socket in the plugin directory (regular files
-  such as ``kubelet_internal_checkpoint`` stay) and serves ``Registration`` on
-  ``kubelet.sock``; optionally ``v1.PodResourcesLister`` on its own socket.
-- Register checks the version (``v1beta1``) and the name (IsExtendedResourceName)
-  and refuses with status UNKNOWN and the kubelet's message; then, before
-  answering, files a client under the resource name (replacing any), dials the
-  plugin's socket (10 s, retrying a missing or refusing socket), keeps the
-  options that GetDevicePluginOptions returns (not the request's) and reads
-  ListAndWatch. The dial-back runs under the Register call's context: when the
-  plugin gives up on its Register first, the dial fails ("context canceled",
+- ``start`` deletes every unix socket in the plugin directory (regular files such as
+  ``kubelet_internal_checkpoint`` stay), its own stale one too, then serves
+  ``Registration`` on ``kubelet.sock`` (and ``v1.PodResourcesLister`` if asked).
+  Known resources read capacity 0 until their plugins register again.
+- Register checks the version (``v1beta1``) and the name (IsExtendedResourceName),
+  refusing with status UNKNOWN and the kubelet's message. Before answering it files a
+  client under the resource name (replacing any), dials the plugin (10 s, retrying a
+  missing or refusing socket), keeps the options GetDevicePluginOptions returns (not
+  the request's) and reads ListAndWatch. The dial-back runs under the Register call's
+  context: a plugin that gives up on its Register first fails it ("context canceled",
   seen on a real 1.36 node, docs/contributing/testing.md).
-- As 1.26-1.32 (``handler.go``): clients are kept **by resource name**. When the
-  dial-back fails, the client under that name is deleted, even a newer, live
-  one that registered meanwhile (event ``deregistered``). A stream that ends
-  disconnects whatever client is filed under its name (so an old stream ending
-  disconnects a newer client) and marks the resource unhealthy; a stream whose
-  name has no client ends unnoticed (event ``stream-unnoticed``): its devices
-  stay allocatable, and Allocate goes to a connection whose socket may be gone.
-  A new registration leaves the previous endpoint's stream open. ``problems()``
-  lists such stale or duplicate state.
-- Each ListAndWatch message replaces the device list; capacity counts every
-  device, allocatable those whose health is exactly ``Healthy``. A stream that
-  ends is never reopened: every device turns unhealthy at once, and the
-  resource is forgotten after ``endpoint_grace`` (5 minutes by default) unless
-  the plugin registers again. After a restart known resources read capacity 0
-  until their plugins register again.
-- ``allocate`` admits one container: healthy, unallocated IDs; the plugin's
-  GetPreferredAllocation only when it advertised it (valid preferred IDs first,
-  then the rest); one Allocate with one container request and no deadline;
-  PreStartContainer (30 s) when required. Errors read like the kubelet's
-  ``UnexpectedAdmissionError``. A container that already holds devices gets the
-  recorded answer again, without a new Allocate (the kubelet's checkpoint).
-  The IDs chosen count as allocated while the Allocate is in flight, as in
-  the kubelet's ``allocatedDevices``.
-- A container's ``allocatedResourcesStatus`` (KEP-4680) is the tests'
-  (tests/kubelet_fakes.py's subclass).
+- Clients are kept **by resource name**, as in 1.26-1.32, the versions plugins must
+  still survive (later ``handler.go`` keeps a list per name and deregisters by socket
+  path). A failed dial-back deletes the client under its name, even a newer, live one
+  (event ``deregistered``). A stream that ends disconnects whatever client has its
+  name (an old stream can disconnect a newer client) and marks the resource
+  unhealthy; with no client under the name it ends unnoticed (``stream-unnoticed``):
+  its devices stay allocatable, and Allocate goes to a connection whose socket may be
+  gone. A new registration leaves the previous endpoint's stream open.
+  ``problems()`` lists such stale or duplicate state.
+- Each ListAndWatch message replaces the device list; capacity counts every device,
+  allocatable those whose health is exactly ``Healthy``. A stream is never reopened:
+  when it ends every device turns unhealthy, and the resource is forgotten after
+  ``endpoint_grace`` (5 minutes) unless the plugin registers again.
+- ``allocate`` admits one container (admission.py); a container's
+  ``allocatedResourcesStatus`` (KEP-4680) is tests/kubelet_fakes.py's subclass.
 
-Known differences from the real kubelet:
+Where it differs from the real kubelet:
 
-- No Topology Manager: every device is in the "no affinity" set; ties are
-  broken in the plugin's list order, not Go's random set order.
-- Clients are kept by name as in 1.26-1.32, the versions plugins must still
-  survive; later ``handler.go`` keeps a list per name and deregisters by
-  socket path, so there a failed dial-back removes only its own client.
-- ``crash`` stands for a killed kubelet: connections drop, Register calls in
-  flight fail (gRPC ``UNAVAILABLE`` "Cancelling all calls" rather than a reset
-  connection), a dead ``kubelet.sock`` stays. The next ``start`` deletes every
-  socket (its own stale one too) before it listens, as ``server.Start`` does,
-  but keeps the resources it knew in memory where the real one rebuilds them
-  from its checkpoint. ``stop`` removes the kubelet's socket, as Go unlinks a
-  listener's socket on close.
-- Registrations are handled concurrently, as grpc-go runs each call on its
-  own goroutine; the order two racing Register calls take is asyncio's.
-- Pods are not real: ``allocate`` stands for admission, ``release`` for pod
-  deletion; PreStartContainer runs right after Allocate, not at container start.
-- The checkpoint lives in memory: allocations survive ``restart`` but not a
-  new instance, and no file is written.
+- ``crash`` stands for a killed kubelet: connections drop, Register calls in flight
+  fail (gRPC ``UNAVAILABLE`` "Cancelling all calls", not a reset connection) and a
+  dead ``kubelet.sock`` stays. It keeps its resources and allocations in memory where
+  the real one rebuilds them from its checkpoint file: they survive ``restart`` but
+  not a new instance. ``stop`` removes the socket, as Go unlinks a listener's on close.
+- Concurrent Register calls race in asyncio's order, not grpc-go's goroutines'.
+- Pods are not real: ``allocate`` stands for admission, ``release`` for pod deletion;
+  PreStartContainer runs right after Allocate, not at container start.
 """
 
 from __future__ import annotations
@@ -71,9 +51,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Self
-
-import grpc
+from typing import TYPE_CHECKING, Self
 
 from genericdp import logsetup
 from genericdp.aio import Changes, TaskSet
@@ -99,6 +77,9 @@ from genericdp.kubelet.options import API_VERSION, KUBELET_DIAL_TIMEOUT, KUBELET
 from genericdp.kubelet.podresources import PodDevices
 from genericdp.unixgrpc import UnixServer, serve, unix_address
 
+if TYPE_CHECKING:
+    from google.protobuf.descriptor import ServiceDescriptor
+
 log = logging.getLogger(__name__)
 
 ENDPOINT_GRACE = 300.0  # endpointStopGracePeriod
@@ -123,8 +104,7 @@ class EmbeddedKubelet:
         self._dial_timeout = dial_timeout
         self._clock = clock
         self._states: dict[str, ResourceState] = {}
-        # The manager's endpoints (what Allocate uses) and the registration
-        # server's clients, both by resource name as in 1.26-1.32.
+        # By name, as 1.26-1.32: the manager's endpoints (for Allocate), the server's clients.
         self._endpoints: dict[str, PluginEndpoint] = {}
         self._clients: dict[str, PluginEndpoint] = {}
         self._connections: set[PluginEndpoint] = set()  # every connection not closed yet
@@ -132,7 +112,6 @@ class EmbeddedKubelet:
         self._events: list[Event] = []
         self._changes = Changes()
         self._admission = Admission(self._states, self._endpoints, self._record)
-        # Pods: admitting one container, and forgetting a deleted pod's allocations.
         self.allocate = self._admission.allocate
         self.release = self._admission.release
         self._tasks = TaskSet(log)
@@ -146,18 +125,21 @@ class EmbeddedKubelet:
         """Clean the plugin directory of sockets and serve, as a starting kubelet."""
         if self._running:
             raise KubeletError("embedded kubelet is already running")
-        # Check both socket paths before touching anything.
         for path in (self.socket, self.pod_resources_socket):
             if path is not None:
-                unix_address(path)
+                unix_address(path)  # both checked before anything is touched
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
         self._incarnation += 1
         removed = remove_sockets(self.plugin_dir)
-        await self._serve(self.socket, self._registration(), "Registration")
+        registration = RegistrationServicer(self._register)
+        await self._serve(self.socket, pb.DESCRIPTOR.services_by_name["Registration"], registration)
         if self.pod_resources_socket is not None:
-            await self._serve(self.pod_resources_socket, self._lister(), "PodResources")
+            lister = PodResourcesServicer(
+                lambda: tuple(self._admission.allocations.values()), lambda: self.resources
+            )
+            service = pr.DESCRIPTOR.services_by_name["PodResourcesLister"]
+            await self._serve(self.pod_resources_socket, service, lister)
         self._running = True
-        # Known resources read capacity 0 until their plugins register again.
         for state in self._states.values():
             state.devices = {}
             state.connected = False
@@ -170,15 +152,11 @@ class EmbeddedKubelet:
         await self._halt(crashed=False)
 
     async def crash(self) -> None:
-        """Die as a killed kubelet: connections and Register calls in flight drop.
-
-        ``kubelet.sock`` stays behind (nobody unlinks it); the state is kept for
-        ``start``, as the real kubelet keeps its checkpoint.
-        """
+        """Die as a killed kubelet (see the module docstring)."""
         await self._halt(crashed=True)
 
     async def restart(self, *, crash: bool = False) -> None:
-        """Stop (or crash) and start again: sockets deleted, capacity 0 until plugins register."""
+        """Stop (or crash) and start again."""
         await self._halt(crashed=crash)
         await self.start()
 
@@ -194,9 +172,7 @@ class EmbeddedKubelet:
         self._endpoints.clear()
         self._clients.clear()
         for server in self._servers:
-            # Cancels Register calls in flight; the socket goes, as Go unlinks a
-            # listener's file on close.
-            await server.stop(None)
+            await server.stop(None)  # cancels Register calls in flight, unlinks the socket
             if crashed:
                 leave_dead_socket(server.socket)
         self._servers.clear()
@@ -218,22 +194,11 @@ class EmbeddedKubelet:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    async def _serve(
-        self, path: Path, handler: grpc.GenericRpcHandler[Any, Any], what: str
-    ) -> None:
+    async def _serve(self, path: Path, service: ServiceDescriptor, servicer: object) -> None:
+        handler = service_handler(service, servicer)
         # The kubelet's servers keep gRPC's default message limits, not a plugin's.
-        server = await serve(path, [handler], what=what, make_dir=True, options=())
+        server = await serve(path, [handler], what=service.name, make_dir=True, options=())
         self._servers.append(server)
-
-    def _registration(self) -> grpc.GenericRpcHandler[Any, Any]:
-        servicer = RegistrationServicer(self._register)
-        return service_handler(pb.DESCRIPTOR.services_by_name["Registration"], servicer)
-
-    def _lister(self) -> grpc.GenericRpcHandler[Any, Any]:
-        servicer = PodResourcesServicer(
-            lambda: tuple(self._admission.allocations.values()), lambda: self.resources
-        )
-        return service_handler(pr.DESCRIPTOR.services_by_name["PodResourcesLister"], servicer)
 
     # -- introspection ---------------------------------------------------------------
 
@@ -249,13 +214,9 @@ class EmbeddedKubelet:
         return sum(c.streaming for c in self._connections if c.resource == name)
 
     def problems(self) -> list[str]:
-        """Stale or duplicate registrations, in words; empty when every plugin is sound.
-
-        A resource the kubelet counts as connected must have exactly one open
-        ListAndWatch, from the endpoint Allocate would use, filed as the client
-        whose end the kubelet would notice, on a socket that exists. Every
-        failed dial-back that removed another endpoint's client is listed too.
-        """
+        """Stale or duplicate registrations, in words: a connected resource must have
+        one open ListAndWatch, from the endpoint Allocate uses, filed as its client, on a
+        socket that exists; and every failed dial-back that removed another's client."""
         found = [
             f"{e.resource}: {e.detail}" for e in self._events if e.kind is EventKind.DEREGISTERED
         ]
@@ -296,10 +257,7 @@ class EmbeddedKubelet:
         predicate: Callable[[Self], bool],
         timeout: float = 5.0,  # noqa: ASYNC109 -- the whole wait, re-armed on every change
     ) -> None:
-        """Return once ``predicate(self)`` holds, re-checking on every state change.
-
-        Raises TimeoutError describing the current state when it does not hold in time.
-        """
+        """Return once ``predicate(self)`` holds; TimeoutError describing the state if not."""
         if not await self._changes.until(lambda: predicate(self), timeout):
             raise TimeoutError(
                 f"embedded kubelet: condition not met within {timeout}s\n{self.describe()}"
@@ -337,10 +295,7 @@ class EmbeddedKubelet:
             if incarnation == self._incarnation:
                 self._deregister(name, endpoint)
             return self._reject(name, str(exc))
-        except asyncio.CancelledError:
-            # The dial-back runs under the Register call's context (seen on a
-            # real 1.36 node: "context canceled" when the plugin gave up): a
-            # plugin that gives up fails the dial, which deregisters by name.
+        except asyncio.CancelledError:  # the plugin gave up on its Register
             if incarnation == self._incarnation and self._running:
                 self._deregister(name, endpoint)
                 self._record(
@@ -351,7 +306,7 @@ class EmbeddedKubelet:
         if incarnation != self._incarnation or not self._running:  # this kubelet died meanwhile
             await endpoint.close()
             return self._reject(name, "kubelet is shutting down")
-        # PluginConnected: the endpoint Allocate uses from now on.
+        # PluginConnected: Allocate uses this endpoint from now on.
         old = self._endpoints.get(name)
         self._endpoints[name] = endpoint
         self._connections.add(endpoint)
@@ -419,11 +374,8 @@ class EmbeddedKubelet:
         self._disconnected(name)
         self._start_grace(name)
         which = "" if client is endpoint else f"; disconnected the newer {client.endpoint}"
-        self._record(
-            EventKind.STREAM_ENDED,
-            name,
-            f"ListAndWatch of {endpoint.endpoint} ended: {reason}{which}",
-        )
+        ended = f"ListAndWatch of {endpoint.endpoint} ended: {reason}{which}"
+        self._record(EventKind.STREAM_ENDED, name, ended)
 
     def _disconnected(self, name: str) -> None:
         """PluginDisconnected: every device unhealthy, the grace period starts."""

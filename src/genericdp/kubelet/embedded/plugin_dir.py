@@ -17,11 +17,8 @@ def leave_dead_socket(path: Path) -> None:
 
 
 def remove_sockets(plugin_dir: Path) -> list[Path]:
-    """Delete every unix socket in ``plugin_dir``, as the kubelet does when it starts.
-
-    Regular files (the checkpoint, a plugin's lock file) and directories stay.
-    Plugins watch for their socket vanishing as the sign to register again.
-    """
+    """Delete every unix socket in ``plugin_dir``, as a starting kubelet: regular files and
+    directories stay. Plugins take their socket vanishing as the sign to register again."""
     removed: list[Path] = []
     for entry in sorted(plugin_dir.iterdir()):
         try:

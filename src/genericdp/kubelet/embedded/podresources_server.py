@@ -1,9 +1,6 @@
-"""The kubelet's ``v1.PodResourcesLister`` service over the embedded kubelet's allocations.
-
-Shapes follow the real server: one ContainerDevices per device and NUMA node
-(no topology when the device has none), pods and containers in the order they
-were admitted.
-"""
+"""The kubelet's ``v1.PodResourcesLister`` over the embedded kubelet's allocations: as the
+real one, one ContainerDevices per device and NUMA node (no topology when it has none),
+pods and containers in the order admitted."""
 
 from __future__ import annotations
 
@@ -20,25 +17,18 @@ _Context = grpc.aio.ServicerContext[object, object]
 def container_devices(
     resource: str, device_ids: Iterable[str], numa: Mapping[str, Sequence[int]]
 ) -> list[pr.ContainerDevices]:
-    """The kubelet's per-device, per-NUMA-node entries."""
-    entries: list[pr.ContainerDevices] = []
-    for device_id in device_ids:
-        nodes = numa.get(device_id, ())
-        if not nodes:
-            entries.append(pr.ContainerDevices(resource_name=resource, device_ids=[device_id]))
-        for node in nodes:
-            entries.append(
-                pr.ContainerDevices(
-                    resource_name=resource,
-                    device_ids=[device_id],
-                    topology=pr.TopologyInfo(nodes=[pr.NUMANode(ID=node)]),
-                )
-            )
-    return entries
+    return [
+        pr.ContainerDevices(
+            resource_name=resource,
+            device_ids=[device_id],
+            topology=None if node is None else pr.TopologyInfo(nodes=[pr.NUMANode(ID=node)]),
+        )
+        for device_id in device_ids
+        for node in numa.get(device_id) or (None,)
+    ]
 
 
 def pod_resources(allocations: Iterable[ContainerAllocation]) -> list[pr.PodResources]:
-    """Group allocations into pods and containers."""
     pods: dict[tuple[str, str], dict[str, list[pr.ContainerDevices]]] = {}
     for alloc in allocations:
         containers = pods.setdefault((alloc.namespace, alloc.pod), {})
@@ -58,8 +48,6 @@ def pod_resources(allocations: Iterable[ContainerAllocation]) -> list[pr.PodReso
 
 
 class PodResourcesServicer:
-    """List, Get and GetAllocatableResources from callbacks into the kubelet's state."""
-
     def __init__(
         self,
         allocations: Callable[[], Sequence[ContainerAllocation]],

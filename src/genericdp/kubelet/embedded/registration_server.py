@@ -1,8 +1,5 @@
-"""The kubelet's ``v1beta1.Registration`` service, handing requests to a callback.
-
-The real kubelet (grpc-go) turns a plain Go error into status UNKNOWN with the
-error's text as the message; plugins see exactly that.
-"""
+"""The kubelet's ``v1beta1.Registration`` service: a refusal is status UNKNOWN with the
+error's text, as grpc-go turns a plain Go error."""
 
 from __future__ import annotations
 
@@ -12,12 +9,11 @@ import grpc
 
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 
-# Returns None when accepted, else the kubelet's error message.
 RegisterHandler = Callable[[pb.RegisterRequest], Awaitable[str | None]]
 
 
 class RegistrationServicer:
-    """Answers Register after the handler has dialed the plugin back."""
+    """Answers Register once the handler (None: accepted, else the error) has returned."""
 
     def __init__(self, handler: RegisterHandler) -> None:
         self._handler = handler
@@ -27,7 +23,6 @@ class RegistrationServicer:
         request: pb.RegisterRequest,
         context: grpc.aio.ServicerContext[pb.RegisterRequest, pb.Empty],
     ) -> pb.Empty:
-        """Accept or refuse one registration."""
         error = await self._handler(request)
         if error is not None:
             await context.abort(grpc.StatusCode.UNKNOWN, error)

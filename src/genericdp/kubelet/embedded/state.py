@@ -1,7 +1,4 @@
-"""What the embedded kubelet knows: per-resource devices, allocations, events.
-
-Plain data, no gRPC: the facade mutates it and hands out frozen snapshots.
-"""
+"""What the embedded kubelet knows, as plain data: it mutates the state, hands out snapshots."""
 
 from __future__ import annotations
 
@@ -44,8 +41,6 @@ class ResourceSnapshot:
 
 
 class EventKind(StrEnum):
-    """What happened, in the embedded kubelet's event log."""
-
     STARTED = "started"
     STOPPED = "stopped"
     CRASHED = "crashed"
@@ -77,7 +72,7 @@ class Event:
 
 @dataclass
 class ResourceState:
-    """Mutable per-resource state, owned by the facade."""
+    """Mutable per-resource state."""
 
     name: str
     devices: dict[str, DeviceSnapshot] = field(default_factory=dict)
@@ -87,7 +82,7 @@ class ResourceState:
     registrations: int = 0
 
     def mark_unhealthy(self) -> None:
-        """What the kubelet does when the plugin's stream ends."""
+        """As the kubelet does when the plugin's stream ends."""
         self.devices = {
             device_id: replace(device, health=UNHEALTHY)
             for device_id, device in self.devices.items()
@@ -132,8 +127,7 @@ def describe(resources: Mapping[str, ResourceSnapshot], events: Iterable[Event])
         lines.append(
             f"  {snap.name}: capacity={snap.capacity} allocatable={snap.allocatable} "
             f"connected={snap.connected} registrations={snap.registrations} "
-            f"streams={snap.streams} "
-            f"endpoint={snap.endpoint} [{health}]"
+            f"streams={snap.streams} endpoint={snap.endpoint} [{health}]"
         )
     recent = list(events)[-10:]
     lines.append("last events:" if recent else "last events: none")
