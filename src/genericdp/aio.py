@@ -31,11 +31,8 @@ _T = TypeVar("_T")
 
 @dataclass
 class Backoff:
-    """Exponential backoff with jitter: ``initial`` doubling up to ``maximum``.
-
-    ``jitter`` is a fraction: each delay is scaled by a random factor in
-    ``[1 - jitter, 1 + jitter]`` so many resources do not retry in lockstep.
-    """
+    """``initial`` doubling up to ``maximum``, each delay scaled by a random factor in
+    ``[1 - jitter, 1 + jitter]`` so many resources do not retry in lockstep."""
 
     initial: float = 0.1
     maximum: float = 5.0
@@ -90,11 +87,8 @@ class TaskSet:
         return task
 
     def run(self, name: str, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        """Run ``coro`` once as task ``name`` (names may repeat); a failure is logged.
-
-        The coroutine is the task itself (no wrapper), so a task cancelled
-        before its first step still closes it instead of leaving it "never awaited".
-        """
+        """Run ``coro`` once as task ``name`` (names may repeat); a failure is logged. No
+        wrapper: a task cancelled before its first step still closes ``coro``."""
         task = asyncio.get_running_loop().create_task(coro, name=name)
         task.add_done_callback(self._report)
         self._track(task)
@@ -195,11 +189,8 @@ async def next_by(items: AsyncIterator[_T], deadline: float) -> _T:
 
 
 class Changes:
-    """A signal that state changed, for waiters that each wait for a condition of their own.
-
-    ``notify`` wakes every waiter and arms a fresh event for the next change,
-    so a waiter never misses one: it checks its condition again after each.
-    """
+    """A signal that state changed: ``notify`` wakes every waiter and arms a fresh event,
+    so a waiter, checking its own condition after each change, never misses one."""
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
@@ -221,11 +212,8 @@ class Changes:
 
 
 class StopSignals:
-    """SIGTERM and SIGINT on the running loop as a request to stop (``wait``).
-
-    ``remove`` first thing at shutdown: a second signal while stopping then
-    has its default effect, so a stuck shutdown can still be ended.
-    """
+    """SIGTERM and SIGINT as a request to stop (``wait``). ``remove`` first thing at
+    shutdown: a second signal then has its default effect and ends a stuck shutdown."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -241,7 +229,7 @@ class StopSignals:
         self._stop.set()
 
     async def wait(self) -> str:
-        """Wait for the first signal; its name (``SIGTERM``)."""
+        """The name of the first signal (``SIGTERM``), once it comes."""
         await self._stop.wait()
         return self._received[0]
 
@@ -254,12 +242,8 @@ class StopSignals:
 async def inotify_events(
     on_error: Callable[[OSError], Exception],
 ) -> AsyncIterator[tuple[INotify, asyncio.Event]]:
-    """A non-blocking INotify and an event set whenever it has something to read.
-
-    Closed (and the loop's reader removed) on exit. When inotify cannot start
-    (too many instances, say), ``on_error`` turns the OSError into the
-    caller's own error, which is raised instead.
-    """
+    """A non-blocking INotify and an event set whenever it has something to read, closed
+    on exit; ``on_error`` turns an OSError at start (too many instances) into ours."""
     try:
         inotify = INotify(nonblocking=True)
     except OSError as exc:

@@ -112,39 +112,31 @@ def unit_env(
 async def run_hook(hook: HookRun) -> ExecResult:
     """Run ``hook``; return its result, or raise ``HookRunError``. Its log lines carry
     ``resource`` (and ``unit`` when it runs for one) as fields."""
-    unit_ids = [u.id for u in _unique_units(hook.units)]
-    unit = {"unit": unit_ids[0]} if len(unit_ids) == 1 else {}
-    with logsetup.fields(resource=hook.resource, **unit):
-        return await _run_hook(hook, _ids_text(unit_ids))
-
-
-async def _run_hook(hook: HookRun, ids: str) -> ExecResult:
     name, spec, resource, units = hook.name, hook.spec, hook.resource, hook.units
     log = hook.logger or _log
+    unit_ids = [u.id for u in _unique_units(units)]
+    ids = _ids_text(unit_ids)
     env = unit_env(resource, units, device_ids=hook.device_ids, node_name=hook.node_name, hook=name)
-    log.info(
-        "%s hook %s for %s %s: starting", name, spec.argv[0] if spec.argv else "", resource, ids
-    )
-    result = await run_exec(spec, env=env)
-    for line in result.output.splitlines():
-        log.info("%s hook [%s]: %s", name, resource, line)
-    if result.ok:
-        log.info("%s hook for %s %s: done in %.3fs", name, resource, ids, result.duration)
-        return result
-    message = failure_message(name, spec, resource=resource, ids=ids, result=result)
-    level = logging.ERROR if result.error is not None else logging.WARNING
-    log.log(level, "%s (after %.3fs)", message, result.duration)
-    raise HookRunError(message, result)
-
-
-def failure_message(name: str, spec: Exec, *, resource: str, ids: str, result: ExecResult) -> str:
-    """``init hook /usr/bin/x for example.com/serial unit A1B2 exited 3: <last line>``."""
-    program = spec.argv[0] if spec.argv else "<empty argv>"
-    how = f"timed out after {spec.timeout:g}s" if result.timed_out else result.describe()
-    last = result.last_line()
-    if last and result.error is None:
-        how += f": {last}"
-    return f"{name} hook {program} for {resource} {ids} {how}"
+    unit = {"unit": unit_ids[0]} if len(unit_ids) == 1 else {}
+    with logsetup.fields(resource=resource, **unit):
+        log.info(
+            "%s hook %s for %s %s: starting", name, spec.argv[0] if spec.argv else "", resource, ids
+        )
+        result = await run_exec(spec, env=env)
+        for line in result.output.splitlines():
+            log.info("%s hook [%s]: %s", name, resource, line)
+        if result.ok:
+            log.info("%s hook for %s %s: done in %.3fs", name, resource, ids, result.duration)
+            return result
+        # init hook /usr/bin/x for example.com/serial unit A1B2 exited 3: <last line>
+        how = f"timed out after {spec.timeout:g}s" if result.timed_out else result.describe()
+        if (last := result.last_line()) and result.error is None:
+            how += f": {last}"
+        program = spec.argv[0] if spec.argv else "<empty argv>"
+        message = f"{name} hook {program} for {resource} {ids} {how}"
+        level = logging.ERROR if result.error is not None else logging.WARNING
+        log.log(level, "%s (after %.3fs)", message, result.duration)
+        raise HookRunError(message, result)
 
 
 def _ids_text(ids: Sequence[str]) -> str:
