@@ -1,10 +1,8 @@
 """A small asyncio toolkit with no knowledge of devices or kubelets (after kopf's aiokits).
 
-Every long-lived task is named, guarded and cancelled together (``TaskSet``): a
-task that fails is logged and, given a ``Backoff``, restarted; one that returns
-is logged as ended unexpectedly (a loop that fell out silently is a resource that
-stopped working) unless spawned ``finishable``. Shutdown is cancellation plus a
-bounded wait that names the stragglers.
+``TaskSet``: a task that fails is logged and, given a ``Backoff``, restarted; one that
+returns is logged as ended unexpectedly (a loop that fell out silently is a resource
+that stopped working) unless ``finishable``; shutdown names the stragglers.
 """
 
 from __future__ import annotations
@@ -166,12 +164,9 @@ class TaskSet:
 
 
 async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:  # noqa: ASYNC109
-    """Wait up to ``timeout`` seconds (None: without limit) for ``event``; whether it is set.
-
-    ``asyncio.timeout`` rather than ``asyncio.wait_for``: on Python 3.11
-    ``wait_for`` can swallow a cancellation that arrives as the event fires,
-    which would leave a long-lived loop running after its task was cancelled.
-    """
+    """Wait up to ``timeout`` seconds (None: no limit) for ``event``; whether it is set.
+    Not ``wait_for``: on Python 3.11 it can swallow a cancellation that arrives as the
+    event fires, leaving a long-lived loop running after its task was cancelled."""
     try:
         async with asyncio.timeout(timeout):
             await event.wait()

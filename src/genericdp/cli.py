@@ -1,8 +1,4 @@
-"""The command line: ``genericdp serve | validate | discover | schema | simulate | deviceclasses
-| reconcile-classes``.
-
-Exit codes are in ``genericdp.exits``; the parser is ``genericdp.cliparser``.
-"""
+"""The ``genericdp`` commands (parser: ``cliparser``; exit codes: ``exits``)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """``genericdp serve``: load the config, run the supervisor until SIGTERM/SIGINT.
 
-Tasks that do not stop in time at shutdown are named in the log rather than
-blocking the exit. An invalid config at start does not stop it (a crash loop
-would be rolled out to every node): it serves the last good config kept in
-the state directory, or nothing, not ready until the config is fixed.
+An invalid config at start does not stop it (a crash loop would be rolled out to
+every node): it serves the last good config (``lastgood``), or nothing, not ready
+until the config is fixed.
 """
 
 from __future__ import annotations
@@ -133,11 +132,8 @@ def _problem_text(head: str, issues: tuple[str, ...]) -> str:
 
 
 async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> int:
-    """Serve every resource of the config until SIGTERM or SIGINT; return the exit code.
-
-    ``ready`` is set once the plugins are started (registration goes on in
-    the background: the kubelet may not be up yet).
-    """
+    """Serve the config until SIGTERM or SIGINT; the exit code. ``ready`` is set once the
+    plugins are started (they register in the background: the kubelet may not be up)."""
     from genericdp.runtime.supervisor import Supervisor
 
     store = LastGood(settings.state_path) if settings.state_path is not None else None

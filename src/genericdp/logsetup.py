@@ -1,8 +1,6 @@
-"""Logging for the daemon and the CLI: plain text for people, JSON lines for
-log collectors. Fields given with ``extra={...}`` appear in both; those of a
-``with fields(...)`` block or of a task started with ``context_with(...)``
-(``TaskSet.spawn``'s ``log_fields``) in JSON only, as the text lines name them
-in the message already.
+"""Logging: plain text for people, JSON lines for collectors. Fields given with
+``extra={...}`` appear in both; those of ``fields(...)`` or ``context_with(...)`` in
+JSON only, as the text lines name them in the message already.
 """
 
 from __future__ import annotations
@@ -49,9 +47,8 @@ class _Fields:
 
 
 def fields(**values: str) -> AbstractContextManager[None]:
-    """Log records inside the block carry ``values`` as fields too (JSON), like the
-    lines of a task started with ``context_with``: for a call into a resource from
-    outside its tasks (a reload, Allocate, a stop)."""
+    """Log records inside the block carry ``values`` as fields too (JSON), as those of a
+    task started with ``context_with`` do."""
     return _Fields(values)
 
 
@@ -78,7 +75,7 @@ def _extras(record: logging.LogRecord, *, context: bool = True) -> dict[str, Any
     return {k: v for k, v in vars(record).items() if k not in _STANDARD and k not in skip}
 
 
-def _stamp(record: logging.LogRecord) -> str:
+def _stamp(record: logging.LogRecord) -> str:  # 2026-11-29T07:00:00.123Z
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
     return f"{stamp}.{int(record.msecs):03d}Z"
 
@@ -129,12 +126,9 @@ class _Window:
 
 
 class RateLimitedLog:
-    """At most ``burst`` lines per ``period`` seconds for each key, then silence.
-
-    The first line of the next period says how many were left out. Keys are
-    fixed strings of ours (one per kind of message), never data from a
-    client, so the table stays small; it is capped all the same.
-    """
+    """At most ``burst`` lines per ``period`` seconds for each key (a fixed string of ours,
+    never a client's data; capped all the same); the next period's first says how many
+    were left out."""
 
     MAX_KEYS = 256
 

@@ -1,10 +1,8 @@
 """Hooks: user commands run around a container's use of units.
 
-A hook sees the units it is about in ``GENERICDP_*`` environment variables
-(documented in docs/hooks.md), and its output goes to our log line by line.
-A failed hook raises ``HookRunError`` whose message is meant to be read by
-whoever looks at the pod's events: which hook, for which units, how it ended,
-and the last thing it printed.
+A hook sees its units in ``GENERICDP_*`` variables (docs/hooks.md); its output goes
+to our log. A failed hook raises ``HookRunError``, whose message is for a pod's
+events: which hook, for which units, how it ended, the last thing it printed.
 """
 
 from __future__ import annotations
@@ -86,11 +84,8 @@ def unit_env(
     node_name: str = "",
     hook: str = "",
 ) -> dict[str, str]:
-    """The units, described in ``GENERICDP_*`` environment variables.
-
-    Every variable is always set (possibly empty) so a script may use
-    ``set -u``; lists are comma separated, in unit order, without duplicates.
-    """
+    """The units in ``GENERICDP_*`` variables, each always set (a script may ``set -u``);
+    lists are comma separated, in unit order, without duplicates."""
     units = _unique_units(units)
     env = {
         "GENERICDP_RESOURCE": resource,

@@ -1,14 +1,10 @@
 """Running one user-configured argv: no shell, bounded output, a hard timeout.
 
-Hooks and health probes are written by cluster admins and run on every node, so
-this assumes they misbehave: they fork, ignore SIGTERM, print megabytes, never
-exit or leave their process group. Each command runs in a session of its own,
-and whatever is left of it when it exits, times out or is cancelled (its group
-and all ``genericdp.hooks.reaper`` finds it started) gets SIGTERM, then SIGKILL
-after a short grace: nothing a hook starts outlives it.
-
-stdout and stderr share one pipe that we own (not asyncio's subprocess pipes), so
-a grandchild that keeps it open can never keep us waiting: we close our end.
+Hooks and probes may fork, ignore SIGTERM, print megabytes, never exit or leave
+their process group. Each runs in a session of its own, and whatever is left of it
+when it ends, times out or is cancelled (its group and all ``reaper`` finds it
+started) gets SIGTERM, then SIGKILL after a short grace. stdout and stderr share one
+pipe of ours, not asyncio's, so a grandchild holding it never keeps us waiting.
 """
 
 from __future__ import annotations
