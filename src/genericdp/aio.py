@@ -93,7 +93,6 @@ class TaskSet:
         return task
 
     async def cancel(self, name: str, *, timeout: float = 5.0) -> None:  # noqa: ASYNC109
-        """Cancel the tasks named ``name`` and wait for them (up to ``timeout`` seconds)."""
         tasks = [t for t in self._tasks if t.get_name() == name]
         await self._cancel_all(tasks, timeout)
 

@@ -161,7 +161,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     import asyncio
 
     from genericdp import logsetup
-    from genericdp.simulate import SimulateUsageError, parse_allocations, simulate
+    from genericdp.simulate import SimulateUsageError, parse_allocations, simulate, simulate_dra
 
     try:
         requests = parse_allocations(args.allocate)
@@ -172,8 +172,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     level = settings.log_level if "log_level" in settings.model_fields_set else "warning"
     logsetup.configure(level, settings.log_format)
     if args.backend == "dra":
-        from genericdp.simulate import simulate_dra
-
         driver = settings.dra_driver_name
         return asyncio.run(
             simulate_dra(

@@ -115,7 +115,6 @@ class HttpServer:
         self.shed = 0  # connections dropped to make room, since start
 
     async def start(self, address: Address) -> None:
-        """Listen on ``address``; raises ListenError saying why not."""
         try:
             # asyncio.start_server, with a reader that counts what it gets.
             loop = asyncio.get_running_loop()
@@ -139,7 +138,6 @@ class HttpServer:
         return len(self._connections)
 
     async def close(self) -> None:
-        """Stop listening and end every open connection."""
         server, self._server = self._server, None
         if server is not None:
             server.close()

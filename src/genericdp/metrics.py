@@ -180,7 +180,6 @@ class Metrics:
         self.registry.register(_StatusCollector(source))
 
     def exposition(self) -> bytes:
-        """The text format Prometheus scrapes."""
         return generate_latest(self.registry)
 
     def config_at_start(self, source: str) -> None:
@@ -195,8 +194,6 @@ class Metrics:
         """What is served now: one of ``CONFIG_SOURCES``."""
         for each in CONFIG_SOURCES:
             self._config_source.labels(each).set(1 if each == source else 0)
-
-    # -- Recorder ----------------------------------------------------------------
 
     def registration(self, resource: str, *, ok: bool) -> None:
         self._resource(resource)
@@ -229,7 +226,6 @@ class Metrics:
         self._kubelet_restarts.inc()
 
     def config_reload(self, result: str) -> None:
-        """Count one reload: ``applied``, ``unchanged``, ``refused`` or ``failed``."""
         self._reloads.labels(str(result)).inc()
         ok = result in RELOAD_SUCCESS
         self._reload_ok.set(1 if ok else 0)

@@ -65,7 +65,6 @@ class Exposition(Protocol):
 
 
 def routes(metrics: Exposition, ready: Callable[[], Verdict]) -> dict[str, Route]:
-    """``/metrics``, ``/healthz`` and ``/readyz`` for the HTTP server."""
     return {
         "/metrics": lambda: Response(200, metrics.exposition(), CONTENT_TYPE_LATEST),
         "/healthz": lambda: _answer(liveness()),

@@ -8,7 +8,6 @@ SEPARATOR = "::"
 
 
 def replica_id(unit_id: str, index: int) -> str:
-    """The kubelet device ID of replica ``index`` of a shared unit."""
     return f"{unit_id}{SEPARATOR}{index}"
 
 

@@ -283,12 +283,10 @@ class Settings(DiscoverySettings):
 
     @property
     def state_path(self) -> Path | None:
-        """The state directory; None when nothing is kept."""
         return Path(self.state_dir) if self.state_dir else None
 
     @property
     def metrics_listen(self) -> ListenAddress | None:
-        """The parsed ``metrics_address``; None when the endpoints are off."""
         return parse_listen_address(self.metrics_address)
 
 

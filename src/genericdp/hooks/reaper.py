@@ -138,8 +138,6 @@ class Subreaper:
         # Orphans without a run ID, by (pid, start): the runs they may belong to.
         self._strays: dict[tuple[int, int], set[str]] = {}
 
-    # -- the daemon's side ------------------------------------------------------------
-
     def enable(self, loop: asyncio.AbstractEventLoop) -> bool:
         """Become child subreaper and reap orphans on SIGCHLD (``serve`` calls this)."""
         if self.enabled:
@@ -168,8 +166,6 @@ class Subreaper:
             if info.ppid == me and not info.alive and info.pid not in self._leaders:
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(info.pid, os.WNOHANG)
-
-    # -- one command's side -----------------------------------------------------------
 
     def new_run(self) -> str:
         run_id = secrets.token_hex(8)
