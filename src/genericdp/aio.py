@@ -97,8 +97,7 @@ class TaskSet:
         await self._cancel_all(tasks, timeout)
 
     async def stop(self, *, timeout: float | None = 5.0) -> tuple[str, ...]:  # noqa: ASYNC109
-        """Cancel every task, wait up to ``timeout`` (None: for as long as they take);
-        return the names still running."""
+        """Cancel every task, wait up to ``timeout`` (None: no limit); the names still running."""
         return await self._cancel_all(list(self._tasks), timeout)
 
     def _track(self, task: asyncio.Task[None]) -> None:
@@ -176,8 +175,7 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:  # no
 
 async def next_by(items: AsyncIterator[_T], deadline: float) -> _T:
     """The next of ``items``, or TimeoutError once the loop's clock reaches ``deadline``
-    (StopAsyncIteration at their end). Only the wait is bounded, never what the
-    caller does with an item; ``asyncio.timeout_at``, for ``wait_event``'s reason."""
+    (only the wait is bounded; ``timeout_at``, for ``wait_event``'s reason)."""
     async with asyncio.timeout_at(deadline):
         return await anext(items)
 

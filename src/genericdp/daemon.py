@@ -87,8 +87,7 @@ class StartingConfig:
 
 
 def starting_config(settings: Settings, store: LastGood | None) -> StartingConfig:
-    """The config at ``settings.config``; when it is invalid, the last good one kept in
-    ``store`` (or none), with the problems logged."""
+    """The config at ``settings.config``, or when invalid the last good one in ``store``."""
     try:
         config, sources = load_sources([settings.config])
     except ConfigError as exc:
@@ -320,8 +319,7 @@ def serve_endpoints(
     metrics: Metrics,
     ready: Callable[[], Verdict],
 ) -> None:
-    """Spawn task ``http`` serving /metrics, /healthz and /readyz (None: turned off);
-    the device plugins never wait for it."""
+    """Task ``http``: /metrics, /healthz and /readyz (none at ``address`` None)."""
     if address is None:
         log.info("metrics_address is empty: no /metrics, /healthz or /readyz")
         return

@@ -127,8 +127,7 @@ class HealthMonitor:
         return was_poked
 
     async def probe_once(self, *, only_new: bool = False) -> frozenset[str]:
-        """One round: probe every current unit (``only_new``: those never probed yet),
-        then report if the unhealthy set changed."""
+        """One round (``only_new``: of units never probed); the unhealthy IDs."""
         try:
             units = {u.id: u for u in self._units()}
         except Exception:  # noqa: BLE001 -- a bug of ours must not stop health checking

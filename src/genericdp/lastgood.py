@@ -60,8 +60,7 @@ class Kept:
 
 @dataclass(frozen=True)
 class Reading:
-    """What the state directory holds: a ``kept`` config, or a ``problem`` with it,
-    or neither (nothing kept yet)."""
+    """A ``kept`` config, or a ``problem`` with it, or neither (nothing kept yet)."""
 
     kept: Kept | None = None
     problem: str | None = None
@@ -81,8 +80,7 @@ def _sha256(data: bytes) -> str:
 
 
 class LastGood:
-    """The state directory's last good config: ``read`` at start, ``keep`` after
-    every apply. ``keep`` writes only when the config differs from what is kept."""
+    """``read`` at start; ``keep`` after every apply, writing only when the config differs."""
 
     def __init__(self, directory: Path, *, clock: Callable[[], float] = time.time) -> None:
         self.directory = directory

@@ -30,8 +30,7 @@ _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
 
 
 class _Fields:
-    """``with fields(...)``: a class, cheaper than a ``contextmanager`` generator
-    (every Allocate enters one)."""
+    """``fields``: a class, cheaper than a ``contextmanager`` (every Allocate enters one)."""
 
     def __init__(self, values: Mapping[str, str]) -> None:
         self._values = values
@@ -47,14 +46,12 @@ class _Fields:
 
 
 def fields(**values: str) -> AbstractContextManager[None]:
-    """Log records inside the block carry ``values`` as fields too (JSON), as those of a
-    task started with ``context_with`` do."""
+    """Records inside the block carry ``values`` as (JSON) fields, as in a ``context_with``."""
     return _Fields(values)
 
 
 def context_with(**fields: str) -> contextvars.Context:
-    """A copy of the current context whose log records carry ``fields`` too
-    (for ``asyncio.create_task(..., context=...)``)."""
+    """A copy of the context whose records carry ``fields`` too (for ``create_task``)."""
     context = contextvars.copy_context()
     context.run(_FIELDS.set, {**_FIELDS.get(), **fields})
     return context

@@ -52,9 +52,7 @@ class StatusSource(Protocol):
 
     def status(self) -> Mapping[str, PluginStatus]: ...
 
-    def gauges(self) -> tuple[BackendGauge, ...]:
-        """The backend's own metrics (the device plugin's kubelet watch)."""
-        ...
+    def gauges(self) -> tuple[BackendGauge, ...]: ...  # the backend's own (its kubelet watch)
 
 
 class Metrics:

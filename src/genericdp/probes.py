@@ -24,8 +24,7 @@ class Verdict:
 
 
 def liveness() -> Verdict:
-    """Any answer means the loop is alive; nothing else fails it: no other trouble we
-    know is cured by a restart."""
+    """Any answer means the loop is alive; no other trouble we know is cured by a restart."""
     return Verdict(ok=True, text="ok")
 
 

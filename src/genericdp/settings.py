@@ -70,8 +70,7 @@ class ListenAddress:
 
 
 def parse_listen_address(text: str) -> ListenAddress | None:
-    """``host:port``, ``:port`` (every interface) or ``[v6]:port``; empty: disabled.
-    Raises ValueError saying what is wrong."""
+    """``host:port``, ``:port`` (every interface), ``[v6]:port`` or empty (None); ValueError."""
     text = text.strip()
     if not text:
         return None
@@ -109,8 +108,7 @@ SIMULATE_SKIPS = frozenset({
 
 
 class DiscoverySettings(BaseSettings):
-    """Where discovery reads the host's device tree, and the node it runs on
-    (``genericdp discover`` needs these only)."""
+    """Where discovery reads the host's devices, and the node (all ``discover`` needs)."""
 
     model_config = SettingsConfigDict(env_prefix="GENERICDP_", extra="ignore")
 
@@ -272,8 +270,7 @@ class Settings(DiscoverySettings):
         return None
 
     def dra_problem(self) -> str | None:
-        """Why the DRA backend cannot run with these settings, or None (the one check,
-        for ``serve`` and for the backend itself)."""
+        """Why the DRA backend cannot run with these settings (for serve and the backend)."""
         if not self.node_name:
             return (
                 "backend dra needs the node's name (--node-name or GENERICDP_NODE_NAME, from"

@@ -52,9 +52,8 @@ class HookRun:
         node_name: str = "",
         logger: logging.Logger | None = None,
     ) -> HookRun | None:
-        """The run of ``definition``'s hook ``name`` (``INIT``, ``PRE_START``,
-        ``CLEANUP``) for ``units``; None when the definition has no such hook.
-        Every backend makes its runs here, so every hook sees the same variables."""
+        """The run of ``definition``'s hook ``name`` for ``units`` (None: it has none); every
+        backend makes its runs here, so every hook sees the same variables."""
         hooks = definition.hooks
         spec = {INIT: hooks.init, PRE_START: hooks.pre_start, CLEANUP: hooks.cleanup}[name]
         if spec is None:
@@ -105,8 +104,7 @@ def unit_env(
 
 
 async def run_hook(hook: HookRun) -> ExecResult:
-    """Run ``hook``; return its result, or raise ``HookRunError``. Its log lines carry
-    ``resource`` (and ``unit`` when it runs for one) as fields."""
+    """Run ``hook`` (log fields ``resource``, ``unit``); its result, or HookRunError."""
     name, spec, resource, units = hook.name, hook.spec, hook.resource, hook.units
     log = hook.logger or _log
     unit_ids = [u.id for u in _unique_units(units)]

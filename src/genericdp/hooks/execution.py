@@ -33,8 +33,7 @@ _REAP_WAIT = 1.0  # how long a hurried stop waits for SIGKILL to take effect
 class ExecResult:
     """What happened when one argv ran. ``returncode`` is None when it could not start
     (``error`` says why), negative when a signal killed it. ``output``: the last
-    ``output_limit`` bytes of stdout and stderr interleaved (``truncated``: head dropped).
-    """
+    ``output_limit`` bytes of stdout and stderr interleaved (``truncated``: head dropped)."""
 
     argv: tuple[str, ...]
     returncode: int | None
@@ -76,9 +75,8 @@ async def run_exec(
     kill_grace: float = DEFAULT_KILL_GRACE,
     clock: Callable[[], float] = time.monotonic,
 ) -> ExecResult:
-    """Run ``spec.argv`` with a minimal environment plus ``env``; never raises for
-    a command that fails or cannot start. Cancellation stops the command's whole
-    process group before re-raising."""
+    """Run ``spec.argv`` with a minimal environment plus ``env``; never raises for a command
+    that fails or cannot start. Cancellation stops all of it before re-raising."""
     argv = tuple(spec.argv)
     started = clock()
 

@@ -44,8 +44,7 @@ _NOT_FOUND, _CONFLICT = 404, 409
 
 
 def object_name(node: str, owner: str = "") -> str:
-    """``<owner>-<node>`` (``genericdp-<node>`` without owner), shortened with a hash to
-    fit 253 characters."""
+    """``<owner>-<node>`` (``genericdp-<node>``), shortened with a hash to 253 characters."""
     name = f"{owner or NAME_PREFIX.rstrip('-')}-{node}"
     if len(name) <= MAX_NAME:
         return name
@@ -55,8 +54,7 @@ def object_name(node: str, owner: str = "") -> str:
 
 
 def field_manager(owner: str) -> str:
-    """The DaemonSet's name (``genericdp`` without owner), shortened with a hash to fit
-    a field manager's 128 characters."""
+    """The DaemonSet's name (``genericdp``), shortened with a hash to 128 characters."""
     name = owner or FIELD_MANAGER
     if len(name) <= MAX_MANAGER:
         return name
