@@ -1,8 +1,6 @@
-"""Config carried inside other files: a Helm values file, a rendered manifest.
-
-The files of one ConfigMap are checked together, as the pod reads its mounted
-directory, and each problem is put back at the line of the file the user wrote
-where the text was copied from it verbatim.
+"""Config carried inside a Helm values file or a rendered manifest. The files of one
+ConfigMap are checked together, as the pod reads them, and each problem is put back at
+its line in the file the user wrote where the text was copied from it verbatim.
 """
 
 from __future__ import annotations

@@ -145,10 +145,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
     from genericdp.hooks import run_hook
     from genericdp.runtime.recorder import TimedHooks
 
-    opened = backend_serving(settings.backend)
-    async with opened(
-        settings, run_hook=TimedHooks(run_hook, metrics), recorder=metrics
-    ) as backend:
+    serving, hooks = backend_serving(settings.backend), TimedHooks(run_hook, metrics)
+    async with serving(settings, run_hook=hooks, recorder=metrics) as backend:
         labels = settings.static_node_labels
         supervisor = Supervisor(settings, backend, metrics=metrics, node_labels=labels)
         return await _serve(settings, start, supervisor, metrics, store, ready=ready)

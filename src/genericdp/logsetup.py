@@ -21,12 +21,9 @@ _FIELDS: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
 )
 _FROM_CONTEXT = "_genericdp_context_fields"  # which extras the context added
 # Attributes every LogRecord has; anything else came from ``extra=``.
-_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
-    "message",
-    "asctime",
-    "taskName",
-    _FROM_CONTEXT,
-}
+_STANDARD = frozenset(
+    (*vars(logging.makeLogRecord({})), "message", "asctime", "taskName", _FROM_CONTEXT)
+)
 
 
 class _Fields:

@@ -1,9 +1,6 @@
-"""The daemon's Prometheus metrics: the Prometheus ``Recorder`` of the runtime.
-
-It owns a ``CollectorRegistry`` of its own, never the global one, so several
-supervisors (and tests) in one process do not collide. State the supervisor
-already knows is read from ``status()`` at scrape time, so it is always
-consistent; events are counters and histograms. Labels stay low-cardinality:
+"""The runtime's Prometheus ``Recorder``, on a registry of its own (several supervisors and
+tests in one process never collide). State is read from ``status()`` at scrape time, so
+it is always consistent; events are counters and histograms. Labels stay low-cardinality:
 the resource name, never device IDs or pods.
 """
 

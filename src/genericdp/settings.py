@@ -1,7 +1,5 @@
 """Daemon settings: command-line flags override ``GENERICDP_*`` environment variables.
-
-Every filesystem root is a setting so tests (and ``simulate``) point the daemon
-at temporary trees instead of the host's ``/dev``, ``/sys`` and kubelet.
+Every filesystem root is one, so tests and ``simulate`` use temporary trees.
 """
 
 from __future__ import annotations
