@@ -125,9 +125,8 @@ class _Tail(asyncio.Protocol):
             del self._buffer[:excess]
             self._dropped += excess
 
-    def eof_received(self) -> bool | None:
+    def eof_received(self) -> None:
         self._set_done()
-        return None
 
     def connection_lost(self, exc: Exception | None) -> None:  # noqa: ARG002 -- asyncio.Protocol's signature
         self._set_done()

@@ -51,16 +51,12 @@ class ProcInfo:
 
 def process_table(proc_root: Path = Path("/proc")) -> dict[int, ProcInfo]:
     """Every process we can see, by pid (empty without /proc)."""
-    table: dict[int, ProcInfo] = {}
     try:
         entries = [e.name for e in os.scandir(proc_root) if e.name.isdigit()]
     except OSError:
-        return table
-    for name in entries:
-        info = read_stat(proc_root / name)
-        if info is not None:
-            table[info.pid] = info
-    return table
+        return {}
+    infos = (read_stat(proc_root / name) for name in entries)
+    return {info.pid: info for info in infos if info is not None}
 
 
 def read_stat(proc_dir: Path) -> ProcInfo | None:

@@ -87,11 +87,6 @@ def _kind(mode: int) -> str:
 
 def parse_features(text: str) -> dict[str, str]:
     """The labels of a feature file: ``key=value`` lines; comments and blank lines skipped."""
-    labels: dict[str, str] = {}
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        key, _, value = stripped.partition("=")
-        labels[key] = value
-    return labels
+    lines = (line.strip() for line in text.splitlines())
+    pairs = (line.partition("=") for line in lines if line and not line.startswith("#"))
+    return {key: value for key, _, value in pairs}
