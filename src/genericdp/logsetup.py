@@ -29,16 +29,15 @@ _STANDARD = frozenset(
 class _Fields:
     """``fields``: a class, cheaper than a ``contextmanager`` (every Allocate enters one)."""
 
+    _token: contextvars.Token[Mapping[str, str]]  # set on entering
+
     def __init__(self, values: Mapping[str, str]) -> None:
         self._values = values
-        self._token: contextvars.Token[Mapping[str, str]] | None = None
 
     def __enter__(self) -> None:
         self._token = _FIELDS.set({**_FIELDS.get(), **self._values})
 
     def __exit__(self, *exc_info: object) -> None:
-        if self._token is None:
-            raise RuntimeError("self._token is not set")
         _FIELDS.reset(self._token)
 
 
