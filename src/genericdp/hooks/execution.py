@@ -33,7 +33,8 @@ _REAP_WAIT = 1.0  # how long a hurried stop waits for SIGKILL to take effect
 class ExecResult:
     """What happened when one argv ran. ``returncode`` is None when it could not start
     (``error`` says why), negative when a signal killed it. ``output``: the last
-    ``output_limit`` bytes of stdout and stderr interleaved (``truncated``: head dropped)."""
+    ``output_limit`` bytes of stdout and stderr interleaved, bad UTF-8 replaced
+    (``truncated``: head dropped)."""
 
     argv: tuple[str, ...]
     returncode: int | None
