@@ -1,10 +1,8 @@
 """A small asyncio toolkit with no knowledge of devices or kubelets (after kopf's aiokits).
 
-Every long-lived task is named, guarded and cancelled together (``TaskSet``): a
-task that fails is logged and, given a ``Backoff``, restarted; one that returns
-is logged as ended unexpectedly (a loop that fell out silently is a resource that
-stopped working) unless spawned ``finishable``. Shutdown is cancellation plus a
-bounded wait that names the stragglers.
+``TaskSet``: a task that fails is logged and, given a ``Backoff``, restarted; one that
+returns is logged as ended unexpectedly (a loop that fell out silently is a resource
+that stopped working) unless ``finishable``; shutdown names the stragglers.
 """
 
 from __future__ import annotations
@@ -31,11 +29,8 @@ _T = TypeVar("_T")
 
 @dataclass
 class Backoff:
-    """Exponential backoff with jitter: ``initial`` doubling up to ``maximum``.
-
-    ``jitter`` is a fraction: each delay is scaled by a random factor in
-    ``[1 - jitter, 1 + jitter]`` so many resources do not retry in lockstep.
-    """
+    """``initial`` doubling up to ``maximum``, each delay scaled by a random factor in
+    ``[1 - jitter, 1 + jitter]`` so many resources do not retry in lockstep."""
 
     initial: float = 0.1
     maximum: float = 5.0
@@ -90,24 +85,19 @@ class TaskSet:
         return task
 
     def run(self, name: str, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        """Run ``coro`` once as task ``name`` (names may repeat); a failure is logged.
-
-        The coroutine is the task itself (no wrapper), so a task cancelled
-        before its first step still closes it instead of leaving it "never awaited".
-        """
+        """Run ``coro`` once as task ``name`` (names may repeat); a failure is logged. No
+        wrapper: a task cancelled before its first step still closes ``coro``."""
         task = asyncio.get_running_loop().create_task(coro, name=name)
         task.add_done_callback(self._report)
         self._track(task)
         return task
 
     async def cancel(self, name: str, *, timeout: float = 5.0) -> None:  # noqa: ASYNC109
-        """Cancel the tasks named ``name`` and wait for them (up to ``timeout`` seconds)."""
         tasks = [t for t in self._tasks if t.get_name() == name]
         await self._cancel_all(tasks, timeout)
 
     async def stop(self, *, timeout: float | None = 5.0) -> tuple[str, ...]:  # noqa: ASYNC109
-        """Cancel every task, wait up to ``timeout`` (None: for as long as they take);
-        return the names still running."""
+        """Cancel every task, wait up to ``timeout`` (None: no limit); the names still running."""
         return await self._cancel_all(list(self._tasks), timeout)
 
     def _track(self, task: asyncio.Task[None]) -> None:
@@ -172,12 +162,9 @@ class TaskSet:
 
 
 async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:  # noqa: ASYNC109
-    """Wait up to ``timeout`` seconds (None: without limit) for ``event``; whether it is set.
-
-    ``asyncio.timeout`` rather than ``asyncio.wait_for``: on Python 3.11
-    ``wait_for`` can swallow a cancellation that arrives as the event fires,
-    which would leave a long-lived loop running after its task was cancelled.
-    """
+    """Wait up to ``timeout`` seconds (None: no limit) for ``event``; whether it is set.
+    Not ``wait_for``: on Python 3.11 it can swallow a cancellation that arrives as the
+    event fires, leaving a long-lived loop running after its task was cancelled."""
     try:
         async with asyncio.timeout(timeout):
             await event.wait()
@@ -188,18 +175,14 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:  # no
 
 async def next_by(items: AsyncIterator[_T], deadline: float) -> _T:
     """The next of ``items``, or TimeoutError once the loop's clock reaches ``deadline``
-    (StopAsyncIteration at their end). Only the wait is bounded, never what the
-    caller does with an item; ``asyncio.timeout_at``, for ``wait_event``'s reason."""
+    (only the wait is bounded; ``timeout_at``, for ``wait_event``'s reason)."""
     async with asyncio.timeout_at(deadline):
         return await anext(items)
 
 
 class Changes:
-    """A signal that state changed, for waiters that each wait for a condition of their own.
-
-    ``notify`` wakes every waiter and arms a fresh event for the next change,
-    so a waiter never misses one: it checks its condition again after each.
-    """
+    """A signal that state changed: ``notify`` wakes every waiter and arms a fresh event,
+    so a waiter, checking its own condition after each change, never misses one."""
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
@@ -221,11 +204,8 @@ class Changes:
 
 
 class StopSignals:
-    """SIGTERM and SIGINT on the running loop as a request to stop (``wait``).
-
-    ``remove`` first thing at shutdown: a second signal while stopping then
-    has its default effect, so a stuck shutdown can still be ended.
-    """
+    """SIGTERM and SIGINT as a request to stop (``wait``). ``remove`` first thing at
+    shutdown: a second signal then has its default effect and ends a stuck shutdown."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -241,7 +221,7 @@ class StopSignals:
         self._stop.set()
 
     async def wait(self) -> str:
-        """Wait for the first signal; its name (``SIGTERM``)."""
+        """The name of the first signal (``SIGTERM``), once it comes."""
         await self._stop.wait()
         return self._received[0]
 
@@ -254,12 +234,8 @@ class StopSignals:
 async def inotify_events(
     on_error: Callable[[OSError], Exception],
 ) -> AsyncIterator[tuple[INotify, asyncio.Event]]:
-    """A non-blocking INotify and an event set whenever it has something to read.
-
-    Closed (and the loop's reader removed) on exit. When inotify cannot start
-    (too many instances, say), ``on_error`` turns the OSError into the
-    caller's own error, which is raised instead.
-    """
+    """A non-blocking INotify and an event set whenever it has something to read, closed
+    on exit; ``on_error`` turns an OSError at start (too many instances) into ours."""
     try:
         inotify = INotify(nonblocking=True)
     except OSError as exc:

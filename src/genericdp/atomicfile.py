@@ -9,12 +9,8 @@ from pathlib import Path
 
 
 def write_atomically(path: Path, data: bytes, *, mode: int = 0o600) -> None:
-    """Write ``data`` to a temporary file beside ``path``, fsync it, rename it over
-    ``path`` and fsync the directory. Raises OSError; no temporary file is left.
-
-    The temporary name starts with ``.`` and ends in ``.tmp``: neither a CDI
-    runtime (``*.json``) nor anything globbing our names reads it half written.
-    """
+    """Replace ``path`` by ``data`` (raises OSError, leaving no temporary file). The temporary
+    name, ``.*.tmp``, is read half written by no CDI runtime (``*.json``) or glob of ours."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -1,8 +1,4 @@
-"""The command line: ``genericdp serve | validate | discover | schema | simulate | deviceclasses
-| reconcile-classes``.
-
-Exit codes are in ``genericdp.exits``; the parser is ``genericdp.cliparser``.
-"""
+"""The ``genericdp`` commands (parser: ``cliparser``; exit codes: ``exits``)."""
 
 from __future__ import annotations
 
@@ -14,16 +10,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from genericdp import exits
 from genericdp.cliparser import SQUAT_DAEMON_FLAGS, build_parser, flag
 from genericdp.errors import ConfigError, ConfigIssue, DiscoveryError, GenericdpError
-from genericdp.exits import (
-    EXIT_ENVIRONMENT,
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_INVALID,
-    EXIT_OK,
-    EXIT_USAGE,
-)
 from genericdp.settings import ClassSettings, DiscoverySettings, Settings
 
 
@@ -77,7 +66,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"ok: {len(checked.resources)} resource(s) in {checked.label}")
         for name, where in checked.resources:
             print(f"  {name}  ({where})")
-    return EXIT_OK
+    return exits.EXIT_OK
 
 
 def cmd_schema(_args: argparse.Namespace) -> int:
@@ -85,7 +74,7 @@ def cmd_schema(_args: argparse.Namespace) -> int:
 
     text = schema_text()
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    return EXIT_OK
+    return exits.EXIT_OK
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -108,8 +97,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
             " the config serves less than squat does (see the warnings)",
             file=sys.stderr,
         )
-        return EXIT_FAILED
-    return EXIT_OK
+        return exits.EXIT_FAILED
+    return exits.EXIT_OK
 
 
 def cmd_discover(args: argparse.Namespace) -> int:
@@ -144,7 +133,7 @@ def cmd_discover(args: argparse.Namespace) -> int:
     missing = root_notes(config.resources, roots)
     for note in [*missing, *limited]:
         print(f"warning: {note}", file=sys.stderr)
-    return EXIT_ENVIRONMENT if missing else EXIT_OK
+    return exits.EXIT_ENVIRONMENT if missing else exits.EXIT_OK
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -165,7 +154,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     import asyncio
 
     from genericdp import logsetup
-    from genericdp.simulate import SimulateUsageError, parse_allocations, simulate
+    from genericdp.simulate import SimulateUsageError, parse_allocations, simulate, simulate_dra
 
     try:
         requests = parse_allocations(args.allocate)
@@ -176,8 +165,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     level = settings.log_level if "log_level" in settings.model_fields_set else "warning"
     logsetup.configure(level, settings.log_format)
     if args.backend == "dra":
-        from genericdp.simulate import simulate_dra
-
         driver = settings.dra_driver_name
         return asyncio.run(
             simulate_dra(
@@ -202,7 +189,7 @@ def cmd_deviceclasses(args: argparse.Namespace) -> int:
     yaml.explicit_start = True
     yaml.width = 4096  # one line per CEL expression
     yaml.dump_all(device_classes(config, settings.dra_driver_name), sys.stdout)
-    return EXIT_OK
+    return exits.EXIT_OK
 
 
 def cmd_reconcile_classes(args: argparse.Namespace) -> int:
@@ -235,10 +222,10 @@ def _report(exc: Exception) -> int | None:
             print(f"error: {issue}", file=sys.stderr)
         files = {i.file for i in exc.issues}
         print(f"{len(exc.issues)} problem(s) in {len(files)} file(s)", file=sys.stderr)
-        return EXIT_INVALID
+        return exits.EXIT_INVALID
     if isinstance(exc, UsageError):
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return exits.EXIT_USAGE
     if isinstance(exc, ValidationError):
         for err in exc.errors():
             loc = ".".join(str(x) for x in err["loc"])
@@ -248,10 +235,10 @@ def _report(exc: Exception) -> int | None:
                 f"GENERICDP_{loc.upper()}): {err['msg']}, not {given!r}",
                 file=sys.stderr,
             )
-        return EXIT_USAGE
+        return exits.EXIT_USAGE
     if isinstance(exc, GenericdpError | OSError):  # a root, directory or file we cannot use
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_ENVIRONMENT
+        return exits.EXIT_ENVIRONMENT
     return None
 
 
@@ -260,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+        return exits.EXIT_INTERRUPTED
     except Exception as exc:
         code = _report(exc)
         if code is None:

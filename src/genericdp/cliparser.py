@@ -6,9 +6,8 @@ arguments, spelled as squat/generic-device-plugin's flags so an args list can be
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, cast, get_args, get_origin
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel
 
@@ -43,11 +42,11 @@ def _setting_flags(
         kind = field.annotation
         default = f"{field.default}" if field.default != "" else "empty"
         help_text = f"{field.description} (GENERICDP_{name.upper()}; default {default})"
-        if get_origin(kind) is Literal:
-            g.add_argument(flag(name), dest=name, choices=get_args(kind), help=help_text)
-        else:
-            convert = cast("Callable[[str], Any]", kind)  # Path, float or str
-            g.add_argument(flag(name), dest=name, type=convert, help=help_text)
+        # A Literal's values are choices; any other type (Path, float, str) converts the text.
+        kwargs: dict[str, Any] = (
+            {"choices": get_args(kind)} if get_origin(kind) is Literal else {"type": kind}
+        )
+        g.add_argument(flag(name), dest=name, help=help_text, **kwargs)
         names.append(name)
     p.set_defaults(settings=tuple(names))
 

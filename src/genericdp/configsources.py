@@ -1,8 +1,6 @@
-"""Config carried inside other files: a Helm values file, a rendered manifest.
-
-The files of one ConfigMap are checked together, as the pod reads its mounted
-directory, and each problem is put back at the line of the file the user wrote
-where the text was copied from it verbatim.
+"""Config carried inside a Helm values file or a rendered manifest. The files of one
+ConfigMap are checked together, as the pod reads them, and each problem is put back at
+its line in the file the user wrote where the text was copied from it verbatim.
 """
 
 from __future__ import annotations
@@ -114,9 +112,7 @@ def _scalar(
     """A string value; placed in the source when it is a ``|`` block copied verbatim."""
     text = parent[key]
     if not isinstance(text, str):
-        raise ConfigError(
-            [_issue_at(path, parent, key, where, f"must be a string, not {type(text).__name__}")]
-        )
+        raise _error_at(path, parent, key, where, f"must be a string, not {type(text).__name__}")
     line, _ = parent.lc.value(key)
     start = line + 1
     body = [s for s in lines[start:] if s.strip()]
@@ -125,9 +121,9 @@ def _scalar(
     return Embedded(name, text, str(path), where, start + 1 if verbatim else None, indent)
 
 
-def _issue_at(path: Path, parent: Any, key: str, where: str, message: str) -> ConfigIssue:
+def _error_at(path: Path, parent: Any, key: str, where: str, message: str) -> ConfigError:
     line, column = parent.lc.key(key)
-    return ConfigIssue(str(path), line + 1, column + 1, where, message)
+    return ConfigError([ConfigIssue(str(path), line + 1, column + 1, where, message)])
 
 
 def _mapping(path: Path, lines: list[str], parent: Any, key: str) -> Embedded:
@@ -170,18 +166,16 @@ def from_helm_values(path: Path) -> list[Embedded]:
         )
     elif values.get("config") is not None:
         if not hasattr(values["config"], "lc"):
-            raise ConfigError([_issue_at(path, values, "config", "config", "must be a mapping")])
+            raise _error_at(path, values, "config", "config", "must be a mapping")
         found.append(_mapping(path, lines, values, "config"))
     extra = values.get("extraConfigFiles") or {}
     if extra and not hasattr(extra, "lc"):
-        raise ConfigError(
-            [_issue_at(path, values, "extraConfigFiles", "extraConfigFiles", "must be a mapping")]
-        )
+        raise _error_at(path, values, "extraConfigFiles", "extraConfigFiles", "must be a mapping")
     for name in extra:
         where = f"extraConfigFiles.{name}"
         if not str(name).endswith(SUFFIXES) or name == "config.yaml":
             message = "must end in .yaml or .yml and not be config.yaml"
-            raise ConfigError([_issue_at(path, extra, name, where, message)])
+            raise _error_at(path, extra, name, where, message)
         found.append(_scalar(path, lines, extra, name, name=str(name), where=where))
     if not found:
         raise _whole_file(path, "has no config, configYaml or extraConfigFiles: nothing to check")

@@ -1,9 +1,8 @@
 """``genericdp serve``: load the config, run the supervisor until SIGTERM/SIGINT.
 
-Tasks that do not stop in time at shutdown are named in the log rather than
-blocking the exit. An invalid config at start does not stop it (a crash loop
-would be rolled out to every node): it serves the last good config kept in
-the state directory, or nothing, not ready until the config is fixed.
+An invalid config at start does not stop it (a crash loop would be rolled out to
+every node): it serves the last good config (``lastgood``), or nothing, not ready
+until the config is fixed.
 """
 
 from __future__ import annotations
@@ -88,8 +87,7 @@ class StartingConfig:
 
 
 def starting_config(settings: Settings, store: LastGood | None) -> StartingConfig:
-    """The config at ``settings.config``; when it is invalid, the last good one kept in
-    ``store`` (or none), with the problems logged."""
+    """The config at ``settings.config``, or when invalid the last good one in ``store``."""
     try:
         config, sources = load_sources([settings.config])
     except ConfigError as exc:
@@ -133,11 +131,8 @@ def _problem_text(head: str, issues: tuple[str, ...]) -> str:
 
 
 async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> int:
-    """Serve every resource of the config until SIGTERM or SIGINT; return the exit code.
-
-    ``ready`` is set once the plugins are started (registration goes on in
-    the background: the kubelet may not be up yet).
-    """
+    """Serve the config until SIGTERM or SIGINT; the exit code. ``ready`` is set once the
+    plugins are started (they register in the background: the kubelet may not be up)."""
     from genericdp.runtime.supervisor import Supervisor
 
     store = LastGood(settings.state_path) if settings.state_path is not None else None
@@ -150,10 +145,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> in
     from genericdp.hooks import run_hook
     from genericdp.runtime.recorder import TimedHooks
 
-    opened = backend_serving(settings.backend)
-    async with opened(
-        settings, run_hook=TimedHooks(run_hook, metrics), recorder=metrics
-    ) as backend:
+    serving, hooks = backend_serving(settings.backend), TimedHooks(run_hook, metrics)
+    async with serving(settings, run_hook=hooks, recorder=metrics) as backend:
         labels = settings.static_node_labels
         supervisor = Supervisor(settings, backend, metrics=metrics, node_labels=labels)
         return await _serve(settings, start, supervisor, metrics, store, ready=ready)
@@ -324,8 +317,7 @@ def serve_endpoints(
     metrics: Metrics,
     ready: Callable[[], Verdict],
 ) -> None:
-    """Spawn task ``http`` serving /metrics, /healthz and /readyz (None: turned off);
-    the device plugins never wait for it."""
+    """Task ``http``: /metrics, /healthz and /readyz (none at ``address`` None)."""
     if address is None:
         log.info("metrics_address is empty: no /metrics, /healthz or /readyz")
         return

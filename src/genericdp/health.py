@@ -1,14 +1,11 @@
 """Unit health: a per-unit state machine and the monitor that feeds it probes.
 
-A unit is Unhealthy until its first probe passes, turns Unhealthy after
-``failure_threshold`` consecutive failed probes (non-zero exit, timeout, could
-not start) and is Healthy again after one success: a device plugin whose
-devices can never come back forces a node drain for a glitch.
-
-Unhealthy until proven: the kubelet counts every unit listed in capacity but
-only Healthy ones as allocatable, and advertising an unchecked unit Healthy
-would admit a pod onto a device that fails its first probe. A new unit is
-probed at once (``poke``), so allocatable follows within one probe's run time.
+A unit turns Unhealthy after ``failure_threshold`` consecutive failed probes and is
+Healthy again after one success (a device that can never come back forces a node
+drain for a glitch). It is Unhealthy until its first probe passes: the kubelet
+counts only Healthy units as allocatable, and an unchecked unit advertised Healthy
+would admit a pod onto a device that fails its first probe. A new unit is probed
+at once (``poke``), so allocatable follows within one probe's run time.
 """
 
 from __future__ import annotations
@@ -53,15 +50,10 @@ class HealthTracker:
 
 
 class HealthMonitor:
-    """Probes every unit of one resource each ``check.interval`` seconds.
-
-    ``units`` returns the units to probe now (they come and go with hotplug);
-    ``poke`` says the units changed, and units never probed are then probed at
-    once, between rounds. ``on_change`` (plain or async) gets the IDs of all
-    unhealthy units whenever that set or the set of ``probed`` units changes,
-    and only then (``sleep`` and ``clock`` let tests drive the rounds). Nothing a probe,
-    ``units`` or ``on_change`` does can end ``run``: every failure is logged.
-    """
+    """Probes every unit ``units()`` returns each ``check.interval`` seconds, and units
+    never probed at once after ``poke``. ``on_change`` (plain or async) gets the unhealthy
+    IDs whenever they or the ``probed`` set change. No failure of a probe, ``units`` or
+    ``on_change`` ends ``run``: each is logged."""
 
     def __init__(
         self,
@@ -96,7 +88,6 @@ class HealthMonitor:
 
     @property
     def unhealthy(self) -> frozenset[str]:
-        """IDs of the probed units currently Unhealthy."""
         return frozenset(uid for uid, t in self._trackers.items() if not t.healthy)
 
     @property
@@ -109,7 +100,6 @@ class HealthMonitor:
         self._poked.set()
 
     async def run(self) -> None:
-        """Probe, wait out the rest of the interval (probing new units), repeat."""
         while True:
             deadline = self._clock() + self.check.interval
             await self._guarded(only_new=False)
@@ -137,8 +127,7 @@ class HealthMonitor:
         return was_poked
 
     async def probe_once(self, *, only_new: bool = False) -> frozenset[str]:
-        """One round: probe every current unit (``only_new``: those never probed yet),
-        then report if the unhealthy set changed."""
+        """One round (``only_new``: of units never probed); the unhealthy IDs."""
         try:
             units = {u.id: u for u in self._units()}
         except Exception:  # noqa: BLE001 -- a bug of ours must not stop health checking
@@ -181,12 +170,9 @@ class HealthMonitor:
                 self._log.exception("health: on_result callback failed")
 
     async def _read_sysfs(self, probe: SysfsProbe, units: list[Unit]) -> list[ExecResult]:
-        """Every unit's attribute read in one worker thread, no process at all.
-
-        A read that blocks (a driver stuck in its attribute's show function)
-        cannot be interrupted: past the timeout its units fail, and until that
-        thread returns the next rounds fail too instead of piling up threads.
-        """
+        """Every unit's attribute read in one worker thread. A blocked read (a driver stuck
+        in its show function) cannot be interrupted: past the timeout its units fail, and
+        so do the next rounds until that thread returns, instead of piling up threads."""
         if not units:
             return []
         argv = ("sysfs", probe.attribute)
@@ -282,14 +268,14 @@ class HealthMonitor:
         self._reported = unhealthy, probed
 
 
-REASON_TAIL = 800  # characters of a probe's output a reason keeps (its end says most)
+# Characters of a probe's output a reason keeps (its end says most; the DRA health
+# stream clips a whole reason to 1024).
+REASON_TAIL = 800
 
 
 def failure_reason(check: HealthCheck, result: ExecResult) -> str:
-    """Why a probe of ``check`` failed, in words a pod's status can show:
-    ``health probe exited 3: <the output's last REASON_TAIL characters, lines joined
-    by " | ">`` (the DRA health stream clips the whole to 1024), or for a sysfs probe
-    what was read: ``sysfs operstate: devices/.../operstate is 'down', not 'up'``."""
+    """Why a probe failed, for a pod's status: ``health probe exited 3: <the output's last
+    REASON_TAIL characters, lines joined by " | ">``, or ``sysfs operstate: <what was read>``."""
     if check.sysfs is not None:
         how = f"sysfs {check.sysfs.attribute}: {result.output.strip() or 'nothing read'}"
         return f"{how} (after {check.sysfs.timeout:g}s)" if result.timed_out else how

@@ -1,12 +1,6 @@
-"""A tiny HTTP/1.1 server for /metrics, /healthz and /readyz, on the daemon's loop.
-
-Served from the event loop on purpose: a liveness probe that gets an answer
-proves the loop is not stuck. It only serves Prometheus and the kubelet's
-probes, so it is small and strict: one GET or HEAD per connection, a request
-head bounded in time and size (408, 431), and at most ``max_connections`` at
-once, a new one shedding the oldest still waiting for its head, so a flood
-of idle or dribbling connections cannot starve the kubelet's probes. What
-clients can make happen at will is logged at a bounded rate.
+"""A tiny HTTP/1.1 server for /metrics, /healthz and /readyz, on the daemon's loop (an
+answer proves the loop is not stuck); its limits and why: docs/contributing/architecture.md,
+"Observability".
 """
 
 from __future__ import annotations
@@ -121,7 +115,6 @@ class HttpServer:
         self.shed = 0  # connections dropped to make room, since start
 
     async def start(self, address: Address) -> None:
-        """Listen on ``address``; raises ListenError saying why not."""
         try:
             # asyncio.start_server, with a reader that counts what it gets.
             loop = asyncio.get_running_loop()
@@ -145,7 +138,6 @@ class HttpServer:
         return len(self._connections)
 
     async def close(self) -> None:
-        """Stop listening and end every open connection."""
         server, self._server = self._server, None
         if server is not None:
             server.close()
@@ -278,12 +270,8 @@ async def run_http_server(
     *,
     on_listening: Callable[[list[tuple[str, int]]], None] = lambda _: None,
 ) -> None:
-    """Serve ``routes`` on ``address`` until cancelled (a task's body).
-
-    Raises ListenError when the address cannot be used, so the task guard
-    retries (the previous pod of a rolling update may still hold the port).
-    ``on_listening`` gets the addresses (with the port chosen for port 0).
-    """
+    """Serve ``routes`` on ``address`` until cancelled; ListenError when the address cannot
+    be used, for the task guard to retry (the previous pod may still hold the port)."""
     server = HttpServer(routes)
     await server.start(address)
     try:

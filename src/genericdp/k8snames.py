@@ -1,10 +1,6 @@
-"""Kubernetes' name rules, one implementation for the config and the embedded kubelet.
-
-``is_extended_resource_name`` is the kubelet's ``v1helper.IsExtendedResourceName``,
-applied to every Register call, so the embedded kubelet accepts and refuses
-exactly what the real one does (``config.names`` says why a name fails, in these
-terms). Label keys are qualified names too, label values ``IsValidLabelValue``'s.
-"""
+"""Kubernetes' name rules, one implementation for the config and the embedded kubelet
+(``is_extended_resource_name`` is the kubelet's ``v1helper.IsExtendedResourceName``, so
+the embedded kubelet refuses exactly what the real one does at Register)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
-"""The last good config, kept on the node so a restart never loses it.
+"""The last good config, kept in the state directory (a hostPath) so that a pod starting
+with an invalid config serves it instead of crash-looping on every node of a rollout.
 
-``serve`` keeps the config files it applied in one JSON file in its state
-directory (a hostPath). A pod that starts with an invalid config serves that
-one instead of crash-looping on every node of a rollout.
-
-The file is written atomically, mode 0600 in a 0700 directory, with a SHA-256
-of each text and of them all. It is read back as distrustfully as a
-ConfigMap: no symlink followed, the size bounded, the digests checked, the
-texts loaded as any config. Anything wrong is a ``problem`` in words, never
-an exception: a bad state file must not stop the daemon.
+One JSON file, written atomically (0600 in a 0700 directory) with a SHA-256 of each
+text and of them all, read back as distrustfully as a ConfigMap; anything wrong is a
+``problem`` in words, never an exception: a bad state file must not stop the daemon.
 """
 
 from __future__ import annotations
@@ -65,8 +60,7 @@ class Kept:
 
 @dataclass(frozen=True)
 class Reading:
-    """What the state directory holds: a ``kept`` config, or a ``problem`` with it,
-    or neither (nothing kept yet)."""
+    """A ``kept`` config, or a ``problem`` with it, or neither (nothing kept yet)."""
 
     kept: Kept | None = None
     problem: str | None = None
@@ -86,8 +80,7 @@ def _sha256(data: bytes) -> str:
 
 
 class LastGood:
-    """The state directory's last good config: ``read`` at start, ``keep`` after
-    every apply. ``keep`` writes only when the config differs from what is kept."""
+    """``read`` at start; ``keep`` after every apply, writing only when the config differs."""
 
     def __init__(self, directory: Path, *, clock: Callable[[], float] = time.time) -> None:
         self.directory = directory

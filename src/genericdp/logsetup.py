@@ -1,8 +1,6 @@
-"""Logging for the daemon and the CLI: plain text for people, JSON lines for
-log collectors. Fields given with ``extra={...}`` appear in both; those of a
-``with fields(...)`` block or of a task started with ``context_with(...)``
-(``TaskSet.spawn``'s ``log_fields``) in JSON only, as the text lines name them
-in the message already.
+"""Logging: plain text for people, JSON lines for collectors. Fields given with
+``extra={...}`` appear in both; those of ``fields(...)`` or ``context_with(...)`` in
+JSON only, as the text lines name them in the message already.
 """
 
 from __future__ import annotations
@@ -23,41 +21,33 @@ _FIELDS: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
 )
 _FROM_CONTEXT = "_genericdp_context_fields"  # which extras the context added
 # Attributes every LogRecord has; anything else came from ``extra=``.
-_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
-    "message",
-    "asctime",
-    "taskName",
-    _FROM_CONTEXT,
-}
+_STANDARD = frozenset(
+    (*vars(logging.makeLogRecord({})), "message", "asctime", "taskName", _FROM_CONTEXT)
+)
 
 
 class _Fields:
-    """``with fields(...)``: a class, cheaper than a ``contextmanager`` generator
-    (every Allocate enters one)."""
+    """``fields``: a class, cheaper than a ``contextmanager`` (every Allocate enters one)."""
+
+    _token: contextvars.Token[Mapping[str, str]]  # set on entering
 
     def __init__(self, values: Mapping[str, str]) -> None:
         self._values = values
-        self._token: contextvars.Token[Mapping[str, str]] | None = None
 
     def __enter__(self) -> None:
         self._token = _FIELDS.set({**_FIELDS.get(), **self._values})
 
     def __exit__(self, *exc_info: object) -> None:
-        if self._token is None:
-            raise RuntimeError("self._token is not set")
         _FIELDS.reset(self._token)
 
 
 def fields(**values: str) -> AbstractContextManager[None]:
-    """Log records inside the block carry ``values`` as fields too (JSON), like the
-    lines of a task started with ``context_with``: for a call into a resource from
-    outside its tasks (a reload, Allocate, a stop)."""
+    """Records inside the block carry ``values`` as (JSON) fields, as in a ``context_with``."""
     return _Fields(values)
 
 
 def context_with(**fields: str) -> contextvars.Context:
-    """A copy of the current context whose log records carry ``fields`` too
-    (for ``asyncio.create_task(..., context=...)``)."""
+    """A copy of the context whose records carry ``fields`` too (for ``create_task``)."""
     context = contextvars.copy_context()
     context.run(_FIELDS.set, {**_FIELDS.get(), **fields})
     return context
@@ -78,7 +68,7 @@ def _extras(record: logging.LogRecord, *, context: bool = True) -> dict[str, Any
     return {k: v for k, v in vars(record).items() if k not in _STANDARD and k not in skip}
 
 
-def _stamp(record: logging.LogRecord) -> str:
+def _stamp(record: logging.LogRecord) -> str:  # 2026-11-29T07:00:00.123Z
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
     return f"{stamp}.{int(record.msecs):03d}Z"
 
@@ -129,12 +119,9 @@ class _Window:
 
 
 class RateLimitedLog:
-    """At most ``burst`` lines per ``period`` seconds for each key, then silence.
-
-    The first line of the next period says how many were left out. Keys are
-    fixed strings of ours (one per kind of message), never data from a
-    client, so the table stays small; it is capped all the same.
-    """
+    """At most ``burst`` lines per ``period`` seconds for each key (a fixed string of ours,
+    never a client's data; capped all the same); the next period's first says how many
+    were left out."""
 
     MAX_KEYS = 256
 

@@ -1,9 +1,6 @@
-"""The daemon's Prometheus metrics: the Prometheus ``Recorder`` of the runtime.
-
-It owns a ``CollectorRegistry`` of its own, never the global one, so several
-supervisors (and tests) in one process do not collide. State the supervisor
-already knows is read from ``status()`` at scrape time, so it is always
-consistent; events are counters and histograms. Labels stay low-cardinality:
+"""The runtime's Prometheus ``Recorder``, on a registry of its own (several supervisors and
+tests in one process never collide). State is read from ``status()`` at scrape time, so
+it is always consistent; events are counters and histograms. Labels stay low-cardinality:
 the resource name, never device IDs or pods.
 """
 
@@ -52,9 +49,7 @@ class StatusSource(Protocol):
 
     def status(self) -> Mapping[str, PluginStatus]: ...
 
-    def gauges(self) -> tuple[BackendGauge, ...]:
-        """The backend's own metrics (the device plugin's kubelet watch)."""
-        ...
+    def gauges(self) -> tuple[BackendGauge, ...]: ...  # the backend's own (its kubelet watch)
 
 
 class Metrics:
@@ -180,7 +175,6 @@ class Metrics:
         self.registry.register(_StatusCollector(source))
 
     def exposition(self) -> bytes:
-        """The text format Prometheus scrapes."""
         return generate_latest(self.registry)
 
     def config_at_start(self, source: str) -> None:
@@ -195,8 +189,6 @@ class Metrics:
         """What is served now: one of ``CONFIG_SOURCES``."""
         for each in CONFIG_SOURCES:
             self._config_source.labels(each).set(1 if each == source else 0)
-
-    # -- Recorder ----------------------------------------------------------------
 
     def registration(self, resource: str, *, ok: bool) -> None:
         self._resource(resource)
@@ -229,7 +221,6 @@ class Metrics:
         self._kubelet_restarts.inc()
 
     def config_reload(self, result: str) -> None:
-        """Count one reload: ``applied``, ``unchanged``, ``refused`` or ``failed``."""
         self._reloads.labels(str(result)).inc()
         ok = result in RELOAD_SUCCESS
         self._reload_ok.set(1 if ok else 0)

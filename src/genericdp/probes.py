@@ -1,9 +1,5 @@
-"""What ``/healthz`` and ``/readyz`` answer, and the routes of the HTTP server.
-
-The verdicts are pure: the daemon hands in its resources' statuses and notes;
-``routes`` puts them and ``/metrics`` (``genericdp.metrics``) behind
-``genericdp.httpserver``.
-"""
+"""What ``/healthz`` and ``/readyz`` answer (pure: the daemon hands in its statuses), and
+the routes of the HTTP server."""
 
 from __future__ import annotations
 
@@ -28,23 +24,16 @@ class Verdict:
 
 
 def liveness() -> Verdict:
-    """Answered from the event loop, so an answer at all means the loop is alive.
-    Nothing else fails it: no other trouble we know is cured by a restart."""
+    """Any answer means the loop is alive; no other trouble we know is cured by a restart."""
     return Verdict(ok=True, text="ok")
 
 
 def readiness(
     statuses: Mapping[str, PluginStatus], *, started: bool, notes: Sequence[str] = ()
 ) -> Verdict:
-    """Ready once every resource of the running config has registered at least once.
-
-    Not before the config is applied; a config without resources is ready.
-    Readiness does not drop when the kubelet restarts (re-registering is the
-    daemon's job, not a rollout's concern). Units Unhealthy for a missing
-    ``allocate.devices`` node, ``notes`` and units over the node's limits are
-    listed but do not fail it: a driver not loaded on one node must not stall
-    a DaemonSet rollout across the cluster.
-    """
+    """Ready once the config is applied and each of its resources registered at least once.
+    Faults and ``notes`` are listed but never fail it: a driver not loaded on one node must
+    not stall a rollout (docs/contributing/architecture.md, "Observability")."""
     if not started:
         return Verdict(ok=False, text="not ready: starting")
     waiting = {n: s for n, s in statuses.items() if s.registrations == 0}
@@ -75,7 +64,6 @@ class Exposition(Protocol):
 
 
 def routes(metrics: Exposition, ready: Callable[[], Verdict]) -> dict[str, Route]:
-    """``/metrics``, ``/healthz`` and ``/readyz`` for the HTTP server."""
     return {
         "/metrics": lambda: Response(200, metrics.exposition(), CONTENT_TYPE_LATEST),
         "/healthz": lambda: _answer(liveness()),

@@ -1,13 +1,6 @@
-"""Compile an API package's .proto files into Python message modules (a development tool).
-
-Both protocol packages (``genericdp.kubelet.api``, ``genericdp.kubeletplugin.api``) keep
-their .proto files beside the generated modules and regenerate them with
-``python -m genericdp.<package>.api.generate``; this is the one protoc run they
-share. The protos are compiled with ``src`` as the include root, so the
-generated modules import each other by their full names
-(``genericdp.kubelet.api.*``). ``grpc_tools`` is a development dependency
-only: it is imported when stubs are generated, never by the daemon. No gRPC
-code is generated: ``grpcservices`` reads the services from their descriptors.
+"""The protoc run both API packages' ``generate.py`` share (a development tool: ``grpc_tools``
+is imported only here). ``src`` is the include root, so the generated modules import each
+other by their full names; no gRPC code is generated (``grpcservices`` reads descriptors).
 """
 
 from __future__ import annotations

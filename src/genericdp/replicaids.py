@@ -1,8 +1,5 @@
-"""A unit's kubelet device IDs: ``<unit>::<i>`` for each container that may share it.
-
-The one home of the format: discovery keeps room for the suffix in every unit
-ID (and never lets the separator into one), the device-plugin backend lists
-these IDs and reads the unit and index back from what the kubelet sends.
+"""A unit's kubelet device IDs, ``<unit>::<i>`` for each container that may share it: the
+one home of the format (discovery keeps room for the suffix and the separator out of IDs).
 """
 
 from __future__ import annotations
@@ -11,7 +8,6 @@ SEPARATOR = "::"
 
 
 def replica_id(unit_id: str, index: int) -> str:
-    """The kubelet device ID of replica ``index`` of a shared unit."""
     return f"{unit_id}{SEPARATOR}{index}"
 
 

@@ -1,7 +1,5 @@
-"""What `genericdp discover` shows: per resource, the units it would advertise,
-what an allocation of one unit would give a container, and the node labels it
-would publish. Pure: built from a config and discovered units, rendered as
-text for people or JSON for machines."""
+"""What `genericdp discover` shows of each resource: its units, what one unit would give a
+container, the node labels it would publish; as text or JSON."""
 
 from __future__ import annotations
 
@@ -61,9 +59,7 @@ def build_report(
 
 
 def unit_health(definition: ResourceDefinition, unit: Unit) -> str:
-    """What the daemon would advertise for ``unit`` before any probe has run:
-    Unhealthy without a required node, Healthy with no probe, else not yet
-    known (a probed unit starts Unhealthy until its first probe passes)."""
+    """What the daemon would advertise for ``unit`` before any probe has run."""
     if unit.missing:
         return "Unhealthy"
     return "Healthy" if definition.health is None else "not probed"
@@ -101,11 +97,6 @@ def _probe_text(definition: ResourceDefinition) -> str | None:
     )
 
 
-def _allocation_dict(allocation: Allocation) -> dict[str, Any]:
-    # discover writes no CDI spec, and has never listed the CDI names.
-    return {k: v for k, v in allocation.as_dict().items() if k != "cdiDevices"}
-
-
 def report_dict(report: ResourceReport) -> dict[str, Any]:
     """The JSON shape of one resource's report (stable keys, camelCase)."""
     d = report.definition
@@ -128,7 +119,10 @@ def report_dict(report: ResourceReport) -> dict[str, Any]:
             for u in report.units
         ],
         "capacity": len(report.device_ids),
-        "exampleAllocation": _allocation_dict(report.example) if report.example else None,
+        # discover writes no CDI spec, and has never listed the CDI names.
+        "exampleAllocation": None
+        if report.example is None
+        else {k: v for k, v in report.example.as_dict().items() if k != "cdiDevices"},
         "error": report.error,
         "missingDevices": _missing(report.units),
         "served": report.not_served is None,

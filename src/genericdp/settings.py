@@ -1,7 +1,5 @@
 """Daemon settings: command-line flags override ``GENERICDP_*`` environment variables.
-
-Every filesystem root is a setting so tests (and ``simulate``) point the daemon
-at temporary trees instead of the host's ``/dev``, ``/sys`` and kubelet.
+Every filesystem root is one, so tests and ``simulate`` use temporary trees.
 """
 
 from __future__ import annotations
@@ -70,8 +68,7 @@ class ListenAddress:
 
 
 def parse_listen_address(text: str) -> ListenAddress | None:
-    """``host:port``, ``:port`` (every interface) or ``[v6]:port``; empty: disabled.
-    Raises ValueError saying what is wrong."""
+    """``host:port``, ``:port`` (every interface), ``[v6]:port`` or empty (None); ValueError."""
     text = text.strip()
     if not text:
         return None
@@ -109,8 +106,7 @@ SIMULATE_SKIPS = frozenset({
 
 
 class DiscoverySettings(BaseSettings):
-    """Where discovery reads the host's device tree, and the node it runs on
-    (``genericdp discover`` needs these only)."""
+    """Where discovery reads the host's devices, and the node (all ``discover`` needs)."""
 
     model_config = SettingsConfigDict(env_prefix="GENERICDP_", extra="ignore")
 
@@ -272,8 +268,7 @@ class Settings(DiscoverySettings):
         return None
 
     def dra_problem(self) -> str | None:
-        """Why the DRA backend cannot run with these settings, or None (the one check,
-        for ``serve`` and for the backend itself)."""
+        """Why the DRA backend cannot run with these settings (for serve and the backend)."""
         if not self.node_name:
             return (
                 "backend dra needs the node's name (--node-name or GENERICDP_NODE_NAME, from"
@@ -283,12 +278,10 @@ class Settings(DiscoverySettings):
 
     @property
     def state_path(self) -> Path | None:
-        """The state directory; None when nothing is kept."""
         return Path(self.state_dir) if self.state_dir else None
 
     @property
     def metrics_listen(self) -> ListenAddress | None:
-        """The parsed ``metrics_address``; None when the endpoints are off."""
         return parse_listen_address(self.metrics_address)
 
 

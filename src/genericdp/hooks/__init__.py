@@ -1,10 +1,8 @@
 """Hooks: user commands run around a container's use of units.
 
-A hook sees the units it is about in ``GENERICDP_*`` environment variables
-(documented in docs/hooks.md), and its output goes to our log line by line.
-A failed hook raises ``HookRunError`` whose message is meant to be read by
-whoever looks at the pod's events: which hook, for which units, how it ended,
-and the last thing it printed.
+A hook sees its units in ``GENERICDP_*`` variables (docs/hooks.md); its output goes
+to our log. A failed hook raises ``HookRunError``, whose message is for a pod's
+events: which hook, for which units, how it ended, the last thing it printed.
 """
 
 from __future__ import annotations
@@ -54,9 +52,8 @@ class HookRun:
         node_name: str = "",
         logger: logging.Logger | None = None,
     ) -> HookRun | None:
-        """The run of ``definition``'s hook ``name`` (``INIT``, ``PRE_START``,
-        ``CLEANUP``) for ``units``; None when the definition has no such hook.
-        Every backend makes its runs here, so every hook sees the same variables."""
+        """The run of ``definition``'s hook ``name`` for ``units`` (None: it has none); every
+        backend makes its runs here, so every hook sees the same variables."""
         hooks = definition.hooks
         spec = {INIT: hooks.init, PRE_START: hooks.pre_start, CLEANUP: hooks.cleanup}[name]
         if spec is None:
@@ -86,11 +83,8 @@ def unit_env(
     node_name: str = "",
     hook: str = "",
 ) -> dict[str, str]:
-    """The units, described in ``GENERICDP_*`` environment variables.
-
-    Every variable is always set (possibly empty) so a script may use
-    ``set -u``; lists are comma separated, in unit order, without duplicates.
-    """
+    """The units in ``GENERICDP_*`` variables, each always set (a script may ``set -u``);
+    lists are comma separated, in unit order, without duplicates."""
     units = _unique_units(units)
     env = {
         "GENERICDP_RESOURCE": resource,
@@ -110,41 +104,32 @@ def unit_env(
 
 
 async def run_hook(hook: HookRun) -> ExecResult:
-    """Run ``hook``; return its result, or raise ``HookRunError``. Its log lines carry
-    ``resource`` (and ``unit`` when it runs for one) as fields."""
-    unit_ids = [u.id for u in _unique_units(hook.units)]
-    unit = {"unit": unit_ids[0]} if len(unit_ids) == 1 else {}
-    with logsetup.fields(resource=hook.resource, **unit):
-        return await _run_hook(hook, _ids_text(unit_ids))
-
-
-async def _run_hook(hook: HookRun, ids: str) -> ExecResult:
+    """Run ``hook`` (log fields ``resource``, ``unit``); its result, or HookRunError."""
     name, spec, resource, units = hook.name, hook.spec, hook.resource, hook.units
     log = hook.logger or _log
+    unit_ids = [u.id for u in _unique_units(units)]
+    ids = _ids_text(unit_ids)
     env = unit_env(resource, units, device_ids=hook.device_ids, node_name=hook.node_name, hook=name)
-    log.info(
-        "%s hook %s for %s %s: starting", name, spec.argv[0] if spec.argv else "", resource, ids
-    )
-    result = await run_exec(spec, env=env)
-    for line in result.output.splitlines():
-        log.info("%s hook [%s]: %s", name, resource, line)
-    if result.ok:
-        log.info("%s hook for %s %s: done in %.3fs", name, resource, ids, result.duration)
-        return result
-    message = failure_message(name, spec, resource=resource, ids=ids, result=result)
-    level = logging.ERROR if result.error is not None else logging.WARNING
-    log.log(level, "%s (after %.3fs)", message, result.duration)
-    raise HookRunError(message, result)
-
-
-def failure_message(name: str, spec: Exec, *, resource: str, ids: str, result: ExecResult) -> str:
-    """``init hook /usr/bin/x for example.com/serial unit A1B2 exited 3: <last line>``."""
-    program = spec.argv[0] if spec.argv else "<empty argv>"
-    how = f"timed out after {spec.timeout:g}s" if result.timed_out else result.describe()
-    last = result.last_line()
-    if last and result.error is None:
-        how += f": {last}"
-    return f"{name} hook {program} for {resource} {ids} {how}"
+    unit = {"unit": unit_ids[0]} if len(unit_ids) == 1 else {}
+    with logsetup.fields(resource=resource, **unit):
+        log.info(
+            "%s hook %s for %s %s: starting", name, spec.argv[0] if spec.argv else "", resource, ids
+        )
+        result = await run_exec(spec, env=env)
+        for line in result.output.splitlines():
+            log.info("%s hook [%s]: %s", name, resource, line)
+        if result.ok:
+            log.info("%s hook for %s %s: done in %.3fs", name, resource, ids, result.duration)
+            return result
+        # init hook /usr/bin/x for example.com/serial unit A1B2 exited 3: <last line>
+        how = f"timed out after {spec.timeout:g}s" if result.timed_out else result.describe()
+        if (last := result.last_line()) and result.error is None:
+            how += f": {last}"
+        program = spec.argv[0] if spec.argv else "<empty argv>"
+        message = f"{name} hook {program} for {resource} {ids} {how}"
+        level = logging.ERROR if result.error is not None else logging.WARNING
+        log.log(level, "%s (after %.3fs)", message, result.duration)
+        raise HookRunError(message, result)
 
 
 def _ids_text(ids: Sequence[str]) -> str:

@@ -1,14 +1,10 @@
 """Running one user-configured argv: no shell, bounded output, a hard timeout.
 
-Hooks and health probes are written by cluster admins and run on every node, so
-this assumes they misbehave: they fork, ignore SIGTERM, print megabytes, never
-exit or leave their process group. Each command runs in a session of its own,
-and whatever is left of it when it exits, times out or is cancelled (its group
-and all ``genericdp.hooks.reaper`` finds it started) gets SIGTERM, then SIGKILL
-after a short grace: nothing a hook starts outlives it.
-
-stdout and stderr share one pipe that we own (not asyncio's subprocess pipes), so
-a grandchild that keeps it open can never keep us waiting: we close our end.
+Hooks and probes may fork, ignore SIGTERM, print megabytes, never exit or leave
+their process group. Each runs in a session of its own, and whatever is left of it
+when it ends, times out or is cancelled (its group and all ``reaper`` finds it
+started) gets SIGTERM, then SIGKILL after a short grace. stdout and stderr share one
+pipe of ours, not asyncio's, so a grandchild holding it never keeps us waiting.
 """
 
 from __future__ import annotations
@@ -35,13 +31,10 @@ _REAP_WAIT = 1.0  # how long a hurried stop waits for SIGKILL to take effect
 
 @dataclass(frozen=True)
 class ExecResult:
-    """What happened when one argv ran.
-
-    ``returncode`` is None when the command could not start (then ``error``
-    says why); negative means killed by that signal. ``output`` is stdout and
-    stderr interleaved, at most the last ``output_limit`` bytes of it (decoded
-    as UTF-8, bad bytes replaced); ``truncated`` says the head was dropped.
-    """
+    """What happened when one argv ran. ``returncode`` is None when it could not start
+    (``error`` says why), negative when a signal killed it. ``output``: the last
+    ``output_limit`` bytes of stdout and stderr interleaved, bad UTF-8 replaced
+    (``truncated``: head dropped)."""
 
     argv: tuple[str, ...]
     returncode: int | None
@@ -83,9 +76,8 @@ async def run_exec(
     kill_grace: float = DEFAULT_KILL_GRACE,
     clock: Callable[[], float] = time.monotonic,
 ) -> ExecResult:
-    """Run ``spec.argv`` with a minimal environment plus ``env``; never raises for
-    a command that fails or cannot start. Cancellation stops the command's whole
-    process group before re-raising."""
+    """Run ``spec.argv`` with a minimal environment plus ``env``; never raises for a command
+    that fails or cannot start. Cancellation stops all of it before re-raising."""
     argv = tuple(spec.argv)
     started = clock()
 
@@ -99,7 +91,9 @@ async def run_exec(
     if not argv:
         return result(None, False, None, "empty argv")
     run_id = SUBREAPER.new_run()
-    full_env = {**child_env(env), RUN_ID_VAR: run_id}
+    # Nothing else leaks from the daemon (settings, its pod's credentials): a hook
+    # behaves the same whatever the daemon was started with.
+    full_env = {"PATH": os.environ.get("PATH") or DEFAULT_PATH, **env, RUN_ID_VAR: run_id}
     try:
         proc, transport, tail = await _start(
             argv, full_env, cwd, output_limit, grace=kill_grace, run_id=run_id
@@ -114,18 +108,6 @@ async def run_exec(
         transport.close()
         SUBREAPER.end_run(run_id, proc.pid if proc.returncode is not None else None)
     return result(proc.returncode, timed_out, tail, None)
-
-
-def child_env(extra: Mapping[str, str]) -> dict[str, str]:
-    """The whole environment of a child: our PATH (or a sane default) plus ``extra``.
-
-    Nothing else leaks from the daemon (settings, credentials of the pod we
-    run in), so a hook behaves the same whatever the daemon was started with.
-    ``run_exec`` adds ``GENERICDP_RUN_ID``, which marks what the command starts.
-    """
-    env = {"PATH": os.environ.get("PATH") or DEFAULT_PATH}
-    env.update(extra)
-    return env
 
 
 class _Tail(asyncio.Protocol):
@@ -144,9 +126,8 @@ class _Tail(asyncio.Protocol):
             del self._buffer[:excess]
             self._dropped += excess
 
-    def eof_received(self) -> bool | None:
+    def eof_received(self) -> None:
         self._set_done()
-        return None
 
     def connection_lost(self, exc: Exception | None) -> None:  # noqa: ARG002 -- asyncio.Protocol's signature
         self._set_done()
@@ -177,13 +158,8 @@ async def _start(
     grace: float,
     run_id: str,
 ) -> tuple[asyncio.subprocess.Process, asyncio.BaseTransport, _Tail]:
-    """``_spawn``, safe against cancellation while it is under way.
-
-    The command may already run (and fork) before asyncio has finished setting
-    up its transport; a cancellation then would lose the process without
-    stopping its group. So starting is shielded, and a cancelled start is
-    completed and then stopped like any running command.
-    """
+    """``_spawn``, shielded: the command may run (and fork) before asyncio has set up its
+    transport, so a cancelled start is completed, then stopped like any command."""
     starting = asyncio.create_task(_spawn(argv, env, cwd, limit), name=f"start {argv[0]}")
     try:
         return await asyncio.shield(starting)
@@ -243,12 +219,8 @@ async def _wait(proc: asyncio.subprocess.Process, limit: float, grace: float, ru
 
 
 async def _stop_firmly(proc: asyncio.subprocess.Process, grace: float, run_id: str) -> None:
-    """``_stop``; cancelled meanwhile (shutdown in a hurry), SIGKILL at once.
-
-    Even then we wait a moment for asyncio to reap the leader, so the
-    subprocess transport is closed and no zombie is left; a further
-    cancellation ends that wait too.
-    """
+    """``_stop``; cancelled meanwhile (shutdown in a hurry), SIGKILL at once and a short
+    wait for asyncio to reap the leader, so no zombie is left."""
     try:
         await _stop(proc, grace, run_id)
     except asyncio.CancelledError:
@@ -262,13 +234,8 @@ async def _stop_firmly(proc: asyncio.subprocess.Process, grace: float, run_id: s
 
 
 async def _stop(proc: asyncio.subprocess.Process, grace: float, run_id: str) -> None:
-    """SIGTERM what is left of the command, SIGKILL whatever outlives ``grace``.
-
-    Nothing is left (and this returns at once) when the command exited
-    normally without leaving processes behind. Processes signalled once stay
-    in view until they are gone, even if their parent dies meanwhile and they
-    go to init (no subreaper: ``genericdp`` used as a library).
-    """
+    """SIGTERM what is left of the command, SIGKILL whatever outlives ``grace``. What was
+    signalled once stays in view until gone, even re-parented to init (no subreaper)."""
     signalled: dict[int, int] = {}  # pid -> start time, against pid reuse
     if not _signal_all(proc, run_id, signal.SIGTERM, signalled):
         return
@@ -336,11 +303,8 @@ def _signal_group(pgid: int, sig: int) -> bool:
 
 
 def _group_alive(pgid: int) -> bool:
-    """Whether any member of the group still runs (zombies do not count).
-
-    Signal 0 alone would also see zombies, and some init processes reap their
-    adopted orphans only now and then: we would wait out the whole grace.
-    """
+    """Whether any member of the group still runs. Not signal 0 alone: it sees zombies,
+    which some init processes reap only now and then."""
     if not _signal_group(pgid, 0):
         return False
     table = process_table()
@@ -350,13 +314,8 @@ def _group_alive(pgid: int) -> bool:
 
 
 def _reap_group(pgid: int) -> None:
-    """Reap members of the group that became our children.
-
-    When the daemon is PID 1 of its container (or a child subreaper), the
-    command's orphans are re-parented to us, and nobody else would reap them.
-    Only called once the leader itself has been reaped by asyncio, so this can
-    never steal its exit status.
-    """
+    """Reap members of the group re-parented to us (PID 1 or subreaper), whom nobody
+    else reaps; only once asyncio reaped the leader, never stealing its status."""
     with contextlib.suppress(ChildProcessError):  # none left
         while os.waitpid(-pgid, os.WNOHANG)[0]:  # 0: those left still run
             pass

@@ -1,20 +1,16 @@
 """Every process a command starts, found and stopped: the daemon as child subreaper.
 
-A process group is not enough: a child that calls ``setsid`` (a daemonizing
-helper) leaves the group, and once its parent exits init adopts it, out of our
-sight. So ``genericdp serve`` makes itself a child subreaper
-(``prctl(PR_SET_CHILD_SUBREAPER)``, unprivileged) and orphans come to it. What a
-command started is then its own process tree (while it runs) and the trees of
-orphans that carry its run ID in their environment (``GENERICDP_RUN_ID``,
-inherited through fork and exec) or lost it (``env -i``) and appeared while it
-ran. ``execution`` stops all of that with the process group; orphans several
+A process group is not enough: a child that calls ``setsid`` leaves it, and once
+its parent exits init adopts it. So ``serve`` makes itself a child subreaper
+(``prctl``, unprivileged) and orphans come to it. What a command started is its
+process tree and the orphans that carry its ``GENERICDP_RUN_ID`` (inherited through
+fork and exec) or lost it (``env -i``) and appeared while it ran; orphans several
 running commands may own are stopped when the last of those ends.
 
-Zombies of orphans are reaped here on SIGCHLD, but never a pid asyncio's child
-watcher owns: a command's own process is registered while it runs, nothing is
-reaped while a command is being started (its pid is not known yet), and
-``waitpid(-1)`` is never called. Without the subreaper (a library, tests) only
-the running command's tree and its process group are stopped.
+Orphans' zombies are reaped on SIGCHLD, never a pid asyncio's child watcher owns:
+a command's own process is registered, nothing is reaped while one is starting
+(its pid is not known yet), and ``waitpid(-1)`` is never called. Without the
+subreaper (a library, tests) only the command's tree and group are stopped.
 """
 
 from __future__ import annotations
@@ -55,16 +51,12 @@ class ProcInfo:
 
 def process_table(proc_root: Path = Path("/proc")) -> dict[int, ProcInfo]:
     """Every process we can see, by pid (empty without /proc)."""
-    table: dict[int, ProcInfo] = {}
     try:
         entries = [e.name for e in os.scandir(proc_root) if e.name.isdigit()]
     except OSError:
-        return table
-    for name in entries:
-        info = read_stat(proc_root / name)
-        if info is not None:
-            table[info.pid] = info
-    return table
+        return {}
+    infos = (read_stat(proc_root / name) for name in entries)
+    return {info.pid: info for info in infos if info is not None}
 
 
 def read_stat(proc_dir: Path) -> ProcInfo | None:
@@ -128,11 +120,8 @@ def set_child_subreaper() -> bool:
 
 
 class Subreaper:
-    """Which processes belong to which running command; reaps orphans' zombies.
-
-    One per process (``SUBREAPER``): the subreaper attribute and the children
-    it brings are the process's. Methods are called from the event loop only.
-    """
+    """Which processes belong to which running command; reaps orphans' zombies. One per
+    process (``SUBREAPER``), as the subreaper attribute is; used from the loop only."""
 
     def __init__(self, proc_root: Path = Path("/proc")) -> None:
         self._proc = proc_root
@@ -144,8 +133,6 @@ class Subreaper:
         self._runs: set[str] = set()
         # Orphans without a run ID, by (pid, start): the runs they may belong to.
         self._strays: dict[tuple[int, int], set[str]] = {}
-
-    # -- the daemon's side ------------------------------------------------------------
 
     def enable(self, loop: asyncio.AbstractEventLoop) -> bool:
         """Become child subreaper and reap orphans on SIGCHLD (``serve`` calls this)."""
@@ -176,8 +163,6 @@ class Subreaper:
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(info.pid, os.WNOHANG)
 
-    # -- one command's side -----------------------------------------------------------
-
     def new_run(self) -> str:
         run_id = secrets.token_hex(8)
         self._runs.add(run_id)
@@ -200,12 +185,8 @@ class Subreaper:
 
     def family(self, run_id: str, leader: int | None) -> set[int]:
         """The live processes a run started: ``leader``'s tree (None: reaped), its orphans
-        with its run ID, and orphans without one that no other running command may own.
-
-        Those last are found here, while the command is being stopped, and not only
-        when it has ended: what ``execution`` signals it also waits for, so a
-        process signalled is gone (not merely sent SIGKILL) when the command returns.
-        """
+        with its run ID, and orphans without one that no other running command may own
+        (found while it is stopped, so that ``execution`` waits for them to be gone)."""
         if leader is None and not self.enabled:
             return set()  # the usual case without subreaper: nothing to look for
         table = process_table(self._proc)
@@ -237,12 +218,8 @@ class Subreaper:
                 self._strays[key] = set(self._runs)
 
     def end_run(self, run_id: str, leader: int | None) -> None:
-        """The run is over: stop orphans that only it could own (``execution`` has
-        already stopped and waited for those it found; this catches the rest).
-
-        ``leader`` is the command's pid once asyncio has reaped it (None when it
-        never started, or is not reaped yet: then it stays ours to leave alone).
-        """
+        """The run is over: kill the orphans only it could own that ``execution`` missed.
+        ``leader``: the command's pid once asyncio reaped it (else None: left alone)."""
         if leader is not None:
             self._leaders.discard(leader)
         if not self.enabled:

@@ -1,11 +1,8 @@
 """Node labels from discovery: each served resource's ``labels`` rendered over its
-healthy units, kept published through a ``LabelSink`` (a NodeFeature object, a
-features.d file: the daemon chooses; the runtime knows neither).
-
-``LabelFollower`` recomputes the labels at every change (hotplug, health, reload,
-nodeSelector), lets a burst settle and publishes only what differs from what it
-published last. A rendered value that is not a label value (a USB descriptor
-string is anything its maker wrote) is dropped with one log line and a metric.
+healthy units, kept published through a ``LabelSink`` (a NodeFeature object or a
+features.d file: the daemon chooses; the runtime knows neither). A rendered value
+that is not a label value (a USB descriptor string is anything its maker wrote) is
+dropped with one log line and a metric.
 """
 
 from __future__ import annotations
@@ -40,17 +37,13 @@ class LabelSink(Protocol):
     """Where the node's labels go; raises OSError or GenericdpError when it cannot."""
 
     @property
-    def what(self) -> str:
-        """What it writes, for log lines (``NodeFeature ns/name``, a file's path)."""
-        ...
+    def what(self) -> str: ...  # for log lines: ``NodeFeature ns/name``, a file's path
 
     async def current(self) -> Labels | None:
         """What is published now (None: something must be written whatever the labels)."""
         ...
 
-    async def publish(self, labels: Labels) -> None:
-        """Make ``labels`` the published ones, replacing all others."""
-        ...
+    async def publish(self, labels: Labels) -> None: ...  # replacing all others
 
 
 class LabelSource(Protocol):
@@ -61,9 +54,7 @@ class LabelSource(Protocol):
         probes done: before, a unit not found yet is not a unit gone)."""
         ...
 
-    def next_change(self) -> asyncio.Event:
-        """Set when the set of resources changes (taken before reading)."""
-        ...
+    def next_change(self) -> asyncio.Event: ...  # set when the resources change
 
 
 @dataclass(frozen=True)
@@ -111,8 +102,7 @@ def resource_labels(
 
 
 def label_lines(labels: Labels, dropped: Sequence[Dropped], indent: str = "    ") -> list[str]:
-    """As people read them (``discover``, ``simulate``): one line per label, by key,
-    then one per label dropped, with why."""
+    """One line per label, by key, then one per label dropped, with why."""
     lines = [f"{indent}label  {key}={value}" for key, value in sorted(labels.items())]
     lines += [
         f"{indent}dropped {d.key} ({d.reason.replace('_', ' ')}): {clip(d.detail, 200)}"
@@ -122,8 +112,7 @@ def label_lines(labels: Labels, dropped: Sequence[Dropped], indent: str = "    "
 
 
 def source_lines(source: LabelSource, node_name: str) -> list[str]:
-    """The labels each of ``source``'s resources would publish now, as ``simulate``
-    shows them: a line per resource, then its labels (``label_lines``)."""
+    """The labels each of ``source``'s resources would publish now (``simulate``)."""
     lines = []
     for definition, state, settled in sorted(source.labelled(), key=lambda p: p[0].name):
         name = definition.name
@@ -142,7 +131,8 @@ def source_lines(source: LabelSource, node_name: str) -> list[str]:
 
 @dataclass
 class LabelFollower:
-    """Keeps ``sink`` equal to the labels of ``source``'s resources, until cancelled."""
+    """Keeps ``sink`` equal to the labels of ``source``'s resources, until cancelled:
+    recomputed at every change (hotplug, health, reload), written when they differ."""
 
     source: LabelSource
     sink: LabelSink
@@ -167,12 +157,9 @@ class LabelFollower:
             await asyncio.sleep(self.settle)  # the rest of a burst joins this change
 
     def labels(self) -> dict[str, str]:
-        """The node's labels now; a key two resources publish is the first's by name.
-
-        A resource not settled yet (its first scan or probes not done) keeps the
-        values published under its keys: a restart publishes no transient, and a
-        resource whose discovery fails keeps its labels without holding back the others.
-        """
+        """The node's labels now; a key two resources publish is the first's by name. A
+        resource not settled yet keeps the values published under its keys: a restart
+        publishes no transient, a failing discovery holds back no other resource."""
         labels: dict[str, str] = {}
         dropped: list[Dropped] = []
         live = set()

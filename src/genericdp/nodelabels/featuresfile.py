@@ -1,12 +1,10 @@
-"""The node's labels as a Node Feature Discovery feature file, for clusters that run
-NFD's workers only (``GENERICDP_NODE_FEATURES=file``).
+"""The node's labels as an NFD feature file, for clusters that run NFD's workers only.
 
-NFD's local source reads every file of its ``features.d`` directory, one
-``key=value`` per line, and ignores names that start with a dot, as
-``atomicfile``'s temporary files do: the worker reads the old file or the new
-one, never half of one. No labels removes the file (NFD removes the labels it
-gave). Whatever is at the path but a regular file (a FIFO would block its reader
-for ever) is not read but replaced, with a warning.
+NFD's local source reads every file of ``features.d``, one ``key=value`` per line,
+ignoring names that start with a dot, as ``atomicfile``'s temporary files do: it reads
+the old file or the new, never half. No labels removes the file (NFD removes the
+labels it gave). Anything but a regular file at the path (a FIFO would block its
+reader for ever) is replaced, with a warning.
 """
 
 from __future__ import annotations
@@ -71,8 +69,9 @@ class FeaturesFile:
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
             return
-        # Readable by NFD's worker, whoever it runs as.
-        write_atomically(self.path, render_features(labels).encode(), mode=0o644)
+        # Safe as it is: no label key holds "=", no key or value a newline.
+        text = "".join(f"{key}={labels[key]}\n" for key in sorted(labels))
+        write_atomically(self.path, text.encode(), mode=0o644)  # NFD may run as anyone
 
 
 def _kind(mode: int) -> str:
@@ -86,18 +85,8 @@ def _kind(mode: int) -> str:
     return next((kind for test, kind in kinds.items() if test(mode)), "of another kind")
 
 
-def render_features(labels: Mapping[str, str]) -> str:
-    """``key=value`` lines in key order (labels hold no '=' in keys, no newline anywhere)."""
-    return "".join(f"{key}={labels[key]}\n" for key in sorted(labels))
-
-
 def parse_features(text: str) -> dict[str, str]:
     """The labels of a feature file: ``key=value`` lines; comments and blank lines skipped."""
-    labels: dict[str, str] = {}
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        key, _, value = stripped.partition("=")
-        labels[key] = value
-    return labels
+    lines = (line.strip() for line in text.splitlines())
+    pairs = (line.partition("=") for line in lines if line and not line.startswith("#"))
+    return {key: value for key, _, value in pairs}

@@ -1,18 +1,14 @@
-"""The node's labels as a Node Feature Discovery ``NodeFeature`` object
-(``nfd.k8s-sigs.io/v1alpha1``), the way NFD takes labels from third parties
-(``GENERICDP_NODE_FEATURES=nodefeature``; docs/deploy.md).
+"""The node's labels as an NFD ``NodeFeature`` object (``nfd.k8s-sigs.io/v1alpha1``;
+docs/deploy.md): nfd-master labels node N with the ``spec.labels`` of every
+NodeFeature labelled ``nfd.node.kubernetes.io/node-name: N``.
 
-nfd-master labels node N with the ``spec.labels`` of every NodeFeature labelled
-``nfd.node.kubernetes.io/node-name: N``. The object is owned by the DaemonSet
-(``GENERICDP_NODE_FEATURES_OWNER``), not the pod: a pod's restart keeps the
-labels, deleting the DaemonSet removes them. Each write is one server-side apply,
-so labels no longer given go and nobody else's fields are touched; the object is
-read once at start, so a restart that changes nothing writes nothing.
-
-One object per DaemonSet and node, ``<DaemonSet>-<node>``, with the DaemonSet's
-name as field manager (``genericdp`` without owner), so two DaemonSets never take
-each other's labels. Every DaemonSet used ``genericdp-<node>`` before: such an
-object owned by this DaemonSet alone is deleted at start (``_drop_old``).
+The object is owned by the DaemonSet, not the pod: a pod's restart keeps the labels,
+deleting the DaemonSet removes them. Each write is one server-side apply (labels no
+longer given go, nobody else's fields are touched); the object is read once at start,
+so a restart that changes nothing writes nothing. One object per DaemonSet and node,
+``<DaemonSet>-<node>``, with the DaemonSet's name as field manager, so two DaemonSets
+never take each other's labels; the ``genericdp-<node>`` every DaemonSet used before
+is deleted at start when this DaemonSet alone owns it.
 """
 
 from __future__ import annotations
@@ -48,8 +44,7 @@ _NOT_FOUND, _CONFLICT = 404, 409
 
 
 def object_name(node: str, owner: str = "") -> str:
-    """``<owner>-<node>`` (``genericdp-<node>`` without owner), shortened with a hash to
-    fit 253 characters."""
+    """``<owner>-<node>`` (``genericdp-<node>``), shortened with a hash to 253 characters."""
     name = f"{owner or NAME_PREFIX.rstrip('-')}-{node}"
     if len(name) <= MAX_NAME:
         return name
@@ -59,8 +54,7 @@ def object_name(node: str, owner: str = "") -> str:
 
 
 def field_manager(owner: str) -> str:
-    """The DaemonSet's name (``genericdp`` without owner), shortened with a hash to fit
-    a field manager's 128 characters."""
+    """The DaemonSet's name (``genericdp``), shortened with a hash to 128 characters."""
     name = owner or FIELD_MANAGER
     if len(name) <= MAX_MANAGER:
         return name
@@ -143,10 +137,8 @@ class NodeFeatureSink:
         await self.client.close()
 
     async def _drop_old(self) -> None:
-        """Delete the object of the name every DaemonSet used before, ``genericdp-<node>``,
-        when this DaemonSet alone owns it (an upgrade's leftover); another DaemonSet's, or
-        one whose owner is not known, is left alone. A failure is a warning: the labels
-        are published all the same."""
+        """Delete ``genericdp-<node>`` when this DaemonSet alone owns it (an upgrade's
+        leftover); a failure is a warning: the labels are published all the same."""
         old = object_name(self.node)
         if old == self.name or self._owner_ref is None:
             return

@@ -1,9 +1,7 @@
 """The labels of the node the daemon runs on, read and watched on the API server.
 
-Only this node's Node object is read (field selector ``metadata.name``), so a
-label change reaches only that node's daemon, and the RBAC it needs is
-get/list/watch on nodes. Loaded only when some resource has a ``nodeSelector``:
-the API client comes with it. Listing and watching follow ``kube/listwatch.py``.
+Only this node's Node object is read (field selector ``metadata.name``); loaded only
+when some resource has a ``nodeSelector``, as the API client comes with it.
 """
 
 from __future__ import annotations
