@@ -70,7 +70,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "settings httpserver unixgrpc grpcservices kube",
         "aio",
         "logsetup",
-        "errors exits k8snames replicaids atomicfile protogen __init__",
+        "errors exits k8snames replicaids atomicfile __init__",
     )
 )
 # The shared core that every backend uses, and the device-plugin protocol:
@@ -371,7 +371,6 @@ def test_the_reach_finds_a_module_nothing_imports() -> None:
     }
     assert _reached(modules, {"genericdp.cli"}) == {"genericdp.cli", "genericdp.a", "genericdp.a.b"}
     assert "genericdp.cli" in _entry_points()
-    assert "genericdp.kubelet.api.generate" in _entry_points()  # ./dev protos
 
 
 # Public functions, methods and classes of src/ that no code of ours names, because

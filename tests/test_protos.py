@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from unittest.mock import Mock
+from types import SimpleNamespace
 
 import pytest
 from google.protobuf.descriptor import FileDescriptor
@@ -12,14 +13,15 @@ from google.protobuf.message import Message
 from genericdp.grpcservices import Stub, service_handler
 from genericdp.kubelet.api import deviceplugin_pb2 as pb
 from genericdp.kubelet.api import podresources_pb2 as pr
-from genericdp.kubelet.api.generate import API_DIR, generate
+from tools.protos import KUBELET_API as API_DIR
+from tools.protos import generate
 
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi")
 
 
 def test_checked_in_stubs_are_exactly_what_protoc_generates(base: Path) -> None:
     """Regenerating the stubs changes no byte: nobody edited them or forgot `make protos`."""
-    fresh = {path.name: path for path in generate(base)}
+    fresh = {path.name: path for path in generate(API_DIR, base)}
     checked_in = {p.name: p for p in API_DIR.iterdir() if p.name.endswith(GENERATED_SUFFIXES)}
     assert sorted(fresh) == sorted(checked_in)
     drifted = [
@@ -53,23 +55,36 @@ def test_method_paths_are_the_kubelets() -> None:
     }
 
 
+class _Channel:
+    """Records the multicallables a stub asks for: path -> kind."""
+
+    def __init__(self) -> None:
+        self.dialled: dict[str, str] = {}
+
+    def __getattr__(self, kind: str) -> Callable[..., None]:
+        def multicallable(path: str, **_serializers: object) -> None:
+            self.dialled[path] = kind
+
+        return multicallable
+
+
 def test_stubs_and_handlers_use_the_same_paths() -> None:
     """The clients and servers built from the descriptors dial and serve its paths."""
     kinds: dict[str, str] = {}
     for descriptor in (pb.DESCRIPTOR, pr.DESCRIPTOR):
         paths = method_paths(descriptor)
         for service in descriptor.services_by_name.values():
-            channel = Mock()
-            Stub(channel, service)
-            dialled = {call.args[0]: call[0] for call in channel.method_calls}  # path: kind
-            handler = service_handler(service, Mock())
-            served = {p for p in paths if handler.service(Mock(method=p))}
+            channel = _Channel()
+            Stub(channel, service)  # type: ignore[arg-type]
+            servicer = SimpleNamespace(**{m.name: print for m in service.methods})
+            handler = service_handler(service, servicer)
+            served = {p for p in paths if handler.service(SimpleNamespace(method=p))}  # type: ignore[arg-type]
             assert (
-                set(dialled)
+                set(channel.dialled)
                 == served
                 == {p for p in paths if p.startswith(f"/{service.full_name}/")}
             )
-            kinds |= dialled
+            kinds |= channel.dialled
     assert kinds["/v1beta1.DevicePlugin/ListAndWatch"] == "unary_stream"
     assert kinds["/v1beta1.DevicePlugin/Allocate"] == "unary_unary"
 
