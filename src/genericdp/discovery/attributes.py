@@ -64,10 +64,9 @@ def _matching(directory: Path, parts: list[str]) -> Iterator[Path]:
     head, rest = parts[0], parts[1:]
     if has_magic(head):
         try:
-            names = sorted(e.name for e in os.scandir(directory))
+            names = sorted(n for n in os.listdir(directory) if fnmatch.fnmatchcase(n, head))
         except OSError:
             return
-        names = [n for n in names if fnmatch.fnmatchcase(n, head)]
     else:
         names = [head]
     for name in names:

@@ -91,8 +91,4 @@ def path_key(regex: UserRegex, path: str) -> str | None:
     groups = regex.search(path)
     if groups is None:
         return None
-    if "key" in regex.groupindex:
-        return groups[regex.groupindex["key"]]
-    if regex.groups >= 1:
-        return groups[1]
-    return groups[0]
+    return groups[regex.groupindex.get("key", 1 if regex.groups else 0)]

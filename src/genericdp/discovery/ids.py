@@ -97,10 +97,7 @@ def _serial(properties: Mapping[str, str], usb: SysDevice | None) -> str | None:
 
 
 def _location(
-    device: SysDevice | None,
-    usb: SysDevice | None,
-    properties: Mapping[str, str],
-    udev_root: Path,
+    device: SysDevice | None, usb: SysDevice | None, properties: Mapping[str, str], udev_root: Path
 ) -> str | None:
     """Where the unit is plugged in: ID_PATH, or for a USB device its port as path_id spells it."""
     if usb is not None and device is not None and usb.path == device.path:
@@ -118,9 +115,7 @@ def _usb_path_id(usb: SysDevice) -> str:
 
 def properties_of(device: SysDevice, udev_root: Path) -> dict[str, str]:
     located = located_from_device(device)
-    if located is None:
-        return {}
-    return dict(read_udev_properties(udev_root, located.kind, located.devnum))
+    return dict(read_udev_properties(udev_root, located.kind, located.devnum)) if located else {}
 
 
 def _collisions(ids: Sequence[str]) -> list[list[int]]:

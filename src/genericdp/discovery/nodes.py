@@ -84,8 +84,7 @@ class Scan:
     ) -> DeviceNode:
         """The DeviceNode for the real node ``<dev>/<host_relative>`` seen at ``container_path``
         (``located``: already found through sysfs)."""
-        if located is None:
-            located = self.locate(host_relative)
+        located = located or self.locate(host_relative)
         info = self._lstat(host_relative)
         node = DeviceNode(
             host_path=f"/dev/{host_relative}",

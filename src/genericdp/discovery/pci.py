@@ -77,7 +77,5 @@ def _bus_of(device: SysDevice) -> str | None:
         target = os.readlink(device.directory / "subsystem")
     except OSError:
         return None
-    parts = target.rstrip("/").split("/")
-    if len(parts) >= 2 and parts[-2] == "bus":  # noqa: PLR2004 -- the parent directory of a path
-        return parts[-1]
-    return None
+    head, _, name = target.rstrip("/").rpartition("/")
+    return name if head.rpartition("/")[2] == "bus" else None

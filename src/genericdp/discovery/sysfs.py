@@ -152,10 +152,8 @@ class SysDevice:
 
 
 def device_at(sys_root: Path, link: Path) -> SysDevice | None:
-    """The device a sysfs symlink (``dev/char/188:0``, ``class/tty/ttyUSB0``) points to.
-
-    None if it dangles, escapes the sys root, or is not a device.
-    """
+    """The device a sysfs symlink (``dev/char/188:0``, ``class/tty/ttyUSB0``) points to;
+    None if it dangles, escapes the sys root, or is not a device."""
     try:
         real = link.resolve(strict=True)
         relative = real.relative_to(sys_root.resolve())

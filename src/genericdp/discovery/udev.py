@@ -83,9 +83,7 @@ def _matches_one_device(matcher: UdevMatcher, device: SysDevice) -> bool:
 
 def _attribute_value(raw: str, pattern: str) -> str:
     """udev ignores trailing whitespace of a value unless the pattern itself ends in some."""
-    if pattern != pattern.rstrip():
-        return raw.removesuffix("\n")
-    return raw.rstrip()
+    return raw.removesuffix("\n") if pattern != pattern.rstrip() else raw.rstrip()
 
 
 def _matches_properties(wanted: Mapping[str, str], located: Located, scan: Scan) -> bool:
