@@ -55,13 +55,9 @@ def convert_squat(
     genericdp's setting.
     """
     issues: list[ConfigIssue] = []
-    squat = SquatConfig(domain=DEFAULT_DOMAIN)
-    sources: list[str] = []
-    if config_file is not None:
-        parsed = _read_file(config_file, issues)
-        if parsed is not None:
-            squat = parsed
-            sources.append(str(config_file))
+    parsed = _read_file(config_file, issues) if config_file is not None else None
+    squat = parsed or SquatConfig(domain=DEFAULT_DOMAIN)
+    sources = [str(config_file)] if parsed else []
     if devices:
         if squat.devices:
             squat.ignored.append(

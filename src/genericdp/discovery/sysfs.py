@@ -62,7 +62,6 @@ class SysDevice:
         return self.path.rsplit("/", 1)[-1]
 
     def uevent(self) -> dict[str, str]:
-        """The ``KEY=VALUE`` lines of its ``uevent`` file."""
         text = read_text(self.directory / "uevent") or ""
         pairs = (line.partition("=") for line in text.splitlines())
         return {key: value for key, sep, value in pairs if sep and key}
