@@ -134,8 +134,7 @@ def cdi_device(name: str, nodes: Iterable[DeviceSpec]) -> dict[str, Any]:
 
 
 def device_entry(definition: ResourceDefinition, unit: Unit) -> dict[str, Any]:
-    """One unit's CDI device: its nodes, then its ``allocate.devices`` nodes
-    (``Unit.shared``), each once, in that order (``devices.device_nodes``)."""
+    """One unit's CDI device: its ``devices.device_nodes``, unchecked."""
     return cdi_device(cdi_device_name(unit.id), device_nodes(definition, unit, checked=False))
 
 

@@ -1,12 +1,6 @@
-"""One allocation in two phases: ``plan`` what a container receives, then a backend commits it.
-
-``plan_allocation`` is pure: it renders everything a container receives
-(``Allocation``) with what committing needs (``Plan``), so a refused plan (a
-template that fails, a path that escapes its template) refuses the request
-before anything has happened. Each backend encodes the plan for its peer
-(``kubelet/servicer.py``, ``dra/cdispec.py``) and commits it: takes the
-claims and runs the hooks.
-"""
+"""One allocation in two phases: ``plan_allocation`` renders, with no side effect, what a
+container receives, so a refused plan (a template that fails, a path that escapes its
+template) refuses the request before anything has happened; then a backend commits it."""
 
 from __future__ import annotations
 

@@ -49,10 +49,7 @@ def pcie_root(sys_root: Path, bus_id: str) -> str | None:
         return None
     resolved = os.path.normpath(os.path.join(link.parent, target))  # filepath.Join cleans
     devices = os.path.join(os.path.normpath(sys_root), "devices")
-    if (
-        not resolved.startswith(os.path.join(devices, "pci"))
-        or os.path.basename(resolved) != bus_id
-    ):
+    if not resolved.startswith(f"{devices}/pci") or os.path.basename(resolved) != bus_id:
         return None
     return resolved.removeprefix(devices + "/").split("/", 1)[0]
 
