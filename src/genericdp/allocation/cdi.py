@@ -67,7 +67,7 @@ def _letter_first(part: str) -> str:
 
 
 def resource_of_kind(kind: str) -> str:
-    """The resource name ``cdi_kind`` made ``kind`` from (inverse of ``cdi_kind``)."""
+    """The inverse of ``cdi_kind``."""
     vendor, _, device_class = kind.partition("/")
     return f"{vendor.removeprefix(_KIND_ESCAPE)}/{device_class.removeprefix(_KIND_ESCAPE)}"
 

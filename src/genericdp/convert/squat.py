@@ -47,8 +47,6 @@ DAEMON_SETTINGS = {
 
 @dataclass(frozen=True)
 class Where:
-    """Where a squat value was written, for notes in the output."""
-
     source: str  # "--device #2" or a file name
     path: str  # "groups[0].paths[1]"
     line: int | None = None

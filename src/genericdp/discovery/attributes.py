@@ -37,7 +37,6 @@ class Reading:
 
 
 def probe_unit(unit: Unit, probe: SysfsProbe, roots: Roots) -> Reading:
-    """Read ``probe.attribute`` for ``unit`` and compare it with ``probe.expect``."""
     start = unit.parent or next((n.sysfs_path for n in unit.nodes if n.sysfs_path), None)
     if start is None:
         return Reading(False, "the unit has no sysfs device to read from")

@@ -41,7 +41,7 @@ def match_udev(matcher: UdevMatcher, scan: Scan) -> list[tuple[str, Located]]:
 
 def _candidates(subsystem: str | None, scan: Scan) -> list[Located]:
     if subsystem is None:
-        return scan.nodes()
+        return scan.nodes
     if "/" in subsystem or subsystem in ("", ".", ".."):
         return []
     sys_root = scan.roots.sys
