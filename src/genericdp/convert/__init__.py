@@ -121,8 +121,7 @@ def _emit(squat: SquatConfig, sources: Sequence[str]) -> Conversion:
         notes += converted.notes
         if converted.lines:
             body.append("")
-        for note in converted.notes:
-            body.append(f"  # NOTE: {comment(str(note))}")
+        body += [f"  # NOTE: {comment(str(note))}" for note in converted.notes]
         body += [f"  {line}" for line in converted.lines]
     header = [
         f"# genericdp config v1, converted by `genericdp convert` (genericdp {__version__})",

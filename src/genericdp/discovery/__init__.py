@@ -114,9 +114,7 @@ def group_units(
 ) -> tuple[Unit, ...]:
     """Units formed from ``nodes`` by ``group_by``, sorted by ID, nodes sorted by host path."""
     groups = group_nodes(nodes, group_by, roots.sys)
-    ids = assign_ids(
-        groups, kind=group_by.kind, sys_root=roots.sys, udev_root=roots.udev, count=count
-    )
+    ids = assign_ids(groups, group_by.kind, roots, count=count)
     units = [_unit(unit_id, group, roots) for unit_id, group in zip(ids, groups, strict=True)]
     return tuple(sorted(units, key=lambda unit: unit.id))
 
