@@ -22,11 +22,8 @@ _MARKERS = ("{{", "{%", "{#")
 
 
 def literal_prefix(source: str) -> str:
-    """The text of a template before its first Jinja marker (all of it if it has none).
-
-    A marker written ``{{-``/``{%-`` strips the whitespace before it, so that
-    whitespace is not part of what the output starts with.
-    """
+    """The text of a template before its first Jinja marker (all of it if it has none),
+    without the whitespace a ``{{-``/``{%-`` marker strips."""
     cut = min((i for i in (source.find(m) for m in _MARKERS) if i >= 0), default=len(source))
     prefix = source[:cut]
     return prefix.rstrip() if source[cut + 2 : cut + 3] == "-" else prefix

@@ -34,13 +34,9 @@ def unit_named(resource: str, unit: Unit) -> str:
 def device_nodes(
     definition: ResourceDefinition, unit: Unit, *, checked: bool = True
 ) -> tuple[DeviceSpec, ...]:
-    """The unit's nodes, then its ``allocate.devices`` nodes (``Unit.shared``), once
-    per container path.
-
-    ``checked``: paths must be clean ``/dev`` paths, and two different host
-    nodes at one container path are refused (the container would silently get
-    one of them). Unchecked (a spec listing every unit), the first one stays.
-    """
+    """The unit's nodes, then its ``Unit.shared`` nodes, once per container path.
+    ``checked``: paths must be clean ``/dev`` paths, and two host nodes at one container
+    path are refused (the container would silently get one); unchecked, the first stays."""
     specs: dict[str, DeviceSpec] = {}
     wanted = definition.allocate.device_nodes
     for node in (*unit.nodes, *unit.shared) if unit.shared else unit.nodes:

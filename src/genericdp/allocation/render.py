@@ -30,11 +30,9 @@ _T = TypeVar("_T")
 
 
 async def rendered_soon(render: Callable[[float | None], _T]) -> tuple[_T, bool]:
-    """``render(INLINE_RENDER_SECONDS)`` on the loop, or, when its templates need
-    longer than that slice, ``render(None)`` again in a worker thread (rendering
-    is pure), so nothing else on the loop waits for a slow template. Also says
-    whether it went to a thread (the caller's units may have changed meanwhile).
-    """
+    """``render(INLINE_RENDER_SECONDS)`` on the loop, or, when that slice is too short,
+    ``render(None)`` again in a worker thread (rendering is pure), and whether it went to
+    a thread (the caller's units may have changed meanwhile)."""
     try:
         return render(INLINE_RENDER_SECONDS), False
     except SliceSpent:

@@ -48,12 +48,9 @@ def convert_squat(
     domain: str | None = None,
     daemon_flags: Mapping[str, str] | None = None,
 ) -> Conversion:
-    """Convert squat's flags (``--device`` values, ``--domain``) and/or ``--config`` file.
-
-    As squat resolves them: ``--device`` flags replace the file's devices, and
-    ``--domain`` beats the file's. ``daemon_flags`` each become a note naming
-    genericdp's setting.
-    """
+    """Convert squat's flags and/or ``--config`` file as squat resolves them: ``--device``
+    flags replace the file's devices, ``--domain`` beats the file's. ``daemon_flags`` each
+    become a note naming genericdp's setting."""
     issues: list[ConfigIssue] = []
     parsed = _read_file(config_file, issues) if config_file is not None else None
     squat = parsed or SquatConfig(domain=DEFAULT_DOMAIN)

@@ -96,9 +96,8 @@ def _shared_nodes(
 
 
 def _rendered(unit: Unit, templates: dict[str, str], resource: str) -> Unit:
-    """``unit`` with its nodes at their rendered container paths; a node whose
-    path cannot be rendered leaves the unit with no nodes (dropped: half a unit
-    is not what the config describes)."""
+    """``unit`` with its nodes at their rendered container paths, or with none if one
+    fails (dropped: half a unit is not what the config describes)."""
     nodes = []
     for node in unit.nodes:
         template = templates.get(node.host_path)

@@ -60,14 +60,11 @@ class Scan:
         return self._devname_index.get(relative)
 
     def is_device_node(self, relative: str) -> bool:
-        """Whether ``<dev>/<relative>`` (a real node, symlinks resolved) is a device node.
-
-        Character and block devices are, nothing else (``/dev/shm`` is writable by
-        anyone, so ``/dev/**`` would otherwise hand out what a user left there);
-        except, for dev roots the kernel did not populate (the test trees), a
-        regular file where sysfs names a device node of exactly that path
-        (``DEVNAME``), which no unprivileged user can arrange.
-        """
+        """Whether the real node ``<dev>/<relative>`` is a character or block device, nothing
+        else (``/dev/shm`` is writable by anyone: ``/dev/**`` would hand out what a user left
+        there); in a dev root the kernel did not populate (test trees), also a regular file
+        where sysfs names a node of exactly that path (``DEVNAME``), which no unprivileged
+        user can arrange."""
         info = self._lstat(relative)  # a link is not a node
         if info is None:
             return False
