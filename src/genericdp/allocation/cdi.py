@@ -41,8 +41,6 @@ CLAIM_SPEC_PREFIX = "gdp-claim-"
 CLAIM_CLASS = "claim"
 _KIND_ESCAPE = "gdp-"
 _MAX_SPEC_BYTES = 64 * 1024 * 1024  # far above any spec we write; a bigger file is not ours
-MIN_VERSION = "0.5.0"  # deviceNodes[].hostPath
-DOTTED_CLASS_VERSION = "0.6.0"  # a "." in the class part of kind
 _DEVICE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
 _HASH_LENGTH = 8
@@ -107,9 +105,9 @@ def claim_device_id(driver: str, uid: str, device: str) -> str:
 
 
 def cdi_version(kind: str) -> str:
-    """The lowest spec version that allows what ``cdi_spec`` writes for ``kind``."""
-    device_class = kind.partition("/")[2]
-    return DOTTED_CLASS_VERSION if "." in device_class else MIN_VERSION
+    """The lowest spec version that allows what ``cdi_spec`` writes for ``kind``: 0.5.0
+    brought ``deviceNodes[].hostPath``, 0.6.0 a "." in the class part of a kind."""
+    return "0.6.0" if "." in kind.partition("/")[2] else "0.5.0"
 
 
 def spec_file_name(resource: str) -> str:

@@ -170,10 +170,5 @@ def read_udev_properties(udev_root: Path, kind: str, devnum: tuple[int, int]) ->
         text = (udev_root / "data" / f"{kind}{devnum[0]}:{devnum[1]}").read_text(errors="replace")
     except OSError:
         return {}
-    properties: dict[str, str] = {}
-    for line in text.splitlines():
-        if line.startswith("E:"):
-            key, sep, value = line[2:].partition("=")
-            if sep and key:
-                properties[key] = value
-    return dict(sorted(properties.items()))
+    pairs = (line[2:].partition("=") for line in text.splitlines() if line.startswith("E:"))
+    return dict(sorted({key: value for key, sep, value in pairs if sep and key}.items()))
