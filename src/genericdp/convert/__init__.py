@@ -97,17 +97,17 @@ def _read_file(path: Path, issues: list[ConfigIssue]) -> SquatConfig | None:
     try:
         text = read_config_file(path).decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        issues.append(_issue(str(path), f"is not UTF-8 (byte {exc.start})"))
-        return None
+        problem = f"is not UTF-8 (byte {exc.start})"
     except OSError as exc:
-        issues.append(_issue(str(path), f"cannot be read: {exc.strerror}"))
-        return None
+        problem = f"cannot be read: {exc.strerror}"
     except Exception as exc:  # noqa: BLE001 -- the loader's refusals become one sentence
-        issues.append(_issue(str(path), str(exc)))
-        return None
-    parsed, problems = parse_config_file(text, str(path))
-    issues += problems
-    return parsed
+        problem = str(exc)
+    else:
+        parsed, problems = parse_config_file(text, str(path))
+        issues += problems
+        return parsed
+    issues.append(_issue(str(path), problem))
+    return None
 
 
 def _emit(squat: SquatConfig, sources: Sequence[str]) -> Conversion:
