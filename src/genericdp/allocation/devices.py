@@ -14,10 +14,8 @@ from genericdp.errors import UnsafeAllocationError, clip, shown
 @dataclass(frozen=True)
 class DeviceSpec:
     """A device node a container receives (kubelet ``DeviceSpec``, a CDI ``deviceNodes`` entry).
-
-    ``file_mode``, ``uid`` and ``gid`` (None where unknown) are carried by CDI
-    only: for the kubelet's ``DeviceSpec`` the runtime copies the host node's.
-    """
+    Only CDI carries ``file_mode``, ``uid``, ``gid``: for a ``DeviceSpec`` the runtime copies
+    the host node's."""
 
     container_path: str
     host_path: str
