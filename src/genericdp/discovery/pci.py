@@ -1,10 +1,8 @@
-"""Where a unit sits on the PCI tree, as the Kubernetes ``deviceattribute`` helpers read it.
-
-The DRA standard attributes ``resource.kubernetes.io/pciBusID`` and
-``resource.kubernetes.io/pcieRoot`` are computed here as
-k8s.io/dynamic-resource-allocation/deviceattribute computes them: a bus ID is
-the lower-case extended BDF (``0000:3b:00.0``); its root is the first
-component after ``<sys>/devices/`` of the link ``<sys>/bus/pci/devices/<id>``.
+"""Where a unit sits on the PCI tree: the DRA standard attributes
+``resource.kubernetes.io/pciBusID`` and ``pcieRoot``, computed as the Go helpers
+(k8s.io/dynamic-resource-allocation/deviceattribute) do: a bus ID is the lower-case
+extended BDF (``0000:3b:00.0``); its root is the first component after ``<sys>/devices/``
+of the link ``<sys>/bus/pci/devices/<id>``.
 
 A unit's device *is* a PCI function when the nearest bus device at or above
 its node is on the ``pci`` bus (a GPU's ``card0``). A USB dongle has no bus ID
@@ -27,9 +25,6 @@ _BDF = re.compile(r"^([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-9a-f]{1})$")
 
 @dataclass(frozen=True)
 class PciPlace:
-    """A node's place on the PCI tree: its own bus ID (None unless it is a PCI
-    function) and the PCIe root of the nearest PCI function at or above it."""
-
     bus_id: str | None = None
     pcie_root: str | None = None
 
