@@ -1,29 +1,22 @@
 """CDI (Container Device Interface) spec files, for both backends: one per
-resource with ``allocate.cdi`` (device plugin) and one per prepared DRA claim.
-
-A CDI-enabled runtime (containerd 1.7+ with ``enable_cdi``, CRI-O) reads spec
-files from ``/var/run/cdi`` and applies the edits of every fully qualified
-name (``<vendor>/<class>=<device>``) the kubelet hands it. A resource's spec
-has one CDI device per unit, named by its unit ID, whose edits are its nodes.
+resource with ``allocate.cdi`` (one CDI device per unit, named by its unit ID)
+and one per prepared DRA claim.
 
 - Device nodes carry ``path``, ``hostPath`` and ``permissions`` but no
   ``type``/``major``/``minor``: the runtime reads those from ``hostPath`` when
   it creates the container, which stays right when a node is recreated with
   new numbers between our scan and the container's start. They do carry
-  ``fileMode``, ``uid`` and ``gid`` (CDI 0.3.0), which the runtime does not
-  read: without them runc creates the node ``0666`` for the container's user,
-  so a ``crw-------`` host node would be open to everyone in the container.
+  ``fileMode``, ``uid`` and ``gid``, which the runtime does not read: without
+  them runc creates the node ``0666`` for the container's user, so a
+  ``crw-------`` host node would be open to everyone in the container.
 - ``cdiVersion`` is the lowest that allows what we write, so older runtimes
-  accept the file. Env, mounts and annotations are rendered per allocation
-  and returned in the Allocate answer, not written here.
+  accept the file. Env, mounts and annotations go in the Allocate answer.
 - Whether a file is ours is read from the file itself (``_kind_of``), so
   specs of resources that left the config while the daemon was down are
   removed at start, and nothing else ever is.
-
-A DRA claim's spec (its content is ``dra/cdispec.py``'s) is
-``gdp-claim-<driver>_<claim UID>.json``, of kind ``<driver>/claim``: one per
-claim and driver (``_`` never occurs in a driver name), so unprepare removes
-exactly it and no driver takes another's files for its own.
+- A claim's spec is ``gdp-claim-<driver>_<claim UID>.json`` of kind
+  ``<driver>/claim`` (``_`` is in no driver name), so unprepare removes
+  exactly it and no driver takes another's files for its own.
 """
 
 from __future__ import annotations
@@ -48,8 +41,6 @@ CLAIM_SPEC_PREFIX = "gdp-claim-"
 CLAIM_CLASS = "claim"
 _KIND_ESCAPE = "gdp-"
 _MAX_SPEC_BYTES = 64 * 1024 * 1024  # far above any spec we write; a bigger file is not ours
-MIN_VERSION = "0.5.0"  # deviceNodes[].hostPath
-DOTTED_CLASS_VERSION = "0.6.0"  # a "." in the class part of kind
 _DEVICE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
 _HASH_LENGTH = 8
@@ -74,7 +65,7 @@ def _letter_first(part: str) -> str:
 
 
 def resource_of_kind(kind: str) -> str:
-    """The resource name ``cdi_kind`` made ``kind`` from (inverse of ``cdi_kind``)."""
+    """The inverse of ``cdi_kind``."""
     vendor, _, device_class = kind.partition("/")
     return f"{vendor.removeprefix(_KIND_ESCAPE)}/{device_class.removeprefix(_KIND_ESCAPE)}"
 
@@ -114,9 +105,9 @@ def claim_device_id(driver: str, uid: str, device: str) -> str:
 
 
 def cdi_version(kind: str) -> str:
-    """The lowest spec version that allows what ``cdi_spec`` writes for ``kind``."""
-    device_class = kind.partition("/")[2]
-    return DOTTED_CLASS_VERSION if "." in device_class else MIN_VERSION
+    """The lowest spec version that allows what ``cdi_spec`` writes for ``kind``: 0.5.0
+    brought ``deviceNodes[].hostPath``, 0.6.0 a "." in the class part of a kind."""
+    return "0.6.0" if "." in kind.partition("/")[2] else "0.5.0"
 
 
 def spec_file_name(resource: str) -> str:
@@ -130,29 +121,18 @@ def spec_file_name(resource: str) -> str:
     return f"{stem}.json"
 
 
-def device_node_entry(spec: DeviceSpec) -> dict[str, str | int]:
-    """A ``deviceNodes`` entry: ``path`` in the container, ``hostPath``, ``permissions``,
-    and ``fileMode``, ``uid``, ``gid`` where known."""
-    entry: dict[str, str | int] = {
-        "path": spec.container_path,
-        "hostPath": spec.host_path,
-        "permissions": spec.permissions,
-    }
-    known = {"fileMode": spec.file_mode, "uid": spec.uid, "gid": spec.gid}
-    return entry | {key: value for key, value in known.items() if value is not None}
-
-
 def cdi_device(name: str, nodes: Iterable[DeviceSpec]) -> dict[str, Any]:
-    """One CDI device, named ``name``, whose edits are ``nodes``."""
-    return {
-        "name": name,
-        "containerEdits": {"deviceNodes": [device_node_entry(n) for n in nodes]},
-    }
+    """One CDI device, named ``name``, whose edits are ``nodes`` (owner and mode where known)."""
+    entries = []
+    for n in nodes:
+        known = {"fileMode": n.file_mode, "uid": n.uid, "gid": n.gid}
+        entry = {"path": n.container_path, "hostPath": n.host_path, "permissions": n.permissions}
+        entries.append(entry | {key: value for key, value in known.items() if value is not None})
+    return {"name": name, "containerEdits": {"deviceNodes": entries}}
 
 
 def device_entry(definition: ResourceDefinition, unit: Unit) -> dict[str, Any]:
-    """One unit's CDI device: its nodes, then its ``allocate.devices`` nodes
-    (``Unit.shared``), each once, in that order (``devices.device_nodes``)."""
+    """One unit's CDI device: its ``devices.device_nodes``, unchecked."""
     return cdi_device(cdi_device_name(unit.id), device_nodes(definition, unit, checked=False))
 
 

@@ -2,13 +2,11 @@
 
 Templates see strings whoever made the device wrote: a USB product string
 ``../../../../etc`` rendered into ``hostPath: /run/foo/{{ ... }}`` must not
-mount the host's ``/etc``. So every path that leaves ``plan_allocation`` is
-checked here, and an allocation that breaks a rule is refused, never
-repaired: a path we quietly changed would give the container something the
-config author did not write. A rendered mount path stays under its
-template's literal prefix (``/run/foo/{{ x }}`` under ``/run/foo/``,
-``/dev/tty{{ n }}`` a ``/dev/tty*`` name). A path is checked as text:
-symlinks on the host are the runtime's business when it mounts it.
+mount the host's ``/etc``. An allocation with a path that breaks a rule is
+refused, never repaired (the container would get what the config author did
+not write). A mount path stays under its template's literal prefix
+(``/dev/tty{{ n }}``: a ``/dev/tty*`` name). Paths are checked as text:
+symlinks on the host are the runtime's business when it mounts them.
 """
 
 from __future__ import annotations
@@ -24,11 +22,8 @@ _MARKERS = ("{{", "{%", "{#")
 
 
 def literal_prefix(source: str) -> str:
-    """The text of a template before its first Jinja marker (all of it if it has none).
-
-    A marker written ``{{-``/``{%-`` strips the whitespace before it, so that
-    whitespace is not part of what the output starts with.
-    """
+    """The text of a template before its first Jinja marker (all of it if it has none),
+    without the whitespace a ``{{-``/``{%-`` marker strips."""
     cut = min((i for i in (source.find(m) for m in _MARKERS) if i >= 0), default=len(source))
     prefix = source[:cut]
     return prefix.rstrip() if source[cut + 2 : cut + 3] == "-" else prefix
@@ -74,9 +69,8 @@ def confine_path(rendered: str, template: str, *, what: str) -> str:
 def _within(path: str, prefix: str) -> bool:
     """Whether normalised ``path`` keeps ``prefix``: its whole directories, then its
     partial last component (``/dev/tty`` of ``/dev/tty{{ n }}``) as the start of the next."""
-    directories = _components(prefix[: prefix.rfind("/") + 1]) if "/" in prefix else []
-    tail = prefix[prefix.rfind("/") + 1 :] if "/" in prefix else prefix
-    parts = _components(path)
+    head, _, tail = prefix.rpartition("/")
+    directories, parts = _components(head), _components(path)
     if parts[: len(directories)] != directories:
         return False
     if not tail or tail == ".":

@@ -14,10 +14,8 @@ from genericdp.errors import UnsafeAllocationError, clip, shown
 @dataclass(frozen=True)
 class DeviceSpec:
     """A device node a container receives (kubelet ``DeviceSpec``, a CDI ``deviceNodes`` entry).
-
-    ``file_mode``, ``uid`` and ``gid`` (None where unknown) are carried by CDI
-    only: for the kubelet's ``DeviceSpec`` the runtime copies the host node's.
-    """
+    Only CDI carries ``file_mode``, ``uid``, ``gid``: for a ``DeviceSpec`` the runtime copies
+    the host node's."""
 
     container_path: str
     host_path: str
@@ -34,13 +32,9 @@ def unit_named(resource: str, unit: Unit) -> str:
 def device_nodes(
     definition: ResourceDefinition, unit: Unit, *, checked: bool = True
 ) -> tuple[DeviceSpec, ...]:
-    """The unit's nodes, then its ``allocate.devices`` nodes (``Unit.shared``), once
-    per container path.
-
-    ``checked``: paths must be clean ``/dev`` paths, and two different host
-    nodes at one container path are refused (the container would silently get
-    one of them). Unchecked (a spec listing every unit), the first one stays.
-    """
+    """The unit's nodes, then its ``Unit.shared`` nodes, once per container path.
+    ``checked``: paths must be clean ``/dev`` paths, and two host nodes at one container
+    path are refused (the container would silently get one); unchecked, the first stays."""
     specs: dict[str, DeviceSpec] = {}
     wanted = definition.allocate.device_nodes
     for node in (*unit.nodes, *unit.shared) if unit.shared else unit.nodes:

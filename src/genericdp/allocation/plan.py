@@ -1,12 +1,6 @@
-"""One allocation in two phases: ``plan`` what a container receives, then a backend commits it.
-
-``plan_allocation`` is pure: it renders everything a container receives
-(``Allocation``) with what committing needs (``Plan``), so a refused plan (a
-template that fails, a path that escapes its template) refuses the request
-before anything has happened. Each backend encodes the plan for its peer
-(``kubelet/servicer.py``, ``dra/cdispec.py``) and commits it: takes the
-claims and runs the hooks.
-"""
+"""One allocation in two phases: ``plan_allocation`` renders, with no side effect, what a
+container receives, so a refused plan (a template that fails, a path that escapes its
+template) refuses the request before anything has happened; then a backend commits it."""
 
 from __future__ import annotations
 
@@ -95,9 +89,7 @@ class Allocation:
 
 @dataclass(frozen=True)
 class Plan:
-    """One allocation of ``units`` of one resource, planned and not yet committed.
-
-    ``nodes`` are each unit's device nodes, in the order of ``units``."""
+    """One allocation of ``units``, planned and not yet committed; ``nodes``: each unit's."""
 
     definition: ResourceDefinition
     units: tuple[Unit, ...]
@@ -122,10 +114,8 @@ def plan_allocation(
     node_name: str = "",
     slice_seconds: float | None = None,
 ) -> Plan:
-    """What a container receives for ``units``: pure and deterministic.
-
-    With ``slice_seconds`` (a render on the event loop), templates that need
-    longer give up (``render.rendered_soon`` renders again off the loop).
+    """What a container receives for ``units``, deterministically. With ``slice_seconds`` (a
+    render on the event loop), templates that need longer give up (``render.rendered_soon``).
 
     With ``allocate.cdi`` the device specs stay beside the CDI names: a runtime
     without CDI (or a kubelet before 1.28, which drops the field) still gives

@@ -30,11 +30,9 @@ _T = TypeVar("_T")
 
 
 async def rendered_soon(render: Callable[[float | None], _T]) -> tuple[_T, bool]:
-    """``render(INLINE_RENDER_SECONDS)`` on the loop, or, when its templates need
-    longer than that slice, ``render(None)`` again in a worker thread (rendering
-    is pure), so nothing else on the loop waits for a slow template. Also says
-    whether it went to a thread (the caller's units may have changed meanwhile).
-    """
+    """``render(INLINE_RENDER_SECONDS)`` on the loop, or, when that slice is too short,
+    ``render(None)`` again in a worker thread (rendering is pure), and whether it went to
+    a thread (the caller's units may have changed meanwhile)."""
     try:
         return render(INLINE_RENDER_SECONDS), False
     except SliceSpent:
@@ -160,19 +158,17 @@ def check_allocation_bytes(
     """Refuse an allocation whose rendered names and values (``paths``: each mount's
     host and container path) pass ``MAX_ALLOCATION_BYTES`` in UTF-8, naming the key
     at which they do."""
-    chars = sum(len(k) + len(v) for k, v in env.items())
-    chars += sum(len(h) + len(c) for h, c in paths)
-    chars += sum(len(k) + len(v) for k, v in annotations.items())
-    if chars * 4 <= MAX_ALLOCATION_BYTES:
+    pairs = [*env.items(), *paths, *annotations.items()]
+    if sum(len(a) + len(b) for a, b in pairs) * 4 <= MAX_ALLOCATION_BYTES:
         return  # a character is at most 4 bytes
-    parts = [
-        *((f"env.{k}", (k, v)) for k, v in env.items()),
-        *((f"mounts[{i}]", path) for i, path in enumerate(paths)),
-        *((f"annotations.{k}", (k, v)) for k, v in annotations.items()),
+    keys = [
+        *(f"env.{k}" for k in env),
+        *(f"mounts[{i}]" for i in range(len(paths))),
+        *(f"annotations.{k}" for k in annotations),
     ]
     total = 0
-    for key, texts in parts:
-        total += sum(_utf8(t) for t in texts)
+    for key, (a, b) in zip(keys, pairs, strict=True):
+        total += _utf8(a) + _utf8(b)
         if total > MAX_ALLOCATION_BYTES:
             raise TemplateRenderError(
                 f"resource {resource}: {units_named(units)}: allocate.{key}: the allocation"

@@ -48,20 +48,13 @@ def convert_squat(
     domain: str | None = None,
     daemon_flags: Mapping[str, str] | None = None,
 ) -> Conversion:
-    """Convert squat's flags (``--device`` values, ``--domain``) and/or ``--config`` file.
-
-    As squat resolves them: ``--device`` flags replace the file's devices, and
-    ``--domain`` beats the file's. ``daemon_flags`` each become a note naming
-    genericdp's setting.
-    """
+    """Convert squat's flags and/or ``--config`` file as squat resolves them: ``--device``
+    flags replace the file's devices, ``--domain`` beats the file's. ``daemon_flags`` each
+    become a note naming genericdp's setting."""
     issues: list[ConfigIssue] = []
-    squat = SquatConfig(domain=DEFAULT_DOMAIN)
-    sources: list[str] = []
-    if config_file is not None:
-        parsed = _read_file(config_file, issues)
-        if parsed is not None:
-            squat = parsed
-            sources.append(str(config_file))
+    parsed = _read_file(config_file, issues) if config_file is not None else None
+    squat = parsed or SquatConfig(domain=DEFAULT_DOMAIN)
+    sources = [str(config_file)] if parsed else []
     if devices:
         if squat.devices:
             squat.ignored.append(
@@ -104,17 +97,17 @@ def _read_file(path: Path, issues: list[ConfigIssue]) -> SquatConfig | None:
     try:
         text = read_config_file(path).decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        issues.append(_issue(str(path), f"is not UTF-8 (byte {exc.start})"))
-        return None
+        problem = f"is not UTF-8 (byte {exc.start})"
     except OSError as exc:
-        issues.append(_issue(str(path), f"cannot be read: {exc.strerror}"))
-        return None
+        problem = f"cannot be read: {exc.strerror}"
     except Exception as exc:  # noqa: BLE001 -- the loader's refusals become one sentence
-        issues.append(_issue(str(path), str(exc)))
-        return None
-    parsed, problems = parse_config_file(text, str(path))
-    issues += problems
-    return parsed
+        problem = str(exc)
+    else:
+        parsed, problems = parse_config_file(text, str(path))
+        issues += problems
+        return parsed
+    issues.append(_issue(str(path), problem))
+    return None
 
 
 def _emit(squat: SquatConfig, sources: Sequence[str]) -> Conversion:
@@ -125,8 +118,7 @@ def _emit(squat: SquatConfig, sources: Sequence[str]) -> Conversion:
         notes += converted.notes
         if converted.lines:
             body.append("")
-        for note in converted.notes:
-            body.append(f"  # NOTE: {comment(str(note))}")
+        body += [f"  # NOTE: {comment(str(note))}" for note in converted.notes]
         body += [f"  {line}" for line in converted.lines]
     header = [
         f"# genericdp config v1, converted by `genericdp convert` (genericdp {__version__})",

@@ -1,14 +1,7 @@
-"""squat devices -> genericdp config v1 YAML, with a note wherever the meaning differs.
-
-One squat device becomes one resource ``<domain>/<name>``. How its groups map:
-
-every group one device path: each match is a unit (``groupBy: node``); one
-group of several paths: one unit (``groupBy: all``); several groups of several
-literal paths: ``groupBy: {pathRegex: ...}`` with a key that tells the groups
-apart; USB specs: a ``udev`` matcher of subsystem ``usb``.
-
-What genericdp cannot say becomes a note: a YAML comment in the resource and
-a line on stderr. Nothing is dropped silently.
+"""squat devices -> genericdp config v1 YAML: one squat device becomes one resource
+``<domain>/<name>`` (its groups map to a ``groupBy``, see ``_grouping``). What genericdp
+cannot say becomes a note (a YAML comment in the resource and a line on stderr), never
+dropped silently.
 """
 
 from __future__ import annotations

@@ -19,8 +19,7 @@ def go_glob(pattern: str) -> str:
     while i < len(pattern):
         char = pattern[i]
         if char == "\\" and i + 1 < len(pattern):
-            nxt = pattern[i + 1]
-            out.append(f"[{nxt}]" if nxt in "*?[" else nxt)
+            out.append(fnmatch_literal(pattern[i + 1]))
             i += 2
             continue
         if char == "[" and pattern.find("]", i + 2) > 0:

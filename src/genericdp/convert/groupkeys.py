@@ -1,8 +1,4 @@
-"""The key that tells squat's groups of paths apart, for ``groupBy: {pathRegex: ...}``.
-
-For each group, the longest substring common to its paths and found in no path
-of another group, found with a suffix automaton (linear in the paths' length).
-"""
+"""The key that tells squat's groups of paths apart, for ``groupBy: {pathRegex: ...}``."""
 
 from __future__ import annotations
 

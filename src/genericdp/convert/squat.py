@@ -47,8 +47,6 @@ DAEMON_SETTINGS = {
 
 @dataclass(frozen=True)
 class Where:
-    """Where a squat value was written, for notes in the output."""
-
     source: str  # "--device #2" or a file name
     path: str  # "groups[0].paths[1]"
     line: int | None = None
@@ -148,27 +146,27 @@ class _Reader:
             data = data[key]
         return data
 
-    def string(self, path: KeyPath, default: str = "") -> str:
-        value = self.value(path)
-        if value is None:
+    # string, boolean, unsigned: a key that is absent (None) or null gives the default.
+    def string(self, path: KeyPath | None, default: str = "") -> str:
+        if path is None or (value := self.value(path)) is None:
             return default
         if not isinstance(value, str):
             self.fail(path, f"must be a string, not {describe(value)}: quote it")
             return default
         return value
 
-    def boolean(self, path: KeyPath) -> bool:
-        value = self.value(path)
-        if value is None or isinstance(value, bool):
-            return bool(value)
+    def boolean(self, path: KeyPath | None) -> bool:
+        if path is None or (value := self.value(path)) is None:
+            return False
+        if isinstance(value, bool):
+            return value
         if self.from_flag and isinstance(value, str) and value.lower() in _YAML11_BOOL:
             return _YAML11_BOOL[value.lower()]  # YAML 1.1, as squat reads a flag
         self.fail(path, f"must be true or false, not {describe(value)}")
         return False
 
-    def unsigned(self, path: KeyPath) -> int:
-        value = self.value(path)
-        if value is None:
+    def unsigned(self, path: KeyPath | None) -> int:
+        if path is None or (value := self.value(path)) is None:
             return 0
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             self.fail(path, f"must be a whole number of at least 0, not {describe(value)}")
@@ -244,9 +242,7 @@ def parse_config_file(text: str, file: str) -> tuple[SquatConfig | None, list[Co
     reader = _Reader(doc, from_flag=False)
     known = ("devices", "device", "domain", *DAEMON_SETTINGS)
     found = reader.fields(doc.data, (), known)
-    config = SquatConfig(domain=DEFAULT_DOMAIN)
-    if "domain" in found:
-        config.domain = reader.string(found["domain"], DEFAULT_DOMAIN).strip()
+    config = SquatConfig(domain=reader.string(found.get("domain"), DEFAULT_DOMAIN).strip())
     for key, setting in DAEMON_SETTINGS.items():
         if key in found:
             reader.ignored.append(f"{reader.where(found[key])}: {setting}")
@@ -276,7 +272,7 @@ def _device(reader: _Reader, path: KeyPath) -> SquatDevice | None:
     found = reader.fields(reader.value(path), path, ("name", "groups"))
     if not found and not isinstance(reader.value(path), dict):
         return None
-    name = reader.string(found["name"]).strip() if "name" in found else ""
+    name = reader.string(found.get("name")).strip()
     if not _DEVICE_TYPE.fullmatch(name):
         at = found.get("name", path)
         reader.fail(
@@ -295,7 +291,7 @@ def _group(reader: _Reader, path: KeyPath) -> SquatGroup | None:
     found = reader.fields(reader.value(path), path, ("paths", "usb", "count"))
     if not isinstance(reader.value(path), dict):
         return None
-    count = reader.unsigned(found["count"]) if "count" in found else 0
+    count = reader.unsigned(found.get("count"))
     paths = [_path(reader, p) for p in _items(reader, found.get("paths"))]
     usb = [_usb(reader, p) for p in _items(reader, found.get("usb"))]
     if paths and usb:
@@ -309,10 +305,7 @@ def _group(reader: _Reader, path: KeyPath) -> SquatGroup | None:
 
 
 def _items(reader: _Reader, path: KeyPath | None, what: str = "") -> list[KeyPath]:
-    if path is None:
-        return []
-    value = reader.value(path)
-    if value is None:
+    if path is None or (value := reader.value(path)) is None:
         return []
     if not isinstance(value, list):
         reader.fail(path, f"must be a list{what}, not {describe(value)}")
@@ -330,13 +323,13 @@ def _path(reader: _Reader, path: KeyPath) -> SquatPath | None:
     host = _host_path(reader, found.get("path"), path)
     if host is None:
         return None
-    kind = reader.string(found["type"]) if "type" in found else ""
+    kind = reader.string(found.get("type"))
     if kind not in ("", DEVICE, MOUNT):
         # path.go: neither case of its switch: squat gives the container nothing for it.
         reader.fail(found["type"], f"type {kind!r} must be {DEVICE} or {MOUNT} (exactly so)")
         return None
     kind = kind or DEVICE
-    permissions = reader.string(found["permissions"]) if "permissions" in found else ""
+    permissions = reader.string(found.get("permissions"))
     if kind == DEVICE:
         permissions = permissions or DEFAULT_PERMISSIONS
         if set(permissions) - set("rwm") or len(set(permissions)) != len(permissions):
@@ -344,15 +337,15 @@ def _path(reader: _Reader, path: KeyPath) -> SquatPath | None:
                 found["permissions"], f"permissions {permissions!r}: use r, w and m once each"
             )
             return None
-    limit = reader.unsigned(found["limit"]) if "limit" in found else 0
+    limit = reader.unsigned(found.get("limit"))
     return SquatPath(
         path=host,
-        mount_path=reader.string(found["mountPath"]).strip() if "mountPath" in found else "",
+        mount_path=reader.string(found.get("mountPath")).strip(),
         permissions=permissions,
-        read_only=reader.boolean(found["readOnly"]) if "readOnly" in found else False,
+        read_only=reader.boolean(found.get("readOnly")),
         type=kind,
         limit_given=limit > 1,
-        optional=reader.boolean(found["optional"]) if "optional" in found else False,
+        optional=reader.boolean(found.get("optional")),
         where=reader.where(path),
     )
 
@@ -362,7 +355,7 @@ def _host_path(reader: _Reader, key: KeyPath | None, path: KeyPath) -> str | Non
     if key is not None and not isinstance(reader.value(key), str | None):
         reader.string(key)  # says what it is instead
         return None
-    host = reader.string(key).strip() if key is not None else ""
+    host = reader.string(key).strip()
     if not host:
         reader.fail(key or path, "path is missing or empty")
         return None
@@ -385,7 +378,7 @@ def _usb(reader: _Reader, path: KeyPath) -> SquatUsb | None:
             ids.append(None)
         else:
             ids.append(reader.usb_id(found[key]))
-    serial = reader.string(found["serial"]) if "serial" in found else ""
+    serial = reader.string(found.get("serial"))
     vendor, product = ids
     if vendor is None or product is None:
         return None

@@ -96,9 +96,8 @@ def _shared_nodes(
 
 
 def _rendered(unit: Unit, templates: dict[str, str], resource: str) -> Unit:
-    """``unit`` with its nodes at their rendered container paths; a node whose
-    path cannot be rendered leaves the unit with no nodes (dropped: half a unit
-    is not what the config describes)."""
+    """``unit`` with its nodes at their rendered container paths, or with none if one
+    fails (dropped: half a unit is not what the config describes)."""
     nodes = []
     for node in unit.nodes:
         template = templates.get(node.host_path)
@@ -114,9 +113,7 @@ def group_units(
 ) -> tuple[Unit, ...]:
     """Units formed from ``nodes`` by ``group_by``, sorted by ID, nodes sorted by host path."""
     groups = group_nodes(nodes, group_by, roots.sys)
-    ids = assign_ids(
-        groups, kind=group_by.kind, sys_root=roots.sys, udev_root=roots.udev, count=count
-    )
+    ids = assign_ids(groups, group_by.kind, roots, count=count)
     units = [_unit(unit_id, group, roots) for unit_id, group in zip(ids, groups, strict=True)]
     return tuple(sorted(units, key=lambda unit: unit.id))
 

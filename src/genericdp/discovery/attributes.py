@@ -37,7 +37,6 @@ class Reading:
 
 
 def probe_unit(unit: Unit, probe: SysfsProbe, roots: Roots) -> Reading:
-    """Read ``probe.attribute`` for ``unit`` and compare it with ``probe.expect``."""
     start = unit.parent or next((n.sysfs_path for n in unit.nodes if n.sysfs_path), None)
     if start is None:
         return Reading(False, "the unit has no sysfs device to read from")
@@ -64,10 +63,9 @@ def _matching(directory: Path, parts: list[str]) -> Iterator[Path]:
     head, rest = parts[0], parts[1:]
     if has_magic(head):
         try:
-            names = sorted(e.name for e in os.scandir(directory))
+            names = sorted(n for n in os.listdir(directory) if fnmatch.fnmatchcase(n, head))
         except OSError:
             return
-        names = [n for n in names if fnmatch.fnmatchcase(n, head)]
     else:
         names = [head]
     for name in names:

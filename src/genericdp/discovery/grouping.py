@@ -42,13 +42,10 @@ def sys_device(node: DeviceNode, sys_root: Path) -> SysDevice | None:
 
 
 def find_parent(device: SysDevice, subsystem: str) -> SysDevice | None:
-    """The nearest ancestor of ``subsystem``.
-
-    For ``usb`` that is the USB *device* (DEVTYPE=usb_device), not the
-    interface a tty hangs under, and a USB device node is its own parent.
-    For other subsystems the device itself does not count: a sound card's
-    ``controlC0`` is in subsystem ``sound`` like the ``card0`` it belongs to.
-    """
+    """The nearest ancestor of ``subsystem``. For ``usb`` that is the USB *device*
+    (DEVTYPE=usb_device), not the interface a tty hangs under, and a USB device node is its
+    own parent. Otherwise the device itself does not count: a sound card's ``controlC0`` is
+    in subsystem ``sound`` like the ``card0`` it belongs to."""
     usb = subsystem == "usb"
     for candidate in device.ancestors(include_self=usb):
         if candidate.subsystem() == subsystem and (not usb or candidate.devtype() == "usb_device"):
@@ -91,8 +88,4 @@ def path_key(regex: UserRegex, path: str) -> str | None:
     groups = regex.search(path)
     if groups is None:
         return None
-    if "key" in regex.groupindex:
-        return groups[regex.groupindex["key"]]
-    if regex.groups >= 1:
-        return groups[1]
-    return groups[0]
+    return groups[regex.groupindex.get("key", 1 if regex.groups else 0)]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from genericdp.discovery.grouping import Group, find_parent, sys_device
-from genericdp.discovery.model import MAX_ID_LENGTH
+from genericdp.discovery.model import MAX_ID_LENGTH, Roots
 from genericdp.discovery.nodes import located_from_device
 from genericdp.discovery.sysfs import SysDevice, read_udev_properties
 from genericdp.replicaids import SEPARATOR, replica_id
@@ -32,11 +32,9 @@ class Identity:
     qualifiers: tuple[str | None, ...]
 
 
-def assign_ids(
-    groups: Sequence[Group], *, kind: str, sys_root: Path, udev_root: Path, count: int
-) -> list[str]:
+def assign_ids(groups: Sequence[Group], kind: str, roots: Roots, *, count: int) -> list[str]:
     """One ID per group, in the same order: unique, sanitized, short enough for ``count``."""
-    identities = [identity(group, kind, sys_root, udev_root) for group in groups]
+    identities = [_identity(group, kind, roots) for group in groups]
     ids = [ident.base for ident in identities]
     levels = max((len(ident.qualifiers) for ident in identities), default=0)
     for level in range(levels):
@@ -54,22 +52,22 @@ def assign_ids(
     return final
 
 
-def identity(group: Group, kind: str, sys_root: Path, udev_root: Path) -> Identity:
+def _identity(group: Group, kind: str, roots: Roots) -> Identity:
     """What names this group (see the module docstring for the order)."""
     first = group.nodes[0]
     names = "-".join(node.host_path.rsplit("/", 1)[-1] for node in group.nodes)
     paths = "-".join(node.host_path.removeprefix("/dev/") for node in group.nodes)
     if kind == "all":
         return Identity("all", ())
-    device = group.parent or sys_device(first, sys_root)
+    device = group.parent or sys_device(first, roots.sys)
     usb = find_parent(device, "usb") if device is not None else None
     properties: Mapping[str, str] = first.properties
     if group.parent is not None:
         # Named at the parent's granularity: its nodes' serials may be those of
         # different devices below it (every dongle on one USB controller).
-        properties = properties_of(group.parent, udev_root)
+        properties = properties_of(group.parent, roots.udev)
     interface = None if group.parent is not None else first.properties.get("ID_USB_INTERFACE_NUM")
-    location = _location(device, usb, properties, udev_root)
+    location = _location(device, usb, properties, roots.udev)
     qualifiers = (f"if{interface}" if interface else None, location, names, paths)
     if kind == "pathRegex" and group.key:
         return Identity(group.key, qualifiers)
@@ -97,10 +95,7 @@ def _serial(properties: Mapping[str, str], usb: SysDevice | None) -> str | None:
 
 
 def _location(
-    device: SysDevice | None,
-    usb: SysDevice | None,
-    properties: Mapping[str, str],
-    udev_root: Path,
+    device: SysDevice | None, usb: SysDevice | None, properties: Mapping[str, str], udev_root: Path
 ) -> str | None:
     """Where the unit is plugged in: ID_PATH, or for a USB device its port as path_id spells it."""
     if usb is not None and device is not None and usb.path == device.path:
@@ -118,9 +113,7 @@ def _usb_path_id(usb: SysDevice) -> str:
 
 def properties_of(device: SysDevice, udev_root: Path) -> dict[str, str]:
     located = located_from_device(device)
-    if located is None:
-        return {}
-    return dict(read_udev_properties(udev_root, located.kind, located.devnum))
+    return dict(read_udev_properties(udev_root, located.kind, located.devnum)) if located else {}
 
 
 def _collisions(ids: Sequence[str]) -> list[list[int]]:

@@ -13,12 +13,9 @@ MAX_ID_LENGTH = 63  # the kubelet's limit on Device.ID; unit IDs keep room for r
 
 @dataclass(frozen=True)
 class DeviceNode:
-    """One device node as seen on the host.
-
-    ``host_path`` is the real node (symlinks resolved) spelled as a host path
-    (``/dev/...``) whatever the dev root we read it through; ``container_path``
-    is where the container sees it (the path that matched, link or not).
-    """
+    """One device node: ``host_path`` is the real node (symlinks resolved) spelled
+    ``/dev/...`` whatever the dev root we read it through; ``container_path`` is where
+    the container sees it (the path that matched, link or not)."""
 
     host_path: str
     container_path: str
@@ -42,13 +39,10 @@ class DeviceNode:
 
 @dataclass(frozen=True)
 class Unit:
-    """What the kubelet counts: one node, or several nodes that belong together.
-
-    ``id`` is stable across restarts and rescans and at most 63 characters.
-    ``attributes`` and ``properties`` are those of its group parent, else of its
-    first node. ``shared`` are the resource's ``allocate.devices`` nodes;
-    ``missing`` the required entries that matched none (the unit is Unhealthy).
-    """
+    """What the kubelet counts: one node, or several nodes that belong together. ``id`` is
+    stable across restarts and rescans. ``attributes`` and ``properties`` are those of its
+    group parent, else of its first node. ``shared`` are the resource's ``allocate.devices``
+    nodes; ``missing`` the required entries that matched none (the unit is Unhealthy)."""
 
     id: str
     nodes: tuple[DeviceNode, ...]

@@ -7,6 +7,7 @@ as it is now.
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from dataclasses import dataclass, field, replace
@@ -27,11 +28,7 @@ class Located:
 
 @dataclass
 class Scan:
-    """One discovery pass over ``roots``."""
-
     roots: Roots
-    _by_devname: dict[str, Located] | None = field(default=None, repr=False)
-    _nodes: list[Located] | None = field(default=None, repr=False)
     _stats: dict[str, os.stat_result] = field(default_factory=dict, repr=False)
 
     def _lstat(self, relative: str) -> os.stat_result | None:
@@ -60,32 +57,28 @@ class Scan:
             device = device_at(self.roots.sys, link)
             if device is not None:
                 return Located(device, kind, devnum)
-        return self._devname_index().get(relative)
+        return self._devname_index.get(relative)
 
     def is_device_node(self, relative: str) -> bool:
-        """Whether ``<dev>/<relative>`` (a real node, symlinks resolved) is a device node.
-
-        Character and block devices are, nothing else (``/dev/shm`` is writable by
-        anyone, so ``/dev/**`` would otherwise hand out what a user left there);
-        except, for dev roots the kernel did not populate (the test trees), a
-        regular file where sysfs names a device node of exactly that path
-        (``DEVNAME``), which no unprivileged user can arrange.
-        """
+        """Whether the real node ``<dev>/<relative>`` is a character or block device, nothing
+        else (``/dev/shm`` is writable by anyone: ``/dev/**`` would hand out what a user left
+        there); in a dev root the kernel did not populate (test trees), also a regular file
+        where sysfs names a node of exactly that path (``DEVNAME``), which no unprivileged
+        user can arrange."""
         info = self._lstat(relative)  # a link is not a node
         if info is None:
             return False
         mode = info.st_mode
         if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
             return True
-        return stat.S_ISREG(mode) and relative in self._devname_index()
+        return stat.S_ISREG(mode) and relative in self._devname_index
 
     def describe(
         self, host_relative: str, container_path: str, located: Located | None = None
     ) -> DeviceNode:
         """The DeviceNode for the real node ``<dev>/<host_relative>`` seen at ``container_path``
         (``located``: already found through sysfs)."""
-        if located is None:
-            located = self.locate(host_relative)
+        located = located or self.locate(host_relative)
         info = self._lstat(host_relative)
         node = DeviceNode(
             host_path=f"/dev/{host_relative}",
@@ -111,31 +104,31 @@ class Scan:
             numa_node=device.numa_node(),
         )
 
+    @functools.cached_property
     def _devname_index(self) -> dict[str, Located]:
-        """DEVNAME -> device for every device with a node (built once per pass, on demand)."""
-        if self._by_devname is None:
-            self._by_devname = {}
-            for found in self.nodes():
-                devname = found.device.uevent().get("DEVNAME")
-                if devname:
-                    self._by_devname.setdefault(devname, found)
-        return self._by_devname
+        """DEVNAME -> device for every device with a node."""
+        index: dict[str, Located] = {}
+        for found in self.nodes:
+            devname = found.device.uevent().get("DEVNAME")
+            if devname:
+                index.setdefault(devname, found)
+        return index
 
+    @functools.cached_property
     def nodes(self) -> list[Located]:
         """Every device that has a node, from ``sys/dev/char`` and ``sys/dev/block``."""
-        if self._nodes is None:
-            self._nodes = []
-            for folder, kind in (("char", "c"), ("block", "b")):
-                try:
-                    entries = sorted(os.listdir(self.roots.sys / "dev" / folder))
-                except OSError:
-                    continue
-                for name in entries:
-                    devnum = parse_devnum(name)
-                    device = device_at(self.roots.sys, self.roots.sys / "dev" / folder / name)
-                    if devnum is not None and device is not None:
-                        self._nodes.append(Located(device, kind, devnum))
-        return self._nodes
+        nodes = []
+        for folder, kind in (("char", "c"), ("block", "b")):
+            try:
+                entries = sorted(os.listdir(self.roots.sys / "dev" / folder))
+            except OSError:
+                continue
+            for name in entries:
+                devnum = parse_devnum(name)
+                device = device_at(self.roots.sys, self.roots.sys / "dev" / folder / name)
+                if devnum is not None and device is not None:
+                    nodes.append(Located(device, kind, devnum))
+        return nodes
 
 
 def located_from_device(device: SysDevice) -> Located | None:

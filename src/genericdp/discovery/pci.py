@@ -1,10 +1,8 @@
-"""Where a unit sits on the PCI tree, as the Kubernetes ``deviceattribute`` helpers read it.
-
-The DRA standard attributes ``resource.kubernetes.io/pciBusID`` and
-``resource.kubernetes.io/pcieRoot`` are computed here as
-k8s.io/dynamic-resource-allocation/deviceattribute computes them: a bus ID is
-the lower-case extended BDF (``0000:3b:00.0``); its root is the first
-component after ``<sys>/devices/`` of the link ``<sys>/bus/pci/devices/<id>``.
+"""Where a unit sits on the PCI tree: the DRA standard attributes
+``resource.kubernetes.io/pciBusID`` and ``pcieRoot``, computed as the Go helpers
+(k8s.io/dynamic-resource-allocation/deviceattribute) do: a bus ID is the lower-case
+extended BDF (``0000:3b:00.0``); its root is the first component after ``<sys>/devices/``
+of the link ``<sys>/bus/pci/devices/<id>``.
 
 A unit's device *is* a PCI function when the nearest bus device at or above
 its node is on the ``pci`` bus (a GPU's ``card0``). A USB dongle has no bus ID
@@ -27,9 +25,6 @@ _BDF = re.compile(r"^([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-9a-f]{1})$")
 
 @dataclass(frozen=True)
 class PciPlace:
-    """A node's place on the PCI tree: its own bus ID (None unless it is a PCI
-    function) and the PCIe root of the nearest PCI function at or above it."""
-
     bus_id: str | None = None
     pcie_root: str | None = None
 
@@ -49,10 +44,7 @@ def pcie_root(sys_root: Path, bus_id: str) -> str | None:
         return None
     resolved = os.path.normpath(os.path.join(link.parent, target))  # filepath.Join cleans
     devices = os.path.join(os.path.normpath(sys_root), "devices")
-    if (
-        not resolved.startswith(os.path.join(devices, "pci"))
-        or os.path.basename(resolved) != bus_id
-    ):
+    if not resolved.startswith(f"{devices}/pci") or os.path.basename(resolved) != bus_id:
         return None
     return resolved.removeprefix(devices + "/").split("/", 1)[0]
 
@@ -77,7 +69,5 @@ def _bus_of(device: SysDevice) -> str | None:
         target = os.readlink(device.directory / "subsystem")
     except OSError:
         return None
-    parts = target.rstrip("/").split("/")
-    if len(parts) >= 2 and parts[-2] == "bus":  # noqa: PLR2004 -- the parent directory of a path
-        return parts[-1]
-    return None
+    head, _, name = target.rstrip("/").rpartition("/")
+    return name if head.rpartition("/")[2] == "bus" else None

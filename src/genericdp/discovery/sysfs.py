@@ -62,7 +62,6 @@ class SysDevice:
         return self.path.rsplit("/", 1)[-1]
 
     def uevent(self) -> dict[str, str]:
-        """The ``KEY=VALUE`` lines of its ``uevent`` file."""
         text = read_text(self.directory / "uevent") or ""
         pairs = (line.partition("=") for line in text.splitlines())
         return {key: value for key, sep, value in pairs if sep and key}
@@ -152,10 +151,8 @@ class SysDevice:
 
 
 def device_at(sys_root: Path, link: Path) -> SysDevice | None:
-    """The device a sysfs symlink (``dev/char/188:0``, ``class/tty/ttyUSB0``) points to.
-
-    None if it dangles, escapes the sys root, or is not a device.
-    """
+    """The device a sysfs symlink (``dev/char/188:0``, ``class/tty/ttyUSB0``) points to;
+    None if it dangles, escapes the sys root, or is not a device."""
     try:
         real = link.resolve(strict=True)
         relative = real.relative_to(sys_root.resolve())
@@ -173,10 +170,5 @@ def read_udev_properties(udev_root: Path, kind: str, devnum: tuple[int, int]) ->
         text = (udev_root / "data" / f"{kind}{devnum[0]}:{devnum[1]}").read_text(errors="replace")
     except OSError:
         return {}
-    properties: dict[str, str] = {}
-    for line in text.splitlines():
-        if line.startswith("E:"):
-            key, sep, value = line[2:].partition("=")
-            if sep and key:
-                properties[key] = value
-    return dict(sorted(properties.items()))
+    pairs = (line[2:].partition("=") for line in text.splitlines() if line.startswith("E:"))
+    return dict(sorted({key: value for key, sep, value in pairs if sep and key}.items()))

@@ -41,7 +41,7 @@ def match_udev(matcher: UdevMatcher, scan: Scan) -> list[tuple[str, Located]]:
 
 def _candidates(subsystem: str | None, scan: Scan) -> list[Located]:
     if subsystem is None:
-        return scan.nodes()
+        return scan.nodes
     if "/" in subsystem or subsystem in ("", ".", ".."):
         return []
     sys_root = scan.roots.sys
@@ -83,9 +83,7 @@ def _matches_one_device(matcher: UdevMatcher, device: SysDevice) -> bool:
 
 def _attribute_value(raw: str, pattern: str) -> str:
     """udev ignores trailing whitespace of a value unless the pattern itself ends in some."""
-    if pattern != pattern.rstrip():
-        return raw.removesuffix("\n")
-    return raw.rstrip()
+    return raw.removesuffix("\n") if pattern != pattern.rstrip() else raw.rstrip()
 
 
 def _matches_properties(wanted: Mapping[str, str], located: Located, scan: Scan) -> bool:
