@@ -1,5 +1,4 @@
-"""The JSON Schema (draft 2020-12), assembled from the sections in ``config/v1/``,
-and validation of a document with it."""
+"""Validation of a document with the JSON Schema the sections of ``config/v1/`` build."""
 
 from __future__ import annotations
 
@@ -17,9 +16,7 @@ from genericdp.errors import ConfigIssue
 
 @cache
 def schema_text() -> str:
-    """The schema as JSON text: what ``genericdp schema`` prints, and ``./dev schema``
-    packages beside this module (config-v1.schema.json, for editors) and publishes as
-    schemas/config-v1.schema.json (a link to it)."""
+    """What ``genericdp schema`` prints and ``./dev schema`` writes (config-v1.schema.json)."""
     return render_schema(build_schema())
 
 
@@ -32,10 +29,9 @@ def _validator() -> Draft202012Validator:
 
 
 def _misplaced_keys(errors: list[Any], doc: Document) -> dict[KeyPath, ConfigIssue]:
-    """Keys indented one level too little: ``allocate:`` left empty and ``env:`` below it
-    at the same indentation. One issue at the misplaced key, for both the unknown key
-    and the empty mapping (which YAML places at the next key's line), by the paths of
-    the two errors."""
+    """Keys indented one level too little (``allocate:`` left empty, ``env:`` below it at
+    its indentation): one issue at the misplaced key for both the unknown key and the
+    empty mapping, by the paths of the two errors."""
     found: dict[KeyPath, ConfigIssue] = {}
     defs = schema().get("$defs", {})
     for error in errors:
@@ -66,7 +62,6 @@ def _misplaced_keys(errors: list[Any], doc: Document) -> dict[KeyPath, ConfigIss
 
 
 def schema_issues(doc: Document) -> list[ConfigIssue]:
-    """Every schema violation in ``doc``, each located and explained."""
     errors = list(_validator().iter_errors(doc.data))
     # A value of the wrong type also fails its range or pattern; say only the type.
     mistyped = {tuple(e.absolute_path) for e in errors if e.validator == "type"}

@@ -60,7 +60,7 @@ def flow_too_deep(text: str, file: str) -> ConfigIssue | None:
 
 
 def issue_at(text: str, at: int, file: str, message: str) -> ConfigIssue:
-    """An issue at offset ``at`` of ``text``, as line and column (1-based)."""
+    """An issue at offset ``at`` of ``text``."""
     line = text.count("\n", 0, at) + 1
     column = at - (text.rfind("\n", 0, at) + 1) + 1
     return ConfigIssue(file, line, column, "", message)
@@ -90,7 +90,7 @@ def _escaped(text: str, at: int) -> bool:
 
 
 def too_deep_for_parser(text: str, file: str) -> ConfigIssue:
-    """Where nesting got too deep for the parser's recursion (block style)."""
+    """Where block nesting got too deep for the parser's recursion."""
     depth = 0
     with contextlib.suppress(MarkedYAMLError, ReaderError, RecursionError):
         for event in YAML(typ="rt", pure=True).parse(text):

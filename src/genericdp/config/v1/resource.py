@@ -1,6 +1,4 @@
-"""A whole config file (``version``, ``resources``) and one resource: its name,
-how many containers share a unit, its permissions and preferred allocation,
-and the sections of the other modules of this package."""
+"""A whole config file and one resource, with the sections of the other modules."""
 
 from __future__ import annotations
 
@@ -37,8 +35,6 @@ UNBOUNDED_INDEX_LIMIT = 1_000_000
 
 
 class PreferredAllocation(StrEnum):
-    """Policy for GetPreferredAllocation."""
-
     PACKED = "packed"  # fill one NUMA node / parent before the next
     SPREAD = "spread"  # one per NUMA node / parent, round robin
     NONE = "none"  # GetPreferredAllocation not advertised
@@ -147,16 +143,12 @@ DEFS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class Source:
-    """Where a definition came from, for messages."""
-
     file: str
     line: int | None = None
 
 
 @dataclass(frozen=True)
 class ResourceDefinition:
-    """One extended resource served by one device plugin."""
-
     name: str
     match: tuple[Matcher, ...]
     group_by: GroupBy = field(default_factory=GroupBy)
@@ -187,8 +179,6 @@ class ResourceDefinition:
 
 @dataclass(frozen=True)
 class Config:
-    """A whole validated config: every resource of every file."""
-
     resources: tuple[ResourceDefinition, ...]
     files: tuple[str, ...] = field(default=(), compare=False)
 
@@ -206,8 +196,7 @@ def resource_definition(
     templates: CompiledTemplates | None,
     seconds: Mapping[KeyPath, float],
 ) -> ResourceDefinition:
-    """One resource from its validated mapping at ``path``; ``allocate`` and
-    ``seconds`` (every duration, by path) were computed while it was checked."""
+    """``allocate`` and ``seconds`` (every duration, by path) were computed while checking."""
 
     def duration(*keys: str) -> float:
         return seconds[(*path, *keys)]
