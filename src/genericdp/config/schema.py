@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from functools import cache
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from genericdp.config.messages import explain
-from genericdp.config.v1 import build_schema, render_schema
+from genericdp.config.v1 import build_schema
 from genericdp.config.yamlpos import Document, KeyPath
 from genericdp.errors import ConfigIssue
 
@@ -17,7 +18,7 @@ from genericdp.errors import ConfigIssue
 @cache
 def schema_text() -> str:
     """What ``genericdp schema`` prints and ``./dev schema`` writes (config-v1.schema.json)."""
-    return render_schema(build_schema())
+    return json.dumps(build_schema(), indent=2) + "\n"
 
 
 schema = build_schema  # a fresh copy as a dict each time: callers may modify it

@@ -42,13 +42,11 @@ __all__ = ["MAX_ALLOCATION_BYTES", "MAX_VALUE_BYTES", "SliceSpent", "allocation_
 
 # The names a template sees (docs/config.md "Templates"); nothing else exists.
 TEMPLATE_NAMES = ("resource", "node_name", "units", "devices", "device_ids")
-# A node's containerPath (a matcher's, or an allocate.devices entry's) is
-# rendered per node at discovery and sees only that node.
+# A node's containerPath is rendered per node at discovery and sees only that node.
 NODE_TEMPLATE_NAMES = ("device",)
 # A node label (``labels``) is rendered over the resource's healthy units, not an allocation.
 LABEL_TEMPLATE_NAMES = ("resource", "node_name", "units", "devices")
 
-# What the records each name stands for hold (``templatefields``).
 _SHAPES = {**ALLOCATE_CONTEXT, **NODE_CONTEXT}
 
 
@@ -66,8 +64,7 @@ class TemplateValue:
         self.template = template  # None: literal text, rendered as written
         self.names = names  # the context names the template reads
         self._literal = _literal_text(source) if template is None else ""
-        # What it renders at least, in UTF-8: all of a literal; of a template, its
-        # text and constants (``templatesize``, given by the compiler).
+        # UTF-8 bytes it renders at least: all of a literal; of a template, ``templatesize``'s.
         self.least_bytes = least_bytes if template is not None else _utf8(self._literal)
 
     def render(self, context: Mapping[str, Any]) -> str:
@@ -121,20 +118,13 @@ class _Harden(NodeTransformer):
         return _internal_call("concat", list(node.nodes), node.lineno)
 
     # Literals are measured too: ``[a, a, a]`` nine levels deep is small to write.
-    def visit_List(self, node: nodes.List) -> nodes.Node:  # noqa: N802
-        return self._measured(node)
-
-    def visit_Dict(self, node: nodes.Dict) -> nodes.Node:  # noqa: N802
-        return self._measured(node)
-
-    def visit_Tuple(self, node: nodes.Tuple) -> nodes.Node:  # noqa: N802
-        if node.ctx != "load":  # `{% for a, b in ... %}` assigns to a tuple
-            return self.generic_visit(node)
-        return self._measured(node)
-
-    def _measured(self, node: nodes.Expr) -> nodes.Node:
+    def visit_List(self, node: nodes.List | nodes.Dict | nodes.Tuple) -> nodes.Node:  # noqa: N802
         self.generic_visit(node)
+        if isinstance(node, nodes.Tuple) and node.ctx != "load":  # `{% for a, b in x %}`
+            return node
         return _internal_call("built", [node], node.lineno)
+
+    visit_Dict = visit_Tuple = visit_List  # noqa: N815
 
 
 def _internal_call(func: str, args: list[nodes.Expr], lineno: int) -> nodes.Call:

@@ -28,7 +28,3 @@ def build_schema() -> dict[str, Any]:
     defs = {name: d for section in SECTIONS for name, d in section.DEFS.items()}
     built: dict[str, Any] = json.loads(json.dumps({**resource.ROOT, "$defs": defs}))
     return built
-
-
-def render_schema(schema: dict[str, Any]) -> str:
-    return json.dumps(schema, indent=2) + "\n"

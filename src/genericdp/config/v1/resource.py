@@ -152,9 +152,7 @@ class ResourceDefinition:
     name: str
     match: tuple[Matcher, ...]
     group_by: GroupBy = field(default_factory=GroupBy)
-    count: int = 1  # 1 with ``unbounded``
-    # ``count: unbounded``: any number of containers share a unit; the kubelet
-    # sees ``free_ids`` free IDs per unit at a time (deviceplugin/sharing.py).
+    count: int = 1  # 1 with ``unbounded`` (deviceplugin/sharing.py)
     unbounded: bool = False
     free_ids: int = DEFAULT_FREE_IDS
     permissions: str = DEFAULT_PERMISSIONS
@@ -163,12 +161,10 @@ class ResourceDefinition:
     allocate: AllocateSpec = field(default_factory=AllocateSpec)
     preferred_allocation: PreferredAllocation = PreferredAllocation.PACKED
     dra: DraSpec = field(default_factory=DraSpec)
-    # None: every node serves it (``nodeSelector`` absent).
-    node_selector: NodeSelector | None = None
-    # The node labels it publishes while it has healthy units (the default included).
+    node_selector: NodeSelector | None = None  # None: every node serves it
     labels: LabelSpec = field(default_factory=LabelSpec)
     source: Source = field(default=Source("<memory>"), compare=False)
-    # Built once at load time from ``allocate``; derived, so not compared.
+    # Derived from ``allocate``, so not compared.
     templates: CompiledTemplates | None = field(default=None, compare=False, repr=False)
 
     @property
