@@ -37,7 +37,6 @@ _GROUP_BY_FORMS = "node, all, parent:<subsystem> or {pathRegex: <regex>}"
 
 
 def explain(error: ValidationError, doc: Document) -> list[ConfigIssue]:
-    """One or more located issues for one jsonschema error."""
     path: KeyPath = tuple(error.absolute_path)
     keyword = error.validator
     instance, value, schema = _parts(error)
@@ -64,7 +63,6 @@ def _parts(error: ValidationError) -> tuple[Any, Any, dict[str, Any]]:
 
 
 def unknown_key(key: str, allowed: Sequence[str]) -> str:
-    """The message for an unknown key: the allowed keys and the closest one, if any."""
     message = f"unknown key {key!r} (allowed: {', '.join(allowed)})"
     return message + _suggest(key, allowed)
 

@@ -76,7 +76,6 @@ def device_class_name(resource: str) -> str:
 
 
 def device_class_collision(resource: str, other: str) -> str:
-    """The message for two resources deriving one DeviceClass name."""
     return (
         f"resources {other!r} and {resource!r} both name DeviceClass"
         f" {device_class_name(resource)!r} under DRA (one would replace the other's):"

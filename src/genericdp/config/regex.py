@@ -41,7 +41,7 @@ class UserRegex:
 
 
 def compile_regex(pattern: str) -> UserRegex:
-    """Compile ``pattern`` with RE2, or raise ValueError saying why it is refused."""
+    """ValueError says why a pattern is refused."""
     options = re2.Options()
     options.log_errors = False  # RE2 would print each bad pattern to stderr itself
     options.max_mem = _MAX_PROGRAM_BYTES

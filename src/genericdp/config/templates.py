@@ -290,12 +290,6 @@ class CompiledTemplates:
         # Every context name some template reads: only those are built per Allocate.
         self.names: frozenset[str] = frozenset().union(*(v.names for v in values))
 
-    def __repr__(self) -> str:
-        return (
-            f"CompiledTemplates(env={len(self.env)}, mounts={len(self.mounts)},"
-            f" annotations={len(self.annotations)})"
-        )
-
 
 def compile_templates(spec: AllocateSpec) -> CompiledTemplates:
     """Every template of ``spec`` compiled, or ``TemplateSyntaxErrors`` listing each failure."""

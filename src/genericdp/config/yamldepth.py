@@ -1,11 +1,9 @@
 """How deeply a YAML text nests, found before and after ruamel reads it.
 
-ruamel's work per token grows with flow nesting depth (ten thousand "[" take
-minutes), so ``flow_too_deep`` checks it before ruamel reads anything, with a
-scan that knows just enough YAML (quotes, comments); it also refuses comments
-long enough to cost ruamel's quadratic comment scan seconds. Block nesting
-costs ruamel nothing until its recursion fails; ``too_deep_for_parser`` then
-locates it from the event stream.
+ruamel's work per token grows with flow nesting depth (ten thousand "[" take minutes),
+so ``flow_too_deep`` checks it first, with a scan that knows just enough YAML (quotes,
+comments). Block nesting costs ruamel nothing until its recursion fails;
+``too_deep_for_parser`` then locates it from the event stream.
 """
 
 from __future__ import annotations

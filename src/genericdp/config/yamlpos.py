@@ -249,8 +249,6 @@ class _TooLarge(Exception):  # noqa: N818 - internal signal, never leaves this m
 
 
 class _Builder:
-    """Copies a ruamel tree into plain Python values, recording positions."""
-
     def __init__(self, file: str) -> None:
         self.file = file
         self.keys: dict[KeyPath, Pos] = {}
