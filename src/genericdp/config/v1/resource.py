@@ -152,8 +152,8 @@ class ResourceDefinition:
     name: str
     match: tuple[Matcher, ...]
     group_by: GroupBy = field(default_factory=GroupBy)
-    count: int = 1  # 1 with ``unbounded`` (deviceplugin/sharing.py)
-    unbounded: bool = False
+    count: int = 1  # 1 with ``unbounded``
+    unbounded: bool = False  # the kubelet sees ``free_ids`` per unit (deviceplugin/sharing.py)
     free_ids: int = DEFAULT_FREE_IDS
     permissions: str = DEFAULT_PERMISSIONS
     health: HealthCheck | None = None
