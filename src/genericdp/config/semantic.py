@@ -167,9 +167,8 @@ def _literal_container_path_problem(source: str) -> str | None:
     return None
 
 
-# Subsystems a parent: grouping names, or that devices commonly sit below. Any
-# other name is allowed (sysfs has many), unless it is a letter or so away from
-# one of these: then it is taken for a typo of that one.
+# Subsystems a parent: grouping names, or that devices commonly sit below. Another name
+# is allowed (sysfs has many) unless it is a letter or so from one of these: a typo.
 KNOWN_SUBSYSTEMS = (
     "usb", "usb-serial", "usbmisc", "usbmon", "pci", "pci_bus", "pci_express", "scsi",
     "scsi_host", "scsi_disk", "scsi_generic", "platform", "i2c", "i2c-dev", "spi",

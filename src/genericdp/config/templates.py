@@ -200,9 +200,8 @@ def _compile_one(
 def _compiled(
     source: str, known: tuple[str, ...]
 ) -> tuple[TemplateValue | None, tuple[TemplateProblem, ...]]:
-    """``source`` compiled for the names ``known`` (None when it cannot be), and the
-    problems found, keyed ``""``; once: the same template in many resources is
-    compiled once and shared, since compiling is most of loading a config."""
+    """Cached: a template in many resources is compiled once, and compiling is most of
+    loading a config. Problems are keyed ``""``."""
     try:
         tree = SANDBOX.parse(source)
         found = _static_problems(tree, known) or _too_large(tree)
