@@ -386,7 +386,7 @@ CALLED_BY_NAME: dict[str, str] = {
     ),
     **{
         f"visit_{node}": "jinja2's NodeVisitor, by node type (config/templates.py)"
-        for node in ("Concat", "Dict", "For", "List", "Tuple")
+        for node in ("Concat", "For")
     },
 }
 # Code outside tests/ that may use src/: the benchmarks, tools and e2e checks.

@@ -1,9 +1,4 @@
-"""The config package: YAML files -> a validated, frozen ``Config``.
-
-load(paths)                 files and directories -> Config, or ConfigError with every issue
-load_text(text, filename)   one YAML string -> Config
-schema(), schema_text()     the packaged JSON Schema (draft 2020-12)
-"""
+"""YAML files -> a validated, frozen ``Config``, or one ``ConfigError`` with every issue."""
 
 from __future__ import annotations
 

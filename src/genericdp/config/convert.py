@@ -26,7 +26,6 @@ _MOUNT_KEY = re.compile(r"mounts\[(\d+)\]\.(hostPath|containerPath)")
 def compile_allocate(
     doc: Document, path: KeyPath, spec: AllocateSpec
 ) -> tuple[CompiledTemplates | None, list[ConfigIssue]]:
-    """Compile the templates of one resource; each problem located at its value."""
     try:
         return compile_templates(spec), []
     except TemplateSyntaxErrors as exc:
@@ -36,9 +35,8 @@ def compile_allocate(
 
 
 def label_issues(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[ConfigIssue]:
-    """A resource's ``labels``: each key a label key that Node Feature Discovery publishes
-    (null only on the default label), each value a template that compiles over the names
-    a label sees; a value without markup must be a label value already."""
+    """Each key a label key that Node Feature Discovery publishes (null only on the default
+    label), each value a template that compiles; a value without markup is a label value."""
     labels = resource.get("labels")
     if not isinstance(labels, dict):
         return []
@@ -103,10 +101,8 @@ def _template_issue(doc: Document, path: KeyPath, problem: TemplateProblem) -> C
 
 
 def _template_path(key: str) -> KeyPath:
-    """``env.A.B`` -> ("env", "A.B"); ``mounts[0].hostPath`` -> ("mounts", 0, "hostPath").
-
-    Env and annotation names may contain dots, so only the first one splits.
-    """
+    """``env.A.B`` -> ("env", "A.B") (names may hold dots); ``mounts[0].hostPath`` ->
+    ("mounts", 0, "hostPath")."""
     mount = _MOUNT_KEY.fullmatch(key)
     if mount:
         return ("mounts", int(mount.group(1)), mount.group(2))

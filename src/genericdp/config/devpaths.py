@@ -1,10 +1,5 @@
-"""Rules for device node paths a config names or renders: globs under /dev and
-the container paths of nodes (``containerPath`` of a matcher or of an
-``allocate.devices`` entry).
-
-Used when a config is checked and whenever a node's container path is rendered
-at discovery (device strings in a template are never trusted).
-"""
+"""Rules for device node paths a config names or renders: globs under /dev, and node
+container paths, checked again at every render (a device's strings are never trusted)."""
 
 from __future__ import annotations
 
@@ -57,11 +52,7 @@ def _unclosed_bracket(component: str) -> bool:
 
 
 def container_path_problem(path: str) -> str | None:
-    """Why ``path`` cannot be where a container sees a device node, or None.
-
-    A clean absolute path under /dev: no ``..``, no ``.`` or empty components,
-    no control characters, at most 4096 bytes and 255 per component.
-    """
+    """Why ``path`` cannot be where a container sees a device node, or None."""
     encoded = path.encode(errors="surrogateescape")
     parts = path.split("/")[1:]
     rules = (

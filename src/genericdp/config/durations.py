@@ -1,8 +1,5 @@
-"""Go-style durations ("300ms", "10s", "1m30s", "1.5s") as float seconds.
-
-The same spelling as ``time.ParseDuration`` in Go, which is what Kubernetes
-users already write in probes and manifests.
-"""
+"""Go-style durations ("300ms", "10s", "1m30s", "1.5s") as float seconds: what
+Kubernetes users already write (Go's ``time.ParseDuration``)."""
 
 from __future__ import annotations
 
@@ -24,7 +21,7 @@ HINT = "use a number with a unit (ms, s, m, h), e.g. 300ms, 10s, 1m30s, 2h"
 
 
 def parse_duration(text: str) -> float:
-    """Parse a positive Go-style duration into seconds; ValueError saying what is wrong."""
+    """Seconds of a positive duration; ValueError saying what is wrong."""
     if not text:
         raise ValueError(f"an empty string is not a duration: {HINT}")
     pos = 0

@@ -1,14 +1,10 @@
 """What one node may cost: the limits on resources, units and device IDs, in one place.
 
-Each limit is what the DaemonSet's memory limit (256 MiB) holds, measured by
-``bench/costs.py`` (docs/contributing/performance.md), a reload to a config of
-the same size included. One resource may take half of the units and IDs, so a
-runaway glob leaves room for the node's other resources.
-
-What the config itself says is checked at validation (``too_many_resources``,
-``too_many_ids``); how many units discovery finds is known only on the node,
-where the runtime serves the first units, in ID order, up to the limits
-(``runtime/budget.py``).
+Each limit is what the DaemonSet's memory limit (256 MiB) holds, a reload to a config
+of the same size included (``bench/costs.py``). One resource may take half of the units
+and IDs, so a runaway glob leaves room for the node's other resources. How many units
+discovery finds is known only on the node, which serves the first ones in ID order up
+to the limits (``runtime/budget.py``).
 """
 
 from __future__ import annotations
@@ -29,8 +25,7 @@ MAX_IDS_PER_RESOURCE = MAX_IDS_PER_NODE // 2
 
 
 def too_many_resources(docs: Sequence[Document]) -> list[ConfigIssue]:
-    """More resources, across all files, than the daemon's memory limit holds: said at
-    the first one over the limit, with the number."""
+    """More resources, across all files, than the memory limit holds: said at the first one over."""
     found = [(doc, path) for doc in docs for path, _resource in resources_of(doc)]
     if len(found) <= MAX_RESOURCES:
         return []
@@ -55,9 +50,8 @@ def ids_per_unit(resource: dict[str, object]) -> int:
 
 
 def too_many_ids(docs: Sequence[Document]) -> list[ConfigIssue]:
-    """More device IDs than a node may list even with one unit per resource (each
-    resource's ``count``, or ``freeIds`` when unbounded, added up across files): said
-    at the resource that passes the limit, with the numbers."""
+    """More device IDs than a node may list with one unit per resource: said at the
+    resource that passes the limit."""
     found = [(doc, path, r) for doc in docs for path, r in resources_of(doc)]
     total = 0
     for doc, path, resource in found:

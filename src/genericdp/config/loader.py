@@ -1,10 +1,6 @@
-"""Files and directories -> a validated ``Config`` or one ``ConfigError``.
-
-The order of work: find the files, read and parse each, check each against
-the schema and the semantic rules, compile templates, then look across files
-for duplicate names. Every problem of every file is collected before anything
-is raised, so one run of ``genericdp validate`` shows them all.
-"""
+"""Files and directories -> a validated ``Config`` or one ``ConfigError``. Every problem
+of every file is collected before anything is raised, so one ``genericdp validate``
+shows them all."""
 
 from __future__ import annotations
 
@@ -56,8 +52,6 @@ class Source:
 
 @dataclass
 class _Checked:
-    """One file after checking: its document (if parsed), issues, compiled templates."""
-
     file: str
     doc: Document | None = None
     issues: list[ConfigIssue] = field(default_factory=list)
@@ -67,7 +61,7 @@ class _Checked:
 
 
 def load(paths: Sequence[Path | str]) -> Config:
-    """Load files and directories (a directory: its ``*.yaml``/``*.yml``, sorted)."""
+    """Load files and directories (a directory: its ``*.yaml``/``*.yml``, sorted by name)."""
     return load_sources(paths)[0]
 
 
@@ -90,12 +84,11 @@ def load_sources(paths: Sequence[Path | str]) -> tuple[Config, tuple[Source, ...
 
 
 def load_text(text: str, filename: str = "<string>") -> Config:
-    """Load one config from a string; ``filename`` is used in messages."""
     return load_texts([Source(filename, text)])
 
 
 def load_texts(sources: Sequence[Source]) -> Config:
-    """Load several files given as text, checked together as one directory's files are."""
+    """Several files given as text, checked together as one directory's files are."""
     return _finish([_check(s) for s in sources])
 
 
@@ -134,7 +127,7 @@ def _read(path: Path) -> Source | ConfigIssue:
 
 
 class _NotAConfigFileError(Exception):
-    """The path is a FIFO, a device, a directory or too large; says which."""
+    """A FIFO, a device, a directory or too large; says which."""
 
 
 def read_config_file(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
@@ -274,8 +267,7 @@ def _finish(checked: list[_Checked]) -> Config:
 
 
 def _capped(issues: list[ConfigIssue]) -> list[ConfigIssue]:
-    """A file's issues in order of position, at most MAX_ISSUES_PER_FILE, then a count;
-    messages that quote a long value are shortened."""
+    """A file's issues by position, at most MAX_ISSUES_PER_FILE then a count, shortened."""
     ordered = sorted((_shortened(i) for i in issues), key=lambda i: (i.line or 0, i.column or 0))
     if len(ordered) <= MAX_ISSUES_PER_FILE:
         return ordered

@@ -37,16 +37,13 @@ _GROUP_BY_FORMS = "node, all, parent:<subsystem> or {pathRegex: <regex>}"
 
 
 def explain(error: ValidationError, doc: Document) -> list[ConfigIssue]:
-    """One or more located issues for one jsonschema error."""
     path: KeyPath = tuple(error.absolute_path)
     keyword = error.validator
     instance, value, schema = _parts(error)
     if keyword in ("oneOf", "anyOf"):
         return _explain_choice(error, doc, path)
     if keyword == "additionalProperties" and value is False:
-        allowed = list(schema.get("properties", {}))
-        extra = [k for k in instance if k not in allowed]
-        return [doc.issue((*path, k), unknown_key(k, allowed), at_key=True) for k in extra]
+        return _unknown_keys(doc, path, instance, list(schema.get("properties", {})))
     if keyword == "required":
         # A misspelt key already says "did you mean 'x'?"; "missing 'x'" would repeat it.
         unknown = [k for k in instance if k not in schema.get("properties", {})]
@@ -66,9 +63,16 @@ def _parts(error: ValidationError) -> tuple[Any, Any, dict[str, Any]]:
 
 
 def unknown_key(key: str, allowed: Sequence[str]) -> str:
-    """The message for an unknown key: the allowed keys and the closest one, if any."""
     message = f"unknown key {key!r} (allowed: {', '.join(allowed)})"
     return message + _suggest(key, allowed)
+
+
+def _unknown_keys(
+    doc: Document, path: KeyPath, instance: dict[str, Any], allowed: list[str], also: str = ""
+) -> list[ConfigIssue]:
+    """An issue at each key of ``instance`` that is neither allowed nor ``also``."""
+    unknown = [k for k in instance if k not in allowed and k != also]
+    return [doc.issue((*path, k), unknown_key(k, allowed), at_key=True) for k in unknown]
 
 
 def _suggest(word: str, choices: Sequence[str]) -> str:
@@ -227,21 +231,18 @@ def _explain_matcher(instance: Any, doc: Document, path: KeyPath) -> list[Config
         if all(k in instance for k in allowed):
             message = "use one matcher per item: glob or udev, not both (start another '- ' item)"
             return [doc.issue((*path, "udev"), message, at_key=True)]
-        unknown = [k for k in instance if k not in (*allowed, "containerPath")]
-        if unknown:
-            return [doc.issue((*path, k), unknown_key(k, allowed), at_key=True) for k in unknown]
+        if unknown := _unknown_keys(doc, path, instance, allowed, also="containerPath"):
+            return unknown
     return [
         doc.issue(path, f"must be {{glob: <path>}} or {{udev: {{...}}}}, not {describe(instance)}")
     ]
 
 
 def _explain_group_by(instance: Any, doc: Document, path: KeyPath) -> list[ConfigIssue]:
-    if isinstance(instance, dict):
-        unknown = [k for k in instance if k != "pathRegex"]
-        if unknown:
-            return [
-                doc.issue((*path, k), unknown_key(k, ["pathRegex"]), at_key=True) for k in unknown
-            ]
+    if isinstance(instance, dict) and (
+        unknown := _unknown_keys(doc, path, instance, ["pathRegex"])
+    ):
+        return unknown
     message = f"must be {_GROUP_BY_FORMS}, not {describe(instance)}"
     if isinstance(instance, str):
         if instance.startswith("parent:"):

@@ -1,10 +1,6 @@
-"""The frozen, validated form of a config v1 file, under the names the rest of
-the tree imports.
-
-Built once by ``genericdp.config.load``; nothing downstream sees raw YAML.
-Equality of two ``ResourceDefinition`` values means "nothing to do" for the
-reconciler, so compiled templates are excluded from comparison.
-"""
+"""The frozen config model under the names the rest of the tree imports; nothing
+downstream sees raw YAML. Equal ``ResourceDefinition`` values mean "nothing to do"
+to the reconciler (compiled templates are not compared)."""
 
 from __future__ import annotations
 

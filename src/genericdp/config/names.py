@@ -1,5 +1,4 @@
-"""Extended resource names, checked the way the kubelet checks them
-(``genericdp.k8snames``), with the reason a name fails phrased for a user."""
+"""Extended resource names, checked the way the kubelet checks them, and DeviceClass names."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ from genericdp.k8snames import (
 
 
 def validate_resource_name(name: str) -> str | None:
-    """None when the kubelet would accept ``name`` as an extended resource name,
-    else the reason, phrased for a user."""
+    """Why the kubelet would refuse ``name`` as an extended resource name, or None."""
     if not name:
         return "must not be empty: use <domain>/<name>, e.g. example.com/serial"
     if name.count("/") != 1:
@@ -78,7 +76,6 @@ def device_class_name(resource: str) -> str:
 
 
 def device_class_collision(resource: str, other: str) -> str:
-    """The message for two resources deriving one DeviceClass name."""
     return (
         f"resources {other!r} and {resource!r} both name DeviceClass"
         f" {device_class_name(resource)!r} under DRA (one would replace the other's):"

@@ -1,9 +1,8 @@
 """Regular expressions from a config, matched in linear time by RE2.
 
-Python's ``re`` backtracks: ``(a+)+$`` against forty ``a`` and a ``b`` runs
-for hours holding the GIL, freezing the whole daemon. RE2 matches in time
-linear in the text for every pattern; the price is no backreferences and no
-look-around, which a path key never needs.
+Python's ``re`` backtracks: ``(a+)+$`` against forty ``a`` and a ``b`` runs for hours
+holding the GIL, freezing the whole daemon. RE2 has no backreferences or look-around,
+which a path key never needs.
 """
 
 from __future__ import annotations
@@ -21,8 +20,6 @@ _UNSUPPORTED = re.compile(r"invalid perl operator|invalid escape sequence: \\[1-
 
 @dataclass(frozen=True)
 class UserRegex:
-    """A compiled user pattern; ``search`` never backtracks."""
-
     pattern: str
     _compiled: Any
 
@@ -44,7 +41,7 @@ class UserRegex:
 
 
 def compile_regex(pattern: str) -> UserRegex:
-    """Compile ``pattern`` with RE2, or raise ValueError saying why it is refused."""
+    """ValueError says why a pattern is refused."""
     options = re2.Options()
     options.log_errors = False  # RE2 would print each bad pattern to stderr itself
     options.max_mem = _MAX_PROGRAM_BYTES

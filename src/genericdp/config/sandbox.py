@@ -1,20 +1,17 @@
 """The sandbox templates render in, and the limits it enforces while they render.
 
-Jinja2's ``ImmutableSandboxedEnvironment`` tightened for a process that
-answers the kubelet's Allocate with no deadline: no globals but the documented
-names, and limits on every value as it is built, so that a slip in a config,
-or a ConfigMap written to hurt, cannot stall admission on the node or exhaust
-its memory. The limits keep the daemon serving whatever a template does; they
-are not a boundary against the config author's choice of devices.
+Jinja2's immutable sandbox with no globals but the documented names and limits on
+every value as it is built, so that a slip in a config, or a ConfigMap written to hurt,
+cannot stall the kubelet's Allocate (which has no deadline) or exhaust the node's
+memory. The limits keep the daemon serving; they are no boundary against the config
+author's choice of devices.
 
-Every value a template builds is measured before anything uses it: its
-length, its size as printed with shared parts counted in full (``[[x] * 9] *
-9`` nine levels deep is as large as its ``tojson``), the bits of an integer.
-Operations that multiply are checked before they run. One allocation's total
-work is bounded, and so is its time: the CPU time of the rendering thread (a
-template that renders on an idle node renders on a busy one) and, however
-busy, the wall clock. No single checked step takes long, so the deadline
-holds to within milliseconds.
+Every value built is measured before use: its length, its size as printed with shared
+parts counted in full (``[[x] * 9] * 9`` nine levels deep is as large as its
+``tojson``), an integer's bits. Operations that multiply are checked before they run.
+One allocation's work is bounded, and its time: the rendering thread's CPU time (what
+renders on an idle node renders on a busy one) and, however busy, the wall clock. No
+checked step takes long, so the deadline holds to within milliseconds.
 """
 
 from __future__ import annotations
@@ -111,7 +108,7 @@ class _Budget:
         self.slice_end = self.deadline
 
     def size(self, value: Any, limit: int = MAX_VALUE_SIZE) -> int:
-        """About how many characters ``value`` prints as; counting stops past ``limit``."""
+        """About how many characters ``value`` prints as, up to about ``limit``."""
         scalar = _scalar_size(value)
         if scalar is not None:
             return scalar
@@ -150,11 +147,9 @@ _BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar(
 
 
 class _BudgetScope:
-    """``with allocation_budget():`` every template rendered inside shares one
-    allocation's budget: its loop iterations, its work and its wall-clock
-    deadline. With ``slice_seconds``, a render that takes longer than that raises
-    SliceSpent. A class rather than ``contextlib``'s generator, which cost more
-    than the plain templates it is around."""
+    """``with allocation_budget():`` every template rendered inside shares one allocation's
+    budget; past ``slice_seconds``, SliceSpent. Not a ``contextlib`` generator, which
+    cost more than the plain templates it is around."""
 
     _token: contextvars.Token[_Budget | None]  # set on entering
 
@@ -172,8 +167,7 @@ allocation_budget = _BudgetScope
 
 
 def _budget() -> _Budget:
-    """The current allocation's budget (outside ``allocation_budget()``, a fresh
-    one for each use: only the per-value limits apply there)."""
+    """The current allocation's budget; outside ``allocation_budget()`` a fresh one per use."""
     return _BUDGET.get() or _Budget()
 
 
@@ -192,14 +186,12 @@ def built(value: Any) -> Any:
 
 
 def _fits(what: str, size: int, limit: int = MAX_VALUE_SIZE) -> None:
-    """Refuse an operation before it runs when its result would be too large."""
     if size > limit:
         raise SecurityError(f"{what} of about {size} characters exceeds {limit}")
 
 
 def _printable(what: str, value: Any) -> None:
-    """Refuse to turn ``value`` into text when the text would be over the cap:
-    ``str``, ``tojson`` and ``pprint`` build it whole (``pprint`` slowly) first."""
+    """``str``, ``tojson`` and ``pprint`` build the text whole (``pprint`` slowly) first."""
     _fits(what, _budget().size(value), MAX_VALUE_CHARS)
 
 
@@ -299,8 +291,7 @@ def _check_indent(text: Any, width: Any) -> None:
 
 
 def _guard_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap a built-in filter with the width and size caps (``functools.wraps`` keeps
-    Jinja's ``pass_*`` marker)."""
+    """A built-in filter with the width and size caps (``wraps`` keeps ``pass_*`` markers)."""
     passes_first = hasattr(func, "jinja_pass_arg")
 
     @functools.wraps(func)
@@ -331,8 +322,6 @@ def _guard_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class _Sandbox(ImmutableSandboxedEnvironment):
-    """Jinja2's immutable sandbox with our caps on operators, calls and filters."""
-
     # Intercepting also stops the optimizer folding `9 ** 9 ** 9` at compile time.
     intercepted_binops = frozenset({"*", "**", "%", "+"})
 

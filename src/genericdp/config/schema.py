@@ -1,8 +1,8 @@
-"""The JSON Schema (draft 2020-12), assembled from the sections in ``config/v1/``,
-and validation of a document with it."""
+"""Validation of a document with the JSON Schema the sections of ``config/v1/`` build."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from functools import cache
 from typing import Any
@@ -10,17 +10,15 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from genericdp.config.messages import explain
-from genericdp.config.v1 import build_schema, render_schema
+from genericdp.config.v1 import build_schema
 from genericdp.config.yamlpos import Document, KeyPath
 from genericdp.errors import ConfigIssue
 
 
 @cache
 def schema_text() -> str:
-    """The schema as JSON text: what ``genericdp schema`` prints, and ``./dev schema``
-    packages beside this module (config-v1.schema.json, for editors) and publishes as
-    schemas/config-v1.schema.json (a link to it)."""
-    return render_schema(build_schema())
+    """What ``genericdp schema`` prints and ``./dev schema`` writes (config-v1.schema.json)."""
+    return json.dumps(build_schema(), indent=2) + "\n"
 
 
 schema = build_schema  # a fresh copy as a dict each time: callers may modify it
@@ -32,10 +30,9 @@ def _validator() -> Draft202012Validator:
 
 
 def _misplaced_keys(errors: list[Any], doc: Document) -> dict[KeyPath, ConfigIssue]:
-    """Keys indented one level too little: ``allocate:`` left empty and ``env:`` below it
-    at the same indentation. One issue at the misplaced key, for both the unknown key
-    and the empty mapping (which YAML places at the next key's line), by the paths of
-    the two errors."""
+    """Keys indented one level too little (``allocate:`` left empty, ``env:`` below it at
+    its indentation): one issue at the misplaced key for both the unknown key and the
+    empty mapping, by the paths of the two errors."""
     found: dict[KeyPath, ConfigIssue] = {}
     defs = schema().get("$defs", {})
     for error in errors:
@@ -66,7 +63,6 @@ def _misplaced_keys(errors: list[Any], doc: Document) -> dict[KeyPath, ConfigIss
 
 
 def schema_issues(doc: Document) -> list[ConfigIssue]:
-    """Every schema violation in ``doc``, each located and explained."""
     errors = list(_validator().iter_errors(doc.data))
     # A value of the wrong type also fails its range or pattern; say only the type.
     mistyped = {tuple(e.absolute_path) for e in errors if e.validator == "type"}

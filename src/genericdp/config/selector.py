@@ -14,8 +14,6 @@ from enum import StrEnum
 
 
 class Operator(StrEnum):
-    """A ``matchExpressions`` operator."""
-
     IN = "In"
     NOT_IN = "NotIn"
     EXISTS = "Exists"
@@ -28,15 +26,13 @@ class Operator(StrEnum):
 
 @dataclass(frozen=True)
 class Requirement:
-    """One requirement: ``key`` and ``operator`` over ``values`` (a ``matchLabels``
-    entry is ``In`` with its one value)."""
+    """A ``matchLabels`` entry is ``In`` with its one value."""
 
     key: str
     operator: Operator
     values: tuple[str, ...] = ()
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        """Whether ``labels`` meet it, as ``Requirement.Matches`` decides."""
         if self.operator is Operator.EXISTS:
             return self.key in labels
         if self.operator is Operator.DOES_NOT_EXIST:
@@ -58,12 +54,10 @@ class Requirement:
 
 @dataclass(frozen=True)
 class NodeSelector:
-    """Every requirement must hold; none (``nodeSelector: {}``) selects every node."""
-
     requirements: tuple[Requirement, ...] = ()
 
     def unmet(self, labels: Mapping[str, str]) -> Requirement | None:
-        """The first requirement ``labels`` do not meet, or None when selected."""
+        """The first requirement not met, or None when selected."""
         return next((r for r in self.requirements if not r.matches(labels)), None)
 
     def __str__(self) -> str:

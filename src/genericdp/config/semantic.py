@@ -1,8 +1,7 @@
 """Rules the JSON Schema cannot express, each reported at the offending value.
 
-These run even when the schema found problems (so a user sees every problem
-of a file at once), and therefore never assume a shape: anything not of the
-expected type is skipped here because the schema has already said so.
+They run even when the schema found problems, so they never assume a shape: what is
+not of the expected type is skipped, the schema has said so.
 """
 
 from __future__ import annotations
@@ -40,8 +39,8 @@ _MINIMUM = {
 
 
 def semantic_issues(doc: Document, seconds: dict[KeyPath, float]) -> list[ConfigIssue]:
-    """Every semantic problem of one document. ``seconds`` gets every duration that
-    is valid (given or defaulted), by its path, for the conversion to use."""
+    """Every semantic problem of one document; ``seconds`` gets every valid duration
+    (given or defaulted) by its path."""
     issues: list[ConfigIssue] = []
     for path, resource in resources_of(doc):
         issues += _name(doc, path, resource)
@@ -59,13 +58,12 @@ def semantic_issues(doc: Document, seconds: dict[KeyPath, float]) -> list[Config
 
 
 def resources_of(doc: Document) -> Iterator[tuple[KeyPath, dict[str, Any]]]:
-    """(path, mapping) of each resource that is a mapping."""
     for index, resource in _entries(doc.data, "resources"):
         yield ("resources", index), resource
 
 
 def _entries(data: object, *keys: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(index, mapping) of each mapping in the list at ``keys`` below ``data``, if it is one."""
+    """(index, mapping) of each mapping in the list at ``keys`` below ``data``."""
     for key in keys:
         data = data.get(key) if isinstance(data, dict) else None
     for index, item in enumerate(data if isinstance(data, list) else ()):
@@ -74,8 +72,7 @@ def _entries(data: object, *keys: str) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def duplicate_names(docs: Sequence[Document]) -> list[ConfigIssue]:
-    """A resource name defined twice, in one file or across files: point at the
-    second and say where the first is."""
+    """A resource name, or the DeviceClass it derives, defined twice in any files."""
     first: dict[str, str] = {}
     classes: dict[str, tuple[str, str]] = {}  # DeviceClass name -> resource, where
     issues: list[ConfigIssue] = []
@@ -136,8 +133,8 @@ def _udev_subsystems(doc: Document, path: KeyPath, resource: dict[str, Any]) -> 
 
 
 def _container_paths(doc: Document, path: KeyPath, resource: dict[str, Any]) -> list[ConfigIssue]:
-    """Each node ``containerPath``: a template that compiles, over ``device`` only,
-    whose literal text already keeps the rules its rendering must keep."""
+    """Each node ``containerPath`` compiles, and its literal text keeps the rules its
+    rendering must keep."""
     found = [
         ((*path, *keys, index, "containerPath"), item.get("containerPath"))
         for keys in (("match",), ("allocate", "devices"))
@@ -170,9 +167,8 @@ def _literal_container_path_problem(source: str) -> str | None:
     return None
 
 
-# Subsystems a parent: grouping names, or that devices commonly sit below. Any
-# other name is allowed (sysfs has many), unless it is a letter or so away from
-# one of these: then it is taken for a typo of that one.
+# Subsystems a parent: grouping names, or that devices commonly sit below. Another name
+# is allowed (sysfs has many) unless it is a letter or so from one of these: a typo.
 KNOWN_SUBSYSTEMS = (
     "usb", "usb-serial", "usbmisc", "usbmon", "pci", "pci_bus", "pci_express", "scsi",
     "scsi_host", "scsi_disk", "scsi_generic", "platform", "i2c", "i2c-dev", "spi",
@@ -315,8 +311,7 @@ def _duration(
     default: str,
     seconds: dict[KeyPath, float],
 ) -> tuple[float | None, list[ConfigIssue]]:
-    """The duration at ``path`` (or its default) in seconds, also kept in
-    ``seconds``; or the problem with it."""
+    """The duration at ``path`` (or its default) in seconds, also kept in ``seconds``."""
     key = str(path[-1])
     text = section.get(key, default)
     if not isinstance(text, str):
@@ -364,9 +359,8 @@ _CLOSING = {"{": "}}", "%": "%}", "#": "#}"}
 
 
 def _literal_components(source: str) -> list[str]:
-    """The path components of a template source's literal text; each templated
-    part becomes a NUL, which never equals ``..`` (what it renders to is checked
-    at allocation). One pass, no backtracking: the source may be long."""
+    """The path components of a template's literal text, each templated part a NUL (what
+    it renders to is checked at allocation). One pass: the source may be long."""
     parts: list[str] = []
     pos = 0
     start = source.find("{", pos)

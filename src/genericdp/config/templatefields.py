@@ -1,12 +1,9 @@
-"""The fields of what templates see, and the static check that a template reads
-only fields that exist: ``{{ devices[0].pth }}`` is a validation error with the
-list of a device's fields, not a failed Allocate on the node.
+"""The fields of what templates see, and the static check that a template reads only
+fields that exist: ``{{ devices[0].pth }}`` is a validation error, not a failed Allocate.
 
-The contexts are built above config (``allocation.render``,
-``discovery.containerpaths``); a test checks that their keys are the fields
-listed here. The check follows lookups from a context name (``x.f``,
-``x[0]``, ``x | first``, ``{% for y in x %}``, ...); what it cannot follow (a
-``{% set %}`` name, a filter's result) is not checked.
+The contexts are built above config (``allocation.render``, ``discovery.containerpaths``);
+a test checks their keys against these. What the check cannot follow (a ``{% set %}``
+name, most filters' results) is not checked.
 """
 
 from __future__ import annotations
@@ -73,7 +70,6 @@ class FieldProblem:
 
 
 def field_problems(tree: nodes.Template, context: Mapping[str, Shape | None]) -> list[FieldProblem]:
-    """Every lookup of a field that the record it is made on does not have."""
     assigned = {
         n.name
         for kind in (nodes.Assign, nodes.AssignBlock, nodes.With)
@@ -110,7 +106,6 @@ def _walk(node: nodes.Node, scope: Mapping[str, Shape | None], out: list[FieldPr
 
 
 def _walk_for(node: nodes.For, scope: Mapping[str, Shape | None], out: list[FieldProblem]) -> None:
-    """The loop's body sees its target as an item of what it iterates."""
     _walk(node.iter, scope, out)
     inner = dict(scope)
     if isinstance(node.target, nodes.Name):

@@ -1,9 +1,6 @@
-"""Templates compiled and sandboxed at load (``genericdp.config.sandbox``), so that
-syntax errors, unknown names and whatever the sandbox would refuse while rendering
-(other templates, macros, recursive loops, private attributes) are config errors
-before the first Allocate. ``CompiledTemplates``, the compiled form of a whole
-``allocate`` section, is built here and only here; each of its sources is a
-``TemplateValue``, which ``genericdp.allocation`` renders at every allocation.
+"""Templates compiled in the sandbox at load, so that syntax errors, unknown names and
+whatever the sandbox would refuse while rendering (other templates, macros, recursive
+loops, private attributes) are config errors before the first Allocate.
 """
 
 from __future__ import annotations
@@ -45,13 +42,11 @@ __all__ = ["MAX_ALLOCATION_BYTES", "MAX_VALUE_BYTES", "SliceSpent", "allocation_
 
 # The names a template sees (docs/config.md "Templates"); nothing else exists.
 TEMPLATE_NAMES = ("resource", "node_name", "units", "devices", "device_ids")
-# A node's containerPath (a matcher's, or an allocate.devices entry's) is
-# rendered per node at discovery and sees only that node.
+# A node's containerPath is rendered per node at discovery and sees only that node.
 NODE_TEMPLATE_NAMES = ("device",)
 # A node label (``labels``) is rendered over the resource's healthy units, not an allocation.
 LABEL_TEMPLATE_NAMES = ("resource", "node_name", "units", "devices")
 
-# What the records each name stands for hold (``templatefields``).
 _SHAPES = {**ALLOCATE_CONTEXT, **NODE_CONTEXT}
 
 
@@ -67,10 +62,9 @@ class TemplateValue:
     ) -> None:
         self.source = source
         self.template = template  # None: literal text, rendered as written
-        self.names = names  # the context names the template reads (none: literal text)
+        self.names = names  # the context names the template reads
         self._literal = _literal_text(source) if template is None else ""
-        # What it renders at least, in UTF-8: all of a literal; of a template, its
-        # text and constants (``templatesize``, given by the compiler).
+        # UTF-8 bytes it renders at least: all of a literal; of a template, ``templatesize``'s.
         self.least_bytes = least_bytes if template is not None else _utf8(self._literal)
 
     def render(self, context: Mapping[str, Any]) -> str:
@@ -103,7 +97,7 @@ class TemplateProblem:
 
 
 class TemplateSyntaxErrors(Exception):  # noqa: N818 - a collection, raised at load time only
-    """Raised by ``compile_templates`` with every template that failed."""
+    """Every template that failed to compile."""
 
     def __init__(self, problems: Sequence[TemplateProblem]) -> None:
         self.problems = tuple(problems)
@@ -124,20 +118,13 @@ class _Harden(NodeTransformer):
         return _internal_call("concat", list(node.nodes), node.lineno)
 
     # Literals are measured too: ``[a, a, a]`` nine levels deep is small to write.
-    def visit_List(self, node: nodes.List) -> nodes.Node:  # noqa: N802
-        return self._measured(node)
-
-    def visit_Dict(self, node: nodes.Dict) -> nodes.Node:  # noqa: N802
-        return self._measured(node)
-
-    def visit_Tuple(self, node: nodes.Tuple) -> nodes.Node:  # noqa: N802
-        if node.ctx != "load":  # `{% for a, b in ... %}` assigns to a tuple
-            return self.generic_visit(node)
-        return self._measured(node)
-
-    def _measured(self, node: nodes.Expr) -> nodes.Node:
+    def visit_List(self, node: nodes.List | nodes.Dict | nodes.Tuple) -> nodes.Node:  # noqa: N802
         self.generic_visit(node)
+        if isinstance(node, nodes.Tuple) and node.ctx != "load":  # `{% for a, b in x %}`
+            return node
         return _internal_call("built", [node], node.lineno)
+
+    visit_Dict = visit_Tuple = visit_List  # noqa: N815
 
 
 def _internal_call(func: str, args: list[nodes.Expr], lineno: int) -> nodes.Call:
@@ -184,7 +171,7 @@ _NO_SUCH = re.compile(r"No (filter|test) named '([^']*)'")
 
 
 def _filter_hint(message: str) -> str:
-    """A did-you-mean for Jinja's "No filter named 'x'." (and tests)."""
+    """A did-you-mean for Jinja's "No filter named 'x'." (or test)."""
     found = _NO_SUCH.match(message)
     if found is None:
         return ""
@@ -213,9 +200,8 @@ def _compile_one(
 def _compiled(
     source: str, known: tuple[str, ...]
 ) -> tuple[TemplateValue | None, tuple[TemplateProblem, ...]]:
-    """``source`` compiled for the names ``known`` (None when it cannot be), and the
-    problems found, keyed ``""``; once: the same template in many resources is
-    compiled once and shared, since compiling is most of loading a config."""
+    """Cached: a template in many resources is compiled once, and compiling is most of
+    loading a config. Problems are keyed ``""``."""
     try:
         tree = SANDBOX.parse(source)
         found = _static_problems(tree, known) or _too_large(tree)
@@ -237,7 +223,6 @@ def _compiled(
 
 
 def _too_large(tree: nodes.Template) -> list[TemplateProblem]:
-    """A template whose text and constants alone render past ``MAX_VALUE_BYTES``."""
     total = 0
     for size, line in least_output(tree):
         total += size
@@ -251,8 +236,8 @@ def _too_large(tree: nodes.Template) -> list[TemplateProblem]:
 
 
 def _allocation_too_large(compiled: CompiledTemplates) -> list[TemplateProblem]:
-    """The values of one resource whose text and constants alone render, together, past
-    ``MAX_ALLOCATION_BYTES``: said at the value that passes it."""
+    """Where one resource's values, by their text and constants alone, render past
+    ``MAX_ALLOCATION_BYTES``."""
     parts = [
         *((f"env.{k}", _utf8(k), v) for k, v in compiled.env),
         *(
@@ -281,16 +266,12 @@ def _utf8(text: str) -> int:
 
 @dataclass(frozen=True)
 class MountTemplate:
-    """A mount whose paths are compiled (``AllocateSpec.mounts``' sources)."""
-
     host_path: TemplateValue
     container_path: TemplateValue
     read_only: bool
 
 
 class CompiledTemplates:
-    """The compiled form of an ``AllocateSpec``."""
-
     def __init__(
         self,
         env: Sequence[tuple[str, TemplateValue]],
@@ -308,16 +289,9 @@ class CompiledTemplates:
         # Every context name some template reads: only those are built per Allocate.
         self.names: frozenset[str] = frozenset().union(*(v.names for v in values))
 
-    def __repr__(self) -> str:
-        return (
-            f"CompiledTemplates(env={len(self.env)}, mounts={len(self.mounts)},"
-            f" annotations={len(self.annotations)})"
-        )
-
 
 def compile_templates(spec: AllocateSpec) -> CompiledTemplates:
-    """Compile every template of ``spec`` once; raise ``TemplateSyntaxErrors``
-    listing every one that has a syntax error, an unknown name or a refused construct."""
+    """Every template of ``spec`` compiled, or ``TemplateSyntaxErrors`` listing each failure."""
     problems: list[TemplateProblem] = []
     env = [(name, _compile_one(f"env.{name}", src, problems)) for name, src in spec.env.items()]
     mounts = [
@@ -339,21 +313,19 @@ def compile_templates(spec: AllocateSpec) -> CompiledTemplates:
     return compiled
 
 
-@functools.lru_cache(maxsize=1024)
 def compile_node_template(source: str) -> TemplateValue:
-    """A node's ``containerPath`` compiled once (cached by source: the loader
-    compiles it to validate, discovery renders the same object at every scan)."""
+    """A node's ``containerPath``: the loader compiles it to validate, discovery renders
+    the same cached object at every scan."""
     return _compile_alone("containerPath", source, NODE_TEMPLATE_NAMES)
 
 
-@functools.lru_cache(maxsize=1024)
 def compile_label_template(source: str) -> TemplateValue:
-    """A ``labels`` value compiled once (cached by source, as ``compile_node_template``)."""
     return _compile_alone("labels", source, LABEL_TEMPLATE_NAMES)
 
 
-def _compile_alone(key: str, source: str, known: Sequence[str]) -> TemplateValue:
-    """One template; raises ``TemplateSyntaxErrors`` (keyed ``key``) like ``compile_templates``."""
+@functools.lru_cache(maxsize=2048)
+def _compile_alone(key: str, source: str, known: tuple[str, ...]) -> TemplateValue:
+    """One template, or ``TemplateSyntaxErrors`` keyed ``key``."""
     problems: list[TemplateProblem] = []
     value = _compile_one(key, source, problems, known)
     if problems:

@@ -1,10 +1,7 @@
-"""What a template renders at least, known before it runs: the bytes validation can count.
-
-A template's text, and the constant expressions it prints outside any ``if``
-or loop (``{{ "x" * 10 ** 6 }}``), render the same at every allocation.
-``least_output`` adds up their UTF-8 bytes without building anything, so a
-template that must render past the limits is refused at validation rather
-than at every Allocate. Anything else counts as nothing: a lower bound.
+"""What a template renders at least, in UTF-8 bytes, known without running it: its text
+and the constants it prints outside any ``if`` or loop (``{{ "x" * 10 ** 6 }}``), sized
+without building them. A template that must render past the limits is refused at
+validation rather than at every Allocate.
 """
 
 from __future__ import annotations
@@ -68,7 +65,6 @@ def _value(node: nodes.Node) -> _Value:
 
 
 def _times(left: _Value, right: _Value) -> _Value:
-    """``*``: a repetition's size, or a product."""
     if isinstance(left, _Text) and type(right) is int:
         return _Text(left.size * max(right, 0))
     if type(left) is int and isinstance(right, _Text):

@@ -1,11 +1,9 @@
 """How deeply a YAML text nests, found before and after ruamel reads it.
 
-ruamel's work per token grows with flow nesting depth (ten thousand "[" take
-minutes), so ``flow_too_deep`` checks it before ruamel reads anything, with a
-scan that knows just enough YAML (quotes, comments); it also refuses comments
-long enough to cost ruamel's quadratic comment scan seconds. Block nesting
-costs ruamel nothing until its recursion fails; ``too_deep_for_parser`` then
-locates it from the event stream.
+ruamel's work per token grows with flow nesting depth (ten thousand "[" take minutes),
+so ``flow_too_deep`` checks it first, with a scan that knows just enough YAML (quotes,
+comments). Block nesting costs ruamel nothing until its recursion fails;
+``too_deep_for_parser`` then locates it from the event stream.
 """
 
 from __future__ import annotations
@@ -60,7 +58,7 @@ def flow_too_deep(text: str, file: str) -> ConfigIssue | None:
 
 
 def issue_at(text: str, at: int, file: str, message: str) -> ConfigIssue:
-    """An issue at offset ``at`` of ``text``, as line and column (1-based)."""
+    """An issue at offset ``at`` of ``text``."""
     line = text.count("\n", 0, at) + 1
     column = at - (text.rfind("\n", 0, at) + 1) + 1
     return ConfigIssue(file, line, column, "", message)
@@ -90,7 +88,7 @@ def _escaped(text: str, at: int) -> bool:
 
 
 def too_deep_for_parser(text: str, file: str) -> ConfigIssue:
-    """Where nesting got too deep for the parser's recursion (block style)."""
+    """Where block nesting got too deep for the parser's recursion."""
     depth = 0
     with contextlib.suppress(MarkedYAMLError, ReaderError, RecursionError):
         for event in YAML(typ="rt", pure=True).parse(text):

@@ -1,9 +1,5 @@
-"""YAML text -> plain data plus the position of every key and value.
-
-ruamel.yaml's round-trip tree is copied into plain dicts, lists and scalars
-for jsonschema, its positions kept aside by path, so every later check can
-say ``file:line:column``.
-"""
+"""YAML text -> plain data for jsonschema, plus the position of every key and value
+by path, so every later check can say ``file:line:column``."""
 
 from __future__ import annotations
 
@@ -52,7 +48,6 @@ class Pos:
 
 
 def located(file: str, pos: Pos | None, path: KeyPath, message: str) -> ConfigIssue:
-    """A ConfigIssue at ``pos`` (unknown: None) about ``path``."""
     return ConfigIssue(
         file, pos.line if pos else None, pos.column if pos else None, format_path(path), message
     )
@@ -60,8 +55,6 @@ def located(file: str, pos: Pos | None, path: KeyPath, message: str) -> ConfigIs
 
 @dataclass(frozen=True)
 class Document:
-    """One parsed YAML file: plain data and where each piece was written."""
-
     file: str
     data: Any
     keys: Mapping[KeyPath, Pos]
@@ -97,7 +90,6 @@ class Document:
         return found.group(0) if found and not found.group(0).startswith("!") else None
 
     def issue(self, path: KeyPath, message: str, *, at_key: bool = False) -> ConfigIssue:
-        """A ConfigIssue located at the value (or key) of ``path``."""
         pos = self.key_pos(path) if at_key else self.value_pos(path)
         return located(self.file, pos, path, message)
 
@@ -118,8 +110,7 @@ def format_path(path: KeyPath) -> str:
 
 
 def parse_yaml(text: str, file: str) -> tuple[Document | None, list[ConfigIssue]]:
-    """Parse one YAML document. Returns the document (None if unparsable) and
-    the problems found while reading it (syntax, duplicate keys, odd keys)."""
+    """One YAML document (None if unparsable) and the problems found reading it."""
     too_deep = flow_too_deep(text, file)
     if too_deep is not None:
         return None, [too_deep]
@@ -127,7 +118,6 @@ def parse_yaml(text: str, file: str) -> tuple[Document | None, list[ConfigIssue]
 
 
 def _parsed(text: str, file: str) -> tuple[Document | None, list[ConfigIssue]]:
-    """``parse_yaml`` once flow nesting is checked: ruamel's round-trip reader."""
     yaml = YAML(typ="rt", pure=True)
     yaml.version = (1, 2)  # "on", "yes" and "no" are strings, not booleans
     try:
@@ -254,15 +244,11 @@ _NUL_MESSAGE = "contains a NUL character (\\0): no path, command, name or value 
 
 
 class _TooLarge(Exception):  # noqa: N818 - internal signal, never leaves this module
-    """The copy went over a limit; carries the located issue."""
-
     def __init__(self, issue: ConfigIssue) -> None:
         self.issue = issue
 
 
 class _Builder:
-    """Copies a ruamel tree into plain Python values, recording positions."""
-
     def __init__(self, file: str) -> None:
         self.file = file
         self.keys: dict[KeyPath, Pos] = {}
@@ -283,7 +269,6 @@ class _Builder:
         self.issues.append(self._located(path, message, at_key=at_key))
 
     def _spend(self, path: KeyPath, text: int = 0) -> None:
-        """Count one value (and its characters) against the document's limits."""
         self._values_left -= 1
         self._text_left -= text
         if self._aliases:

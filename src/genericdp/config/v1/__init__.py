@@ -1,8 +1,5 @@
-"""Config format v1, one module per section, each holding the section's JSON
-Schema fragment, its frozen dataclasses and its converter from validated data
-(the layout of NVIDIA's device plugin ``api/config/v1``). ``build_schema``
-assembles the fragments into the schema ``genericdp schema`` prints.
-"""
+"""Config format v1, one module per section: its JSON Schema fragment, its frozen
+dataclasses and its converter from validated data."""
 
 from __future__ import annotations
 
@@ -28,13 +25,6 @@ SECTIONS = (resource, dra, matchers, common, health, hooks, allocate, nodeselect
 
 def build_schema() -> dict[str, Any]:
     """The whole JSON Schema (draft 2020-12), a new dict each time."""
-    defs: dict[str, Any] = {}
-    for section in SECTIONS:
-        defs.update(section.DEFS)
+    defs = {name: d for section in SECTIONS for name, d in section.DEFS.items()}
     built: dict[str, Any] = json.loads(json.dumps({**resource.ROOT, "$defs": defs}))
     return built
-
-
-def render_schema(schema: dict[str, Any]) -> str:
-    """The schema as its file holds it: JSON, two-space indents, one final newline."""
-    return json.dumps(schema, indent=2) + "\n"

@@ -155,8 +155,6 @@ DEFS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class MountTemplate:
-    """A mount whose paths are Jinja2 template sources."""
-
     host_path: str
     container_path: str
     read_only: bool = False
@@ -164,8 +162,6 @@ class MountTemplate:
 
 @dataclass(frozen=True)
 class ExtraDevice:
-    """An ``allocate.devices`` entry (its schema says what each field means)."""
-
     path: str
     permissions: str = "rw"
     container_path: str | None = None
@@ -174,9 +170,7 @@ class ExtraDevice:
 
 @dataclass(frozen=True)
 class NodeOwnership:
-    """The mode and owner a container's device nodes get (``allocate.deviceNodes``);
-    None keeps the host node's. CDI carries them (``fileMode``, ``uid``, ``gid``);
-    the device-plugin API's ``DeviceSpec`` cannot."""
+    """``allocate.deviceNodes``; None keeps the host node's. Only CDI can carry them."""
 
     mode: int | None = None  # permission bits, 0o000..0o777
     uid: int | None = None
@@ -185,8 +179,6 @@ class NodeOwnership:
 
 @dataclass(frozen=True)
 class AllocateSpec:
-    """What a container receives, as template sources."""
-
     env: Mapping[str, str] = field(default_factory=frozen_map)
     mounts: tuple[MountTemplate, ...] = ()
     annotations: Mapping[str, str] = field(default_factory=frozen_map)
@@ -196,8 +188,7 @@ class AllocateSpec:
 
 
 def allocate_spec(raw: dict[str, Any], *, permissions: object = "rw") -> AllocateSpec:
-    """The ``allocate`` section as template sources; ``permissions`` (the
-    resource's) is the default of its ``devices``."""
+    """``permissions`` (the resource's) is the default of its ``devices``."""
     mounts = tuple(
         MountTemplate(m["hostPath"], m["containerPath"], bool(m.get("readOnly", False)))
         for m in raw.get("mounts", ())

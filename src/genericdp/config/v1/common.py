@@ -59,7 +59,7 @@ def canonical_permissions(text: str) -> str:
 
 @dataclass(frozen=True)
 class Exec:
-    """An argv list run without a shell, with a timeout in seconds."""
+    """Run without a shell."""
 
     argv: tuple[str, ...]
     timeout: float

@@ -108,9 +108,6 @@ AttributeValue = str | int | bool | Version
 
 @dataclass(frozen=True)
 class DraSpec:
-    """What only the DRA backend uses: attributes for every device of the resource, and the
-    effect of the taint an unhealthy or unplugged device carries."""
-
     attributes: Mapping[str, AttributeValue] = field(default_factory=lambda: MappingProxyType({}))
     taint_effect: str = DEFAULT_TAINT_EFFECT
 

@@ -40,8 +40,6 @@ PROPERTY: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class GroupBy:
-    """How matched nodes form units (``groupBy``; its schema says what each kind means)."""
-
     kind: Literal["node", "all", "parent", "pathRegex"] = "node"
     subsystem: str | None = None
     pattern: str | None = None

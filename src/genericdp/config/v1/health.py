@@ -96,9 +96,6 @@ DEFS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class SysfsProbe:
-    """A sysfs attribute of the unit's device or an ancestor, compared with a glob
-    (``sysfsProbe`` above says what each field means)."""
-
     attribute: str
     expect: str
     subsystem: str | None = None
@@ -108,8 +105,7 @@ class SysfsProbe:
 
 @dataclass(frozen=True)
 class HealthCheck:
-    """A probe run per unit every ``interval`` seconds (``health`` above); exactly one of
-    ``exec`` and ``sysfs`` is set."""
+    """Exactly one of ``exec`` and ``sysfs`` is set."""
 
     exec: Exec | None
     interval: float = parse_duration(DEFAULT_HEALTH_INTERVAL)

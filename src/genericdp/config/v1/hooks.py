@@ -64,8 +64,6 @@ DEFS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class Hooks:
-    """Commands run around a container's use of a unit."""
-
     init: Exec | None = None  # in Allocate, before the container gets the unit
     pre_start: Exec | None = None  # in PreStartContainer (makes it required)
     cleanup: Exec | None = None  # after release, and when a unit is removed

@@ -1,12 +1,5 @@
-"""``labels``: node labels published from what discovery found, the way Node
-Feature Discovery takes them from third parties (docs/deploy.md).
-
-Each value is a template over the resource's healthy units (compiled and
-checked at load by ``config/convert.py``, rendered by
-``nodelabels/__init__.py``); every resource also publishes
-``<domain>/<name>.present: "true"`` while it has a healthy unit, unless its
-``labels`` maps that key to null.
-"""
+"""``labels``: node labels published from what discovery found, for Node Feature
+Discovery (docs/deploy.md); checked by ``config/convert.py``, rendered by ``nodelabels``."""
 
 from __future__ import annotations
 
@@ -37,14 +30,14 @@ DEFS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class LabelSpec:
-    """The labels a resource's ``labels`` gives: ``(key, template source)`` sorted by
-    key, and whether the default ``.present`` label is published (not mapped to null)."""
+    """``(key, template source)`` sorted by key, and whether the default ``.present``
+    label is published (not mapped to null)."""
 
     given: tuple[tuple[str, str], ...] = ()
     present: bool = True
 
     def templates(self, resource: str) -> tuple[tuple[str, str], ...]:
-        """Every label of resource ``resource``, the default included, sorted by key."""
+        """Every label, the default included, sorted by key."""
         default = present_label(resource) if self.present else None
         if default is None or any(key == default for key, _ in self.given):
             return self.given
@@ -59,7 +52,6 @@ def present_label(resource: str) -> str | None:
 
 
 def label_spec(raw: dict[str, Any] | None, resource: str) -> LabelSpec:
-    """The labels of a validated resource named ``resource``."""
     given = raw or {}
     default = present_label(resource)
     present = not (default is not None and default in given and given[default] is None)

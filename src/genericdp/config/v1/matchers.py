@@ -99,23 +99,18 @@ DEFS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class GlobMatcher:
-    """Device nodes whose host path matches ``pattern`` (an absolute host path glob)."""
-
     pattern: str
-    # A template per matched node (``device``): where the container sees it.
-    container_path: str | None = None
+    container_path: str | None = None  # a template per matched node
 
 
 @dataclass(frozen=True)
 class UdevMatcher:
-    """Device nodes found through sysfs, filtered like a udev rule (see its schema)."""
-
     subsystem: str | None = None
     kernel: str | None = None
     driver: str | None = None
     attributes: Mapping[str, str] = field(default_factory=frozen_map)
     properties: Mapping[str, str] = field(default_factory=frozen_map)
-    container_path: str | None = None  # as GlobMatcher.container_path
+    container_path: str | None = None
 
 
 Matcher = GlobMatcher | UdevMatcher

@@ -61,7 +61,6 @@ DEFS: dict[str, Any] = {
 
 
 def node_selector(raw: dict[str, Any]) -> NodeSelector:
-    """The selector of a validated ``nodeSelector`` mapping."""
     labels = raw.get("matchLabels", {})
     requirements = [Requirement(k, Operator.IN, (str(labels[k]),)) for k in sorted(labels)]
     requirements += [
@@ -69,9 +68,6 @@ def node_selector(raw: dict[str, Any]) -> NodeSelector:
         for e in raw.get("matchExpressions", ())
     ]
     return NodeSelector(tuple(requirements))
-
-
-# Rules the schema cannot say (config/semantic.py runs them with the others).
 
 
 def node_selector_issues(

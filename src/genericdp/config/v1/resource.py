@@ -1,6 +1,4 @@
-"""A whole config file (``version``, ``resources``) and one resource: its name,
-how many containers share a unit, its permissions and preferred allocation,
-and the sections of the other modules of this package."""
+"""A whole config file and one resource, with the sections of the other modules."""
 
 from __future__ import annotations
 
@@ -37,8 +35,6 @@ UNBOUNDED_INDEX_LIMIT = 1_000_000
 
 
 class PreferredAllocation(StrEnum):
-    """Policy for GetPreferredAllocation."""
-
     PACKED = "packed"  # fill one NUMA node / parent before the next
     SPREAD = "spread"  # one per NUMA node / parent, round robin
     NONE = "none"  # GetPreferredAllocation not advertised
@@ -147,23 +143,17 @@ DEFS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class Source:
-    """Where a definition came from, for messages."""
-
     file: str
     line: int | None = None
 
 
 @dataclass(frozen=True)
 class ResourceDefinition:
-    """One extended resource served by one device plugin."""
-
     name: str
     match: tuple[Matcher, ...]
     group_by: GroupBy = field(default_factory=GroupBy)
     count: int = 1  # 1 with ``unbounded``
-    # ``count: unbounded``: any number of containers share a unit; the kubelet
-    # sees ``free_ids`` free IDs per unit at a time (deviceplugin/sharing.py).
-    unbounded: bool = False
+    unbounded: bool = False  # the kubelet sees ``free_ids`` per unit (deviceplugin/sharing.py)
     free_ids: int = DEFAULT_FREE_IDS
     permissions: str = DEFAULT_PERMISSIONS
     health: HealthCheck | None = None
@@ -171,12 +161,10 @@ class ResourceDefinition:
     allocate: AllocateSpec = field(default_factory=AllocateSpec)
     preferred_allocation: PreferredAllocation = PreferredAllocation.PACKED
     dra: DraSpec = field(default_factory=DraSpec)
-    # None: every node serves it (``nodeSelector`` absent).
-    node_selector: NodeSelector | None = None
-    # The node labels it publishes while it has healthy units (the default included).
+    node_selector: NodeSelector | None = None  # None: every node serves it
     labels: LabelSpec = field(default_factory=LabelSpec)
     source: Source = field(default=Source("<memory>"), compare=False)
-    # Built once at load time from ``allocate``; derived, so not compared.
+    # Derived from ``allocate``, so not compared.
     templates: CompiledTemplates | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -187,8 +175,6 @@ class ResourceDefinition:
 
 @dataclass(frozen=True)
 class Config:
-    """A whole validated config: every resource of every file."""
-
     resources: tuple[ResourceDefinition, ...]
     files: tuple[str, ...] = field(default=(), compare=False)
 
@@ -206,8 +192,7 @@ def resource_definition(
     templates: CompiledTemplates | None,
     seconds: Mapping[KeyPath, float],
 ) -> ResourceDefinition:
-    """One resource from its validated mapping at ``path``; ``allocate`` and
-    ``seconds`` (every duration, by path) were computed while it was checked."""
+    """``allocate`` and ``seconds`` (every duration, by path) were computed while checking."""
 
     def duration(*keys: str) -> float:
         return seconds[(*path, *keys)]
