@@ -1,16 +1,10 @@
 """``serve --backend dra``: the node's DRA driver, its slices, and one edge per resource.
 
-The daemon opens one ``DraBackend`` (``serving``) and hands it to the
-supervisor (``runtime.backend.Backend``): every resource's runner then feeds
-the driver's inventory and the node's ResourceSlices through its ``DraEdge``.
-A DRA device is a unit (the runtime's ``ONE_PER_UNIT``; ``count`` is its
-shares, ``slices.py``), never told anew; a unit is held while a claim
-naming it is in the driver's checkpoint (``DraUsage``), so a unit unplugged
-under a claim stays listed, Unhealthy, until the claim is unprepared.
-Daemon-wide, ``start`` starts the driver, which serves and registers its
-own sockets. The API server pieces (the claim source and the slice
-publisher) are made in ``serving``, the only place that loads the API client
-library, so the device-plugin backend never does.
+A DRA device is a unit (``ONE_PER_UNIT``; ``count`` is its shares, ``slices.py``), never told
+anew. A unit is held while a claim naming it is in the checkpoint (``DraUsage``), so a unit
+unplugged under a claim stays listed, Unhealthy, until the claim is unprepared. The API server
+pieces are made in ``serving``, the only place that loads the API client library, so the
+device-plugin backend never does.
 """
 
 from __future__ import annotations

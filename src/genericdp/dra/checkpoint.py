@@ -1,24 +1,17 @@
 """Prepared claims, persisted so a restarted daemon answers and unprepares correctly.
 
-One JSON file (``checkpoint.json`` in the driver's plugin directory),
-replaced atomically (temporary file, fsync, rename) after every change. A
-claim is recorded as ``preparing`` before its hooks run and ``prepared``
-once its CDI spec is written, so a daemon killed half way still runs the
-cleanup hook when the kubelet unprepares the claim.
+One JSON file (``checkpoint.json`` in the plugin directory), replaced atomically after every
+change. A claim is ``preparing`` before its hooks run and ``prepared`` once its CDI spec is
+written, so a daemon killed half way still runs cleanup when the kubelet unprepares. Each
+device records the ``cleanup`` hook it was handed out under, which its unprepare runs whatever
+selectors, reloads or restarts happened since; units whose cleanup cannot run are kept beside
+the file (``uncleaned.py``).
 
-The file is ours but lives on the host: whatever it holds is checked as
-hostile input, and what cannot be used is never lost. A file that cannot be
-used (not a regular file, too large, too many values, not JSON, another
-version) is moved aside to ``checkpoint.json.unusable-<UTC time>``, never
-overwritten, and the checkpoint is then *incomplete*: start-up removes no
-claim spec, since the file may have listed it (so too while a file set aside
-is still there). An entry that does not have the expected shape is logged and
-dropped, the others are kept, and its UID is *unaccounted*: its spec stays.
-
-Each device records the ``cleanup`` hook of the definition it was handed out
-under, so its unprepare runs that hook whatever selectors, reloads or
-restarts happened since. Units whose cleanup cannot run are kept beside the
-file (``uncleaned.py``) and loaded with it.
+The file lives on the host: its content is hostile input, and nothing in it is lost. An
+unusable file (not regular, too large, too many values, not JSON, another version) is moved to
+``checkpoint.json.unusable-<UTC time>`` and the checkpoint is *incomplete*: while such a file
+is there start-up removes no claim spec. An unusable entry is logged and dropped, and its UID
+is *unaccounted*: its spec stays.
 """
 
 from __future__ import annotations

@@ -1,26 +1,14 @@
 """The node's DRA driver: prepare, the DRA and registration sockets, the checkpoint.
 
-One per daemon, shared by every resource served through DRA (the kubelet
-knows a driver, not resources). Each resource's edge keeps the inventory
-up to date; the driver serves what is in it.
+One per daemon, shared by every resource served through DRA (the kubelet knows a driver, not
+resources). Its files, laid out as the upstream Go helper does (admins know it):
+``<registry dir>/<driver>-reg.sock`` (``registration.py``) and, in ``<plugins dir>/<driver>/``,
+``dra.sock`` (``service.py``), ``checkpoint.json``, ``dra-device-metadata/`` (written again
+from the checkpoint at start) and ``serialize.lock`` (``turns.py``). Given the pod's UID both
+socket names carry it (``socketnames.py``).
 
-Layout, as the upstream helper (k8s.io/dynamic-resource-allocation/kubeletplugin)
-lays it out, which the kubelet expects of no one but which admins know:
-
-- ``<registry dir>/<driver>-reg.sock``: registration (``registration.py``);
-- ``<plugins dir>/<driver>/dra.sock``: the DRA services (``service.py``);
-- ``<plugins dir>/<driver>/checkpoint.json``: prepared claims (``checkpoint.py``);
-- ``<plugins dir>/<driver>/dra-device-metadata/``: their device metadata
-  (``metadata.py``), written again from the checkpoint at start.
-- ``<plugins dir>/<driver>/serialize.lock``: the turns of every instance's
-  prepare and unprepare calls (``turns.py``).
-
-Given the pod's UID, both socket names carry it (``socketnames.py``), so
-the old and the new pod of a rolling update serve side by side.
-
-Both sockets' directories are watched with inotify and a socket deleted or
-replaced is served again at once: the kubelet's plugin watcher registers the
-driver again when it sees the new registration socket.
+Both sockets' directories are watched and a socket deleted or replaced is served again at
+once: the kubelet registers the driver again when it sees the new registration socket.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """One resource's DRA edge: its units and health into the driver's inventory and slices.
 
-The runner (``runtime/resource.py``) owns discovery, health and the device
-state; this edge, its kubelet-facing side under DRA, follows the state:
-on every change it hands the units and their health to the node's
-``Inventory`` (what prepare and the health stream read) and to the
-``SlicePublisher`` (the node's ResourceSlices). A unit whose nodes vanish
-while a prepared claim holds it (``DraUsage``, the runtime's ``gone``)
-stays in both, Unhealthy ("device nodes gone: ..."), and tainted in the
-slice, until the claim is unprepared, as the device plugin keeps such a
-unit listed until its pod is gone.
+A unit whose nodes vanish while a prepared claim holds it (``DraUsage``, the runtime's
+``gone``) stays in both, Unhealthy ("device nodes gone: ..."), tainted in the slice, until the
+claim is unprepared, as the device plugin keeps such a unit listed until its pod is gone.
 """
 
 from __future__ import annotations

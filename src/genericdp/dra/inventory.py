@@ -1,10 +1,7 @@
 """The devices this node serves through DRA: every resource's units, by device name.
 
-Each resource's DRA edge (``edge.py``) keeps its part up to date from
-discovery and health; prepare finds an allocated device here by recomputing
-``device_name(resource, unit.id)`` over the current units, and the health
-service streams what is here. One pool per node: the pool name is the node
-name.
+Prepare finds an allocated device by recomputing ``device_name(resource, unit.id)`` over the
+current units; the health service streams what is here. One pool per node, named for it.
 """
 
 from __future__ import annotations

@@ -1,32 +1,27 @@
 """Device metadata (KEP-5304): a JSON file a container reads about its claim's devices.
 
-The layout is the one the Go kubelet plugin helper writes
-(k8s.io/dynamic-resource-allocation, ``kubeletplugin/metadata.go`` and
-``api/metadata``), so readers written for it (KubeVirt's virt-launcher, the
-``devicemetadata`` Go package) read ours:
+Laid out as the Go kubelet plugin helper writes it (k8s.io/dynamic-resource-allocation,
+``kubeletplugin/metadata.go``, ``api/metadata``), so readers written for it (KubeVirt's
+virt-launcher, the ``devicemetadata`` Go package) read ours:
 
-- on the host, one file per claim and request:
-  ``<plugins dir>/<driver>/dra-device-metadata/<namespace>_<claim>/<request>/metadata.json``
-  (mode 0644, directories 0755), replaced atomically; a claim whose
-  ``<namespace>_<claim>`` is longer than a file name may be (a name of 253
-  characters is valid) keeps its first characters and ends in ``~`` and a
-  digest of both names (``claim_dir_name``: no valid name holds ``~``);
+- on the host, one file per claim and request, replaced atomically (mode 0644, dirs 0755):
+  ``<plugins dir>/<driver>/dra-device-metadata/<namespace>_<claim>/<request>/metadata.json``;
+  a ``<namespace>_<claim>`` too long for a file name (a 253-character name is valid) keeps its
+  start and ends in ``~`` and a digest of both names (``claim_dir_name``: no name holds ``~``);
 - in the container, mounted read-only by a CDI device of the claim's spec
-  (``<driver>/claim=<claim UID>_<request>``, listed with every device of that
-  request, so a container sees only the requests it uses), at
+  (``<driver>/claim=<claim UID>_<request>``, listed with every device of that request, so a
+  container sees only the requests it uses), at
   ``/var/run/kubernetes.io/dra-device-attributes/resourceclaims/<claim>/<request>/<driver>-metadata.json``,
-  or ``resourceclaimtemplates/<pod's claim name>/...`` for a claim made from
-  a template (its ``resource.kubernetes.io/pod-claim-name`` annotation);
-- the file is a stream of JSON objects, the same ``DeviceMetadata`` once per
-  API version, newest first (``API_VERSIONS``): a reader takes the first it
-  knows.
+  or ``resourceclaimtemplates/<pod's claim name>/...`` for a claim made from a template (its
+  ``resource.kubernetes.io/pod-claim-name`` annotation);
+- the file is a stream of the same ``DeviceMetadata`` once per API version, newest first
+  (``API_VERSIONS``): a reader takes the first it knows.
 
-Each device's ``attributes`` are those its slice publishes (``slices.device``,
-but ``healthy``, which changes after prepare) and its device nodes as the
-container sees them (``deviceNode0``, ``deviceNode1``, ...), at most 32, each
-value at most 64 bytes, as the API's attribute rules require. Values come
-from discovery (USB strings are anyone's): they only ever go into JSON;
-paths are made of names checked as the API server checks them (``problem``).
+Each device's ``attributes`` are its slice's (``slices.device``) but ``healthy`` (it changes
+after prepare), and its device nodes as the container sees them (``deviceNode0``, ...): at
+most 32, each value at most 64 bytes, as the API requires. Values come from discovery (USB
+strings are anyone's) and only ever go into JSON; paths are made of names checked as the API
+server checks them (``problem``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""What prepare needs to know about a ResourceClaim, and where it comes from (DRA contract).
-
-``ClaimSource`` is the seam between the kubelet side (prepare) and the API
-server: ``apiclaims.ApiClaimSource`` reads claims from the API server,
-tests use an in-memory source.
+"""What prepare needs to know about a ResourceClaim; ``ClaimSource`` is its seam to the API
+server (``apiclaims.py``; the tests use an in-memory source).
 """
 
 from __future__ import annotations

@@ -1,26 +1,17 @@
 """The DRA gRPC services the kubelet calls on the driver's socket: protobuf in, our types out.
 
-- ``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`` and its ``v1beta1`` twin (same
-  messages, kept for 1.32/1.33 kubelets): NodePrepareResources and
-  NodeUnprepareResources, answered by the driver's ``ClaimPreparer``
-  (``dra.prepare.Preparer``).
-- ``v1.DRAResourceHealth`` and its ``v1alpha1`` twin (same messages; 1.34 to
-  1.36 kubelets know only v1alpha1, 1.37 to 1.39 prefer v1 and fall back to
-  v1alpha1): NodeWatchResources, a stream of every device's health from the
-  driver's ``HealthSource`` (``dra.inventory.Inventory``), the same whichever
-  version the kubelet opens. A kubelet opens the stream only for a version it
-  finds among the registration's ``supported_versions``, so both are listed
-  there. Each device's message (at most ``MAX_HEALTH_MESSAGE`` characters)
-  says why it is not Healthy: the probe's failure, or the unit's state. The
-  kubelet stamps each report with its own clock and turns a device Unknown
-  when it has not heard of it for 30 s (``DefaultHealthTimeout`` in
-  pkg/kubelet/cm/dra/healthinfo.go), so the whole list is sent at once, again
-  on every change, and at least every ``HEARTBEAT`` seconds.
+All four share one ``grpc.aio`` server on one unix socket, as the kubelet dials one endpoint:
 
-All four share one ``grpc.aio`` server on one unix socket
-(``/var/lib/kubelet/plugins/<driver>/dra.sock``), as the kubelet dials one
-endpoint for all of them. The driver is seen through those two protocols only,
-as the Go helper sees a driver through its ``DRAPlugin`` interface.
+- ``v1.DRAPlugin`` and its ``v1beta1`` twin (for 1.32/1.33 kubelets): NodePrepareResources
+  and NodeUnprepareResources, answered by a ``ClaimPreparer`` (``dra.prepare.Preparer``).
+- ``v1.DRAResourceHealth`` and its ``v1alpha1`` twin (1.34 to 1.36 know only v1alpha1, 1.37
+  to 1.39 prefer v1): NodeWatchResources streams every device's health from a
+  ``HealthSource`` (``dra.inventory.Inventory``). A kubelet opens it only for a version among
+  the registration's ``supported_versions``, so both are listed there. The kubelet turns a
+  device Unknown when it has not heard of it for 30 s (``DefaultHealthTimeout``,
+  pkg/kubelet/cm/dra/healthinfo.go), so the whole list is sent at once, on every change and at
+  least every ``HEARTBEAT`` seconds; each message (at most ``MAX_HEALTH_MESSAGE`` characters)
+  says why a device is not Healthy.
 """
 
 from __future__ import annotations

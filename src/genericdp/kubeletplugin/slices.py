@@ -1,22 +1,17 @@
 """What the node publishes: its units as ``resource.k8s.io/v1`` ResourceSlices (pure).
 
-One pool per node, named for the node; the devices of each served resource
-go into slices of their own, at most ``MAX_DEVICES_PER_SLICE`` devices each
-(docs/dra.md, Slices). Every device is one unit, named
-``device_name(resource, unit.id)``, with typed attributes in the driver's
-domain, so a CEL selector reads them as ``device.attributes["<driver>"].serial``.
+One pool per node, named for it; each resource's devices go into slices of their own
+(docs/dra.md, Slices). A device is one unit, named ``device_name(resource, unit.id)``, with
+typed attributes in the driver's domain (``device.attributes["<driver>"].serial`` in CEL) and
+the standard ``resource.kubernetes.io/`` ``numaNode``, ``pciBusID`` and ``pcieRoot`` where
+sysfs knows them (``standard_attributes``).
 
-Beside them, the Kubernetes standard attributes ``resource.kubernetes.io/
-numaNode``, ``pciBusID`` and ``pcieRoot`` where sysfs knows them
-(``standard_attributes``).
-
-The API server's limits (resource.k8s.io/v1 validation, checked against the
-1.36 server in tests/test_dra_standard_attributes.py): at most 128 devices per slice,
-64 when any device has taints; at most 32 attributes and capacities per
-device; attribute names are C identifiers of at most 32 characters (with an
-optional DNS-subdomain domain: ``resource.kubernetes.io/numaNode``); string
-and version values at most 64 bytes, versions semver 2.0. A value discovery
-found that does not fit is left out (it would make the whole slice invalid).
+The API server's limits (v1 validation, checked against 1.36 in
+tests/test_dra_standard_attributes.py): 128 devices per slice, 64 when any has taints; 32
+attributes and capacities per device; attribute names C identifiers of at most 32 characters,
+with an optional DNS-subdomain domain; string and version values at most 64 bytes, versions
+semver 2.0. A value discovery found that does not fit is left out (it would make the whole
+slice invalid).
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""What the slice publisher writes through: the ResourceSlices of one node and driver.
-
-``kubeletplugin/apislices.py``'s ``ApiSlices`` keeps them in the API server; the tests keep
-them in memory (``tests/dra_fakes.py``), so the publisher's rules are tested
-without an API server.
+"""What the slice publisher writes through: the ResourceSlices of one node and driver, in the
+API server (``apislices.py``) or, for the tests, in memory (``tests/dra_fakes.py``).
 """
 
 from __future__ import annotations
