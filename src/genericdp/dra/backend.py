@@ -107,8 +107,7 @@ class DraBackend:
         )
 
     async def start(self, fleet: Fleet) -> None:
-        """Start the driver (it serves its own sockets); from then on every
-        resource's list follows what the claims in its checkpoint hold."""
+        """Start the driver; from then on every resource's list follows the checkpoint."""
         await self.driver.start(register=False)
 
         def changed() -> None:
@@ -126,9 +125,8 @@ class DraBackend:
         fleet.tasks.spawn("dra/register", self._register, finishable=True, backoff=Backoff())
 
     async def _register(self) -> None:
-        """The kubelet sends its calls to the newest registration of the driver: one
-        made before the devices are known would fail the prepares of a rolling update
-        (a resource whose first scan is slow holds it back ``REGISTER_GRACE`` s at most)."""
+        """The kubelet calls the newest registration: one made before the devices are known
+        would fail a rolling update's prepares (a slow first scan waits ``REGISTER_GRACE``)."""
         edges, self._edges = self._edges or [], None
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(REGISTER_GRACE):
@@ -195,18 +193,9 @@ def check_settings(settings: Settings) -> None:
 async def serving(
     settings: Settings, *, run_hook: HookRunner, recorder: Recorder = NO_METRICS
 ) -> AsyncIterator[DraBackend]:
-    """The backend over the API server (its driver starts with the supervisor);
-    closed (driver, then API) on exit. ``recorder`` counts and times the
-    prepared and unprepared claims.
-
-    The node's slices have one writer: the instance holding
-    ``<plugins dir>/<driver>/lock`` (``nodelock.py``). Given a pod UID
-    (rolling updates), the driver serves at once beside another instance and
-    its publisher starts once the other has exited; without one, the sockets
-    have the other's names, so the whole backend waits for it.
-    """
+    """The backend over the API server, closed (driver, then API) on exit; the node's slices
+    have one writer, the holder of the node lock (``nodelock.py``)."""
     check_settings(settings)
-    # The only place the API client library is loaded: the device-plugin backend never is.
     from genericdp.kube.client import connect
     from genericdp.kubeletplugin.apiclaims import ApiClaimSource
     from genericdp.kubeletplugin.apislices import ApiSlices

@@ -109,11 +109,8 @@ class Turns:
             self.on_change()
 
     async def follow(self) -> None:
-        """Reload the checkpoint whenever another instance replaces it, until cancelled.
-
-        Raises KubeletError when the directory cannot be watched (the task's
-        guard logs it and starts over with backoff).
-        """
+        """Reload the checkpoint whenever another instance replaces it. Raises KubeletError
+        when the directory cannot be watched (the guard starts over with backoff)."""
         directory = self.checkpoint.path.parent
         await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)
         async with inotify_events(lambda exc: KubeletError(f"cannot start inotify: {exc}")) as (

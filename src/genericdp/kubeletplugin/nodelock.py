@@ -59,11 +59,8 @@ def _mark(fd: int) -> None:
 async def node_lock(
     plugin_dir: Path, *, poll: float = POLL, rolling: bool = False
 ) -> AsyncIterator[Path]:
-    """Hold the driver's lock on ``plugin_dir`` for the block; wait while another has it.
-
-    ``rolling``: only the slices wait (the log says so). Raises NodeLockError
-    when the lock file cannot be used (the daemon exits).
-    """
+    """Hold the driver's lock on ``plugin_dir``, waiting while another has it (``rolling``:
+    only the slices wait). Raises NodeLockError when the lock file cannot be used."""
     path = plugin_dir / FILE_NAME
     waits = (
         "publishing the node's ResourceSlices (serving claims meanwhile)"

@@ -100,13 +100,9 @@ def discovered_attributes(unit: Unit) -> dict[str, Attribute]:
 
 
 def standard_attributes(unit: Unit) -> dict[str, Attribute]:
-    """The Kubernetes standard attributes of ``unit`` that sysfs knows (none made up).
-
-    As the ``deviceattribute`` helpers publish them: ``numaNode`` a scalar int
-    of a real node (0 to 1023: -1, "no affinity", is never published, it would
-    match every other device without one), ``pciBusID`` of a unit that is a
-    PCI function, ``pcieRoot`` of one under a PCI function (discovery/pci.py).
-    """
+    """The standard attributes sysfs knows, as the ``deviceattribute`` helpers publish them:
+    ``numaNode`` of a real node (-1 would match every device without one), ``pciBusID`` of a
+    PCI function, ``pcieRoot`` of a unit under one (discovery/pci.py)."""
     found: dict[str, Attribute] = {}
     if unit.numa_node is not None and 0 <= unit.numa_node < MAX_NUMA_NODES:
         found[STANDARD_NUMA_NODE] = {"int": unit.numa_node}
@@ -120,13 +116,9 @@ def standard_attributes(unit: Unit) -> dict[str, Attribute]:
 
 @dataclass(frozen=True)
 class DeviceOptions:
-    """How the devices of one resource are published, from its definition.
-
-    ``shares``: how many allocations a device takes at once (``count``), None
-    for any number (``count: unbounded``); ``sharing`` False publishes every
-    device for one allocation at a time (an API server without consumable
-    capacity, docs/dra.md). ``taint_effect``: of an unhealthy device's taint.
-    """
+    """How a resource's devices are published. ``shares``: allocations a device takes at once
+    (``count``; None: unbounded); ``sharing`` False: one allocation at a time (an API server
+    without consumable capacity, docs/dra.md)."""
 
     attributes: Mapping[str, AttributeValue] = field(default_factory=lambda: MappingProxyType({}))
     shares: int | None = 1
@@ -148,12 +140,9 @@ DEFAULT_OPTIONS = DeviceOptions()
 def shaped(entry: dict[str, Any], options: DeviceOptions) -> dict[str, Any]:
     """``entry`` shared as ``options`` say (KEP-5075), its taint with their effect.
 
-    ``count: N``: ``allowMultipleAllocations`` and a capacity of N shares whose
-    request policy makes an allocation that asks for nothing consume one (the
-    claims the scheduler makes for ``limits`` ask for nothing: one share per
-    unit of the limit, as one replica ID per unit under the device plugin).
-    ``count: unbounded``: ``allowMultipleAllocations`` and no capacity, so
-    nothing limits how many claims share the device.
+    ``count: N``: a capacity of N shares, of which an allocation asking for nothing (as the
+    scheduler's claims for ``limits`` do: one per unit of the limit) consumes one.
+    ``count: unbounded``: no capacity, so nothing limits how many claims share the device.
     """
     if options.sharing and options.shares != 1:  # several claims may hold a device
         entry["allowMultipleAllocations"] = True
@@ -218,13 +207,8 @@ def device(
     driver: str,
     own: Mapping[str, AttributeValue] | None = None,
 ) -> dict[str, Any]:
-    """One device of a slice: ``unit`` of ``resource``; unhealthy ones carry a NoSchedule taint.
-
-    ``own`` are the definition's attributes (``dra.attributes``): they win
-    over discovered ones, never over ``resource``, ``unitID``, ``healthy``,
-    ``nodes`` and the standard ``resource.kubernetes.io/`` ones (the schema
-    refuses those names).
-    """
+    """One device of a slice; unhealthy ones carry a NoSchedule taint. ``own``
+    (``dra.attributes``) win over discovered attributes, never over the fixed ones."""
     attributes: dict[str, Attribute] = {
         "resource": {"string": resource},
         "unitID": {"string": unit.id},
@@ -279,14 +263,9 @@ def devices(
 
 
 def slice_name(node: str, driver: str, resource: str, index: int) -> str:
-    """A stable DNS subdomain naming slice ``index`` of ``resource`` on ``node``: its key
-    (``slice_key``) and the prefix of the name the API server gives it.
-
-    The readable part (``<node>.<driver>.<resource, / made .>.<index>``) is
-    for people; it always ends in ``-`` and eight hex digits of a hash of the
-    exact node, driver, resource and index, because the readable part alone
-    is shared by valid names (``a.com/x.y`` and ``a.com.x/y``; node ``n.a``
-    with driver ``b.io`` and node ``n`` with driver ``a.b.io``).
+    """A stable DNS subdomain for slice ``index`` of ``resource`` on ``node``: its key
+    (``slice_key``) and the prefix of its server-given name. The readable part always ends in
+    ``-`` and a hash of the exact four, as valid names share it (``a.com/x.y``, ``a.com.x/y``).
     """
     plain = f"{node}.{driver}.{resource.replace('/', '.')}.{index}"
     name = _RUNS.sub("-", _NOT_SUBDOMAIN.sub("-", plain.lower())).strip("-.")
@@ -307,13 +286,8 @@ def pool_slices(
     driver: str,
     generation: int,
 ) -> dict[str, dict[str, Any]]:
-    """The node's whole pool: ``{key: ResourceSlice}`` for the devices of each resource,
-    each slice named by the API server from a readable prefix (``generateName``) and
-    labelled with its key (``SLICE_LABEL``).
-
-    A resource with no devices still gets one (empty) slice, so the pool
-    says the resource is served here with nothing available.
-    """
+    """The node's whole pool by key. A resource with no devices still gets one (empty)
+    slice: the pool says it is served here with nothing available."""
     chunks: list[tuple[str, list[dict[str, Any]]]] = []
     for resource in sorted(by_resource):
         found = list(by_resource[resource])
@@ -348,12 +322,8 @@ def pool_slices(
 
 
 def comparable(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """A slice's spec without what changes on every write or the server fills in.
-
-    The pool's generation, taints' ``timeAdded`` and empty ``devices`` (the
-    server omits an empty list) are left out, so an unchanged pool compares
-    equal whatever generation it was written with.
-    """
+    """A slice's spec without the pool's generation and taints' ``timeAdded``, empty
+    ``devices`` as none (the server omits an empty list)."""
     pool = {k: v for k, v in dict(spec.get("pool") or {}).items() if k != "generation"}
     found = []
     for entry in spec.get("devices") or []:

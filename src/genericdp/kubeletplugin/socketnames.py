@@ -60,12 +60,9 @@ _INSTANCE = re.compile(
 
 
 def stale_sockets(own: Path, stem: str, suffix: str) -> list[Path]:
-    """Sockets beside ``own`` named as another pod's of this driver (``<stem>-<UID or
-    hash><suffix>``, the stem cut as in ``own``) that nothing listens on any more: a pod
-    killed with SIGKILL leaves them behind, and the kubelet keeps dialing them.
-
-    Only a refused connection counts as gone: a socket that answers, or that cannot be
-    tried (permissions, a timeout), is kept.
+    """Sockets beside ``own`` named as another pod's of this driver that nothing listens on
+    (a pod killed with SIGKILL leaves them, the kubelet keeps dialing them). Only a refused
+    connection counts: one that answers or cannot be tried (permissions, a timeout) is kept.
     """
     mine = _INSTANCE.fullmatch(own.name.removesuffix(suffix))
     heads = {stem, (mine.group("head") if mine else None) or ""}

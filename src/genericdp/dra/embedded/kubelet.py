@@ -90,10 +90,7 @@ class EmbeddedDraKubelet:
         await self.stop()
 
     async def start(self) -> None:
-        """Watch the registry directory: a socket created from now on is seen.
-
-        Raises DraKubeletError when the directory cannot be watched.
-        """
+        """Watch the registry directory; raises DraKubeletError when it cannot be watched."""
         self.registry_dir.mkdir(parents=True, exist_ok=True)
         where = f"cannot watch {self.registry_dir}"
         stack = contextlib.AsyncExitStack()
@@ -138,17 +135,13 @@ class EmbeddedDraKubelet:
         predicate: Callable[[Self], bool],
         timeout: float = 10.0,  # noqa: ASYNC109 -- the whole wait, re-armed on every change
     ) -> None:
-        """Return once ``predicate(self)`` holds, checked again at every event.
-
-        Raises TimeoutError describing the current state when it does not hold in time.
-        """
+        """Return once ``predicate(self)`` holds, checked at every event; else TimeoutError."""
         if not await self._changes.until(lambda: predicate(self), timeout):
             raise TimeoutError(
                 f"embedded DRA kubelet: condition not met within {timeout}s\n{self.describe()}"
             )
 
     def _record(self, kind: str, driver: str, detail: str) -> None:
-        """Something happened: log it and wake the waiters."""
         log.info("embedded DRA kubelet: %s %s: %s", kind, driver or "-", detail)
         self._changes.notify()
 
@@ -293,8 +286,7 @@ class EmbeddedDraKubelet:
         return plugins[-1]
 
     async def prepare(self, driver: str, claims: Sequence[ClaimRef]) -> list[str]:
-        """One pod sync: NodePrepareResources for the claims not prepared yet; the pod's
-        CDI IDs."""
+        """One pod sync: the pod's CDI IDs (only claims not prepared yet are sent)."""
         todo = [c for c in claims if c.uid not in self._prepared]
         if todo:
             plugin = self._plugin(driver)
@@ -311,8 +303,7 @@ class EmbeddedDraKubelet:
 
 
 def sockets(directory: Path) -> tuple[dict[str, tuple[int, int]], list[str]]:
-    """Unix sockets under ``directory`` (recursively) and its subdirectories, none
-    starting with ``.``: what the plugin watcher sees."""
+    """What the plugin watcher sees: the unix sockets and subdirectories not named ``.*``."""
     found: dict[str, tuple[int, int]] = {}
     directories: list[str] = []
     for root, dirs, files in os.walk(directory):
