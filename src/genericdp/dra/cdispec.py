@@ -26,9 +26,8 @@ from genericdp.allocation.plan import Mount, Plan
 def claim_spec(
     driver: str, uid: str, plans: Sequence[Plan], extra: Sequence[dict[str, Any]] = ()
 ) -> dict[str, Any]:
-    """The CDI spec of claim ``uid``: one device per device the plans name
-    (``Plan.device_ids``, the DRA device names), and the ``extra`` devices (the
-    device metadata mounts, ``dra/metadata.py``), sorted by name."""
+    """One CDI device per DRA device the plans name, and the ``extra`` devices (metadata
+    mounts), sorted by name."""
     kind = claim_kind(driver)
     devices: dict[str, dict[str, Any]] = {d["name"]: d for d in extra}
     env: dict[str, str] = {}

@@ -103,11 +103,8 @@ class Checkpoint:
         return self._claims.get(uid)
 
     def load(self) -> None:
-        """Read the file; never raises (what cannot be used is logged and kept aside).
-
-        May run in a thread: the claims are replaced whole, at the end, so the
-        loop never sees half of them (another instance's turn, ``turns.py``).
-        """
+        """Read the file; never raises. May run in a thread: the claims are replaced whole, at
+        the end, so the loop never sees half of them (``turns.py``)."""
         seen = _identity(self.path)
         claims: dict[str, PreparedClaim] = {}
         unaccounted: set[str] = set()
@@ -141,8 +138,7 @@ class Checkpoint:
             log.info("DRA checkpoint %s: %d claim(s) prepared", self.path, len(self._claims))
 
     def changed_on_disk(self) -> bool:
-        """Whether the file, or the set of uncleaned units, is not what this instance
-        last read or wrote."""
+        """Whether the file or the uncleaned units are not what this instance last saw."""
         return (
             _identity(self.path) != self._seen
             or uncleaned.identity(self.path.parent) != self._uncleaned_seen
@@ -227,13 +223,9 @@ class Checkpoint:
             raise
 
     async def _commit(self) -> None:
-        """Write the file with this change in it. Group commit: changes made while a
-        write is under way go to disk together in the next one, so a batch of N
-        claims costs a few writes, not N (each rewrites the file and fsyncs it).
-
-        The write is shielded: the change is in memory already, so the file follows
-        even when the caller is cancelled (a kubelet that hangs up mid-unprepare);
-        otherwise the file would keep a claim that memory has forgotten."""
+        """Group commit: changes made while a write is under way go to disk together in the
+        next one, so N claims cost a few fsyncs, not N. Shielded: the change is in memory, so
+        the file follows even when the caller is cancelled (a kubelet hanging up)."""
         self._changes += 1
         write = asyncio.ensure_future(self._write(self._changes))
         self._writes.add(write)
@@ -284,8 +276,7 @@ class _Unusable(Exception):  # noqa: N818 - internal signal, never leaves this m
 
 
 def _read_regular(path: Path) -> bytes:
-    """A regular file's bytes, at most MAX_BYTES. A FIFO, device or directory is never
-    opened for reading: a FIFO would block the driver's start forever."""
+    """A regular file's bytes, at most MAX_BYTES; a FIFO would block the start forever."""
     if not stat.S_ISREG(path.lstat().st_mode):
         raise _Unusable("is not a regular file")
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -300,8 +291,7 @@ def _read_regular(path: Path) -> bytes:
 
 
 def _decode(data: bytes) -> dict[Any, Any]:
-    """The document's claims; raises _Unusable when it is not one of ours (values are
-    counted before parsing)."""
+    """The document's claims; raises _Unusable when it is not one of ours."""
     values = sum(data.count(c) for c in (b",", b":", b"[", b"{"))
     if values > MAX_VALUES:
         raise _Unusable(f"holds over {MAX_VALUES} JSON values")

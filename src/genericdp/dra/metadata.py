@@ -90,8 +90,7 @@ def problem(namespace: str, name: str, requests: Iterable[str], pod_claim: str) 
 def attributes(
     definition: ResourceDefinition, unit: Unit, driver: str, nodes: Sequence[str]
 ) -> tuple[tuple[str, str, Any], ...]:
-    """A device's metadata attributes as (name, type, value): those its slice
-    publishes but ``healthy``, with its device nodes' container paths after the
+    """(name, type, value): its slice's but ``healthy``, its nodes' container paths after the
     fixed and standard ones, at most ``MAX_ATTRIBUTES``."""
     published = device(
         definition.name, unit, healthy=True, driver=driver, own=definition.dra.attributes
@@ -215,8 +214,7 @@ def stream(
 
 
 def write(plugin_dir: Path, driver: str, prepared: PreparedClaim) -> list[Path]:
-    """Write the claim's files; raises CdiSpecError saying why not (names that are no
-    Kubernetes names among them: the checkpoint is read as hostile input)."""
+    """Raises CdiSpecError saying why not (names are checked: the checkpoint is hostile)."""
     claim = prepared.claim
     named = problem(
         claim.namespace, claim.name, (d.request for d in prepared.devices), prepared.pod_claim
@@ -245,10 +243,8 @@ def write(plugin_dir: Path, driver: str, prepared: PreparedClaim) -> list[Path]:
 
 
 def remove(plugin_dir: Path, namespace: str, name: str) -> bool:
-    """Remove the claim's files; whether there were any. Raises CdiSpecError.
-
-    A link in their place is removed, never followed; names that are no
-    Kubernetes names have no files (none are written for them)."""
+    """Remove the claim's files (a link is never followed; invalid names have none); whether
+    there were any. Raises CdiSpecError."""
     if problem(namespace, name, (), ""):
         return False
     return _remove_dir(claim_dir(plugin_dir, namespace, name))
@@ -268,8 +264,7 @@ def _remove_dir(path: Path) -> bool:
 
 
 def stale(plugin_dir: Path, keep: Iterable[tuple[str, str]]) -> list[Path]:
-    """Remove the files of claims not in ``keep`` (namespace, name); what was removed.
-    Never raises: what cannot be removed is left for the next start."""
+    """Remove the files of claims not in ``keep`` (namespace, name); never raises."""
     wanted = {claim_dir_name(namespace, name) for namespace, name in keep}
     removed: list[Path] = []
     try:

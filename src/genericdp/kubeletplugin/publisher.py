@@ -39,22 +39,19 @@ from genericdp.kubeletplugin.slicewatch import SliceWatch
 log = logging.getLogger(__name__)
 
 COALESCE = 0.05  # seconds a burst of changes is gathered before one write
-# Seconds from one write of the pool to the next at least: a device that appears and
-# disappears 90 times a second is at most four pool rewrites a second, of its latest
-# state, while a change after a quiet spell still goes out after COALESCE.
+# Seconds between two writes of the pool at least: a device flapping 90 times a second is
+# four rewrites a second of its latest state; a change after a quiet spell waits COALESCE.
 MIN_WRITE_GAP = 0.25
 # The longest the first write waits for an expected resource's first publish: a
 # resource whose first scan fails (retried with backoff) does not hold the others back.
 ADOPT_GRACE = 5.0
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
-# The watch: a server that ends every watch at once is asked again at most this
-# often; and the slices are listed again this often (jittered) whatever it says.
+# A server that ends every watch at once is asked again at most this often.
 WATCH_BACKOFF_FIRST, WATCH_BACKOFF_MAX = 0.5, 30.0
-# Every node loses the API server at once when it restarts: retries scaled by a
-# random factor in [0.5, 1.5] come back spread over seconds, not in one burst
-# (docs/contributing/performance.md, "A fleet").
+# Every node loses a restarting API server at once: retries scaled by a random factor in
+# [0.5, 1.5] come back spread over seconds (docs/contributing/performance.md, "A fleet").
 BACKOFF_JITTER = 0.5
-RESYNC = 600.0
+RESYNC = 600.0  # seconds between lists of the slices (jittered), whatever the watch says
 FAILURE_LOG_EVERY = 30.0  # seconds between warnings while the API server stays unreachable
 CLOSE_FLUSH = 2.0  # seconds close waits for a pending write
 # Keys of held slices that are ours but not of the pool: deleted at the next write.
@@ -86,8 +83,7 @@ class SlicePublisher:
         self._owner: dict[str, str] | None = None  # the ownerReference to our Node, if read
         self._generation = 0
         self._sharing = True  # until the API server drops allowMultipleAllocations
-        # The API server was seen dropping taints (``genericdp_dra_taints_dropped``).
-        self.taints_dropped = False
+        self.taints_dropped = False  # the server was seen dropping them (a metric)
         self._untainted: dict[str, int] = {}  # resource -> tainted devices left out
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -99,13 +95,10 @@ class SlicePublisher:
         self._expected: set[str] = set()  # what the first write waits for (``expect``)
         self._answered: set[str] = set()  # resources that published or withdrew
         self._all_in = asyncio.Event()  # every expected resource answered
-        # The first list is done: slices are adopted, and the watch may start.
-        self._listed = asyncio.Event()
+        self._listed = asyncio.Event()  # the first list is done: adopted, the watch may start
         self._list_version = ""  # the resourceVersion of the writer's last list
         self._stales = 0  # changes by others seen (a list under way meanwhile is redone)
-        # Watch events that come while a write is in flight are told apart from ours
-        # once the write's answers are in (the event of a write can come first).
-        self._writing = False
+        self._writing = False  # watch events meanwhile wait for its answers (slicewatch.py)
         self._followed = SliceWatch(
             store, held=self._by_name, stale=self._stale, writing=lambda: self._writing
         )
