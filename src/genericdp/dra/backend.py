@@ -1,10 +1,9 @@
 """``serve --backend dra``: the node's DRA driver, its slices, and one edge per resource.
 
 A DRA device is a unit (``ONE_PER_UNIT``; ``count`` is its shares, ``slices.py``), never told
-anew. A unit is held while a claim naming it is in the checkpoint (``DraUsage``), so a unit
-unplugged under a claim stays listed, Unhealthy, until the claim is unprepared. The API server
-pieces are made in ``serving``, the only place that loads the API client library, so the
-device-plugin backend never does.
+anew, held while a claim names it (``usage.py``). The API server pieces are made in
+``serving``, the only place that loads the API client library, so the device-plugin backend
+never does.
 """
 
 from __future__ import annotations

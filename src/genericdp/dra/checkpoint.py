@@ -60,8 +60,7 @@ class PreparedDevice:
     unit: str
     cdi_ids: tuple[str, ...]
     nodes: tuple[tuple[str, str], ...]  # (host path, container path) at prepare time
-    # Its device metadata attributes, (name, type, value): ``dra/metadata.py``.
-    attributes: tuple[tuple[str, str, Any], ...] = ()
+    attributes: tuple[tuple[str, str, Any], ...] = ()  # (name, type, value): metadata.py
     share_id: str = ""  # the allocation's shareID, for a device shared by several claims
     # The cleanup hook of the definition the device was handed out under (None: it had
     # none); ``recorded`` False: an entry written before hooks were recorded.

@@ -151,26 +151,16 @@ def cdi_id(driver: str, uid: str, request: str) -> str:
 def cdi_devices(plugin_dir: Path, driver: str, prepared: PreparedClaim) -> list[dict[str, Any]]:
     """The claim spec's CDI devices that mount each request's file read-only."""
     claim = prepared.claim
-    return [
-        {
-            "name": cdi_name(claim.uid, request),
-            "containerEdits": {
-                "mounts": [
-                    {
-                        "hostPath": str(
-                            host_path(plugin_dir, claim.namespace, claim.name, request)
-                        ),
-                        "containerPath": container_path(
-                            driver, claim.name, prepared.pod_claim, request
-                        ),
-                        "type": "bind",
-                        "options": ["ro", "bind"],
-                    }
-                ]
-            },
+    out = []
+    for request in dict.fromkeys(base_request(d.request) for d in prepared.devices):
+        mount = {
+            "hostPath": str(host_path(plugin_dir, claim.namespace, claim.name, request)),
+            "containerPath": container_path(driver, claim.name, prepared.pod_claim, request),
+            "type": "bind",
+            "options": ["ro", "bind"],
         }
-        for request in dict.fromkeys(base_request(d.request) for d in prepared.devices)
-    ]
+        out.append({"name": cdi_name(claim.uid, request), "containerEdits": {"mounts": [mount]}})
+    return out
 
 
 def stream(
@@ -178,34 +168,17 @@ def stream(
 ) -> bytes:
     """The file of ``request``: one ``DeviceMetadata`` per API version, newest first."""
     claim = prepared.claim
-    body: dict[str, Any] = {
-        "metadata": {
-            "name": claim.name,
-            "namespace": claim.namespace,
-            "uid": claim.uid,
-            "generation": 1,
-        }
-    }
+    meta = {"name": claim.name, "namespace": claim.namespace, "uid": claim.uid, "generation": 1}
+    body: dict[str, Any] = {"metadata": meta}
     if prepared.pod_claim:
         body["podClaimName"] = prepared.pod_claim
-    body["requests"] = [
-        {
-            "name": request,
-            "devices": [
-                {
-                    "driver": driver,
-                    "pool": d.pool,
-                    "name": d.device,
-                    **(
-                        {"attributes": {n: {k: v} for n, k, v in d.attributes}}
-                        if d.attributes
-                        else {}
-                    ),
-                }
-                for d in devices
-            ],
-        }
-    ]
+    entries = []
+    for d in devices:
+        entry: dict[str, Any] = {"driver": driver, "pool": d.pool, "name": d.device}
+        if d.attributes:
+            entry["attributes"] = {n: {k: v} for n, k, v in d.attributes}
+        entries.append(entry)
+    body["requests"] = [{"name": request, "devices": entries}]
     parts = [
         json.dumps({"kind": KIND, "apiVersion": version, **body}, indent=2) + "\n"
         for version in API_VERSIONS

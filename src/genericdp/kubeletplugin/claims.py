@@ -71,9 +71,7 @@ class Allocation:
     """Our driver's results in a claim's allocation, and what names the claim in its pod."""
 
     devices: tuple[AllocatedDevice, ...]
-    # The claim's resource.kubernetes.io/pod-claim-name annotation: the pod's name for a
-    # claim made from a template ("" for a claim the pod names itself).
-    pod_claim: str = ""
+    pod_claim: str = ""  # its POD_CLAIM_ANNOTATION ("" for a claim the pod names itself)
 
 
 class ClaimError(GenericdpError):

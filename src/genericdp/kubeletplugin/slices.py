@@ -39,16 +39,14 @@ MAX_VALUE_BYTES = 64
 SLICE_NAME_MAX = 253
 # The API server appends 5 characters to a generateName cut to 58 (names.SimpleNameGenerator).
 GENERATED_PREFIX_MAX = 58
-# Each slice's key: which resource and index of which node and driver it holds. Its name
-# is the API server's (generateName): the publisher finds its slices again by this label
-# and their owner (the Node), so no name can be squatted.
+# Each slice's key: which resource and index of which node and driver it holds (the
+# publisher finds its slices by it, as the API server names them: publisher.py).
 SLICE_LABEL = "genericdp.io/slice"
 UNHEALTHY_TAINT_KEY = "unhealthy"  # qualified with the driver: <driver>/unhealthy
 # The Kubernetes standard attributes (k8s.io/dynamic-resource-allocation/deviceattribute).
 STANDARD_NUMA_NODE, STANDARD_PCI_BUS_ID, STANDARD_PCIE_ROOT = STANDARD_ATTRIBUTES
 MAX_NUMA_NODES = 1024  # the helpers' maxNUMANodes (the kernel's maximum)
-# The capacity a shared device (``count: N``) offers, in the driver's domain: N
-# shares, of which each allocation consumes one unless its request asks for more.
+# A shared device's capacity (``count: N``): N shares, one per allocation unless it asks more.
 SHARES_CAPACITY = "shares"
 
 _PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
