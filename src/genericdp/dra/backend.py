@@ -1,16 +1,9 @@
 """``serve --backend dra``: the node's DRA driver, its slices, and one edge per resource.
 
-The daemon opens one ``DraBackend`` (``serving``) and hands it to the
-supervisor (``runtime.backend.Backend``): every resource's runner then feeds
-the driver's inventory and the node's ResourceSlices through its ``DraEdge``.
-A DRA device is a unit (the runtime's ``ONE_PER_UNIT``; ``count`` is its
-shares, ``slices.py``), never told anew; a unit is held while a claim
-naming it is in the driver's checkpoint (``DraUsage``), so a unit unplugged
-under a claim stays listed, Unhealthy, until the claim is unprepared.
-Daemon-wide, ``start`` starts the driver, which serves and registers its
-own sockets. The API server pieces (the claim source and the slice
-publisher) are made in ``serving``, the only place that loads the API client
-library, so the device-plugin backend never does.
+A DRA device is a unit (``ONE_PER_UNIT``; ``count`` is its shares, ``slices.py``), never told
+anew, held while a claim names it (``usage.py``). The API server pieces are made in
+``serving``, the only place that loads the API client library, so the device-plugin backend
+never does.
 """
 
 from __future__ import annotations
@@ -113,8 +106,7 @@ class DraBackend:
         )
 
     async def start(self, fleet: Fleet) -> None:
-        """Start the driver (it serves its own sockets); from then on every
-        resource's list follows what the claims in its checkpoint hold."""
+        """Start the driver; from then on every resource's list follows the checkpoint."""
         await self.driver.start(register=False)
 
         def changed() -> None:
@@ -132,9 +124,8 @@ class DraBackend:
         fleet.tasks.spawn("dra/register", self._register, finishable=True, backoff=Backoff())
 
     async def _register(self) -> None:
-        """The kubelet sends its calls to the newest registration of the driver: one
-        made before the devices are known would fail the prepares of a rolling update
-        (a resource whose first scan is slow holds it back ``REGISTER_GRACE`` s at most)."""
+        """The kubelet calls the newest registration: one made before the devices are known
+        would fail a rolling update's prepares (a slow first scan waits ``REGISTER_GRACE``)."""
         edges, self._edges = self._edges or [], None
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(REGISTER_GRACE):
@@ -201,18 +192,9 @@ def check_settings(settings: Settings) -> None:
 async def serving(
     settings: Settings, *, run_hook: HookRunner, recorder: Recorder = NO_METRICS
 ) -> AsyncIterator[DraBackend]:
-    """The backend over the API server (its driver starts with the supervisor);
-    closed (driver, then API) on exit. ``recorder`` counts and times the
-    prepared and unprepared claims.
-
-    The node's slices have one writer: the instance holding
-    ``<plugins dir>/<driver>/lock`` (``nodelock.py``). Given a pod UID
-    (rolling updates), the driver serves at once beside another instance and
-    its publisher starts once the other has exited; without one, the sockets
-    have the other's names, so the whole backend waits for it.
-    """
+    """The backend over the API server, closed (driver, then API) on exit; the node's slices
+    have one writer, the holder of the node lock (``nodelock.py``)."""
     check_settings(settings)
-    # The only place the API client library is loaded: the device-plugin backend never is.
     from genericdp.kube.client import connect
     from genericdp.kubeletplugin.apiclaims import ApiClaimSource
     from genericdp.kubeletplugin.apislices import ApiSlices

@@ -1,27 +1,17 @@
-"""What a prepared claim gives its containers: its plans as one CDI spec (pure).
+"""A prepared claim's plans as one CDI spec (pure); the file is ``allocation/cdi.py``'s.
 
-Under DRA the runtime gets a claim's devices only through CDI: the kubelet
-hands the CDI device IDs prepare returned to the runtime (containerd 1.7+
-with CDI, CRI-O), which applies the edits of those devices, and of their
-spec, to each container using the claim. This is the DRA backend's encoder
-of ``allocation.plan``'s plans, as ``kubelet/servicer.py`` is the device
-plugin's; the file itself (name, kind, writing, stale specs) is
-``allocation/cdi.py``'s.
+Under DRA the runtime gets a claim's devices only through CDI: the kubelet hands the IDs
+prepare returned to the runtime (containerd 1.7+ with CDI, CRI-O), which applies the edits of
+those devices and of their spec to each container using the claim.
 
-- One CDI device per allocated device, named ``<claim UID>-<device name>``
-  (unique among all specs of the kind, as CDI requires), holding the unit's
-  device nodes (``Plan.nodes``: ``path``, ``hostPath``, ``permissions``,
-  and ``fileMode``, ``uid``, ``gid``: the host node's or
-  ``allocate.deviceNodes``'s, since DRA has no other way to pass them).
-- The env and mounts of the claim's plans (one per resource, rendered over
-  all the claim's units of it) are the spec's own ``containerEdits``, which
-  the runtime applies once when any device of the spec is injected; a
-  variable set by two resources keeps the first one's value.
-- One CDI device per request mounting its device metadata file read-only
-  (``extra``, from ``dra/metadata.py``).
-- Annotations cannot be passed (the DRA API has no per-container
-  annotations): ``undelivered`` says so, and prepare and ``simulate`` warn
-  with its words.
+- One CDI device per allocated device, ``<claim UID>-<device name>`` (unique among all specs
+  of the kind, as CDI requires), with the unit's device nodes and their ``fileMode``, ``uid``
+  and ``gid`` (the host node's or ``allocate.deviceNodes``'s: DRA has no other way).
+- The env and mounts of the claim's plans are the spec's own ``containerEdits``, applied once
+  when any of its devices is injected; a variable set by two resources keeps the first value.
+- One CDI device per request mounts its device metadata file read-only (``dra/metadata.py``).
+- DRA has no per-container annotations: ``undelivered`` says so, and prepare and
+  ``simulate`` warn with its words.
 """
 
 from __future__ import annotations
@@ -36,9 +26,8 @@ from genericdp.allocation.plan import Mount, Plan
 def claim_spec(
     driver: str, uid: str, plans: Sequence[Plan], extra: Sequence[dict[str, Any]] = ()
 ) -> dict[str, Any]:
-    """The CDI spec of claim ``uid``: one device per device the plans name
-    (``Plan.device_ids``, the DRA device names), and the ``extra`` devices (the
-    device metadata mounts, ``dra/metadata.py``), sorted by name."""
+    """One CDI device per DRA device the plans name, and the ``extra`` devices (metadata
+    mounts), sorted by name."""
     kind = claim_kind(driver)
     devices: dict[str, dict[str, Any]] = {d["name"]: d for d in extra}
     env: dict[str, str] = {}

@@ -1,24 +1,17 @@
 """Prepared claims, persisted so a restarted daemon answers and unprepares correctly.
 
-One JSON file (``checkpoint.json`` in the driver's plugin directory),
-replaced atomically (temporary file, fsync, rename) after every change. A
-claim is recorded as ``preparing`` before its hooks run and ``prepared``
-once its CDI spec is written, so a daemon killed half way still runs the
-cleanup hook when the kubelet unprepares the claim.
+One JSON file (``checkpoint.json`` in the plugin directory), replaced atomically after every
+change. A claim is ``preparing`` before its hooks run and ``prepared`` once its CDI spec is
+written, so a daemon killed half way still runs cleanup when the kubelet unprepares. Each
+device records the ``cleanup`` hook it was handed out under, which its unprepare runs whatever
+selectors, reloads or restarts happened since; units whose cleanup cannot run are kept beside
+the file (``uncleaned.py``).
 
-The file is ours but lives on the host: whatever it holds is checked as
-hostile input, and what cannot be used is never lost. A file that cannot be
-used (not a regular file, too large, too many values, not JSON, another
-version) is moved aside to ``checkpoint.json.unusable-<UTC time>``, never
-overwritten, and the checkpoint is then *incomplete*: start-up removes no
-claim spec, since the file may have listed it (so too while a file set aside
-is still there). An entry that does not have the expected shape is logged and
-dropped, the others are kept, and its UID is *unaccounted*: its spec stays.
-
-Each device records the ``cleanup`` hook of the definition it was handed out
-under, so its unprepare runs that hook whatever selectors, reloads or
-restarts happened since. Units whose cleanup cannot run are kept beside the
-file (``uncleaned.py``) and loaded with it.
+The file lives on the host: its content is hostile input, and nothing in it is lost. An
+unusable file (not regular, too large, too many values, not JSON, another version) is moved to
+``checkpoint.json.unusable-<UTC time>`` and the checkpoint is *incomplete*: while such a file
+is there start-up removes no claim spec. An unusable entry is logged and dropped, and its UID
+is *unaccounted*: its spec stays.
 """
 
 from __future__ import annotations
@@ -67,8 +60,7 @@ class PreparedDevice:
     unit: str
     cdi_ids: tuple[str, ...]
     nodes: tuple[tuple[str, str], ...]  # (host path, container path) at prepare time
-    # Its device metadata attributes, (name, type, value): ``dra/metadata.py``.
-    attributes: tuple[tuple[str, str, Any], ...] = ()
+    attributes: tuple[tuple[str, str, Any], ...] = ()  # (name, type, value): metadata.py
     share_id: str = ""  # the allocation's shareID, for a device shared by several claims
     # The cleanup hook of the definition the device was handed out under (None: it had
     # none); ``recorded`` False: an entry written before hooks were recorded.
@@ -110,11 +102,8 @@ class Checkpoint:
         return self._claims.get(uid)
 
     def load(self) -> None:
-        """Read the file; never raises (what cannot be used is logged and kept aside).
-
-        May run in a thread: the claims are replaced whole, at the end, so the
-        loop never sees half of them (another instance's turn, ``turns.py``).
-        """
+        """Read the file; never raises. May run in a thread: the claims are replaced whole, at
+        the end, so the loop never sees half of them (``turns.py``)."""
         seen = _identity(self.path)
         claims: dict[str, PreparedClaim] = {}
         unaccounted: set[str] = set()
@@ -148,8 +137,7 @@ class Checkpoint:
             log.info("DRA checkpoint %s: %d claim(s) prepared", self.path, len(self._claims))
 
     def changed_on_disk(self) -> bool:
-        """Whether the file, or the set of uncleaned units, is not what this instance
-        last read or wrote."""
+        """Whether the file or the uncleaned units are not what this instance last saw."""
         return (
             _identity(self.path) != self._seen
             or uncleaned.identity(self.path.parent) != self._uncleaned_seen
@@ -234,13 +222,9 @@ class Checkpoint:
             raise
 
     async def _commit(self) -> None:
-        """Write the file with this change in it. Group commit: changes made while a
-        write is under way go to disk together in the next one, so a batch of N
-        claims costs a few writes, not N (each rewrites the file and fsyncs it).
-
-        The write is shielded: the change is in memory already, so the file follows
-        even when the caller is cancelled (a kubelet that hangs up mid-unprepare);
-        otherwise the file would keep a claim that memory has forgotten."""
+        """Group commit: changes made while a write is under way go to disk together in the
+        next one, so N claims cost a few fsyncs, not N. Shielded: the change is in memory, so
+        the file follows even when the caller is cancelled (a kubelet hanging up)."""
         self._changes += 1
         write = asyncio.ensure_future(self._write(self._changes))
         self._writes.add(write)
@@ -291,8 +275,7 @@ class _Unusable(Exception):  # noqa: N818 - internal signal, never leaves this m
 
 
 def _read_regular(path: Path) -> bytes:
-    """A regular file's bytes, at most MAX_BYTES. A FIFO, device or directory is never
-    opened for reading: a FIFO would block the driver's start forever."""
+    """A regular file's bytes, at most MAX_BYTES; a FIFO would block the start forever."""
     if not stat.S_ISREG(path.lstat().st_mode):
         raise _Unusable("is not a regular file")
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -307,8 +290,7 @@ def _read_regular(path: Path) -> bytes:
 
 
 def _decode(data: bytes) -> dict[Any, Any]:
-    """The document's claims; raises _Unusable when it is not one of ours (values are
-    counted before parsing)."""
+    """The document's claims; raises _Unusable when it is not one of ours."""
     values = sum(data.count(c) for c in (b",", b":", b"[", b"{"))
     if values > MAX_VALUES:
         raise _Unusable(f"holds over {MAX_VALUES} JSON values")

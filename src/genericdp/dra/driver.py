@@ -1,26 +1,14 @@
 """The node's DRA driver: prepare, the DRA and registration sockets, the checkpoint.
 
-One per daemon, shared by every resource served through DRA (the kubelet
-knows a driver, not resources). Each resource's edge keeps the inventory
-up to date; the driver serves what is in it.
+One per daemon, shared by every resource served through DRA (the kubelet knows a driver, not
+resources). Its files, laid out as the upstream Go helper does (admins know it):
+``<registry dir>/<driver>-reg.sock`` (``registration.py``) and, in ``<plugins dir>/<driver>/``,
+``dra.sock`` (``service.py``), ``checkpoint.json``, ``dra-device-metadata/`` (written again
+from the checkpoint at start) and ``serialize.lock`` (``turns.py``). Given the pod's UID both
+socket names carry it (``socketnames.py``).
 
-Layout, as the upstream helper (k8s.io/dynamic-resource-allocation/kubeletplugin)
-lays it out, which the kubelet expects of no one but which admins know:
-
-- ``<registry dir>/<driver>-reg.sock``: registration (``registration.py``);
-- ``<plugins dir>/<driver>/dra.sock``: the DRA services (``service.py``);
-- ``<plugins dir>/<driver>/checkpoint.json``: prepared claims (``checkpoint.py``);
-- ``<plugins dir>/<driver>/dra-device-metadata/``: their device metadata
-  (``metadata.py``), written again from the checkpoint at start.
-- ``<plugins dir>/<driver>/serialize.lock``: the turns of every instance's
-  prepare and unprepare calls (``turns.py``).
-
-Given the pod's UID, both socket names carry it (``socketnames.py``), so
-the old and the new pod of a rolling update serve side by side.
-
-Both sockets' directories are watched with inotify and a socket deleted or
-replaced is served again at once: the kubelet's plugin watcher registers the
-driver again when it sees the new registration socket.
+Both sockets' directories are watched and a socket deleted or replaced is served again at
+once: the kubelet registers the driver again when it sees the new registration socket.
 """
 
 from __future__ import annotations
@@ -110,12 +98,8 @@ class DraDriver:
         self._tasks = TaskSet(log)
 
     async def start(self, *, register: bool = True) -> None:
-        """Load the checkpoint, clear stale specs, serve DRA, then registration
-        (``register`` False: later, by calling ``register``).
-
-        Raises GenericdpError (KubeletError, TurnError) when a socket cannot be
-        served or another instance holds the node's call lock for too long.
-        """
+        """Raises GenericdpError (KubeletError, TurnError) when a socket cannot be served or
+        another instance holds the node's call lock for too long."""
         async with self.turns.turn():  # another instance may be preparing a claim
             await asyncio.to_thread(self.checkpoint.load)
             kept = [*(p.claim.uid for p in self.checkpoint), *self.checkpoint.unaccounted]
@@ -134,12 +118,8 @@ class DraDriver:
             await self.register()
 
     async def register(self) -> None:
-        """Offer the driver to the kubelet: serve the registration socket, and keep both
-        sockets served from now on. The kubelet's newest registration gets its calls,
-        so a second instance registers once its inventory is filled (``backend.py``).
-
-        Raises KubeletError when the socket cannot be served.
-        """
+        """Serve the registration socket and keep both served; raises KubeletError. The newest
+        registration gets the calls, so it waits for the inventory (``backend.py``)."""
         if self._pod_uid:  # pods killed with SIGKILL leave theirs: the kubelet would keep dialing
             for path in await asyncio.to_thread(
                 remove_stale, self.registration.socket, self.dra_socket, self.driver
@@ -155,9 +135,8 @@ class DraDriver:
         self._tasks.spawn(f"dra/{self.driver}/sockets", self._keep_sockets, backoff=Backoff())
 
     def _rebuild_metadata(self) -> None:
-        """Write the device metadata of every prepared claim again, from the checkpoint
-        (the files may be gone, or older), and remove those of claims no longer
-        prepared. Never raises: a claim whose files cannot be written is logged."""
+        """Write every prepared claim's device metadata again (the files may be gone or older)
+        and remove the others'. Never raises."""
         plugin_dir = self.checkpoint.path.parent
         prepared = [p for p in self.checkpoint if p.state == PREPARED]
         for claim in prepared:
@@ -191,12 +170,8 @@ class DraDriver:
         )
 
     async def _keep_sockets(self) -> None:
-        """Serve a socket again whenever it is deleted or replaced, until cancelled.
-
-        Raises KubeletError when a directory cannot be watched, goes away, or
-        a socket cannot be served again: the task's guard logs it and starts
-        over with backoff, which serves what is missing first.
-        """
+        """Serve a socket again whenever it is deleted or replaced. Raises KubeletError when
+        a directory cannot be watched or goes away: the guard starts over with backoff."""
         directories = sorted({self.dra_socket.parent, self.registration.socket.parent})
         for directory in directories:  # removed ones come back, as on start
             await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)

@@ -1,14 +1,8 @@
 """One resource's DRA edge: its units and health into the driver's inventory and slices.
 
-The runner (``runtime/resource.py``) owns discovery, health and the device
-state; this edge, its kubelet-facing side under DRA, follows the state:
-on every change it hands the units and their health to the node's
-``Inventory`` (what prepare and the health stream read) and to the
-``SlicePublisher`` (the node's ResourceSlices). A unit whose nodes vanish
-while a prepared claim holds it (``DraUsage``, the runtime's ``gone``)
-stays in both, Unhealthy ("device nodes gone: ..."), and tainted in the
-slice, until the claim is unprepared, as the device plugin keeps such a
-unit listed until its pod is gone.
+A unit whose nodes vanish while a prepared claim holds it (``DraUsage``, the runtime's
+``gone``) stays in both, Unhealthy ("device nodes gone: ..."), tainted in the slice, until the
+claim is unprepared, as the device plugin keeps such a unit listed until its pod is gone.
 """
 
 from __future__ import annotations
@@ -76,7 +70,6 @@ class DraEdge:
         self._on_status = on_status  # what ``status()`` shows changed
         self._uncleaned = uncleaned  # units owed a cleanup that cannot run: never served
         self._refreshed = asyncio.Event()
-        # The first write of the node's slices (the takeover) waits for this resource.
         publisher.expect(definition().name)
         self._woken = asyncio.Event()
         self._last_error: str | None = None
@@ -146,9 +139,8 @@ class DraEdge:
         return PluginStatus(
             resource=self._definition().name,
             registered=self._registration.registered and self.handed.is_set(),
-            # /readyz waits for this: the driver registered with the kubelet, and
-            # this resource's first scan in the inventory and on its way to the
-            # slices (written at once, docs/dra.md), not only the registration.
+            # /readyz waits for this: registered, and the first scan in the inventory and on
+            # its way to the slices (docs/dra.md).
             registrations=self._registration.registrations if self.handed.is_set() else 0,
             devices=len(units),  # one DRA device per unit, shared by claims under ``count``
             healthy=sum(1 for uid in units if uid not in out),
@@ -157,10 +149,9 @@ class DraEdge:
         )
 
     async def close(self) -> tuple[str, ...]:
-        """The resource left the config: its devices and slices go. At shutdown
-        (``stopping``) the slices stay, for the next instance to adopt: pods keep
-        being scheduled to the node through a restart (the kubelet itself deletes
-        them if the driver stays away 30 s). It runs no task of its own."""
+        """The resource left the config: its devices and slices go. At shutdown the slices
+        stay for the next instance, so pods keep being scheduled to the node through a
+        restart (the kubelet deletes them if the driver stays away 30 s)."""
         name = self._definition().name
         self._inventory.remove_resource(name)
         if not self._stopping():
@@ -179,7 +170,6 @@ class DraEdge:
 
 
 async def _either(first: asyncio.Event, second: asyncio.Event) -> None:
-    """Wait until one of the two is set."""
     waits = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
     try:
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)

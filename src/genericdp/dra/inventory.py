@@ -1,10 +1,7 @@
 """The devices this node serves through DRA: every resource's units, by device name.
 
-Each resource's DRA edge (``edge.py``) keeps its part up to date from
-discovery and health; prepare finds an allocated device here by recomputing
-``device_name(resource, unit.id)`` over the current units, and the health
-service streams what is here. One pool per node: the pool name is the node
-name.
+Prepare finds an allocated device by recomputing ``device_name(resource, unit.id)`` over the
+current units; the health service streams what is here. One pool per node, named for it.
 """
 
 from __future__ import annotations
@@ -55,12 +52,8 @@ class Inventory:
         self.pool = pool
         self._resources: dict[str, _Resource] = {}
         self._names: dict[str, tuple[str, str]] = {}  # device name -> (resource, unit id)
-        self._version = 0
+        self.version = 0
         self._changed = asyncio.Event()
-
-    @property
-    def version(self) -> int:
-        return self._version
 
     def definition(self, resource: str) -> ResourceDefinition | None:
         held = self._resources.get(resource)
@@ -138,10 +131,10 @@ class Inventory:
 
     async def wait_changed(self, version: int) -> int:
         """Wait until the version moves past ``version``; the new version."""
-        while self._version == version:
+        while self.version == version:
             self._changed.clear()
             await self._changed.wait()
-        return self._version
+        return self.version
 
     def _reindex(self) -> None:
         names: dict[str, tuple[str, str]] = {}
@@ -162,7 +155,7 @@ class Inventory:
         self._bump()
 
     def _bump(self) -> None:
-        self._version += 1
+        self.version += 1
         self._changed.set()
 
 

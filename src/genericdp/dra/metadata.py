@@ -1,32 +1,27 @@
 """Device metadata (KEP-5304): a JSON file a container reads about its claim's devices.
 
-The layout is the one the Go kubelet plugin helper writes
-(k8s.io/dynamic-resource-allocation, ``kubeletplugin/metadata.go`` and
-``api/metadata``), so readers written for it (KubeVirt's virt-launcher, the
-``devicemetadata`` Go package) read ours:
+Laid out as the Go kubelet plugin helper writes it (k8s.io/dynamic-resource-allocation,
+``kubeletplugin/metadata.go``, ``api/metadata``), so readers written for it (KubeVirt's
+virt-launcher, the ``devicemetadata`` Go package) read ours:
 
-- on the host, one file per claim and request:
-  ``<plugins dir>/<driver>/dra-device-metadata/<namespace>_<claim>/<request>/metadata.json``
-  (mode 0644, directories 0755), replaced atomically; a claim whose
-  ``<namespace>_<claim>`` is longer than a file name may be (a name of 253
-  characters is valid) keeps its first characters and ends in ``~`` and a
-  digest of both names (``claim_dir_name``: no valid name holds ``~``);
+- on the host, one file per claim and request, replaced atomically (mode 0644, dirs 0755):
+  ``<plugins dir>/<driver>/dra-device-metadata/<namespace>_<claim>/<request>/metadata.json``;
+  a ``<namespace>_<claim>`` too long for a file name (a 253-character name is valid) keeps its
+  start and ends in ``~`` and a digest of both names (``claim_dir_name``: no name holds ``~``);
 - in the container, mounted read-only by a CDI device of the claim's spec
-  (``<driver>/claim=<claim UID>_<request>``, listed with every device of that
-  request, so a container sees only the requests it uses), at
+  (``<driver>/claim=<claim UID>_<request>``, listed with every device of that request, so a
+  container sees only the requests it uses), at
   ``/var/run/kubernetes.io/dra-device-attributes/resourceclaims/<claim>/<request>/<driver>-metadata.json``,
-  or ``resourceclaimtemplates/<pod's claim name>/...`` for a claim made from
-  a template (its ``resource.kubernetes.io/pod-claim-name`` annotation);
-- the file is a stream of JSON objects, the same ``DeviceMetadata`` once per
-  API version, newest first (``API_VERSIONS``): a reader takes the first it
-  knows.
+  or ``resourceclaimtemplates/<pod's claim name>/...`` for a claim made from a template (its
+  ``resource.kubernetes.io/pod-claim-name`` annotation);
+- the file is a stream of the same ``DeviceMetadata`` once per API version, newest first
+  (``API_VERSIONS``): a reader takes the first it knows.
 
-Each device's ``attributes`` are those its slice publishes (``slices.device``,
-but ``healthy``, which changes after prepare) and its device nodes as the
-container sees them (``deviceNode0``, ``deviceNode1``, ...), at most 32, each
-value at most 64 bytes, as the API's attribute rules require. Values come
-from discovery (USB strings are anyone's): they only ever go into JSON;
-paths are made of names checked as the API server checks them (``problem``).
+Each device's ``attributes`` are its slice's (``slices.device``) but ``healthy`` (it changes
+after prepare), and its device nodes as the container sees them (``deviceNode0``, ...): at
+most 32, each value at most 64 bytes, as the API requires. Values come from discovery (USB
+strings are anyone's) and only ever go into JSON; paths are made of names checked as the API
+server checks them (``problem``).
 """
 
 from __future__ import annotations
@@ -95,8 +90,7 @@ def problem(namespace: str, name: str, requests: Iterable[str], pod_claim: str) 
 def attributes(
     definition: ResourceDefinition, unit: Unit, driver: str, nodes: Sequence[str]
 ) -> tuple[tuple[str, str, Any], ...]:
-    """A device's metadata attributes as (name, type, value): those its slice
-    publishes but ``healthy``, with its device nodes' container paths after the
+    """(name, type, value): its slice's but ``healthy``, its nodes' container paths after the
     fixed and standard ones, at most ``MAX_ATTRIBUTES``."""
     published = device(
         definition.name, unit, healthy=True, driver=driver, own=definition.dra.attributes
@@ -157,26 +151,16 @@ def cdi_id(driver: str, uid: str, request: str) -> str:
 def cdi_devices(plugin_dir: Path, driver: str, prepared: PreparedClaim) -> list[dict[str, Any]]:
     """The claim spec's CDI devices that mount each request's file read-only."""
     claim = prepared.claim
-    return [
-        {
-            "name": cdi_name(claim.uid, request),
-            "containerEdits": {
-                "mounts": [
-                    {
-                        "hostPath": str(
-                            host_path(plugin_dir, claim.namespace, claim.name, request)
-                        ),
-                        "containerPath": container_path(
-                            driver, claim.name, prepared.pod_claim, request
-                        ),
-                        "type": "bind",
-                        "options": ["ro", "bind"],
-                    }
-                ]
-            },
+    out = []
+    for request in dict.fromkeys(base_request(d.request) for d in prepared.devices):
+        mount = {
+            "hostPath": str(host_path(plugin_dir, claim.namespace, claim.name, request)),
+            "containerPath": container_path(driver, claim.name, prepared.pod_claim, request),
+            "type": "bind",
+            "options": ["ro", "bind"],
         }
-        for request in dict.fromkeys(base_request(d.request) for d in prepared.devices)
-    ]
+        out.append({"name": cdi_name(claim.uid, request), "containerEdits": {"mounts": [mount]}})
+    return out
 
 
 def stream(
@@ -184,34 +168,17 @@ def stream(
 ) -> bytes:
     """The file of ``request``: one ``DeviceMetadata`` per API version, newest first."""
     claim = prepared.claim
-    body: dict[str, Any] = {
-        "metadata": {
-            "name": claim.name,
-            "namespace": claim.namespace,
-            "uid": claim.uid,
-            "generation": 1,
-        }
-    }
+    meta = {"name": claim.name, "namespace": claim.namespace, "uid": claim.uid, "generation": 1}
+    body: dict[str, Any] = {"metadata": meta}
     if prepared.pod_claim:
         body["podClaimName"] = prepared.pod_claim
-    body["requests"] = [
-        {
-            "name": request,
-            "devices": [
-                {
-                    "driver": driver,
-                    "pool": d.pool,
-                    "name": d.device,
-                    **(
-                        {"attributes": {n: {k: v} for n, k, v in d.attributes}}
-                        if d.attributes
-                        else {}
-                    ),
-                }
-                for d in devices
-            ],
-        }
-    ]
+    entries = []
+    for d in devices:
+        entry: dict[str, Any] = {"driver": driver, "pool": d.pool, "name": d.device}
+        if d.attributes:
+            entry["attributes"] = {n: {k: v} for n, k, v in d.attributes}
+        entries.append(entry)
+    body["requests"] = [{"name": request, "devices": entries}]
     parts = [
         json.dumps({"kind": KIND, "apiVersion": version, **body}, indent=2) + "\n"
         for version in API_VERSIONS
@@ -220,8 +187,7 @@ def stream(
 
 
 def write(plugin_dir: Path, driver: str, prepared: PreparedClaim) -> list[Path]:
-    """Write the claim's files; raises CdiSpecError saying why not (names that are no
-    Kubernetes names among them: the checkpoint is read as hostile input)."""
+    """Raises CdiSpecError saying why not (names are checked: the checkpoint is hostile)."""
     claim = prepared.claim
     named = problem(
         claim.namespace, claim.name, (d.request for d in prepared.devices), prepared.pod_claim
@@ -250,10 +216,8 @@ def write(plugin_dir: Path, driver: str, prepared: PreparedClaim) -> list[Path]:
 
 
 def remove(plugin_dir: Path, namespace: str, name: str) -> bool:
-    """Remove the claim's files; whether there were any. Raises CdiSpecError.
-
-    A link in their place is removed, never followed; names that are no
-    Kubernetes names have no files (none are written for them)."""
+    """Remove the claim's files (a link is never followed; invalid names have none); whether
+    there were any. Raises CdiSpecError."""
     if problem(namespace, name, (), ""):
         return False
     return _remove_dir(claim_dir(plugin_dir, namespace, name))
@@ -273,8 +237,7 @@ def _remove_dir(path: Path) -> bool:
 
 
 def stale(plugin_dir: Path, keep: Iterable[tuple[str, str]]) -> list[Path]:
-    """Remove the files of claims not in ``keep`` (namespace, name); what was removed.
-    Never raises: what cannot be removed is left for the next start."""
+    """Remove the files of claims not in ``keep`` (namespace, name); never raises."""
     wanted = {claim_dir_name(namespace, name) for namespace, name in keep}
     removed: list[Path] = []
     try:

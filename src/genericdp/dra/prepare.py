@@ -1,30 +1,22 @@
 """NodePrepareResources and NodeUnprepareResources, on our types.
 
-A claim is recorded as ``preparing`` in the checkpoint before its ``init``
-and ``preStart`` hooks run, and as ``prepared`` once its device metadata
-(``dra/metadata.py``) and CDI spec (``dra/cdispec.py``) are written. The
-kubelet retries, and calls again after its own restart: a claim already
-prepared gets the same answer, without running anything again.
+A claim is ``preparing`` in the checkpoint before its ``init`` and ``preStart`` hooks run and
+``prepared`` once its device metadata and CDI spec are written. The kubelet retries, and calls
+again after its own restart: a claim already prepared gets the same answer, nothing runs again.
 
-Unprepare runs the ``cleanup`` hook on the claim's units, removes its CDI
-spec and device metadata and forgets it. A claim we never prepared (or
-already unprepared) is a success: that is what the kubelet needs to hear to
-move on. The hook is the one each unit was handed out under, recorded in
-the checkpoint: it runs whether or not the node serves the resource now (a
-``nodeSelector`` that stopped matching, a reload, a restart). When the
-definition has left the config, the unit is recorded as uncleaned instead
-(``uncleaned.py``) and prepare refuses it until an admin releases it.
+Unprepare runs the ``cleanup`` hook each unit was handed out under (recorded in the
+checkpoint: it runs whether or not the node serves the resource now), removes the claim's CDI
+spec and metadata and forgets it. A claim we never prepared is a success: that is what the
+kubelet needs to move on. When the definition has left the config the unit is recorded as
+uncleaned instead (``uncleaned.py``) and prepare refuses it until an admin releases it.
 
-Shared devices (``count``, KEP-5075's ``allowMultipleAllocations``): as
-under the device plugin, ``init`` and ``preStart`` run at each claim's
-prepare and ``cleanup`` at the unprepare of the unit's last claim. Claims
-sharing a unit take turns (a lock per unit), so a prepare never runs
-``init`` during that unit's ``cleanup`` and two claims unprepared at once
-still clean their unit once.
+Shared devices (``count``): ``init`` and ``preStart`` run at each claim's prepare and
+``cleanup`` at the unprepare of the unit's last claim. Claims sharing a unit take turns (a
+lock per unit), so ``init`` never runs during that unit's ``cleanup`` and two claims
+unprepared at once clean their unit once.
 
-A problem with one claim is that claim's error in the answer, never the
-whole call's, and never a crash: the claim comes from the API server and
-its names from whoever wrote the pod.
+A problem with one claim is that claim's error, never the whole call's, and never a crash: the
+claim comes from the API server and its names from whoever wrote the pod.
 """
 
 from __future__ import annotations

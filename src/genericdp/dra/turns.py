@@ -1,26 +1,19 @@
 """Prepare and unprepare calls of every instance on the node take turns, under one lock.
 
-During a rolling update two instances of the driver serve the node at once
-(``socketnames.py``) and the kubelet may send any call to either: a claim
-prepared by the old pod is unprepared by the new one, or the other way
-round. Both keep the node's prepared claims in one checkpoint, so each
-``NodePrepareResources`` and ``NodeUnprepareResources`` call holds an
-exclusive ``flock`` on ``<plugins dir>/<driver>/serialize.lock`` (the file the
-upstream helper's ``Serialize`` locks) and reads the checkpoint afresh when
-another instance replaced it since: the writes of both compose and no claim
-is lost.
+During a rolling update two instances serve the node (``socketnames.py``) and the kubelet may
+send any call to either, while both keep the claims in one checkpoint. So each call holds an
+exclusive ``flock`` on ``<plugins dir>/<driver>/serialize.lock`` (the file the upstream
+helper's ``Serialize`` locks) and reads the checkpoint afresh when the other instance replaced
+it: the writes of both compose and no claim is lost.
 
-Within one process the calls still run side by side: the first call of a
-turn takes the lock, the calls arriving while it is held join the turn, and
-the last one out lets it go (the in-process locks of ``prepare.py`` order
-them). A call that cannot get the lock within ``deadline`` seconds fails
-each of its claims with a message naming the lock, and the kubelet retries.
+Within one process calls run side by side: the first of a turn takes the lock, calls arriving
+meanwhile join it, the last one out lets go (``prepare.py``'s locks order them). A call that
+cannot get the lock within ``deadline`` fails each of its claims with a message naming the
+lock, and the kubelet retries.
 
-Between turns, ``follow`` watches the plugin directory and reloads the
-checkpoint when another instance replaced it, so what this instance streams
-as health and keeps listed as held (``usage.py``) includes the claims the
-other prepared. It reloads too when an ``uncleaned-*.json`` file comes or
-goes (``uncleaned.py``): an admin's deleting one serves its unit again.
+Between turns ``follow`` reloads the checkpoint when another instance replaced it or an
+``uncleaned-*.json`` came or went, so health and ``held`` (``usage.py``) include the other's
+claims, and an admin's deleting an uncleaned file serves its unit again.
 """
 
 from __future__ import annotations
@@ -116,11 +109,8 @@ class Turns:
             self.on_change()
 
     async def follow(self) -> None:
-        """Reload the checkpoint whenever another instance replaces it, until cancelled.
-
-        Raises KubeletError when the directory cannot be watched (the task's
-        guard logs it and starts over with backoff).
-        """
+        """Reload the checkpoint whenever another instance replaces it. Raises KubeletError
+        when the directory cannot be watched (the guard starts over with backoff)."""
         directory = self.checkpoint.path.parent
         await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)
         async with inotify_events(lambda exc: KubeletError(f"cannot start inotify: {exc}")) as (

@@ -1,16 +1,9 @@
 """What prepared claims hold, as the runtime's ``Usage``: the DRA side of "held".
 
-Under the device plugin a unit is held while PodResources lists it; under
-DRA it is held while a claim naming it is in the driver's checkpoint
-(``preparing`` or ``prepared``), from NodePrepareResources until
-NodeUnprepareResources. The runtime's device state reads ``held`` to keep a
-unit whose nodes vanish listed Unhealthy until its last claim is unprepared
-(``runtime/state.py``), exactly as under the device plugin.
-
-It answers no ``HandOuts``: the ``cleanup`` hook of a prepared unit runs at
-unprepare (``prepare.py``), when its last claim goes, never through the
-runtime, so a unit unplugged under a claim or a resource removed from the
-config does not run it a second time.
+A unit is held while a claim naming it is in the checkpoint (``preparing`` or ``prepared``),
+so a unit whose nodes vanish stays listed Unhealthy until its last claim is unprepared
+(``runtime/state.py``). It answers no ``HandOuts``: a prepared unit's ``cleanup`` runs at
+unprepare (``prepare.py``), never through the runtime, so it never runs a second time.
 """
 
 from __future__ import annotations

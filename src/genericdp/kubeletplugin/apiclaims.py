@@ -17,20 +17,16 @@ from genericdp.kubeletplugin.claims import (
 )
 from genericdp.kubeletplugin.naming import DEFAULT_DRIVER
 
-# The whole read, however the server answers: a server trickling its answer a
-# byte at a time never trips the client's per-read timeout, and the kubelet's
-# own call gives up long before this.
+# The whole read: a server trickling its answer never trips the client's per-read timeout,
+# and the kubelet's own call gives up long before this.
 READ_DEADLINE = 10.0
 
 
 class ApiClaimSource:
     """Reads ResourceClaims (``get``, the only verb the driver's RBAC grants on them).
 
-    Every result of ``driver`` is returned, whatever its pool: a claim may
-    hold devices of other drivers (theirs to prepare), but one of ours in
-    another node's pool is the preparer's to refuse (``prepare.py``), never
-    dropped here, or the claim would be prepared with fewer devices than
-    were allocated.
+    Every result of ``driver`` is returned, whatever its pool: one in another node's pool is
+    the preparer's to refuse, or the claim would be prepared with fewer devices than allocated.
     """
 
     def __init__(

@@ -1,8 +1,5 @@
-"""What prepare needs to know about a ResourceClaim, and where it comes from (DRA contract).
-
-``ClaimSource`` is the seam between the kubelet side (prepare) and the API
-server: ``apiclaims.ApiClaimSource`` reads claims from the API server,
-tests use an in-memory source.
+"""What prepare needs to know about a ResourceClaim; ``ClaimSource`` is its seam to the API
+server (``apiclaims.py``; the tests use an in-memory source).
 """
 
 from __future__ import annotations
@@ -74,9 +71,7 @@ class Allocation:
     """Our driver's results in a claim's allocation, and what names the claim in its pod."""
 
     devices: tuple[AllocatedDevice, ...]
-    # The claim's resource.kubernetes.io/pod-claim-name annotation: the pod's name for a
-    # claim made from a template ("" for a claim the pod names itself).
-    pod_claim: str = ""
+    pod_claim: str = ""  # its POD_CLAIM_ANNOTATION ("" for a claim the pod names itself)
 
 
 class ClaimError(GenericdpError):

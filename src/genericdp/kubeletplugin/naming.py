@@ -1,16 +1,11 @@
 """Names the DRA backend publishes: the driver, and one device name per unit.
 
-A ResourceSlice device name must be a DNS-1123 label (at most 63 characters
-of ``[a-z0-9-]``, alphanumeric at both ends) and unique within the node's
-pool, which holds the devices of every resource the node serves. A unit's
-stable ID is none of that (``usb-FTDI_FT232R_A1B2:1``), so the name is the
-resource's short name and the ID, lowercased with every other character
-made ``-``, cut to fit, then ``-`` and eight hex digits of a hash of the
-exact resource and ID. The hash is always there: two resources of one node
-may share a short name (``a.com/serial`` and ``b.com/serial``), and two IDs
-may differ only in what the label loses (case, characters, length); the
-readable part is for people, the hash keeps names unique, and the same unit
-always gets the same name.
+A device name must be a DNS-1123 label (at most 63 characters of ``[a-z0-9-]``) unique in the
+node's pool, which holds every resource's devices. A stable ID (``usb-FTDI_FT232R_A1B2:1``) is
+none of that, so the name is the resource's short name and the ID, lowercased, other
+characters made ``-``, cut to fit, then ``-`` and eight hex digits of a hash of the exact
+resource and ID. The hash is always there: two resources may share a short name, and two IDs
+may differ only in what the label loses; the same unit always gets the same name.
 """
 
 from __future__ import annotations

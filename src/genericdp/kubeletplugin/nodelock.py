@@ -1,20 +1,13 @@
 """One instance of a driver writes the node's slices at a time: a lock on its plugin directory.
 
-A rolling update with ``maxSurge`` (or a second DaemonSet by mistake) starts
-a second instance of the driver on a node while the first still runs. Two
-publishers would fight over the node's ResourceSlices, each rewriting the
-pool from its own view. So the instance that publishes holds an exclusive
-``flock`` on ``<plugins dir>/<driver>/lock`` (in the directory the Go
-helper's ``FlockDirectoryPath`` defaults to) for as long as it publishes.
-
-Given a pod UID (``rolling``), the new instance serves claims at once beside
-the old one (``socketnames.py``, ``turns.py``) and only its publisher waits:
-the old pod keeps the slices up to date until it exits, and the new one
-adopts them the moment it does. Without one, both instances would serve the
-same socket names, so the whole DRA backend of the second waits, not ready
-meanwhile, and takes over (checkpoint, CDI specs, slices) once the first
-exits. Either way the waiter says whom it waits for, and the kernel drops
-the lock when its holder dies, however it dies.
+A rolling update with ``maxSurge`` (or a second DaemonSet by mistake) runs two instances on a
+node, and two publishers would fight over the pool. So the publishing instance holds an
+exclusive ``flock`` on ``<plugins dir>/<driver>/lock`` (the Go helper's
+``FlockDirectoryPath``). Given a pod UID (``rolling``) the new instance serves claims at once
+and only its publisher waits, adopting the slices when the old pod exits. Without one both
+would serve the same socket names, so the whole DRA backend of the second waits, not ready,
+and takes over (checkpoint, CDI specs, slices) once the first exits. The waiter says whom it
+waits for; the kernel drops the lock however its holder dies.
 """
 
 from __future__ import annotations
@@ -66,11 +59,8 @@ def _mark(fd: int) -> None:
 async def node_lock(
     plugin_dir: Path, *, poll: float = POLL, rolling: bool = False
 ) -> AsyncIterator[Path]:
-    """Hold the driver's lock on ``plugin_dir`` for the block; wait while another has it.
-
-    ``rolling``: only the slices wait (the log says so). Raises NodeLockError
-    when the lock file cannot be used (the daemon exits).
-    """
+    """Hold the driver's lock on ``plugin_dir``, waiting while another has it (``rolling``:
+    only the slices wait). Raises NodeLockError when the lock file cannot be used."""
     path = plugin_dir / FILE_NAME
     waits = (
         "publishing the node's ResourceSlices (serving claims meanwhile)"

@@ -1,36 +1,22 @@
 """Keeps the node's ResourceSlices equal to what its resources serve (docs/dra.md, Slices).
 
-``publish`` and ``withdraw`` only record what a resource serves now and wake
-one writer task. It waits ``coalesce`` seconds, so a burst (a hub plugged
-in, a reload touching every resource) becomes one write, then compares the
-whole pool with what the API server holds, ignoring the generation and what
-the server fills in. Only when they differ does it write: the pool's
-generation goes up by one and every slice of the pool is created, replaced
-or deleted to match, because the scheduler only uses the slices of a pool's
-newest generation.
+One writer task gathers a burst of changes for ``coalesce`` seconds and writes only when
+the pool differs from what the server holds (generation and server-filled fields aside).
+A write raises the pool's generation by one and creates, replaces or deletes every slice to
+match: the scheduler only uses a pool's newest generation. A failed write is retried with
+backoff until it lands or ``close``; callers never see it.
 
-A failed write (API server down, conflict, a slice someone else changed) is
-logged, the slices listed again and the write retried with backoff until it
-lands or ``close`` is called; callers never see it. The API server names
-each slice (``generateName``), so no name can be squatted: our slices are
-known by their label (``slices.SLICE_LABEL``) and owner (the Node, when it
-can be read). A slice with our label but another owner is a stranger's:
-left alone, said once.
+The API server names each slice (``generateName``), so no name can be squatted: ours are
+known by their label (``slices.SLICE_LABEL``) and owner (the Node, when it can be read). A
+slice with our label but another owner is a stranger's: left alone, said once.
 
-At ``start`` the slices a previous instance on this node left are adopted:
-the first write keeps those that still match, replaces those that changed
-and deletes those of resources no longer published (and a second slice of
-one key, and the unlabelled slices of versions that named their own). It
-waits until every resource announced with ``expect`` has published or
-withdrawn (each edge announces its resource when it is made), at most
-``adopt_grace`` seconds after start: so a restart neither deletes the slices
-of a resource whose first scan is a little slower nor writes the pool once
-per resource.
-
-From the first list on, a watch of the node's slices (``slicewatch.py``, run
-by ``kube/listwatch.py``, which lists again every ``resync`` seconds)
-notices what others change or delete (the kubelet deletes a node's slices
-when it starts): the pool is compared again and rewritten if it differs.
+At start the slices a previous instance left are adopted: the first write keeps those that
+match and deletes the rest (also a second slice of one key and the unlabelled slices of
+versions that named their own). It waits until every resource announced with ``expect``
+has published or withdrawn, at most ``adopt_grace`` s, so a restart neither deletes the
+slices of a slower first scan nor writes the pool once per resource. A watch of the node's
+slices (``slicewatch.py``) notices what others change or delete (the kubelet deletes a
+node's slices when it starts): the pool is then compared and rewritten if it differs.
 """
 
 from __future__ import annotations
@@ -53,22 +39,19 @@ from genericdp.kubeletplugin.slicewatch import SliceWatch
 log = logging.getLogger(__name__)
 
 COALESCE = 0.05  # seconds a burst of changes is gathered before one write
-# Seconds from one write of the pool to the next at least: a device that appears and
-# disappears 90 times a second is at most four pool rewrites a second, of its latest
-# state, while a change after a quiet spell still goes out after COALESCE.
+# Seconds between two writes of the pool at least: a device flapping 90 times a second is
+# four rewrites a second of its latest state; a change after a quiet spell waits COALESCE.
 MIN_WRITE_GAP = 0.25
 # The longest the first write waits for an expected resource's first publish: a
 # resource whose first scan fails (retried with backoff) does not hold the others back.
 ADOPT_GRACE = 5.0
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
-# The watch: a server that ends every watch at once is asked again at most this
-# often; and the slices are listed again this often (jittered) whatever it says.
+# A server that ends every watch at once is asked again at most this often.
 WATCH_BACKOFF_FIRST, WATCH_BACKOFF_MAX = 0.5, 30.0
-# Every node loses the API server at once when it restarts: retries scaled by a
-# random factor in [0.5, 1.5] come back spread over seconds, not in one burst
-# (docs/contributing/performance.md, "A fleet").
+# Every node loses a restarting API server at once: retries scaled by a random factor in
+# [0.5, 1.5] come back spread over seconds (docs/contributing/performance.md, "A fleet").
 BACKOFF_JITTER = 0.5
-RESYNC = 600.0
+RESYNC = 600.0  # seconds between lists of the slices (jittered), whatever the watch says
 FAILURE_LOG_EVERY = 30.0  # seconds between warnings while the API server stays unreachable
 CLOSE_FLUSH = 2.0  # seconds close waits for a pending write
 # Keys of held slices that are ours but not of the pool: deleted at the next write.
@@ -100,8 +83,7 @@ class SlicePublisher:
         self._owner: dict[str, str] | None = None  # the ownerReference to our Node, if read
         self._generation = 0
         self._sharing = True  # until the API server drops allowMultipleAllocations
-        # The API server was seen dropping taints (``genericdp_dra_taints_dropped``).
-        self.taints_dropped = False
+        self.taints_dropped = False  # the server was seen dropping them (a metric)
         self._untainted: dict[str, int] = {}  # resource -> tainted devices left out
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -113,13 +95,10 @@ class SlicePublisher:
         self._expected: set[str] = set()  # what the first write waits for (``expect``)
         self._answered: set[str] = set()  # resources that published or withdrew
         self._all_in = asyncio.Event()  # every expected resource answered
-        # The first list is done: slices are adopted, and the watch may start.
-        self._listed = asyncio.Event()
+        self._listed = asyncio.Event()  # the first list is done: adopted, the watch may start
         self._list_version = ""  # the resourceVersion of the writer's last list
         self._stales = 0  # changes by others seen (a list under way meanwhile is redone)
-        # Watch events that come while a write is in flight are told apart from ours
-        # once the write's answers are in (the event of a write can come first).
-        self._writing = False
+        self._writing = False  # watch events meanwhile wait for its answers (slicewatch.py)
         self._followed = SliceWatch(
             store, held=self._by_name, stale=self._stale, writing=lambda: self._writing
         )
@@ -130,25 +109,19 @@ class SlicePublisher:
         self._watch = ListWatch(what, self._followed, backoff, resync=resync)
 
     async def start(self) -> None:
-        """Start the writer, which first adopts what a previous instance on this node left.
-
-        Returns at once: an unreachable API server delays nothing but the writes.
-        """
+        """Start the writer; returns at once (an unreachable API server delays only writes)."""
         if self._started:
             return
         self._started = True
         self._started_at = time.monotonic()
-        # Both loops handle the API server's failures themselves; a bug of
-        # ours is logged by the guard and the loop started again.
+        # Both loops handle the API server's failures; a bug of ours is logged and restarted.
         for name, loop in ((self.node, self._run), (f"{self.node}/watch", self._follow)):
             restart = Backoff(initial=BACKOFF_FIRST, maximum=BACKOFF_MAX)
             self._tasks.spawn(f"dra/slices/{name}", loop, backoff=restart)
-        # Slices of resources that are not published again are deleted at the first write.
         self._changed()
 
     def expect(self, resource: str) -> None:
-        """``resource`` is served here and will publish or withdraw: the first write
-        waits for it (at most ``adopt_grace`` after start). No effect once written."""
+        """The first write waits for ``resource`` (at most ``adopt_grace``); no effect after."""
         if self._listed.is_set() or resource in self._answered:
             return
         self._expected.add(resource)
@@ -167,10 +140,7 @@ class SlicePublisher:
         *,
         options: slices.DeviceOptions = slices.DEFAULT_OPTIONS,
     ) -> None:
-        """``resource`` serves ``units`` now (``unhealthy``: unit IDs); written within a second.
-
-        Raises ``slices.SliceError`` when the resource cannot be published at all.
-        """
+        """Raises ``slices.SliceError`` when the resource cannot be published at all."""
         self._answer(resource)  # even one that cannot be published: its old slices go
         if not self._sharing:
             options = replace(options, sharing=False)
@@ -183,14 +153,13 @@ class SlicePublisher:
         self._changed()
 
     async def withdraw(self, resource: str) -> None:
-        """``resource`` is no longer served here: its slices go."""
         self._answer(resource)
         self._untainted.pop(resource, None)
         if self._desired.pop(resource, None) is not None:
             self._changed()
 
     async def flush(self, timeout: float = CLOSE_FLUSH) -> bool:  # noqa: ASYNC109 - a bounded wait
-        """Wait until what was published is written; False when ``timeout`` passed first."""
+        """False when ``timeout`` passed before what was published was written."""
         return await wait_event(self._idle, timeout)
 
     async def close(self) -> None:
@@ -266,7 +235,6 @@ class SlicePublisher:
                 self._idle.set()
 
     async def _takeover_ready(self) -> None:
-        """Wait until every expected resource has published or withdrawn, or the grace is over."""
         left = self._started_at + self._adopt_grace - time.monotonic()
         if not self._all_in.is_set() and left > 0:
             await wait_event(self._all_in, left)
@@ -281,20 +249,18 @@ class SlicePublisher:
             )
 
     async def _follow(self) -> None:
-        """Watch the slices once the first list is done (nothing is compared before it),
-        from that list's resourceVersion: one list at start, not two."""
+        """Watch from the first list's resourceVersion: one list at start, not two."""
         await self._listed.wait()
         await self._watch.run(self._list_version or None)
 
     def _stale(self) -> None:
-        """Someone else changed the slices: list them again and compare."""
         self._stales += 1
         self._held = None
         self._changed()
 
     async def _list(self) -> dict[str, dict[str, Any]]:
-        """Our slices by key, from a list that no change by others overlapped (it might
-        predate it); the owner is read afresh with each (a Node recreated has a new UID)."""
+        """Our slices by key, from a list no change by others overlapped; the owner is read
+        afresh each time (a recreated Node has a new UID)."""
         while True:
             stales = self._stales
             listing = await self._store.list()
@@ -332,8 +298,7 @@ class SlicePublisher:
         return ours
 
     def _by_name(self) -> dict[str, dict[str, Any]] | None:
-        """What the server holds of the node's slices of the driver, by name (the watch's
-        view): ours and the others'; None while a list is under way."""
+        """The node's slices of the driver by name, ours and others'; None while listing."""
         if self._held is None:
             return None
         return {**self._foreign, **{_name(obj): obj for obj in self._held.values()}}
@@ -388,10 +353,8 @@ class SlicePublisher:
         self._first_sync(len(outcomes))
 
     def _check_dropped(self, wanted: dict[str, Any], written: dict[str, Any]) -> None:
-        """Follow a server seen dropping what a feature gate of its serves, said once:
-        shared devices are published as exclusive ones (docs/dra.md, Sharing), and
-        tainted ones are left out, as an unhealthy device must not be published as
-        allocatable (docs/dra.md, Unhealthy and unplugged devices)."""
+        """A server dropping a gated field: shared devices become exclusive (docs/dra.md,
+        Sharing); tainted ones are left out, an unhealthy device must not look allocatable."""
         wanted, written = wanted["spec"], written["spec"]
         if self._sharing and slices.dropped("allowMultipleAllocations", wanted, written):
             self._sharing = False
@@ -422,7 +385,6 @@ class SlicePublisher:
         return kept
 
     def _first_sync(self, writes: int) -> None:
-        """Say once how long the node's pool took to be right after start (docs/dra.md)."""
         if self._synced:
             return
         self._synced = True
@@ -438,7 +400,6 @@ class SlicePublisher:
         )
 
     def _wanted(self, generation: int) -> dict[str, dict[str, Any]]:
-        """The pool to write, by key, each slice owned by our Node when it could be read."""
         pool = slices.pool_slices(
             self._desired, node=self.node, driver=self.driver, generation=generation
         )
@@ -462,8 +423,7 @@ class SlicePublisher:
 
 
 def _same(wanted: dict[str, dict[str, Any]], held: dict[str, dict[str, Any]]) -> bool:
-    """The server holds exactly ``wanted`` (generation aside), all of one generation,
-    with the same owners."""
+    """The server holds ``wanted`` (generation aside), all of one generation, same owners."""
     if set(wanted) != set(held):
         return False
     if len({obj["spec"]["pool"].get("generation") for obj in held.values()}) > 1:

@@ -1,18 +1,10 @@
 """The kubelet plugin registration service, on the driver's socket in ``plugins_registry``.
 
-The kubelet's plugin watcher (pkg/kubelet/pluginmanager) watches
-``/var/lib/kubelet/plugins_registry`` with inotify (and walks it at start);
-for each new socket not starting with ``.`` it dials it, calls ``GetInfo``
-(1 s deadline), hands type ``DRAPlugin`` to the DRA manager, which checks
-``supported_versions`` (the first DRA service the kubelet knows is chosen:
-``v1.DRAPlugin`` on 1.34+, ``v1beta1.DRAPlugin`` before; for health the
-first it knows of ``v1.DRAResourceHealth`` and ``v1alpha1.DRAResourceHealth``,
-so both are listed: 1.37 watches only an advertised one) and dials
-``endpoint`` for the DRA services, then calls ``NotifyRegistrationStatus``
-with the verdict. A removed socket deregisters the driver; a new one
-registers it again. So the socket is named for the driver (and the pod
-during rolling updates: ``socketnames.py``) and is created again, by
-serving again, whenever it is deleted or replaced.
+The kubelet's plugin watcher (modelled in ``dra/embedded/kubelet.py``) calls ``GetInfo`` on
+each new socket, chooses the first DRA service it knows among ``supported_versions`` (health
+too: ``service.py``), dials ``endpoint`` and answers with ``NotifyRegistrationStatus``. A
+removed socket deregisters the driver, so the socket is created again, by serving again,
+whenever it is deleted or replaced.
 """
 
 from __future__ import annotations

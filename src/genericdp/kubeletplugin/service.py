@@ -1,26 +1,17 @@
 """The DRA gRPC services the kubelet calls on the driver's socket: protobuf in, our types out.
 
-- ``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`` and its ``v1beta1`` twin (same
-  messages, kept for 1.32/1.33 kubelets): NodePrepareResources and
-  NodeUnprepareResources, answered by the driver's ``ClaimPreparer``
-  (``dra.prepare.Preparer``).
-- ``v1.DRAResourceHealth`` and its ``v1alpha1`` twin (same messages; 1.34 to
-  1.36 kubelets know only v1alpha1, 1.37 to 1.39 prefer v1 and fall back to
-  v1alpha1): NodeWatchResources, a stream of every device's health from the
-  driver's ``HealthSource`` (``dra.inventory.Inventory``), the same whichever
-  version the kubelet opens. A kubelet opens the stream only for a version it
-  finds among the registration's ``supported_versions``, so both are listed
-  there. Each device's message (at most ``MAX_HEALTH_MESSAGE`` characters)
-  says why it is not Healthy: the probe's failure, or the unit's state. The
-  kubelet stamps each report with its own clock and turns a device Unknown
-  when it has not heard of it for 30 s (``DefaultHealthTimeout`` in
-  pkg/kubelet/cm/dra/healthinfo.go), so the whole list is sent at once, again
-  on every change, and at least every ``HEARTBEAT`` seconds.
+All four share one ``grpc.aio`` server on one unix socket, as the kubelet dials one endpoint:
 
-All four share one ``grpc.aio`` server on one unix socket
-(``/var/lib/kubelet/plugins/<driver>/dra.sock``), as the kubelet dials one
-endpoint for all of them. The driver is seen through those two protocols only,
-as the Go helper sees a driver through its ``DRAPlugin`` interface.
+- ``v1.DRAPlugin`` and its ``v1beta1`` twin (for 1.32/1.33 kubelets): NodePrepareResources
+  and NodeUnprepareResources, answered by a ``ClaimPreparer`` (``dra.prepare.Preparer``).
+- ``v1.DRAResourceHealth`` and its ``v1alpha1`` twin (1.34 to 1.36 know only v1alpha1, 1.37
+  to 1.39 prefer v1): NodeWatchResources streams every device's health from a
+  ``HealthSource`` (``dra.inventory.Inventory``). A kubelet opens it only for a version among
+  the registration's ``supported_versions``, so both are listed there. The kubelet turns a
+  device Unknown when it has not heard of it for 30 s (``DefaultHealthTimeout``,
+  pkg/kubelet/cm/dra/healthinfo.go), so the whole list is sent at once, on every change and at
+  least every ``HEARTBEAT`` seconds; each message (at most ``MAX_HEALTH_MESSAGE`` characters)
+  says why a device is not Healthy.
 """
 
 from __future__ import annotations
@@ -60,6 +51,12 @@ DRA_V1BETA1 = "v1beta1.DRAPlugin"
 HEALTH_V1 = "v1.DRAResourceHealth"
 HEALTH_V1ALPHA1 = "v1alpha1.DRAResourceHealth"
 SERVICES = (DRA_V1, DRA_V1BETA1, HEALTH_V1, HEALTH_V1ALPHA1)
+_MODULES: dict[str, ModuleType] = {
+    DRA_V1: dra_v1_pb2,
+    DRA_V1BETA1: dra_v1beta1_pb2,
+    HEALTH_V1: drahealth_v1_pb2,
+    HEALTH_V1ALPHA1: drahealth_v1alpha1_pb2,
+}
 HEARTBEAT = 10.0  # seconds between full health reports when nothing changes
 MAX_HEALTH_MESSAGE = 1024  # the kubelet cuts longer messages to 1021 characters and "..."
 
@@ -174,22 +171,9 @@ class _DraPlugin:
         return answer
 
 
-class DraPluginV1(_DraPlugin):
-    def __init__(self, preparer: ClaimPreparer) -> None:
-        super().__init__(preparer, dra_v1_pb2)
-
-
-class DraPluginV1beta1(_DraPlugin):
-    def __init__(self, preparer: ClaimPreparer) -> None:
-        super().__init__(preparer, dra_v1beta1_pb2)
-
-
 class HealthService:
-    """NodeWatchResources: the inventory's health, whole, on change and every heartbeat.
-
-    One stream logic for both API versions (``servicer``): they differ only in
-    the module their messages come from.
-    """
+    """NodeWatchResources, both versions: the inventory's health, whole, on change and every
+    heartbeat."""
 
     def __init__(self, inventory: HealthSource, *, heartbeat: float = HEARTBEAT) -> None:
         self._inventory = inventory
@@ -228,36 +212,19 @@ class HealthService:
             self.streams -= 1
             log.info("the DRA health stream (%s) ended", service)
 
-    def servicer(self, service: str) -> Any:
-        """The gRPC servicer of ``service`` (``HEALTH_V1`` or ``HEALTH_V1ALPHA1``)."""
-        return _HealthV1(self) if service == HEALTH_V1 else _HealthV1alpha1(self)
 
+class _HealthServicer:
+    """One version of DRAResourceHealth; an async generator itself, as grpc.aio streams."""
 
-class _HealthV1:
-    def __init__(self, health: HealthService) -> None:
-        self._health = health
+    def __init__(self, health: HealthService, service: str, module: ModuleType) -> None:
+        self._health, self._service, self._module = health, service, module
 
     async def NodeWatchResources(  # noqa: N802 -- the gRPC method name
         self,
-        request: drahealth_v1_pb2.NodeWatchResourcesRequest,  # noqa: ARG002 -- the gRPC method's signature
+        request: Any,  # noqa: ARG002 -- the gRPC method's signature
         context: _Context,  # noqa: ARG002 -- the gRPC method's signature
-    ) -> AsyncIterator[drahealth_v1_pb2.NodeWatchResourcesResponse]:
-        # An async generator function itself: grpc.aio streams only from one.
-        async for response in self._health.watch(HEALTH_V1, drahealth_v1_pb2):
-            yield response
-
-
-class _HealthV1alpha1:
-    def __init__(self, health: HealthService) -> None:
-        self._health = health
-
-    async def NodeWatchResources(  # noqa: N802 -- the gRPC method name
-        self,
-        request: drahealth_v1alpha1_pb2.NodeWatchResourcesRequest,  # noqa: ARG002 -- the gRPC method's signature
-        context: _Context,  # noqa: ARG002 -- the gRPC method's signature
-    ) -> AsyncIterator[drahealth_v1alpha1_pb2.NodeWatchResourcesResponse]:
-        # An async generator function itself: grpc.aio streams only from one.
-        async for response in self._health.watch(HEALTH_V1ALPHA1, drahealth_v1alpha1_pb2):
+    ) -> AsyncIterator[Any]:
+        async for response in self._health.watch(self._service, self._module):
             yield response
 
 
@@ -281,21 +248,14 @@ class DraServer:
     ) -> DraServer:
         """Serve on ``socket`` (replacing a stale file); raises KubeletError when it cannot."""
         health = HealthService(inventory, heartbeat=heartbeat)
-        apis = {
-            DRA_V1: (dra_v1_pb2, "DRAPlugin", DraPluginV1(preparer)),
-            DRA_V1BETA1: (dra_v1beta1_pb2, "DRAPlugin", DraPluginV1beta1(preparer)),
-            HEALTH_V1: (drahealth_v1_pb2, "DRAResourceHealth", health.servicer(HEALTH_V1)),
-            HEALTH_V1ALPHA1: (
-                drahealth_v1alpha1_pb2,
-                "DRAResourceHealth",
-                health.servicer(HEALTH_V1ALPHA1),
-            ),
-        }
-        handlers = [
-            service_handler(module.DESCRIPTOR.services_by_name[name], servicer)
-            for api, (module, name, servicer) in apis.items()
-            if api in services
-        ]
+        handlers = []
+        for api in services:
+            module, kind = _MODULES[api], api.partition(".")[2]
+            if kind == "DRAPlugin":
+                servicer: object = _DraPlugin(preparer, module)
+            else:
+                servicer = _HealthServicer(health, api, module)
+            handlers.append(service_handler(module.DESCRIPTOR.services_by_name[kind], servicer))
         server = await serve(socket, handlers, what="DRA", make_dir=True)
         return cls(server, health)
 

@@ -1,22 +1,17 @@
 """What the node publishes: its units as ``resource.k8s.io/v1`` ResourceSlices (pure).
 
-One pool per node, named for the node; the devices of each served resource
-go into slices of their own, at most ``MAX_DEVICES_PER_SLICE`` devices each
-(docs/dra.md, Slices). Every device is one unit, named
-``device_name(resource, unit.id)``, with typed attributes in the driver's
-domain, so a CEL selector reads them as ``device.attributes["<driver>"].serial``.
+One pool per node, named for it; each resource's devices go into slices of their own
+(docs/dra.md, Slices). A device is one unit, named ``device_name(resource, unit.id)``, with
+typed attributes in the driver's domain (``device.attributes["<driver>"].serial`` in CEL) and
+the standard ``resource.kubernetes.io/`` ``numaNode``, ``pciBusID`` and ``pcieRoot`` where
+sysfs knows them (``standard_attributes``).
 
-Beside them, the Kubernetes standard attributes ``resource.kubernetes.io/
-numaNode``, ``pciBusID`` and ``pcieRoot`` where sysfs knows them
-(``standard_attributes``).
-
-The API server's limits (resource.k8s.io/v1 validation, checked against the
-1.36 server in tests/test_dra_standard_attributes.py): at most 128 devices per slice,
-64 when any device has taints; at most 32 attributes and capacities per
-device; attribute names are C identifiers of at most 32 characters (with an
-optional DNS-subdomain domain: ``resource.kubernetes.io/numaNode``); string
-and version values at most 64 bytes, versions semver 2.0. A value discovery
-found that does not fit is left out (it would make the whole slice invalid).
+The API server's limits (v1 validation, checked against 1.36 in
+tests/test_dra_standard_attributes.py): 128 devices per slice, 64 when any has taints; 32
+attributes and capacities per device; attribute names C identifiers of at most 32 characters,
+with an optional DNS-subdomain domain; string and version values at most 64 bytes, versions
+semver 2.0. A value discovery found that does not fit is left out (it would make the whole
+slice invalid).
 """
 
 from __future__ import annotations
@@ -44,16 +39,14 @@ MAX_VALUE_BYTES = 64
 SLICE_NAME_MAX = 253
 # The API server appends 5 characters to a generateName cut to 58 (names.SimpleNameGenerator).
 GENERATED_PREFIX_MAX = 58
-# Each slice's key: which resource and index of which node and driver it holds. Its name
-# is the API server's (generateName): the publisher finds its slices again by this label
-# and their owner (the Node), so no name can be squatted.
+# Each slice's key: which resource and index of which node and driver it holds (the
+# publisher finds its slices by it, as the API server names them: publisher.py).
 SLICE_LABEL = "genericdp.io/slice"
 UNHEALTHY_TAINT_KEY = "unhealthy"  # qualified with the driver: <driver>/unhealthy
 # The Kubernetes standard attributes (k8s.io/dynamic-resource-allocation/deviceattribute).
 STANDARD_NUMA_NODE, STANDARD_PCI_BUS_ID, STANDARD_PCIE_ROOT = STANDARD_ATTRIBUTES
 MAX_NUMA_NODES = 1024  # the helpers' maxNUMANodes (the kernel's maximum)
-# The capacity a shared device (``count: N``) offers, in the driver's domain: N
-# shares, of which each allocation consumes one unless its request asks for more.
+# A shared device's capacity (``count: N``): N shares, one per allocation unless it asks more.
 SHARES_CAPACITY = "shares"
 
 _PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
@@ -105,13 +98,9 @@ def discovered_attributes(unit: Unit) -> dict[str, Attribute]:
 
 
 def standard_attributes(unit: Unit) -> dict[str, Attribute]:
-    """The Kubernetes standard attributes of ``unit`` that sysfs knows (none made up).
-
-    As the ``deviceattribute`` helpers publish them: ``numaNode`` a scalar int
-    of a real node (0 to 1023: -1, "no affinity", is never published, it would
-    match every other device without one), ``pciBusID`` of a unit that is a
-    PCI function, ``pcieRoot`` of one under a PCI function (discovery/pci.py).
-    """
+    """The standard attributes sysfs knows, as the ``deviceattribute`` helpers publish them:
+    ``numaNode`` of a real node (-1 would match every device without one), ``pciBusID`` of a
+    PCI function, ``pcieRoot`` of a unit under one (discovery/pci.py)."""
     found: dict[str, Attribute] = {}
     if unit.numa_node is not None and 0 <= unit.numa_node < MAX_NUMA_NODES:
         found[STANDARD_NUMA_NODE] = {"int": unit.numa_node}
@@ -125,13 +114,9 @@ def standard_attributes(unit: Unit) -> dict[str, Attribute]:
 
 @dataclass(frozen=True)
 class DeviceOptions:
-    """How the devices of one resource are published, from its definition.
-
-    ``shares``: how many allocations a device takes at once (``count``), None
-    for any number (``count: unbounded``); ``sharing`` False publishes every
-    device for one allocation at a time (an API server without consumable
-    capacity, docs/dra.md). ``taint_effect``: of an unhealthy device's taint.
-    """
+    """How a resource's devices are published. ``shares``: allocations a device takes at once
+    (``count``; None: unbounded); ``sharing`` False: one allocation at a time (an API server
+    without consumable capacity, docs/dra.md)."""
 
     attributes: Mapping[str, AttributeValue] = field(default_factory=lambda: MappingProxyType({}))
     shares: int | None = 1
@@ -153,12 +138,9 @@ DEFAULT_OPTIONS = DeviceOptions()
 def shaped(entry: dict[str, Any], options: DeviceOptions) -> dict[str, Any]:
     """``entry`` shared as ``options`` say (KEP-5075), its taint with their effect.
 
-    ``count: N``: ``allowMultipleAllocations`` and a capacity of N shares whose
-    request policy makes an allocation that asks for nothing consume one (the
-    claims the scheduler makes for ``limits`` ask for nothing: one share per
-    unit of the limit, as one replica ID per unit under the device plugin).
-    ``count: unbounded``: ``allowMultipleAllocations`` and no capacity, so
-    nothing limits how many claims share the device.
+    ``count: N``: a capacity of N shares, of which an allocation asking for nothing (as the
+    scheduler's claims for ``limits`` do: one per unit of the limit) consumes one.
+    ``count: unbounded``: no capacity, so nothing limits how many claims share the device.
     """
     if options.sharing and options.shares != 1:  # several claims may hold a device
         entry["allowMultipleAllocations"] = True
@@ -223,13 +205,8 @@ def device(
     driver: str,
     own: Mapping[str, AttributeValue] | None = None,
 ) -> dict[str, Any]:
-    """One device of a slice: ``unit`` of ``resource``; unhealthy ones carry a NoSchedule taint.
-
-    ``own`` are the definition's attributes (``dra.attributes``): they win
-    over discovered ones, never over ``resource``, ``unitID``, ``healthy``,
-    ``nodes`` and the standard ``resource.kubernetes.io/`` ones (the schema
-    refuses those names).
-    """
+    """One device of a slice; unhealthy ones carry a NoSchedule taint. ``own``
+    (``dra.attributes``) win over discovered attributes, never over the fixed ones."""
     attributes: dict[str, Attribute] = {
         "resource": {"string": resource},
         "unitID": {"string": unit.id},
@@ -284,14 +261,9 @@ def devices(
 
 
 def slice_name(node: str, driver: str, resource: str, index: int) -> str:
-    """A stable DNS subdomain naming slice ``index`` of ``resource`` on ``node``: its key
-    (``slice_key``) and the prefix of the name the API server gives it.
-
-    The readable part (``<node>.<driver>.<resource, / made .>.<index>``) is
-    for people; it always ends in ``-`` and eight hex digits of a hash of the
-    exact node, driver, resource and index, because the readable part alone
-    is shared by valid names (``a.com/x.y`` and ``a.com.x/y``; node ``n.a``
-    with driver ``b.io`` and node ``n`` with driver ``a.b.io``).
+    """A stable DNS subdomain for slice ``index`` of ``resource`` on ``node``: its key
+    (``slice_key``) and the prefix of its server-given name. The readable part always ends in
+    ``-`` and a hash of the exact four, as valid names share it (``a.com/x.y``, ``a.com.x/y``).
     """
     plain = f"{node}.{driver}.{resource.replace('/', '.')}.{index}"
     name = _RUNS.sub("-", _NOT_SUBDOMAIN.sub("-", plain.lower())).strip("-.")
@@ -312,13 +284,8 @@ def pool_slices(
     driver: str,
     generation: int,
 ) -> dict[str, dict[str, Any]]:
-    """The node's whole pool: ``{key: ResourceSlice}`` for the devices of each resource,
-    each slice named by the API server from a readable prefix (``generateName``) and
-    labelled with its key (``SLICE_LABEL``).
-
-    A resource with no devices still gets one (empty) slice, so the pool
-    says the resource is served here with nothing available.
-    """
+    """The node's whole pool by key. A resource with no devices still gets one (empty)
+    slice: the pool says it is served here with nothing available."""
     chunks: list[tuple[str, list[dict[str, Any]]]] = []
     for resource in sorted(by_resource):
         found = list(by_resource[resource])
@@ -353,12 +320,8 @@ def pool_slices(
 
 
 def comparable(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """A slice's spec without what changes on every write or the server fills in.
-
-    The pool's generation, taints' ``timeAdded`` and empty ``devices`` (the
-    server omits an empty list) are left out, so an unchanged pool compares
-    equal whatever generation it was written with.
-    """
+    """A slice's spec without the pool's generation and taints' ``timeAdded``, empty
+    ``devices`` as none (the server omits an empty list)."""
     pool = {k: v for k, v in dict(spec.get("pool") or {}).items() if k != "generation"}
     found = []
     for entry in spec.get("devices") or []:

@@ -1,8 +1,5 @@
-"""What the slice publisher writes through: the ResourceSlices of one node and driver.
-
-``kubeletplugin/apislices.py``'s ``ApiSlices`` keeps them in the API server; the tests keep
-them in memory (``tests/dra_fakes.py``), so the publisher's rules are tested
-without an API server.
+"""What the slice publisher writes through: the ResourceSlices of one node and driver, in the
+API server (``apislices.py``) or, for the tests, in memory (``tests/dra_fakes.py``).
 """
 
 from __future__ import annotations
@@ -21,11 +18,8 @@ class Listing:
 
 
 class SliceStore(Protocol):
-    """Where the ResourceSlices of one node and driver are kept (the API server).
-
-    Failures are ``GenericdpError`` when the server answered (a conflict, a
-    refusal), any other exception when it could not be reached.
-    """
+    """Failures are ``GenericdpError`` when the server answered (a conflict, a refusal), any
+    other exception when it could not be reached."""
 
     @property
     def node(self) -> str: ...
@@ -38,9 +32,7 @@ class SliceStore(Protocol):
         (not there, or no access): then the slices carry no owner."""
         ...
 
-    async def list(self) -> Listing:
-        """Every slice of the node and driver, now."""
-        ...
+    async def list(self) -> Listing: ...
 
     def watch(self, version: str, seconds: int) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         """``(ADDED|MODIFIED|DELETED|BOOKMARK, slice)`` after ``version``, in order, as
@@ -49,8 +41,7 @@ class SliceStore(Protocol):
         ...
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Create ``obj`` (named by the server from its ``generateName``); what the server
-        holds now."""
+        """What the server holds now of ``obj``, named by it from ``generateName``."""
         ...
 
     async def replace(self, obj: dict[str, Any]) -> dict[str, Any]:

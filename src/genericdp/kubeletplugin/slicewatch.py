@@ -1,15 +1,11 @@
 """The node's ResourceSlices as others change them: what the publisher's watch follows.
 
-The publisher holds the slices it last listed or wrote (``held``). This
-source of a ``ListWatch`` (``kube/listwatch.py``) lists the node's slices and
-watches them from that list's resourceVersion, so nothing that happens
-between the list and the watch is missed. Whenever the server holds
-something else than the publisher (a list whose names or resourceVersions
-differ, an event that is not the echo of our own write, or anything while
-the publisher holds nothing because a list of its own is under way), it
-calls ``stale``: the publisher lists again, compares the pool and rewrites
-it if it differs.
-The kubelet deletes a node's slices when it starts; an admin may edit one.
+A ``ListWatch`` source (``kube/listwatch.py``) watching from its list's resourceVersion, so
+nothing between list and watch is missed. Whenever the server holds something else than the
+publisher's ``held`` (names or resourceVersions differ, an event not the echo of our own write,
+anything while the publisher is listing), it calls ``stale``: the publisher lists again and
+rewrites the pool if it differs. The kubelet deletes a node's slices when it starts; an admin
+may edit one.
 """
 
 from __future__ import annotations

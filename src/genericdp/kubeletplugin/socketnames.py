@@ -1,20 +1,15 @@
 """The names of the driver's two sockets, which carry the pod UID during rolling updates.
 
-The kubelet (1.33 and later) keeps every registration of a driver and uses
-the newest, falling back to another when one goes away; so two instances of
-the driver serve a node at once during a rolling update, each on sockets of
-its own. As the upstream helper (``kubeletplugin.RollingUpdate``) names them:
-``<registry dir>/<driver>-<pod UID>-reg.sock`` and
-``<plugins dir>/<driver>/dra-<pod UID>.sock``; without a pod UID,
-``<driver>-reg.sock`` and ``dra.sock``, and one instance at a time.
+The kubelet (1.33+) keeps every registration of a driver and uses the newest, so during a
+rolling update two instances serve a node, each on sockets of its own, named as the upstream
+helper (``kubeletplugin.RollingUpdate``) names them: ``<registry dir>/<driver>-<pod
+UID>-reg.sock`` and ``<plugins dir>/<driver>/dra-<pod UID>.sock`` (without a pod UID
+``<driver>-reg.sock`` and ``dra.sock``, one instance at a time).
 
-A unix socket path holds at most 107 bytes, and a 63-character driver name
-with a 36-character UID under ``/var/lib/kubelet/plugins_registry`` does not
-fit. Where the helper's name would not fit, the UID is replaced by 12 hex
-digits of a hash of the driver and the UID, and the part before it is cut
-to what still fits (or left out): the name stays unique per instance and the same for the
-same pod. The kubelet reads the DRA socket's path from ``GetInfo`` and the
-plugin name from it too, so no one parses these names.
+A unix socket path holds at most 107 bytes; where the helper's name would not fit, the UID
+becomes 12 hex digits of a hash of driver and UID and the part before it is cut (or left out):
+unique per instance, the same for the same pod. No one parses these names: the kubelet reads
+the DRA socket's path from ``GetInfo``.
 """
 
 from __future__ import annotations
@@ -65,12 +60,9 @@ _INSTANCE = re.compile(
 
 
 def stale_sockets(own: Path, stem: str, suffix: str) -> list[Path]:
-    """Sockets beside ``own`` named as another pod's of this driver (``<stem>-<UID or
-    hash><suffix>``, the stem cut as in ``own``) that nothing listens on any more: a pod
-    killed with SIGKILL leaves them behind, and the kubelet keeps dialing them.
-
-    Only a refused connection counts as gone: a socket that answers, or that cannot be
-    tried (permissions, a timeout), is kept.
+    """Sockets beside ``own`` named as another pod's of this driver that nothing listens on
+    (a pod killed with SIGKILL leaves them, the kubelet keeps dialing them). Only a refused
+    connection counts: one that answers or cannot be tried (permissions, a timeout) is kept.
     """
     mine = _INSTANCE.fullmatch(own.name.removesuffix(suffix))
     heads = {stem, (mine.group("head") if mine else None) or ""}

@@ -1,11 +1,8 @@
 """The API server as far as ``simulate --backend dra`` needs one, in memory.
 
-``EmbeddedSlices`` keeps the node's ResourceSlices for the real
-``SlicePublisher`` (``kubeletplugin/slicestore.SliceStore``): every write gets the
-next ``resourceVersion``, and a watch reports nothing (the publisher is the
-only writer) until the server would end it. ``EmbeddedClaims`` answers the
-driver's claim reads (``kubeletplugin/claims.ClaimSource``) with the allocations
-``allocate`` made, as the scheduler writes them into a claim's status.
+In ``EmbeddedSlices`` every write gets the next ``resourceVersion``, and a watch reports
+nothing (the publisher is the only writer) until the server would end it. ``EmbeddedClaims``
+answers claim reads with the allocations ``allocate`` made.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The embedded DRA kubelet's prepare and unprepare calls, the plugins it makes them to,
-and how it reads their answers.
-
-As pkg/kubelet/cm/dra/manager.go does: a claim's error, a result for a UID
-that was not asked, or claims left out fail the whole call.
-"""
+"""The embedded DRA kubelet's prepare and unprepare calls and how it reads their answers
+(pkg/kubelet/cm/dra/manager.go, see kubelet.py), and the plugins it makes them to."""
 
 from __future__ import annotations
 

@@ -1,39 +1,29 @@
-"""An in-process model of the kubelet's DRA side, as far as a DRA driver can tell.
+"""An in-process model of the kubelet's DRA side (1.34-1.37), as far as a driver can tell.
 
-What ``simulate --backend dra`` and the tests run. It follows the 1.34-1.37 kubelet:
+What ``simulate --backend dra`` and the tests run:
 
-- Plugin watcher (pkg/kubelet/pluginmanager: pluginwatcher/plugin_watcher.go,
-  operationexecutor/operation_generator.go): the registry directory is walked
-  at start and then watched; a unix socket whose name does not start with
-  ``.`` is dialed (10 s), ``GetInfo`` is called (1 s), a type without handler
-  is refused through ``NotifyRegistrationStatus(false, ...)``; an empty
-  ``endpoint`` means the registration socket itself. A failed or refused
-  registration is tried again (GetInfo again) after 0.5 s, 1 s, 2 s, ...
-  while the socket stays (goroutinemap's backoff; seen on a real 1.36
-  node). A socket removed deregisters the plugin; a socket created again at
-  the same path deregisters the old one and registers anew.
-- DRA handler (pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go,
-  dra_plugin.go): ``supported_versions`` must not be empty; the first entry
-  the kubelet supports is chosen (``v1.DRAPlugin``, ``v1beta1.DRAPlugin`` on
-  1.34+); none is an error, sent back through ``NotifyRegistrationStatus``
-  with the kubelet's wording. An endpoint already registered for the driver
-  is refused. Calls have a 45 s deadline. Rolling updates (1.33 and later):
-  every registration of a driver from another socket is kept, calls go to
-  the newest, and when one goes away to the newest left.
-- Prepare (pkg/kubelet/cm/dra/manager.go): only claims not prepared yet are
-  sent, in one call per driver; a claim's error, a result for a UID that was
-  not asked, or claims left out fail the whole pod's preparation, and the pod
-  worker tries again later (the tests' ``prepare_pod`` retries with backoff,
-  as pod syncs do). Unprepare: one call for the claims whose last pod is gone.
+- Plugin watcher (pkg/kubelet/pluginmanager: plugin_watcher.go, operation_generator.go): the
+  registry directory is walked at start, then watched with inotify; a unix socket not starting
+  with ``.`` is dialed (10 s) and ``GetInfo`` called (1 s); a type without handler is refused
+  through ``NotifyRegistrationStatus(false, ...)``; an empty ``endpoint`` means the
+  registration socket. A failed or refused registration is tried again after 0.5 s, 1 s,
+  2 s, ... while the socket stays (goroutinemap's backoff; seen on a 1.36 node). A removed
+  socket deregisters; one created again at the same path replaces the old registration.
+- DRA handler (pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go, dra_plugin.go):
+  ``supported_versions`` must not be empty; the first one the kubelet supports is chosen
+  (``v1.DRAPlugin``, ``v1beta1.DRAPlugin`` on 1.34+); none is an error, sent back with the
+  kubelet's wording. An endpoint already registered for the driver is refused. Calls have a
+  45 s deadline. Rolling updates (1.33+): every registration from another socket is kept,
+  calls go to the newest, and when one goes away to the newest left.
+- Prepare (pkg/kubelet/cm/dra/manager.go): only claims not prepared yet are sent, one call per
+  driver; a claim's error, a result for a UID not asked, or claims left out fail the pod's
+  preparation and the pod worker tries again later (the tests' ``prepare_pod`` retries with
+  backoff). Unprepare: one call for the claims whose last pod is gone.
 
-Each thing that happens is logged, and ``wait_until`` is woken by it; the
-health streams, an event log and the views on them are the tests' subclass
-(tests/dra_kubelet.py). The registry directory is read through inotify, as
-the kubelet's fsnotify does.
-
-Known differences: pods are not real (``prepare`` stands for admission,
-``unprepare`` for the end of the last pod using the claims); no
-ResourceSlice wiping, which needs the API server.
+Each event is logged and wakes ``wait_until``; health streams and the event log are the tests'
+subclass (tests/dra_kubelet.py). Known differences: pods are not real (``prepare`` stands for
+admission, ``unprepare`` for the end of the claims' last pod); no ResourceSlice wiping, which
+needs the API server.
 """
 
 from __future__ import annotations
@@ -100,10 +90,7 @@ class EmbeddedDraKubelet:
         await self.stop()
 
     async def start(self) -> None:
-        """Watch the registry directory: a socket created from now on is seen.
-
-        Raises DraKubeletError when the directory cannot be watched.
-        """
+        """Watch the registry directory; raises DraKubeletError when it cannot be watched."""
         self.registry_dir.mkdir(parents=True, exist_ok=True)
         where = f"cannot watch {self.registry_dir}"
         stack = contextlib.AsyncExitStack()
@@ -148,17 +135,13 @@ class EmbeddedDraKubelet:
         predicate: Callable[[Self], bool],
         timeout: float = 10.0,  # noqa: ASYNC109 -- the whole wait, re-armed on every change
     ) -> None:
-        """Return once ``predicate(self)`` holds, checked again at every event.
-
-        Raises TimeoutError describing the current state when it does not hold in time.
-        """
+        """Return once ``predicate(self)`` holds, checked at every event; else TimeoutError."""
         if not await self._changes.until(lambda: predicate(self), timeout):
             raise TimeoutError(
                 f"embedded DRA kubelet: condition not met within {timeout}s\n{self.describe()}"
             )
 
     def _record(self, kind: str, driver: str, detail: str) -> None:
-        """Something happened: log it and wake the waiters."""
         log.info("embedded DRA kubelet: %s %s: %s", kind, driver or "-", detail)
         self._changes.notify()
 
@@ -303,8 +286,7 @@ class EmbeddedDraKubelet:
         return plugins[-1]
 
     async def prepare(self, driver: str, claims: Sequence[ClaimRef]) -> list[str]:
-        """One pod sync: NodePrepareResources for the claims not prepared yet; the pod's
-        CDI IDs."""
+        """One pod sync: the pod's CDI IDs (only claims not prepared yet are sent)."""
         todo = [c for c in claims if c.uid not in self._prepared]
         if todo:
             plugin = self._plugin(driver)
@@ -321,8 +303,7 @@ class EmbeddedDraKubelet:
 
 
 def sockets(directory: Path) -> tuple[dict[str, tuple[int, int]], list[str]]:
-    """Unix sockets under ``directory`` (recursively) and its subdirectories, none
-    starting with ``.``: what the plugin watcher sees."""
+    """What the plugin watcher sees: the unix sockets and subdirectories not named ``.*``."""
     found: dict[str, tuple[int, int]] = {}
     directories: list[str] = []
     for root, dirs, files in os.walk(directory):

@@ -1,11 +1,8 @@
 """What a CDI-enabled container runtime does with the IDs the kubelet hands it.
 
-containerd and CRI-O load every ``*.json``/``*.yaml`` spec of the CDI
-directory and, for each fully qualified ID (``vendor/class=name``), apply the
-edits of that device and of the spec holding it; an ID no spec defines
-fails the container's creation ("unresolvable CDI devices"). This model
-resolves IDs the same way and returns the merged edits: what the container
-would get.
+containerd and CRI-O load every ``*.json``/``*.yaml`` spec of the CDI directory and apply, for
+each ID (``vendor/class=name``), the edits of that device and of its spec; an ID no spec
+defines fails the container ("unresolvable CDI devices"). This returns the merged edits.
 """
 
 from __future__ import annotations
