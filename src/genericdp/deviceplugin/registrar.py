@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 # generous for a loaded node: a stream arriving after we gave up would be
 # taken for another client's, and a second Register would follow.
 STREAM_WAIT = 5.0
+SETTLE = 0.05  # seconds a burst of requests may take (one kubelet restart)
 
 Serve = Callable[[Path], Awaitable[UnixServer]]
 
@@ -69,7 +70,6 @@ class Registrar:
         self._metrics = context.recorder
         self._plugin_dir = plugin_dir
         self._on_status = context.on_status
-        self._settle = context.settle
         self._backoff = Backoff()
         self._server: UnixServer | None = None
         self._socket_lost = asyncio.Event()  # set when it is deleted or replaced
@@ -122,7 +122,7 @@ class Registrar:
         """Serve and Register whenever asked, until cancelled (``close`` stops serving)."""
         while True:
             await self._wanted.wait()
-            await asyncio.sleep(self._settle)  # merge a burst (one kubelet restart)
+            await asyncio.sleep(SETTLE)  # merge a burst (one kubelet restart)
             self._wanted.clear()
             reasons, self._reasons = ", ".join(dict.fromkeys(self._reasons)), []
             try:
@@ -171,7 +171,7 @@ class Registrar:
             delay = self._backoff.next()
             await wait_event(self._wanted, delay)
             if self._wanted.is_set():  # asked again (a new kubelet.sock?): try now
-                await asyncio.sleep(self._settle)
+                await asyncio.sleep(SETTLE)
                 self._wanted.clear()
                 self._backoff.reset()
                 reasons = ", ".join(dict.fromkeys(self._reasons)) or reasons
