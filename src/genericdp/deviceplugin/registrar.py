@@ -4,24 +4,9 @@ The kubelet dials the plugin back while it handles Register, so the server is
 serving before Register is sent. Registration runs in its own loop, woken at
 start, when the kubelet restarts and when the kubelet ends our ListAndWatch
 stream (it never reopens one). Requests close together are merged; a failed
-attempt is retried with backoff, or at once when a new request comes.
-
-What the loop guarantees, and why (kubelets up to 1.32 keep one client per
-resource *name*; when the dial-back of a Register fails after its 10 s, they
-delete whichever client has that name, a newer live one included, and then
-never notice that client's stream ending, so its devices stay allocatable
-with nobody behind them):
-
-- At most one Register per resource is in flight, and it is awaited longer
-  than the kubelet's dial-back (``REGISTER_TIMEOUT``), never abandoned.
-- A Register names only a socket that is ours and serving, checked by inode
-  after connecting to the kubelet (which has then cleaned its directory). If
-  the socket is deleted or replaced while the Register is in flight, the same
-  path is served again at once, so the kubelet's dial-back reaches it.
-- A request is a no-op when the registration in place is sound (same
-  ``kubelet.sock``, its stream open, our socket intact).
-- Only the kubelet's stream counts: the first ListAndWatch opened while our
-  Register is in flight. A Register is complete only once it is open.
+attempt is retried with backoff, or at once when a new request comes. What
+the loop guarantees, and why (kubelets up to 1.32 drop a live client when a
+dial-back fails): docs/contributing/architecture.md, "Registration".
 """
 
 from __future__ import annotations

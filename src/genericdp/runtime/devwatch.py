@@ -1,27 +1,15 @@
 """Watch the device root with inotify, so hotplug is seen in well under a second.
 
-Every directory under the device root is watched (udev creates
-``serial/by-id``, ``dri``, ``snd``, ``bus/usb/001`` on the fly, so new
-directories are watched as they appear), except trees that hold no device
-nodes and can be busy (``SKIP``: ``/dev/shm`` would otherwise rescan on every
-shared-memory segment). Symlinked directories are never followed: udev's links
-point at nodes, and ``/dev/fd`` points into ``/proc``.
-
-Events are batched: the first interesting event opens a window of ``settle``
-seconds and everything read within it is one ``DevChange``, so a dongle with
-four ttys and their by-id and by-path links is one rescan, not twelve. A
-batch is followed ``late`` seconds later by one more (coalesced) report: the
-kernel creates a node before udev has written its database entry, and udev
-matchers read properties from there. udev writes ``/dev/char/<maj:min>`` and
-the other links just before the database, so the batch those links open
-usually sees the properties already; the late report is the cheap guarantee.
-
-Which resources could a change affect? We do not try to say: a matcher on
-udev properties can be affected by any node, and discovery is cheap
-(milliseconds, see ``bench/run.py``) while ``DeviceState.set_units`` tells the
-kubelet only about real changes. So every change wakes every resource.
-The slow periodic rescan stays as the safety net for what inotify cannot see
-(a device root on a filesystem without inotify, a watch limit reached).
+What is watched, skipped and batched, and why every change rescans every
+resource: docs/contributing/architecture.md, "Hotplug". Symlinked directories
+are never followed: udev's links point at nodes, and ``/dev/fd`` points into
+``/proc``. Each batch is followed ``late`` seconds later by one more report:
+the kernel creates a node before udev has written its database entry, which
+udev matchers read. udev writes ``/dev/char/<maj:min>`` and the other links
+just before the database, so the batch those links open usually sees the
+properties already; the late report is the cheap guarantee. The periodic
+rescan stays the safety net for what inotify cannot see (a device root on a
+filesystem without inotify, a watch limit reached).
 """
 
 from __future__ import annotations

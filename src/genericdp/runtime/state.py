@@ -37,18 +37,11 @@ ListedUnit = tuple[Unit, frozenset[str], bool]
 class DeviceIds(Protocol):
     """How a backend names the devices of a unit (``DeviceState`` asks it)."""
 
-    def unit_of(self, device_id: str) -> str:
-        """The unit an ID names (the ID itself when a unit is one device)."""
-        ...
-
-    def valid(self, device_id: str) -> bool:
-        """Whether the ID is well formed for this naming (its unit aside)."""
-        ...
+    def unit_of(self, device_id: str) -> str: ...
+    def valid(self, device_id: str) -> bool: ...  # well formed for this naming (unit aside)
 
     @property
-    def follows_use(self) -> bool:
-        """Whether the IDs listed depend on which are held."""
-        ...
+    def follows_use(self) -> bool: ...  # whether the IDs listed depend on which are held
 
     def shape(self, listed: Iterable[ListedUnit]) -> object:
         """What the listed units' IDs are made of: equal shapes, equal lists.
@@ -143,7 +136,6 @@ class DeviceState:
 
     @property
     def ids(self) -> DeviceIds:
-        """How the units' devices are named."""
         return self._ids
 
     def unit_of(self, device_id: str) -> str:
