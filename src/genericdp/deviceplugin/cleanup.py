@@ -1,11 +1,9 @@
 """Cleanup: one resource's ``cleanup`` hook, run when a unit is released.
 
-Whoever knows that nobody holds a unit any more (the PodResources poller,
-``poller.py``, or an Allocate of a unit still held, ``UsageTracker.claim``)
-hands a ``Release`` to the resource's ``Cleaner``. While its hook runs the
-unit is advertised Unhealthy (so the kubelet does not pick it) and the
-``Allocator`` refuses it. The hook is the one the unit was handed out under
-(``runtime/owed.py``), else the definition's now.
+Whoever learns that nobody holds a unit any more (the PodResources poller, or
+an Allocate of a unit still held, ``UsageTracker.claim``) hands a ``Release``
+to the resource's ``Cleaner``. The hook is the one the unit was handed out
+under (``runtime/owed.py``), else the definition's now.
 """
 
 from __future__ import annotations

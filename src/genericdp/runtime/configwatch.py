@@ -22,10 +22,6 @@ resources that differ. An invalid config, or one with no files at all (a
 ConfigMap being rewritten, a directory emptied), is refused: the previous
 config keeps serving. A config applied (or found unchanged) is kept in the
 state directory (``genericdp.lastgood``) for the next start.
-
-A ConfigMap key mounted with ``subPath`` is a bind mount of one file and is
-never updated by the kubelet; ``subpath_hint`` says so when the config looks
-like one.
 """
 
 from __future__ import annotations
@@ -137,7 +133,8 @@ def is_relevant(name: str, watched: str | None) -> bool:
 
 
 def subpath_hint(config: Path, mountinfo: Path = MOUNTINFO) -> str | None:
-    """A warning when ``config`` is a file mounted on its own (a ``subPath`` mount)."""
+    """A warning when ``config`` is a file mounted on its own (a ConfigMap key mounted
+    with ``subPath``: the kubelet never updates it)."""
     if config.is_symlink() or not config.is_file():
         return None  # ConfigMap keys in a directory mount are symlinks into ..data
     try:
@@ -213,13 +210,10 @@ def _read_config(path: Path) -> tuple[Config, tuple[Source, ...]]:
 class ConfigWatcher:
     """Reloads ``path`` into ``target`` when it changes on disk.
 
-    ``run()`` is the long-lived coroutine (spawn it under a TaskSet with a
-    backoff: it raises ConfigError when the directory to watch is missing or
-    cannot be watched, and the guard starts it again). Each time the watch is
-    armed the config is checked once more, so a change made while nothing
-    watched is not lost; that check is silent when nothing changed since the
-    last result reported (``refused``: the issues ``serve`` reported at start).
-    Each config applied or found unchanged is kept in ``store``.
+    Each time the watch is armed the config is checked once more, so a change
+    made while nothing watched is not lost; that check is silent when nothing
+    changed since the last result reported (``refused``: the issues ``serve``
+    reported at start). Each config applied or found unchanged is kept in ``store``.
     """
 
     def __init__(
@@ -244,13 +238,9 @@ class ConfigWatcher:
         # change is seen. Cleared when the watch stops.
         self.ready = asyncio.Event()
 
-    # -- one reload ------------------------------------------------------------------
-
     async def reload(self, *, quiet: bool = False) -> ReloadResult:
         """Load the config, apply it if it differs; never raises (but on cancellation).
-
-        ``quiet``: report nothing when nothing changed (the check on arming).
-        """
+        ``quiet``: report nothing when nothing changed (the check on arming)."""
         result = await self._reload()
         same = result.ok if not self._reported else result.issues == self._reported
         if quiet and same and result.outcome in (Outcome.UNCHANGED, Outcome.REFUSED):
@@ -296,8 +286,6 @@ class ConfigWatcher:
         else:
             log.error("config reload failed while applying: %s", issues)
 
-    # -- the watch -------------------------------------------------------------------
-
     async def run(self) -> None:
         """Watch and reload until cancelled; raises ConfigError if nothing can be watched."""
         while True:
@@ -340,10 +328,8 @@ class ConfigWatcher:
     async def _settle_burst(
         self, inotify: INotify, readable: asyncio.Event, watched: str | None
     ) -> bool:
-        """Wait for ``settle`` seconds without relevant events (at most ``max_delay``).
-
-        Returns whether the watched directory went away meanwhile.
-        """
+        """Wait for ``settle`` seconds without relevant events (at most ``max_delay``);
+        whether the watched directory went away meanwhile."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._max_delay
         quiet_until = loop.time() + self._settle
