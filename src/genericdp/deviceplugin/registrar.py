@@ -91,8 +91,7 @@ class Registrar:
         self._stream_changed.set()  # wakes a wait for the kubelet's stream: kubelet gone?
 
     def plugin_dir_changed(self, change: DirChange) -> None:
-        """Our socket deleted, or replaced (a file created in its place): check which,
-        and serve again, even during a Register."""
+        """Our socket deleted or replaced: serve again, even during a Register."""
         socket = self.socket
         if socket is not None and socket.name in change.deleted | change.created:
             self._socket_changed()
@@ -104,7 +103,7 @@ class Registrar:
         self.wake("our socket was deleted or replaced")
 
     async def run(self) -> None:
-        """Serve and Register whenever asked, until cancelled (``close`` stops serving)."""
+        """Serve and Register whenever asked, until cancelled."""
         while True:
             await self._wanted.wait()
             await asyncio.sleep(SETTLE)  # merge a burst (one kubelet restart)
@@ -248,8 +247,8 @@ class Registrar:
 
     async def _kubelet_stream_opened(self, seen: int, kubelet: Path) -> bool:
         """Wait (``STREAM_WAIT``) for the kubelet's ListAndWatch; False if none or it ended.
-        Gives up early when that kubelet is gone: ``kubelet.sock`` replaced, or our
-        socket deleted (a new ``kubelet.sock`` may well reuse the old one's inode)."""
+        Early when that kubelet is gone: ``kubelet.sock`` replaced, or our socket
+        deleted (a new ``kubelet.sock`` may well reuse the old one's inode)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + STREAM_WAIT
         while self._kubelet_streams == seen:
@@ -270,7 +269,6 @@ class Registrar:
         return False
 
     def _socket_intact(self) -> bool:
-        """Whether the socket our server bound is still at its path (same file, a socket)."""
         return self._server is not None and self._server.intact()
 
     async def _ensure_serving(self) -> UnixServer:

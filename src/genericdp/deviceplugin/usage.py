@@ -34,9 +34,7 @@ class UsageTracker:
         # (so an Allocate's claim never scans everything held).
         self._unit_counts: dict[str, Counter[str]] = {}
         self._baseline = False
-        # Lists answered so far, and the count when our Allocate gave each ID
-        # out: a List that began after the hand-out and does not show the ID
-        # means no app container holds it (see ``held``).
+        # Lists answered so far, and the count when our Allocate gave each ID out (``held``).
         self._lists = 0
         self._handed_at: dict[tuple[str, str], int] = {}
         # The last List answer taken (``holders_by_device``'s view of it), kept
@@ -47,15 +45,12 @@ class UsageTracker:
         self._last_pods: object = None
         # resource -> called after our Allocate changed what it holds (handed_out, claim)
         self._watchers: dict[str, Callable[[], None]] = {}
-        # Set once the first List has answered or failed: resources whose list
-        # depends on what is held (gone units, unbounded sharing) register after it.
-        self.settled = asyncio.Event()
+        self.settled = asyncio.Event()  # the first List answered or failed
         # Set by every hand-out: the poller, resting while nothing is held, wakes.
         self.handing_out = asyncio.Event()
 
     @property
-    def has_baseline(self) -> bool:
-        """Whether a List has answered since start (or since ``forget``)."""
+    def has_baseline(self) -> bool:  # a List has answered since start (or ``forget``)
         return self._baseline
 
     def holds_nothing(self) -> bool:
@@ -76,8 +71,7 @@ class UsageTracker:
         return frozenset(u for u, n in self._held_units(resource).items() if n > 0)
 
     def watch(self, resource: str, callback: Callable[[], None] | None) -> None:
-        """Call ``callback`` whenever an Allocate changes what ``resource`` holds
-        (None stops); a List's changes reach the poller's ``on_observed``."""
+        """``HandOuts.watch``; a List's changes reach the poller's ``on_observed``."""
         if callback is None:
             self._watchers.pop(resource, None)
         else:

@@ -57,11 +57,9 @@ class Owed:
     """The daemon's owed cleanups and uncleaned units (one for every resource)."""
 
     def __init__(self, directory: Path | None, records: str | None = None) -> None:
-        """``directory``: where uncleaned units are kept (None: in memory only);
-        ``records``: the name the files that keep owed cleanups there begin with
-        (the backend's; None: kept in memory only)."""
+        """``directory``: where uncleaned units are kept; ``records``: the prefix of the
+        files that keep owed cleanups there (the backend's). None: in memory only."""
         self._directory = directory
-        # Where the owed cleanups are kept: the directory and the files' prefix.
         self._records = (directory, records) if directory is not None and records else None
         self._handed: dict[Key, Record] = {}  # units handed out and not cleaned since
         self.uncleaned: dict[Key, Uncleaned] = {}
@@ -124,14 +122,12 @@ class Owed:
 
     async def handed_out(self, definition: ResourceDefinition, units: Iterable[Unit]) -> None:
         """These units go to a container: each is owed the cleanup hook of ``definition``
-        (a unit handed out before and not cleaned since keeps the hook it has), kept
-        in ``stateDir`` before this returns; RecordError (none kept) when it cannot be."""
+        unless it has one, kept in ``stateDir`` before this returns (else RecordError)."""
         await self._take(definition, units, strict=True)
 
     async def kept(self, definition: ResourceDefinition, units: Iterable[Unit]) -> None:
-        """Units in use whose runner stops or which vanished: owed the hook of
-        ``definition`` unless they have one; a record that cannot be written is logged
-        (the cleanup is then owed until a restart)."""
+        """Units in use whose runner stops or which vanished, as ``handed_out``; a record
+        that cannot be written is logged (the cleanup is then owed until a restart)."""
         try:
             await self._take(definition, units, strict=False)
         except RecordError as exc:

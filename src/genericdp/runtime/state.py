@@ -7,17 +7,10 @@ units, a health report repeating itself) does not. How a unit's devices are
 named is the backend's (``DeviceIds``): one device per unit by default, the
 device plugin's replicas ``<unit>::<i>`` (``deviceplugin/replicas.py``).
 
-What containers hold (``set_in_use``, from the backend's ``Usage``)
-shapes the list in two ways:
-
-- A unit whose nodes vanish while a container holds it stays listed,
-  Unhealthy, until the last holder is gone, then leaves the list (the
-  kubelet shows a listed device's health in the pod's
-  ``allocatedResourcesStatus``; an ID that simply disappears reads Healthy
-  there). A unit that comes back with the same ID is itself again.
-- A naming that follows what is held (the device plugin's ``count:
-  unbounded``: the held IDs of each unit plus a few free ones) changes the
-  list with it.
+What containers hold (``set_in_use``) shapes the list: a unit that vanishes
+while held stays listed, Unhealthy, until its last holder is gone, and a
+naming that follows use (``count: unbounded``) changes with it. Why:
+docs/contributing/architecture.md, "What is held shapes the list".
 """
 
 from __future__ import annotations
@@ -197,11 +190,7 @@ class DeviceState:
         return unit_id in self._units
 
     def set_units(self, units: Iterable[Unit]) -> bool:
-        """Replace the units; True when the device list changed.
-
-        A unit that is gone now but held stays listed, Unhealthy, until
-        ``set_in_use`` no longer shows it held.
-        """
+        """Replace the units (one gone but held stays listed); True when the list changed."""
         found = {u.id: u for u in sorted(units, key=lambda u: u.id)}
         if found == self._units and all(
             uid not in found and uid in self._held for uid in self._gone
@@ -227,12 +216,9 @@ class DeviceState:
         return self._refresh()
 
     def set_in_use(self, device_ids: Iterable[str]) -> tuple[str, ...]:
-        """What containers hold now (this resource's device IDs); returns the
-        vanished units this drops from the list (their last holder is gone).
-
-        A held ID of a unit never seen (it vanished while the daemon was down)
-        is listed as a unit without nodes, Unhealthy, so the kubelet keeps
-        seeing what its checkpoint holds.
+        """What containers hold now; the vanished units this drops from the list. A held
+        ID of a unit never seen (it vanished while the daemon was down) is listed as a
+        unit without nodes, Unhealthy, so the kubelet keeps seeing what its checkpoint holds.
         """
         held: dict[str, set[str]] = {}
         for device_id in device_ids:
@@ -255,11 +241,8 @@ class DeviceState:
     def set_unhealthy(
         self, unit_ids: Iterable[str], *, probed: Iterable[str] | None = None
     ) -> bool:
-        """Mark exactly these units Unhealthy (others Healthy); True when that changed.
-
-        With ``expect_probes`` on, ``probed`` (the units probed so far) is
-        required: the others stay Unhealthy.
-        """
+        """Mark exactly these units Unhealthy; True when that changed. With
+        ``expect_probes`` on, ``probed`` is required: the others stay Unhealthy."""
         self._unhealthy = frozenset(unit_ids)
         if self._probed is not None:
             if probed is None:
@@ -279,11 +262,8 @@ class DeviceState:
         return self._refresh()
 
     def known(self, device_id: str) -> bool:
-        """Whether ``device_id`` names a device of a current unit.
-
-        Parsed, not looked up in the device list: an Allocate costs what the
-        kubelet sent, not the million IDs of ``count: 1000`` over 1000 units.
-        """
+        """Whether ``device_id`` names a device of a current unit: parsed, not looked up
+        in the device list (not the million IDs of ``count: 1000`` over 1000 units)."""
         unit_id = self._ids.unit_of(device_id)
         if unit_id not in self._units and unit_id not in self._gone:
             return False

@@ -144,8 +144,7 @@ class Supervisor:
             if config != self._config:  # a resource not served here changed
                 self._config = config
             return steps
-        changing = {*steps.stop, *(d.name for d in (*steps.update, *steps.renew))}
-        changing |= {d.name for d in steps.start}
+        changing = {*steps.stop, *(d.name for d in (*steps.update, *steps.renew, *steps.start))}
         # A line about one resource carries it as a field, as its own lines do.
         about = {"resource": next(iter(changing))} if len(changing) == 1 else {}
         with logsetup.fields(**about):
@@ -219,8 +218,7 @@ class Supervisor:
             results = await asyncio.gather(*(r.stop() for r in runners))
             self._config, self._served = Config(resources=()), ()
             self._notify()
-        for names in results:
-            stragglers.extend(names)
+        stragglers += [name for names in results for name in names]
         log.info("stopped %d resource(s)", len(runners))
         return tuple(stragglers)
 
@@ -416,7 +414,7 @@ class Supervisor:
     # -- hotplug -----------------------------------------------------------------
 
     def rescan(self, reason: str) -> None:
-        """Wake every resource's discovery now; the kubelet hears only of real changes."""
+        """Wake every resource's discovery now."""
         if self._runners:
             log.debug("rescanning %d resource(s): %s", len(self._runners), reason)
         for runner in self._runners.values():
