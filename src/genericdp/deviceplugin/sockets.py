@@ -1,9 +1,7 @@
 """Our sockets in the kubelet's device-plugin directory: their names, identity, leftovers.
 
-One socket per resource and per start (``gdp-<slug>-<token>.sock``): a
-fresh name never collides with what the kubelet knows. A socket is known by
-its inode, not its path (``unixgrpc.file_id``): a regular file put in its
-place is not our socket.
+A fresh name per start never collides with what the kubelet knows; a socket
+is known by its inode (``unixgrpc.file_id``), not its path.
 """
 
 from __future__ import annotations

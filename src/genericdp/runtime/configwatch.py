@@ -121,12 +121,9 @@ class ReloadResult:
 
 
 def is_relevant(name: str, watched: str | None) -> bool:
-    """Whether an event on ``name`` in the watched directory may change the config.
-
-    ``watched`` is the config file's name when the config is a file, else None.
-    Other ``..`` entries (the timestamped directories, ``..data_tmp``) only
-    matter through the ``..data`` swap that follows them.
-    """
+    """Whether an event on ``name`` may change the config (``watched``: the config file's
+    name, or None for a directory). Other ``..`` entries only matter through the
+    ``..data`` swap that follows them."""
     if name in (watched, DATA_LINK):
         return True
     return not name.startswith(HIDDEN_PREFIX) and name.endswith(SUFFIXES)
@@ -292,11 +289,8 @@ class ConfigWatcher:
             await self._watch()
 
     async def _watch(self) -> None:
-        """Arm a watch, check the config, reload on changes; return to be armed again.
-
-        A config directory that disappears is watched through its parent until
-        it is back (and the other way round), so the mode follows what is on disk.
-        """
+        """Arm a watch, check the config, reload on changes; return to be armed again
+        (a config directory that disappears is watched through its parent, and back)."""
         is_dir = self.path.is_dir()
         directory, watched = (self.path, None) if is_dir else (self.path.parent, self.path.name)
         async with inotify_events(

@@ -102,12 +102,9 @@ def _join(parent: str, name: str) -> str:
 
 
 def classify(events: Iterable[InotifyEvent], dirs: Mapping[int, str]) -> DevChange:
-    """Turn raw events into one ``DevChange`` (pure).
-
-    ``dirs`` maps watch descriptors to directories relative to the root
-    (``""`` is the root). Events of unknown descriptors (already forgotten)
-    and entries in skipped trees are ignored.
-    """
+    """Turn raw events into one ``DevChange`` (pure); ``dirs`` maps watch descriptors to
+    directories relative to the root (``""``). Unknown descriptors and skipped trees
+    are ignored."""
     paths: set[str] = set()
     new_dirs: set[str] = set()
     dropped: set[int] = set()
@@ -230,14 +227,9 @@ async def watch_devices(
     late: float = LATE_UDEV_DELAY,
     on_ready: Callable[[], None] = lambda: None,
 ) -> None:
-    """Report batches of changes under ``root`` until cancelled.
-
-    ``on_ready`` is called once every directory is watched: changes before
-    that are not reported, so the caller rescans then. ``late`` of 0 turns the
-    follow-up report off. Raises DiscoveryError when the root cannot be
-    watched or goes away (after reporting it); the caller's guard starts the
-    watch again with backoff.
-    """
+    """Report batches of changes under ``root`` until cancelled (``late`` 0: no follow-up).
+    ``on_ready``: every directory is watched, earlier changes are not reported (the
+    caller rescans then). DiscoveryError when the root cannot be watched or goes away."""
     watched = _resolve_root(root)
     async with inotify_events(
         lambda exc: DiscoveryError(f"cannot start inotify for {root}: {exc.strerror}")
@@ -250,14 +242,9 @@ async def watch_devices(
 
 
 def _resolve_root(root: Path) -> Path:
-    """The directory to watch: ``root`` with symlinks resolved.
-
-    The root is the one symlink we follow (``GENERICDP_DEV_ROOT`` may point at
-    a link, or lie under a linked directory such as ``/var/run``): watches are
-    added with DONT_FOLLOW, which on a link would watch the link itself, or
-    fail, and leave hotplug to the periodic rescan. Resolved at each start of
-    the watch, so a link pointed elsewhere is followed after the next restart.
-    """
+    """``root`` with symlinks resolved, at each start of the watch: the one symlink we
+    follow (``GENERICDP_DEV_ROOT`` may be a link, or under one such as ``/var/run``);
+    DONT_FOLLOW on a link would watch the link itself, or fail."""
     try:
         resolved = root.resolve(strict=True)
     except (OSError, RuntimeError):  # missing, or a loop: add_tree says so, naming root

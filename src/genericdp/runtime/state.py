@@ -77,13 +77,10 @@ class Lookup:
 class DeviceState:
     """Units, their naming, the unhealthy and cleaning sets, with a change version.
 
-    A unit is advertised Healthy unless the health monitor says otherwise or
-    its cleanup is due or running (the kubelet must not pick it meanwhile).
-    With a health probe (``expect_probes``), a unit is Unhealthy until the
-    monitor has probed it (``genericdp.health`` says why). A unit whose scan
-    found a required ``allocate.devices`` node missing (``Unit.missing``) is
-    Unhealthy until a scan finds it: the kubelet keeps it in capacity, out of
-    allocatable, and the reason is ``fault``.
+    A unit is Healthy unless its probe failed or has not run yet
+    (``expect_probes``), its cleanup is due or running, or a scan found a
+    required ``allocate.devices`` node missing (``fault``: the kubelet keeps it
+    in capacity, out of allocatable).
     """
 
     def __init__(self, ids: DeviceIds = ONE_PER_UNIT, *, units: Iterable[Unit] = ()) -> None:
