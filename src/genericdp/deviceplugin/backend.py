@@ -52,11 +52,6 @@ class DevicePluginBackend:
     def where(self) -> str:
         return str(self._settings.plugin_dir)
 
-    @property
-    def watching(self) -> bool:
-        """Whether the kubelet directory is watched now (kubelet restarts are seen)."""
-        return self._watching.is_set()
-
     def device_ids(self, definition: ResourceDefinition) -> Replicas:
         return replicas_of(definition)
 
@@ -71,12 +66,11 @@ class DevicePluginBackend:
             Gauge(
                 "genericdp_kubelet_watch_up",
                 "1 while the kubelet's plugin directory is watched (restarts are seen).",
-                1 if self.watching else 0,
+                1 if self._watching.is_set() else 0,
             ),
         )
 
     async def start(self, fleet: Fleet) -> None:
-        """Clean up stale sockets and watch the kubelet directory."""
         self._fleet = fleet
         plugin_dir = self._settings.plugin_dir
         if plugin_dir.is_dir():

@@ -50,16 +50,12 @@ class ResourcePlugin:
 
     # -- the Edge the runner uses ------------------------------------------------
 
-    @property
-    def socket(self) -> Path | None:
-        return self._registrar.socket
-
     def status(self) -> PluginStatus:
         registrar = self._registrar
         devices, healthy = counts(self.state)
         return PluginStatus(
             resource=self.resource,
-            socket=self.socket,
+            socket=registrar.socket,
             registered=registrar.registered,
             registrations=registrar.registrations,
             devices=devices,

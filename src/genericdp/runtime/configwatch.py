@@ -1,27 +1,23 @@
 """Hot reload: watch the config with inotify and reconcile each valid change.
 
-What the watch has to survive:
+- Editors save by renaming a temporary file over the old one, so the inode we
+  would watch is gone after the first save: we watch the *directory* (the
+  config directory, or a config file's parent) for events naming the file,
+  ``..data`` or any ``*.yaml``/``*.yml``.
+- The kubelet updates a ConfigMap volume with its atomic writer: new content
+  in a fresh ``..<timestamp>`` directory, links for new keys (dangling for a
+  moment), then ``..data_tmp`` renamed over ``..data``, then the links of
+  removed keys and the old directory deleted. For an edited key only
+  ``..data`` changes.
+- One save or ConfigMap update is several events: a reload waits until
+  ``settle`` seconds pass without a relevant one (capped), then loads once.
+  Events during a reload lead to one more, so the last state on disk is
+  always the one looked at.
 
-- Editors save by writing a temporary file and renaming it over the old one,
-  so the inode we would watch directly is gone after the first save. We watch
-  the *directory* (the config directory, or a config file's parent) and react
-  to events naming the file, ``..data`` or any ``*.yaml``/``*.yml``.
-- The kubelet updates a ConfigMap volume with its atomic writer: the new
-  content goes into a fresh ``..<timestamp>`` directory, links for new keys
-  are created (``key -> ..data/key``, dangling for a moment), then the
-  ``..data_tmp`` link is renamed over ``..data`` (the atomic switch), then
-  links of removed keys and the old directory are deleted. The file names a
-  user sees never change for an edited key: only ``..data`` does.
-- Bursts: one save or one ConfigMap update is several events. A reload waits
-  until ``settle`` seconds pass without a relevant event (capped), then loads
-  once. Events that arrive while a reload runs are read afterwards and lead to
-  one more reload, so the last state on disk is always the one looked at.
-
-A reload hands the config to ``Supervisor.apply``, which changes only the
-resources that differ. An invalid config, or one with no files at all (a
-ConfigMap being rewritten, a directory emptied), is refused: the previous
-config keeps serving. A config applied (or found unchanged) is kept in the
-state directory (``genericdp.lastgood``) for the next start.
+An invalid config, or one with no files at all (a ConfigMap being rewritten,
+a directory emptied), is refused: the previous config keeps serving. One
+applied (or found unchanged) is kept in the state directory
+(``genericdp.lastgood``) for the next start.
 """
 
 from __future__ import annotations
@@ -157,14 +153,10 @@ def _unescape(field: str) -> str:
 
 
 async def in_daemon_thread(func: Callable[[], T]) -> T:
-    """``func()`` in a thread of its own that shutdown does not wait for.
-
-    ``asyncio.to_thread`` uses the loop's executor, whose threads
-    ``asyncio.run`` joins on the way out: a load still parsing a large or
-    hostile file would hold up SIGTERM until it ends. Loading has bounds
-    (docs/config.md, "Limits"), but exiting must not depend on them. When the
-    caller is cancelled, the thread finishes alone and its result is dropped.
-    """
+    """``func()`` in a thread of its own that shutdown does not wait for (its result is
+    dropped when the caller is cancelled). ``asyncio.run`` joins the executor's threads
+    of ``asyncio.to_thread`` on the way out: a load parsing a large or hostile file
+    would hold up SIGTERM, and exiting must not depend on loading's bounds."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
 

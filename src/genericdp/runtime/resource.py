@@ -263,10 +263,8 @@ class ResourceRunner:
                     log.info("%s: unit %s is back with the same ID", self.name, unit_id)
 
     async def _usage_settled(self) -> None:
-        """Before the first Register: learn what containers hold, so the first list
-        has every ID the kubelet's checkpoint holds (a unit gone meanwhile, the
-        IDs of an unbounded unit). A kubelet without PodResources must not keep
-        the resource from registering: the wait is bounded."""
+        """Before the first Register: learn what containers hold, so the first list has
+        every ID the kubelet's checkpoint holds; bounded, for a kubelet without PodResources."""
         timeout = self._context.settled_timeout
         if timeout > 0 and not await wait_event(self._usage.settled, timeout):
             log.warning(
