@@ -341,8 +341,7 @@ def start_config_watch(
     refused: tuple[str, ...] = (),
 ) -> ConfigWatcher:
     """Spawn the ``config-watch`` task (restarted with backoff when the watch is lost)."""
-    hint = subpath_hint(settings.config)
-    if hint is not None:
+    if (hint := subpath_hint(settings.config)) is not None:
         log.warning("%s", hint)
     watcher = ConfigWatcher(
         settings.config,

@@ -126,15 +126,13 @@ class TimedHooks:
         self._clock = clock
 
     async def __call__(self, hook: HookRun) -> object:
-        started = self._clock()
-        result = "failed"
+        started, result = self._clock(), "failed"
         try:
             outcome = await self._inner(hook)
-        except Exception as exc:
-            result = exec_result(exc.result) if isinstance(exc, HookRunError) else "failed"
-            raise
-        else:
             result = "ok"
-            return outcome
+        except HookRunError as exc:
+            result = exec_result(exc.result)
+            raise
         finally:
             self._recorder.hook_run(hook.resource, hook.name, result, self._clock() - started)
+        return outcome
