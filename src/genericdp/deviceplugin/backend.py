@@ -36,9 +36,7 @@ POD_RESOURCES_TIMEOUT = 5.0  # one PodResources List
 class DevicePluginBackend:
     """The device-plugin backend of one daemon (``runtime.backend.Backend``)."""
 
-    # The first Register waits for the first PodResources answer: its List
-    # timeout plus a second.
-    settled_timeout = POD_RESOURCES_TIMEOUT + 1.0
+    settled_timeout = POD_RESOURCES_TIMEOUT + 1.0  # the first List's timeout, and a second
     owed_records = "owed-device-plugin-"
 
     def __init__(self, settings: Settings, *, usage: UsageTracker | None = None) -> None:

@@ -47,9 +47,7 @@ def _fixed_bytes(token: str) -> int:
 
 def socket_path(plugin_dir: Path, resource: str, token: str | None = None) -> tuple[Path, bool]:
     """Where to serve ``resource`` in ``plugin_dir``, and whether the name was shortened
-    (a socket path is at most 107 bytes, so a long directory leaves less room).
-    Raises KubeletError naming the directory when even the shortest name does not fit.
-    """
+    (a socket path is at most 107 bytes); KubeletError when even the shortest does not fit."""
     directory = plugin_dir.absolute()
     left = MAX_UNIX_PATH_BYTES - len(str(directory).encode()) - 1
     usual = socket_name(resource, token)
