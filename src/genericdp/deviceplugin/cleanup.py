@@ -26,9 +26,9 @@ class Cleaner:
     """Runs one resource's cleanup hook, each unit in its own task.
 
     A unit is in the state's cleaning set (Unhealthy, refused by Allocate) from
-    the moment its cleanup is due until it passes: one whose cleanup keeps
-    failing stays out of service rather than go to the next pod dirty. Cleanup
-    of a unit gone runs once.
+    the moment its cleanup is due until it passes, retried with backoff while the
+    unit exists: it stays out of service rather than go to the next pod dirty.
+    Cleanup of a unit gone runs once.
     """
 
     def __init__(self, parts: ResourceParts) -> None:
