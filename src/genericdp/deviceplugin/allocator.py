@@ -1,10 +1,8 @@
 """The Allocate side of one resource: plan, encode, commit; preStart.
 
-Free of any kubelet protocol: the device-plugin edge (``plugin.py``) builds
-it and calls it from Allocate and PreStartContainer, with the encoder of its
-answer (``kubelet/servicer.py``'s, which also refuses an answer the kubelet
-cannot take). It talks to the resource's own pieces directly (device state,
-CDI spec, usage and cleanup), never back up to the runner.
+Free of any kubelet protocol: the edge (``plugin.py``) calls it with the
+encoder of its answer (``kubelet/servicer.py``'s, which also refuses an answer
+the kubelet cannot take).
 """
 
 from __future__ import annotations
@@ -40,12 +38,7 @@ def _shown(ids: Sequence[str]) -> str:
 
 
 class Allocator:
-    """Allocate and PreStart of one resource's devices.
-
-    Release tracking (``UsageTracker``): the kubelet handing IDs out again
-    means their last holder is done (``usage.claim``, whose releases the
-    cleaner cleans first); what we hand out is in use (``handed_out``).
-    """
+    """Allocate and PreStart of one resource's devices."""
 
     def __init__(self, parts: ResourceParts, *, usage: UsageTracker, cleaner: Cleaner) -> None:
         self._definition, self._state, self._context = parts.definition, parts.state, parts.context
@@ -58,13 +51,9 @@ class Allocator:
         requests: Sequence[tuple[str, ...]],
         encode: Callable[[Sequence[Allocation]], _Answer],
     ) -> _Answer:
-        """Plan every container's allocation, ``encode`` the answer, then commit.
-
-        Everything that can refuse the request comes before the commit: a
+        """Plan every container's allocation, ``encode`` the answer, then commit: a
         refused Allocate (unknown IDs, a path escaping its template, an answer
-        ``encode`` refuses) must not run cleanup on a unit a live pod holds,
-        nor make us forget that pod's hold (``UsageTracker.claim``).
-        """
+        ``encode`` refuses) must not clean a unit a live pod holds, nor forget its hold."""
         started = time.monotonic()
         error: BaseException | None = None
         definition = self._definition()

@@ -36,9 +36,7 @@ POD_RESOURCES_TIMEOUT = 5.0  # one PodResources List
 class DevicePluginBackend:
     """The device-plugin backend of one daemon (``runtime.backend.Backend``)."""
 
-    # The first Register waits for the first PodResources answer: its List
-    # timeout plus a second.
-    settled_timeout = POD_RESOURCES_TIMEOUT + 1.0
+    settled_timeout = POD_RESOURCES_TIMEOUT + 1.0  # the first List's timeout, and a second
     owed_records = "owed-device-plugin-"
 
     def __init__(self, settings: Settings, *, usage: UsageTracker | None = None) -> None:
@@ -51,11 +49,6 @@ class DevicePluginBackend:
     @property
     def where(self) -> str:
         return str(self._settings.plugin_dir)
-
-    @property
-    def watching(self) -> bool:
-        """Whether the kubelet directory is watched now (kubelet restarts are seen)."""
-        return self._watching.is_set()
 
     def device_ids(self, definition: ResourceDefinition) -> Replicas:
         return replicas_of(definition)
@@ -71,12 +64,11 @@ class DevicePluginBackend:
             Gauge(
                 "genericdp_kubelet_watch_up",
                 "1 while the kubelet's plugin directory is watched (restarts are seen).",
-                1 if self.watching else 0,
+                1 if self._watching.is_set() else 0,
             ),
         )
 
     async def start(self, fleet: Fleet) -> None:
-        """Clean up stale sockets and watch the kubelet directory."""
         self._fleet = fleet
         plugin_dir = self._settings.plugin_dir
         if plugin_dir.is_dir():

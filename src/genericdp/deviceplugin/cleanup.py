@@ -1,11 +1,9 @@
 """Cleanup: one resource's ``cleanup`` hook, run when a unit is released.
 
-Whoever knows that nobody holds a unit any more (the PodResources poller,
-``poller.py``, or an Allocate of a unit still held, ``UsageTracker.claim``)
-hands a ``Release`` to the resource's ``Cleaner``. While its hook runs the
-unit is advertised Unhealthy (so the kubelet does not pick it) and the
-``Allocator`` refuses it. The hook is the one the unit was handed out under
-(``runtime/owed.py``), else the definition's now.
+Whoever learns that nobody holds a unit any more (the PodResources poller, or
+an Allocate of a unit still held, ``UsageTracker.claim``) hands a ``Release``
+to the resource's ``Cleaner``. The hook is the one the unit was handed out
+under (``runtime/owed.py``), else the definition's now.
 """
 
 from __future__ import annotations
@@ -27,12 +25,10 @@ log = logging.getLogger(__name__)
 class Cleaner:
     """Runs one resource's cleanup hook, each unit in its own task.
 
-    A unit is in the state's cleaning set (Unhealthy, refused by Allocate)
-    from the moment its cleanup is due until it succeeds. A failed cleanup is
-    retried with backoff (capped at a minute) for as long as the unit exists:
-    a unit whose cleanup keeps failing stays out of service rather than go to
-    the next pod dirty. Cleanup after a removal runs once (the device may be
-    gone). ``stop`` lets running hooks finish, up to a timeout.
+    A unit is in the state's cleaning set (Unhealthy, refused by Allocate) from
+    the moment its cleanup is due until it passes, retried with backoff while the
+    unit exists: it stays out of service rather than go to the next pod dirty.
+    Cleanup of a unit gone runs once.
     """
 
     def __init__(self, parts: ResourceParts) -> None:
@@ -76,13 +72,9 @@ class Cleaner:
         self._spawn(unit, release.device_ids, retry=not gone, wait_first=False)
 
     async def clean_now(self, release: Release) -> bool:
-        """Clean a unit before an Allocate goes on (the kubelet already reuses it).
-
-        On failure the unit stays in the cleaning set and is retried in the
-        background; the caller's lookup then refuses it. False when there was
-        nothing to run (no hook, the unit gone or already cleaning): then it
-        returned at once, and nothing can have changed meanwhile.
-        """
+        """Clean a unit before an Allocate goes on (the kubelet already reuses it); on
+        failure it is retried in the background. False when there was nothing to run:
+        then it returned at once, and nothing can have changed meanwhile."""
         unit = self._state.units.get(release.unit_id)
         if unit is None or not self.wanted(unit.id) or self.busy(unit.id):
             return False

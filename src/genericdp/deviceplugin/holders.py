@@ -17,11 +17,8 @@ HANDED_OUT: Holder = ("", "", "")
 def released_units(
     previous: Mapping[str, AbstractSet[str]], current: Mapping[str, AbstractSet[str]]
 ) -> tuple[Release, ...]:
-    """Units with a replica in use in ``previous`` and none in ``current`` (per resource).
-
-    Both map a resource name to its in-use device IDs; a missing resource
-    holds nothing. Sorted by resource, then unit.
-    """
+    """Units with a replica in use in ``previous`` and none in ``current`` (each maps a
+    resource to its in-use device IDs), sorted."""
     releases: list[Release] = []
     for resource, before in previous.items():
         still = {unit_id_of(d) for d in current.get(resource, ())}

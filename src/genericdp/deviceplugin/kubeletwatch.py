@@ -1,9 +1,7 @@
 """Watch the kubelet's device-plugin directory with inotify (no polling).
 
-A kubelet restart shows here as every socket deleted (the kubelet removes all
-sockets in its directory when it starts) and a new ``kubelet.sock`` created.
-Each batch of events read together is reported as one ``DirChange``, so one
-restart wakes the plugins once, not once per event.
+Each batch of events read together is one ``DirChange``, so one kubelet
+restart (every socket deleted, a new ``kubelet.sock``) wakes the plugins once.
 """
 
 from __future__ import annotations

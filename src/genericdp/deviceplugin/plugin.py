@@ -1,10 +1,5 @@
 """One resource's device plugin: the edge the runner drives, the backend the servicer calls.
-
-Registration is the ``Registrar``'s; ListAndWatch reads the device list
-(``replicas.py``); Allocate and PreStartContainer go to the resource's
-``Allocator``, GetPreferredAllocation to ``preferred.py``; released units to
-its ``Cleaner``. Both are the edge's own: no other backend allocates.
-"""
+Its ``Allocator`` and ``Cleaner`` are its own: no other backend allocates."""
 
 from __future__ import annotations
 
@@ -41,7 +36,6 @@ class ResourcePlugin:
     task = "registration"
 
     def __init__(self, parts: ResourceParts, *, plugin_dir: Path, usage: UsageTracker) -> None:
-        """``usage``: the daemon's, that an Allocate claims from and hands out to."""
         self._definition: Callable[[], ResourceDefinition] = parts.definition
         self.state: DeviceState = parts.state
         self.cleaner = Cleaner(parts)
@@ -56,16 +50,12 @@ class ResourcePlugin:
 
     # -- the Edge the runner uses ------------------------------------------------
 
-    @property
-    def socket(self) -> Path | None:
-        return self._registrar.socket
-
     def status(self) -> PluginStatus:
         registrar = self._registrar
         devices, healthy = counts(self.state)
         return PluginStatus(
             resource=self.resource,
-            socket=self.socket,
+            socket=registrar.socket,
             registered=registrar.registered,
             registrations=registrar.registrations,
             devices=devices,
@@ -77,7 +67,6 @@ class ResourcePlugin:
         )
 
     def wake(self) -> None:
-        """The first scan is done: Register."""
         self._registrar.wake("start")
 
     def kick(self, reason: str, *, renew: bool = False) -> None:
@@ -86,11 +75,9 @@ class ResourcePlugin:
         self._registrar.wake(reason, renew=renew)
 
     def plugin_dir_changed(self, change: DirChange) -> None:
-        """Files came or went in the kubelet's directory (the kubelet watch)."""
         self._registrar.plugin_dir_changed(change)
 
     async def run(self) -> None:
-        """Serve and Register whenever asked, until cancelled (``close`` stops serving)."""
         await self._registrar.run()
 
     async def close(self) -> tuple[str, ...]:

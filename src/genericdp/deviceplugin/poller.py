@@ -38,29 +38,17 @@ CONFIRM = 0.25
 
 
 class ReleasePoller:
-    """Polls PodResources List every ``interval`` and hands releases to ``dispatch``.
+    """Polls PodResources List every ``interval`` (while ``active()``) and hands releases
+    to ``dispatch``; ``on_observed`` runs after every answer that can change a list.
+    A failed List changes nothing and is logged once per outage.
 
-    ``on_observed`` runs after every answer that can change something (what
-    is held shapes the device lists: ``DeviceState.set_in_use``); an answer
-    that repeats the last one while nothing else changed costs the List and
-    one comparison (``UsageTracker.repeats``), nothing per resource. Only
-    polls while ``active()``. A
-    failed List changes nothing: it is logged once per outage, and the next
-    poll tries again. Nothing is released on a failed List.
-
-    While a List shows nothing held on the node and our Allocate gave nothing
-    out (``UsageTracker.holds_nothing``), the poller rests: only an Allocate
-    can make something held (the kubelet hands a device out through us; after
-    its restart it keeps the assignments it had, which were none), so it waits
-    for the next hand-out. One List every ``rest`` seconds all the same, as a
-    safety net. An idle node's poll is mostly gRPC's own threads waking
-    (docs/contributing/performance.md).
-
-    A hand-out wakes the poller at once: it lists ``CONFIRM`` seconds later,
-    then at doubling gaps up to ``interval`` until a List shows the IDs. The
-    kubelet records them as our Allocate returns, before the pod's sandbox
-    exists, so a pod seen once is cleaned when it goes however short its life;
-    one that ended unseen is cleaned at its unit's next Allocate (``usage.py``).
+    While nothing is held (``UsageTracker.holds_nothing``) it rests: only an
+    Allocate can make something held (after a restart the kubelet keeps the
+    assignments it had, which were none), so one List every ``rest`` seconds is
+    a safety net. A hand-out is looked for ``CONFIRM`` seconds later, then at
+    doubling gaps up to ``interval``: the kubelet records it as our Allocate
+    returns, before the pod's sandbox exists, so a pod seen once is cleaned
+    however short its life (one that ended unseen, at its unit's next Allocate).
     """
 
     def __init__(

@@ -4,24 +4,9 @@ The kubelet dials the plugin back while it handles Register, so the server is
 serving before Register is sent. Registration runs in its own loop, woken at
 start, when the kubelet restarts and when the kubelet ends our ListAndWatch
 stream (it never reopens one). Requests close together are merged; a failed
-attempt is retried with backoff, or at once when a new request comes.
-
-What the loop guarantees, and why (kubelets up to 1.32 keep one client per
-resource *name*; when the dial-back of a Register fails after its 10 s, they
-delete whichever client has that name, a newer live one included, and then
-never notice that client's stream ending, so its devices stay allocatable
-with nobody behind them):
-
-- At most one Register per resource is in flight, and it is awaited longer
-  than the kubelet's dial-back (``REGISTER_TIMEOUT``), never abandoned.
-- A Register names only a socket that is ours and serving, checked by inode
-  after connecting to the kubelet (which has then cleaned its directory). If
-  the socket is deleted or replaced while the Register is in flight, the same
-  path is served again at once, so the kubelet's dial-back reaches it.
-- A request is a no-op when the registration in place is sound (same
-  ``kubelet.sock``, its stream open, our socket intact).
-- Only the kubelet's stream counts: the first ListAndWatch opened while our
-  Register is in flight. A Register is complete only once it is open.
+attempt is retried with backoff, or at once when a new request comes. What
+the loop guarantees, and why (kubelets up to 1.32 drop a live client when a
+dial-back fails): docs/contributing/architecture.md, "Registration".
 """
 
 from __future__ import annotations
@@ -46,6 +31,7 @@ log = logging.getLogger(__name__)
 # generous for a loaded node: a stream arriving after we gave up would be
 # taken for another client's, and a second Register would follow.
 STREAM_WAIT = 5.0
+SETTLE = 0.05  # seconds a burst of requests may take (one kubelet restart)
 
 Serve = Callable[[Path], Awaitable[UnixServer]]
 
@@ -69,7 +55,6 @@ class Registrar:
         self._metrics = context.recorder
         self._plugin_dir = plugin_dir
         self._on_status = context.on_status
-        self._settle = context.settle
         self._backoff = Backoff()
         self._server: UnixServer | None = None
         self._socket_lost = asyncio.Event()  # set when it is deleted or replaced
@@ -106,8 +91,7 @@ class Registrar:
         self._stream_changed.set()  # wakes a wait for the kubelet's stream: kubelet gone?
 
     def plugin_dir_changed(self, change: DirChange) -> None:
-        """Our socket deleted, or replaced (a file created in its place): check which,
-        and serve again, even during a Register."""
+        """Our socket deleted or replaced: serve again, even during a Register."""
         socket = self.socket
         if socket is not None and socket.name in change.deleted | change.created:
             self._socket_changed()
@@ -119,10 +103,10 @@ class Registrar:
         self.wake("our socket was deleted or replaced")
 
     async def run(self) -> None:
-        """Serve and Register whenever asked, until cancelled (``close`` stops serving)."""
+        """Serve and Register whenever asked, until cancelled."""
         while True:
             await self._wanted.wait()
-            await asyncio.sleep(self._settle)  # merge a burst (one kubelet restart)
+            await asyncio.sleep(SETTLE)  # merge a burst (one kubelet restart)
             self._wanted.clear()
             reasons, self._reasons = ", ".join(dict.fromkeys(self._reasons)), []
             try:
@@ -171,7 +155,7 @@ class Registrar:
             delay = self._backoff.next()
             await wait_event(self._wanted, delay)
             if self._wanted.is_set():  # asked again (a new kubelet.sock?): try now
-                await asyncio.sleep(self._settle)
+                await asyncio.sleep(SETTLE)
                 self._wanted.clear()
                 self._backoff.reset()
                 reasons = ", ".join(dict.fromkeys(self._reasons)) or reasons
@@ -263,8 +247,8 @@ class Registrar:
 
     async def _kubelet_stream_opened(self, seen: int, kubelet: Path) -> bool:
         """Wait (``STREAM_WAIT``) for the kubelet's ListAndWatch; False if none or it ended.
-        Gives up early when that kubelet is gone: ``kubelet.sock`` replaced, or our
-        socket deleted (a new ``kubelet.sock`` may well reuse the old one's inode)."""
+        Early when that kubelet is gone: ``kubelet.sock`` replaced, or our socket
+        deleted (a new ``kubelet.sock`` may well reuse the old one's inode)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + STREAM_WAIT
         while self._kubelet_streams == seen:
@@ -285,7 +269,6 @@ class Registrar:
         return False
 
     def _socket_intact(self) -> bool:
-        """Whether the socket our server bound is still at its path (same file, a socket)."""
         return self._server is not None and self._server.intact()
 
     async def _ensure_serving(self) -> UnixServer:

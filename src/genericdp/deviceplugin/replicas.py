@@ -1,8 +1,5 @@
 """The kubelet's devices of one resource: each unit's replicas, as ListAndWatch sends them.
-
-``Replicas`` is the replica naming for ``DeviceState`` (``runtime/state.py``);
-the list itself is built here, lazily, from the state.
-"""
+``Replicas`` is the naming ``DeviceState`` asks; the list is built here, lazily."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """Unbounded sharing: a few free IDs per unit, more as they are taken.
 
-A unit with ``count: unbounded`` is shared by any number of containers, but
-the kubelet must not hold thousands of fake devices to get there. So each
-unit advertises the IDs held now (PodResources and our own Allocate say
-which) plus ``freeIds`` free ones: the lowest indices nobody holds. Taking
-one makes the next index appear; a release makes its index free again, and
-the highest free index beyond ``freeIds`` leaves the list. The list is a pure
-function of what is held, so a restart that reads PodResources first lists
-exactly what the kubelet's checkpoint holds, and a released ID is reused.
+Each unit lists the IDs held now plus ``freeIds`` free ones, the lowest
+indices nobody holds: a pure function of what is held, so a restart that reads
+PodResources first lists exactly what the kubelet's checkpoint holds, and a
+released ID is reused.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Our sockets in the kubelet's device-plugin directory: their names, identity, leftovers.
 
-One socket per resource and per start (``gdp-<slug>-<token>.sock``): a
-fresh name never collides with what the kubelet knows. A socket is known by
-its inode, not its path (``unixgrpc.file_id``): a regular file put in its
-place is not our socket.
+A fresh name per start never collides with what the kubelet knows; a socket
+is known by its inode (``unixgrpc.file_id``), not its path.
 """
 
 from __future__ import annotations
@@ -49,9 +47,7 @@ def _fixed_bytes(token: str) -> int:
 
 def socket_path(plugin_dir: Path, resource: str, token: str | None = None) -> tuple[Path, bool]:
     """Where to serve ``resource`` in ``plugin_dir``, and whether the name was shortened
-    (a socket path is at most 107 bytes, so a long directory leaves less room).
-    Raises KubeletError naming the directory when even the shortest name does not fit.
-    """
+    (a socket path is at most 107 bytes); KubeletError when even the shortest does not fit."""
     directory = plugin_dir.absolute()
     left = MAX_UNIX_PATH_BYTES - len(str(directory).encode()) - 1
     usual = socket_name(resource, token)

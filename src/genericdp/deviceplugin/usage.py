@@ -1,25 +1,13 @@
-"""Release tracking and cleanup: the kubelet never says when a device is free.
+"""Release tracking: the kubelet never says when a device is free.
 
-The kubelet has no deallocation call. We poll its PodResources ``List`` and
-diff: a unit is *in use* while any of its replica IDs is listed for its
-resource, and *released* when the last one goes. Released units run the
-``cleanup`` hook; while it runs they are advertised Unhealthy (so the kubelet
-does not pick them) and Allocate refuses them.
-
-List alone misses two things, so Allocate tells us too (``UsageTracker.claim``
-and ``handed_out``):
-
-- The kubelet may hand a device out again before our next poll sees it free,
-  and kubelets without kubernetes#132028 (2025) keep listing the devices of
-  ended pods not deleted yet, while their device manager already reuses them. An
-  Allocate for an ID that List still shows held means its holder is done:
-  that holder is ignored from then on, and if that releases the unit its
-  cleanup runs before the Allocate goes on.
-- List shows app containers (and sidecars) only: a device that only a plain
-  init container got is never listed. IDs our Allocate gave out stay in use
-  until List shows a holder for them, or until the kubelet asks for them
-  again (then cleanup runs first). No timer: an init container may run for
-  hours, and cleaning a device under it is worse than cleaning late.
+A unit is *in use* while PodResources ``List`` shows any of its replica IDs,
+and *released* when the last one goes. List alone misses two things, so
+Allocate tells us too (``claim``, ``handed_out``): the kubelet may hand a
+device out again before a poll sees it free (and kubelets without
+kubernetes#132028 keep listing ended pods not deleted yet), and a device only
+a plain init container got is never listed. No timer: an init container may
+run for hours, and cleaning a device under it is worse than cleaning late.
+The whole story: docs/contributing/architecture.md, "Release and cleanup".
 """
 
 from __future__ import annotations
@@ -46,9 +34,7 @@ class UsageTracker:
         # (so an Allocate's claim never scans everything held).
         self._unit_counts: dict[str, Counter[str]] = {}
         self._baseline = False
-        # Lists answered so far, and the count when our Allocate gave each ID
-        # out: a List that began after the hand-out and does not show the ID
-        # means no app container holds it (see ``held``).
+        # Lists answered so far, and the count when our Allocate gave each ID out (``held``).
         self._lists = 0
         self._handed_at: dict[tuple[str, str], int] = {}
         # The last List answer taken (``holders_by_device``'s view of it), kept
@@ -59,15 +45,12 @@ class UsageTracker:
         self._last_pods: object = None
         # resource -> called after our Allocate changed what it holds (handed_out, claim)
         self._watchers: dict[str, Callable[[], None]] = {}
-        # Set once the first List has answered or failed: resources whose list
-        # depends on what is held (gone units, unbounded sharing) register after it.
-        self.settled = asyncio.Event()
+        self.settled = asyncio.Event()  # the first List answered or failed
         # Set by every hand-out: the poller, resting while nothing is held, wakes.
         self.handing_out = asyncio.Event()
 
     @property
-    def has_baseline(self) -> bool:
-        """Whether a List has answered since start (or since ``forget``)."""
+    def has_baseline(self) -> bool:  # a List has answered since start (or ``forget``)
         return self._baseline
 
     def holds_nothing(self) -> bool:
@@ -88,8 +71,7 @@ class UsageTracker:
         return frozenset(u for u, n in self._held_units(resource).items() if n > 0)
 
     def watch(self, resource: str, callback: Callable[[], None] | None) -> None:
-        """Call ``callback`` whenever an Allocate changes what ``resource`` holds
-        (None stops); a List's changes reach the poller's ``on_observed``."""
+        """``HandOuts.watch``; a List's changes reach the poller's ``on_observed``."""
         if callback is None:
             self._watchers.pop(resource, None)
         else:
@@ -101,16 +83,10 @@ class UsageTracker:
             callback()
 
     def held(self, resource: str) -> frozenset[str]:
-        """IDs some container holds as far as the device list is concerned.
-
-        ``in_use`` keeps an ID our Allocate gave out until List shows it,
-        however long that takes, because cleaning a device under a plain
-        init container is worse than cleaning late. The list of an
-        unbounded unit and the units kept after they vanish need a quicker
-        answer: an ID that a whole List begun after the hand-out did not
-        show (a pod that ended within one poll, an init container) is not
-        held here, so the kubelet never sees more free IDs than configured.
-        """
+        """IDs held as far as the device list is concerned: unlike ``in_use``, not an ID
+        our Allocate gave out that a whole List begun afterwards did not show (a pod
+        that ended within one poll), so the kubelet never sees more free IDs than
+        configured."""
         devices = self._holders.get(resource, {})
         return frozenset(
             d
@@ -134,18 +110,9 @@ class UsageTracker:
         self._last_listed = None
 
     def repeats(self, pods: Iterable[PodDevices]) -> bool:
-        """Take a List answer if taking it would change nothing; whether it did.
-
-        True when the answer holds what the last one held, nothing but Lists
-        changed what is held since (no hand-out, claim or ``forget``), and no
-        ID our Allocate gave out is still waiting for a whole List to miss it
-        (``held``). Then ``observe`` would find no release and leave every
-        resource's view as it is, so the caller can skip the work that costs
-        per resource (an idle node's every poll). Costs what the answer holds,
-        not what the daemon serves, and nothing when it is the very answer
-        object taken last (the lister's answer to repeated bytes). False: call
-        ``observe``.
-        """
+        """Take a List answer if ``observe`` would find no release and change no view
+        (the same holders, no hand-out, claim or ``forget`` since, no hand-out waiting
+        for a whole List to miss it); whether it did. False: call ``observe``."""
         if self._last_listed is None:
             return False
         if any(n + 1 >= self._lists for n in self._handed_at.values()):
@@ -158,11 +125,8 @@ class UsageTracker:
         return True
 
     def observe(self, pods: Iterable[PodDevices]) -> tuple[Release, ...]:
-        """Take a List answer; return the units it shows released.
-
-        The first answer is the baseline: what was in use before we looked is
-        not ours to clean.
-        """
+        """Take a List answer; the units it shows released. The first is the baseline:
+        what was in use before we looked is not ours to clean."""
         listed = holders_by_device(pods)
         self._last_listed = listed
         self._last_pods = pods
@@ -195,12 +159,8 @@ class UsageTracker:
         return released_units(previous, self.snapshot())
 
     def claim(self, resource: str, device_ids: Iterable[str]) -> tuple[Release, ...]:
-        """The kubelet is giving these IDs out: whoever held them is done with them.
-
-        Returns the units this releases (their cleanup must run first). Costs
-        what the request names, not what the resource holds: each released
-        unit is checked against its own replicas' holders only.
-        """
+        """The kubelet is giving these IDs out: whoever held them is done. The units this
+        releases (their cleanup runs first); costs what the request names only."""
         held = self._held_units(resource)  # before the pops below
         devices = self._holders.get(resource, {})
         freed: dict[str, list[str]] = {}

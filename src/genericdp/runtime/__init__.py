@@ -1,3 +1,2 @@
 """The daemon at run time: one runner per resource, supervised in one asyncio
-process (reconcile, watches, cleanup, shutdown), served by a backend it does
-not know by name (``runtime/backend.py``)."""
+process, served by a backend it does not know by name (``runtime/backend.py``)."""

@@ -1,11 +1,9 @@
 """A backend: how the kubelet is told of the daemon's resources, behind one protocol.
 
-The runtime runs each resource (``runtime/resource.py``) and does not know
-which backend serves it. A backend (``deviceplugin/``, ``dra/``) meets
-``Backend``; one that registers each resource with the kubelet also meets
-``Registers``, one that keeps its own records of what it handed out
-``KeepsRecords``. Status and readiness are its edges' ``status()``
-(``runtime/edge.py``): ``registrations`` is what ``/readyz`` waits for.
+The runtime does not know which backend (``deviceplugin/``, ``dra/``) serves a
+resource; optional capabilities are ``Registers`` and ``KeepsRecords``. Status
+and readiness are its edges' ``status()``: ``registrations`` is what
+``/readyz`` waits for.
 """
 
 from __future__ import annotations
@@ -85,9 +83,7 @@ class Backend(Protocol):
     """What the supervisor needs of a backend."""
 
     @property
-    def usage(self) -> Usage:
-        """Who holds which device IDs, for every resource."""
-        ...
+    def usage(self) -> Usage: ...
 
     @property
     def settled_timeout(self) -> float:
@@ -96,9 +92,8 @@ class Backend(Protocol):
 
     @property
     def owed_records(self) -> str | None:
-        """What the names of the files that keep its owed cleanups in ``stateDir``
-        across a restart begin with (``runtime/owedrecords.py``), one of its own so no
-        other backend reads them; None: it keeps them itself (DRA's checkpoint)."""
+        """The prefix of the files that keep its owed cleanups in ``stateDir``
+        (``runtime/owedrecords.py``); None: it keeps them itself (DRA's checkpoint)."""
         ...
 
     @property
@@ -106,9 +101,7 @@ class Backend(Protocol):
         """Where it serves, for the daemon's first line."""
         ...
 
-    def edge(self, parts: ResourceParts) -> Edge:
-        """The edge of one resource."""
-        ...
+    def edge(self, parts: ResourceParts) -> Edge: ...
 
     async def start(self, fleet: Fleet) -> None:
         """Before the first apply: tidy what a predecessor left and spawn the
@@ -119,9 +112,7 @@ class Backend(Protocol):
         """After the first apply: tasks that need the resources known."""
         ...
 
-    def gauges(self) -> tuple[Gauge, ...]:
-        """Its own metrics, now."""
-        ...
+    def gauges(self) -> tuple[Gauge, ...]: ...
 
 
 @runtime_checkable
@@ -147,9 +138,7 @@ class Registers(Protocol):
     """What a backend that registers each resource with the kubelet (the device plugin)
     also answers; the runtime lists any other's units as one device each, never anew."""
 
-    def device_ids(self, definition: ResourceDefinition) -> DeviceIds:
-        """How the units of ``definition`` are named as devices."""
-        ...
+    def device_ids(self, definition: ResourceDefinition) -> DeviceIds: ...
 
     def renews(self, before: ResourceDefinition, after: ResourceDefinition) -> bool:
         """Whether this change must be told to the kubelet anew (a new socket)."""
@@ -157,5 +146,4 @@ class Registers(Protocol):
 
 
 def device_ids(backend: Backend, definition: ResourceDefinition) -> DeviceIds:
-    """How ``backend`` names the units of ``definition`` as devices."""
     return backend.device_ids(definition) if isinstance(backend, Registers) else ONE_PER_UNIT

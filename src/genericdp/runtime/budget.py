@@ -1,14 +1,12 @@
 """How many of its discovered units each resource serves: the node's unit and ID budget.
 
 Discovery can find more than any config foresaw (a glob over a directory
-that holds 100,000 nodes); serving them all would take the daemon past its
-memory limit (``config/limits.py``). Each scan of a resource asks the
-node's ``NodeBudget`` how many of its units it may keep: at most
-``MAX_UNITS_PER_RESOURCE`` units and ``MAX_IDS_PER_RESOURCE`` device IDs
-(units times their IDs each), and no more than what the node's totals leave
-after what the other resources hold now. The units kept are the first in ID
-order, so the same host gives the same units at every scan; a resource that
-holds units keeps them when another one grows.
+of 100,000 nodes), and serving them all would take the daemon past its memory
+limit (``config/limits.py``). A scan keeps at most the limits per resource
+(units, and device IDs: units times their IDs each) and what the node's
+totals leave after the other resources: the first units in ID order, so a
+host gives the same units at every scan and a resource keeps its units when
+another one grows.
 """
 
 from __future__ import annotations
@@ -69,8 +67,7 @@ class NodeBudget:
         self._held: dict[str, tuple[int, int]] = {}  # resource -> (units, IDs)
 
     def keep(self, resource: str, units: Sequence[Unit], ids_each: int) -> Kept:
-        """The first of ``units`` (sorted by ID) that ``resource`` may serve, each with
-        ``ids_each`` device IDs; what it holds is updated."""
+        """The first of ``units`` (by ID) that ``resource`` may serve, now what it holds."""
         ordered = sorted(units, key=lambda u: u.id)
         others_units = sum(u for r, (u, _) in self._held.items() if r != resource)
         others_ids = sum(i for r, (_, i) in self._held.items() if r != resource)

@@ -1,10 +1,9 @@
 """One resource's CDI spec kept in step with its units (``allocate.cdi``).
 
-Each scan brings the spec up to date before the new units reach the device
-list, so the kubelet can never allocate a unit whose CDI name the runtime
-cannot resolve yet. A spec that cannot be written is logged, retried by the
-next scan and by Allocate (``check``), and until then Allocate of the units it
-lacks fails with the reason.
+Each scan writes the spec before the new units reach the device list, so the
+kubelet never allocates a unit whose CDI name the runtime cannot resolve yet.
+A spec that cannot be written is retried by the next scan and by Allocate,
+which until then refuses the units it lacks, with the reason.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ class CdiSync:
     """The spec file of one resource: written by scans, checked by Allocate, retracted."""
 
     def __init__(self, cdi_dir: Path) -> None:
-        # Only touched for a definition with allocate.cdi (or one that had it).
         self._cdi = SpecPublisher(cdi_dir)
         self._lock = asyncio.Lock()  # one write at a time: scans and Allocate retries
         self._error: str | None = None

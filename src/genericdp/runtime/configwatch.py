@@ -1,31 +1,23 @@
 """Hot reload: watch the config with inotify and reconcile each valid change.
 
-What the watch has to survive:
+- Editors save by renaming a temporary file over the old one, so the inode we
+  would watch is gone after the first save: we watch the *directory* (the
+  config directory, or a config file's parent) for events naming the file,
+  ``..data`` or any ``*.yaml``/``*.yml``.
+- The kubelet updates a ConfigMap volume with its atomic writer: new content
+  in a fresh ``..<timestamp>`` directory, links for new keys (dangling for a
+  moment), then ``..data_tmp`` renamed over ``..data``, then the links of
+  removed keys and the old directory deleted. For an edited key only
+  ``..data`` changes.
+- One save or ConfigMap update is several events: a reload waits until
+  ``settle`` seconds pass without a relevant one (capped), then loads once.
+  Events during a reload lead to one more, so the last state on disk is
+  always the one looked at.
 
-- Editors save by writing a temporary file and renaming it over the old one,
-  so the inode we would watch directly is gone after the first save. We watch
-  the *directory* (the config directory, or a config file's parent) and react
-  to events naming the file, ``..data`` or any ``*.yaml``/``*.yml``.
-- The kubelet updates a ConfigMap volume with its atomic writer: the new
-  content goes into a fresh ``..<timestamp>`` directory, links for new keys
-  are created (``key -> ..data/key``, dangling for a moment), then the
-  ``..data_tmp`` link is renamed over ``..data`` (the atomic switch), then
-  links of removed keys and the old directory are deleted. The file names a
-  user sees never change for an edited key: only ``..data`` does.
-- Bursts: one save or one ConfigMap update is several events. A reload waits
-  until ``settle`` seconds pass without a relevant event (capped), then loads
-  once. Events that arrive while a reload runs are read afterwards and lead to
-  one more reload, so the last state on disk is always the one looked at.
-
-A reload hands the config to ``Supervisor.apply``, which changes only the
-resources that differ. An invalid config, or one with no files at all (a
-ConfigMap being rewritten, a directory emptied), is refused: the previous
-config keeps serving. A config applied (or found unchanged) is kept in the
-state directory (``genericdp.lastgood``) for the next start.
-
-A ConfigMap key mounted with ``subPath`` is a bind mount of one file and is
-never updated by the kubelet; ``subpath_hint`` says so when the config looks
-like one.
+An invalid config, or one with no files at all (a ConfigMap being rewritten,
+a directory emptied), is refused: the previous config keeps serving. One
+applied (or found unchanged) is kept in the state directory
+(``genericdp.lastgood``) for the next start.
 """
 
 from __future__ import annotations
@@ -125,19 +117,17 @@ class ReloadResult:
 
 
 def is_relevant(name: str, watched: str | None) -> bool:
-    """Whether an event on ``name`` in the watched directory may change the config.
-
-    ``watched`` is the config file's name when the config is a file, else None.
-    Other ``..`` entries (the timestamped directories, ``..data_tmp``) only
-    matter through the ``..data`` swap that follows them.
-    """
+    """Whether an event on ``name`` may change the config (``watched``: the config file's
+    name, or None for a directory). Other ``..`` entries only matter through the
+    ``..data`` swap that follows them."""
     if name in (watched, DATA_LINK):
         return True
     return not name.startswith(HIDDEN_PREFIX) and name.endswith(SUFFIXES)
 
 
 def subpath_hint(config: Path, mountinfo: Path = MOUNTINFO) -> str | None:
-    """A warning when ``config`` is a file mounted on its own (a ``subPath`` mount)."""
+    """A warning when ``config`` is a file mounted on its own (a ConfigMap key mounted
+    with ``subPath``: the kubelet never updates it)."""
     if config.is_symlink() or not config.is_file():
         return None  # ConfigMap keys in a directory mount are symlinks into ..data
     try:
@@ -163,14 +153,10 @@ def _unescape(field: str) -> str:
 
 
 async def in_daemon_thread(func: Callable[[], T]) -> T:
-    """``func()`` in a thread of its own that shutdown does not wait for.
-
-    ``asyncio.to_thread`` uses the loop's executor, whose threads
-    ``asyncio.run`` joins on the way out: a load still parsing a large or
-    hostile file would hold up SIGTERM until it ends. Loading has bounds
-    (docs/config.md, "Limits"), but exiting must not depend on them. When the
-    caller is cancelled, the thread finishes alone and its result is dropped.
-    """
+    """``func()`` in a thread of its own that shutdown does not wait for (its result is
+    dropped when the caller is cancelled). ``asyncio.run`` joins the executor's threads
+    of ``asyncio.to_thread`` on the way out: a load parsing a large or hostile file
+    would hold up SIGTERM, and exiting must not depend on loading's bounds."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
 
@@ -213,13 +199,10 @@ def _read_config(path: Path) -> tuple[Config, tuple[Source, ...]]:
 class ConfigWatcher:
     """Reloads ``path`` into ``target`` when it changes on disk.
 
-    ``run()`` is the long-lived coroutine (spawn it under a TaskSet with a
-    backoff: it raises ConfigError when the directory to watch is missing or
-    cannot be watched, and the guard starts it again). Each time the watch is
-    armed the config is checked once more, so a change made while nothing
-    watched is not lost; that check is silent when nothing changed since the
-    last result reported (``refused``: the issues ``serve`` reported at start).
-    Each config applied or found unchanged is kept in ``store``.
+    Each time the watch is armed the config is checked once more, so a change
+    made while nothing watched is not lost; that check is silent when nothing
+    changed since the last result reported (``refused``: the issues ``serve``
+    reported at start). Each config applied or found unchanged is kept in ``store``.
     """
 
     def __init__(
@@ -244,13 +227,9 @@ class ConfigWatcher:
         # change is seen. Cleared when the watch stops.
         self.ready = asyncio.Event()
 
-    # -- one reload ------------------------------------------------------------------
-
     async def reload(self, *, quiet: bool = False) -> ReloadResult:
         """Load the config, apply it if it differs; never raises (but on cancellation).
-
-        ``quiet``: report nothing when nothing changed (the check on arming).
-        """
+        ``quiet``: report nothing when nothing changed (the check on arming)."""
         result = await self._reload()
         same = result.ok if not self._reported else result.issues == self._reported
         if quiet and same and result.outcome in (Outcome.UNCHANGED, Outcome.REFUSED):
@@ -296,19 +275,14 @@ class ConfigWatcher:
         else:
             log.error("config reload failed while applying: %s", issues)
 
-    # -- the watch -------------------------------------------------------------------
-
     async def run(self) -> None:
         """Watch and reload until cancelled; raises ConfigError if nothing can be watched."""
         while True:
             await self._watch()
 
     async def _watch(self) -> None:
-        """Arm a watch, check the config, reload on changes; return to be armed again.
-
-        A config directory that disappears is watched through its parent until
-        it is back (and the other way round), so the mode follows what is on disk.
-        """
+        """Arm a watch, check the config, reload on changes; return to be armed again
+        (a config directory that disappears is watched through its parent, and back)."""
         is_dir = self.path.is_dir()
         directory, watched = (self.path, None) if is_dir else (self.path.parent, self.path.name)
         async with inotify_events(
@@ -340,10 +314,8 @@ class ConfigWatcher:
     async def _settle_burst(
         self, inotify: INotify, readable: asyncio.Event, watched: str | None
     ) -> bool:
-        """Wait for ``settle`` seconds without relevant events (at most ``max_delay``).
-
-        Returns whether the watched directory went away meanwhile.
-        """
+        """Wait for ``settle`` seconds without relevant events (at most ``max_delay``);
+        whether the watched directory went away meanwhile."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._max_delay
         quiet_until = loop.time() + self._settle
@@ -369,8 +341,7 @@ def start_config_watch(
     refused: tuple[str, ...] = (),
 ) -> ConfigWatcher:
     """Spawn the ``config-watch`` task (restarted with backoff when the watch is lost)."""
-    hint = subpath_hint(settings.config)
-    if hint is not None:
+    if (hint := subpath_hint(settings.config)) is not None:
         log.warning("%s", hint)
     watcher = ConfigWatcher(
         settings.config,

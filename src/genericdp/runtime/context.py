@@ -18,27 +18,19 @@ from genericdp.settings import Settings
 Discover = Callable[[ResourceDefinition, Roots], Sequence[Unit]]
 
 
-SETTLE = 0.05  # seconds a burst of state changes may take (ListAndWatch, Register)
-
-
 @dataclass(frozen=True)
 class ResourceContext:
-    """What every resource's runner, edge, allocator and cleaner share: built once
-    by the supervisor instead of a dozen arguments per constructor. Its settings
-    have their defaults in ``Settings`` alone."""
+    """What every resource's runner, edge, allocator and cleaner share (its settings
+    have their defaults in ``Settings`` alone)."""
 
     settings: Settings
     discover: Discover
     run_hook: HookRunner
-    settle: float = SETTLE
     recorder: Recorder = NO_METRICS
     cleanup_backoff: Callable[[], Backoff] | None = None
     on_status: Callable[[], None] = lambda: None  # any resource's status changed
-    # The longest a first wake waits for the backend's usage to settle
-    # (``Backend.settled_timeout``; 0: nothing to wait for).
-    settled_timeout: float = 0.0
+    settled_timeout: float = 0.0  # the backend's ``settled_timeout``
     owed_records: str | None = None  # the backend's ``owed_records``
-    # The units and IDs every resource of the node holds, against the node's limits.
     budget: NodeBudget = field(default_factory=NodeBudget)
 
     @cached_property
@@ -48,5 +40,4 @@ class ResourceContext:
 
     @cached_property
     def owed(self) -> Owed:
-        """The units handed out and owed a cleanup, and those whose cleanup cannot run."""
         return Owed(self.settings.state_path, self.owed_records)

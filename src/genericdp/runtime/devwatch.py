@@ -1,27 +1,15 @@
 """Watch the device root with inotify, so hotplug is seen in well under a second.
 
-Every directory under the device root is watched (udev creates
-``serial/by-id``, ``dri``, ``snd``, ``bus/usb/001`` on the fly, so new
-directories are watched as they appear), except trees that hold no device
-nodes and can be busy (``SKIP``: ``/dev/shm`` would otherwise rescan on every
-shared-memory segment). Symlinked directories are never followed: udev's links
-point at nodes, and ``/dev/fd`` points into ``/proc``.
-
-Events are batched: the first interesting event opens a window of ``settle``
-seconds and everything read within it is one ``DevChange``, so a dongle with
-four ttys and their by-id and by-path links is one rescan, not twelve. A
-batch is followed ``late`` seconds later by one more (coalesced) report: the
-kernel creates a node before udev has written its database entry, and udev
-matchers read properties from there. udev writes ``/dev/char/<maj:min>`` and
-the other links just before the database, so the batch those links open
-usually sees the properties already; the late report is the cheap guarantee.
-
-Which resources could a change affect? We do not try to say: a matcher on
-udev properties can be affected by any node, and discovery is cheap
-(milliseconds, see ``bench/run.py``) while ``DeviceState.set_units`` tells the
-kubelet only about real changes. So every change wakes every resource.
-The slow periodic rescan stays as the safety net for what inotify cannot see
-(a device root on a filesystem without inotify, a watch limit reached).
+What is watched, skipped and batched, and why every change rescans every
+resource: docs/contributing/architecture.md, "Hotplug". Symlinked directories
+are never followed: udev's links point at nodes, and ``/dev/fd`` points into
+``/proc``. Each batch is followed ``late`` seconds later by one more report:
+the kernel creates a node before udev has written its database entry, which
+udev matchers read. udev writes ``/dev/char/<maj:min>`` and the other links
+just before the database, so the batch those links open usually sees the
+properties already; the late report is the cheap guarantee. The periodic
+rescan stays the safety net for what inotify cannot see (a device root on a
+filesystem without inotify, a watch limit reached).
 """
 
 from __future__ import annotations
@@ -114,12 +102,9 @@ def _join(parent: str, name: str) -> str:
 
 
 def classify(events: Iterable[InotifyEvent], dirs: Mapping[int, str]) -> DevChange:
-    """Turn raw events into one ``DevChange`` (pure).
-
-    ``dirs`` maps watch descriptors to directories relative to the root
-    (``""`` is the root). Events of unknown descriptors (already forgotten)
-    and entries in skipped trees are ignored.
-    """
+    """Turn raw events into one ``DevChange`` (pure); ``dirs`` maps watch descriptors to
+    directories relative to the root (``""``). Unknown descriptors and skipped trees
+    are ignored."""
     paths: set[str] = set()
     new_dirs: set[str] = set()
     dropped: set[int] = set()
@@ -242,14 +227,9 @@ async def watch_devices(
     late: float = LATE_UDEV_DELAY,
     on_ready: Callable[[], None] = lambda: None,
 ) -> None:
-    """Report batches of changes under ``root`` until cancelled.
-
-    ``on_ready`` is called once every directory is watched: changes before
-    that are not reported, so the caller rescans then. ``late`` of 0 turns the
-    follow-up report off. Raises DiscoveryError when the root cannot be
-    watched or goes away (after reporting it); the caller's guard starts the
-    watch again with backoff.
-    """
+    """Report batches of changes under ``root`` until cancelled (``late`` 0: no follow-up).
+    ``on_ready``: every directory is watched, earlier changes are not reported (the
+    caller rescans then). DiscoveryError when the root cannot be watched or goes away."""
     watched = _resolve_root(root)
     async with inotify_events(
         lambda exc: DiscoveryError(f"cannot start inotify for {root}: {exc.strerror}")
@@ -262,14 +242,9 @@ async def watch_devices(
 
 
 def _resolve_root(root: Path) -> Path:
-    """The directory to watch: ``root`` with symlinks resolved.
-
-    The root is the one symlink we follow (``GENERICDP_DEV_ROOT`` may point at
-    a link, or lie under a linked directory such as ``/var/run``): watches are
-    added with DONT_FOLLOW, which on a link would watch the link itself, or
-    fail, and leave hotplug to the periodic rescan. Resolved at each start of
-    the watch, so a link pointed elsewhere is followed after the next restart.
-    """
+    """``root`` with symlinks resolved, at each start of the watch: the one symlink we
+    follow (``GENERICDP_DEV_ROOT`` may be a link, or under one such as ``/var/run``);
+    DONT_FOLLOW on a link would watch the link itself, or fail."""
     try:
         resolved = root.resolve(strict=True)
     except (OSError, RuntimeError):  # missing, or a loop: add_tree says so, naming root

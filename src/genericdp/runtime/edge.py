@@ -1,15 +1,9 @@
-"""The kubelet-facing edge of one resource: what the runner asks of every backend.
+"""The kubelet-facing edge of one resource, made by its backend: the device
+plugin's (``deviceplugin/plugin.py``) or the DRA driver's (``dra/edge.py``).
 
-A ``ResourceRunner`` owns what every backend shares: discovery, health,
-hooks, the CDI spec and the device state. What the kubelet sees of it is
-its *edge*, made by its backend (``runtime/backend.py``): the device
-plugin's (``deviceplugin/plugin.py``: a socket, Register, ListAndWatch,
-Allocate) or the DRA driver's (``dra/edge.py``: the node's inventory and
-ResourceSlices).
-
-An edge reads the units and their health from the ``DeviceState`` (its
-``version`` changes with them, ``wait_changed`` wakes on a change); it
-calls nothing back on the runner.
+The runner owns what every backend shares (discovery, health, hooks, the CDI
+spec, the device state); an edge reads the units and their health from the
+``DeviceState`` and calls nothing back on the runner.
 """
 
 from __future__ import annotations
@@ -41,8 +35,7 @@ class PluginStatus:
 class Edge(Protocol):
     """What the runner needs of a resource's kubelet-facing side."""
 
-    # The runner runs ``run`` as its guarded task ``<resource>/<task>``.
-    task: str
+    task: str  # the runner runs ``run`` as its guarded task ``<resource>/<task>``
 
     async def run(self) -> None:
         """Serve the kubelet until cancelled (restarted with backoff after a failure)."""

@@ -1,27 +1,19 @@
 """Cleanups owed: a unit handed out is cleaned once, with the hook it was handed out under.
 
-The device plugin's ``Allocator`` records each unit it hands out with the
-``cleanup`` hook of the definition of that moment (``handed_out``); the
-resource's ``Cleaner`` runs that hook at the unit's release and forgets it
-(``done``). The record outlives the resource's runner: a resource that stops
-being served while a container holds a unit (its ``nodeSelector`` stopped
-matching, it left the config) cleans nothing then; the release, whenever
-PodResources shows it, runs the recorded hook (``Supervisor.released``), and
-until that hook has passed a runner started for the resource again keeps the
-unit out of service. When the definition has left the config by then, no
-command the config no longer names is run: the unit is recorded uncleaned
-(``uncleaned.py``, in ``stateDir``) and is not handed out until an admin
-deletes its file. DRA keeps the same promise through its checkpoint
-(``dra/prepare.py``) and the same ``uncleaned`` files.
+Each unit handed out is recorded with the ``cleanup`` hook of that moment
+(``handed_out``) and forgotten once that hook has passed (``done``). The
+record outlives the resource's runner: a resource no longer served while a
+unit is held cleans it at its release (``Supervisor.released``), and a runner
+started for it again keeps the unit out of service until then. When the
+definition has left the config by then, no command the config no longer names
+is run: the unit is recorded uncleaned (``uncleaned.py``) until an admin
+deletes its file. DRA keeps the same promise through its checkpoint.
 
-The device plugin keeps each record in ``stateDir`` too (``owedrecords.py``),
-written before the Allocate answers and removed once the unit is cleaned,
-so a restart changes nothing: a restarted daemon loads them (``load``) and
-keeps their units out of service until the PodResources poller's first
-answer (``unsettled``); then a unit released while it was down is cleaned
-with its recorded hook at once, and one still held at its release
-(``Supervisor.usage_changed``). A record that cannot be used keeps its unit
-out of service as uncleaned; no command it names is run.
+The device plugin keeps each record in ``stateDir`` (``owedrecords.py``),
+written before the Allocate answers: a restarted daemon keeps their units out
+of service until the PodResources poller's first answer (``unsettled``), then
+cleans those released meanwhile at once and the others at their release. A
+record that cannot be used keeps its unit out of service as uncleaned.
 """
 
 from __future__ import annotations
@@ -65,11 +57,9 @@ class Owed:
     """The daemon's owed cleanups and uncleaned units (one for every resource)."""
 
     def __init__(self, directory: Path | None, records: str | None = None) -> None:
-        """``directory``: where uncleaned units are kept (None: in memory only);
-        ``records``: the name the files that keep owed cleanups there begin with
-        (the backend's; None: kept in memory only)."""
+        """``directory``: where uncleaned units are kept; ``records``: the prefix of the
+        files that keep owed cleanups there (the backend's). None: in memory only."""
         self._directory = directory
-        # Where the owed cleanups are kept: the directory and the files' prefix.
         self._records = (directory, records) if directory is not None and records else None
         self._handed: dict[Key, Record] = {}  # units handed out and not cleaned since
         self.uncleaned: dict[Key, Uncleaned] = {}
@@ -132,14 +122,12 @@ class Owed:
 
     async def handed_out(self, definition: ResourceDefinition, units: Iterable[Unit]) -> None:
         """These units go to a container: each is owed the cleanup hook of ``definition``
-        (a unit handed out before and not cleaned since keeps the hook it has), kept
-        in ``stateDir`` before this returns; RecordError (none kept) when it cannot be."""
+        unless it has one, kept in ``stateDir`` before this returns (else RecordError)."""
         await self._take(definition, units, strict=True)
 
     async def kept(self, definition: ResourceDefinition, units: Iterable[Unit]) -> None:
-        """Units in use whose runner stops or which vanished: owed the hook of
-        ``definition`` unless they have one; a record that cannot be written is logged
-        (the cleanup is then owed until a restart)."""
+        """Units in use whose runner stops or which vanished, as ``handed_out``; a record
+        that cannot be written is logged (the cleanup is then owed until a restart)."""
         try:
             await self._take(definition, units, strict=False)
         except RecordError as exc:

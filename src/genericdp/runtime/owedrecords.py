@@ -1,18 +1,13 @@
 """Owed cleanups kept in ``stateDir``, so a restarted daemon still owes them (``owed.py``).
 
 One file per unit handed out with a ``cleanup`` hook and not cleaned since,
-``<prefix><digest>.json``: the prefix names the backend that keeps them
-(the device plugin's ``owed-device-plugin-``; DRA keeps its own in its
-checkpoint), so a daemon of the other backend given the same directory
-reads none. It holds what the hook needs to run: the resource, the unit's
-ID, nodes and NUMA node, and the hook as it was (argv, timeout).
-
-The files are ours but live on the host, and each names a command the
-daemon runs as root: each is read as hostile input (a regular file, owned by
-the daemon's user and writable by it alone, small, the expected keys and
-types, named after its unit). One that fails is refused: ``load`` says why,
-and the caller keeps the unit it names, when that can be told, out of
-service (``uncleaned.py``) rather than run what the file says.
+``<prefix><digest>.json``, holding what the hook needs (the resource, the
+unit's ID, nodes and NUMA node, the hook's argv and timeout). The prefix is
+the backend's, so a daemon of the other backend given the same directory
+reads none. Each file names a command the daemon runs as root, so each is read
+as hostile input (a regular file, owned by the daemon's user and writable by
+it alone, small, the expected keys and types, named after its unit); one that
+fails is refused and its unit, when it can be told, kept out of service.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """Reconcile: what to do to go from the running config to a new one (pure).
 
-Definitions compare by value (compiled templates excluded), so an equal
-definition means "leave it alone". A changed definition keeps its runner and
-is updated in place; when its backend says the kubelet must hear of the
-change anew (``renews``: for the device plugin, the options it learnt at
-Register changed, so the plugin registers again on a new socket) it is
-*renewed* as well. Removed resources stop before new ones start, so a
-resource renamed in the same edit never has two runners at once.
-
-A resource with a ``nodeSelector`` is wanted only while the node's labels
-match it (``served``): one that stops matching leaves the plan as a removed
-resource does, and one that starts matching is started.
+Definitions compare by value (compiled templates excluded). A changed
+definition keeps its runner and is updated in place, and *renewed* as well
+when its backend says the kubelet must hear of it anew (``Registers.renews``).
+Removed resources stop before new ones start, so a resource renamed in the
+same edit never has two runners at once. A resource with a ``nodeSelector``
+is wanted only while the node's labels match it (``served``).
 """
 
 from __future__ import annotations

@@ -56,58 +56,30 @@ class Recorder(Protocol):
     """The events the runtime reports; ``Metrics`` counts them, ``NoMetrics`` drops them."""
 
     def registration(self, resource: str, *, ok: bool) -> None: ...
-
     def allocation(self, resource: str, result: str, seconds: float) -> None: ...
-
     def hook_run(self, resource: str, hook: str, result: str, seconds: float) -> None: ...
-
     def health_probe(self, resource: str, result: str, seconds: float) -> None: ...
-
     def kubelet_restart(self) -> None: ...
-
     def config_reload(self, result: str) -> None: ...
-
     def claim_prepare(self, driver: str, result: str, seconds: float) -> None: ...
-
     def claim_unprepare(self, driver: str, result: str, seconds: float) -> None: ...
-
     def label_dropped(self, resource: str, reason: str) -> None: ...
-
     def label_write(self, *, ok: bool) -> None: ...
 
 
 class NoMetrics:
     """A ``Recorder`` that records nothing: the runtime's default."""
 
-    def registration(self, resource: str, *, ok: bool) -> None:
-        pass
-
-    def allocation(self, resource: str, result: str, seconds: float) -> None:
-        pass
-
-    def hook_run(self, resource: str, hook: str, result: str, seconds: float) -> None:
-        pass
-
-    def health_probe(self, resource: str, result: str, seconds: float) -> None:
-        pass
-
-    def kubelet_restart(self) -> None:
-        pass
-
-    def config_reload(self, result: str) -> None:
-        pass
-
-    def claim_prepare(self, driver: str, result: str, seconds: float) -> None:
-        pass
-
-    def claim_unprepare(self, driver: str, result: str, seconds: float) -> None:
-        pass
-
-    def label_dropped(self, resource: str, reason: str) -> None:
-        pass
-
-    def label_write(self, *, ok: bool) -> None:
-        pass
+    def registration(self, resource: str, *, ok: bool) -> None: ...
+    def allocation(self, resource: str, result: str, seconds: float) -> None: ...
+    def hook_run(self, resource: str, hook: str, result: str, seconds: float) -> None: ...
+    def health_probe(self, resource: str, result: str, seconds: float) -> None: ...
+    def kubelet_restart(self) -> None: ...
+    def config_reload(self, result: str) -> None: ...
+    def claim_prepare(self, driver: str, result: str, seconds: float) -> None: ...
+    def claim_unprepare(self, driver: str, result: str, seconds: float) -> None: ...
+    def label_dropped(self, resource: str, reason: str) -> None: ...
+    def label_write(self, *, ok: bool) -> None: ...
 
 
 NO_METRICS: Recorder = NoMetrics()
@@ -154,15 +126,13 @@ class TimedHooks:
         self._clock = clock
 
     async def __call__(self, hook: HookRun) -> object:
-        started = self._clock()
-        result = "failed"
+        started, result = self._clock(), "failed"
         try:
             outcome = await self._inner(hook)
-        except Exception as exc:
-            result = exec_result(exc.result) if isinstance(exc, HookRunError) else "failed"
-            raise
-        else:
             result = "ok"
-            return outcome
+        except HookRunError as exc:
+            result = exec_result(exc.result)
+            raise
         finally:
             self._recorder.hook_run(hook.resource, hook.name, result, self._clock() - started)
+        return outcome

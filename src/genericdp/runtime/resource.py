@@ -1,18 +1,14 @@
 """Everything that runs for one resource: discovery, health, its edge.
 
-Named, guarded tasks per resource: ``<name>/discovery`` (first scan,
-then a rescan every ``rescan_interval`` or when the definition changes),
-``<name>/health`` (when the definition has a probe) and
-``<name>/<edge task>`` (the edge its backend makes: the device plugin's
-serve-and-Register loop ``registration``, the DRA edge's ``dra``).
-The edge is first woken after the first successful scan, so the kubelet
-never sees a transient empty list; a scan that fails is retried with backoff and touches
-nothing else.
+Guarded tasks ``<name>/discovery`` (a rescan every ``rescan_interval``, on
+hotplug or a changed definition), ``<name>/health`` (with a probe) and the
+edge's. The edge is first woken after the first successful scan, so the
+kubelet never sees a transient empty list; a failed scan is retried with
+backoff and touches nothing else.
 
-With ``allocate.cdi`` each scan brings the CDI spec up to date first
-(``cdisync.py``). The spec is removed when the resource leaves the config or
-turns ``cdi`` off, and kept on shutdown: the kubelet restarts containers from
-its checkpointed answers (CDI names included) while we are down.
+The CDI spec (``cdisync.py``) is removed when the resource leaves the config
+or turns ``cdi`` off, and kept on shutdown: the kubelet restarts containers
+from its checkpointed answers (CDI names included) while we are down.
 """
 
 from __future__ import annotations
@@ -121,11 +117,8 @@ class ResourceRunner:
                 self.kick("options changed", renew=True)
 
     async def stop(self) -> tuple[str, ...]:
-        """Cancel the tasks (5 s to stop), then close the edge.
-
-        A unit in use stays owed its cleanup (``owed.py``): it is cleaned when
-        released, runner or not.
-        """
+        """Cancel the tasks (5 s to stop), then close the edge; a unit in use stays
+        owed its cleanup (``owed.py``)."""
         with logsetup.fields(resource=self.name):
             stragglers = await self._tasks.stop(timeout=5.0)
             self._context.budget.release(self.name)
@@ -149,9 +142,8 @@ class ResourceRunner:
             self.usage_changed()
 
     def usage_changed(self) -> None:
-        """What containers hold changed: vanished units and unbounded IDs follow it.
-
-        Not before the first scan: every held unit would look vanished."""
+        """What containers hold changed: vanished units and unbounded IDs follow it
+        (not before the first scan: every held unit would look vanished)."""
         if not self.discovered:
             return
         gone_before = self.state.gone
@@ -261,7 +253,7 @@ class ResourceRunner:
         return kept.units
 
     def _log_held(self, before: AbstractSet[str], gone_before: frozenset[str]) -> None:
-        """Say what happened to units that vanished while held, or came back."""
+        """Say which units vanished while held, or came back."""
         gone = self.state.gone
         for unit_id in sorted((gone - gone_before) & before):
             self._log_vanished(unit_id)
@@ -271,10 +263,8 @@ class ResourceRunner:
                     log.info("%s: unit %s is back with the same ID", self.name, unit_id)
 
     async def _usage_settled(self) -> None:
-        """Before the first Register: learn what containers hold, so the first list
-        has every ID the kubelet's checkpoint holds (a unit gone meanwhile, the
-        IDs of an unbounded unit). A kubelet without PodResources must not keep
-        the resource from registering: the wait is bounded."""
+        """Before the first Register: learn what containers hold, so the first list has
+        every ID the kubelet's checkpoint holds; bounded, for a kubelet without PodResources."""
         timeout = self._context.settled_timeout
         if timeout > 0 and not await wait_event(self._usage.settled, timeout):
             log.warning(

@@ -7,17 +7,10 @@ units, a health report repeating itself) does not. How a unit's devices are
 named is the backend's (``DeviceIds``): one device per unit by default, the
 device plugin's replicas ``<unit>::<i>`` (``deviceplugin/replicas.py``).
 
-What containers hold (``set_in_use``, from the backend's ``Usage``)
-shapes the list in two ways:
-
-- A unit whose nodes vanish while a container holds it stays listed,
-  Unhealthy, until the last holder is gone, then leaves the list (the
-  kubelet shows a listed device's health in the pod's
-  ``allocatedResourcesStatus``; an ID that simply disappears reads Healthy
-  there). A unit that comes back with the same ID is itself again.
-- A naming that follows what is held (the device plugin's ``count:
-  unbounded``: the held IDs of each unit plus a few free ones) changes the
-  list with it.
+What containers hold (``set_in_use``) shapes the list: a unit that vanishes
+while held stays listed, Unhealthy, until its last holder is gone, and a
+naming that follows use (``count: unbounded``) changes with it. Why:
+docs/contributing/architecture.md, "What is held shapes the list".
 """
 
 from __future__ import annotations
@@ -37,18 +30,11 @@ ListedUnit = tuple[Unit, frozenset[str], bool]
 class DeviceIds(Protocol):
     """How a backend names the devices of a unit (``DeviceState`` asks it)."""
 
-    def unit_of(self, device_id: str) -> str:
-        """The unit an ID names (the ID itself when a unit is one device)."""
-        ...
-
-    def valid(self, device_id: str) -> bool:
-        """Whether the ID is well formed for this naming (its unit aside)."""
-        ...
+    def unit_of(self, device_id: str) -> str: ...
+    def valid(self, device_id: str) -> bool: ...  # well formed for this naming (unit aside)
 
     @property
-    def follows_use(self) -> bool:
-        """Whether the IDs listed depend on which are held."""
-        ...
+    def follows_use(self) -> bool: ...  # whether the IDs listed depend on which are held
 
     def shape(self, listed: Iterable[ListedUnit]) -> object:
         """What the listed units' IDs are made of: equal shapes, equal lists.
@@ -91,13 +77,10 @@ class Lookup:
 class DeviceState:
     """Units, their naming, the unhealthy and cleaning sets, with a change version.
 
-    A unit is advertised Healthy unless the health monitor says otherwise or
-    its cleanup is due or running (the kubelet must not pick it meanwhile).
-    With a health probe (``expect_probes``), a unit is Unhealthy until the
-    monitor has probed it (``genericdp.health`` says why). A unit whose scan
-    found a required ``allocate.devices`` node missing (``Unit.missing``) is
-    Unhealthy until a scan finds it: the kubelet keeps it in capacity, out of
-    allocatable, and the reason is ``fault``.
+    A unit is Healthy unless its probe failed or has not run yet
+    (``expect_probes``), its cleanup is due or running, or a scan found a
+    required ``allocate.devices`` node missing (``fault``: the kubelet keeps it
+    in capacity, out of allocatable).
     """
 
     def __init__(self, ids: DeviceIds = ONE_PER_UNIT, *, units: Iterable[Unit] = ()) -> None:
@@ -143,7 +126,6 @@ class DeviceState:
 
     @property
     def ids(self) -> DeviceIds:
-        """How the units' devices are named."""
         return self._ids
 
     def unit_of(self, device_id: str) -> str:
@@ -205,11 +187,7 @@ class DeviceState:
         return unit_id in self._units
 
     def set_units(self, units: Iterable[Unit]) -> bool:
-        """Replace the units; True when the device list changed.
-
-        A unit that is gone now but held stays listed, Unhealthy, until
-        ``set_in_use`` no longer shows it held.
-        """
+        """Replace the units (one gone but held stays listed); True when the list changed."""
         found = {u.id: u for u in sorted(units, key=lambda u: u.id)}
         if found == self._units and all(
             uid not in found and uid in self._held for uid in self._gone
@@ -235,12 +213,9 @@ class DeviceState:
         return self._refresh()
 
     def set_in_use(self, device_ids: Iterable[str]) -> tuple[str, ...]:
-        """What containers hold now (this resource's device IDs); returns the
-        vanished units this drops from the list (their last holder is gone).
-
-        A held ID of a unit never seen (it vanished while the daemon was down)
-        is listed as a unit without nodes, Unhealthy, so the kubelet keeps
-        seeing what its checkpoint holds.
+        """What containers hold now; the vanished units this drops from the list. A held
+        ID of a unit never seen (it vanished while the daemon was down) is listed as a
+        unit without nodes, Unhealthy, so the kubelet keeps seeing what its checkpoint holds.
         """
         held: dict[str, set[str]] = {}
         for device_id in device_ids:
@@ -263,11 +238,8 @@ class DeviceState:
     def set_unhealthy(
         self, unit_ids: Iterable[str], *, probed: Iterable[str] | None = None
     ) -> bool:
-        """Mark exactly these units Unhealthy (others Healthy); True when that changed.
-
-        With ``expect_probes`` on, ``probed`` (the units probed so far) is
-        required: the others stay Unhealthy.
-        """
+        """Mark exactly these units Unhealthy; True when that changed. With
+        ``expect_probes`` on, ``probed`` is required: the others stay Unhealthy."""
         self._unhealthy = frozenset(unit_ids)
         if self._probed is not None:
             if probed is None:
@@ -287,11 +259,8 @@ class DeviceState:
         return self._refresh()
 
     def known(self, device_id: str) -> bool:
-        """Whether ``device_id`` names a device of a current unit.
-
-        Parsed, not looked up in the device list: an Allocate costs what the
-        kubelet sent, not the million IDs of ``count: 1000`` over 1000 units.
-        """
+        """Whether ``device_id`` names a device of a current unit: parsed, not looked up
+        in the device list (not the million IDs of ``count: 1000`` over 1000 units)."""
         unit_id = self._ids.unit_of(device_id)
         if unit_id not in self._units and unit_id not in self._gone:
             return False

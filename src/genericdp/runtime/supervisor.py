@@ -1,13 +1,11 @@
 """The supervisor: one ``ResourceRunner`` per resource, reconciled, watched.
 
 ``apply(config)`` is the single entry point for a config, at start and on
-reload: it carries out one ``Plan`` (``reconcile``), stopping removed
-resources before starting new ones. A resource whose ``nodeSelector`` the
-node's labels stop matching (``set_node_labels`` applies the config again)
-stops as a removed one does: units in use stay with their containers and are
-cleaned once released, with the hook they were handed out under (``owed.py``).
-The backend's daemon-wide tasks reach the resources through the supervisor,
-their ``Fleet``.
+reload. A resource whose ``nodeSelector`` stops matching stops as a removed
+one does: units in use stay with their containers and are cleaned once
+released, with the hook they were handed out under (``owed.py``). The
+backend's daemon-wide tasks reach the resources through the supervisor, their
+``Fleet``.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ from genericdp.errors import HookError
 from genericdp.hooks import CLEANUP, HookRun, HookRunner
 from genericdp.hooks import run_hook as default_hook_runner
 from genericdp.runtime.backend import Backend, Gauge, KeepsRecords, Registers
-from genericdp.runtime.context import SETTLE, Discover, ResourceContext
+from genericdp.runtime.context import Discover, ResourceContext
 from genericdp.runtime.devwatch import watch_devices
 from genericdp.runtime.edge import Edge, PluginStatus
 from genericdp.runtime.owed import Release
@@ -47,11 +45,9 @@ Statuses = Mapping[str, PluginStatus]
 class Supervisor:
     """Runs the resources of a config, served by ``backend``.
 
-    ``discover`` and ``run_hook`` default to the real ones; tests pass their
-    own (a discovery that raises, say) instead of patching. ``metrics`` hears
-    of registrations, allocations, hooks, probes and kubelet restarts.
-    ``node_labels`` are the node's labels that ``nodeSelector`` matches (None:
-    unknown, so no resource with a selector is served) until ``set_node_labels``.
+    ``discover`` and ``run_hook`` default to the real ones (tests pass their
+    own). ``node_labels`` are what ``nodeSelector`` matches (None: unknown, so
+    no resource with a selector is served) until ``set_node_labels``.
     """
 
     def __init__(
@@ -61,7 +57,6 @@ class Supervisor:
         *,
         discover: Discover | None = None,
         run_hook: HookRunner | None = None,
-        settle: float = SETTLE,
         metrics: Recorder | None = None,
         cleanup_backoff: Callable[[], Backoff] | None = None,
         node_labels: NodeLabels = None,
@@ -69,12 +64,10 @@ class Supervisor:
         self._settings = settings
         self._backend = backend
         run_hook = run_hook or default_hook_runner
-        # Built once: what every resource shares (its runner and edge).
         self._context = ResourceContext(
             settings,
             discover=discover or default_discover,
             run_hook=run_hook if metrics is None else TimedHooks(run_hook, metrics),
-            settle=settle,
             recorder=metrics or NO_METRICS,
             cleanup_backoff=cleanup_backoff,
             on_status=self._notify,
@@ -116,7 +109,6 @@ class Supervisor:
 
         ``tidy`` False (``serve`` with nothing to serve until its config is
         fixed) keeps every CDI spec: the config that wrote them may come back."""
-        # Specs we wrote for resources that left the config while we were down.
         keep = [d.name for d in config.resources if d.allocate.cdi]
         removed = (
             await asyncio.to_thread(remove_stale_specs, self._settings.cdi_dir, keep)
@@ -135,10 +127,8 @@ class Supervisor:
         return steps
 
     async def apply(self, config: Config, *, if_changed: bool = False) -> Plan:
-        """Reconcile the running resources with ``config`` (stop, update, renew, start).
-
-        ``if_changed`` (a reload): an empty plan leaves everything as it is,
-        unlogged."""
+        """Reconcile the running resources with ``config``; ``if_changed`` (a reload): an
+        empty plan leaves everything as it is, unlogged."""
         async with self._lock:
             return await self._apply(config, if_changed=if_changed)
 
@@ -154,8 +144,7 @@ class Supervisor:
             if config != self._config:  # a resource not served here changed
                 self._config = config
             return steps
-        changing = {*steps.stop, *(d.name for d in (*steps.update, *steps.renew))}
-        changing |= {d.name for d in steps.start}
+        changing = {*steps.stop, *(d.name for d in (*steps.update, *steps.renew, *steps.start))}
         # A line about one resource carries it as a field, as its own lines do.
         about = {"resource": next(iter(changing))} if len(changing) == 1 else {}
         with logsetup.fields(**about):
@@ -222,16 +211,14 @@ class Supervisor:
             self._backend.shutting_down()
 
     async def stop(self) -> tuple[str, ...]:
-        """Stop every plugin (streams end, sockets removed); return the names of the tasks
-        that did not stop within 5 s."""
+        """Stop every resource; the names of the tasks that did not stop within 5 s."""
         async with self._lock:
             stragglers = list(await self._tasks.stop(timeout=5.0))
             runners, self._runners = list(self._runners.values()), {}
             results = await asyncio.gather(*(r.stop() for r in runners))
             self._config, self._served = Config(resources=()), ()
             self._notify()
-        for names in results:
-            stragglers.extend(names)
+        stragglers += [name for names in results for name in names]
         log.info("stopped %d resource(s)", len(runners))
         return tuple(stragglers)
 
@@ -249,7 +236,6 @@ class Supervisor:
     # -- observation -------------------------------------------------------------
 
     def gauges(self) -> tuple[Gauge, ...]:
-        """The backend's own metrics, and the units kept out of service uncleaned."""
         return (*self._backend.gauges(), self._owed.gauge())
 
     def notes(self) -> tuple[str, ...]:
@@ -266,7 +252,7 @@ class Supervisor:
         *,
         timeout: float = 10.0,  # noqa: ASYNC109
     ) -> dict[str, PluginStatus]:
-        """Wait until ``predicate(status())`` holds; raises TimeoutError after ``timeout``."""
+        """Wait until ``predicate(status())`` holds; TimeoutError after ``timeout``."""
         async with asyncio.timeout(timeout):
             while True:
                 changed = self._changed
@@ -428,7 +414,7 @@ class Supervisor:
     # -- hotplug -----------------------------------------------------------------
 
     def rescan(self, reason: str) -> None:
-        """Wake every resource's discovery now; the kubelet hears only of real changes."""
+        """Wake every resource's discovery now."""
         if self._runners:
             log.debug("rescanning %d resource(s): %s", len(self._runners), reason)
         for runner in self._runners.values():
@@ -447,12 +433,6 @@ def _frozen(labels: NodeLabels) -> NodeLabels:
     return None if labels is None else MappingProxyType(dict(labels))
 
 
-def all_registered(names: Iterable[str] | None = None) -> Callable[[Statuses], bool]:
-    """A ``wait_for`` predicate: every (or every named) resource is registered."""
-    wanted = None if names is None else set(names)
-
-    def check(statuses: Statuses) -> bool:
-        relevant = [s for n, s in statuses.items() if wanted is None or n in wanted]
-        return bool(relevant) and all(s.registered for s in relevant)
-
-    return check
+def all_registered() -> Callable[[Statuses], bool]:
+    """A ``wait_for`` predicate: every resource is registered."""
+    return lambda statuses: bool(statuses) and all(s.registered for s in statuses.values())

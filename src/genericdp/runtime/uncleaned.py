@@ -1,24 +1,18 @@
 """Units whose cleanup is owed and cannot run: out of service until an admin releases them.
 
-A unit whose owed cleanup cannot run (its definition left the config:
-``runtime/owed.py``, DRA's checkpoint) is recorded here, one file per unit,
-``uncleaned-<digest>.json`` (DRA: in the driver's plugin directory, written
-before the claim is forgotten; the device plugin: in ``stateDir``). While its
-file is there the unit is not handed out, whatever the config says, and
-``/readyz``, the log and a metric say so. An admin who has cleaned the device
-(or knows it needs none) deletes the file: the daemon sees it go and serves
-the unit again.
-
-The files are ours but live on the host: each is read as hostile input
-(a regular file, small, the expected keys); one that cannot be read is
-logged and left where it is."""
+One file per unit, ``uncleaned-<digest>.json`` (DRA: in the driver's plugin
+directory, written before the claim is forgotten; the device plugin: in
+``stateDir``). While it is there the unit is not handed out, whatever the
+config says, and ``/readyz``, the log and a metric say so; an admin who has
+cleaned the device deletes it, and the unit is served again. Each is read as
+hostile input (``owedrecords.read``); one that cannot be read is logged and
+left where it is."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,8 +85,6 @@ def load(directory: Path) -> dict[tuple[str, str], Uncleaned]:
 
 
 def _read(path: Path) -> Uncleaned:
-    if not stat.S_ISREG(path.lstat().st_mode):
-        raise ValueError("not a regular file")
     doc, _ = owedrecords.read(path)
     values = [doc.get(k) for k in _KEYS]
     if not all(isinstance(v, str) and len(v) <= 4096 for v in values):  # noqa: PLR2004 -- as the checkpoint's strings

@@ -1,15 +1,10 @@
 """What containers hold: the ``Usage`` a backend keeps, as the runtime reads it.
 
-The device list follows what is held (a unit that vanishes while held stays
-listed Unhealthy; unbounded sharing lists the held IDs). Only a backend can
-know who holds what (the device plugin polls the kubelet's PodResources,
-``deviceplugin/usage.py``; DRA reads its checkpoint's prepared claims,
-``dra/usage.py``); it tells the runtime of a change through its ``Fleet``.
-
-A backend that hands IDs out itself (the device plugin's Allocate) also
-answers ``HandOuts``: what is handed out and not yet seen released, which a
-resource leaving the config or a unit vanishing owes its cleanup. The
-runtime asks it only of a ``Usage`` that is one.
+Only a backend can know who holds what (the device plugin polls PodResources,
+``deviceplugin/usage.py``; DRA reads its checkpoint, ``dra/usage.py``); it
+tells the runtime of a change through its ``Fleet``. One that hands IDs out
+itself (the device plugin's Allocate) also answers ``HandOuts``: what is
+handed out and not yet seen released, which owes its cleanup.
 """
 
 from __future__ import annotations
@@ -26,9 +21,7 @@ class Usage(Protocol):
     # for it, up to the backend's ``settled_timeout``.
     settled: asyncio.Event
 
-    def held(self, resource: str) -> frozenset[str]:
-        """IDs held as far as the device list is concerned."""
-        ...
+    def held(self, resource: str) -> frozenset[str]: ...  # as far as the device list goes
 
 
 @runtime_checkable
@@ -39,9 +32,7 @@ class HandOuts(Protocol):
         """IDs held, or handed out and not yet seen released (what cleanup follows)."""
         ...
 
-    def units_in_use(self, resource: str) -> frozenset[str]:
-        """The units with an ID ``in_use``."""
-        ...
+    def units_in_use(self, resource: str) -> frozenset[str]: ...  # units with an ID in use
 
     def watch(self, resource: str, callback: Callable[[], None] | None) -> None:
         """Call ``callback`` whenever an Allocate changes what ``resource`` holds (None stops)."""
@@ -49,5 +40,4 @@ class HandOuts(Protocol):
 
 
 def in_use(usage: Usage, resource: str) -> frozenset[str]:
-    """``HandOuts.in_use``; nothing when the backend hands nothing out itself."""
     return usage.in_use(resource) if isinstance(usage, HandOuts) else frozenset()
