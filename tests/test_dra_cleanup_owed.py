@@ -202,12 +202,14 @@ async def test_a_unit_whose_definition_left_stays_out_until_released(base: Path)
 def test_uncleaned_files_are_read_as_hostile_input(
     base: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A FIFO, an oversized file, non-JSON and a record under another unit's name are
-    logged and not used (none blocks or is trusted); a record under its own name is."""
+    """A FIFO, a symbolic link, an oversized file, non-JSON and a record under another
+    unit's name are logged and not used (none blocks, is followed or is trusted); a record
+    under its own name is."""
     directory = base / "plugin"
     directory.mkdir()
     entry = uncleaned.Uncleaned(NAME, "ttyUSB0", USB0, "default/pod-1", "now", "why")
     uncleaned.record(directory, entry)
+    (directory / "uncleaned-link.json").symlink_to(next(directory.glob("uncleaned-*.json")))
     os.mkfifo(directory / "uncleaned-fifo.json")
     (directory / "uncleaned-big.json").write_bytes(b" " * (owedrecords.MAX_BYTES + 1))
     (directory / "uncleaned-text.json").write_text("not json")
@@ -218,4 +220,6 @@ def test_uncleaned_files_are_read_as_hostile_input(
         )
     )
     assert uncleaned.load(directory) == {(NAME, "ttyUSB0"): entry}
-    assert len([r for r in caplog.records if "uncleaned-" in r.getMessage()]) == 4
+    logged = [r.getMessage() for r in caplog.records if "uncleaned-" in r.getMessage()]
+    assert len(logged) == 5
+    assert any("uncleaned-link.json" in m and "symbolic link, never followed" in m for m in logged)

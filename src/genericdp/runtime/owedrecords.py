@@ -12,6 +12,7 @@ fails is refused and its unit, when it can be told, kept out of service.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -140,7 +141,12 @@ def set_aside(path: Path) -> Path:
 def read(path: Path) -> tuple[dict[str, Any], bool]:
     """The file's document (a JSON mapping of at most ``MAX_BYTES``), and whether only
     the daemon's user can have written it; raises OSError, ValueError or TypeError."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError("a symbolic link, never followed") from None
+        raise
     with os.fdopen(fd, "rb") as file:
         info = os.fstat(file.fileno())
         if not stat.S_ISREG(info.st_mode):
