@@ -119,10 +119,9 @@ def _message(error: ValidationError, doc: Document, path: KeyPath) -> str:  # no
             return f"unsupported version: {describe(instance)}; the only version is v1"
         return f"must be {value!r}, not {describe(instance)}"
     if keyword == "enum":
-        choices = ", ".join(str(c) for c in value)
-        return f"must be one of {choices}; not {describe(instance)}" + _suggest(
-            str(instance), [str(c) for c in value]
-        )
+        choices = [str(c) for c in value]
+        hint = _suggest(str(instance), choices)
+        return f"must be one of {', '.join(choices)}; not {describe(instance)}{hint}"
     if keyword in ("minimum", "maximum"):
         low, high = schema.get("minimum"), schema.get("maximum")
         return f"must be between {low} and {high}, not {instance}"

@@ -52,7 +52,8 @@ _PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[#0\- +]*(\*|\d+)?(?:\.(\*|\d+))?[hl
 _DIGITS = re.compile(r"\d+")
 _WIDTH_FILTERS = frozenset({"center", "indent", "truncate", "wordwrap", "batch", "slice"})
 _BANNED_FILTERS = frozenset({"random"})  # an allocation must be deterministic
-# Filters that print their whole input before any cap could look at the result.
+# Filters that print their whole input (``pprint`` slowly) before any cap could look at
+# the result.
 _PRINTING_FILTERS = frozenset(
     {"tojson", "pprint", "string", "urlencode", "xmlattr", "e", "escape", "forceescape"}
 )
@@ -190,11 +191,6 @@ def _fits(what: str, size: int, limit: int = MAX_VALUE_SIZE) -> None:
         raise SecurityError(f"{what} of about {size} characters exceeds {limit}")
 
 
-def _printable(what: str, value: Any) -> None:
-    """``str``, ``tojson`` and ``pprint`` build the text whole (``pprint`` slowly) first."""
-    _fits(what, _budget().size(value), MAX_VALUE_CHARS)
-
-
 def counted(iterable: Iterable[Any]) -> Iterator[Any]:
     """Every ``{% for %}`` iterates through this (see ``_Harden``)."""
     budget = _budget()
@@ -236,8 +232,6 @@ def _check_percent_format(fmt: str, args: Any) -> None:
 
 
 def _check_brace_format(fmt: str, args: Any) -> None:
-    """Refuse ``str.format`` specs with nested fields or huge widths, and formats
-    whose fields times their arguments could build a huge string."""
     fields = 0
     for _, name, spec, _ in string.Formatter().parse(fmt):
         fields += name is not None
@@ -315,7 +309,7 @@ def _guard_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
             if not isinstance(start, int | float):
                 raise SecurityError("sum adds numbers; its start must be a number")
         elif name in _PRINTING_FILTERS:
-            _printable(name, value)
+            _fits(name, _budget().size(value), MAX_VALUE_CHARS)
         return built(func(*head, value, *params, **kwargs))
 
     return guarded
@@ -395,7 +389,7 @@ def finalize(value: Any) -> Any:
         for item in value:
             if isinstance(item, Undefined):
                 str(item)  # StrictUndefined raises the usual "has no attribute" error
-    _printable("output", value)
+    _fits("output", _budget().size(value), MAX_VALUE_CHARS)
     return value
 
 

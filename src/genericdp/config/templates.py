@@ -63,7 +63,10 @@ class TemplateValue:
         self.source = source
         self.template = template  # None: literal text, rendered as written
         self.names = names  # the context names the template reads
-        self._literal = _literal_text(source) if template is None else ""
+        # What Jinja renders for a source without markup: newlines normalised, one
+        # trailing newline dropped (``keep_trailing_newline=False``).
+        literal = source.replace("\r\n", "\n").replace("\r", "\n").removesuffix("\n")
+        self._literal = literal if template is None else ""
         # UTF-8 bytes it renders at least: all of a literal; of a template, ``templatesize``'s.
         self.least_bytes = least_bytes if template is not None else _utf8(self._literal)
 
@@ -77,13 +80,6 @@ class TemplateValue:
                 raise SecurityError(f"output exceeds {MAX_VALUE_CHARS} characters")
             out.append(chunk)
         return "".join(out)
-
-
-def _literal_text(source: str) -> str:
-    """What Jinja would render for a source without markup: newlines
-    normalised, one trailing newline dropped (``keep_trailing_newline=False``)."""
-    text = source.replace("\r\n", "\n").replace("\r", "\n")
-    return text.removesuffix("\n")
 
 
 @dataclass(frozen=True)
