@@ -272,10 +272,8 @@ async def simulate(
                 registered = await _within(
                     kubelet.wait_until(lambda k: all(_listed(k, n) for n in names), timeout)
                 )
-                print("\nregistrations:", file=stream)
-                statuses = supervisor.status()
-                for line in _registrations(kubelet, statuses, config, run_settings, skipped):
-                    print(line, file=stream)
+                lines = _registrations(kubelet, supervisor.status(), config, run_settings, skipped)
+                print("\nregistrations:", *lines, sep="\n", file=stream)
                 print("\nnode status:", *_table(kubelet.resources, names), sep="\n", file=stream)
                 print("\nnode labels (published with GENERICDP_NODE_FEATURES):", file=stream)
                 print(*source_lines(supervisor, run_settings.node_name), sep="\n", file=stream)
