@@ -67,7 +67,12 @@ class SliceSpent(SecurityError):  # noqa: N818 -- not an error: a signal to rend
 
 
 class _Budget:
-    """What the allocation being rendered may still spend, and sizes measured so far."""
+    """What the allocation being rendered may still spend, and sizes measured so far:
+    ``with allocation_budget():`` every template rendered inside shares one (past
+    ``slice_seconds``, SliceSpent). A class: a ``contextlib`` generator cost more than
+    the plain templates it is around."""
+
+    _token: contextvars.Token[_Budget | None]  # set on entering
 
     def __init__(self, slice_seconds: float | None = None) -> None:
         self.iterations = MAX_LOOP_ITERATIONS
@@ -83,6 +88,12 @@ class _Budget:
         # id -> (the value, kept alive so its id is not reused; its size). Values
         # a template sees never change: the sandbox is immutable.
         self._sizes: dict[int, tuple[Any, int]] = {}
+
+    def __enter__(self) -> None:
+        self._token = _BUDGET.set(self)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _BUDGET.reset(self._token)
 
     def spend(self, units: int) -> None:
         self.work -= units
@@ -147,24 +158,7 @@ _BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar(
 )
 
 
-class _BudgetScope:
-    """``with allocation_budget():`` every template rendered inside shares one allocation's
-    budget; past ``slice_seconds``, SliceSpent. Not a ``contextlib`` generator, which
-    cost more than the plain templates it is around."""
-
-    _token: contextvars.Token[_Budget | None]  # set on entering
-
-    def __init__(self, slice_seconds: float | None = None) -> None:
-        self._slice_seconds = slice_seconds
-
-    def __enter__(self) -> None:
-        self._token = _BUDGET.set(_Budget(self._slice_seconds))
-
-    def __exit__(self, *exc_info: object) -> None:
-        _BUDGET.reset(self._token)
-
-
-allocation_budget = _BudgetScope
+allocation_budget = _Budget
 
 
 def _budget() -> _Budget:
