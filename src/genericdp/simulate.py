@@ -457,8 +457,7 @@ class _DraSession:
         return ok
 
     async def _prepare(self, devices: Sequence[str]) -> bool:
-        """Allocate ``devices`` to the claim, prepare it, print what prepare made, and
-        unprepare it; whether all went well."""
+        """One claim of ``devices`` prepared, shown and unprepared; whether all went well."""
         from genericdp.dra import metadata
         from genericdp.dra.embedded import DraKubeletError, UnresolvableCdiError, resolve_cdi
         from genericdp.kubeletplugin.claims import AllocatedDevice, ClaimRef

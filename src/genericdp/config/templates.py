@@ -232,8 +232,7 @@ def _too_large(tree: nodes.Template) -> list[TemplateProblem]:
 
 
 def _allocation_too_large(compiled: CompiledTemplates) -> list[TemplateProblem]:
-    """Where one resource's values, by their text and constants alone, render past
-    ``MAX_ALLOCATION_BYTES``."""
+    """Where a resource's values, by text and constants alone, render past MAX_ALLOCATION_BYTES."""
     parts = [
         *((f"env.{k}", _utf8(k), v) for k, v in compiled.env),
         *(
