@@ -93,8 +93,6 @@ class TemplateProblem:
 
 
 class TemplateSyntaxErrors(Exception):  # noqa: N818 - a collection, raised at load time only
-    """Every template that failed to compile."""
-
     def __init__(self, problems: Sequence[TemplateProblem]) -> None:
         self.problems = tuple(problems)
         super().__init__("; ".join(f"{p.key}: {p.message}" for p in self.problems))
