@@ -272,10 +272,8 @@ async def simulate(
                 registered = await _within(
                     kubelet.wait_until(lambda k: all(_listed(k, n) for n in names), timeout)
                 )
-                print("\nregistrations:", file=stream)
-                statuses = supervisor.status()
-                for line in _registrations(kubelet, statuses, config, run_settings, skipped):
-                    print(line, file=stream)
+                lines = _registrations(kubelet, supervisor.status(), config, run_settings, skipped)
+                print("\nregistrations:", *lines, sep="\n", file=stream)
                 print("\nnode status:", *_table(kubelet.resources, names), sep="\n", file=stream)
                 print("\nnode labels (published with GENERICDP_NODE_FEATURES):", file=stream)
                 print(*source_lines(supervisor, run_settings.node_name), sep="\n", file=stream)
@@ -459,8 +457,7 @@ class _DraSession:
         return ok
 
     async def _prepare(self, devices: Sequence[str]) -> bool:
-        """Allocate ``devices`` to the claim, prepare it, print what prepare made, and
-        unprepare it; whether all went well."""
+        """One claim of ``devices`` prepared, shown and unprepared; whether all went well."""
         from genericdp.dra import metadata
         from genericdp.dra.embedded import DraKubeletError, UnresolvableCdiError, resolve_cdi
         from genericdp.kubeletplugin.claims import AllocatedDevice, ClaimRef

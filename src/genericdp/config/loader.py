@@ -131,12 +131,10 @@ class _NotAConfigFileError(Exception):
 
 
 def read_config_file(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes.
-
-    Opened without blocking (a FIFO would otherwise wait for a writer forever),
-    checked with ``fstat`` on what was opened (no race with a rename), and read
-    up to ``limit + 1`` bytes, so ``/dev/zero`` or a growing file costs no more.
-    """
+    """The bytes of a regular file of at most ``limit`` bytes: opened without blocking (a
+    FIFO would otherwise wait for a writer forever), checked with ``fstat`` on what was
+    opened (no race with a rename), read up to ``limit + 1`` bytes (``/dev/zero`` or a
+    growing file costs no more)."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
         fd = os.open(path, flags)

@@ -62,17 +62,15 @@ def _parts(error: ValidationError) -> tuple[Any, Any, dict[str, Any]]:
     return instance, value, schema if isinstance(schema, dict) else {}
 
 
-def unknown_key(key: str, allowed: Sequence[str]) -> str:
-    message = f"unknown key {key!r} (allowed: {', '.join(allowed)})"
-    return message + _suggest(key, allowed)
-
-
 def _unknown_keys(
     doc: Document, path: KeyPath, instance: dict[str, Any], allowed: list[str], also: str = ""
 ) -> list[ConfigIssue]:
     """An issue at each key of ``instance`` that is neither allowed nor ``also``."""
-    unknown = [k for k in instance if k not in allowed and k != also]
-    return [doc.issue((*path, k), unknown_key(k, allowed), at_key=True) for k in unknown]
+    issues = []
+    for key in (k for k in instance if k not in allowed and k != also):
+        message = f"unknown key {key!r} (allowed: {', '.join(allowed)})" + _suggest(key, allowed)
+        issues.append(doc.issue((*path, key), message, at_key=True))
+    return issues
 
 
 def _suggest(word: str, choices: Sequence[str]) -> str:
@@ -119,10 +117,9 @@ def _message(error: ValidationError, doc: Document, path: KeyPath) -> str:  # no
             return f"unsupported version: {describe(instance)}; the only version is v1"
         return f"must be {value!r}, not {describe(instance)}"
     if keyword == "enum":
-        choices = ", ".join(str(c) for c in value)
-        return f"must be one of {choices}; not {describe(instance)}" + _suggest(
-            str(instance), [str(c) for c in value]
-        )
+        choices = [str(c) for c in value]
+        hint = _suggest(str(instance), choices)
+        return f"must be one of {', '.join(choices)}; not {describe(instance)}{hint}"
     if keyword in ("minimum", "maximum"):
         low, high = schema.get("minimum"), schema.get("maximum")
         return f"must be between {low} and {high}, not {instance}"

@@ -52,7 +52,8 @@ _PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[#0\- +]*(\*|\d+)?(?:\.(\*|\d+))?[hl
 _DIGITS = re.compile(r"\d+")
 _WIDTH_FILTERS = frozenset({"center", "indent", "truncate", "wordwrap", "batch", "slice"})
 _BANNED_FILTERS = frozenset({"random"})  # an allocation must be deterministic
-# Filters that print their whole input before any cap could look at the result.
+# Filters that print their whole input (``pprint`` slowly) before any cap could look at
+# the result.
 _PRINTING_FILTERS = frozenset(
     {"tojson", "pprint", "string", "urlencode", "xmlattr", "e", "escape", "forceescape"}
 )
@@ -66,7 +67,12 @@ class SliceSpent(SecurityError):  # noqa: N818 -- not an error: a signal to rend
 
 
 class _Budget:
-    """What the allocation being rendered may still spend, and sizes measured so far."""
+    """What the allocation being rendered may still spend, and sizes measured so far:
+    ``with allocation_budget():`` every template rendered inside shares one (past
+    ``slice_seconds``, SliceSpent). A class: a ``contextlib`` generator cost more than
+    the plain templates it is around."""
+
+    _token: contextvars.Token[_Budget | None]  # set on entering
 
     def __init__(self, slice_seconds: float | None = None) -> None:
         self.iterations = MAX_LOOP_ITERATIONS
@@ -82,6 +88,12 @@ class _Budget:
         # id -> (the value, kept alive so its id is not reused; its size). Values
         # a template sees never change: the sandbox is immutable.
         self._sizes: dict[int, tuple[Any, int]] = {}
+
+    def __enter__(self) -> None:
+        self._token = _BUDGET.set(self)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _BUDGET.reset(self._token)
 
     def spend(self, units: int) -> None:
         self.work -= units
@@ -146,24 +158,7 @@ _BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar(
 )
 
 
-class _BudgetScope:
-    """``with allocation_budget():`` every template rendered inside shares one allocation's
-    budget; past ``slice_seconds``, SliceSpent. Not a ``contextlib`` generator, which
-    cost more than the plain templates it is around."""
-
-    _token: contextvars.Token[_Budget | None]  # set on entering
-
-    def __init__(self, slice_seconds: float | None = None) -> None:
-        self._slice_seconds = slice_seconds
-
-    def __enter__(self) -> None:
-        self._token = _BUDGET.set(_Budget(self._slice_seconds))
-
-    def __exit__(self, *exc_info: object) -> None:
-        _BUDGET.reset(self._token)
-
-
-allocation_budget = _BudgetScope
+allocation_budget = _Budget
 
 
 def _budget() -> _Budget:
@@ -188,11 +183,6 @@ def built(value: Any) -> Any:
 def _fits(what: str, size: int, limit: int = MAX_VALUE_SIZE) -> None:
     if size > limit:
         raise SecurityError(f"{what} of about {size} characters exceeds {limit}")
-
-
-def _printable(what: str, value: Any) -> None:
-    """``str``, ``tojson`` and ``pprint`` build the text whole (``pprint`` slowly) first."""
-    _fits(what, _budget().size(value), MAX_VALUE_CHARS)
 
 
 def counted(iterable: Iterable[Any]) -> Iterator[Any]:
@@ -236,8 +226,6 @@ def _check_percent_format(fmt: str, args: Any) -> None:
 
 
 def _check_brace_format(fmt: str, args: Any) -> None:
-    """Refuse ``str.format`` specs with nested fields or huge widths, and formats
-    whose fields times their arguments could build a huge string."""
     fields = 0
     for _, name, spec, _ in string.Formatter().parse(fmt):
         fields += name is not None
@@ -315,7 +303,7 @@ def _guard_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
             if not isinstance(start, int | float):
                 raise SecurityError("sum adds numbers; its start must be a number")
         elif name in _PRINTING_FILTERS:
-            _printable(name, value)
+            _fits(name, _budget().size(value), MAX_VALUE_CHARS)
         return built(func(*head, value, *params, **kwargs))
 
     return guarded
@@ -395,7 +383,7 @@ def finalize(value: Any) -> Any:
         for item in value:
             if isinstance(item, Undefined):
                 str(item)  # StrictUndefined raises the usual "has no attribute" error
-    _printable("output", value)
+    _fits("output", _budget().size(value), MAX_VALUE_CHARS)
     return value
 
 

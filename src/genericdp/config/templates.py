@@ -63,7 +63,10 @@ class TemplateValue:
         self.source = source
         self.template = template  # None: literal text, rendered as written
         self.names = names  # the context names the template reads
-        self._literal = _literal_text(source) if template is None else ""
+        # What Jinja renders for a source without markup: newlines normalised, one
+        # trailing newline dropped (``keep_trailing_newline=False``).
+        literal = source.replace("\r\n", "\n").replace("\r", "\n").removesuffix("\n")
+        self._literal = literal if template is None else ""
         # UTF-8 bytes it renders at least: all of a literal; of a template, ``templatesize``'s.
         self.least_bytes = least_bytes if template is not None else _utf8(self._literal)
 
@@ -79,13 +82,6 @@ class TemplateValue:
         return "".join(out)
 
 
-def _literal_text(source: str) -> str:
-    """What Jinja would render for a source without markup: newlines
-    normalised, one trailing newline dropped (``keep_trailing_newline=False``)."""
-    text = source.replace("\r\n", "\n").replace("\r", "\n")
-    return text.removesuffix("\n")
-
-
 @dataclass(frozen=True)
 class TemplateProblem:
     """One template that does not compile; ``key`` is relative to ``allocate``
@@ -97,8 +93,6 @@ class TemplateProblem:
 
 
 class TemplateSyntaxErrors(Exception):  # noqa: N818 - a collection, raised at load time only
-    """Every template that failed to compile."""
-
     def __init__(self, problems: Sequence[TemplateProblem]) -> None:
         self.problems = tuple(problems)
         super().__init__("; ".join(f"{p.key}: {p.message}" for p in self.problems))
@@ -236,8 +230,7 @@ def _too_large(tree: nodes.Template) -> list[TemplateProblem]:
 
 
 def _allocation_too_large(compiled: CompiledTemplates) -> list[TemplateProblem]:
-    """Where one resource's values, by their text and constants alone, render past
-    ``MAX_ALLOCATION_BYTES``."""
+    """Where a resource's values, by text and constants alone, render past MAX_ALLOCATION_BYTES."""
     parts = [
         *((f"env.{k}", _utf8(k), v) for k, v in compiled.env),
         *(

@@ -236,10 +236,6 @@ def _hint(problem: str) -> str:
     return next((hint for starts, hint in _HINTS if problem.startswith(starts)), "")
 
 
-def _anchored(node: Any) -> bool:
-    return bool(getattr(getattr(node, "anchor", None), "value", None))
-
-
 _NUL_MESSAGE = "contains a NUL character (\\0): no path, command, name or value can hold one"
 
 
@@ -306,7 +302,7 @@ class _Builder:
             self._issue(path, "an alias refers to itself; recursive YAML is not supported")
             return None
         # A collection, or an anchored scalar, is one object however often it is aliased.
-        shared = collection or _anchored(node)
+        shared = collection or bool(getattr(getattr(node, "anchor", None), "value", None))
         alias = shared and id(node) in self._copied
         if alias:
             self._aliases.append((path, node))

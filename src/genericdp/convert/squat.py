@@ -270,7 +270,7 @@ def check_domain(domain: str, source: str) -> ConfigIssue | None:
 
 def _device(reader: _Reader, path: KeyPath) -> SquatDevice | None:
     found = reader.fields(reader.value(path), path, ("name", "groups"))
-    if not found and not isinstance(reader.value(path), dict):
+    if not isinstance(reader.value(path), dict):
         return None
     name = reader.string(found.get("name")).strip()
     if not _DEVICE_TYPE.fullmatch(name):
