@@ -109,14 +109,10 @@ class Supervisor:
 
         ``tidy`` False (``serve`` with nothing to serve until its config is
         fixed) keeps every CDI spec: the config that wrote them may come back."""
-        keep = [d.name for d in config.resources if d.allocate.cdi]
-        removed = (
-            await asyncio.to_thread(remove_stale_specs, self._settings.cdi_dir, keep)
-            if tidy
-            else []
-        )
-        for path in removed:
-            log.info("removed stale CDI spec %s", path)
+        if tidy:
+            keep = [d.name for d in config.resources if d.allocate.cdi]
+            for path in await asyncio.to_thread(remove_stale_specs, self._settings.cdi_dir, keep):
+                log.info("removed stale CDI spec %s", path)
         await asyncio.to_thread(self._owed.load)
         self._watch_uncleaned_soon()  # an admin may release what a predecessor recorded
         # Not awaited: once ready it asks every resource to rescan, so nothing is missed.
@@ -297,7 +293,7 @@ class Supervisor:
         """After ``runner`` stopped: clean its owed units nobody holds now (their
         cleanup was cut short by the stop)."""
         resource = runner.name
-        used = {runner.state.unit_of(d) for d in in_use(self._backend.usage, resource)}
+        used = {runner.state.ids.unit_of(d) for d in in_use(self._backend.usage, resource)}
         for unit_id in self._owed.units_of(resource):
             handed = self._owed.get(resource, unit_id)
             if (resource, unit_id) in self._owed.unsettled:
