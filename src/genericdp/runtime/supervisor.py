@@ -43,12 +43,9 @@ Statuses = Mapping[str, PluginStatus]
 
 
 class Supervisor:
-    """Runs the resources of a config, served by ``backend``.
-
-    ``discover`` and ``run_hook`` default to the real ones (tests pass their
-    own). ``node_labels`` are what ``nodeSelector`` matches (None: unknown, so
-    no resource with a selector is served) until ``set_node_labels``.
-    """
+    """Runs the resources of a config, served by ``backend``. ``node_labels`` are what
+    ``nodeSelector`` matches (None: unknown, so no resource with a selector is served)
+    until ``set_node_labels``."""
 
     def __init__(
         self,
