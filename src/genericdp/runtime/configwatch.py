@@ -94,16 +94,6 @@ class ReloadResult:
         """Whether the running resources changed."""
         return self.outcome is Outcome.APPLIED
 
-    @classmethod
-    def applied(cls, steps: Plan) -> ReloadResult:
-        return cls(
-            Outcome.APPLIED,
-            started=tuple(d.name for d in steps.start),
-            stopped=steps.stop,
-            updated=tuple(d.name for d in steps.update),
-            renewed=tuple(d.name for d in steps.renew),
-        )
-
     @property
     def summary(self) -> str:
         """``started a, stopped b, updated c`` (empty parts left out)."""
@@ -258,7 +248,13 @@ class ConfigWatcher:
             await asyncio.to_thread(self._store.keep, sources)
         if steps.empty:
             return ReloadResult(Outcome.UNCHANGED)
-        return ReloadResult.applied(steps)
+        return ReloadResult(
+            Outcome.APPLIED,
+            started=tuple(d.name for d in steps.start),
+            stopped=steps.stop,
+            updated=tuple(d.name for d in steps.update),
+            renewed=tuple(d.name for d in steps.renew),
+        )
 
     def _log(self, result: ReloadResult) -> None:
         issues = "; ".join(result.issues)
