@@ -262,12 +262,8 @@ def _signal_all(
 
 
 def _still_running(signalled: dict[int, int]) -> set[int]:
-    running = set()
-    for pid, start in signalled.items():
-        info = read_stat(Path(f"/proc/{pid}"))
-        if info is not None and info.start == start and info.alive:
-            running.add(pid)
-    return running
+    infos = {pid: read_stat(Path(f"/proc/{pid}")) for pid in signalled}
+    return {p for p, i in infos.items() if i is not None and i.start == signalled[p] and i.alive}
 
 
 async def _ended(

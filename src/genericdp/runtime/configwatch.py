@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol, TypeVar, cast
+from typing import Protocol, TypeVar
 
 from inotify_simple import INotify, flags
 
@@ -94,16 +94,6 @@ class ReloadResult:
         """Whether the running resources changed."""
         return self.outcome is Outcome.APPLIED
 
-    @classmethod
-    def applied(cls, steps: Plan) -> ReloadResult:
-        return cls(
-            Outcome.APPLIED,
-            started=tuple(d.name for d in steps.start),
-            stopped=steps.stop,
-            updated=tuple(d.name for d in steps.update),
-            renewed=tuple(d.name for d in steps.renew),
-        )
-
     @property
     def summary(self) -> str:
         """``started a, stopped b, updated c`` (empty parts left out)."""
@@ -160,23 +150,19 @@ async def in_daemon_thread(func: Callable[[], T]) -> T:
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
 
-    def deliver(result: T | None, error: BaseException | None) -> None:
-        if future.done():  # the caller was cancelled
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(cast("T", result))
+    def deliver(outcome: Callable[[], None]) -> None:
+        if not future.done():  # else the caller was cancelled
+            outcome()
 
     def run() -> None:
-        result: T | None = None
-        error: BaseException | None = None
         try:
             result = func()
         except BaseException as exc:  # noqa: BLE001 -- handed to the awaiting coroutine
-            error = exc
+            outcome = functools.partial(future.set_exception, exc)
+        else:
+            outcome = functools.partial(future.set_result, result)
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-            loop.call_soon_threadsafe(deliver, result, error)
+            loop.call_soon_threadsafe(deliver, outcome)
 
     threading.Thread(target=run, name="config-load", daemon=True).start()
     return await future
@@ -262,7 +248,13 @@ class ConfigWatcher:
             await asyncio.to_thread(self._store.keep, sources)
         if steps.empty:
             return ReloadResult(Outcome.UNCHANGED)
-        return ReloadResult.applied(steps)
+        return ReloadResult(
+            Outcome.APPLIED,
+            started=tuple(d.name for d in steps.start),
+            stopped=steps.stop,
+            updated=tuple(d.name for d in steps.update),
+            renewed=tuple(d.name for d in steps.renew),
+        )
 
     def _log(self, result: ReloadResult) -> None:
         issues = "; ".join(result.issues)

@@ -185,22 +185,17 @@ class _Watches:
             )
 
     def read(self) -> DevChange:
-        """Read, classify and apply the waiting events: new directories are watched at once."""
+        """Read and classify the waiting events; forget dropped watches, watch new
+        directories at once, walk again if events were lost."""
         change = classify(self._inotify.read(timeout=0), self.dirs)
-        self.apply(change)
-        return change
-
-    def apply(self, change: DevChange) -> None:
-        """Forget dropped watches, watch new directories, walk again if events were lost."""
         for wd in change.dropped:
             self.dirs.pop(wd, None)
-        if change.root_lost:
-            return
-        if change.resync:
+        if change.resync and not change.root_lost:
             self.resync()
-            return
-        for relative in sorted(change.new_dirs):
-            self.add_tree(relative)
+        elif not change.root_lost:
+            for relative in sorted(change.new_dirs):
+                self.add_tree(relative)
+        return change
 
     def resync(self) -> None:
         """Walk the whole tree again; drop watches of directories no longer in it."""

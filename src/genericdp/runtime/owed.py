@@ -154,10 +154,9 @@ class Owed:
                 if strict:
                     for record in new:
                         self._handed.pop((record.resource, record.unit.id), None)
-                where = reason(exc)
                 raise RecordError(
                     f"cannot keep the owed cleanup of unit {new[0].unit.id} in the state"
-                    f" directory: {where}"
+                    f" directory: {reason(exc)}"
                 ) from exc
 
     def get(self, resource: str, unit_id: str) -> Record | None:

@@ -169,7 +169,7 @@ class ResourceRunner:
 
     async def _keep_owed(self, unit: Unit, in_use: frozenset[str]) -> None:
         """A unit held (of ``in_use``) is owed its cleanup, run once when it is released."""
-        if any(self.state.unit_of(d) == unit.id for d in in_use):
+        if any(self.state.ids.unit_of(d) == unit.id for d in in_use):
             await self._context.owed.kept(self._definition, (unit,))
 
     def _start_health(self) -> None:

@@ -128,9 +128,6 @@ class DeviceState:
     def ids(self) -> DeviceIds:
         return self._ids
 
-    def unit_of(self, device_id: str) -> str:
-        return self._ids.unit_of(device_id)
-
     @property
     def closed(self) -> bool:
         return self._closed
@@ -146,9 +143,8 @@ class DeviceState:
     @property
     def unhealthy(self) -> frozenset[str]:
         """Units advertised Unhealthy: failed, not probed yet, or missing a required node."""
-        if self._probed is None:
-            return self._unhealthy | self._incomplete
-        return self._unhealthy | self._incomplete | (self._units.keys() - self._probed)
+        unprobed = set() if self._probed is None else self._units.keys() - self._probed
+        return self._unhealthy | self._incomplete | unprobed
 
     @property
     def fault(self) -> str | None:

@@ -43,12 +43,9 @@ Statuses = Mapping[str, PluginStatus]
 
 
 class Supervisor:
-    """Runs the resources of a config, served by ``backend``.
-
-    ``discover`` and ``run_hook`` default to the real ones (tests pass their
-    own). ``node_labels`` are what ``nodeSelector`` matches (None: unknown, so
-    no resource with a selector is served) until ``set_node_labels``.
-    """
+    """Runs the resources of a config, served by ``backend``. ``node_labels`` are what
+    ``nodeSelector`` matches (None: unknown, so no resource with a selector is served)
+    until ``set_node_labels``."""
 
     def __init__(
         self,
@@ -109,14 +106,10 @@ class Supervisor:
 
         ``tidy`` False (``serve`` with nothing to serve until its config is
         fixed) keeps every CDI spec: the config that wrote them may come back."""
-        keep = [d.name for d in config.resources if d.allocate.cdi]
-        removed = (
-            await asyncio.to_thread(remove_stale_specs, self._settings.cdi_dir, keep)
-            if tidy
-            else []
-        )
-        for path in removed:
-            log.info("removed stale CDI spec %s", path)
+        if tidy:
+            keep = [d.name for d in config.resources if d.allocate.cdi]
+            for path in await asyncio.to_thread(remove_stale_specs, self._settings.cdi_dir, keep):
+                log.info("removed stale CDI spec %s", path)
         await asyncio.to_thread(self._owed.load)
         self._watch_uncleaned_soon()  # an admin may release what a predecessor recorded
         # Not awaited: once ready it asks every resource to rescan, so nothing is missed.
@@ -297,7 +290,7 @@ class Supervisor:
         """After ``runner`` stopped: clean its owed units nobody holds now (their
         cleanup was cut short by the stop)."""
         resource = runner.name
-        used = {runner.state.unit_of(d) for d in in_use(self._backend.usage, resource)}
+        used = {runner.state.ids.unit_of(d) for d in in_use(self._backend.usage, resource)}
         for unit_id in self._owed.units_of(resource):
             handed = self._owed.get(resource, unit_id)
             if (resource, unit_id) in self._owed.unsettled:

@@ -156,7 +156,6 @@ class EmbeddedKubelet:
         await self._halt(crashed=True)
 
     async def restart(self, *, crash: bool = False) -> None:
-        """Stop (or crash) and start again."""
         await self._halt(crashed=crash)
         await self.start()
 
