@@ -163,10 +163,9 @@ async def _serve(
 ) -> int:
     from genericdp.runtime.configwatch import start_config_watch
 
-    loop = asyncio.get_running_loop()
     signals = StopSignals()
     # Orphans of hooks come to us, so nothing a hook starts outlives its timeout.
-    SUBREAPER.enable(loop)
+    SUBREAPER.enable(asyncio.get_running_loop())
     metrics.track(supervisor)
     watches = TaskSet(log)
     started = asyncio.Event()  # the config is applied: /readyz may say yes
