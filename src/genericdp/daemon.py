@@ -311,10 +311,7 @@ def _no_api(settings: Settings) -> str | None:
 
 
 def serve_endpoints(
-    tasks: TaskSet,
-    address: ListenAddress | None,
-    metrics: Metrics,
-    ready: Callable[[], Verdict],
+    tasks: TaskSet, address: ListenAddress | None, metrics: Metrics, ready: Callable[[], Verdict]
 ) -> None:
     """Task ``http``: /metrics, /healthz and /readyz (none at ``address`` None)."""
     if address is None:

@@ -44,13 +44,7 @@ from genericdp.config.model import Exec
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.dra import metadata
 from genericdp.dra.cdispec import claim_spec, undelivered
-from genericdp.dra.checkpoint import (
-    PREPARED,
-    PREPARING,
-    Checkpoint,
-    PreparedClaim,
-    PreparedDevice,
-)
+from genericdp.dra.checkpoint import PREPARED, PREPARING, Checkpoint, PreparedClaim, PreparedDevice
 from genericdp.dra.inventory import Inventory, Located
 from genericdp.dra.turns import TurnError, Turns
 from genericdp.errors import GenericdpError, clip, cut, first_of
@@ -159,9 +153,7 @@ class Preparer:
         started = time.monotonic()
         result, outcome = await self._attempt(step, claim)
         record(self.driver, outcome, time.monotonic() - started)
-        if len(result.error) > MAX_ERROR_CHARS:
-            return ClaimResult(error=cut(result.error, MAX_ERROR_CHARS))
-        return result
+        return replace(result, error=cut(result.error, MAX_ERROR_CHARS))
 
     async def _attempt(self, step: _Step, claim: ClaimRef) -> tuple[ClaimResult, str]:
         """The claim's entry, and its ``result`` label (``CLAIM_RESULTS``)."""

@@ -275,11 +275,7 @@ def slice_key(name: str) -> str:
 
 
 def pool_slices(
-    by_resource: Mapping[str, Sequence[dict[str, Any]]],
-    *,
-    node: str,
-    driver: str,
-    generation: int,
+    by_resource: Mapping[str, Sequence[dict[str, Any]]], *, node: str, driver: str, generation: int
 ) -> dict[str, dict[str, Any]]:
     """The node's whole pool by key. A resource with no devices still gets one (empty)
     slice: the pool says it is served here with nothing available."""
@@ -304,11 +300,7 @@ def pool_slices(
             "spec": {
                 "driver": driver,
                 "nodeName": node,
-                "pool": {
-                    "name": node,
-                    "generation": generation,
-                    "resourceSliceCount": len(chunks),
-                },
+                "pool": {"name": node, "generation": generation, "resourceSliceCount": len(chunks)},
                 "devices": part,
             },
         }
