@@ -163,10 +163,9 @@ async def _serve(
 ) -> int:
     from genericdp.runtime.configwatch import start_config_watch
 
-    loop = asyncio.get_running_loop()
     signals = StopSignals()
     # Orphans of hooks come to us, so nothing a hook starts outlives its timeout.
-    SUBREAPER.enable(loop)
+    SUBREAPER.enable(asyncio.get_running_loop())
     metrics.track(supervisor)
     watches = TaskSet(log)
     started = asyncio.Event()  # the config is applied: /readyz may say yes
@@ -312,10 +311,7 @@ def _no_api(settings: Settings) -> str | None:
 
 
 def serve_endpoints(
-    tasks: TaskSet,
-    address: ListenAddress | None,
-    metrics: Metrics,
-    ready: Callable[[], Verdict],
+    tasks: TaskSet, address: ListenAddress | None, metrics: Metrics, ready: Callable[[], Verdict]
 ) -> None:
     """Task ``http``: /metrics, /healthz and /readyz (none at ``address`` None)."""
     if address is None:

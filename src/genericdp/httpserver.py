@@ -98,14 +98,10 @@ class HttpServer:
         routes: Mapping[str, Route],
         *,
         read_timeout: float = READ_TIMEOUT,
-        write_timeout: float = WRITE_TIMEOUT,
-        max_head: int = MAX_HEAD,
         max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self._routes = dict(routes)
         self._read_timeout = read_timeout
-        self._write_timeout = write_timeout
-        self._max_head = max_head
         self._max_connections = max_connections
         self._server: asyncio.Server | None = None
         # Oldest first (dicts keep insertion order): the order in which to shed.
@@ -119,7 +115,7 @@ class HttpServer:
             # asyncio.start_server, with a reader that counts what it gets.
             loop = asyncio.get_running_loop()
             self._server = await loop.create_server(
-                lambda: asyncio.StreamReaderProtocol(_CountingReader(self._max_head), self._handle),
+                lambda: asyncio.StreamReaderProtocol(_CountingReader(MAX_HEAD), self._handle),
                 address.host,
                 address.port,
             )
@@ -179,7 +175,7 @@ class HttpServer:
             self._connections[task] = connection
             response, head_only = await self._respond(reader)
             connection.reading = False
-            async with asyncio.timeout(self._write_timeout):
+            async with asyncio.timeout(WRITE_TIMEOUT):
                 writer.write(_encode(response, head_only=head_only))
                 await writer.drain()
         except (TimeoutError, ConnectionError):
@@ -190,7 +186,7 @@ class HttpServer:
             self._connections.pop(task, None)
             writer.close()
             with contextlib.suppress(Exception):
-                async with asyncio.timeout(self._write_timeout):
+                async with asyncio.timeout(WRITE_TIMEOUT):
                     await writer.wait_closed()
 
     def _make_room(self) -> bool:
@@ -222,7 +218,7 @@ class HttpServer:
         except TimeoutError:
             return _status(HTTPStatus.REQUEST_TIMEOUT, "request head too slow"), False
         except asyncio.LimitOverrunError:
-            too_large = f"request head larger than {self._max_head} bytes"
+            too_large = f"request head larger than {MAX_HEAD} bytes"
             return _status(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, too_large), False
         except asyncio.IncompleteReadError:
             return _status(HTTPStatus.BAD_REQUEST, "incomplete request"), False

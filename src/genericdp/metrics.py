@@ -291,9 +291,7 @@ class _StatusCollector(Collector):
             labels=["resource"],
         )
         registered = GaugeMetricFamily(
-            "genericdp_registered",
-            "1 while registered with the kubelet.",
-            labels=["resource"],
+            "genericdp_registered", "1 while registered with the kubelet.", labels=["resource"]
         )
         streams = GaugeMetricFamily(
             "genericdp_list_and_watch_streams",

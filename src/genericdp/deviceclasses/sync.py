@@ -40,7 +40,6 @@ WRITTEN = {"create": "created", "update": "updated"}
 
 
 def owned(obj: Mapping[str, Any], driver: str) -> bool:
-    """Whether DeviceClass ``obj`` carries our labels for ``driver``."""
     labels = (obj.get("metadata") or {}).get("labels") or {}
     return all(labels.get(k) == v for k, v in owner_labels(driver).items())
 

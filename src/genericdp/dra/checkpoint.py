@@ -1,11 +1,12 @@
 """Prepared claims, persisted so a restarted daemon answers and unprepares correctly.
 
 One JSON file (``checkpoint.json`` in the plugin directory), replaced atomically after every
-change. A claim is ``preparing`` before its hooks run and ``prepared`` once its CDI spec is
-written, so a daemon killed half way still runs cleanup when the kubelet unprepares. Each
-device records the ``cleanup`` hook it was handed out under, which its unprepare runs whatever
-selectors, reloads or restarts happened since; units whose cleanup cannot run are kept beside
-the file (``uncleaned.py``).
+change. A claim is ``preparing`` before its ``init`` and ``preStart`` hooks run and ``prepared``
+once its device metadata and CDI spec are written, so a daemon killed half way still runs
+cleanup when the kubelet unprepares. Each device records the ``cleanup`` hook it was handed
+out under, which its unprepare runs whatever selectors, reloads or restarts happened since (and
+whether or not the node serves the resource now); units whose cleanup cannot run are kept
+beside the file (``uncleaned.py``).
 
 The file lives on the host: its content is hostile input, and nothing in it is lost. An
 unusable file (not regular, too large, too many values, not JSON, another version) is moved to

@@ -1,11 +1,9 @@
 """NodePrepareResources and NodeUnprepareResources, on our types.
 
-A claim is ``preparing`` in the checkpoint before its ``init`` and ``preStart`` hooks run and
-``prepared`` once its device metadata and CDI spec are written. The kubelet retries, and calls
-again after its own restart: a claim already prepared gets the same answer, nothing runs again.
+The kubelet retries, and calls again after its own restart: a claim already prepared
+(``checkpoint.py``) gets the same answer, nothing runs again.
 
-Unprepare runs the ``cleanup`` hook each unit was handed out under (recorded in the
-checkpoint: it runs whether or not the node serves the resource now), removes the claim's CDI
+Unprepare runs the ``cleanup`` hook each unit was handed out under, removes the claim's CDI
 spec and metadata and forgets it. A claim we never prepared is a success: that is what the
 kubelet needs to move on. When the definition has left the config the unit is recorded as
 uncleaned instead (``uncleaned.py``) and prepare refuses it until an admin releases it.
@@ -44,13 +42,7 @@ from genericdp.config.model import Exec
 from genericdp.discovery.model import DeviceNode, Unit
 from genericdp.dra import metadata
 from genericdp.dra.cdispec import claim_spec, undelivered
-from genericdp.dra.checkpoint import (
-    PREPARED,
-    PREPARING,
-    Checkpoint,
-    PreparedClaim,
-    PreparedDevice,
-)
+from genericdp.dra.checkpoint import PREPARED, PREPARING, Checkpoint, PreparedClaim, PreparedDevice
 from genericdp.dra.inventory import Inventory, Located
 from genericdp.dra.turns import TurnError, Turns
 from genericdp.errors import GenericdpError, clip, cut, first_of
@@ -159,9 +151,7 @@ class Preparer:
         started = time.monotonic()
         result, outcome = await self._attempt(step, claim)
         record(self.driver, outcome, time.monotonic() - started)
-        if len(result.error) > MAX_ERROR_CHARS:
-            return ClaimResult(error=cut(result.error, MAX_ERROR_CHARS))
-        return result
+        return replace(result, error=cut(result.error, MAX_ERROR_CHARS))
 
     async def _attempt(self, step: _Step, claim: ClaimRef) -> tuple[ClaimResult, str]:
         """The claim's entry, and its ``result`` label (``CLAIM_RESULTS``)."""

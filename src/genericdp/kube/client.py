@@ -33,26 +33,7 @@ from genericdp.kube.answersize import LIST_PAGE, bound, one_budget
 from genericdp.kube.listwatch import BrokenWatchError, ExpiredError, version_of
 from genericdp.kube.watchlines import lines
 
-__all__ = [
-    "DEVICE_CLASS",
-    "RESOURCE_CLAIM",
-    "RESOURCE_SLICE",
-    "ApiRequestError",
-    "ApiSetupError",
-    "ApiTimeoutError",
-    "AsyncClient",
-    "answered",
-    "connect",
-    "get_claim",
-    "get_object",
-    "http_of",
-    "list_objects",
-    "list_version",
-    "read_pages",
-    "unanswered",
-    "version_of",
-    "watch_events",
-]
+__all__ = ["AsyncClient", "version_of"]  # re-exported for its users
 
 GROUP, VERSION = "resource.k8s.io", "v1"
 RESOURCE_SLICE = create_global_resource(GROUP, VERSION, "ResourceSlice", "resourceslices")

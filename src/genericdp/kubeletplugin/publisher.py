@@ -322,21 +322,21 @@ class SlicePublisher:
         generations = [int(obj["spec"]["pool"].get("generation", 0)) for obj in held.values()]
         self._generation = max([self._generation, *generations]) + 1
         wanted = self._wanted(self._generation)
+        gone = sorted(set(held) - set(wanted))
         # All slices at once: the pool is incomplete until the last one is written.
         self._writing = True
         try:
             outcomes = await asyncio.gather(
-                *(self._put(key, obj, held.get(key)) for key, obj in wanted.items()),
-                *(self._delete(key, held[key]) for key in sorted(set(held) - set(wanted))),
+                *(self._put(obj, held.get(key)) for key, obj in wanted.items()),
+                *(self._store.delete(_name(held[key])) for key in gone),
                 return_exceptions=True,
             )
         finally:
             self._writing = False
         try:
-            for outcome in outcomes:
-                if isinstance(outcome, BaseException):
-                    raise outcome
-                key, written = outcome
+            for key, written in zip([*wanted, *gone], outcomes, strict=True):
+                if isinstance(written, BaseException):
+                    raise written
                 if written is None:
                     held.pop(key, None)
                 else:
@@ -408,18 +408,12 @@ class SlicePublisher:
                 obj["metadata"]["ownerReferences"] = [dict(self._owner)]
         return pool
 
-    async def _put(
-        self, key: str, obj: dict[str, Any], old: dict[str, Any] | None
-    ) -> tuple[str, dict[str, Any]]:
+    async def _put(self, obj: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
         if old is None:
-            return key, await self._store.create(obj)  # named by the API server
+            return await self._store.create(obj)  # named by the API server
         obj["metadata"]["name"] = _name(old)
         obj["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
-        return key, await self._store.replace(obj)
-
-    async def _delete(self, key: str, old: dict[str, Any]) -> tuple[str, None]:
-        await self._store.delete(_name(old))
-        return key, None
+        return await self._store.replace(obj)
 
 
 def _same(wanted: dict[str, dict[str, Any]], held: dict[str, dict[str, Any]]) -> bool:

@@ -73,8 +73,7 @@ def _hex_id(value: str | None) -> str | None:
 
 def _pci_address(unit: Unit) -> str | None:
     for node in unit.nodes:
-        found = _PCI_ADDRESS.findall(node.sysfs_path or "")
-        if found:
+        if found := _PCI_ADDRESS.findall(node.sysfs_path or ""):
             return str(found[-1])
     return None
 
@@ -106,8 +105,7 @@ def standard_attributes(unit: Unit) -> dict[str, Attribute]:
         found[STANDARD_NUMA_NODE] = {"int": unit.numa_node}
     if unit.pci_bus_id is not None:
         found[STANDARD_PCI_BUS_ID] = {"string": unit.pci_bus_id}
-    root = _string(unit.pcie_root)
-    if root is not None:
+    if (root := _string(unit.pcie_root)) is not None:
         found[STANDARD_PCIE_ROOT] = root
     return found
 
@@ -216,8 +214,7 @@ def device(
     }
     found = discovered_attributes(unit)
     for name, given in (own or {}).items():
-        made = typed(given)
-        if made is not None:
+        if (made := typed(given)) is not None:
             found[name] = made
     for name, value in found.items():
         attributes.setdefault(name, value)
@@ -278,11 +275,7 @@ def slice_key(name: str) -> str:
 
 
 def pool_slices(
-    by_resource: Mapping[str, Sequence[dict[str, Any]]],
-    *,
-    node: str,
-    driver: str,
-    generation: int,
+    by_resource: Mapping[str, Sequence[dict[str, Any]]], *, node: str, driver: str, generation: int
 ) -> dict[str, dict[str, Any]]:
     """The node's whole pool by key. A resource with no devices still gets one (empty)
     slice: the pool says it is served here with nothing available."""
@@ -307,11 +300,7 @@ def pool_slices(
             "spec": {
                 "driver": driver,
                 "nodeName": node,
-                "pool": {
-                    "name": node,
-                    "generation": generation,
-                    "resourceSliceCount": len(chunks),
-                },
+                "pool": {"name": node, "generation": generation, "resourceSliceCount": len(chunks)},
                 "devices": part,
             },
         }

@@ -109,9 +109,8 @@ class EmbeddedDraKubelet:
     async def stop(self) -> None:
         await self._tasks.stop()
         await self._inotify.aclose()
-        for driver in list(self._plugins):
-            for plugin in list(self._plugins[driver]):
-                await self._drop(plugin)
+        for plugin in [p for plugins in self._plugins.values() for p in plugins]:
+            await self._drop(plugin)
         self._sockets.clear()
         self._record("stopped", "", "stopped")
 
