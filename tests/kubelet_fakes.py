@@ -74,13 +74,18 @@ class FakePlugin:
         context: _Context,  # noqa: ARG002 -- the gRPC method's signature
     ) -> AsyncIterator[pb.ListAndWatchResponse]:
         self.streams_opened += 1
+        ended = False
         try:
             yield pb.ListAndWatchResponse(devices=self.devices)
             while (update := await self._updates.get()) is not None:
                 yield pb.ListAndWatchResponse(devices=update)
-        except asyncio.CancelledError:
-            self.stream_cancelled.set()
-            raise
+            ended = True
+        finally:
+            # Cancelled by the client: gRPC cancels the handler's task, which reaches this
+            # generator as CancelledError when it waits for an update, or, when the task
+            # was still sending (a loaded machine), as GeneratorExit once it is closed.
+            if not ended:
+                self.stream_cancelled.set()
 
     async def GetPreferredAllocation(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket as socketlib
 from pathlib import Path
 
@@ -205,7 +206,8 @@ async def test_old_stream_ending_disconnects_the_newer_client(kubelet: EmbeddedK
             await kubelet.wait_until(has(SERIAL, capacity=1, allocatable=1))
             await kubelet.wait_until(lambda k: k.resources[SERIAL].streams == 2)
             first.end()
-            await second.stream_cancelled.wait()
+            async with asyncio.timeout(10):  # a bound, not a wait: it fails instead of hanging
+                await second.stream_cancelled.wait()
             await kubelet.wait_until(lambda k: not k.resources[SERIAL].connected)
             snap = kubelet.resources[SERIAL]
             assert (snap.capacity, snap.allocatable, snap.streams) == (1, 0, 0)
