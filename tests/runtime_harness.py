@@ -156,13 +156,23 @@ class Running:
         predicate: Callable[[EmbeddedKubelet], bool],
         timeout: float = 5.0,  # noqa: ASYNC109
     ) -> None:
-        """Wait until ``predicate(kubelet)`` holds, checked again at every change of the
-        kubelet and of the daemon's statuses (a predicate may read both, and the
-        daemon often changes last: it marks itself registered after the kubelet's
-        events). Raises the kubelet's TimeoutError, describing its state."""
-        kubelet_side = asyncio.ensure_future(self.kubelet.wait_until(predicate, timeout))
+        """Wait until ``predicate(kubelet)`` holds and every plugin the kubelet streams
+        from has heard its Register answered, checked again at every change of the
+        kubelet and of the daemon's statuses: the kubelet dials the plugin and reads its
+        list before the Register call returns, so the daemon changes last, and a test
+        reading ``supervisor.status()`` after this sees what the kubelet sees. Raises
+        the kubelet's TimeoutError, describing its state."""
+
+        def settled(kubelet: EmbeddedKubelet) -> bool:
+            statuses = self.supervisor.status()
+            streamed = (n for n, snap in kubelet.resources.items() if snap.connected)
+            return predicate(kubelet) and all(
+                statuses[n].registered for n in streamed if n in statuses
+            )
+
+        kubelet_side = asyncio.ensure_future(self.kubelet.wait_until(settled, timeout))
         daemon_side = asyncio.ensure_future(
-            self.supervisor.wait_for(lambda _: predicate(self.kubelet), timeout=timeout)
+            self.supervisor.wait_for(lambda _: settled(self.kubelet), timeout=timeout)
         )
         try:
             await asyncio.wait((kubelet_side, daemon_side), return_when=asyncio.FIRST_COMPLETED)
