@@ -55,13 +55,7 @@ def choose_devices(
     if count > len(available):
         raise ValueError(f"cannot choose {count} of {len(available)} devices")
     allowed = set(available)
-    chosen: dict[str, None] = {}
-    for device_id in (*preferred, *available):
-        if len(chosen) == count:
-            break
-        if device_id in allowed:
-            chosen[device_id] = None
-    return tuple(chosen)
+    return tuple(dict.fromkeys(d for d in (*preferred, *available) if d in allowed))[:count]
 
 
 class Admission:
