@@ -196,7 +196,6 @@ class DraDriver:
             await self._serve_dra()
         if not self.registration.intact():
             log.warning(
-                "the registration socket %s was removed: serving it again",
-                self.registration.socket,
+                "the registration socket %s was removed: serving it again", self.registration.socket
             )
             await self.registration.start()
