@@ -164,9 +164,7 @@ class UsageTracker:
             holders = devices.pop(device_id, set())
             if holders:
                 freed.setdefault(unit_id_of(device_id), []).append(device_id)
-            for holder in holders:
-                if holder != HANDED_OUT:
-                    self._stale.add((resource, device_id, holder))
+            self._stale.update((resource, device_id, h) for h in holders if h != HANDED_OUT)
         for unit_id, ids in freed.items():
             held[unit_id] -= len(ids)
         if freed:
