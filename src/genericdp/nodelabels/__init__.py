@@ -136,7 +136,6 @@ class LabelFollower:
     sink: LabelSink
     node_name: str
     recorder: Recorder = NO_METRICS
-    settle: float = LABELS_SETTLE
     backoff: Backoff = field(default_factory=lambda: Backoff(initial=0.5, maximum=30.0))
     _published: Labels | None = field(default=None, init=False)
     _known: bool = field(default=False, init=False)
@@ -152,7 +151,7 @@ class LabelFollower:
                 await wait_any(events, self.backoff.next())
                 continue
             await wait_any(events, None)
-            await asyncio.sleep(self.settle)  # the rest of a burst joins this change
+            await asyncio.sleep(LABELS_SETTLE)  # the rest of a burst joins this change
 
     def labels(self) -> dict[str, str]:
         """The node's labels now; a key two resources publish is the first's by name. A
