@@ -131,7 +131,7 @@ async def test_a_checkpoint_of_another_version_keeps_every_claim_spec(base: Path
     """A rollback meets a newer file: it is kept aside byte for byte, and the live
     claim's spec survives this start and the next (while the file stays aside)."""
     spec = await _prepared_spec(base)
-    path = _paths(base).plugin_dir(DRIVER) / "checkpoint.json"
+    path = _paths(base).plugins_dir / DRIVER / "checkpoint.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     newer = json.dumps({"version": 2, "claims": [{"uid": claim().uid}]}).encode()
     path.write_bytes(newer)
@@ -150,7 +150,7 @@ async def test_a_checkpoint_of_another_version_keeps_every_claim_spec(base: Path
 async def test_an_unparseable_checkpoint_keeps_every_claim_spec(base: Path) -> None:
     """Half a file (a full disk, a bad edit): kept aside, no spec removed."""
     spec = await _prepared_spec(base)
-    path = _paths(base).plugin_dir(DRIVER) / "checkpoint.json"
+    path = _paths(base).plugins_dir / DRIVER / "checkpoint.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b'{"version": 1, "claims": {"')
     await _start_and_close(base)
@@ -161,7 +161,7 @@ async def test_an_unparseable_checkpoint_keeps_every_claim_spec(base: Path) -> N
 async def test_a_dropped_entry_keeps_its_claims_spec(base: Path) -> None:
     """An entry of unexpected shape is dropped, but the spec of its UID stays."""
     spec = await _prepared_spec(base)
-    path = _paths(base).plugin_dir(DRIVER) / "checkpoint.json"
+    path = _paths(base).plugins_dir / DRIVER / "checkpoint.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"version": 1, "claims": {claim().uid: {"state": "odd"}}}))
     await _start_and_close(base)

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import random
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -171,6 +171,19 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:  # no
     except TimeoutError:
         return False
     return True
+
+
+async def wait_any(events: Sequence[asyncio.Event], timeout: float | None) -> None:  # noqa: ASYNC109
+    """Until one of ``events`` is set, or ``timeout`` seconds pass (None: no limit)."""
+    if any(e.is_set() for e in events):
+        return
+    waiters = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
 
 
 async def next_by(items: AsyncIterator[_T], deadline: float) -> _T:

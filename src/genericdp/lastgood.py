@@ -123,8 +123,7 @@ class LastGood:
                 raise _StateError("is a symbolic link: never followed") from exc
             raise _StateError(f"cannot be read: {reason(exc)}") from exc
         with os.fdopen(fd, "rb", buffering=0) as file:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise _StateError("is not a regular file")
             data = file.read(MAX_STATE_BYTES + 1)
         if len(data) > MAX_STATE_BYTES:

@@ -87,8 +87,7 @@ def _probe_text(definition: ResourceDefinition) -> str | None:
     check = definition.health
     if check is None:
         return None
-    problem = probe_problem(definition)
-    if problem is not None:
+    if problem := probe_problem(definition):
         return problem
     what = f"command {check.exec.argv[0]}" if check.exec else "sysfs attribute"
     return (

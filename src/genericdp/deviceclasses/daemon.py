@@ -46,10 +46,6 @@ def lease_namespace(settings: ClassSettings, path: Path = SERVICE_ACCOUNT_NAMESP
         ) from err
 
 
-def identity(settings: ClassSettings) -> str:
-    return settings.identity or f"{socket.gethostname()}-{os.getpid()}"
-
-
 class Readiness:
     """/readyz: ready once a config is applied; not while the one at start is invalid."""
 
@@ -114,7 +110,7 @@ async def _run(settings: ClassSettings, api: ClassApi, namespace: str) -> int:
         Leases(api.client),
         namespace=namespace,
         name=settings.lease,
-        identity=identity(settings),
+        identity=settings.identity or f"{socket.gethostname()}-{os.getpid()}",
         duration=settings.lease_duration,
         changed=lambda _leading: reconciler.wake() if reconciler else None,
     )

@@ -47,9 +47,7 @@ class Allocator:
         self._cleaner = cleaner
 
     async def allocate(
-        self,
-        requests: Sequence[tuple[str, ...]],
-        encode: Callable[[Sequence[Allocation]], _Answer],
+        self, requests: Sequence[tuple[str, ...]], encode: Callable[[Sequence[Allocation]], _Answer]
     ) -> _Answer:
         """Plan every container's allocation, ``encode`` the answer, then commit: a
         refused Allocate (unknown IDs, a path escaping its template, an answer

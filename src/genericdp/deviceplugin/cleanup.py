@@ -143,8 +143,7 @@ class Cleaner:
                     "out of service until its cleanup passes" if retry else "removed, not retried"
                 )
                 log.error("%s: unit %s %s: %s", name, unit.id, what, exc)
-                if not retry:
-                    # a gone unit's one cleanup, passed or not
+                if not retry:  # a gone unit's one cleanup, passed or not
                     await self._owed.done(name, unit.id)
                 return False
             await self._owed.done(name, unit.id)

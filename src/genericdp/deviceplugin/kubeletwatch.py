@@ -57,10 +57,8 @@ async def watch_plugin_dir(
 ) -> None:
     """Report changes in ``plugin_dir`` until cancelled; KubeletError when the directory
     cannot be watched or goes away (the caller's guard restarts the watch)."""
-    async with inotify_events(lambda exc: KubeletError(f"cannot start inotify: {exc}")) as (
-        inotify,
-        readable,
-    ):
+    started = inotify_events(lambda exc: KubeletError(f"cannot start inotify: {exc}"))
+    async with started as (inotify, readable):
         try:
             inotify.add_watch(plugin_dir, _MASK)
         except OSError as exc:

@@ -124,9 +124,7 @@ class ResourcePlugin:
         ]
 
     async def allocate(
-        self,
-        requests: Sequence[tuple[str, ...]],
-        encode: Callable[[Sequence[Allocation]], _Answer],
+        self, requests: Sequence[tuple[str, ...]], encode: Callable[[Sequence[Allocation]], _Answer]
     ) -> _Answer:
         return await self._allocator.allocate(requests, encode)
 

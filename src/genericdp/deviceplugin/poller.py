@@ -22,11 +22,7 @@ class ListPods(Protocol):
     """A ``PodResourcesLister``, or a stand-in with its signature."""
 
     def __call__(
-        self,
-        socket: Path,
-        *,
-        timeout: float = 5.0,
-        resources: AbstractSet[str] | None = None,
+        self, socket: Path, *, timeout: float = 5.0, resources: AbstractSet[str] | None = None
     ) -> Awaitable[tuple[PodDevices, ...]]: ...
 
 

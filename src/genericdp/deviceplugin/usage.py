@@ -33,7 +33,7 @@ class UsageTracker:
         # resource -> unit -> held replica IDs, built on demand from _holders
         # (so an Allocate's claim never scans everything held).
         self._unit_counts: dict[str, Counter[str]] = {}
-        self._baseline = False
+        self.has_baseline = False  # a List has answered since start (or ``forget``)
         # Lists answered so far, and the count when our Allocate gave each ID out (``held``).
         self._lists = 0
         self._handed_at: dict[tuple[str, str], int] = {}
@@ -49,14 +49,10 @@ class UsageTracker:
         # Set by every hand-out: the poller, resting while nothing is held, wakes.
         self.handing_out = asyncio.Event()
 
-    @property
-    def has_baseline(self) -> bool:  # a List has answered since start (or ``forget``)
-        return self._baseline
-
     def holds_nothing(self) -> bool:
         """Whether a List answered and nobody holds anything of ours: neither a
         container List showed nor an ID our Allocate gave out."""
-        return self._baseline and not any(
+        return self.has_baseline and not any(
             holders for devices in self._holders.values() for holders in devices.values()
         )
 
@@ -106,7 +102,7 @@ class UsageTracker:
         }
         self._stale.clear()
         self._unit_counts = {}
-        self._baseline = False
+        self.has_baseline = False
         self._last_listed = None
 
     def repeats(self, pods: Iterable[PodDevices]) -> bool:
@@ -153,8 +149,8 @@ class UsageTracker:
             for (r, d), n in self._handed_at.items()
             if current.get(r, {}).get(d) == {HANDED_OUT}
         }
-        if not self._baseline:
-            self._baseline = True
+        if not self.has_baseline:
+            self.has_baseline = True
             return ()
         return released_units(previous, self.snapshot())
 
@@ -168,9 +164,7 @@ class UsageTracker:
             holders = devices.pop(device_id, set())
             if holders:
                 freed.setdefault(unit_id_of(device_id), []).append(device_id)
-            for holder in holders:
-                if holder != HANDED_OUT:
-                    self._stale.add((resource, device_id, holder))
+            self._stale.update((resource, device_id, h) for h in holders if h != HANDED_OUT)
         for unit_id, ids in freed.items():
             held[unit_id] -= len(ids)
         if freed:

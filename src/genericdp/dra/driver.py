@@ -51,9 +51,6 @@ class DriverPaths:
     plugins_dir: Path  # /var/lib/kubelet/plugins
     cdi_dir: Path  # /var/run/cdi
 
-    def plugin_dir(self, driver: str) -> Path:
-        return self.plugins_dir / driver
-
 
 class DraDriver:
     """The driver's sockets and state; ``start`` then ``close``."""
@@ -73,7 +70,7 @@ class DraDriver:
         self.driver = driver
         self.paths = paths
         self.inventory = Inventory(node_name)
-        plugin_dir = paths.plugin_dir(driver)
+        plugin_dir = paths.plugins_dir / driver
         self.dra_socket = dra_socket(plugin_dir, driver, pod_uid)
         self._pod_uid = pod_uid
         self.checkpoint = Checkpoint(plugin_dir / FILE_NAME)
@@ -175,10 +172,8 @@ class DraDriver:
         directories = sorted({self.dra_socket.parent, self.registration.socket.parent})
         for directory in directories:  # removed ones come back, as on start
             await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)
-        async with inotify_events(lambda exc: KubeletError(f"cannot start inotify: {exc}")) as (
-            inotify,
-            readable,
-        ):
+        started = inotify_events(lambda exc: KubeletError(f"cannot start inotify: {exc}"))
+        async with started as (inotify, readable):
             for directory in directories:
                 try:
                     inotify.add_watch(directory, _MASK)
@@ -201,7 +196,6 @@ class DraDriver:
             await self._serve_dra()
         if not self.registration.intact():
             log.warning(
-                "the registration socket %s was removed: serving it again",
-                self.registration.socket,
+                "the registration socket %s was removed: serving it again", self.registration.socket
             )
             await self.registration.start()

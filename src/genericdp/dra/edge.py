@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Protocol
 
+from genericdp.aio import wait_any
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
 from genericdp.dra.inventory import Inventory
@@ -86,7 +87,7 @@ class DraEdge:
             if not self.handed.is_set():
                 self.handed.set()
                 self._on_status()
-            await _either(changed, self._refreshed)
+            await wait_any((changed, self._refreshed), None)
 
     def refresh(self) -> None:
         """Publish again: what the driver keeps out of service changed."""
@@ -167,15 +168,6 @@ class DraEdge:
             log.error("%s", message)
             self._last_error = message
             self._on_status()
-
-
-async def _either(first: asyncio.Event, second: asyncio.Event) -> None:
-    waits = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
-    try:
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for wait in waits:
-            wait.cancel()
 
 
 def gone_message(unit: Unit) -> str:

@@ -65,15 +65,14 @@ class Inventory:
 
     def set_resource(self, definition: ResourceDefinition, units: Sequence[Unit]) -> None:
         """The resource's definition and current units (discovery, reload)."""
-        held = self._resources.get(definition.name)
-        probed = definition.health is not None
         found = {u.id: u for u in units}
-        if held is not None and (held.definition, held.units) == (definition, found):
-            return  # a rescan that found what was there
+        held = self._resources.get(definition.name)
         if held is None:
-            held = self._resources[definition.name] = _Resource(definition, {}, probed)
-        held.definition, held.probed = definition, probed
-        held.units = found
+            held = self._resources[definition.name] = _Resource(definition, found, False)
+        elif (held.definition, held.units) == (definition, found):
+            return  # a rescan that found what was there
+        held.definition, held.units = definition, found
+        held.probed = definition.health is not None
         held.updated = time.time()
         self._reindex()
 
@@ -122,8 +121,7 @@ class Inventory:
             elif unit_id not in held.seen:
                 state, message = Health.UNKNOWN, "not probed yet"
             elif unit_id in held.unhealthy:
-                state = Health.UNHEALTHY
-                message = messages.get(unit_id) or "health probe failed"
+                state, message = Health.UNHEALTHY, messages.get(unit_id) or "health probe failed"
             else:
                 state, message = Health.HEALTHY, ""
             out.append(DeviceHealth(name, state, message, held.updated))

@@ -113,10 +113,8 @@ class Turns:
         when the directory cannot be watched (the guard starts over with backoff)."""
         directory = self.checkpoint.path.parent
         await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)
-        async with inotify_events(lambda exc: KubeletError(f"cannot start inotify: {exc}")) as (
-            inotify,
-            readable,
-        ):
+        started = inotify_events(lambda exc: KubeletError(f"cannot start inotify: {exc}"))
+        async with started as (inotify, readable):
             try:
                 inotify.add_watch(directory, _WATCH | flags.DELETE_SELF | flags.MOVE_SELF)
             except OSError as exc:

@@ -54,12 +54,10 @@ class Followed(Protocol):
 
     async def relist(self) -> str:
         """List, take in what the list holds; its resourceVersion."""
-        ...
 
     def follow(self, version: str, seconds: int) -> AsyncIterator[str]:
         """One watch request from ``version`` that the server ends after ``seconds``:
         take in each event, yield its resourceVersion."""
-        ...
 
 
 @dataclass

@@ -102,11 +102,9 @@ class Backend(Protocol):
 
     def devices(self) -> tuple[int, Sequence[DeviceInfo]]:
         """The current version and device list (maybe lazy: iterate, do not copy)."""
-        ...
 
     async def wait_devices(self, version: int) -> int | None:
         """Wait for a version other than ``version``; None when the plugin stops."""
-        ...
 
     async def allocate(
         self,
@@ -115,7 +113,6 @@ class Backend(Protocol):
     ) -> _Answer:
         """Plan the containers' allocations, ``encode`` the answer, then commit them
         (claims, init hooks): whatever ``encode`` refuses has had no side effect."""
-        ...
 
     def preferred(self, requests: Sequence[PreferredRequest]) -> list[tuple[str, ...]]: ...
 
@@ -123,7 +120,6 @@ class Backend(Protocol):
 
     def stream_opened(self) -> int:
         """A ListAndWatch stream opened; returns a token for ``stream_closed``."""
-        ...
 
     def stream_closed(self, token: int, *, by_peer: bool) -> None: ...
 

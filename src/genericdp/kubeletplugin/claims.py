@@ -83,4 +83,3 @@ class ClaimSource(Protocol):
         """Our driver's results in the claim's allocation (status.allocation.devices.results
         with driver == ours). Raises ClaimError when the claim is gone, its UID differs,
         or it is not allocated."""
-        ...

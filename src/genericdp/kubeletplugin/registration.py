@@ -31,10 +31,7 @@ class RegistrationService:
 
     def __init__(self, driver: str, endpoint: Path, services: Sequence[str]) -> None:
         self._info = reg_pb.PluginInfo(
-            type=PLUGIN_TYPE,
-            name=driver,
-            endpoint=str(endpoint),
-            supported_versions=list(services),
+            type=PLUGIN_TYPE, name=driver, endpoint=str(endpoint), supported_versions=list(services)
         )
         self.registered = False
         self.registrations = 0  # successful verdicts since start

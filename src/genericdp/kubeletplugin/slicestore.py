@@ -30,7 +30,6 @@ class SliceStore(Protocol):
     async def owner(self) -> dict[str, str] | None:
         """The ownerReference to the node's Node object, or None when it cannot be read
         (not there, or no access): then the slices carry no owner."""
-        ...
 
     async def list(self) -> Listing: ...
 
@@ -38,16 +37,12 @@ class SliceStore(Protocol):
         """``(ADDED|MODIFIED|DELETED|BOOKMARK, slice)`` after ``version``, in order, as
         one watch request that the server ends after ``seconds`` (or sooner); raises
         ``ExpiredError`` (``kube/listwatch.py``) when ``version`` cannot be watched from."""
-        ...
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         """What the server holds now of ``obj``, named by it from ``generateName``."""
-        ...
 
     async def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Replace the slice at ``obj``'s ``resourceVersion``; what the server holds now."""
-        ...
 
     async def delete(self, name: str) -> None:
         """Delete slice ``name``; one already gone is no error."""
-        ...

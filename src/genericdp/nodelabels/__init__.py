@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from genericdp.aio import Backoff
+from genericdp.aio import Backoff, wait_any
 from genericdp.allocation.render import template_context
 from genericdp.config.model import ResourceDefinition
 from genericdp.config.templates import allocation_budget, compile_label_template
@@ -41,7 +41,6 @@ class LabelSink(Protocol):
 
     async def current(self) -> Labels | None:
         """What is published now (None: something must be written whatever the labels)."""
-        ...
 
     async def publish(self, labels: Labels) -> None: ...  # replacing all others
 
@@ -52,7 +51,6 @@ class LabelSource(Protocol):
     def labelled(self) -> Iterable[tuple[ResourceDefinition, DeviceState, bool]]:
         """Each resource, its state, and whether that is settled (its first scan and
         probes done: before, a unit not found yet is not a unit gone)."""
-        ...
 
     def next_change(self) -> asyncio.Event: ...  # set when the resources change
 
@@ -138,7 +136,6 @@ class LabelFollower:
     sink: LabelSink
     node_name: str
     recorder: Recorder = NO_METRICS
-    settle: float = LABELS_SETTLE
     backoff: Backoff = field(default_factory=lambda: Backoff(initial=0.5, maximum=30.0))
     _published: Labels | None = field(default=None, init=False)
     _known: bool = field(default=False, init=False)
@@ -151,10 +148,10 @@ class LabelFollower:
         while True:
             events = self._events()
             if not await self._sync():
-                await _first_of(events, self.backoff.next())
+                await wait_any(events, self.backoff.next())
                 continue
-            await _first_of(events, None)
-            await asyncio.sleep(self.settle)  # the rest of a burst joins this change
+            await wait_any(events, None)
+            await asyncio.sleep(LABELS_SETTLE)  # the rest of a burst joins this change
 
     def labels(self) -> dict[str, str]:
         """The node's labels now; a key two resources publish is the first's by name. A
@@ -222,16 +219,3 @@ class LabelFollower:
         self.recorder.label_write(ok=True)
         log.info("node labels: %s holds %d label(s)", self.sink.what, len(labels))
         return True
-
-
-async def _first_of(events: Sequence[asyncio.Event], seconds: float | None) -> None:
-    """Until one of ``events`` is set, or ``seconds`` pass (None: no limit)."""
-    if any(e.is_set() for e in events):
-        return
-    waiters = [asyncio.ensure_future(e.wait()) for e in events]
-    try:
-        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
-        await asyncio.gather(*waiters, return_exceptions=True)

@@ -57,26 +57,21 @@ class Fleet(Protocol):
     @property
     def tasks(self) -> TaskSet:
         """Where the backend spawns its daemon-wide tasks (the supervisor stops them)."""
-        ...
 
     def watched(self) -> frozenset[str]:
         """The resources whose holds matter: served, stopping, or owed a cleanup."""
-        ...
 
     def edges(self) -> Iterable[Edge]: ...
 
     def kick(self, reason: str) -> None:
         """Kick every ``Kickable`` edge whose first scan is done (the kubelet restarted)."""
-        ...
 
     def released(self, releases: Iterable[Release]) -> None:
         """Nobody holds these units of resources no edge serves: their owed cleanups run."""
-        ...
 
     def usage_changed(self) -> None:
         """What containers hold changed, or was learnt (the PodResources poller's
         first answer): every resource's list follows it."""
-        ...
 
 
 class Backend(Protocol):
@@ -88,29 +83,24 @@ class Backend(Protocol):
     @property
     def settled_timeout(self) -> float:
         """How long a resource's first wake waits for ``usage.settled`` (0: not at all)."""
-        ...
 
     @property
     def owed_records(self) -> str | None:
         """The prefix of the files that keep its owed cleanups in ``stateDir``
         (``runtime/owedrecords.py``); None: it keeps them itself (DRA's checkpoint)."""
-        ...
 
     @property
     def where(self) -> str:
         """Where it serves, for the daemon's first line."""
-        ...
 
     def edge(self, parts: ResourceParts) -> Edge: ...
 
     async def start(self, fleet: Fleet) -> None:
         """Before the first apply: tidy what a predecessor left and spawn the
         daemon-wide tasks in ``fleet.tasks``."""
-        ...
 
     def started(self, fleet: Fleet) -> None:
         """After the first apply: tasks that need the resources known."""
-        ...
 
     def gauges(self) -> tuple[Gauge, ...]: ...
 
@@ -122,15 +112,12 @@ class KeepsRecords(Protocol):
 
     def configured(self, config: Config) -> None:
         """The config being applied: every resource of it, served on this node or not."""
-        ...
 
     def notes(self) -> tuple[str, ...]:
         """What ``/readyz`` should list without failing (units kept out of service)."""
-        ...
 
     def shutting_down(self) -> None:
         """The daemon is stopping, not reloading (the DRA slices outlast it)."""
-        ...
 
 
 @runtime_checkable
@@ -142,7 +129,6 @@ class Registers(Protocol):
 
     def renews(self, before: ResourceDefinition, after: ResourceDefinition) -> bool:
         """Whether this change must be told to the kubelet anew (a new socket)."""
-        ...
 
 
 def device_ids(backend: Backend, definition: ResourceDefinition) -> DeviceIds:

@@ -39,18 +39,15 @@ class Edge(Protocol):
 
     async def run(self) -> None:
         """Serve the kubelet until cancelled (restarted with backoff after a failure)."""
-        ...
 
     def wake(self) -> None:
         """The first scan is done: tell the kubelet."""
-        ...
 
     def status(self) -> PluginStatus: ...
 
     async def close(self) -> tuple[str, ...]:
         """Stop serving the kubelet; called after ``run`` is cancelled. The names of
         its own tasks that did not stop."""
-        ...
 
 
 @runtime_checkable
@@ -60,4 +57,3 @@ class Kickable(Protocol):
     def kick(self, reason: str, *, renew: bool = False) -> None:
         """Tell the kubelet again: it restarted, or (``renew``) the definition changed
         in a way it must hear anew (``Registers.renews``)."""
-        ...

@@ -115,11 +115,7 @@ class TimedHooks:
     """A ``HookRunner`` that reports each run's result and duration, then the same outcome."""
 
     def __init__(
-        self,
-        inner: HookRunner,
-        recorder: Recorder,
-        *,
-        clock: Callable[[], float] = time.monotonic,
+        self, inner: HookRunner, recorder: Recorder, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._inner = inner
         self._recorder = recorder

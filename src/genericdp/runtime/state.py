@@ -40,7 +40,6 @@ class DeviceIds(Protocol):
         """What the listed units' IDs are made of: equal shapes, equal lists.
 
         ``listed`` is lazy: a naming that does not follow use ignores it."""
-        ...
 
 
 @dataclass(frozen=True)

@@ -30,13 +30,11 @@ class HandOuts(Protocol):
 
     def in_use(self, resource: str) -> frozenset[str]:
         """IDs held, or handed out and not yet seen released (what cleanup follows)."""
-        ...
 
     def units_in_use(self, resource: str) -> frozenset[str]: ...  # units with an ID in use
 
     def watch(self, resource: str, callback: Callable[[], None] | None) -> None:
         """Call ``callback`` whenever an Allocate changes what ``resource`` holds (None stops)."""
-        ...
 
 
 def in_use(usage: Usage, resource: str) -> frozenset[str]:

@@ -55,13 +55,7 @@ def choose_devices(
     if count > len(available):
         raise ValueError(f"cannot choose {count} of {len(available)} devices")
     allowed = set(available)
-    chosen: dict[str, None] = {}
-    for device_id in (*preferred, *available):
-        if len(chosen) == count:
-            break
-        if device_id in allowed:
-            chosen[device_id] = None
-    return tuple(chosen)
+    return tuple(dict.fromkeys(d for d in (*preferred, *available) if d in allowed))[:count]
 
 
 class Admission:
@@ -79,20 +73,17 @@ class Admission:
         self.allocations: dict[_Key, ContainerAllocation] = {}
         self._responses: dict[_Key, pb.AllocateResponse] = {}
         self._lock = asyncio.Lock()
-        # (resource, IDs) of the Allocate in flight; restored on failure, as the kubelet
-        self._allocating: tuple[str, tuple[str, ...]] | None = None
+        # resource -> IDs of the Allocate in flight; restored on failure, as the kubelet
+        self._allocating: dict[str, tuple[str, ...]] = {}
 
     def allocated(self, resource: str) -> frozenset[str]:
         """IDs of ``resource`` held by some container, or being allocated to one."""
-        pending = (
-            self._allocating[1] if self._allocating and self._allocating[0] == resource else ()
-        )
         return frozenset(
             device_id
             for alloc in self.allocations.values()
             if alloc.resource == resource
             for device_id in alloc.device_ids
-        ).union(pending)
+        ).union(self._allocating.get(resource, ()))
 
     async def allocate(
         self,
@@ -140,13 +131,13 @@ class Admission:
                     f"device plugin GetPreferredAllocation rpc failed with err: {rpc_error(exc)}"
                 ) from exc
         chosen = choose_devices(available, count, preferred)
-        self._allocating = (resource, chosen)
+        self._allocating = {resource: chosen}
         try:
             response = await endpoint.allocate(chosen)
         except grpc.aio.AioRpcError as exc:
             raise admission_error(rpc_error(exc)) from exc
         finally:
-            self._allocating = None
+            self._allocating = {}
         if not response.container_responses:
             raise admission_error(f"no containers return in allocation response {response}")
         numa = {d: state.devices[d].numa_nodes for d in chosen if d in state.devices}

@@ -65,9 +65,7 @@ class PodResourcesServicer:
         return pr.ListPodResourcesResponse(pod_resources=pod_resources(self._allocations()))
 
     async def Get(  # noqa: N802 -- the gRPC method name
-        self,
-        request: pr.GetPodResourcesRequest,
-        context: _Context,
+        self, request: pr.GetPodResourcesRequest, context: _Context
     ) -> pr.GetPodResourcesResponse:
         """One pod, or the kubelet's not-found error."""
         mine = [
