@@ -1,12 +1,10 @@
-"""The embedded kubelet's admission edge cases and its PodResources Get/GetAllocatableResources."""
+"""The embedded kubelet's admission edge cases."""
 
 from __future__ import annotations
 
 import grpc
 import pytest
 
-from genericdp.grpcservices import Stub
-from genericdp.kubelet.api import podresources_pb2 as pr
 from genericdp.kubelet.embedded import AllocationError
 from tests.kubelet_fakes import (
     SERIAL,
@@ -17,10 +15,6 @@ from tests.kubelet_fakes import (
     registered,
     three_devices,
 )
-
-
-def lister(channel: grpc.aio.Channel) -> Stub:
-    return Stub(channel, pr.DESCRIPTOR.services_by_name["PodResourcesLister"])
 
 
 async def test_pre_start_failure_keeps_the_allocation(kubelet: EmbeddedKubelet) -> None:
@@ -88,30 +82,3 @@ async def test_released_devices_can_be_allocated_again(kubelet: EmbeddedKubelet)
         assert kubelet.release("default", "p1") == 1
         await kubelet.allocate(SERIAL, 1, pod="p2")
     assert [p.pod for p in kubelet.pod_devices()] == ["p2"]
-
-
-async def test_get_and_allocatable_resources_over_the_socket(kubelet: EmbeddedKubelet) -> None:
-    """Get shows one pod's devices with NUMA; GetAllocatableResources lists healthy devices."""
-    assert kubelet.pod_resources_socket is not None
-    plugin = FakePlugin(three_devices())
-    async with (
-        registered(kubelet, plugin),
-        grpc.aio.insecure_channel(f"unix:{kubelet.pod_resources_socket}") as channel,
-    ):
-        await kubelet.wait_until(has(SERIAL, capacity=3, allocatable=2))
-        await kubelet.allocate(SERIAL, 2, pod="p1", namespace="ns")
-        got = await lister(channel).Get(
-            pr.GetPodResourcesRequest(pod_name="p1", pod_namespace="ns")
-        )
-        (container,) = got.pod_resources.containers
-        numa = {d.device_ids[0]: [n.ID for n in d.topology.nodes] for d in container.devices}
-        assert numa == {"d1": [0], "d3": [1]}
-        allocatable = await lister(channel).GetAllocatableResources(
-            pr.AllocatableResourcesRequest()
-        )
-        assert sorted(d.device_ids[0] for d in allocatable.devices) == ["d1", "d3"]
-        with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await lister(channel).Get(
-                pr.GetPodResourcesRequest(pod_name="nope", pod_namespace="ns")
-            )
-    assert caught.value.details() == "pod nope in namespace ns not found"

@@ -380,10 +380,7 @@ CALLED_BY_NAME: dict[str, str] = {
     "connection_lost": "asyncio, on a subprocess protocol (hooks/execution.py)",
     "data_received": "asyncio, on a subprocess protocol (hooks/execution.py)",
     "eof_received": "asyncio, on a subprocess protocol (hooks/execution.py)",
-    **dict.fromkeys(
-        ("Get", "GetAllocatableResources", "NodeWatchResources"),
-        "gRPC, by its name in the proto's service (grpcservices.service_handler)",
-    ),
+    "NodeWatchResources": "gRPC, by its name in the proto's service (grpcservices.service_handler)",
     **{
         f"visit_{node}": "jinja2's NodeVisitor, by node type (config/templates.py)"
         for node in ("Concat", "For")

@@ -134,9 +134,7 @@ class EmbeddedKubelet:
         registration = RegistrationServicer(self._register)
         await self._serve(self.socket, pb.DESCRIPTOR.services_by_name["Registration"], registration)
         if self.pod_resources_socket is not None:
-            lister = PodResourcesServicer(
-                lambda: tuple(self._admission.allocations.values()), lambda: self.resources
-            )
+            lister = PodResourcesServicer(lambda: tuple(self._admission.allocations.values()))
             service = pr.DESCRIPTOR.services_by_name["PodResourcesLister"]
             await self._serve(self.pod_resources_socket, service, lister)
         self._running = True

@@ -1,6 +1,7 @@
-"""The kubelet's ``v1.PodResourcesLister`` over the embedded kubelet's allocations: as the
-real one, one ContainerDevices per device and NUMA node (no topology when it has none),
-pods and containers in the order admitted."""
+"""The kubelet's ``v1.PodResourcesLister`` ``List`` over the embedded kubelet's allocations:
+as the real one, one ContainerDevices per device and NUMA node (no topology when it has
+none), pods and containers in the order admitted. ``Get`` and ``GetAllocatableResources``,
+which the daemon never calls, answer UNIMPLEMENTED."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import grpc
 
 from genericdp.kubelet.api import podresources_pb2 as pr
-from genericdp.kubelet.embedded.state import ContainerAllocation, ResourceSnapshot
+from genericdp.kubelet.embedded.state import ContainerAllocation
 
 _Context = grpc.aio.ServicerContext[object, object]
 
@@ -48,13 +49,8 @@ def pod_resources(allocations: Iterable[ContainerAllocation]) -> list[pr.PodReso
 
 
 class PodResourcesServicer:
-    def __init__(
-        self,
-        allocations: Callable[[], Sequence[ContainerAllocation]],
-        resources: Callable[[], Mapping[str, ResourceSnapshot]],
-    ) -> None:
+    def __init__(self, allocations: Callable[[], Sequence[ContainerAllocation]]) -> None:
         self._allocations = allocations
-        self._resources = resources
 
     async def List(  # noqa: N802 -- the gRPC method name
         self,
@@ -63,32 +59,3 @@ class PodResourcesServicer:
     ) -> pr.ListPodResourcesResponse:
         """Every pod holding devices."""
         return pr.ListPodResourcesResponse(pod_resources=pod_resources(self._allocations()))
-
-    async def Get(  # noqa: N802 -- the gRPC method name
-        self, request: pr.GetPodResourcesRequest, context: _Context
-    ) -> pr.GetPodResourcesResponse:
-        """One pod, or the kubelet's not-found error."""
-        mine = [
-            a
-            for a in self._allocations()
-            if a.pod == request.pod_name and a.namespace == request.pod_namespace
-        ]
-        if not mine:
-            await context.abort(
-                grpc.StatusCode.UNKNOWN,
-                f"pod {request.pod_name} in namespace {request.pod_namespace} not found",
-            )
-        return pr.GetPodResourcesResponse(pod_resources=pod_resources(mine)[0])
-
-    async def GetAllocatableResources(  # noqa: N802 -- the gRPC method name
-        self,
-        request: pr.AllocatableResourcesRequest,  # noqa: ARG002 -- the gRPC method's signature
-        context: _Context,  # noqa: ARG002 -- the gRPC method's signature
-    ) -> pr.AllocatableResourcesResponse:
-        """Healthy devices of every resource."""
-        devices: list[pr.ContainerDevices] = []
-        for snap in self._resources().values():
-            healthy = [d for d in snap.devices.values() if d.healthy]
-            numa = {d.id: d.numa_nodes for d in healthy}
-            devices.extend(container_devices(snap.name, (d.id for d in healthy), numa))
-        return pr.AllocatableResourcesResponse(devices=devices)
