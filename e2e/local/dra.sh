@@ -219,10 +219,10 @@ text = open(sys.argv[1]).read() if sys.argv[1] else None
 print(json.dumps({"data": {"classes.yaml": text}}))' "$1"
 }
 
-# class_name_of RESOURCE: genericdp.deviceclasses.class_name, in the image.
+# class_name_of RESOURCE: genericdp.config.names.device_class_name, in the image.
 class_name_of() {
   k -n "$NAMESPACE" exec "$(daemon_pod)" -- python3 -c \
-    'import sys; from genericdp.deviceclasses import class_name; print(class_name(sys.argv[1]))' "$1" |
+    'import sys; from genericdp.config.names import device_class_name; print(device_class_name(sys.argv[1]))' "$1" |
     tr -d '\r'
 }
 
