@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from genericdp.runtime.configwatch import Outcome
 from tests.fakesys import FakeHost
 from tests.kubelet_fakes import EmbeddedKubelet
@@ -213,11 +215,11 @@ async def test_serve_survives_hostile_reloads_and_stops_on_sigterm(base: Path) -
     assert "Traceback" not in log
 
 
-async def test_sigterm_during_a_long_load_exits_at_once(base: Path) -> None:
-    """SIGTERM while a reload still parses a large file (just under 1 MiB) exits within 5 s:
-    the load runs in a thread that shutdown does not wait for."""
+async def _sigterm_after_a_large_reload_starts(base: Path) -> tuple[int | None, float, str]:
+    """Serve, start a reload of a large file (just under 1 MiB), send SIGTERM; the
+    daemon's exit code, how long it took to stop, its log."""
     config = base / "config"
-    config.mkdir()
+    config.mkdir(parents=True)
     (config / "a.yaml").write_text(NULL)
     plugin_dir = base / "dp"
     item = "- {name: example.com/r, match: [glob: /dev/x]}\n"
@@ -240,8 +242,21 @@ async def test_sigterm_during_a_long_load_exits_at_once(base: Path) -> None:
             stopped = await daemon.sigterm()
         finally:
             await daemon.kill()
-    log = daemon.log
-    assert daemon.proc.returncode == 0, log
-    assert stopped < 5, log
-    assert "config reloaded" not in log, log
-    assert "config refused" not in log, log
+    return daemon.proc.returncode, stopped, daemon.log
+
+
+async def test_sigterm_during_a_long_load_exits_at_once(base: Path) -> None:
+    """SIGTERM while a reload still parses a large file exits within 5 s: the load runs in a
+    thread that shutdown does not wait for. A run whose load ended before the signal came
+    (a busy machine delays the test's SIGTERM) did not test that: it is run again, at
+    most three times."""
+    for attempt in range(3):
+        code, stopped, log = await _sigterm_after_a_large_reload_starts(base / str(attempt))
+        assert code == 0, log
+        assert stopped < 5, log
+        signalled = log.index("received SIGTERM")
+        if not re.search("config (reloaded|refused)", log[:signalled]):
+            break  # the signal came during the load
+    else:
+        pytest.fail(f"the load ended before SIGTERM in every run: {log}")
+    assert not re.search("config (reloaded|refused)", log), log  # nor after the signal
