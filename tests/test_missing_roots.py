@@ -93,6 +93,7 @@ async def test_readyz_names_the_missing_udev_database(tmp_path: Path) -> None:
     argv = [
         sys.executable, "-m", "genericdp", "serve", "--config", str(cfg),
         "--plugin-dir", str(tmp_path / "dp"), "--dev-root", str(host.dev),
+        "--pod-resources-socket", str(tmp_path / "pod-resources.sock"),
         "--sys-root", str(host.sys), "--udev-root", str(missing),
     ]  # fmt: skip
     log = tmp_path / "serve.log"

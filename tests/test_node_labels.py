@@ -186,6 +186,7 @@ async def test_serve_keeps_the_feature_file_and_leaves_it_at_exit(base: Path, fi
         "-m", "genericdp", "serve",
         "--config", str(cfg),
         "--plugin-dir", str(plugin_dir),
+        "--pod-resources-socket", str(base / "pod-resources.sock"),
         "--state-dir", "",
         *host.root_flags(),
         "--metrics-address", "",

@@ -204,6 +204,7 @@ def serve_argv(base: Path) -> list[str]:
         sys.executable, "-m", "genericdp", "serve",
         "--config", str(cfg),
         "--plugin-dir", str(base / "dp"),
+        "--pod-resources-socket", str(base / "pod-resources.sock"),
         "--state-dir", str(base / "state"),
         *host.root_flags(),
     ]  # fmt: skip

@@ -185,6 +185,7 @@ async def test_serve_reloads_a_configmap(base: Path) -> None:
         "-m", "genericdp", "serve",
         "--config", str(volume.target),
         "--plugin-dir", str(plugin_dir),
+        "--pod-resources-socket", str(base / "pod-resources.sock"),
         "--state-dir", str(base / "state"),
         *host.root_flags(),
         "--log-level", "info",

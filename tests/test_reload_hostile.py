@@ -149,6 +149,7 @@ async def start_serve(
         "-m", "genericdp", "serve",
         "--config", str(config),
         "--plugin-dir", str(plugin_dir),
+        "--pod-resources-socket", str(base / "pod-resources.sock"),
         "--state-dir", str(base / "state"),
         *host.root_flags(),
         "--metrics-address", "127.0.0.1:0",

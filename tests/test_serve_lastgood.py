@@ -69,6 +69,7 @@ async def serving(
         "-m", "genericdp", "serve",
         "--config", str(volume.target),
         "--plugin-dir", str(base / "dp"),
+        "--pod-resources-socket", str(base / "pod-resources.sock"),
         "--cdi-dir", str(base / "cdi"),
         "--state-dir", str(state),
         "--metrics-address", "127.0.0.1:0",

@@ -38,6 +38,7 @@ async def test_serve_registers_and_exits_cleanly_on_signal(base: Path, sig: sign
         "-m", "genericdp", "serve",
         "--config", str(config),
         "--plugin-dir", str(plugin_dir),
+        "--pod-resources-socket", str(base / "pod-resources.sock"),
         "--state-dir", str(base / "state"),
         *host.root_flags(),
         "--log-level", "info",
@@ -104,6 +105,7 @@ async def test_serve_kills_and_reaps_what_a_probe_left_in_its_own_session(base: 
     plugin_dir = base / "dp"
     argv = [
         "-m", "genericdp", "serve", "--config", str(config), "--plugin-dir", str(plugin_dir),
+        "--pod-resources-socket", str(base / "pod-resources.sock"),
         "--state-dir", str(base / "state"),
         *host.root_flags(),
         "--metrics-address", "",
