@@ -186,15 +186,17 @@ async def test_unusable_records_keep_their_units_out_of_service(
 
 async def test_no_unit_is_handed_out_without_its_record(base: Path) -> None:
     """The state directory cannot be written (a file stands in its place): Allocate is
-    refused, saying why, and the unit stays free; nothing is owed a cleanup."""
+    refused with FAILED_PRECONDITION, saying why, and the unit stays free; nothing is
+    owed a cleanup."""
     hook = Hook(base / "hook")
     (base / "state").write_text("not a directory\n")
     discovery = ScriptedDiscovery({SERIAL: [unit("ttyUSB0")]})
     async with _kubelet(base) as kubelet, _daemon(base, kubelet, hook.config(), discovery) as rt:
         await rt.until(lambda k: SERIAL in k.resources and k.resources[SERIAL].allocatable == 1)
         async with plugin_stub(rt.socket(SERIAL)) as stub:
-            with pytest.raises(grpc.aio.AioRpcError, match="cannot keep the owed cleanup"):
+            with pytest.raises(grpc.aio.AioRpcError, match="cannot keep the owed cleanup") as no:
                 await stub.Allocate(allocate_request("ttyUSB0"))
+        assert no.value.code() == grpc.StatusCode.FAILED_PRECONDITION  # not UNKNOWN
         assert rt.usage.in_use(SERIAL) == frozenset()
         assert rt.supervisor.watched() == {SERIAL}  # served; no cleanup owed
 

@@ -31,7 +31,7 @@ ever handle our own types::
      ├── BrokenWatchError       (kube.listwatch) a watch stream open too long or a line too long
      ├── SliceError             (dra.slices) a resource that cannot be published as DRA devices
      ├── ClaimError             (dra.claims) what is wrong with which claim
-     └── RecordError            (runtime.owed) a unit's owed cleanup cannot be kept in stateDir
+     └── RecordError            a unit's owed cleanup cannot be kept in stateDir
 
 Classes outside this module say where they live; tests/test_error_tree.py
 checks that the drawing holds every subclass, each under its parent.
@@ -106,6 +106,10 @@ class KubeletError(GenericdpError):
 
 class RegistrationError(KubeletError):
     """The kubelet refused our Register call, or did not answer it."""
+
+
+class RecordError(GenericdpError):
+    """A unit's owed cleanup cannot be kept in ``stateDir``: it is not handed out."""
 
 
 # What errors and logs say about values: the one home of every clipper. A 1 MB

@@ -19,6 +19,7 @@ from genericdp.errors import (
     GenericdpError,
     HookError,
     InvalidDevicesError,
+    RecordError,
     TemplateRenderError,
     UnsafeAllocationError,
     cut,
@@ -278,7 +279,7 @@ class DevicePluginServicer:
 def _status_of(exc: GenericdpError) -> grpc.StatusCode:
     if isinstance(exc, InvalidDevicesError):
         return grpc.StatusCode.INVALID_ARGUMENT
-    if isinstance(exc, (HookError, CdiSpecError, UnsafeAllocationError)):
+    if isinstance(exc, (HookError, CdiSpecError, RecordError, UnsafeAllocationError)):
         return grpc.StatusCode.FAILED_PRECONDITION
     if isinstance(exc, TemplateRenderError):
         return grpc.StatusCode.INTERNAL

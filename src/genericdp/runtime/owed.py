@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from genericdp.atomicfile import reason
 from genericdp.config.model import ResourceDefinition
 from genericdp.discovery.model import Unit
-from genericdp.errors import GenericdpError, clip
+from genericdp.errors import RecordError, clip
 from genericdp.runtime import owedrecords, uncleaned
 from genericdp.runtime.owedrecords import Key, Record, Refused
 from genericdp.runtime.uncleaned import Uncleaned
@@ -38,10 +38,6 @@ if TYPE_CHECKING:
     from genericdp.runtime.backend import Gauge
 
 log = logging.getLogger(__name__)
-
-
-class RecordError(GenericdpError):
-    """A unit's owed cleanup cannot be kept in ``stateDir``: it is not handed out."""
 
 
 @dataclass(frozen=True, order=True)
