@@ -13,6 +13,7 @@ from tests.apiserver import ApiServer
 from tests.apiserver import missing as apiserver_missing
 from tests.apiserver import start as start_apiserver
 from tests.dra_apislices import connected
+from tests.hostenv import HOST_PATHS
 from tests.kubelet_fakes import EmbeddedKubelet, short_tmp_dir
 from tests.leaks import reap_leaked
 
@@ -55,15 +56,9 @@ async def kubelet(base: Path) -> AsyncIterator[EmbeddedKubelet]:
 @pytest.fixture(autouse=True)
 def no_host_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Settings built in-process (and ``serve`` run with this environment) never default to
-    the host's kubelet, CDI or state directories."""
-    monkeypatch.setenv("GENERICDP_PLUGIN_DIR", str(tmp_path / "default-plugin-dir"))
-    monkeypatch.setenv(
-        "GENERICDP_POD_RESOURCES_SOCKET", str(tmp_path / "default-pod-resources.sock")
-    )
-    monkeypatch.setenv("GENERICDP_CDI_DIR", str(tmp_path / "default-cdi"))
-    monkeypatch.setenv("GENERICDP_DRA_REGISTRATION_DIR", str(tmp_path / "default-registry"))
-    monkeypatch.setenv("GENERICDP_DRA_PLUGINS_DIR", str(tmp_path / "default-plugins"))
-    monkeypatch.setenv("GENERICDP_STATE_DIR", str(tmp_path / "default-state"))
+    the host's kubelet, CDI, state or NFD directories (``hostenv``)."""
+    for name, leaf in HOST_PATHS.items():
+        monkeypatch.setenv(name, str(tmp_path / leaf))
 
 
 @pytest.fixture(scope="session")

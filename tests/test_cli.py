@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,13 +10,14 @@ from pathlib import Path
 import pytest
 
 from tests.fakesys import FakeHost
+from tests.hostenv import own_env
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "configs" / "examples"
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
+    full_env = own_env()
     full_env.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "genericdp", *args],

@@ -4,7 +4,6 @@ every exit code is documented. The CLI in process (``cli.main``), on real files.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from genericdp import cli, cliparser, exits
 from genericdp.discovery.model import Roots
 from genericdp.settings import SIMULATE_SKIPS, DiscoverySettings, Settings
 from tests.fakesys import FakeHost
+from tests.hostenv import own_env
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -102,7 +102,7 @@ def test_simulate_takes_log_level_from_the_environment(tmp_path: Path) -> None:
     cfg.write_text(NODE_CONFIG)
     host = FakeHost(tmp_path / "host")
     host.add_misc("fuse")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
+    env = own_env()
     command = [sys.executable, "-m", "genericdp", "simulate", str(cfg), "--once"]
     command += ["--dev-root", str(host.dev), "--sys-root", str(host.sys)]
     quiet = subprocess.run(

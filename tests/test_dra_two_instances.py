@@ -27,6 +27,7 @@ from tests.apiserver import ApiServer
 from tests.dra_claims import allocated_claim, allocated_claims
 from tests.dra_kubelet import DraEventKind, EmbeddedDraKubelet
 from tests.fakesys import FakeHost
+from tests.hostenv import own_env
 from tests.polling import eventually
 
 NAME = "example.com/serial"
@@ -66,7 +67,7 @@ class Instance:
 
 
 async def start_instance(argv: list[str]) -> Instance:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
+    env = own_env()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "genericdp", *argv, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,

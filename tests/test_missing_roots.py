@@ -4,7 +4,6 @@ warns and exits 3, ``serve`` lists it in ``/readyz``."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakesys import FakeHost
+from tests.hostenv import own_env
 from tests.kubelet_fakes import EmbeddedKubelet
 from tests.test_httpserver import get
 from tests.test_observability import wait_for_log
@@ -30,7 +30,7 @@ PROPERTIES = ", properties: {ID_SERIAL_SHORT: 'A*'}"
 
 
 def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
+    return own_env()
 
 
 def _discover(tmp_path: Path, config: str, **roots: Path) -> subprocess.CompletedProcess[str]:

@@ -20,6 +20,7 @@ from genericdp.nodelabels import healthy_units, resource_labels
 from genericdp.nodelabels.featuresfile import FeaturesFile, parse_features
 from genericdp.runtime.state import DeviceState
 from tests.fakesys import FakeHost
+from tests.hostenv import own_env
 from tests.kubelet_fakes import EmbeddedKubelet
 from tests.label_counts import CountingFollower
 from tests.polling import eventually
@@ -193,7 +194,7 @@ async def test_serve_keeps_the_feature_file_and_leaves_it_at_exit(base: Path, fi
         "--node-features", "file",
         "--node-features-file", str(path),
     ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
+    env = own_env()
     async with EmbeddedKubelet(plugin_dir):
         proc = await asyncio.create_subprocess_exec(
             sys.executable, *argv, env=env, stdout=asyncio.subprocess.PIPE,

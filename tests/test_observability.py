@@ -4,7 +4,6 @@ scraped over HTTP, and ``genericdp serve`` as a real process."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import signal
 import socket
@@ -25,6 +24,7 @@ from genericdp.probes import readiness, routes
 from genericdp.runtime.supervisor import Supervisor, all_registered
 from genericdp.settings import ListenAddress
 from tests.fakesys import FakeHost
+from tests.hostenv import own_env
 from tests.kubelet_fakes import EmbeddedKubelet
 from tests.runtime_harness import (
     ScriptedDiscovery,
@@ -211,7 +211,7 @@ def serve_argv(base: Path) -> list[str]:
 
 
 def serve_env(metrics_address: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
+    env = own_env()
     env["GENERICDP_METRICS_ADDRESS"] = metrics_address
     return env
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
 import signal
 import sys
@@ -23,6 +22,7 @@ from genericdp.config import load
 from genericdp.kubelet.embedded.state import EventKind
 from genericdp.runtime.configwatch import ConfigWatcher, Outcome
 from tests.fakesys import FakeHost
+from tests.hostenv import own_env
 from tests.kubelet_fakes import EmbeddedKubelet
 from tests.runtime_harness import Running, ScriptedDiscovery, running, unit
 from tests.test_configwatch import ConfigMapVolume, Results
@@ -190,7 +190,7 @@ async def test_serve_reloads_a_configmap(base: Path) -> None:
         *host.root_flags(),
         "--log-level", "info",
     ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
+    env = own_env()
     env["GENERICDP_METRICS_ADDRESS"] = ""  # not this test's concern; no port to collide on
     seen: list[str] = []
     async with EmbeddedKubelet(plugin_dir) as kubelet:

@@ -18,6 +18,7 @@ import pytest
 
 from genericdp.runtime.configwatch import Outcome
 from tests.fakesys import FakeHost
+from tests.hostenv import own_env
 from tests.kubelet_fakes import EmbeddedKubelet
 from tests.test_configwatch import ConfigMapVolume, Results
 from tests.test_hostile_config import CASES, expectation
@@ -155,7 +156,7 @@ async def start_serve(
         "--metrics-address", "127.0.0.1:0",
         "--log-level", log_level,
     ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
+    env = own_env()
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         *argv,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from genericdp.lastgood import STATE_FILE
 from tests.fakesys import FakeHost
+from tests.hostenv import own_env
 from tests.kubelet_fakes import EmbeddedKubelet
 from tests.test_configwatch import ConfigMapVolume
 from tests.test_httpserver import Reply, get
@@ -64,7 +65,7 @@ async def serving(
     host = FakeHost(base / "host")
     host.add_plain("/dev/null")
     log = base / f"{run}.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
+    env = own_env()
     argv = [
         "-m", "genericdp", "serve",
         "--config", str(volume.target),

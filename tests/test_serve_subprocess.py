@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakesys import FakeHost
+from tests.hostenv import own_env
 from tests.kubelet_fakes import EmbeddedKubelet
 
 CONFIG = """\
@@ -44,7 +45,7 @@ async def test_serve_registers_and_exits_cleanly_on_signal(base: Path, sig: sign
         "--log-level", "info",
         "--metrics-address", "",  # no fixed port: tests run side by side
     ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
+    env = own_env()
     async with EmbeddedKubelet(plugin_dir) as kubelet:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -110,7 +111,7 @@ async def test_serve_kills_and_reaps_what_a_probe_left_in_its_own_session(base: 
         *host.root_flags(),
         "--metrics-address", "",
     ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GENERICDP_")}
+    env = own_env()
     async with EmbeddedKubelet(plugin_dir) as kubelet:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, *argv, env=env,
