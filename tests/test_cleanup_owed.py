@@ -12,6 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from genericdp.kubelet.embedded.admission import AllocationError
 from genericdp.metrics import Metrics
 from genericdp.probes import readiness
 from tests.polling import eventually
@@ -31,9 +32,20 @@ OTHER = "resources:\n- name: example.com/other\n  match: [glob: /dev/other*]\n"
 
 
 async def _hand_out(rt: Running, pod: str) -> str:
-    """Allocate the one unit to ``pod`` and wait until PodResources shows it held."""
-    await rt.until(lambda k: SERIAL in k.resources and k.resources[SERIAL].allocatable == 1)
-    response = await rt.kubelet.allocate(SERIAL, 1, pod=pod)
+    """Allocate the one unit to ``pod`` and wait until PodResources shows it held.
+
+    A cleanup's hook may have ended while the kubelet still shows the unit as before
+    it (the list that says Unhealthy, cleaning, still on its way): an Allocate the
+    kubelet refuses for that, as it would a pod's, is tried again once the unit is
+    allocatable anew."""
+    for attempt in range(3):
+        await rt.until(lambda k: SERIAL in k.resources and k.resources[SERIAL].allocatable == 1)
+        try:
+            response = await rt.kubelet.allocate(SERIAL, 1, pod=pod)
+            break
+        except AllocationError as exc:
+            if "no healthy devices" not in str(exc) or attempt == 2:
+                raise
     uid = response.container_responses[0].devices[0].host_path.removeprefix("/dev/")
     await eventually(lambda: rt.usage.listed(SERIAL) == {uid})
     return uid
