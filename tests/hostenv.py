@@ -3,8 +3,8 @@
 None of the caller's ``GENERICDP_*`` settings reach it, except the host paths,
 which ``conftest.no_host_paths`` points into the test's own tree. A ``serve``
 left to the defaults would use the host's kubelet directories and tidy the
-host's /var/run/cdi at start: one removed the CDI spec of a local-node e2e
-running beside the suite.
+host's /var/run/cdi at start, removing the specs of any genericdp running
+there (a local-node e2e beside the suite).
 """
 
 from __future__ import annotations
